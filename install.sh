@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install mlrb into ./.venv (created if missing). Usage: bash install.sh [--dev]
+#   --dev   also install the test tools (pytest)
+# torch is installed first and pinned, so that resolving the other packages never
+# replaces it: MLRB_TORCH overrides the requirement (e.g. a CUDA build on a GPU box).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3}
+TORCH_SPEC=${MLRB_TORCH:-torch==2.13.0}
+EXTRAS=""
+[[ "${1:-}" == "--dev" ]] && EXTRAS="[dev]"
+
+if [[ ! -x .venv/bin/python ]]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet "$TORCH_SPEC"
+.venv/bin/python -m pip install --quiet -e ".${EXTRAS}"
+echo "mlrb installed in $(pwd)/.venv"

@@ -1,0 +1,1 @@
+"""Agents: the model (or script) that decides what to do; actions go through the sandbox."""

@@ -1,0 +1,57 @@
+"""The harness's account of what a run has spent, checked against its budget."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from mlrb.config import BudgetConfig
+
+
+class Budget:
+    def __init__(self, cfg: BudgetConfig, clock: Callable[[], float] = time.monotonic):
+        self.cfg = cfg
+        self.clock = clock
+        self.started = clock()
+        self.steps = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.usd = 0.0
+
+    def elapsed_s(self) -> float:
+        return self.clock() - self.started
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.cfg.wall_time_s - self.elapsed_s())
+
+    def record_step(self) -> None:
+        self.steps += 1
+
+    def record_usage(self, input_tokens: int, output_tokens: int, usd: float) -> None:
+        self.input_tokens += input_tokens
+        self.output_tokens += output_tokens
+        self.usd += usd
+
+    def exhausted(self) -> Optional[str]:
+        """The name of the first limit reached, or None while there is budget left."""
+        cfg = self.cfg
+        if self.remaining_s() <= 0:
+            return "wall_time"
+        if self.steps >= cfg.max_steps:
+            return "steps"
+        if cfg.max_input_tokens is not None and self.input_tokens >= cfg.max_input_tokens:
+            return "input_tokens"
+        if cfg.max_output_tokens is not None and self.output_tokens >= cfg.max_output_tokens:
+            return "output_tokens"
+        if cfg.max_usd is not None and self.usd >= cfg.max_usd:
+            return "usd"
+        return None
+
+    def summary(self) -> dict:
+        return {
+            "steps": self.steps,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": round(self.usd, 6),
+            "agent_time_s": round(self.elapsed_s(), 3),
+        }

@@ -1,0 +1,136 @@
+"""The typed schema every composed config is checked against, and the checks
+that a type alone cannot express (positive budgets, known registry names).
+
+Only omegaconf/hydra are imported here: composing and validating a config must
+stay cheap (no torch, no mlflow).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration problem, reported as one line."""
+
+
+@dataclass
+class TaskConfig:
+    name: str = MISSING
+    title: str = MISSING
+    # Which entry of `scales` this run uses ("tiny" runs on a CPU, "full" is the paper's).
+    scale: str = "tiny"
+    # Folder, relative to the workspace, that the scorer collects.
+    submission: str = "submission"
+    # Whether the agent's sandbox may reach the network.
+    network: bool = False
+    # Globs of workspace files the agent must not change (checked before scoring).
+    read_only_files: List[str] = field(default_factory=list)
+    # scale name -> settings; each task checks its own against a dataclass of its own.
+    scales: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AgentConfig:
+    name: str = MISSING
+    kind: str = MISSING
+    options: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BudgetConfig:
+    name: str = MISSING
+    wall_time_s: float = MISSING
+    max_steps: int = MISSING
+    # None means no cap (a scripted agent spends no tokens).
+    max_input_tokens: Optional[int] = None
+    max_output_tokens: Optional[int] = None
+    max_usd: Optional[float] = None
+
+
+@dataclass
+class SandboxConfig:
+    kind: str = "local"
+    # Longest a single command may run before it is killed (the budget may cut it shorter).
+    command_timeout_s: float = 1800.0
+
+
+@dataclass
+class TrackingConfig:
+    # None: $MLFLOW_TRACKING_URI if set, else an SQLite store inside `dir`.
+    uri: Optional[str] = None
+    dir: str = "mlruns"
+    # None: the task's name.
+    experiment: Optional[str] = None
+
+
+@dataclass
+class PathsConfig:
+    # Built task assets (models, data) are cached here and shared between runs.
+    cache_dir: str = "${oc.env:MLRB_CACHE_DIR,${oc.env:HOME,/tmp}/.cache/mlrb}"
+
+
+@dataclass
+class MlrbConfig:
+    task: TaskConfig = MISSING
+    agent: AgentConfig = MISSING
+    budget: BudgetConfig = MISSING
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    seed: int = 0
+
+
+def register_schema() -> None:
+    """Make the schema available to the root config's defaults list."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="mlrb_schema", node=MlrbConfig)
+
+
+def to_typed(cfg: DictConfig) -> MlrbConfig:
+    """Resolve, type-check and rule-check a composed config."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    plain = {k: v for k, v in cfg.items() if k != "hydra"}
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(MlrbConfig), plain)
+        # Only the chosen scale must be complete (its task checks it); the others may
+        # keep values a user fills in when choosing them, so they stay as plain data.
+        scales = OmegaConf.to_container(merged.task.scales, resolve=False, throw_on_missing=False)
+        merged.task.scales = {}
+        typed = OmegaConf.to_object(merged)
+        typed.task.scales = scales
+    except OmegaConfBaseException as e:
+        raise ConfigError(describe_omegaconf_error(e)) from None
+    check_rules(typed)
+    return typed
+
+
+def describe_omegaconf_error(e: Exception, prefix: str = "") -> str:
+    key = getattr(e, "full_key", None)
+    key = f"{prefix}{key}" if key else key
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if "Missing mandatory value" in first and key:
+        return f"missing value for '{key}': set it in the config or as {key}=..."
+    return f"invalid value for '{key}': {first}" if key else first
+
+
+def check_rules(cfg: MlrbConfig) -> None:
+    from mlrb import registry
+
+    b = cfg.budget
+    for key in ("wall_time_s", "max_steps", "max_input_tokens", "max_output_tokens", "max_usd"):
+        value = getattr(b, key)
+        if value is not None and value <= 0:
+            raise ConfigError(f"budget.{key} must be positive, got {value}")
+    if cfg.sandbox.command_timeout_s <= 0:
+        raise ConfigError(f"sandbox.command_timeout_s must be positive, got {cfg.sandbox.command_timeout_s}")
+    registry.check_choice("agent kind", cfg.agent.kind, registry.AGENTS)
+    registry.check_choice("sandbox kind", cfg.sandbox.kind, registry.SANDBOXES)
+    registry.check_choice("task", cfg.task.name, registry.TASKS)
+    task_class = registry.load(registry.TASKS[cfg.task.name])
+    task_class.scale_spec(cfg.task)  # raises ConfigError on an unknown scale or bad key

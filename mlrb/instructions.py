@@ -1,0 +1,53 @@
+"""Render a task's prompt from MLRB's template fields and the run's budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlrb.config import BudgetConfig
+from mlrb.tasks.base import Task
+
+TEMPLATE = Path(__file__).parent / "tasks" / "instructions.md"
+
+
+def render(task: Task, budget: BudgetConfig, workspace: str, data_dir: str) -> str:
+    spec, prompt = task.spec, task.spec.prompt
+    hw = spec.hardware
+    compute = f"{hw.gpus} x {hw.gpu_type} GPU" if hw.gpus else "CPU only, no GPU"
+    if hw.cpus:
+        compute += f", {hw.cpus} CPU cores"
+    if hw.memory_gb:
+        compute += f", {hw.memory_gb:g} GB memory"
+    fields = {
+        "title": task.cfg.title,
+        "task": prompt.task,
+        "dataset": prompt.dataset,
+        "dataset_shape": prompt.dataset_shape,
+        "models": prompt.models,
+        "compute": compute,
+        "time_limit": f"The competition allows {describe_seconds(spec.time_limit_s)}",
+        "budget": describe_budget(budget),
+        "result": prompt.result,
+        "evaluation": prompt.evaluation,
+        "rules": "\n".join(f"- {rule}" for rule in prompt.rules) or "- none",
+        "additional_info": prompt.additional_info or "none",
+        "workspace": workspace,
+        "data_dir": data_dir,
+        "submission": task.cfg.submission,
+    }
+    return TEMPLATE.read_text().format_map(fields)
+
+
+def describe_seconds(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} hour(s)"
+    if seconds >= 60:
+        return f"{seconds / 60:g} minute(s)"
+    return f"{seconds:g} second(s)"
+
+
+def describe_budget(budget: BudgetConfig) -> str:
+    parts = [f"{describe_seconds(budget.wall_time_s)} of wall time", f"{budget.max_steps} steps"]
+    if budget.max_usd is not None:
+        parts.append(f"${budget.max_usd:g} of API cost")
+    return ", ".join(parts)

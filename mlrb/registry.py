@@ -1,0 +1,34 @@
+"""Names a config may use, mapped to the code behind them.
+
+Values are "module:attribute" strings so that looking a name up imports only
+the module that implements it, and only when it is needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Mapping
+
+from mlrb.config import ConfigError
+
+TASKS: Mapping[str, str] = {
+    "llm_merging": "mlrb.tasks.llm_merging.task:LlmMerging",
+}
+
+AGENTS: Mapping[str, str] = {
+    "baseline": "mlrb.agents.baseline:BaselineAgent",
+}
+
+SANDBOXES: Mapping[str, str] = {
+    "local": "mlrb.sandbox.local:LocalSandbox",
+}
+
+
+def check_choice(what: str, name: str, choices: Mapping[str, str]) -> None:
+    if name not in choices:
+        raise ConfigError(f"unknown {what} '{name}'; valid choices: {', '.join(sorted(choices))}")
+
+
+def load(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)

@@ -1,0 +1,149 @@
+"""What every task is: a scale spec (data), assets, starter files, instructions,
+a baseline, and a scorer that says whether a submission is valid and what it scored.
+
+A task subclass adds its own fields to `ScaleSpec` and implements `build_assets`
+and `score`. Nothing here imports torch: configs are checked with these classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Dict, List, Optional
+
+from omegaconf import MISSING, OmegaConf
+
+from mlrb.config import ConfigError, TaskConfig, describe_omegaconf_error
+
+
+@dataclass
+class HardwareSpec:
+    gpus: int = 0
+    gpu_type: Optional[str] = None
+    cpus: Optional[int] = None
+    memory_gb: Optional[float] = None
+
+
+@dataclass
+class PromptSpec:
+    """MLRB's prompt fields, rendered by instructions.md."""
+
+    task: str = MISSING
+    dataset: str = MISSING
+    dataset_shape: str = MISSING
+    models: str = MISSING
+    result: str = MISSING
+    evaluation: str = MISSING
+    rules: List[str] = field(default_factory=list)
+    additional_info: str = ""
+
+
+@dataclass
+class EvalSpec:
+    # lm-eval task names; empty means the task's own held-out set.
+    tasks: List[str] = field(default_factory=list)
+    batch_size: int = 8
+    device: str = "cpu"
+    dtype: str = "float32"
+    limit: Optional[int] = None
+
+
+@dataclass
+class ScaleSpec:
+    description: str = MISSING
+    time_limit_s: float = MISSING
+    hardware: HardwareSpec = field(default_factory=HardwareSpec)
+    # How to obtain models and data; task-specific keys besides `source`.
+    assets: Dict[str, Any] = field(default_factory=dict)
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    # Shell command the scripted baseline agent runs in the workspace.
+    baseline_command: str = MISSING
+    # Normalisation anchors; None means measured on the built assets.
+    baseline_score: Optional[float] = None
+    reference_score: Optional[float] = None
+    reference_name: str = ""
+    score_timeout_s: float = 1800.0
+    prompt: PromptSpec = field(default_factory=PromptSpec)
+
+
+@dataclass
+class ScoreReport:
+    """What the scorer says about one submission. `score` is None when invalid."""
+
+    valid: bool
+    reason: str
+    score: Optional[float] = None
+    metrics: Dict[str, float] = field(default_factory=dict)
+    details: Dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def invalid(cls, reason: str, **details: Any) -> "ScoreReport":
+        return cls(valid=False, reason=reason, details=dict(details))
+
+
+class Task:
+    """Base class. Subclasses set `name`, `scale_class` and implement the hooks."""
+
+    name: ClassVar[str]
+    scale_class: ClassVar[type] = ScaleSpec
+    # Bump when the asset builder changes, so caches built by older code are not reused.
+    assets_version: ClassVar[int] = 1
+
+    def __init__(self, cfg: TaskConfig):
+        self.cfg = cfg
+        self.spec = self.scale_spec(cfg)
+
+    @classmethod
+    def scale_spec(cls, cfg: TaskConfig) -> Any:
+        if cfg.scale not in cfg.scales:
+            raise ConfigError(
+                f"unknown scale '{cfg.scale}' for task {cfg.name}; valid choices: {', '.join(sorted(cfg.scales))}"
+            )
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            node = OmegaConf.merge(OmegaConf.structured(cls.scale_class), cfg.scales[cfg.scale])
+            return OmegaConf.to_object(node)
+        except OmegaConfBaseException as e:
+            raise ConfigError(describe_omegaconf_error(e, prefix=f"task.scales.{cfg.scale}.")) from None
+
+    @property
+    def package_dir(self) -> Path:
+        import inspect
+
+        return Path(inspect.getfile(type(self))).parent
+
+    def starter_dir(self) -> Path:
+        """Files copied into the agent's workspace."""
+        return self.package_dir / "starter"
+
+    def asset_key(self) -> Dict[str, Any]:
+        """Everything that determines the built assets (hashed into the cache key)."""
+        return {"task": self.name, "version": self.assets_version, "assets": self.spec.assets}
+
+    def build_assets(self, out_dir: Path) -> Dict[str, Any]:
+        """Write `public/` (the agent may read it) and `hidden/` (it never may) into out_dir."""
+        raise NotImplementedError
+
+    def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
+        """Check the submission's validity, then score it against hidden data."""
+        raise NotImplementedError
+
+    def calibration(self, assets: Path) -> Dict[str, Optional[float]]:
+        """Baseline and reference scores for normalisation; config values win."""
+        import json
+
+        measured_file = assets / "hidden" / "calibration.json"
+        measured = json.loads(measured_file.read_text()) if measured_file.exists() else {}
+        return {
+            "baseline_score": self.spec.baseline_score
+            if self.spec.baseline_score is not None
+            else measured.get("baseline_score"),
+            "reference_score": self.spec.reference_score
+            if self.spec.reference_score is not None
+            else measured.get("reference_score"),
+        }

@@ -1,0 +1,159 @@
+"""NeurIPS 2024 LLM Merging: merge expert adapters into one generalist model.
+
+Tiny scale builds its models and data locally (see assets.py); full scale
+downloads the competition's models. Both then run the same calibration
+(the baseline merge and a stronger reference merge, each scored) and the same
+scorer: validity checks on the submitted model, then lm-eval accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List
+
+from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
+
+TEST_TASK = "mlrb_llm_merging_test"
+# Weights-only formats; pickled checkpoints (.bin, .pt, ...) can run code when loaded.
+PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
+
+
+@dataclass
+class LlmMergingScale(ScaleSpec):
+    # Largest parameter count a submission may have.
+    max_params: int = 8_000_000_000
+    # Hugging Face `model_type`s a submission may declare.
+    model_types: List[str] = field(default_factory=lambda: ["llama"])
+
+
+class LlmMerging(Task):
+    name = "llm_merging"
+    scale_class = LlmMergingScale
+    assets_version = 1
+
+    # ---- assets and calibration ------------------------------------------------
+    def build_assets(self, out_dir: Path) -> Dict[str, Any]:
+        assets = dict(self.spec.assets)
+        source = assets.pop("source", "build")
+        if source == "build":
+            from mlrb.tasks.llm_merging.assets import build_tiny_assets
+
+            facts = build_tiny_assets(out_dir, assets)
+        elif source == "hub":
+            facts = download_assets(out_dir / "public", assets)
+        else:
+            raise ValueError(f"unknown assets.source '{source}'; valid: build, hub")
+        facts["calibration"] = self.calibrate(out_dir)
+        return facts
+
+    def calibrate(self, out_dir: Path) -> Dict[str, Any]:
+        """Score the unmerged base, the baseline merge and the reference merge on the
+        hidden test set; the two merges anchor the normalised score (0 and 100)."""
+        public, hidden = out_dir / "public", out_dir / "hidden"
+        scratch = out_dir / "calibration"
+        hidden.mkdir(exist_ok=True)
+        n_adapters = len([p for p in (public / "adapters").iterdir() if p.is_dir()])
+        merges = {"baseline": [1.0 / n_adapters] * n_adapters, "reference": [1.0] * n_adapters}
+        scores: Dict[str, Any] = {"base_score": self.evaluate(public / "base_model", out_dir, scratch)["accuracy"]}
+        for role, weights in merges.items():
+            model = scratch / role
+            subprocess.run(
+                [sys.executable, str(self.starter_dir() / "merge.py"), "--data", str(public), "--output", str(model),
+                 "--weights", *map(str, weights)],
+                check=True, capture_output=True, text=True,
+            )  # fmt: skip
+            scores[f"{role}_score"] = self.evaluate(model, out_dir, scratch)["accuracy"]
+            scores[f"{role}_weights"] = weights
+        shutil.rmtree(scratch)
+        (hidden / "calibration.json").write_text(json.dumps(scores, indent=2))
+        return scores
+
+    # ---- scoring ---------------------------------------------------------------
+    def evaluate(self, model_dir: Path, assets: Path, work_dir: Path) -> Dict[str, Any]:
+        from mlrb.scoring import lmeval
+
+        ev = self.spec.eval
+        tasks, include = list(ev.tasks), None
+        if not tasks:  # the task's own held-out set
+            include = work_dir / "lm_eval_tasks"
+            include.mkdir(parents=True, exist_ok=True)
+            lmeval.write_mc_task_yaml(include, TEST_TASK, assets / "hidden" / "test.jsonl")
+            tasks = [TEST_TASK]
+        return lmeval.evaluate(
+            model_dir, tasks, include, batch_size=ev.batch_size, device=ev.device, limit=ev.limit, dtype=ev.dtype
+        )
+
+    def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
+        problem, facts = self.check_submission(submission)
+        if problem:
+            return ScoreReport.invalid(problem, **facts)
+        result = self.evaluate(submission, assets, work_dir)
+        metrics = {f"score.{subject}": acc for subject, acc in result["per_subject"].items()}
+        details = {**facts, "n": result["n"], "lm_eval_version": result["lm_eval_version"], "lm_eval": result["raw"]}
+        return ScoreReport(True, "ok", score=result["accuracy"], metrics=metrics, details=details)
+
+    def check_submission(self, submission: Path):
+        """The competition's rules that can be checked on the files: (problem or "", facts)."""
+        if not submission.is_dir():
+            return "the submission is not a folder holding a model", {}
+        links = [p.name for p in submission.rglob("*") if p.is_symlink()]
+        if links:
+            return f"the submission contains symbolic links ({', '.join(links[:5])})", {}
+        pickled = [p.name for p in submission.rglob("*") if p.suffix in PICKLE_SUFFIXES]
+        if pickled:
+            return f"pickled weights are not accepted ({', '.join(pickled[:5])}); save with safetensors", {}
+        config_file = submission / "config.json"
+        try:
+            config = json.loads(config_file.read_text())
+        except (OSError, ValueError) as e:
+            return f"config.json is missing or not valid JSON ({type(e).__name__})", {}
+        if "auto_map" in config:
+            return "the model declares custom code (auto_map); only transformers' own architectures are accepted", {}
+        model_type = config.get("model_type")
+        if model_type not in self.spec.model_types:
+            return f"model_type '{model_type}' is not allowed; allowed: {', '.join(self.spec.model_types)}", {}
+        if not any((submission / name).exists() for name in ("tokenizer.json", "tokenizer.model")):
+            return "no tokenizer (tokenizer.json or tokenizer.model) in the submission", {}
+        try:
+            n_params, dtypes = count_parameters(submission)
+        except Exception as e:  # safetensors raises its own error types on a corrupt header
+            return f"the weights cannot be read: {type(e).__name__}: {str(e)[:200]}", {}
+        facts = {"n_params": n_params, "dtypes": sorted(dtypes), "model_type": model_type}
+        if n_params == 0:
+            return "no safetensors weights in the submission", facts
+        if n_params > self.spec.max_params:
+            return f"{n_params:,} parameters exceed the limit of {self.spec.max_params:,}", facts
+        return "", facts
+
+
+def count_parameters(model_dir: Path):
+    """Parameter count and dtypes read from safetensors headers, without loading weights."""
+    from safetensors import safe_open
+
+    total, dtypes = 0, set()
+    for path in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():
+                tensor_slice = f.get_slice(key)
+                n = 1
+                for dim in tensor_slice.get_shape():
+                    n *= dim
+                total += n
+                dtypes.add(str(tensor_slice.get_dtype()))
+    return total, dtypes
+
+
+def download_assets(public: Path, assets: Dict[str, Any]) -> Dict[str, Any]:
+    """Full scale: fetch the base model and adapters from the Hugging Face hub."""
+    from huggingface_hub import snapshot_download
+
+    public.mkdir(parents=True, exist_ok=True)
+    snapshot_download(assets["base_model"], local_dir=public / "base_model")
+    for repo in assets["adapters"]:
+        snapshot_download(repo, local_dir=public / "adapters" / repo.replace("/", "__"))
+    return {"base_model": assets["base_model"], "adapters": list(assets["adapters"])}
