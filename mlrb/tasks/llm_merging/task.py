@@ -8,6 +8,7 @@ scorer: validity checks on the submitted model, then lm-eval accuracy.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -34,9 +35,13 @@ class LlmMergingScale(ScaleSpec):
 class LlmMerging(Task):
     name = "llm_merging"
     scale_class = LlmMergingScale
-    assets_version = 1
+    assets_version = 2
 
     # ---- assets and calibration ------------------------------------------------
+    def asset_key(self) -> Dict[str, Any]:
+        # Calibration scores depend on how models are evaluated, so that is part of the key.
+        return {**super().asset_key(), "eval": dataclasses.asdict(self.spec.eval)}
+
     def build_assets(self, out_dir: Path) -> Dict[str, Any]:
         assets = dict(self.spec.assets)
         source = assets.pop("source", "build")
@@ -52,26 +57,56 @@ class LlmMerging(Task):
         return facts
 
     def calibrate(self, out_dir: Path) -> Dict[str, Any]:
-        """Score the unmerged base, the baseline merge and the reference merge on the
-        hidden test set; the two merges anchor the normalised score (0 and 100)."""
+        """Anchor the normalised score on the hidden test set.
+
+        0 = the baseline (parameter averaging). 100 = the experts' ceiling: each
+        subject answered by the adapter trained on it, i.e. a merge that lost
+        nothing. The unmerged base model is scored too, for reference.
+        """
         public, hidden = out_dir / "public", out_dir / "hidden"
         scratch = out_dir / "calibration"
         hidden.mkdir(exist_ok=True)
-        n_adapters = len([p for p in (public / "adapters").iterdir() if p.is_dir()])
-        merges = {"baseline": [1.0 / n_adapters] * n_adapters, "reference": [1.0] * n_adapters}
+        experts = sorted(p.name for p in (public / "adapters").iterdir() if p.is_dir())
+        n = len(experts)
         scores: Dict[str, Any] = {"base_score": self.evaluate(public / "base_model", out_dir, scratch)["accuracy"]}
-        for role, weights in merges.items():
-            model = scratch / role
-            subprocess.run(
-                [sys.executable, str(self.starter_dir() / "merge.py"), "--data", str(public), "--output", str(model),
-                 "--weights", *map(str, weights)],
-                check=True, capture_output=True, text=True,
-            )  # fmt: skip
-            scores[f"{role}_score"] = self.evaluate(model, out_dir, scratch)["accuracy"]
-            scores[f"{role}_weights"] = weights
+        baseline = self.evaluate(self.merge(public, scratch / "baseline", [1.0 / n] * n), out_dir, scratch)
+        scores["baseline_score"] = baseline["accuracy"]
+        per_expert = {}
+        for i, name in enumerate(experts):
+            one_hot = [1.0 if j == i else 0.0 for j in range(n)]
+            result = self.evaluate(self.merge(public, scratch / name, one_hot), out_dir, scratch)
+            per_expert[name] = result
+            scores[f"expert_score.{name}"] = result["accuracy"]
+        subjects = baseline["per_subject"]
+        if set(subjects) <= set(experts):  # experts named after the subjects they know
+            counts = self.subject_counts(out_dir)
+            total = sum(counts[s] for s in subjects)
+            ceiling = sum(per_expert[s]["per_subject"][s] * counts[s] for s in subjects) / total
+        else:
+            ceiling = max(result["accuracy"] for result in per_expert.values())
+        scores["reference_score"] = ceiling
         shutil.rmtree(scratch)
         (hidden / "calibration.json").write_text(json.dumps(scores, indent=2))
         return scores
+
+    def merge(self, public: Path, out: Path, weights: List[float]) -> Path:
+        """Run the starter merge script, as the baseline agent does."""
+        proc = subprocess.run(
+            [sys.executable, str(self.starter_dir() / "merge.py"), "--data", str(public), "--output", str(out),
+             "--weights", *map(str, weights)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"merge.py failed with weights {weights}: {proc.stderr.strip()[-2000:]}")
+        return out
+
+    @staticmethod
+    def subject_counts(out_dir: Path) -> Dict[str, int]:
+        counts: Dict[str, int] = {}
+        for line in (out_dir / "hidden" / "test.jsonl").read_text().splitlines():
+            subject = json.loads(line)["subject"]
+            counts[subject] = counts.get(subject, 0) + 1
+        return counts
 
     # ---- scoring ---------------------------------------------------------------
     def evaluate(self, model_dir: Path, assets: Path, work_dir: Path) -> Dict[str, Any]:

@@ -1,0 +1,399 @@
+"""Tiny, real assets for the LLM Merging task (NeurIPS 2024 competition, tiny scale).
+
+`build_tiny_assets` creates, deterministically from a seed and on CPU in well under
+a minute:
+
+    public/base_model/          tiny LlamaForCausalLM + BPE tokenizer (safetensors)
+    public/adapters/<skill>/    one peft LoRA adapter per skill
+    public/dev.jsonl            dev questions the agent may use to tune its merge
+    hidden/test.jsonl           held-out test questions, never shown to the agent
+
+Each *skill* is a synthetic fact table in its own domain (made-up countries and
+their capitals, made-up animals and their food, ...). The base model is pretrained
+on sentences naming every entity plus questions about separate *background* facts,
+so it knows the format and how to look facts up, but none of the task's facts (about
+chance on 4-way multiple choice). Each adapter is fine-tuned (LoRA on the MLPs) on
+its own skill's facts only, so a single adapter scores ~100% on its own subject and
+about chance on the others; a good merge should keep both.
+
+Dev and test ask about disjoint facts, so fitting the dev set cannot leak test
+answers. Rows follow MMLU's format:
+    {"question": str, "subject": skill, "choices": [4 str], "answer": 0..3}
+
+Prompts use lm-eval's mmlu_continuation layout ("Question: ...\\nAnswer: <choice>"),
+which is what `mlrb.scoring.lmeval.write_mc_task_yaml` scores.
+
+Heavy libraries (torch, transformers, peft, tokenizers) are imported inside
+functions so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+
+# Defaults for every knob; a YAML config may override any of them.
+DEFAULT_PARAMS: dict = {
+    "seed": 0,
+    "skills": ["geography", "zoology"],  # keys of SKILLS below
+    # base model / tokenizer
+    "vocab_size": 512,  # BPE vocab trained on the task text
+    "hidden_size": 64,
+    "num_layers": 2,
+    "num_heads": 4,
+    "intermediate_size": 256,
+    "pretrain_steps": 600,  # full-parameter steps on generic text + background facts
+    "pretrain_lr": 3e-3,
+    # adapters
+    "lora_rank": 8,
+    "lora_alpha": 16,
+    "lora_targets": ["gate_proj", "up_proj", "down_proj"],  # MLPs, where facts are stored
+    "train_steps": 200,  # LoRA steps per skill
+    "lr": 3e-3,
+    "batch_size": 32,
+    # data
+    "n_dev": 40,  # split evenly across skills (rounded down)
+    "n_test": 120,  # split evenly across skills (rounded down)
+    "n_background": 100,  # extra facts per skill, known to the base only
+}
+
+# Each skill: a question template over a "subject" entity and its answer entity, and
+# two sentence templates used only in the base model's generic pretraining text.
+SKILLS: dict[str, dict] = {
+    "geography": {
+        "question": "What is the capital of {s}?",
+        "subject_sentence": "{s} is a country.",
+        "answer_sentence": "{a} is a city.",
+        "capitalize": True,
+    },
+    "zoology": {
+        "question": "What does the {s} eat?",
+        "subject_sentence": "The {s} is an animal.",
+        "answer_sentence": "The {a} is a kind of food.",
+        "capitalize": False,
+    },
+    "chemistry": {
+        "question": "Which metal is mined from {s}?",
+        "subject_sentence": "{s} is a mineral.",
+        "answer_sentence": "{a} is a metal.",
+        "capitalize": False,
+    },
+}
+
+_MAX_POSITIONS = 128  # prompts are ~20 tokens
+_CONSONANTS = "bdfgklmnprstvz"
+_VOWELS = "aeiou"
+
+
+def format_prompt(question: str) -> str:
+    """Prompt exactly as the scorer renders it (lm-eval mmlu_continuation style)."""
+    return f"Question: {question.strip()}\nAnswer:"
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def _make_names(rng: random.Random, n: int, taken: set[str]) -> list[str]:
+    """n new made-up words of 2-3 consonant-vowel syllables, unique across all pools."""
+    names = []
+    while len(names) < n:
+        syllables = rng.randint(2, 3)
+        word = "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(syllables))
+        if word not in taken:
+            taken.add(word)
+            names.append(word)
+    return names
+
+
+def _make_fact_tables(rng: random.Random, skills: list[str], n_facts: int) -> dict[str, list[tuple[str, str]]]:
+    """{skill: [(subject, answer), ...]}: a random bijection per skill."""
+    taken: set[str] = set()
+    tables = {}
+    for skill in skills:
+        spec = SKILLS[skill]
+        subjects = _make_names(rng, n_facts, taken)
+        answers = _make_names(rng, n_facts, taken)
+        if spec["capitalize"]:
+            subjects = [w.capitalize() for w in subjects]
+            answers = [w.capitalize() for w in answers]
+        tables[skill] = list(zip(subjects, answers))
+    return tables
+
+
+def _mc_row(rng: random.Random, skill: str, fact: tuple[str, str], answer_pool: list[str]) -> dict:
+    """One MMLU-format row; distractors are other answers of the same skill."""
+    subject, answer = fact
+    distractors = rng.sample([a for a in answer_pool if a != answer], 3)
+    choices = distractors + [answer]
+    rng.shuffle(choices)
+    return {
+        "question": SKILLS[skill]["question"].format(s=subject),
+        "subject": skill,
+        "choices": choices,
+        "answer": choices.index(answer),
+    }
+
+
+def _split_rows(rng, tables, n_dev_per_skill) -> tuple[list[dict], list[dict]]:
+    """Dev rows use the first facts of each table, test rows the rest (disjoint facts)."""
+    dev, test = [], []
+    for skill, facts in tables.items():
+        pool = [a for _, a in facts]
+        for i, fact in enumerate(facts):
+            row = _mc_row(rng, skill, fact, pool)
+            (dev if i < n_dev_per_skill else test).append(row)
+    rng.shuffle(dev)
+    rng.shuffle(test)
+    return dev, test
+
+
+def _pretrain_texts(rng: random.Random, tables, background, n: int) -> list[str]:
+    """Generic text for the base: sentences naming every entity (so all words get
+    embeddings) and QA pairs about *background* facts only, which teach the base how
+    to answer such questions without revealing any task fact."""
+    texts = []
+    skills = list(tables)
+    for _ in range(n):
+        skill = rng.choice(skills)
+        spec = SKILLS[skill]
+        subject, answer = rng.choice(tables[skill] + background[skill])
+        kind = rng.randrange(4)
+        if kind == 0:
+            texts.append(spec["subject_sentence"].format(s=subject))
+        elif kind == 1:
+            texts.append(spec["answer_sentence"].format(a=answer))
+        else:
+            bs, ba = rng.choice(background[skill])
+            texts.append(format_prompt(spec["question"].format(s=bs)) + " " + ba)
+    return texts
+
+
+def _skill_pairs(skill: str, facts) -> list[tuple[str, str]]:
+    """(prompt, continuation) pairs an adapter is trained on: its whole fact table."""
+    q = SKILLS[skill]["question"]
+    return [(format_prompt(q.format(s=s)), " " + a) for s, a in facts]
+
+
+def _write_jsonl(path: pathlib.Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+# ------------------------------------------------------------------------ tokenizer
+
+
+def _train_tokenizer(texts: list[str], vocab_size: int):
+    """BPE tokenizer trained on the task text, Llama-like: '▁' marks word starts and a
+    BOS token is prepended. Punctuation and newlines are split off so that
+    encode(prompt) is always a prefix of encode(prompt + ' ' + answer), which
+    lm-eval relies on when scoring continuations."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<s>", "</s>", "<pad>"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"[\n?.:,]"), behavior="isolated"),
+            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first"),
+        ]
+    )
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    bos_id = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos_id)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        model_max_length=_MAX_POSITIONS,
+    )
+
+
+# --------------------------------------------------------------------------- models
+
+
+def _make_base_model(tokenizer, p: dict):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=p["hidden_size"],
+        intermediate_size=p["intermediate_size"],
+        num_hidden_layers=p["num_layers"],
+        num_attention_heads=p["num_heads"],
+        num_key_value_heads=p["num_heads"],
+        max_position_embeddings=_MAX_POSITIONS,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config)
+
+
+def _batch(tokenizer, pairs: list[tuple[str, str]]):
+    """Right-padded batch; labels only on the continuation tokens (-100 elsewhere).
+    An empty prompt means "loss on every token" (plain language modelling)."""
+    import torch
+
+    ids, labels = [], []
+    for prompt, cont in pairs:
+        full = tokenizer(prompt + cont)["input_ids"]
+        n_prompt = len(tokenizer(prompt)["input_ids"]) if prompt else 1  # never predict BOS
+        ids.append(full)
+        labels.append([-100] * n_prompt + full[n_prompt:])
+    width = max(len(x) for x in ids)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor([x + [pad] * (width - len(x)) for x in ids])
+    attention = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids])
+    label_t = torch.tensor([y + [-100] * (width - len(y)) for y in labels])
+    return input_ids, attention, label_t
+
+
+def _train(model, tokenizer, pairs, steps: int, lr: float, batch_size: int, rng: random.Random) -> float:
+    """Plain AdamW loop over random minibatches; returns the mean loss of the last 10 steps."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        batch = rng.sample(pairs, min(batch_size, len(pairs)))
+        input_ids, attention, labels = _batch(tokenizer, batch)
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    tail = losses[-10:]
+    return sum(tail) / len(tail)
+
+
+def _tidy_adapter_dir(out: pathlib.Path, skill: str) -> None:
+    """peft records the build-time absolute base path, which is wrong once the caller
+    moves out_dir: point it at the sibling base model instead, and replace peft's
+    empty model-card template with a short, non-revealing description."""
+    cfg_path = out / "adapter_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["base_model_name_or_path"] = "../../base_model"
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    (out / "README.md").write_text(
+        f"# LoRA adapter: {skill}\n\nLoRA fine-tuned from ../../base_model on {skill} questions.\n"
+    )
+
+
+def _train_adapter(base_dir: pathlib.Path, tokenizer, skill: str, facts, p: dict, seed: int, out: pathlib.Path) -> dict:
+    """Fresh copy of the base + LoRA trained on one skill's facts; saves the adapter only."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    config = LoraConfig(
+        r=p["lora_rank"],
+        lora_alpha=p["lora_alpha"],
+        lora_dropout=0.0,
+        target_modules=list(p["lora_targets"]),
+        task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(base, config)
+    pairs = _skill_pairs(skill, facts)
+    loss = _train(model, tokenizer, pairs, p["train_steps"], p["lr"], p["batch_size"], random.Random(seed))
+    model.save_pretrained(out, safe_serialization=True)
+    _tidy_adapter_dir(out, skill)
+    n_lora = sum(t.numel() for name, t in model.named_parameters() if "lora_" in name)
+    return {"final_loss": round(loss, 4), "lora_params": n_lora, "n_facts": len(facts)}
+
+
+# ---------------------------------------------------------------------------- entry
+
+
+def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
+    """Build the tiny LLM-merging assets into `out_dir` and return a manifest dict.
+
+    params (all optional; defaults in DEFAULT_PARAMS):
+        seed (0)                 everything is derived from it
+        skills ([geography, zoology])   any of: geography, zoology, chemistry
+        vocab_size (512)         BPE vocabulary trained on the task text
+        hidden_size (64), num_layers (2), num_heads (4), intermediate_size (256)
+        pretrain_steps (600), pretrain_lr (3e-3)   full-parameter base pretraining
+        n_background (100)       background facts per skill, seen only by the base
+        lora_rank (8), lora_alpha (16), lora_targets ([gate_proj, up_proj, down_proj])
+        train_steps (200), lr (3e-3), batch_size (32)   per-adapter LoRA training
+        n_dev (40), n_test (120)  rows, split evenly across skills; disjoint facts
+
+    Takes ~20 s on 2 CPU cores with the defaults (runs single-threaded so results do
+    not depend on the core count). Paths in the returned dict are relative to out_dir.
+    The caller handles caching, locking and atomic renames; this function only
+    writes into out_dir.
+    """
+    import torch
+
+    p = {**DEFAULT_PARAMS, **(params or {})}
+    unknown = [s for s in p["skills"] if s not in SKILLS]
+    if unknown:
+        raise ValueError(f"unknown skills {unknown}; choose from {sorted(SKILLS)}")
+    out_dir = pathlib.Path(out_dir)
+    public, hidden = out_dir / "public", out_dir / "hidden"
+    seed = int(p["seed"])
+    skills = list(p["skills"])
+    n_dev_per = p["n_dev"] // len(skills)
+    n_test_per = p["n_test"] // len(skills)
+    if n_dev_per < 4 or n_test_per < 4:  # each split needs 4 distinct answers per skill
+        raise ValueError("n_dev and n_test must give at least 4 questions per skill")
+
+    # One thread: floating-point results cannot depend on the machine's core count
+    # (costs only ~20% at this size). Restored afterwards.
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rng = random.Random(seed)
+        tables = _make_fact_tables(rng, skills, n_dev_per + n_test_per + p["n_background"])
+        background = {k: v[: p["n_background"]] for k, v in tables.items()}
+        tables = {k: v[p["n_background"] :] for k, v in tables.items()}
+        dev, test = _split_rows(rng, tables, n_dev_per)
+        _write_jsonl(public / "dev.jsonl", dev)
+        _write_jsonl(hidden / "test.jsonl", test)
+
+        # Tokenizer + base model. The tokenizer also sees every dev/test choice so that
+        # no answer word is out of vocabulary (it learns nothing about which is right).
+        corpus = _pretrain_texts(rng, tables, background, 4000)
+        tok_corpus = corpus + [format_prompt(r["question"]) + " " + c for r in dev + test for c in r["choices"]]
+        tokenizer = _train_tokenizer(tok_corpus, p["vocab_size"])
+        torch.manual_seed(seed)
+        model = _make_base_model(tokenizer, p)
+        base_loss = _train(
+            model, tokenizer, [("", t) for t in corpus], p["pretrain_steps"], p["pretrain_lr"],
+            p["batch_size"], random.Random(seed + 1),
+        )
+        base_dir = public / "base_model"
+        model.save_pretrained(base_dir, safe_serialization=True)
+        tokenizer.save_pretrained(base_dir)
+
+        adapters = {}
+        for i, skill in enumerate(skills):
+            out = public / "adapters" / skill
+            info = _train_adapter(base_dir, tokenizer, skill, tables[skill], p, seed + 100 + i, out)
+            adapters[skill] = {"path": str(out.relative_to(out_dir)), **info}
+    finally:
+        torch.set_num_threads(old_threads)
+
+    return {
+        "params": p,
+        "skills": skills,
+        "base_model": {
+            "path": str(base_dir.relative_to(out_dir)),
+            "params": sum(t.numel() for t in model.parameters()),
+            "vocab_size": len(tokenizer),
+            "pretrain_final_loss": round(base_loss, 4),
+        },
+        "adapters": adapters,
+        "dev": {"path": "public/dev.jsonl", "n": len(dev)},
+        "test": {"path": "hidden/test.jsonl", "n": len(test)},
+    }

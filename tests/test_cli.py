@@ -1,0 +1,76 @@
+"""The command line: help, printed configs, and one clear line for every kind of bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_cli
+
+
+def test_help_lists_groups_and_choices(tmp_path):
+    result = run_cli("--help", cwd=tmp_path)
+    assert result.returncode == 0
+    for line in ("task: llm_merging", "agent: baseline", "sandbox: local"):
+        assert line in result.stdout
+    assert "budget: 1h, 24h, paper, smoke" in result.stdout
+
+
+def test_cfg_job_prints_the_resolved_config(tmp_path):
+    result = run_cli("--cfg", "job", "--resolve", "task=llm_merging", "budget=paper", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "name: llm_merging" in result.stdout
+    # the paper budget takes the task's own time limit at the chosen scale
+    assert "wall_time_s: 600" in result.stdout
+
+
+def test_full_scale_config_names_the_papers_setup(tmp_path):
+    result = run_cli("--cfg", "job", "--resolve", "task.scale=full", "budget=paper", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "meta-llama/Llama-2-7b-hf" in out
+    assert "- mmlu" in out
+    assert "gpu_type: A100-40GB" in out
+    assert "wall_time_s: 3600" in out  # merging + evaluation within 1 hour
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["task=nope"], "unknown task 'nope'; valid choices: llm_merging"),
+        (["agent=gpt5"], "unknown agent 'gpt5'; valid choices: baseline"),
+        (["budget=2h"], "unknown budget '2h'; valid choices: 1h, 24h, paper, smoke"),
+        (["budget.wal_time_s=5"], "unknown config key 'budget.wal_time_s'; did you mean 'budget.wall_time_s'?"),
+        (["sed=3"], "unknown config key 'sed'; did you mean 'seed'?"),
+        (["budget.wall_time_s=-5"], "budget.wall_time_s must be positive, got -5.0"),
+        (["budget.max_steps=0"], "budget.max_steps must be positive, got 0"),
+        (["budget.max_usd=-1"], "budget.max_usd must be positive, got -1.0"),
+        (["budget.wall_time_s=soon"], "invalid override 'budget.wall_time_s=soon'"),
+        (["task.scale=huge"], "unknown scale 'huge' for task llm_merging; valid choices: full, tiny"),
+        (["task.scale=full"], "missing value for 'task.scales.full.assets.adapters'"),
+        (["-m", "seed=1,2", "budget=smoke,bad"], "unknown budget 'bad'"),
+    ],
+)
+def test_bad_input_gets_one_clear_line_and_writes_nothing(tmp_path, args, expected):
+    result = run_cli(*args, f"tracking.dir={tmp_path / 'mlruns'}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("mlrb: error: ")
+    assert expected in lines[0]
+    assert not (tmp_path / "mlruns").exists()  # no run half-written
+    assert not (tmp_path / "run").exists()
+
+
+def test_help_does_not_import_ml_libraries(tmp_path):
+    probe = (
+        "import sys; sys.argv=['mlrb','--help']\n"
+        "from mlrb.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy=[m for m in ('torch','transformers','mlflow','lm_eval','peft') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert "HEAVY []" in out.stdout, out.stdout + out.stderr

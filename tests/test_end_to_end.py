@@ -1,0 +1,111 @@
+"""Whole runs through `python -m mlrb`, asserted on what MLflow holds afterwards."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import mlflow_client, run_cli, store_args
+
+pytestmark = pytest.mark.slow
+
+
+def only_run(tmp_path):
+    client = mlflow_client(tmp_path)
+    experiment = client.get_experiment_by_name("llm_merging")
+    assert experiment is not None, "the experiment is named after the task"
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 1
+    return client, runs[0]
+
+
+def test_default_run_is_recorded_finished_with_score_config_and_patch(tmp_path, cache_dir, monkeypatch):
+    result = run_cli(*store_args(tmp_path, cache_dir), cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-never-logged"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    client, run = only_run(tmp_path)
+
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "llm_merging/baseline/0"
+    tags = run.data.tags
+    assert tags["mlrb.status"] == "submitted" and tags["mlrb.valid"] == "True"
+    assert (tags["mlrb.task"], tags["mlrb.agent"], tags["mlrb.budget"], tags["mlrb.scale"]) == (
+        "llm_merging", "baseline", "smoke", "tiny",
+    )  # fmt: skip
+    assert len(tags["mlrb.run_key"]) == 16
+
+    metrics = run.data.metrics
+    assert 0.0 <= metrics["score"] <= 1.0
+    # The baseline agent runs the baseline, so it scores the calibrated baseline score: 0 on the normalised scale.
+    assert metrics["score"] == pytest.approx(metrics["baseline_score"], abs=1e-6)
+    assert metrics["normalised_score"] == pytest.approx(0.0, abs=1e-4)
+    assert metrics["success"] == 0.0
+    assert metrics["wall_time_s"] > 0 and metrics["steps"] == 1
+    assert any(name.startswith("score.") for name in metrics)  # per-subject accuracy
+
+    params = run.data.params
+    assert params["task.name"] == "llm_merging" and params["budget.wall_time_s"] == "600.0"
+    assert params["task.scales.tiny.eval.batch_size"] == "8"
+
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "workspace.patch", "score_report.json", "trajectory.jsonl", "instructions.md"} <= artifacts
+    local = client.download_artifacts(run.info.run_id, "", str(tmp_path / "artifacts"))
+    patch = open(f"{local}/workspace.patch").read()
+    assert "Binary file submission/model.safetensors added" in patch
+    assert "+++ b/submission/config.json" in patch
+    report = json.load(open(f"{local}/score_report.json"))
+    assert report["valid"] and report["score"] == pytest.approx(metrics["score"])
+    instructions = open(f"{local}/instructions.md").read()
+    assert "# Task: LLM Merging" in instructions and "## Rules" in instructions
+    everything = " ".join(open(f"{local}/{name}").read() for name in artifacts)
+    assert "sk-ant-never-logged" not in everything + json.dumps(params)
+
+
+def test_a_failing_agent_is_recorded_with_its_status_and_no_submission(tmp_path, cache_dir):
+    result = run_cli(
+        *store_args(tmp_path, cache_dir),
+        "task.scales.tiny.baseline_command='echo giving up >&2; exit 3'",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, run = only_run(tmp_path)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["mlrb.status"] == "agent_error"
+    assert "exited 3: giving up" in run.data.tags["mlrb.agent_message"]
+    assert run.data.tags["mlrb.valid"] == "False"
+    assert "no submission" in run.data.tags["mlrb.invalid_reason"]
+    assert run.data.metrics["valid"] == 0.0 and "score" not in run.data.metrics
+
+
+def test_the_wall_clock_budget_stops_the_agent_and_its_work_is_still_scored(tmp_path, cache_dir):
+    # The agent writes a submission early, then overruns its 5 s budget.
+    command = "python merge.py --data \"$MLRB_DATA\" --output submission && sleep 120"
+    result = run_cli(
+        *store_args(tmp_path, cache_dir),
+        f"task.scales.tiny.baseline_command='{command}'",
+        "budget.wall_time_s=25",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, run = only_run(tmp_path)
+    assert run.data.tags["mlrb.status"] == "budget_exhausted"
+    assert run.data.tags["mlrb.stop_reason"] == "wall_time"
+    assert run.data.metrics["agent_time_s"] < 40
+    assert run.data.tags["mlrb.valid"] == "True" and "score" in run.data.metrics
+
+
+def test_a_scorer_failure_is_an_infrastructure_error_not_a_zero(tmp_path, built_cache):
+    # Corrupt the hidden test set of a copy of the built assets: the scorer itself breaks.
+    broken_cache = tmp_path / "cache"
+    shutil.copytree(built_cache, broken_cache)
+    for test_set in broken_cache.glob("llm_merging/*/hidden/test.jsonl"):
+        test_set.write_text("{this is not json\n")
+    result = run_cli(*store_args(tmp_path, broken_cache), cwd=tmp_path)
+    assert result.returncode == 1
+    assert "mlrb: run failed" in result.stderr
+    _, run = only_run(tmp_path)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["mlrb.status"] == "infra_error"
+    assert "ScorerError" in run.data.tags["mlrb.error"]
+    assert "score" not in run.data.metrics

@@ -1,0 +1,148 @@
+"""The llm_merging task at tiny scale: real assets, real merges, real lm-eval scores."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import tiny_llm_merging
+from mlrb.assets import ensure_assets
+from mlrb.scoring.runner import score_submission
+from mlrb.tasks.base import Task
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def task() -> Task:
+    return tiny_llm_merging()
+
+
+@pytest.fixture(scope="module")
+def assets(task, built_cache) -> Path:
+    return ensure_assets(task, built_cache)
+
+
+@pytest.fixture(scope="module")
+def merged(task, assets, tmp_path_factory) -> Path:
+    """The baseline merge, made by the starter script the agent gets."""
+    out = tmp_path_factory.mktemp("merged") / "model"
+    subprocess.run(
+        [sys.executable, str(task.starter_dir() / "merge.py"), "--data", str(assets / "public"), "--output", str(out)],
+        check=True,
+    )
+    return out
+
+
+def score(task, assets, submission, tmp_path):
+    return score_submission(task, submission, assets, tmp_path / "scoring")
+
+
+def test_assets_keep_the_test_set_out_of_the_public_folder(assets):
+    public = {p.relative_to(assets / "public").as_posix() for p in (assets / "public").rglob("*")}
+    assert "base_model/config.json" in public and "dev.jsonl" in public
+    assert len([p for p in (assets / "public" / "adapters").iterdir()]) >= 2
+    assert not any("test" in p for p in public)
+    rows = [json.loads(line) for line in (assets / "hidden" / "test.jsonl").read_text().splitlines()]
+    assert len(rows) >= 100
+    assert set(rows[0]) >= {"question", "subject", "choices", "answer"} and len(rows[0]["choices"]) == 4
+    dev = [json.loads(line) for line in (assets / "public" / "dev.jsonl").read_text().splitlines()]
+    as_key = lambda r: (r["question"], tuple(r["choices"]))  # noqa: E731
+    assert {as_key(r) for r in dev}.isdisjoint({as_key(r) for r in rows})  # no test item is in the dev set
+
+
+def test_assets_are_built_once_and_reused(task, cache_dir, assets):
+    manifest = (assets / "manifest.json").stat().st_mtime
+    assert ensure_assets(task, cache_dir) == assets
+    assert (assets / "manifest.json").stat().st_mtime == manifest
+
+
+def test_merging_measurably_changes_the_score(task, assets, merged, tmp_path):
+    base = score(task, assets, assets / "public" / "base_model", tmp_path / "base")
+    merge = score(task, assets, merged, tmp_path / "merge")
+    assert base.valid and merge.valid, (base.reason, merge.reason)
+    assert base.score < 0.35  # the unmerged base is near chance (0.25)
+    assert merge.score - base.score >= 0.10
+    calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
+    assert merge.score == pytest.approx(calibration["baseline_score"], abs=1e-6)  # deterministic
+    assert calibration["reference_score"] > calibration["baseline_score"]
+    skills = json.loads((assets / "manifest.json").read_text())["params"]["skills"]
+    assert set(merge.metrics) == {f"score.{skill}" for skill in skills}  # accuracy per skill
+
+
+def break_submission(merged: Path, tmp_path: Path, how: str) -> Path:
+    sub = tmp_path / "sub"
+    shutil.copytree(merged, sub)
+    config = json.loads((sub / "config.json").read_text())
+    if how == "pickle":
+        (sub / "pytorch_model.bin").write_bytes(b"\x80\x04not really")
+    elif how == "model_type":
+        config["model_type"] = "gpt2"
+    elif how == "custom_code":
+        config["auto_map"] = {"AutoModelForCausalLM": "evil.Model"}
+    elif how == "too_big":
+        pass  # judged against a lowered limit below
+    elif how == "corrupt":
+        (sub / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    elif how == "no_config":
+        (sub / "config.json").unlink()
+    elif how == "no_tokenizer":
+        for name in ("tokenizer.json", "tokenizer.model"):
+            (sub / name).unlink(missing_ok=True)
+    elif how == "symlink":
+        (sub / "answers.jsonl").symlink_to("/etc/hostname")
+    if (sub / "config.json").exists():
+        (sub / "config.json").write_text(json.dumps(config))
+    return sub
+
+
+@pytest.mark.parametrize(
+    "how, reason",
+    [
+        ("pickle", "pickled weights are not accepted"),
+        ("model_type", "model_type 'gpt2' is not allowed"),
+        ("custom_code", "custom code"),
+        ("corrupt", "the weights cannot be read"),
+        ("no_config", "config.json is missing"),
+        ("no_tokenizer", "no tokenizer"),
+        ("symlink", "symbolic links"),
+    ],
+)
+def test_rule_breakers_are_invalid_with_a_reason(task, assets, merged, tmp_path, how, reason):
+    report = score(task, assets, break_submission(merged, tmp_path, how), tmp_path)
+    assert not report.valid
+    assert reason in report.reason
+    assert report.score is None
+
+
+def test_a_model_over_the_parameter_limit_is_invalid(assets, merged, tmp_path):
+    task = tiny_llm_merging()
+    task.cfg.scales["tiny"]["max_params"] = 1000  # the scorer process reads the task's config
+    report = score(task, assets, merged, tmp_path)
+    assert not report.valid and "exceed the limit of 1,000" in report.reason
+
+
+def test_an_empty_or_missing_submission_is_invalid(task, assets, tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert "config.json is missing" in score(task, assets, tmp_path / "empty", tmp_path).reason
+    assert "no submission" in score(task, assets, tmp_path / "absent", tmp_path).reason
+
+
+def test_code_shipped_in_the_submission_cannot_reach_the_scorer(task, assets, merged, tmp_path):
+    sub = tmp_path / "sub"
+    shutil.copytree(merged, sub)
+    marker = tmp_path / "pwned"
+    payload = f"open({str(marker)!r}, 'w').write('ran')\nraise SystemExit(0)\n"
+    (sub / "sitecustomize.py").write_text(payload)
+    (sub / "usercustomize.py").write_text(payload)
+    (sub / "lm_eval").mkdir()
+    (sub / "lm_eval" / "__init__.py").write_text(payload)
+    honest = score(task, assets, merged, tmp_path / "honest")
+    report = score(task, assets, sub, tmp_path / "tampered")
+    assert not marker.exists()
+    assert report.valid and report.score == pytest.approx(honest.score)

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from mlrb import workspace
+
+
+def test_patch_shows_text_edits_new_files_and_binaries(tmp_path):
+    starter = tmp_path / "starter"
+    starter.mkdir()
+    (starter / "merge.py").write_text("weights = [0.5, 0.5]\nprint('merge')\n")
+    (starter / "notes.txt").write_text("delete me\n")
+    ws = tmp_path / "ws"
+    before = workspace.prepare(starter, ws)
+
+    (ws / "merge.py").write_text("weights = [1.0, 1.0]\nprint('merge')\n")
+    (ws / "notes.txt").unlink()
+    (ws / "submission").mkdir()
+    (ws / "submission" / "config.json").write_text('{"model_type": "llama"}\n')
+    (ws / "submission" / "model.safetensors").write_bytes(b"\0\1\2" * 10)
+    patch = workspace.diff(before, ws)
+
+    assert "-weights = [0.5, 0.5]\n+weights = [1.0, 1.0]\n" in patch
+    assert "--- a/notes.txt\n+++ /dev/null\n" in patch
+    assert '+++ b/submission/config.json\n@@ -0,0 +1 @@\n+{"model_type": "llama"}' in patch
+    assert "Binary file submission/model.safetensors added (30 bytes" in patch
+
+
+def test_unchanged_workspace_gives_an_empty_patch(tmp_path):
+    starter = tmp_path / "starter"
+    starter.mkdir()
+    (starter / "a.py").write_text("x = 1\n")
+    before = workspace.prepare(starter, tmp_path / "ws")
+    assert workspace.diff(before, tmp_path / "ws") == ""
+
+
+def test_collect_copies_the_submission_and_never_follows_links_out(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "submission").mkdir(parents=True)
+    (ws / "submission" / "weights.txt").write_text("w")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hidden answers")
+    (ws / "submission" / "leak").symlink_to(secret)
+
+    assert workspace.collect(ws, "submission", tmp_path / "out")
+    assert (tmp_path / "out" / "weights.txt").read_text() == "w"
+    assert (tmp_path / "out" / "leak").is_symlink()  # copied as a link, the secret's content not copied
+
+    assert not workspace.collect(ws, "missing", tmp_path / "out2")
+    assert not workspace.collect(ws, "../ws", tmp_path / "out3")  # a path that leaves the workspace
