@@ -130,6 +130,9 @@ def check_rules(cfg: MlrbConfig) -> None:
     if cfg.sandbox.command_timeout_s <= 0:
         raise ConfigError(f"sandbox.command_timeout_s must be positive, got {cfg.sandbox.command_timeout_s}")
     registry.check_choice("agent kind", cfg.agent.kind, registry.AGENTS)
+    agent_class = registry.load(registry.AGENTS[cfg.agent.kind])
+    if hasattr(agent_class, "check_config"):
+        agent_class.check_config(cfg.agent)
     registry.check_choice("sandbox kind", cfg.sandbox.kind, registry.SANDBOXES)
     registry.check_choice("task", cfg.task.name, registry.TASKS)
     task_class = registry.load(registry.TASKS[cfg.task.name])

@@ -134,7 +134,7 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
     trajectory.record("start", run=run_name(cfg), budget=dataclasses.asdict(cfg.budget))
     try:
         outcome: AgentOutcome = agent.run(
-            AgentContext(task, prompt, sandbox, budget, trajectory, cfg.seed)
+            AgentContext(task, prompt, sandbox, budget, trajectory, cfg.seed, recorder=recorder, run_dir=run_dir)
         )
         trajectory.record("end", **dataclasses.asdict(outcome), **budget.summary())
     finally:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Protocol
 
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig
 from mlrb.sandbox.base import Sandbox
 from mlrb.tasks.base import Task
+from mlrb.tracking import RunRecorder
 from mlrb.trajectory import Trajectory
 
 
@@ -20,6 +22,10 @@ class AgentContext:
     budget: Budget
     trajectory: Trajectory
     seed: int
+    # The run's MLflow recorder (per-step metrics); None when a run is not tracked.
+    recorder: Optional[RunRecorder] = None
+    # The run's own folder on the host (outside the sandbox): for the agent's logs.
+    run_dir: Optional[Path] = None
 
 
 @dataclass
@@ -32,6 +38,11 @@ class AgentOutcome:
 
 
 class Agent(Protocol):
-    def __init__(self, cfg: AgentConfig) -> None: ...
+    def __init__(self, cfg: AgentConfig) -> None:
+        """Raise ConfigError for anything missing (say an API key): this runs before the MLflow run exists."""
+        ...
+
+    # Optional: `@classmethod check_config(cls, cfg: AgentConfig) -> None` raising ConfigError,
+    # called when configs are validated (before Hydra launches anything); no network, no heavy imports.
 
     def run(self, ctx: AgentContext) -> AgentOutcome: ...
