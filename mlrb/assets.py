@@ -46,6 +46,15 @@ def ensure_assets(task: Task, cache_dir: Path) -> Path:
         facts = task.build_assets(staging)
         manifest = {"key": task.asset_key(), "build_seconds": round(time.monotonic() - started, 1), **facts}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
+        make_readable(staging)
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     return target
+
+
+def make_readable(root: Path) -> None:
+    """Let any user read the assets: a container's unprivileged user reads them through
+    read-only mounts (some writers, e.g. safetensors, create files as owner-only)."""
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))

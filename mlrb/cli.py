@@ -74,7 +74,7 @@ def explain_compose_error(job: List[str], error: Exception) -> str:
     for override in job:
         key = override.lstrip("+~").partition("=")[0]
         if f"'{key}'" in text and ("not in struct" in text or "Could not override" in text):
-            return unknown_key_message(key)
+            return unknown_key_message(key, [o for o in job if o.lstrip("+~").partition("=")[0] in GROUPS])
     cause = error.__cause__
     if cause is not None and str(cause):
         culprit = next((o for o in job if o in text), None)
@@ -83,11 +83,12 @@ def explain_compose_error(job: List[str], error: Exception) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def unknown_key_message(key: str) -> str:
-    """Name the misspelt key and the keys that exist where it was looked for."""
+def unknown_key_message(key: str, choices: Optional[List[str]] = None) -> str:
+    """Name the misspelt key and the keys that exist where it was looked for (with the
+    command line's group choices, e.g. the chosen agent's options)."""
     from hydra import compose
 
-    base = compose(config_name="config")
+    base = compose(config_name="config", overrides=choices or [])
     node: object = base
     parts = key.split(".")
     where = []

@@ -56,6 +56,23 @@ class SandboxConfig:
     kind: str = "local"
     # Longest a single command may run before it is killed (the budget may cut it shorter).
     command_timeout_s: float = 1800.0
+    # --- docker only ---
+    image: str = "mlrb-sandbox:latest"
+    # "auto": 1000:1000 when the harness runs as root (the workspace is handed to that
+    # user), else the harness's own uid:gid.
+    user: str = "auto"
+    # Container limits; None takes the task's hardware spec at the chosen scale.
+    cpus: Optional[float] = None
+    memory_gb: Optional[float] = None
+    pids_limit: int = 512
+    # GPU device ids for the run; None: the run's allocation ($CUDA_VISIBLE_DEVICES),
+    # as many as the task asks for. Never all GPUs unless listed.
+    gpu_ids: Optional[List[str]] = None
+    # Docker network for tasks that allow network access (others get none).
+    network_when_allowed: str = "bridge"
+    # Mount the harness's Python (venv and interpreter) read-only, so the container
+    # has the same ML stack without installing it into the image.
+    mount_host_python: bool = True
 
 
 @dataclass
@@ -127,8 +144,10 @@ def check_rules(cfg: MlrbConfig) -> None:
         value = getattr(b, key)
         if value is not None and value <= 0:
             raise ConfigError(f"budget.{key} must be positive, got {value}")
-    if cfg.sandbox.command_timeout_s <= 0:
-        raise ConfigError(f"sandbox.command_timeout_s must be positive, got {cfg.sandbox.command_timeout_s}")
+    for key in ("command_timeout_s", "cpus", "memory_gb", "pids_limit"):
+        value = getattr(cfg.sandbox, key)
+        if value is not None and value <= 0:
+            raise ConfigError(f"sandbox.{key} must be positive, got {value}")
     registry.check_choice("agent kind", cfg.agent.kind, registry.AGENTS)
     agent_class = registry.load(registry.AGENTS[cfg.agent.kind])
     if hasattr(agent_class, "check_config"):

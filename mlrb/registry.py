@@ -21,6 +21,7 @@ AGENTS: Mapping[str, str] = {
 
 SANDBOXES: Mapping[str, str] = {
     "local": "mlrb.sandbox.local:LocalSandbox",
+    "docker": "mlrb.sandbox.docker:DockerSandbox",
 }
 
 

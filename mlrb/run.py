@@ -26,6 +26,7 @@ from mlrb import instructions, registry, tracking, workspace
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.budget import Budget
 from mlrb.config import MlrbConfig
+from mlrb.sandbox.base import limits_for
 from mlrb.scoring.runner import score_submission
 from mlrb.tasks.base import ScoreReport, Task
 from mlrb.trajectory import Trajectory
@@ -80,6 +81,8 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
     task: Task = registry.load(registry.TASKS[cfg.task.name])(cfg.task)
     agent = registry.load(registry.AGENTS[cfg.agent.kind])(cfg.agent)
     sandbox_class = registry.load(registry.SANDBOXES[cfg.sandbox.kind])
+    if hasattr(sandbox_class, "preflight"):
+        sandbox_class.preflight(cfg.sandbox)  # e.g. a dead Docker daemon: one clear error, nothing recorded
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -125,7 +128,7 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
 
     work = run_dir / "workspace"
     before = workspace.prepare(task.starter_dir(), work)
-    sandbox = sandbox_class(cfg.sandbox, work, asset_path / "public", recorder.run_id)
+    sandbox = sandbox_class(cfg.sandbox, work, asset_path / "public", recorder.run_id, limits_for(task, cfg.sandbox))
     prompt = instructions.render(task, cfg.budget, sandbox.workspace, sandbox.data_dir)
     recorder.log_text(prompt, "instructions.md")
 
@@ -143,10 +146,15 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
     log.info("agent ended: %s %s", outcome.status, outcome.message)
     recorder.log_file(run_dir / "trajectory.jsonl")
     recorder.log_text(workspace.diff(before, work), "workspace.patch")
+    restored = workspace.restore_read_only(task.starter_dir(), work, cfg.task.read_only_files, before)
+    if restored:
+        log.warning("the agent changed read-only files, restored before scoring: %s", ", ".join(restored))
 
     score_started = time.monotonic()
     submitted = workspace.collect(work, cfg.task.submission, run_dir / "submission")
-    report = score_submission(task, run_dir / "submission", asset_path, run_dir / "scoring")
+    report = score_submission(
+        task, run_dir / "submission", asset_path, run_dir / "scoring", cfg.sandbox, recorder.run_id
+    )
     score_time = time.monotonic() - score_started
     if not submitted:
         report.details["collected"] = False
@@ -172,6 +180,7 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
             "mlrb.agent_message": outcome.message[:5000],
             "mlrb.valid": report.valid,
             "mlrb.invalid_reason": "" if report.valid else report.reason,
+            "mlrb.read_only_restored": ", ".join(restored),
         }
     )
     return RunResult(

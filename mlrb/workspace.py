@@ -4,11 +4,12 @@ say what the agent changed (a patch) and take its submission out of its reach.""
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import hashlib
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 # Files larger than this, or not UTF-8, appear in the patch by size and hash only.
 MAX_TEXT_DIFF_BYTES = 512_000
@@ -82,6 +83,25 @@ def diff(before: Snapshot, root: Path) -> str:
         body = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
         chunks.append(header + body)
     return "".join(chunks)
+
+
+def restore_read_only(starter_dir: Path, workspace: Path, globs: List[str], before: Snapshot) -> List[str]:
+    """Put back every starter file matching `globs` that the agent changed or removed."""
+    restored = []
+    for rel, digest in sorted(before.hashes.items()):
+        if not any(fnmatch.fnmatch(rel, pattern) for pattern in globs):
+            continue
+        target = workspace / rel
+        current = hashlib.sha256(target.read_bytes()).hexdigest() if target.is_file() else None
+        if current != digest:
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            elif target.is_dir():
+                shutil.rmtree(target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(starter_dir / rel, target)
+            restored.append(rel)
+    return restored
 
 
 def collect(workspace: Path, submission: str, dest: Path) -> bool:

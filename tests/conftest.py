@@ -78,3 +78,19 @@ def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("CI") and skipped and exitstatus == 0:
         reporter.write_line(f"CI: {len(skipped)} test(s) were skipped; every test must run in CI", red=True)
         session.exitstatus = 1
+
+
+def compose_config(*overrides: str):
+    """The typed config `python -m mlrb OVERRIDES` would run, for in-process runs."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from mlrb.cli import CONF_DIR
+    from mlrb.config import register_schema, to_typed
+
+    register_schema()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    GlobalHydra.instance().clear()
+    return to_typed(cfg)

@@ -46,3 +46,22 @@ def test_collect_copies_the_submission_and_never_follows_links_out(tmp_path):
 
     assert not workspace.collect(ws, "missing", tmp_path / "out2")
     assert not workspace.collect(ws, "../ws", tmp_path / "out3")  # a path that leaves the workspace
+
+
+def test_read_only_files_are_restored_before_scoring(tmp_path):
+    starter = tmp_path / "starter"
+    (starter / "eval").mkdir(parents=True)
+    (starter / "eval" / "score.py").write_text("def score(): return 0.5\n")
+    (starter / "train.py").write_text("train()\n")
+    ws = tmp_path / "ws"
+    before = workspace.prepare(starter, ws)
+    (ws / "eval" / "score.py").write_text("def score(): return 1.0\n")  # tampering
+    (ws / "train.py").write_text("train(better=True)\n")  # allowed
+
+    restored = workspace.restore_read_only(starter, ws, ["eval/*"], before)
+
+    assert restored == ["eval/score.py"]
+    assert (ws / "eval" / "score.py").read_text() == "def score(): return 0.5\n"
+    assert (ws / "train.py").read_text() == "train(better=True)\n"
+    (ws / "eval" / "score.py").unlink()
+    assert workspace.restore_read_only(starter, ws, ["eval/*"], before) == ["eval/score.py"]

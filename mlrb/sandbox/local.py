@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from mlrb.config import SandboxConfig
-from mlrb.sandbox.base import ExecResult
+from mlrb.sandbox.base import ExecResult, Limits, resolve_inside
 
 # Only these variables of the harness's environment reach the agent's commands.
 PASSED_VARIABLES = ("LANG", "LC_ALL", "TZ", "TERM", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -41,7 +41,7 @@ def agent_environment(workspace: Path, data_dir: Path) -> dict:
 
 
 class LocalSandbox:
-    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str):
+    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits = Limits()):
         self.cfg = cfg
         self.root = Path(workspace).resolve()
         self.workspace = str(self.root)
@@ -80,18 +80,11 @@ class LocalSandbox:
                 timed_out=timed_out,
             )
 
-    def resolve(self, path: str) -> Path:
-        """A path inside the workspace; anything that escapes it is refused."""
-        resolved = (self.root / path).resolve()
-        if resolved != self.root and self.root not in resolved.parents:
-            raise PermissionError(f"{path} is outside the workspace {self.root}")
-        return resolved
-
     def read_file(self, path: str) -> str:
-        return self.resolve(path).read_text(errors="replace")
+        return resolve_inside(self.root, path, self.workspace).read_text(errors="replace")
 
     def write_file(self, path: str, content: str) -> None:
-        target = self.resolve(path)
+        target = resolve_inside(self.root, path, self.workspace)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
 

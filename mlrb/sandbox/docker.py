@@ -1,0 +1,282 @@
+"""Run the agent's commands in a locked-down container, one per run.
+
+The container has no network (unless the task allows it), runs as an
+unprivileged user with no way to gain privileges, has a read-only root
+filesystem and only the workspace as a writable mount, sees the task's public
+data read-only and nothing else of the host: not the hidden evaluation data,
+not the scorer's code, not the harness's environment. CPU, memory and process
+limits contain runaway commands. Containers carry labels naming their run and
+the harness process that owns them, so those left by a crashed harness are
+found and removed when the next run starts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from mlrb.config import ConfigError, SandboxConfig
+from mlrb.sandbox.base import ExecResult, Limits, resolve_inside
+
+WORKSPACE = "/workspace"
+DATA = "/data"
+AGENT_UID = 1000
+MAX_CAPTURE_BYTES = 1_000_000
+LABEL = "mlrb.managed"
+
+
+def connect(cfg: SandboxConfig):
+    """A docker client that has answered a ping, or one clear ConfigError."""
+    import docker
+    from docker.errors import DockerException
+
+    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except DockerException as e:
+        reason = str(e).split("\n")[0][:200]
+        raise ConfigError(
+            f"sandbox=docker: cannot reach the Docker daemon at {where} ({reason}); "
+            "start it (e.g. `sudo systemctl start docker`) or use sandbox=local"
+        ) from None
+    try:
+        client.images.get(cfg.image)
+    except DockerException:
+        raise ConfigError(
+            f"sandbox=docker: image '{cfg.image}' not found; build it with `bash docker/build.sh`"
+        ) from None
+    return client
+
+
+def run_user(cfg: SandboxConfig) -> str:
+    if cfg.user != "auto":
+        return cfg.user
+    if os.geteuid() == 0:
+        return f"{AGENT_UID}:{AGENT_UID}"
+    return f"{os.getuid()}:{os.getgid()}"
+
+
+def hand_over(path: Path, user: str) -> None:
+    """Give the container's user a host folder (only possible, and only needed, as root)."""
+    if os.geteuid() != 0:
+        return
+    uid, gid = (int(part) for part in user.split(":"))
+    for root, dirs, files in os.walk(path):
+        for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+            os.chown(name, uid, gid, follow_symlinks=False)
+
+
+def host_python_mounts() -> Dict[str, Dict[str, str]]:
+    """The harness's venv and interpreter, read-only at the same paths."""
+    paths = {sys.prefix, sys.base_prefix}
+    return {p: {"bind": p, "mode": "ro"} for p in sorted(paths)}
+
+
+def container_environment(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    env = {
+        "PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin",
+        "HOME": WORKSPACE,
+        "MLRB_WORKSPACE": WORKSPACE,
+        "MLRB_DATA": DATA,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "LANG": "C.UTF-8",
+    }
+    env.update(extra or {})
+    return env
+
+
+def gpu_request(cfg: SandboxConfig, limits: Limits, visible: Optional[str]) -> List[Any]:
+    """Docker device requests for the run's own GPUs, never "all" by default.
+
+    Device ids come from sandbox.gpu_ids, else from the run's allocation
+    ($CUDA_VISIBLE_DEVICES as set by the launcher or SLURM), first `limits.gpus` of them.
+    """
+    from docker.types import DeviceRequest
+
+    if cfg.gpu_ids is not None:
+        ids = [str(i) for i in cfg.gpu_ids]
+    elif limits.gpus == 0:
+        return []
+    else:
+        allocated = [d.strip() for d in (visible or "").split(",") if d.strip()]
+        if len(allocated) < limits.gpus:
+            raise ConfigError(
+                f"the task needs {limits.gpus} GPU(s) but the run was allocated "
+                f"{len(allocated)} (CUDA_VISIBLE_DEVICES={visible!r}); set sandbox.gpu_ids or launch on GPUs"
+            )
+        ids = allocated[: limits.gpus]
+    return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])] if ids else []
+
+
+def labels(run_id: str, role: str) -> Dict[str, str]:
+    return {
+        LABEL: "true",
+        "mlrb.run_id": run_id,
+        "mlrb.role": role,
+        "mlrb.harness_host": socket.gethostname(),
+        "mlrb.harness_pid": str(os.getpid()),
+    }
+
+
+def container_options(
+    cfg: SandboxConfig, limits: Limits, run_id: str, role: str, mounts: Dict[str, Dict[str, str]]
+) -> Dict[str, Any]:
+    """Everything asked of Docker for one container (kept pure so it can be checked)."""
+    options: Dict[str, Any] = dict(
+        image=cfg.image,
+        labels=labels(run_id, role),
+        user=run_user(cfg),
+        network_mode=cfg.network_when_allowed if limits.network else "none",
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        read_only=True,
+        tmpfs={"/tmp": "rw,nosuid,nodev,size=1g,mode=1777"},
+        pids_limit=cfg.pids_limit,
+        init=True,  # reap zombies, forward signals
+        volumes={**(host_python_mounts() if cfg.mount_host_python else {}), **mounts},
+        device_requests=gpu_request(cfg, limits, os.environ.get("CUDA_VISIBLE_DEVICES")),
+        detach=True,
+    )
+    if limits.memory_gb:
+        memory = f"{int(limits.memory_gb * 1024)}m"
+        options.update(mem_limit=memory, memswap_limit=memory)  # no swap: a memory bomb is OOM-killed
+    if limits.cpus:
+        options["nano_cpus"] = int(limits.cpus * 1e9)
+    return options
+
+
+def remove_stale(client) -> List[str]:
+    """Remove mlrb containers whose harness process on this host is gone."""
+    removed = []
+    host = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=true"}):
+        info = container.labels
+        if info.get("mlrb.harness_host") != host or pid_alive(int(info.get("mlrb.harness_pid", "0"))):
+            continue
+        container.remove(force=True)
+        removed.append(container.name)
+    return removed
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class DockerSandbox:
+    @classmethod
+    def preflight(cls, cfg: SandboxConfig) -> None:
+        connect(cfg)
+
+    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits):
+        self.cfg = cfg
+        self.root = Path(workspace).resolve()
+        self.workspace, self.data_dir = WORKSPACE, DATA
+        self.client = connect(cfg)
+        self.stale_removed = remove_stale(self.client)
+        self.user = run_user(cfg)
+        hand_over(self.root, self.user)
+        mounts = {
+            str(self.root): {"bind": WORKSPACE, "mode": "rw"},
+            str(Path(data_dir).resolve()): {"bind": DATA, "mode": "ro"},
+        }
+        options = container_options(cfg, limits, run_id, "agent", mounts)
+        self.container = self.client.containers.run(
+            command=["sleep", "infinity"], working_dir=WORKSPACE, environment=container_environment(), **options
+        )
+
+    def exec(self, command: str, timeout_s: float) -> ExecResult:
+        timeout_s = max(0.1, min(timeout_s, self.cfg.command_timeout_s))
+        api = self.client.api
+        started = time.monotonic()
+        # `timeout` kills the command's whole process group inside the container at the limit.
+        argv = ["timeout", "--signal=KILL", f"{timeout_s:.3f}s", "bash", "-c", command]
+        exec_id = api.exec_create(self.container.id, argv, user=self.user, workdir=WORKSPACE)["Id"]
+        out, err = bytearray(), bytearray()
+        for chunk_out, chunk_err in api.exec_start(exec_id, stream=True, demux=True):
+            for buffer, chunk in ((out, chunk_out), (err, chunk_err)):
+                if chunk and len(buffer) <= MAX_CAPTURE_BYTES:
+                    buffer.extend(chunk)
+        exit_code = api.exec_inspect(exec_id)["ExitCode"]
+        duration = time.monotonic() - started
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=capped(out),
+            stderr=capped(err),
+            duration_s=duration,
+            timed_out=exit_code == 137 and duration >= timeout_s - 0.05,
+        )
+
+    def read_file(self, path: str) -> str:
+        return resolve_inside(self.root, path, WORKSPACE).read_text(errors="replace")
+
+    def write_file(self, path: str, content: str) -> None:
+        target = resolve_inside(self.root, path, WORKSPACE)
+        missing = [p for p in [target.parent, *target.parent.parents] if not p.exists()]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        for created in [target, *missing]:  # the agent must own what the harness wrote for it
+            hand_over(created, self.user)
+
+    def close(self) -> None:
+        """Stop and remove the container; the workspace (a host folder) stays for collection."""
+        from docker.errors import NotFound
+
+        try:
+            self.container.remove(force=True)
+        except NotFound:
+            pass
+
+
+def capped(data: bytearray) -> str:
+    text = bytes(data[:MAX_CAPTURE_BYTES]).decode(errors="replace")
+    if len(data) > MAX_CAPTURE_BYTES:
+        text += f"\n[... output truncated at {MAX_CAPTURE_BYTES} bytes ...]"
+    return text
+
+
+def run_to_completion(
+    cfg: SandboxConfig,
+    limits: Limits,
+    run_id: str,
+    command: List[str],
+    mounts: Dict[str, Dict[str, str]],
+    workdir: str,
+    environment: Dict[str, str],
+    timeout_s: float,
+    log_file: Path,
+) -> Optional[int]:
+    """Run one command in a fresh container; its exit code, or None at the timeout."""
+    client = connect(cfg)
+    options = container_options(cfg, limits, run_id, "scorer", mounts)
+    container = client.containers.run(
+        command=command,
+        working_dir=workdir,
+        environment=container_environment(environment),
+        **options,
+    )
+    try:
+        try:
+            status = container.wait(timeout=timeout_s)
+            code: Optional[int] = status.get("StatusCode")
+        except Exception:  # requests' ReadTimeout / ConnectionError at the timeout
+            container.kill()
+            code = None
+        log_file.write_bytes(container.logs(stdout=True, stderr=True))
+        return code
+    finally:
+        container.remove(force=True)
