@@ -32,15 +32,21 @@ def built_cache(cache_dir) -> Path:
     return cache_dir
 
 
-def tiny_llm_merging():
-    """The llm_merging task as conf/task/llm_merging.yaml defines it (tiny scale)."""
+def task_from_config(key: str, **tiny_overrides):
+    """Task KEY as conf/task/KEY.yaml defines it, tiny scale, with some tiny-scale values overridden."""
     from omegaconf import OmegaConf
 
+    from mlrb import registry
     from mlrb.config import TaskConfig
-    from mlrb.tasks.llm_merging.task import LlmMerging
 
-    raw = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "task" / "llm_merging.yaml"))
-    return LlmMerging(TaskConfig(**raw))
+    raw = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "task" / f"{key}.yaml"))
+    raw["scales"]["tiny"].update(tiny_overrides)
+    return registry.load(registry.TASKS[key])(TaskConfig(**raw))
+
+
+def tiny_llm_merging():
+    """The llm_merging task as conf/task/llm_merging.yaml defines it (tiny scale)."""
+    return task_from_config("llm_merging")
 
 
 def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -69,6 +75,23 @@ def mlflow_client(tmp_path: Path):
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+
+
+def baseline_run(task_key: str, tmp_path: Path, cache_dir: Path):
+    """`python -m mlrb task=KEY agent=baseline` into a fresh store; checks what every task's
+    baseline run must show (one FINISHED, valid run scoring its own baseline) and returns it."""
+    result = run_cli(f"task={task_key}", "agent=baseline", *store_args(tmp_path, cache_dir), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = mlflow_client(tmp_path)
+    runs = client.search_runs([client.get_experiment_by_name(task_key).experiment_id])
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.info.run_name == f"{task_key}/baseline/0"
+    assert run.data.tags["mlrb.valid"] == "True" and run.data.tags["mlrb.scale"] == "tiny"
+    metrics = run.data.metrics
+    assert metrics["score"] == pytest.approx(metrics["baseline_score"], abs=1e-6)
+    assert metrics["normalised_score"] == pytest.approx(0.0, abs=1e-4)
+    return run
 
 
 def pytest_sessionfinish(session, exitstatus):

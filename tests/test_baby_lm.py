@@ -10,19 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, mlflow_client, run_cli, store_args
+from conftest import baseline_run, run_cli, task_from_config
 from mlrb.tasks import rules
 
 
 def load_task(**overrides):
-    from omegaconf import OmegaConf
-
-    from mlrb.config import TaskConfig
-    from mlrb.tasks.baby_lm.task import BabyLm
-
-    raw = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "task" / "baby_lm.yaml"))
-    raw["scales"]["tiny"].update(overrides)
-    return BabyLm(TaskConfig(**raw))
+    return task_from_config("baby_lm", **overrides)
 
 
 @pytest.fixture(scope="module")
@@ -137,17 +130,7 @@ def test_assets_hide_the_pairs_and_the_baseline_beats_an_untrained_model(assets)
 
 @pytest.mark.slow
 def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
-    result = run_cli("task=baby_lm", "agent=baseline", *store_args(tmp_path, cache_dir), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    client = mlflow_client(tmp_path)
-    runs = client.search_runs([client.get_experiment_by_name("baby_lm").experiment_id])
-    assert len(runs) == 1
-    run = runs[0]
-    assert run.info.status == "FINISHED" and run.info.run_name == "baby_lm/baseline/0"
-    assert run.data.tags["mlrb.valid"] == "True" and run.data.tags["mlrb.scale"] == "tiny"
-    metrics = run.data.metrics
-    assert metrics["score"] == pytest.approx(metrics["baseline_score"], abs=1e-6)
-    assert metrics["normalised_score"] == pytest.approx(0.0, abs=1e-4)
+    metrics = baseline_run("baby_lm", tmp_path, cache_dir).data.metrics
     assert metrics["valid"] == 1.0 and metrics["success"] == 0.0
     subtasks = {k for k in metrics if k.startswith("score.")}
     assert {"score.anaphor_gender_agreement", "score.distractor_agreement_relative_clause"} <= subtasks

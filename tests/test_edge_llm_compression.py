@@ -9,20 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, mlflow_client, run_cli, store_args
+from conftest import baseline_run, task_from_config
 
 pytestmark = pytest.mark.slow
 
 
 def load_task(**overrides):
-    from omegaconf import OmegaConf
-
-    from mlrb.config import TaskConfig
-    from mlrb.tasks.edge_llm_compression.task import EdgeLlmCompression
-
-    raw = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "task" / "edge_llm_compression.yaml"))
-    raw["scales"]["tiny"].update(overrides)
-    return EdgeLlmCompression(TaskConfig(**raw))
+    return task_from_config("edge_llm_compression", **overrides)
 
 
 @pytest.fixture(scope="module")
@@ -50,16 +43,7 @@ def test_the_tiny_memory_limit_is_phi2s_scaled_to_the_tiny_model(assets):
 
 
 def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, assets):
-    result = run_cli("task=edge_llm_compression", "agent=baseline", *store_args(tmp_path, cache_dir), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    client = mlflow_client(tmp_path)
-    runs = client.search_runs([client.get_experiment_by_name("edge_llm_compression").experiment_id])
-    assert len(runs) == 1
-    run = runs[0]
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.valid"] == "True"
-    metrics = run.data.metrics
-    assert metrics["score"] == pytest.approx(metrics["baseline_score"], abs=1e-6)
-    assert metrics["normalised_score"] == pytest.approx(0.0, abs=1e-4)
+    metrics = baseline_run("edge_llm_compression", tmp_path, cache_dir).data.metrics
     assert metrics["reference_score"] > metrics["baseline_score"]
     assert 0 < metrics["weight_memory_mb"] < metrics["peak_memory_mb"] <= load_task().spec.memory_limit_mb
     # Pruning and dropping layers, no training: no weight changed beyond zeroing.

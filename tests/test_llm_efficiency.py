@@ -9,19 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, mlflow_client, run_cli, store_args
+from conftest import baseline_run, task_from_config
 from mlrb.tasks import rules
 
 
 def load_task(**overrides):
-    from omegaconf import OmegaConf
-
-    from mlrb.config import TaskConfig
-    from mlrb.tasks.llm_efficiency.task import LlmEfficiency
-
-    raw = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "task" / "llm_efficiency.yaml"))
-    raw["scales"]["tiny"].update(overrides)
-    return LlmEfficiency(TaskConfig(**raw))
+    return task_from_config("llm_efficiency", **overrides)
 
 
 @pytest.fixture(scope="module")
@@ -83,17 +76,7 @@ def test_assets_keep_the_test_set_hidden_and_offer_both_models(assets):
 
 @pytest.mark.slow
 def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
-    result = run_cli("task=llm_efficiency", "agent=baseline", *store_args(tmp_path, cache_dir), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    client = mlflow_client(tmp_path)
-    runs = client.search_runs([client.get_experiment_by_name("llm_efficiency").experiment_id])
-    assert len(runs) == 1
-    run = runs[0]
-    assert run.info.status == "FINISHED" and run.info.run_name == "llm_efficiency/baseline/0"
-    assert run.data.tags["mlrb.valid"] == "True" and run.data.tags["mlrb.scale"] == "tiny"
-    metrics = run.data.metrics
-    assert metrics["score"] == pytest.approx(metrics["baseline_score"], abs=1e-6)
-    assert metrics["normalised_score"] == pytest.approx(0.0, abs=1e-4)
+    metrics = baseline_run("llm_efficiency", tmp_path, cache_dir).data.metrics
     assert metrics["reference_score"] > metrics["baseline_score"]
     assert 0 < metrics["weight_distance_to_base"] < 0.1  # a LoRA fine-tune stays near its base
     assert {"score.geography", "score.zoology"} <= set(metrics)

@@ -10,18 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, mlflow_client, run_cli, store_args
+from conftest import baseline_run, run_cli, task_from_config
 
 
 def load_task(**overrides):
-    from omegaconf import OmegaConf
-
-    from mlrb.config import TaskConfig
-    from mlrb.tasks.mini_pile.task import MiniPile
-
-    raw = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "task" / "mini_pile.yaml"))
-    raw["scales"]["tiny"].update(overrides)
-    return MiniPile(TaskConfig(**raw))
+    return task_from_config("mini_pile", **overrides)
 
 
 @pytest.fixture(scope="module")
@@ -90,16 +83,7 @@ def test_assets_hide_the_suite_and_the_baseline_beats_an_untrained_model(assets)
 
 @pytest.mark.slow
 def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
-    result = run_cli("task=mini_pile", "agent=baseline", *store_args(tmp_path, cache_dir), cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    client = mlflow_client(tmp_path)
-    runs = client.search_runs([client.get_experiment_by_name("mini_pile").experiment_id])
-    assert len(runs) == 1
-    run = runs[0]
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.valid"] == "True"
-    metrics = run.data.metrics
-    assert metrics["score"] == pytest.approx(metrics["baseline_score"], abs=1e-6)
-    assert metrics["normalised_score"] == pytest.approx(0.0, abs=1e-4)
+    metrics = baseline_run("mini_pile", tmp_path, cache_dir).data.metrics
     assert {"score.boolq", "score.copa", "score.rte", "score.wic"} <= set(metrics)
     scores = [metrics[f"score.{name}"] for name in ("boolq", "copa", "rte", "wic")]
     assert metrics["score"] == pytest.approx(sum(scores) / 4)

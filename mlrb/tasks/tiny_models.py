@@ -165,24 +165,27 @@ def train_tokenizer(texts: list[str], vocab_size: int, max_length: int = MAX_POS
 # --------------------------------------------------------------------------- models
 
 
-def make_llama(tokenizer, p: dict):
-    """A tiny LlamaForCausalLM sized by p's hidden_size, intermediate_size, num_layers, num_heads."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
+def causal_lm_sizes(tokenizer, p: dict) -> dict:
+    """Config values every tiny causal LM shares: sizes from p, special tokens from the tokenizer."""
+    return dict(
         vocab_size=len(tokenizer),
         hidden_size=p["hidden_size"],
         intermediate_size=p["intermediate_size"],
         num_hidden_layers=p["num_layers"],
         num_attention_heads=p["num_heads"],
-        num_key_value_heads=p["num_heads"],
         max_position_embeddings=MAX_POSITIONS,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False,
     )
-    return LlamaForCausalLM(config)
+
+
+def make_llama(tokenizer, p: dict):
+    """A tiny LlamaForCausalLM sized by p's hidden_size, intermediate_size, num_layers, num_heads."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(num_key_value_heads=p["num_heads"], **causal_lm_sizes(tokenizer, p)))
 
 
 def lm_batch(tokenizer, pairs: list[tuple[str, str]]):

@@ -65,21 +65,9 @@ def _pretrain_texts(rng: random.Random, tables, n: int) -> list[str]:
 def make_phi(tokenizer, p: dict):
     from transformers import PhiConfig, PhiForCausalLM
 
-    from mlrb.tasks.tiny_models import MAX_POSITIONS
+    from mlrb.tasks.tiny_models import causal_lm_sizes
 
-    config = PhiConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=p["hidden_size"],
-        intermediate_size=p["intermediate_size"],
-        num_hidden_layers=p["num_layers"],
-        num_attention_heads=p["num_heads"],
-        max_position_embeddings=MAX_POSITIONS,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
-    )
-    return PhiForCausalLM(config)
+    return PhiForCausalLM(PhiConfig(**causal_lm_sizes(tokenizer, p)))
 
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
