@@ -142,5 +142,6 @@ def main() -> None:
             wall, before, after = figures
             print(f"  {sandbox:8s} {wall:7.1f}s {before:23.1f}s {after:30.1f}s")
 
+
 if __name__ == "__main__":
     main()
