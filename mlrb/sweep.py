@@ -47,6 +47,7 @@ class HideSacctNoise(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "Bypassing sacct error" not in record.getMessage()
 
+
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "launchers"
 
 
