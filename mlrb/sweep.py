@@ -17,6 +17,7 @@ these launchers (chosen with `launcher=local` or `launcher=slurm`), which:
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import logging
 import math
@@ -146,8 +147,9 @@ class SweepLauncher(BaseSubmititLauncher):
         """The arguments submitit pickles for one job (see __call__)."""
         return (job.overrides, "hydra.sweep.dir", job.idx, f"job_id_for_{job.idx}", Singleton.get_state())
 
+    @abc.abstractmethod
     def run_jobs(self, jobs: List[SweepJob], progress: Progress) -> Dict[int, Tuple[bool, Any]]:
-        raise NotImplementedError
+        """Run the jobs to their end; job index -> (True, JobReturn) or (False, why it failed)."""
 
     @staticmethod
     def collect(submitted, job: SweepJob) -> Tuple[bool, Any]:

@@ -1,12 +1,13 @@
 """What every task is: a scale spec (data), assets, starter files, instructions,
 a baseline, and a scorer that says whether a submission is valid and what it scored.
 
-A task subclass adds its own fields to `ScaleSpec` and implements `build_assets`
-and `score`. Nothing here imports torch: configs are checked with these classes.
+A task subclass adds its own fields to `ScaleSpec` and implements the abstract
+hooks: `build_tiny`, `download` and `score`. Nothing here imports torch: configs are checked with these classes.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,8 +89,8 @@ class ScoreReport:
         return cls(valid=False, reason=reason, details=dict(details))
 
 
-class Task:
-    """Base class. Subclasses set `name`, `scale_class` and implement the hooks."""
+class Task(abc.ABC):
+    """Base class. Subclasses set `name`, `scale_class` and implement the abstract hooks."""
 
     name: ClassVar[str]
     scale_class: ClassVar[type] = ScaleSpec
@@ -148,13 +149,13 @@ class Task:
         facts["calibration"] = self.calibrate(out_dir)
         return facts
 
+    @abc.abstractmethod
     def build_tiny(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
         """Make the models and data on this machine (tiny scale) from `assets` params."""
-        raise NotImplementedError(f"task {self.name} cannot build its assets locally")
 
+    @abc.abstractmethod
     def download(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
         """Fetch the models and data from the Hugging Face hub (full scale)."""
-        raise NotImplementedError(f"task {self.name} has nothing to download")
 
     def anchor_commands(self) -> Dict[str, str]:
         """Solutions whose scores anchor the normalised score: baseline (0), reference (100)."""
@@ -165,9 +166,9 @@ class Task:
         """Measure the anchors on the built assets (hidden/calibration.json)."""
         return self.calibrate_by_commands(out_dir, self.anchor_commands())
 
+    @abc.abstractmethod
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
         """Check the submission's validity, then score it against hidden data."""
-        raise NotImplementedError
 
     def run_solution(self, command: str, public: Path, workspace: Path) -> Path:
         """Run a solution's shell command (say the scale's baseline_command) the way the

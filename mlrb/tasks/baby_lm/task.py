@@ -6,18 +6,11 @@ grammatical minimal pairs with lm-eval. Scoring and calibration: see
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Dict
-
 from mlrb.tasks.from_scratch.task import FromScratchTask
 
 
 class BabyLm(FromScratchTask):
     name = "baby_lm"
     suite_group = "mlrb_blimp"
+    tiny_data_builder = "mlrb.tasks.baby_lm.assets:build_tiny_assets"
     assets_version = 1
-
-    def build_tiny_data(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
-        from mlrb.tasks.baby_lm.assets import build_tiny_assets
-
-        return build_tiny_assets(out_dir, params, self.suite_group)

@@ -7,18 +7,11 @@ alpaca-cleaned only, that runs within 1 GB of memory in FP16/FP32, scored with l
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Dict
-
 from mlrb.tasks.from_scratch.task import FromScratchTask
 
 
 class EdgeLlmTraining(FromScratchTask):
     name = "edge_llm_training"
     suite_group = "mlrb_superglue"
+    tiny_data_builder = "mlrb.tasks.edge_llm_training.assets:build_tiny_assets"
     assets_version = 1
-
-    def build_tiny_data(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
-        from mlrb.tasks.edge_llm_training.assets import build_tiny_assets
-
-        return build_tiny_assets(out_dir, params, self.suite_group)

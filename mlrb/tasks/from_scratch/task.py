@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional
 
+from mlrb import registry
 from mlrb.tasks import rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
 
@@ -64,13 +65,15 @@ def checkpoint_dir(assets: Path, name: str) -> Path:
 
 
 class FromScratchTask(Task):
-    """Subclasses set `name` and implement `build_tiny_data(out_dir, params)`, which writes
-    the public data, the hidden suite (hidden/suite.json + hidden/suite/<sub-task>.jsonl) and
-    returns manifest facts."""
+    """Subclasses set `name`, `suite_group` and `tiny_data_builder`: data, no code."""
 
     scale_class = FromScratchScale
     # The lm-eval group name of the local suite.
     suite_group: ClassVar[str]
+    # "module:function" of the tiny-scale builder, imported only when assets are built:
+    # function(out_dir, params, suite_group) writes the public data and the hidden suite
+    # (hidden/suite.json + hidden/suite/<sub-task>.jsonl) and returns manifest facts.
+    tiny_data_builder: ClassVar[str]
 
     def asset_key(self) -> Dict[str, Any]:
         spec = self.spec  # the rules decide which solutions calibration accepts
@@ -86,12 +89,9 @@ class FromScratchTask(Task):
 
     # ---- assets ----------------------------------------------------------------
     def build_tiny(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
-        facts = self.build_tiny_data(out_dir, params)
+        facts = registry.load(self.tiny_data_builder)(out_dir, params, self.suite_group)
         facts["known_checkpoints"] = self.train_known_checkpoints(out_dir, params)
         return facts
-
-    def build_tiny_data(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
-        raise NotImplementedError(f"task {self.name} cannot build its data locally")
 
     def download(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
         """Full scale: the task's dataset (each subset and split as public/data/[<subset>/]<split>.jsonl),

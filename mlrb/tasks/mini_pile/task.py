@@ -6,18 +6,11 @@ tiny assets: `assets.py`.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Dict
-
 from mlrb.tasks.from_scratch.task import FromScratchTask
 
 
 class MiniPile(FromScratchTask):
     name = "mini_pile"
     suite_group = "mlrb_superglue"
+    tiny_data_builder = "mlrb.tasks.mini_pile.assets:build_tiny_assets"
     assets_version = 1
-
-    def build_tiny_data(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
-        from mlrb.tasks.mini_pile.assets import build_tiny_assets
-
-        return build_tiny_assets(out_dir, params, self.suite_group)
