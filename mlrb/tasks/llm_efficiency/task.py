@@ -92,8 +92,7 @@ class LlmEfficiency(Task):
         for name in self.spec.instruction_tuned_models:
             path = model_dir(out_dir, name)
             if (path / "config.json").exists():
-                result = lmeval.evaluate_spec(self.spec.eval, path, out_dir / "hidden" / "test.jsonl",
-                                              out_dir / "calibration" / "models", TEST_TASK)  # fmt: skip
+                result = lmeval.evaluate_spec(self.spec.eval, path, out_dir / "hidden" / "test.jsonl", TEST_TASK)
                 scores[f"model_score.{name}"] = result["accuracy"]
         return scores
 
@@ -116,7 +115,7 @@ class LlmEfficiency(Task):
         if problem:
             return ScoreReport.invalid(problem, **facts)
 
-        result = lmeval.evaluate_spec(spec.eval, submission, assets / "hidden" / "test.jsonl", work_dir, TEST_TASK)
+        result = lmeval.evaluate_spec(spec.eval, submission, assets / "hidden" / "test.jsonl", TEST_TASK)
         metrics = {f"score.{subject}": acc for subject, acc in result["per_subject"].items()}
         if lineage.get("distances", {}).get(declared) is not None:
             metrics["weight_distance_to_base"] = lineage["distances"][declared]

@@ -21,7 +21,7 @@ answers. Rows follow MMLU's format:
     {"question": str, "subject": skill, "choices": [4 str], "answer": 0..3}
 
 Prompts use lm-eval's mmlu_continuation layout ("Question: ...\\nAnswer: <choice>"),
-which is what `mlrb.scoring.lmeval.write_mc_task_yaml` scores.
+which is what `mlrb.scoring.lmeval.mc_task_config` scores.
 
 Heavy libraries (torch, transformers, peft, tokenizers) are imported inside
 functions so importing this module stays cheap.
