@@ -77,6 +77,23 @@ def tasks_for(overrides: List[str]) -> List[Any]:
     return tasks
 
 
+def one_line(error: BaseException) -> str:
+    """Why a download failed, in one line: the Hub's HTTP answer where one is behind the error
+    (the libraries wrap it in errors of several lines), else the error's type and first line."""
+    cause: Optional[BaseException] = error
+    for _ in range(8):  # the chain of causes is short; a bound keeps a cyclic one finite
+        if cause is None:
+            break
+        response = getattr(cause, "response", None)
+        if getattr(response, "status_code", None):
+            says = response.headers.get("X-Error-Message")
+            return (f"the Hub answered {response.status_code} {response.reason_phrase}"
+                    f"{f' ({says})' if says else ''} to {response.request.method} {response.request.url}")  # fmt: skip
+        cause = cause.__cause__ or cause.__context__
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {first}"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     from huggingface_hub import constants
 
@@ -108,7 +125,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         if missing and not check_only:
             for n, item in enumerate(missing, 1):
                 print(f"{task.name}: fetching {item.describe()} ({n}/{len(missing)})", flush=True)
-                download(item)
+                try:
+                    download(item)
+                except Exception as e:  # whatever stops one item (HTTP, network, disk): one line, go on
+                    print(f"mlrb.prefetch: error: {task.name}: cannot fetch {item.describe()}: {one_line(e)}",
+                          file=sys.stderr, flush=True)  # fmt: skip
             missing = [item for item in needs if not is_present(item)]
         for item in missing:
             print(f"missing: {task.name}: {item.describe()}")
