@@ -87,8 +87,9 @@ def one_line(error: BaseException) -> str:
         response = getattr(cause, "response", None)
         if getattr(response, "status_code", None):
             says = response.headers.get("X-Error-Message")
-            return (f"the Hub answered {response.status_code} {response.reason_phrase}"
-                    f"{f' ({says})' if says else ''} to {response.request.method} {response.request.url}")  # fmt: skip
+            answer = f"{response.status_code} {response.reason_phrase}" + (f" ({says})" if says else "")
+            url = str(response.request.url).split("?")[0]  # a CDN's signed query is no one's business
+            return f"the Hub answered {answer} to {response.request.method} {url}"
         cause = cause.__cause__ or cause.__context__
     first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     return f"{type(error).__name__}: {first}"

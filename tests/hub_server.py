@@ -6,7 +6,6 @@ in the Hub's wire format, found by running them against it and reading what they
 
 - GET  /api/{models,datasets}/{repo}/revision/{rev}        repository info (commit `sha`, files)
 - GET  /api/{models,datasets}/{repo}/tree/{rev}[/{path}]    file listing (`?recursive=true`)
-- POST /api/{models,datasets}/{repo}/paths-info/{rev}      info on named paths (form field `paths`)
 - HEAD/GET /{repo}/resolve/{rev}/{file}, /datasets/{repo}/resolve/{rev}/{file}
   small files: 200 with X-Repo-Commit, ETag (the git blob id) and Content-Length;
   large files (as the Hub stores them with LFS): 302 with X-Linked-Etag and X-Linked-Size to
@@ -16,12 +15,14 @@ Every request is recorded (method, path) so tests can assert on what the librari
 `fail[(kind, repo)] = status` makes every request about that repository answer `status`
 as the Hub does (404: repository not found; else an error message).
 
-Served as a test needs it: `StandInHub.from_mirror(hf_home)` serves every repository that
-tests/hub_mirror.py wrote into `hf_home` (the files of its snapshot), so a client with an
-empty cache downloads the same stand-ins the offline tests read from the mirror.
+`StandInHub.from_mirror(hf_home)` serves every repository that tests/hub_mirror.py wrote
+into `hf_home` (the files of its snapshot), so a client with an empty cache downloads the
+same stand-ins the offline tests read from the mirror.
 
 Not served: xet storage (no file has an `xetHash`, so clients take the plain HTTP path),
-authentication, gated repositories, rate limits, pagination (one page holds every entry).
+authentication, gated repositories, rate limits, pagination (one page holds every entry),
+the dataset viewer (`datasets` asks datasets-server.<host>, which does not resolve here,
+and goes on without its parquet export's infos, as it does when the viewer has none).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from typing import Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"  # the commit `main` points to in every repository
-LFS_SUFFIXES = (".safetensors", ".parquet", ".bin", ".msgpack", ".h5", ".model", ".arrow")  # as the Hub's .gitattributes
+# Files the Hub stores with LFS (as its default .gitattributes says): served by redirect.
+LFS_SUFFIXES = (".safetensors", ".parquet", ".bin", ".msgpack", ".h5", ".model", ".arrow")
 
 Repo = Tuple[str, str]  # (kind: "model" or "dataset", repo id)
 
@@ -91,7 +93,7 @@ class StandInHub:
 
     # ---- the Hub's answers -------------------------------------------------------------
     def entry(self, repo: Repo, path: str) -> Optional[dict]:
-        """The tree/paths-info entry of a file or folder, as the Hub writes it (None: no such path)."""
+        """The tree listing's entry of a file or folder, as the Hub writes it (None: no such path)."""
         files = self.files[repo]
         if path in files:
             data = files[path]
@@ -140,14 +142,10 @@ class StandInHub:
             def do_GET(self) -> None:
                 self.answer(head=False)
 
-            def do_POST(self) -> None:
-                self.answer(head=False)
-
             def answer(self, head: bool) -> None:
                 url = urlsplit(self.path)
                 with hub.lock:
                     hub.requests.append((self.command, url.path))
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if self.command == "POST" else b""
                 if url.path.startswith("/lfs/"):
                     sha = url.path[len("/lfs/"):]
                     data = next((d for files in hub.files.values() for d in files.values()
@@ -161,9 +159,9 @@ class StandInHub:
                 repo, op, rev, path = found
                 if repo in hub.fail:
                     status = hub.fail[repo]
-                    code = "RepoNotFound" if status == 404 else ""
-                    message = "Repository not found" if status == 404 else "Internal Error - We're working hard to fix this as soon as possible!"  # noqa: E501
-                    return self.error(status, code, message)
+                    if status == 404:
+                        return self.error(404, "RepoNotFound", "Repository not found")
+                    return self.error(status, "", "Internal Error")
                 if rev not in ("main", COMMIT):
                     return self.error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
                 if op == "revision":
@@ -173,9 +171,6 @@ class StandInHub:
                     if listing is None:
                         return self.error(404, "EntryNotFound", f"{path} does not exist on \"{rev}\"")
                     return self.json(listing, head)
-                if op == "paths-info":
-                    paths = parse_qs(body.decode()).get("paths", [])
-                    return self.json([e for e in (hub.entry(repo, p) for p in paths) if e], head)
                 # resolve
                 data = hub.files[repo].get(path)
                 if data is None:
@@ -184,7 +179,8 @@ class StandInHub:
                 if path.endswith(LFS_SUFFIXES):
                     sha = hashlib.sha256(data).hexdigest()
                     headers.update({"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data)),
-                                    "ETag": f'"{git_blob_id(data)}"', "Location": f"{hub.cdn_url}/lfs/{sha}"})  # fmt: skip
+                                    "ETag": f'"{git_blob_id(data)}"',
+                                    "Location": f"{hub.cdn_url}/lfs/{sha}"})  # fmt: skip
                     return self.send(302, b"", "text/plain", head=head, headers=headers)
                 headers["ETag"] = f'"{git_blob_id(data)}"'
                 return self.send(200, data, "application/octet-stream", head=head, headers=headers)
@@ -193,7 +189,7 @@ class StandInHub:
                 """(repo, operation, revision, file path) of an /api/... or .../resolve/... path."""
                 for (kind, repo_id) in hub.files:
                     plural = f"{kind}s"
-                    for prefix, ops in ((f"/api/{plural}/{repo_id}/", ("revision", "tree", "paths-info")),
+                    for prefix, ops in ((f"/api/{plural}/{repo_id}/", ("revision", "tree")),
                                         (("/datasets/" if kind == "dataset" else "/") + f"{repo_id}/", ("resolve",))):
                         if not path.startswith(prefix):
                             continue
@@ -208,8 +204,8 @@ class StandInHub:
 
             def error(self, status: int, code: str, message: str) -> None:
                 headers = {"X-Error-Code": code, "X-Error-Message": message} if code else {}
-                self.send(status, json.dumps({"error": message}).encode(), "application/json", head=self.command == "HEAD",
-                          headers=headers)  # fmt: skip
+                body = json.dumps({"error": message}).encode()
+                self.send(status, body, "application/json", head=self.command == "HEAD", headers=headers)
 
             def send(self, status: int, data: bytes, content_type: str, head: bool,
                      headers: Optional[Dict[str, str]] = None) -> None:  # fmt: skip

@@ -99,7 +99,8 @@ facts = task.download(out, params)
 print(json.dumps({{
     "present": {{item.describe(): is_present(item) for item in task_needs(task)}},
     "rows": facts["rows"],
-    "eval_rows": {{c: {{s: len(d) for s, d in load_dataset("aps/super_glue", c).items()}} for c in ("cb", "wsc.fixed")}},
+    "eval_rows": {{c: {{s: len(d) for s, d in load_dataset("aps/super_glue", c).items()}}
+                  for c in ("cb", "wsc.fixed")}},
 }}))
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
