@@ -95,6 +95,19 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}"
 
 
+def hub_unreachable() -> Optional[str]:
+    """None if the Hub (HF_ENDPOINT) answers at all, with any status; else why not, in one line.
+    Asked once before the first download: without it, an unreachable Hub (a compute node that
+    forgot HF_HUB_OFFLINE=1) costs every dataset item the libraries' retries, ~20 s each."""
+    from huggingface_hub import constants, get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    except Exception as e:  # refused, no DNS, timeout, proxy, TLS: the transport's errors have no common type here
+        return one_line(e)
+    return None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     from huggingface_hub import constants
 
@@ -113,6 +126,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"mlrb.prefetch: error: {e}", file=sys.stderr)
         return 2
     missing_total = 0
+    unreachable: Optional[str] = None  # asked before the first download: why the Hub cannot be reached ("": it answers)
     for task in tasks:
         if isinstance(task, str):
             print(f"missing: {task}")
@@ -123,7 +137,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"{task.name} ({task.cfg.scale}): nothing to fetch (its assets are built locally)")
             continue
         missing = [item for item in needs if not is_present(item)]
-        if missing and not check_only:
+        if missing and not check_only and unreachable is None:
+            unreachable = hub_unreachable() or ""
+            if unreachable:
+                print(f"mlrb.prefetch: error: cannot reach the Hugging Face Hub at {constants.ENDPOINT} ({unreachable});"
+                      " nothing fetched. Without internet, HF_HUB_OFFLINE=1 checks the cache only", file=sys.stderr)  # fmt: skip
+        if missing and not check_only and not unreachable:
             for n, item in enumerate(missing, 1):
                 print(f"{task.name}: fetching {item.describe()} ({n}/{len(missing)})", flush=True)
                 try:
@@ -138,7 +157,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         state = "complete" if not missing else f"{len(missing)} of {len(needs)} missing"
         print(f"{task.name} ({task.cfg.scale}): {state} ({len(needs)} items in {cache_location()})", flush=True)
     if missing_total:
-        how = "run this again on a machine with internet (HF_HUB_OFFLINE unset)" if check_only else "see above"
+        offline = check_only or unreachable
+        how = "run this again on a machine with internet (HF_HUB_OFFLINE unset)" if offline else "see above"
         print(f"mlrb.prefetch: {missing_total} item(s) missing; {how}", file=sys.stderr)
         return 1
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,22 @@ def test_items_the_hub_refuses_are_one_line_each_and_a_rerun_fetches_only_them(h
     fetching = [line for line in proc.stdout.splitlines() if line.startswith("mini_pile: fetching ")]
     assert fetching == [f"mini_pile: fetching {ITEMS[i]} ({n}/3)" for n, i in enumerate((1, 4, 5), 1)]
     assert "mini_pile (full): complete (6 items" in proc.stdout
+
+
+def test_an_unreachable_hub_is_one_line_and_nothing_is_tried(tmp_path):
+    with socket.socket() as sock:  # a port nothing listens on: connections are refused
+        sock.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}  # online, as a node that forgot the flag
+    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_ENDPOINT=endpoint)
+    proc = subprocess.run([sys.executable, "-m", "mlrb.prefetch", *TASK], env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"mlrb.prefetch: error: cannot reach the Hugging Face Hub at {endpoint} (ConnectError: [Errno 111] Connection "
+        "refused); nothing fetched. Without internet, HF_HUB_OFFLINE=1 checks the cache only",
+        "mlrb.prefetch: 6 item(s) missing; run this again on a machine with internet (HF_HUB_OFFLINE unset)",
+    ]  # no item tried, so none of the libraries' retries (about 20 s per dataset)
+    assert [line for line in proc.stdout.splitlines() if line.startswith("missing:")] == [
+        f"missing: mini_pile: {item}" for item in ITEMS
+    ]
