@@ -2,9 +2,11 @@
 with every model, dataset and evaluation set a full-scale run of the task needs.
 
 Without `task=`, every task. Online (HF_HUB_OFFLINE unset), what is missing is downloaded
-with the libraries' progress bars; offline (HF_HUB_OFFLINE=1, a compute node), or with
-`--check`, nothing is fetched: each missing item is one line, and the exit status is 1
-when anything is missing. A full-scale run checks the same list before it starts
+with the libraries' progress bars (from HF_ENDPOINT, the Hub by default); an item that fails
+is one line naming it and why, the others are still fetched, and a Hub that cannot be
+reached is one line before anything is tried. Offline (HF_HUB_OFFLINE=1, a compute node),
+or with `--check`, nothing is fetched: each missing item is one line, and the exit status
+is 1 when anything is missing. A full-scale run checks the same list before it starts
 (`refuse_if_missing`) and refuses, naming what is missing.
 """
 
