@@ -153,7 +153,7 @@ def check_store(cfg: TrackingConfig, wait_for_server: bool = False) -> None:
             wait_for_http_server(uri, cfg.retry_for_s)
         return check_http_store(uri, shown, where)
     scheme = urlsplit(uri).scheme if uri else "sqlite"
-    if scheme in ("", "file"):
+    if scheme in ("", "file") and uri:
         return check_folder_store(Path(urlsplit(uri).path if scheme else uri), shown, where)
     if sqlite_path(uri or "") is None and scheme != "sqlite" and scheme not in SQL_SCHEMES:
         raise ConfigError(
@@ -352,12 +352,12 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[:300]}"
 
 
-def with_retries(call: Callable[[], Any], attempts: int = 12, first_delay_s: float = 0.2) -> Any:
-    """Run a store call, retrying while SQLite says another writer holds the lock."""
+def with_retries(call: Callable[..., Any], *args: Any, attempts: int = 12, first_delay_s: float = 0.2, **kwargs: Any) -> Any:
+    """call(*args, **kwargs) on the store, retried while SQLite says another writer holds the lock."""
     delay = first_delay_s
     for attempt in range(attempts):
         try:
-            return call()
+            return call(*args, **kwargs)
         except Exception as e:  # MlflowException or SQLAlchemy's OperationalError
             if "database is locked" not in str(e) or attempt == attempts - 1:
                 raise
@@ -423,14 +423,14 @@ class RunRecorder:
 
         items = [Param(k, v[:6000]) for k, v in sorted(params.items())]
         for batch in chunks(items):
-            with_retries(lambda: self.client.log_batch(self.run_id, params=batch))
+            with_retries(self.client.log_batch, self.run_id, params=batch)
 
     def set_tags(self, tags: Dict[str, Any]) -> None:
         from mlflow.entities import RunTag
 
         items = [RunTag(k, str(v)) for k, v in tags.items()]
         for batch in chunks(items):
-            with_retries(lambda: self.client.log_batch(self.run_id, tags=batch))
+            with_retries(self.client.log_batch, self.run_id, tags=batch)
 
     def log_metrics(self, metrics: Dict[str, float], step: int = 0) -> None:
         from mlflow.entities import Metric
@@ -438,7 +438,7 @@ class RunRecorder:
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
         for batch in chunks(items, 1000):
-            with_retries(lambda: self.client.log_batch(self.run_id, metrics=batch))
+            with_retries(self.client.log_batch, self.run_id, metrics=batch)
 
     def log_text(self, text: str, name: str) -> None:
         self.client.log_text(self.run_id, text, name)

@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union, cast
 
 from omegaconf import MISSING, OmegaConf
 
@@ -88,7 +88,7 @@ def parse_options(cfg: AgentConfig) -> LlmOptions:
             f"unknown option 'agent.options.{unknown[0]}' for agent {cfg.name}{hint} Valid options: {', '.join(names)}"
         )
     try:
-        options: LlmOptions = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlmOptions), cfg.options))
+        options = cast(LlmOptions, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlmOptions), cfg.options)))
     except OmegaConfBaseException as e:
         raise ConfigError(describe_omegaconf_error(e, prefix="agent.options.")) from None
     check_values(options)
@@ -335,13 +335,13 @@ class LlmAgent:
                 "timeout_s": round(timeout_s, 3),
             }
             with tracer.span(f"{provider.name} {o.model}", "CHAT_MODEL", traced, attributes) as span:
+                error: Optional[ApiError] = None
                 try:
                     reply = provider.call(request, timeout_s)
                 except ApiError as e:
                     error = e
                     span.record_exception(self.redact(str(e)))
                 else:
-                    error = None
                     self.account(ctx, span, request, reply, step, attempt, time.monotonic() - started)
             if error is None:
                 return reply

@@ -174,7 +174,7 @@ def log_to_parent(client: Any, parent: Any, files: List[Path], report: Any) -> N
 
     run_id = parent.info.run_id
     for path in files:
-        with_retries(lambda: client.log_artifact(run_id, str(path), "report"))
+        with_retries(client.log_artifact, run_id, str(path), "report")
     note = parent.data.tags.get("mlflow.note.content", "")
     if not note or note.startswith(NOTE_MARKER):
         text = f"{NOTE_MARKER}\n{report.markdown(with_plots=False)}\nFiles, plots included: artifacts `report/`.\n"

@@ -11,7 +11,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from mlrb import registry
 from mlrb.config import SandboxConfig
@@ -40,7 +40,7 @@ def score_submission(
 
     task_cfg = dataclasses.asdict(task.cfg)
     task_cfg["scales"] = {task.cfg.scale: task_cfg["scales"][task.cfg.scale]}  # the scorer needs no other
-    request = {
+    request: Dict[str, Any] = {
         "task": task_cfg,
         "submission": str(fresh),
         "assets": str(assets),
