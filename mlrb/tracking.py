@@ -10,16 +10,16 @@ import contextlib
 import dataclasses
 import logging
 import os
-import random
 import re
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from mlrb.config import ConfigError, TrackingConfig
 from mlrb.experiment_view import EXPERIMENT_TAGS
+from mlrb.retries import with_retries
 
 log = logging.getLogger(__name__)
 
@@ -350,19 +350,6 @@ def wait_for_http_server(uri: str, retry_for_s: float) -> None:
 def first_line(error: BaseException) -> str:
     text = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     return f"{type(error).__name__}: {text[:300]}"
-
-
-def with_retries(call: Callable[..., Any], *args: Any, attempts: int = 12, first_delay_s: float = 0.2, **kwargs: Any) -> Any:
-    """call(*args, **kwargs) on the store, retried while SQLite says another writer holds the lock."""
-    delay = first_delay_s
-    for attempt in range(attempts):
-        try:
-            return call(*args, **kwargs)
-        except Exception as e:  # MlflowException or SQLAlchemy's OperationalError
-            if "database is locked" not in str(e) or attempt == attempts - 1:
-                raise
-            time.sleep(delay + random.uniform(0, delay))
-            delay = min(delay * 2, 5.0)
 
 
 def flatten(tree: Any, prefix: str = "") -> Dict[str, str]:

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from mlrb.retries import with_retries
 from mlrb.status import Status, parse
-from mlrb.tracking import with_retries
 
 # Runs without an outcome yet (they have no status): the report's own two states.
 RUNNING = "running"
