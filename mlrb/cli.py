@@ -31,9 +31,8 @@ from typing import Any, Callable, List, NoReturn, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from mlrb.config import ConfigError, MlrbConfig, register_schema, to_typed
+from mlrb.config import CONF_DIR, ConfigError, MlrbConfig, register_schema, to_typed
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"  # shipped inside the package
 GROUPS = ("task", "agent", "budget", "sandbox", "launcher", "tracking")
 
 # Hydra's command-line flags: (long, short, takes, help). `takes` is None for a switch,

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, Optional, cast
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from mlrb.messages import ConfigError
 
-class ConfigError(ValueError):
-    """A user-facing configuration problem, reported as one line."""
+CONF_DIR = Path(__file__).resolve().parent / "conf"  # the configs ship inside the package
 
 
 @dataclass

@@ -15,10 +15,11 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from mlrb.config import ConfigError, TrackingConfig
 from mlrb.experiment_view import EXPERIMENT_TAGS
+from mlrb.messages import SECRET_QUERY, first_line, mask_uri
 from mlrb.retries import with_retries
 
 log = logging.getLogger(__name__)
@@ -98,24 +99,6 @@ def use_wal(db: Path) -> None:
 # ------------------------------------------------------------- checking the store
 
 CHECK_TIMEOUT_S = 10.0
-SECRET_QUERY = re.compile(r"(token|secret|password|passwd|key|auth|credential|signature)", re.IGNORECASE)
-
-
-def mask_uri(uri: str) -> str:
-    """The URI with any password (user:PASSWORD@host) and secret query values masked."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return uri
-    if "@" not in parts.netloc and not parts.query:
-        return uri
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{host}" if ":" in userinfo else f"***@{host}"
-    query = urlencode([(k, "***" if SECRET_QUERY.search(k) else v) for k, v in parse_qsl(parts.query)], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def secrets_in(cfg: TrackingConfig) -> List[str]:
@@ -345,11 +328,6 @@ def wait_for_http_server(uri: str, retry_for_s: float) -> None:
         urllib3.PoolManager().request("GET", f"{parts.scheme}://{netloc}/health", retries=retry, timeout=CHECK_TIMEOUT_S)
     except urllib3.exceptions.HTTPError:
         pass
-
-
-def first_line(error: BaseException) -> str:
-    text = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
-    return f"{type(error).__name__}: {text[:300]}"
 
 
 def flatten(tree: Any, prefix: str = "") -> Dict[str, str]:
