@@ -5,8 +5,14 @@ cycle; and the libraries they name are the ones pyproject.toml declares."""
 from __future__ import annotations
 
 import ast
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
 from pathlib import Path
-from typing import Dict, Iterator, List, Set
+from typing import Dict, Iterator, List, Optional, Set
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from conftest import REPO
 
@@ -108,3 +114,51 @@ def test_imports_flow_from_the_command_line_down():
     assert importers["mlrb.run"] <= {"mlrb.cli", "mlrb.sweep"}  # the command line and the sweep launcher start runs
     lowest = ("mlrb.messages", "mlrb.retries", "mlrb.status")  # shared by all, they import nothing of mlrb's
     assert all(not graph[m] for m in lowest), {m: graph[m] for m in lowest}
+
+
+# hydra_plugins is a namespace package that mlrb (launchers/hydra_plugins) shares with the plugins it uses.
+NAMESPACE = "hydra_plugins"
+
+
+def distribution_of(module: str, installed: Dict[str, List[str]]) -> Optional[Set[str]]:
+    """The installed distributions that can provide the module (canonical names), or None for
+    mlrb's own Hydra launcher plugin."""
+    top, _, rest = module.partition(".")
+    if top == NAMESPACE:
+        plugin = rest.partition(".")[0]
+        return None if (REPO / "launchers" / NAMESPACE / plugin).exists() else {canonicalize_name(plugin)}
+    return {canonicalize_name(d) for d in installed.get(top, [])} - {"mlrb"}
+
+
+def third_party_imports() -> Dict[str, Path]:
+    """Every library module mlrb's code imports (the tasks' starter code too: it runs on the
+    same environment), with one file that imports it."""
+    found: Dict[str, Path] = {}
+    for folder in (PACKAGE, REPO / "launchers"):
+        for path in sorted(folder.rglob("*.py")):
+            for name in imported_names("mlrb._", path):
+                top = name.partition(".")[0]
+                if top and top not in sys.stdlib_module_names and top not in ("mlrb", "__future__"):
+                    found.setdefault(name if top == NAMESPACE else top, path.relative_to(REPO))
+    return found
+
+
+def test_the_libraries_imported_are_the_ones_declared():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    imports = third_party_imports()
+    assert {"torch", "datasets", "hydra_plugins.hydra_submitit_launcher.submitit_launcher"} <= set(imports)
+    installed = packages_distributions()  # import name -> distributions, read once (it scans them all)
+    used: Set[str] = set()
+    undeclared = []
+    for module, where in sorted(imports.items()):
+        providers = distribution_of(module, installed)
+        if providers is None:
+            continue
+        if not providers:
+            undeclared.append(f"{module} ({where}; no installed distribution provides it)")
+        elif not providers & declared:
+            undeclared.append(f"{module} ({where}; from {', '.join(sorted(providers))})")
+        used |= providers & declared
+    assert not undeclared, "imported but not in pyproject.toml's dependencies: " + "; ".join(undeclared)
+    assert not declared - used, f"declared in pyproject.toml but imported nowhere: {sorted(declared - used)}"
