@@ -114,6 +114,12 @@ def test_imports_flow_from_the_command_line_down():
     assert importers["mlrb.run"] <= {"mlrb.cli", "mlrb.sweep"}  # the command line and the sweep launcher start runs
     lowest = ("mlrb.messages", "mlrb.retries", "mlrb.status")  # shared by all, they import nothing of mlrb's
     assert all(not graph[m] for m in lowest), {m: graph[m] for m in lowest}
+    # Tasks use scoring's helpers (lm-eval, the ScoreReport they return); scoring never reaches up into tasks,
+    # nor do the stages' packages into the run that drives them.
+    upward = [(m, t) for m, targets in graph.items() for t in targets
+              if (m.startswith("mlrb.scoring") and t.startswith("mlrb.tasks"))
+              or (m.startswith(("mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring")) and t in ("mlrb.run", "mlrb.sweep"))]  # fmt: skip
+    assert not upward, upward
 
 
 # hydra_plugins is a namespace package that mlrb (launchers/hydra_plugins) shares with the plugins it uses.

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Dict, List, Optional
 from omegaconf import MISSING, OmegaConf
 
 from mlrb.config import ConfigError, TaskConfig, describe_omegaconf_error
+from mlrb.scoring.report import ScoreReport  # every task's scorer returns one
 
 
 @dataclass
@@ -73,24 +74,6 @@ class ScaleSpec:
     reference_name: str = ""
     score_timeout_s: float = 1800.0
     prompt: PromptSpec = field(default_factory=PromptSpec)
-
-
-@dataclass
-class ScoreReport:
-    """What the scorer says about one submission. `score` is None when invalid."""
-
-    valid: bool
-    reason: str
-    score: Optional[float] = None
-    metrics: Dict[str, float] = field(default_factory=dict)
-    details: Dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def invalid(cls, reason: str, **details: Any) -> ScoreReport:
-        return cls(valid=False, reason=reason, details=dict(details))
 
 
 class Task(abc.ABC):
