@@ -52,8 +52,7 @@ def tasks_for(overrides: List[str]) -> List[Any]:
     from hydra.core.global_hydra import GlobalHydra
 
     from mlrb import registry
-    from mlrb.cli import CONF_DIR
-    from mlrb.config import register_schema, to_typed
+    from mlrb.config import CONF_DIR, register_schema, to_typed
 
     register_schema()
     named = [n for o in overrides if o.startswith("task=") for n in o.split("=", 1)[1].split(",")]

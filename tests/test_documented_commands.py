@@ -84,6 +84,8 @@ CHECKS = {
     "bash install.sh --dev": ("elsewhere", ".ci/run on a fresh clone"),
     ".venv/bin/python -m pytest": ("elsewhere", ".ci/run (this test is part of it)"),
     '.venv/bin/python -m pytest -m "not slow"': ("elsewhere", ".ci/run runs the whole suite"),
+    ".venv/bin/ruff check mlrb": ("elsewhere", ".ci/run runs it before the tests"),
+    ".venv/bin/mypy": ("elsewhere", ".ci/run runs it before the tests"),
     ".venv/bin/python benchmarks/sweep_scaling.py": ("elsewhere", "the numbers the README quotes come from it"),
     ".venv/bin/python benchmarks/overhead.py": ("elsewhere", "the numbers the README quotes come from it"),
     ".venv/bin/python benchmarks/calibration.py --seeds 5 --out calibration.json": (

@@ -109,6 +109,7 @@ class LlmEfficiency(Task):
         problem = rules.check_base_model(declared, spec.allowed_base_models, spec.instruction_tuned_models)
         if problem:
             return ScoreReport.invalid(problem, **facts)
+        assert declared is not None  # check_base_model refuses a missing one
         problem, lineage = self.check_lineage(submission, assets, declared)
         facts["lineage"] = lineage
         problem = problem or rules.check_loadable(submission)
@@ -152,12 +153,13 @@ class LlmEfficiency(Task):
                 )  # fmt: skip
         # Nearer the base is not enough: base + 0.49 * (sibling - base) is nearer the base too.
         limit = self.spec.max_share_toward_instruction_tuned
-        facts["share_toward"] = {}
+        shares: Dict[str, Optional[float]] = {}
+        facts["share_toward"] = shares
         for name, path in candidates.items():
             if name == declared or distances[name] is None:
                 continue
             share = rules.share_toward(submission, base_dir, path)
-            facts["share_toward"][name] = share
+            shares[name] = share
             if share is not None and share > limit:
                 return (
                     f"the weights are a blend toward the instruction-tuned {name}: they lie {share:.0%} of the way "
