@@ -86,7 +86,7 @@ def one_line(error: BaseException) -> str:
         if cause is None:
             break
         response = getattr(cause, "response", None)
-        if getattr(response, "status_code", None):
+        if response is not None and getattr(response, "status_code", None):
             says = response.headers.get("X-Error-Message")
             answer = f"{response.status_code} {response.reason_phrase}" + (f" ({says})" if says else "")
             url = str(response.request.url).split("?")[0]  # a CDN's signed query is no one's business
