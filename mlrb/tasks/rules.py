@@ -415,7 +415,8 @@ def check_not_known_checkpoint(submission: Path, checkpoints: Dict[str, Path], m
 # ----------------------------------------------------------------------- memory
 
 
-MEMORY_METHOD = "weights + peak of live tensors during evaluation (torch dispatch), on any device"
+MEMORY_METHOD = ("weights + peak of live tensors during evaluation (torch dispatch; batches whose input shape an "
+                 "earlier batch covers are not traced), on any device")
 
 
 class PeakMemory:
@@ -430,6 +431,17 @@ class PeakMemory:
     kernel. On CUDA the allocator's peak above what was allocated before the evaluation
     is also kept, for the record (`allocator_peak_bytes`).
 
+    Tracing every op costs more than a small model's evaluation itself, so only the calls
+    that can set the peak are traced. A plain transformers model (no custom code is
+    allowed) uses memory by its input's shape alone, so a forward call whose (batch,
+    length) an already traced call covers cannot use more. Traced: from entering until the
+    first forward call; each call with an uncovered shape (or a cache: generation), up to
+    the next call; and that next call too, so the tensors a batch leaves alive (its
+    log-probabilities) count against the next batch's forward. lm-eval orders batches
+    longest first, so its first two batches are traced and the peak is exact. Were a later
+    batch larger, the leftovers of its untraced predecessor are bounded by the largest
+    leftovers measured, and counted as that.
+
         with PeakMemory(model, device) as peak:
             ...evaluate...
         peak.peak_bytes, peak.weight_bytes
@@ -441,7 +453,15 @@ class PeakMemory:
         self.weight_bytes = 0
         self.peak_bytes = 0
         self.allocator_peak_bytes: Optional[int] = None
+        self.traced_calls = 0
+        self.forward_calls = 0
         self._mode = None
+        self._tracing = False
+        self._traced_shapes: List[tuple] = []
+        self._previous_needed = True  # the window from entering to the first call is traced
+        self._largest_leftover = 0
+        self._allowance = 0
+        self._hook = None
         self._allocated_before = 0
 
     def __enter__(self) -> "PeakMemory":
@@ -457,17 +477,56 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats()
             self._allocated_before = torch.cuda.memory_allocated()
         self._mode = _LiveTensorBytes({ptr for _, ptr in storages})
-        self._mode.__enter__()
+        self._hook = self.model.register_forward_pre_hook(self._before_forward, with_kwargs=True)
+        self._trace(True)
         return self
 
     def __exit__(self, *exc) -> None:
         import torch
 
-        self._mode.__exit__(*exc)
+        self._hook.remove()
+        self._trace(False, *exc)
         self.peak_bytes = self.weight_bytes + self._mode.peak
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
             self.allocator_peak_bytes = self.weight_bytes + int(torch.cuda.max_memory_allocated()) - self._allocated_before
+
+    def _trace(self, on: bool, *exc, allowance: int = 0) -> None:
+        if on and not self._tracing:
+            self._allowance = allowance  # untracked leftovers, counted as live while this window is open
+            self._mode.current += allowance
+            self._mode.__enter__()
+        elif not on and self._tracing:
+            self._mode.__exit__(*(exc or (None, None, None)))
+            self._mode.current -= self._allowance
+            self._allowance = 0
+        self._tracing = on
+
+    def _before_forward(self, module, args, kwargs):
+        self.forward_calls += 1
+        if self._tracing and self._previous_needed:  # live now: what the last batch left behind
+            self._largest_leftover = max(self._largest_leftover, self._mode.current - self._allowance)
+        shape = _input_shape(args, kwargs)
+        needed = shape is None or not any(all(a <= b for a, b in zip(shape, seen)) for seen in self._traced_shapes)
+        if needed and shape is not None:
+            self._traced_shapes.append(shape)
+        if needed or self._previous_needed:
+            if not self._tracing:  # a larger batch after untraced ones: bound what they left alive
+                self._trace(True, allowance=self._largest_leftover)
+            self.traced_calls += 1
+        else:
+            self._trace(False)
+        self._previous_needed = needed
+
+
+def _input_shape(args, kwargs) -> Optional[tuple]:
+    """(batch, length) of a forward call's input; None with a cache (generation) or no tensor input."""
+    import torch
+
+    if kwargs.get("past_key_values") is not None:
+        return None
+    inputs = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs_embeds"))
+    return tuple(inputs.shape[:2]) if isinstance(inputs, torch.Tensor) else None
 
 
 def _LiveTensorBytes(ignore: set):
