@@ -125,3 +125,34 @@ def test_empty_or_foreign_submissions_are_invalid(assets, tmp_path):
     report = load_task().score(sub, assets, tmp_path / "w3")
     assert not report.valid and "the model cannot be loaded with transformers: RuntimeError" in report.reason
     shutil.rmtree(sub)
+
+
+def test_peak_memory_traces_only_the_calls_that_can_set_the_peak():
+    """Batches as lm-eval runs them: each batch's log-probabilities stay alive while the next
+    batch runs. The meter skips calls an earlier traced call covers, and still finds the peak."""
+    import torch
+    from transformers import PhiConfig, PhiForCausalLM
+
+    from mlrb.tasks.rules import PeakMemory
+
+    torch.manual_seed(0)
+    model = PhiForCausalLM(PhiConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=2)).eval()  # fmt: skip
+
+    def evaluate(lengths):
+        with PeakMemory(model, "cpu") as peak, torch.no_grad():
+            logprobs = None
+            for length in lengths:
+                logprobs = torch.log_softmax(model(torch.ones(8, length, dtype=torch.long)).logits, dim=-1)
+        return peak
+
+    longest_first = evaluate([40, 40, 30, 20, 10])  # lm-eval's order
+    shortest_first = evaluate([10, 20, 30, 40, 40])  # every call larger than the last: all traced
+    assert (longest_first.traced_calls, shortest_first.traced_calls) == (3, 5)
+    assert longest_first.peak_bytes == shortest_first.peak_bytes
+    # The 40-long batch's log-probabilities (8 x 40 x 64 floats) are alive while the next one runs.
+    assert longest_first.peak_bytes > longest_first.weight_bytes + 2 * 8 * 40 * 64 * 4
+    # A large batch after untraced small ones: what they left alive is bounded, never missed.
+    late_large = evaluate([40, 10, 10, 10, 40])
+    assert late_large.traced_calls == 4
+    assert evaluate([10, 40]).peak_bytes <= late_large.peak_bytes <= longest_first.peak_bytes

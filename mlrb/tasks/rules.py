@@ -433,14 +433,16 @@ class PeakMemory:
 
     Tracing every op costs more than a small model's evaluation itself, so only the calls
     that can set the peak are traced. A plain transformers model (no custom code is
-    allowed) uses memory by its input's shape alone, so a forward call whose (batch,
-    length) an already traced call covers cannot use more. Traced: from entering until the
-    first forward call; each call with an uncovered shape (or a cache: generation), up to
-    the next call; and that next call too, so the tensors a batch leaves alive (its
-    log-probabilities) count against the next batch's forward. lm-eval orders batches
-    longest first, so its first two batches are traced and the peak is exact. Were a later
-    batch larger, the leftovers of its untraced predecessor are bounded by the largest
-    leftovers measured, and counted as that.
+    allowed) uses memory by its input's shape alone, and while a batch runs, what the
+    batch before it left alive (its log-probabilities, the next input) is still held. So
+    a forward call is skipped when an already traced call had at least its (batch,
+    length) and followed a call with at least its predecessor's; every other call (and
+    any call with a cache: generation) is traced up to the next call, and so is that
+    next call, whose start measures what the traced one left alive. Ops between entering
+    and the first call are traced. lm-eval orders batches longest first, so its first three
+    calls are traced and the peak is exact. Were a later call larger, what its untraced
+    predecessor left alive is counted as the most any traced call left alive (an upper
+    bound: the predecessor's shape is covered by a traced one's).
 
         with PeakMemory(model, device) as peak:
             ...evaluate...
@@ -457,7 +459,8 @@ class PeakMemory:
         self.forward_calls = 0
         self._mode = None
         self._tracing = False
-        self._traced_shapes: List[tuple] = []
+        self._traced_keys: List[tuple] = []  # (previous call's batch, length, this call's batch, length)
+        self._previous_shape: Optional[tuple] = (0, 0)  # before the first call: nothing left alive
         self._previous_needed = True  # the window from entering to the first call is traced
         self._largest_leftover = 0
         self._allowance = 0
@@ -504,19 +507,20 @@ class PeakMemory:
 
     def _before_forward(self, module, args, kwargs):
         self.forward_calls += 1
-        if self._tracing and self._previous_needed:  # live now: what the last batch left behind
+        if self._tracing:  # live now: what the last call left behind
             self._largest_leftover = max(self._largest_leftover, self._mode.current - self._allowance)
         shape = _input_shape(args, kwargs)
-        needed = shape is None or not any(all(a <= b for a, b in zip(shape, seen)) for seen in self._traced_shapes)
-        if needed and shape is not None:
-            self._traced_shapes.append(shape)
+        key = None if shape is None or self._previous_shape is None else self._previous_shape + shape
+        needed = key is None or not any(all(a <= b for a, b in zip(key, seen)) for seen in self._traced_keys)
         if needed or self._previous_needed:
-            if not self._tracing:  # a larger batch after untraced ones: bound what they left alive
+            if not self._tracing:  # a larger call after untraced ones: bound what they left alive
                 self._trace(True, allowance=self._largest_leftover)
             self.traced_calls += 1
+            if key is not None:
+                self._traced_keys.append(key)
         else:
             self._trace(False)
-        self._previous_needed = needed
+        self._previous_shape, self._previous_needed = shape, needed
 
 
 def _input_shape(args, kwargs) -> Optional[tuple]:
