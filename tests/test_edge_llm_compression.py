@@ -42,16 +42,19 @@ def test_doing_nothing_is_invalid_and_the_reference_compresses_within_the_limit(
     assert "do_nothing_score" not in calibration
     assert "during evaluation exceeds the limit of 1.9 MB" in calibration["do_nothing_invalid"]
     assert calibration["reference.peak_memory_mb"] < load_task().spec.memory_limit_mb
-    assert calibration["reference_score"] > 1.1 * calibration["baseline_score"]
+    # The baseline's naive weight sharing (the head reuses the embedding) leaves it near chance (0.25).
+    assert calibration["baseline_score"] < 0.35 < 0.6 < calibration["reference_score"]
 
 
 def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, assets):
     metrics = baseline_run("edge_llm_compression", tmp_path, cache_dir).data.metrics
     assert metrics["reference_score"] > metrics["baseline_score"]
     assert 0 < metrics["weight_memory_mb"] < metrics["peak_memory_mb"] <= load_task().spec.memory_limit_mb
-    # Pruning and dropping layers, no training: no weight changed beyond zeroing.
+    # Pruning, sharing and dropping layers, no training: no weight changed beyond zeroing.
     assert metrics["weights_changed_share"] == 0.0 and metrics["weights_pruned_share"] > 0.5
-    assert 0.2 < metrics["weights_sparsity"] < 0.3  # 30% of every linear layer; embeddings and norms kept
+    assert 0.2 < metrics["weights_sparsity"] < 0.3  # 30% of every linear layer (the shared head: the embedding)
+    # Half the layers dropped and the head stored once: about half the base's 1.09 MB of weights.
+    assert metrics["weight_memory_mb"] < 0.6
 
 
 def test_the_untouched_base_is_over_the_memory_limit_during_evaluation(assets, tmp_path):

@@ -415,8 +415,8 @@ def check_not_known_checkpoint(submission: Path, checkpoints: Dict[str, Path], m
 # ----------------------------------------------------------------------- memory
 
 
-MEMORY_METHOD = ("weights + peak of live tensors during evaluation (torch dispatch; batches whose input shape an "
-                 "earlier batch covers are not traced), on any device")
+MEMORY_METHOD = ("weights + peak of live tensors during evaluation (torch dispatch; forward calls that a traced one "
+                 "covers, in input shape and its predecessor's, run untraced), on any device")
 
 
 class PeakMemory:
