@@ -416,7 +416,8 @@ def check_not_known_checkpoint(submission: Path, checkpoints: Dict[str, Path], m
 # ----------------------------------------------------------------------- memory
 
 
-MEMORY_METHOD = "weights + peak of live tensors during evaluation (torch dispatch), on any device"
+MEMORY_METHOD = ("weights + peak of live tensors during evaluation (torch dispatch; forward calls that a traced one "
+                 "covers, in input shape and its predecessor's, run untraced), on any device")
 
 
 class PeakMemory:
@@ -431,6 +432,19 @@ class PeakMemory:
     kernel. On CUDA the allocator's peak above what was allocated before the evaluation
     is also kept, for the record (`allocator_peak_bytes`).
 
+    Tracing every op costs more than a small model's evaluation itself, so only the calls
+    that can set the peak are traced. A plain transformers model (no custom code is
+    allowed) uses memory by its input's shape alone, and while a batch runs, what the
+    batch before it left alive (its log-probabilities, the next input) is still held. So
+    a forward call is skipped when an already traced call had at least its (batch,
+    length) and followed a call with at least its predecessor's; every other call (and
+    any call with a cache: generation) is traced up to the next call, and so is that
+    next call, whose start measures what the traced one left alive. Ops between entering
+    and the first call are traced. lm-eval orders batches longest first, so its first three
+    calls are traced and the peak is exact. Were a later call larger, what its untraced
+    predecessor left alive is counted as the most any traced call left alive (an upper
+    bound: the predecessor's shape is covered by a traced one's).
+
         with PeakMemory(model, device) as peak:
             ...evaluate...
         peak.peak_bytes, peak.weight_bytes
@@ -442,7 +456,16 @@ class PeakMemory:
         self.weight_bytes = 0
         self.peak_bytes = 0
         self.allocator_peak_bytes: Optional[int] = None
+        self.traced_calls = 0
+        self.forward_calls = 0
         self._mode: Any = None  # a _LiveTensorBytes mode while entered
+        self._tracing = False
+        self._traced_keys: List[tuple] = []  # (previous call's batch, length, this call's batch, length)
+        self._previous_shape: Optional[tuple] = (0, 0)  # before the first call: nothing left alive
+        self._previous_needed = True  # the window from entering to the first call is traced
+        self._largest_leftover = 0
+        self._allowance = 0
+        self._hook: Any = None  # the forward pre-hook while entered
         self._allocated_before = 0
 
     def __enter__(self) -> PeakMemory:
@@ -457,19 +480,58 @@ class PeakMemory:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             self._allocated_before = torch.cuda.memory_allocated()
-        mode = self._mode = _LiveTensorBytes({ptr for _, ptr in storages})
-        mode.__enter__()
+        self._mode = _LiveTensorBytes({ptr for _, ptr in storages})
+        self._hook = self.model.register_forward_pre_hook(self._before_forward, with_kwargs=True)
+        self._trace(True)
         return self
 
     def __exit__(self, *exc) -> None:
         import torch
 
-        mode = self._mode
-        mode.__exit__(*exc)
-        self.peak_bytes = self.weight_bytes + mode.peak
+        self._hook.remove()
+        self._trace(False, *exc)
+        self.peak_bytes = self.weight_bytes + self._mode.peak
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
             self.allocator_peak_bytes = self.weight_bytes + int(torch.cuda.max_memory_allocated()) - self._allocated_before
+
+    def _trace(self, on: bool, *exc, allowance: int = 0) -> None:
+        if on and not self._tracing:
+            self._allowance = allowance  # untracked leftovers, counted as live while this window is open
+            self._mode.current += allowance
+            self._mode.__enter__()
+        elif not on and self._tracing:
+            self._mode.__exit__(*(exc or (None, None, None)))
+            self._mode.current -= self._allowance
+            self._allowance = 0
+        self._tracing = on
+
+    def _before_forward(self, module, args, kwargs):
+        self.forward_calls += 1
+        if self._tracing:  # live now: what the last call left behind
+            self._largest_leftover = max(self._largest_leftover, self._mode.current - self._allowance)
+        shape = _input_shape(args, kwargs)
+        key = None if shape is None or self._previous_shape is None else self._previous_shape + shape
+        needed = key is None or not any(all(a <= b for a, b in zip(key, seen, strict=True)) for seen in self._traced_keys)
+        if needed or self._previous_needed:
+            if not self._tracing:  # a larger call after untraced ones: bound what they left alive
+                self._trace(True, allowance=self._largest_leftover)
+            self.traced_calls += 1
+            if key is not None:
+                self._traced_keys.append(key)
+        else:
+            self._trace(False)
+        self._previous_shape, self._previous_needed = shape, needed
+
+
+def _input_shape(args, kwargs) -> Optional[tuple]:
+    """(batch, length) of a forward call's input; None with a cache (generation) or no tensor input."""
+    import torch
+
+    if kwargs.get("past_key_values") is not None:
+        return None
+    inputs = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs_embeds"))
+    return tuple(inputs.shape[:2]) if isinstance(inputs, torch.Tensor) else None
 
 
 def _LiveTensorBytes(ignore: set):

@@ -3,13 +3,16 @@ pruning + layer dropping), and save it in FP16 as a Hugging Face model.
 
 Usage:
     python compress.py --model DIR --output submission [--prune 0.3] [--drop-layers 1 | --drop-indices 1 5]
+                       [--share-embeddings]
 
-Baseline, after the MLRB baseline for this competition:
-  1. magnitude (L1) pruning: in every linear layer (the output head included), the `--prune`
+Baseline, after the MLRB baseline for this competition (L1 pruning, weight sharing, layer dropping):
+  1. weight sharing (`--share-embeddings`): the output head reuses the input embedding's
+     weights, as GPT-2 does (config.tie_word_embeddings), so one matrix is stored instead of two;
+  2. magnitude (L1) pruning: in every linear layer (the output head included), the `--prune`
      share of weights with the smallest absolute value is set to zero;
-  2. layer dropping: the last `--drop-layers` decoder layers are removed, or those at
+  3. layer dropping: the last `--drop-layers` decoder layers are removed, or those at
      `--drop-indices` (config.num_hidden_layers is updated to match).
-Pruned zeros are stored densely, so pruning alone does not save memory; dropping
+Pruned zeros are stored densely, so pruning alone does not save memory; sharing, dropping
 layers and the FP16 dtype do. No training, distillation or quantization: the rules
 forbid them (weights must stay FP16 or FP32).
 
@@ -57,7 +60,15 @@ def drop_layers(model, indices: list[int]) -> None:
     model.config.num_hidden_layers = len(model.model.layers)
 
 
-def compress(model, prune: float, drop: list[int]):
+def share_embeddings(model) -> None:
+    """Make the output head use the input embedding's weights (stored once when saved)."""
+    model.config.tie_word_embeddings = True
+    model.lm_head.weight = model.get_input_embeddings().weight
+
+
+def compress(model, prune: float, drop: list[int], share: bool = False):
+    if share:
+        share_embeddings(model)
     prune_linear_layers(model, prune)
     drop_layers(model, drop)
     return model
@@ -70,17 +81,19 @@ def main() -> None:
     parser.add_argument("--prune", type=float, default=0.3, help="share of each linear layer's weights to zero")
     parser.add_argument("--drop-layers", type=int, default=1, help="how many of the last decoder layers to remove")
     parser.add_argument("--drop-indices", type=int, nargs="+", help="which decoder layers (0-based) to remove instead")
+    parser.add_argument("--share-embeddings", action="store_true", help="the output head reuses the input embedding")
     args = parser.parse_args()
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float16)
     n_layers = len(model.model.layers)
     drop = args.drop_indices or list(range(n_layers - args.drop_layers, n_layers))
     before = sum(p.numel() for p in model.parameters())
-    compress(model, args.prune, drop)
+    compress(model, args.prune, drop, args.share_embeddings)
     after = sum(p.numel() for p in model.parameters())
     model.save_pretrained(args.output, safe_serialization=True)
     AutoTokenizer.from_pretrained(args.model).save_pretrained(args.output)
-    print(f"compressed {before:,} -> {after:,} parameters (pruned {args.prune:.0%}, dropped layers {drop})")
+    shared = ", output head shares the input embedding" if args.share_embeddings else ""
+    print(f"compressed {before:,} -> {after:,} parameters (pruned {args.prune:.0%}, dropped layers {drop}{shared})")
 
 
 if __name__ == "__main__":
