@@ -31,9 +31,8 @@ from typing import Any, Callable, List, NoReturn, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from mlrb.config import ConfigError, MlrbConfig, register_schema, to_typed
+from mlrb.config import CONF_DIR, ConfigError, MlrbConfig, register_schema, to_typed
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"  # shipped inside the package
 GROUPS = ("task", "agent", "budget", "sandbox", "launcher", "tracking")
 
 # Hydra's command-line flags: (long, short, takes, help). `takes` is None for a switch,
@@ -94,7 +93,7 @@ def parse_command_line(argv: List[str]) -> argparse.Namespace:
 def hydra_command_line(args: argparse.Namespace) -> List[str]:
     """The same command as Hydra's parser takes it: every flag before the overrides."""
     flags: List[str] = []
-    for long, _, takes, _ in FLAGS:
+    for long, _, _takes, _ in FLAGS:
         value = getattr(args, long.lstrip("-").replace("-", "_"))
         if value is True:
             flags.append(long)
@@ -104,7 +103,8 @@ def hydra_command_line(args: argparse.Namespace) -> List[str]:
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError, version as installed_version
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
 
     try:
         return installed_version("mlrb")
@@ -200,7 +200,7 @@ def unknown_key_message(key: str, choices: Optional[List[str]] = None) -> str:
     base = compose(config_name="config", overrides=choices or [])
     node: object = base
     parts = key.split(".")
-    where = []
+    where: List[str] = []
     for part in parts[:-1]:
         if isinstance(node, DictConfig) and part in node:
             node, where = node[part], where + [part]
@@ -220,7 +220,7 @@ class SingleRunCheck:
     is made; Hydra's console output is held back until then (see the module's docstring)."""
 
     CALLBACK = "+hydra.callbacks.mlrb_config_check._target_=mlrb.cli.ConfigCheck"
-    active: Optional["SingleRunCheck"] = None
+    active: Optional[SingleRunCheck] = None
 
     def __init__(self) -> None:
         self.typed: Optional[MlrbConfig] = None
@@ -228,7 +228,7 @@ class SingleRunCheck:
         self.held = io.StringIO()
         self.stderr: Any = None
 
-    def __enter__(self) -> "SingleRunCheck":
+    def __enter__(self) -> SingleRunCheck:
         SingleRunCheck.active = self
         self.stderr, sys.stderr = sys.stderr, self.held
         return self

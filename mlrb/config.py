@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
-from typing import Any, Dict, List, Optional
+from pathlib import Path, PurePosixPath
+from typing import Any, Dict, List, Optional, cast
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from mlrb.messages import ConfigError
 
-class ConfigError(ValueError):
-    """A user-facing configuration problem, reported as one line."""
+CONF_DIR = Path(__file__).resolve().parent / "conf"  # the configs ship inside the package
 
 
 @dataclass
@@ -146,8 +146,8 @@ def to_typed(cfg: DictConfig) -> MlrbConfig:
         # keep values a user fills in when choosing them, so they stay as plain data.
         scales = OmegaConf.to_container(merged.task.scales, resolve=False, throw_on_missing=False)
         merged.task.scales = {}
-        typed = OmegaConf.to_object(merged)
-        typed.task.scales = scales
+        typed = cast(MlrbConfig, OmegaConf.to_object(merged))
+        typed.task.scales = cast(Dict[str, Any], scales)
     except OmegaConfBaseException as e:
         raise ConfigError(describe_omegaconf_error(e)) from None
     check_rules(typed)

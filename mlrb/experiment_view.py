@@ -21,7 +21,7 @@ EXPERIMENT_TAGS = {KIND_TAG: RUNS_TABLE_KIND}
 
 def open_on_runs_table(client: Any, experiment_id: str) -> None:
     """Tag an experiment made before mlrb set the kind (a user's own choice of kind is kept)."""
-    from mlrb.tracking import with_retries
+    from mlrb.retries import with_retries
 
     experiment = with_retries(lambda: client.get_experiment(experiment_id))
     if KIND_TAG not in experiment.tags:

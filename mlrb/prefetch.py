@@ -2,9 +2,11 @@
 with every model, dataset and evaluation set a full-scale run of the task needs.
 
 Without `task=`, every task. Online (HF_HUB_OFFLINE unset), what is missing is downloaded
-with the libraries' progress bars; offline (HF_HUB_OFFLINE=1, a compute node), or with
-`--check`, nothing is fetched: each missing item is one line, and the exit status is 1
-when anything is missing. A full-scale run checks the same list before it starts
+with the libraries' progress bars (from HF_ENDPOINT, the Hub by default); an item that fails
+is one line naming it and why, the others are still fetched, and a Hub that cannot be
+reached is one line before anything is tried. Offline (HF_HUB_OFFLINE=1, a compute node),
+or with `--check`, nothing is fetched: each missing item is one line, and the exit status
+is 1 when anything is missing. A full-scale run checks the same list before it starts
 (`refuse_if_missing`) and refuses, naming what is missing.
 """
 
@@ -50,8 +52,7 @@ def tasks_for(overrides: List[str]) -> List[Any]:
     from hydra.core.global_hydra import GlobalHydra
 
     from mlrb import registry
-    from mlrb.cli import CONF_DIR
-    from mlrb.config import register_schema, to_typed
+    from mlrb.config import CONF_DIR, register_schema, to_typed
 
     register_schema()
     named = [n for o in overrides if o.startswith("task=") for n in o.split("=", 1)[1].split(",")]
@@ -77,6 +78,37 @@ def tasks_for(overrides: List[str]) -> List[Any]:
     return tasks
 
 
+def one_line(error: BaseException) -> str:
+    """Why a download failed, in one line: the Hub's HTTP answer where one is behind the error
+    (the libraries wrap it in errors of several lines), else the error's type and first line."""
+    cause: Optional[BaseException] = error
+    for _ in range(8):  # the chain of causes is short; a bound keeps a cyclic one finite
+        if cause is None:
+            break
+        response = getattr(cause, "response", None)
+        if response is not None and getattr(response, "status_code", None):
+            says = response.headers.get("X-Error-Message")
+            answer = f"{response.status_code} {response.reason_phrase}" + (f" ({says})" if says else "")
+            url = str(response.request.url).split("?")[0]  # a CDN's signed query is no one's business
+            return f"the Hub answered {answer} to {response.request.method} {url}"
+        cause = cause.__cause__ or cause.__context__
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    return f"{type(error).__name__}: {first}"
+
+
+def hub_unreachable() -> Optional[str]:
+    """None if the Hub (HF_ENDPOINT) answers at all, with any status; else why not, in one line.
+    Asked once before the first download: without it, an unreachable Hub (a compute node that
+    forgot HF_HUB_OFFLINE=1) costs every dataset item the libraries' retries, ~20 s each."""
+    from huggingface_hub import constants, get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    except Exception as e:  # refused, no DNS, timeout, proxy, TLS: the transport's errors have no common type here
+        return one_line(e)
+    return None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     from huggingface_hub import constants
 
@@ -95,6 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"mlrb.prefetch: error: {e}", file=sys.stderr)
         return 2
     missing_total = 0
+    unreachable: Optional[str] = None  # asked before the first download: why the Hub cannot be reached ("": it answers)
     for task in tasks:
         if isinstance(task, str):
             print(f"missing: {task}")
@@ -105,10 +138,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"{task.name} ({task.cfg.scale}): nothing to fetch (its assets are built locally)")
             continue
         missing = [item for item in needs if not is_present(item)]
-        if missing and not check_only:
+        if missing and not check_only and unreachable is None:
+            unreachable = hub_unreachable() or ""
+            if unreachable:
+                print(f"mlrb.prefetch: error: cannot reach the Hugging Face Hub at {constants.ENDPOINT} ({unreachable});"
+                      " nothing fetched. Without internet, HF_HUB_OFFLINE=1 checks the cache only", file=sys.stderr)  # fmt: skip
+        if missing and not check_only and not unreachable:
             for n, item in enumerate(missing, 1):
                 print(f"{task.name}: fetching {item.describe()} ({n}/{len(missing)})", flush=True)
-                download(item)
+                try:
+                    download(item)
+                except Exception as e:  # whatever stops one item (HTTP, network, disk): one line, go on
+                    print(f"mlrb.prefetch: error: {task.name}: cannot fetch {item.describe()}: {one_line(e)}",
+                          file=sys.stderr, flush=True)  # fmt: skip
             missing = [item for item in needs if not is_present(item)]
         for item in missing:
             print(f"missing: {task.name}: {item.describe()}")
@@ -116,7 +158,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         state = "complete" if not missing else f"{len(missing)} of {len(needs)} missing"
         print(f"{task.name} ({task.cfg.scale}): {state} ({len(needs)} items in {cache_location()})", flush=True)
     if missing_total:
-        how = "run this again on a machine with internet (HF_HUB_OFFLINE unset)" if check_only else "see above"
+        offline = check_only or unreachable
+        how = "run this again on a machine with internet (HF_HUB_OFFLINE unset)" if offline else "see above"
         print(f"mlrb.prefetch: {missing_total} item(s) missing; {how}", file=sys.stderr)
         return 1
     return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Mapping
 
-from mlrb.config import ConfigError
+from mlrb.messages import ConfigError
 
 TASKS: Mapping[str, str] = {
     "llm_merging": "mlrb.tasks.llm_merging.task:LlmMerging",

@@ -16,7 +16,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, cast
 
 from mlrb.config import ConfigError
 
@@ -52,7 +52,7 @@ def rescore(args: argparse.Namespace) -> str:
     local.mkdir(parents=True, exist_ok=True)
     try:
         config_file = client.download_artifacts(args.run_id, "config.yaml", str(local))
-        config = OmegaConf.to_container(OmegaConf.load(config_file))
+        config = cast(Dict[str, Any], OmegaConf.to_container(OmegaConf.load(config_file)))
         root = Path(client.download_artifacts(args.run_id, "snapshots", str(local)))
     except Exception:
         raise ConfigError(

@@ -35,8 +35,8 @@ from mlrb.budget import Budget
 from mlrb.config import ConfigError, MlrbConfig
 from mlrb.sandbox.base import limits_for
 from mlrb.scoring.runner import score_submission
-from mlrb.tasks.base import ScoreReport, Task
 from mlrb.status import Status, of_run
+from mlrb.tasks.base import ScoreReport, Task
 from mlrb.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -141,10 +141,10 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         **commit,
     }
     sweep_id, parent_run_id = os.environ.get(SWEEP_ID_VAR), os.environ.get(PARENT_RUN_VAR)
-    resume_tags = None
+    resume_tags: Optional[Dict[str, str]] = None
     if sweep_id:  # a job of a sweep: a retry of it continues the job's run
         tags["mlrb.sweep_id"] = sweep_id
-        resume_tags = {"mlrb.run_key": tags["mlrb.run_key"], "mlrb.sweep_id": sweep_id}
+        resume_tags = {"mlrb.run_key": str(tags["mlrb.run_key"]), "mlrb.sweep_id": sweep_id}
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
     with interrupts.guarded() as guard:
@@ -208,7 +208,7 @@ def stopped(cfg: MlrbConfig, recorder, run_dir: Path, e: BaseException) -> BaseE
 class RunInterrupted(KeyboardInterrupt):
     """The run was stopped by a signal and recorded as killed (MLflow KILLED)."""
 
-    def __init__(self, result: Optional["RunResult"], signum: int, run_id: str = ""):
+    def __init__(self, result: Optional[RunResult], signum: int, run_id: str = ""):
         self.result = result
         self.run_id = result.run_id if result else run_id
         self.signal = interrupts.Interrupted(signum)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 
 
-class Status(str, enum.Enum):
+class Status(str, enum.Enum):  # noqa: UP042 (StrEnum would change str(status) and f-strings)
     OK = "ok"  # the agent submitted, and its submission is valid
     INVALID = "invalid"  # it submitted something that breaks the task's rules or cannot be loaded or scored
     NO_SUBMISSION = "no_submission"  # it said it was done but left nothing where the task expects it

@@ -27,13 +27,13 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from omegaconf import OmegaConf
 
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from mlrb import experiment_view, run_names, sweep_summary, tracking
 from mlrb.config import ConfigError, TrackingConfig, to_typed
 from mlrb.run import PARENT_RUN_VAR, SWEEP_ID_VAR, experiment_name, run_key, run_name
@@ -269,7 +269,8 @@ class LocalSweepLauncher(SweepLauncher):
         slots = int(self.params.get("slots", 1))
         gpus_per_job = int(self.params.get("gpus_per_job", 0))
         free = deque(enumerate(slot_devices(slots, gpus_per_job, visible_devices(self.params.get("devices")))))
-        queue, running, outcomes = deque(jobs), {}, {}
+        queue, outcomes = deque(jobs), {}
+        running: Dict[int, Tuple[Any, SweepJob, Tuple[int, List[int]]]] = {}
         while queue or running:
             while queue and free:
                 slot, gpus = free.popleft()
@@ -281,10 +282,10 @@ class LocalSweepLauncher(SweepLauncher):
                     visible_gpus=tuple(gpus),  # this slot's GPUs only: CUDA_VISIBLE_DEVICES in the job
                 )
                 running[job.idx] = (executor.submit(self, *self.submission(job)), job, (slot, gpus))
-            for idx, (submitted, job, slot) in list(running.items()):
+            for idx, (submitted, job, held) in list(running.items()):
                 if submitted.done():
                     outcomes[idx] = self.collect(submitted, job)
-                    free.append(slot)
+                    free.append(held)
                     del running[idx]
             failed = sum(not ok for ok, _ in outcomes.values())
             progress.show(len(queue), len(running), len(outcomes) - failed, failed)
@@ -315,7 +316,7 @@ def load_profile(name_or_path: str) -> Dict[str, Any]:
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
         raise ValueError(f"launcher: no cluster profile '{name_or_path}' (known in {PROFILES_DIR}: {known})")
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    return cast(Dict[str, Any], OmegaConf.to_container(OmegaConf.load(path), resolve=True))
 
 
 class SlurmSweepLauncher(SweepLauncher):
@@ -366,15 +367,15 @@ class SlurmSweepLauncher(SweepLauncher):
         groups: Dict[str, List[SweepJob]] = {}
         for job in jobs:
             groups.setdefault(repr(sorted(self.resources(job, profile).items())), []).append(job)
-        submitted = []
+        submitted: List[Tuple[Any, SweepJob]] = []
         for group in groups.values():
             executor = submitit.AutoExecutor(
                 folder=self.params["submitit_folder"], cluster="slurm",
                 slurm_max_num_timeout=int(profile.get("max_requeues", 3)),
             )  # fmt: skip
             executor.update_parameters(name="mlrb", **self.resources(group[0], profile))
-            array = executor.map_array(self, *zip(*(self.submission(job) for job in group)))
-            submitted.extend(zip(array, group))
+            array = executor.map_array(self, *zip(*(self.submission(job) for job in group), strict=True))
+            submitted.extend(zip(array, group, strict=True))
         logging.getLogger("submitit").addFilter(HideSacctNoise())
         outcomes: Dict[int, Tuple[bool, Any]] = {}
         while len(outcomes) < len(submitted):

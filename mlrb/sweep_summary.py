@@ -26,9 +26,9 @@ class SweepSummary:
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Columns aligned for a terminal."""
-    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows)]
+    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows, strict=True)]
     lines = [headers, ["-" * w for w in widths], *rows]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
 
 
 def runs_table(rows: Sequence[RunRow]) -> str:

@@ -10,16 +10,17 @@ import contextlib
 import dataclasses
 import logging
 import os
-import random
 import re
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from mlrb.config import ConfigError, TrackingConfig
 from mlrb.experiment_view import EXPERIMENT_TAGS
+from mlrb.messages import SECRET_QUERY, first_line, mask_uri
+from mlrb.retries import with_retries
 
 log = logging.getLogger(__name__)
 
@@ -98,24 +99,6 @@ def use_wal(db: Path) -> None:
 # ------------------------------------------------------------- checking the store
 
 CHECK_TIMEOUT_S = 10.0
-SECRET_QUERY = re.compile(r"(token|secret|password|passwd|key|auth|credential|signature)", re.IGNORECASE)
-
-
-def mask_uri(uri: str) -> str:
-    """The URI with any password (user:PASSWORD@host) and secret query values masked."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return uri
-    if "@" not in parts.netloc and not parts.query:
-        return uri
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{host}" if ":" in userinfo else f"***@{host}"
-    query = urlencode([(k, "***" if SECRET_QUERY.search(k) else v) for k, v in parse_qsl(parts.query)], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def secrets_in(cfg: TrackingConfig) -> List[str]:
@@ -153,7 +136,7 @@ def check_store(cfg: TrackingConfig, wait_for_server: bool = False) -> None:
             wait_for_http_server(uri, cfg.retry_for_s)
         return check_http_store(uri, shown, where)
     scheme = urlsplit(uri).scheme if uri else "sqlite"
-    if scheme in ("", "file"):
+    if scheme in ("", "file") and uri:
         return check_folder_store(Path(urlsplit(uri).path if scheme else uri), shown, where)
     if sqlite_path(uri or "") is None and scheme != "sqlite" and scheme not in SQL_SCHEMES:
         raise ConfigError(
@@ -347,24 +330,6 @@ def wait_for_http_server(uri: str, retry_for_s: float) -> None:
         pass
 
 
-def first_line(error: BaseException) -> str:
-    text = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
-    return f"{type(error).__name__}: {text[:300]}"
-
-
-def with_retries(call: Callable[[], Any], attempts: int = 12, first_delay_s: float = 0.2) -> Any:
-    """Run a store call, retrying while SQLite says another writer holds the lock."""
-    delay = first_delay_s
-    for attempt in range(attempts):
-        try:
-            return call()
-        except Exception as e:  # MlflowException or SQLAlchemy's OperationalError
-            if "database is locked" not in str(e) or attempt == attempts - 1:
-                raise
-            time.sleep(delay + random.uniform(0, delay))
-            delay = min(delay * 2, 5.0)
-
-
 def flatten(tree: Any, prefix: str = "") -> Dict[str, str]:
     flat: Dict[str, str] = {}
     if isinstance(tree, Mapping):
@@ -423,14 +388,14 @@ class RunRecorder:
 
         items = [Param(k, v[:6000]) for k, v in sorted(params.items())]
         for batch in chunks(items):
-            with_retries(lambda: self.client.log_batch(self.run_id, params=batch))
+            with_retries(self.client.log_batch, self.run_id, params=batch)
 
     def set_tags(self, tags: Dict[str, Any]) -> None:
         from mlflow.entities import RunTag
 
         items = [RunTag(k, str(v)) for k, v in tags.items()]
         for batch in chunks(items):
-            with_retries(lambda: self.client.log_batch(self.run_id, tags=batch))
+            with_retries(self.client.log_batch, self.run_id, tags=batch)
 
     def log_metrics(self, metrics: Dict[str, float], step: int = 0) -> None:
         from mlflow.entities import Metric
@@ -438,7 +403,7 @@ class RunRecorder:
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
         for batch in chunks(items, 1000):
-            with_retries(lambda: self.client.log_batch(self.run_id, metrics=batch))
+            with_retries(self.client.log_batch, self.run_id, metrics=batch)
 
     def log_text(self, text: str, name: str) -> None:
         self.client.log_text(self.run_id, text, name)

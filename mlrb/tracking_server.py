@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import List, NoReturn, Optional
 from urllib.parse import unquote, urlsplit
 
-from mlrb.tracking import first_line, mask_uri
+from mlrb.messages import first_line, mask_uri
 
 DEFAULT_DB_URI = "postgresql://mlrb@127.0.0.1:5432/mlrb"
 CONNECT_TIMEOUT_S = 5

@@ -97,28 +97,34 @@ def test_damage_that_cannot_be_rebuilt_is_one_error_naming_the_file(task, tmp_pa
         ensure_assets(task, tmp_path)
 
 
-@pytest.mark.slow
-def test_assets_changed_during_a_run_are_rebuilt_before_scoring(tmp_path, built_cache):
-    """An unconfined agent can write the cache: scoring notices, rebuilds, and scores right."""
-    import shutil
+HOUSE_PRICE = Path(__file__).parent / "folder_tasks" / "house-price-mini"
 
+
+@pytest.mark.slow
+def test_assets_changed_during_a_run_are_rebuilt_before_scoring(tmp_path, caplog):
+    """An unconfined agent can write the cache: scoring notices, rebuilds, and scores right.
+    The checks are the same for every task; a small task folder keeps the rebuild quick."""
     from mlrb import run as run_lib
-    from mlrb.assets import asset_dir
 
     cache = tmp_path / "cache"
-    shutil.copytree(built_cache, cache)
-    cfg = compose_config(*store_args(tmp_path, cache)[:2], "sandbox=unconfined")
-    hidden = asset_dir(run_lib.registry.load(run_lib.registry.TASKS["llm_merging"])(cfg.task), cache) / "hidden" / "test.jsonl"
-    cfg.task.scales["tiny"]["baseline_command"] = (
-        f'python merge.py --data "$MLRB_DATA" --output submission && printf X | dd of={hidden} bs=1 seek=10 conv=notrunc'
+    cfg = compose_config(*store_args(tmp_path, cache)[:2], "task=folder", f"task.path={HOUSE_PRICE}",
+                         "task.higher_is_better=false", "sandbox=unconfined")  # fmt: skip
+    # The agent makes one hidden price unreadable (scored unrepaired, its submission would be
+    # invalid). The pattern matches only a built folder, not the one the first build stages.
+    hidden = f"{cache}/house-price-mini/folder-????????????/hidden/answer.csv"
+    cfg.task.scales["folder"]["baseline_command"] = (
+        f'python train.py && for f in {hidden}; do [ ! -f "$f" ] || printf X | dd of="$f" bs=1 seek=10 conv=notrunc; done'
     )
-    before = hidden.read_bytes()
-    result = run_lib.execute(cfg, tmp_path / "run")
-    assert hidden.read_bytes() == before  # rebuilt as it was
+    task = run_lib.registry.load(run_lib.registry.TASKS["folder"])(cfg.task)
+    with caplog.at_level(logging.WARNING, logger="mlrb.assets"):
+        result = run_lib.execute(cfg, tmp_path / "run")
+    assert "hidden/answer.csv has changed" in caplog.text and "rebuilding" in caplog.text
 
+    assets = ensure_assets(task, cache)
+    assert problems(assets) == [] and b"X" not in (assets / "hidden" / "answer.csv").read_bytes()  # rebuilt
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name("house-price-mini").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok" and result.valid
     assert run.data.tags["mlrb.confined"] == "false" and run.data.tags["mlrb.sandbox"] == "unconfined"
-    assert run.data.tags["mlrb.assets_fingerprint"] == fingerprint(hidden.parent.parent)
+    assert run.data.tags["mlrb.assets_fingerprint"] == fingerprint(assets)
     assert run.data.metrics["score"] == pytest.approx(run.data.metrics["baseline_score"], abs=1e-6)

@@ -84,6 +84,8 @@ CHECKS = {
     "bash install.sh --dev": ("elsewhere", ".ci/run on a fresh clone"),
     ".venv/bin/python -m pytest": ("elsewhere", ".ci/run (this test is part of it)"),
     '.venv/bin/python -m pytest -m "not slow"': ("elsewhere", ".ci/run runs the whole suite"),
+    ".venv/bin/ruff check mlrb": ("elsewhere", ".ci/run runs it before the tests"),
+    ".venv/bin/mypy": ("elsewhere", ".ci/run runs it before the tests"),
     ".venv/bin/python benchmarks/sweep_scaling.py": ("elsewhere", "the numbers the README quotes come from it"),
     ".venv/bin/python benchmarks/overhead.py": ("elsewhere", "the numbers the README quotes come from it"),
     ".venv/bin/python benchmarks/calibration.py --seeds 5 --out calibration.json": (
@@ -98,9 +100,11 @@ CHECKS = {
     "bash docker/build.sh": ("elsewhere", ".ci/run rebuilds the image with it"),
     "bash launchers/slurm/setup_single_node.sh": ("elsewhere", ".ci/run starts the cluster with it"),
     "python -m mlrb.prefetch task=baby_lm task.scale=full": (
-        "elsewhere", "tests/test_full_scale.py runs prefetch for each task against a stand-in mirror (offline: no internet here)"),  # fmt: skip
+        "elsewhere", "tests/test_prefetch_online.py runs prefetch online against a stand-in Hub on loopback (HF_ENDPOINT); "
+                     "tests/test_full_scale.py offline for every task against a stand-in mirror"),  # fmt: skip
     "python -m mlrb.prefetch task.scale=full": (
-        "elsewhere", "tests/test_full_scale.py: every task's prefetch against a stand-in mirror (offline: no internet here)"),  # fmt: skip
+        "elsewhere", "tests/test_full_scale.py: every task's prefetch against a stand-in mirror (offline); "
+                     "tests/test_prefetch_online.py the online path against a stand-in Hub"),  # fmt: skip
     "python -m mlrb.prefetch task=llm_merging task.scale=full task.scales.full.assets.adapters=[org/a,org/b]": (
         "elsewhere", "tests/test_full_scale.py, with the stand-in mirror's adapters for org/a,org/b"),  # fmt: skip
     "HF_HUB_OFFLINE=1 python -m mlrb.prefetch task=baby_lm task.scale=full": (

@@ -106,6 +106,7 @@ def test_a_misspelt_option_is_one_line_naming_the_valid_ones():
         # NaN compares false with everything: a NaN price would make every call free
         ({"price_output_per_mtok": float("nan")}, "agent.options.price_output_per_mtok must not be negative, got nan: give a finite number"),
         ({"request_timeout_s": float("inf")}, "agent.options.request_timeout_s must be positive, got inf: give a finite number"),
+        ({"retry_statuses": [429, "server"]}, "agent.options.retry_statuses has 'server': give HTTP statuses such as 429, or a class such as 5xx"),
     ],
 )
 def test_bad_option_values_are_config_errors(options, expected):
@@ -313,6 +314,14 @@ def test_retries_are_bounded(tmp_path):
     assert run.outcome.status == "agent_error"
     assert "HTTP 503" in run.outcome.message and "gave up after 3 attempts" in run.outcome.message
     assert len(run.requests) == 3
+
+
+def test_the_config_names_the_statuses_that_are_retried(tmp_path):
+    run = Run(tmp_path, [error(429), error(503), reply(tool("submit"))], retry_statuses=[429])
+    assert run.outcome.status == "agent_error" and "HTTP 503" in run.outcome.message
+    assert "gave up" not in run.outcome.message  # not retried: the config leaves 5xx out
+    assert len(run.requests) == 2
+    assert [e["status"] for e in run.events if e["event"] == "api_retry"] == [429]
 
 
 def test_an_unreachable_server_is_retried_then_reported(tmp_path):

@@ -28,7 +28,7 @@ class AgentContext:
     # The run's own folder on the host (outside the sandbox): for the agent's logs.
     run_dir: Optional[Path] = None
     # Called with the step's number after each step (the harness snapshots the workspace).
-    on_step_end: Optional[Callable[[int], None]] = None
+    on_step_end: Optional[Callable[[int], object]] = None  # what it returns is not used
 
     def step_ended(self, step: int) -> None:
         if self.on_step_end is not None:

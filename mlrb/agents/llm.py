@@ -18,10 +18,11 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union, cast
 
 from omegaconf import MISSING, OmegaConf
 
@@ -31,6 +32,7 @@ from mlrb.agents.tools import SUBMIT, TOOLS, ToolEnv, ToolOutput, run_tool
 from mlrb.agents.tracing import Tracer
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig, ConfigError, check_positive, describe_omegaconf_error
+from mlrb.retries import Backoff, RetryState
 from mlrb.status import Status
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,18 @@ PROVIDERS = ("anthropic", "openai")  # each is also the name of its SDK's module
 MAX_TOKENS_PARAMS = ("max_completion_tokens", "max_tokens")
 # Tool outputs and arguments shorter than this are never elided: the gain would be nil.
 ELIDE_MIN_CHARS = 200
+# Retried by default: timeout, conflict, rate limit, and every server error (529 is Anthropic's "overloaded").
+RETRY_STATUSES = ("408", "409", "429", "5xx")
+STATUS_PATTERN = re.compile(r"[1-5]([0-9]{2}|xx)")
+
+
+class NoTimeLeft(Exception):
+    """The wall time ran out before a model call could start."""
+
+
+def status_matches(status: int, pattern: str) -> bool:
+    """`pattern` is an HTTP status ("429") or a class of them ("5xx")."""
+    return str(status) == pattern or (pattern.endswith("xx") and str(status)[0] == pattern[0])
 
 
 @dataclass
@@ -62,11 +76,14 @@ class LlmOptions:
     price_output_per_mtok: float = 0.0
     # Longest one API call may take (the remaining wall time may cut it shorter).
     request_timeout_s: float = 600.0
-    # Transient failures (429, 5xx, timeouts, lost connections) are retried this often,
-    # waiting retry_base_delay_s * 2^(n-1) before the n-th retry, at most retry_max_delay_s.
+    # Failed calls are retried this often, waiting retry_base_delay_s * 2^(n-1) before the
+    # n-th retry (longer if the server asks for it), at most retry_max_delay_s.
     max_retries: int = 6
     retry_base_delay_s: float = 2.0
     retry_max_delay_s: float = 60.0
+    # The HTTP statuses retried ("5xx": every server error). Lost connections, timeouts and
+    # replies that are not the API's are always retried; other errors never are.
+    retry_statuses: List[str] = dataclasses.field(default_factory=lambda: list(RETRY_STATUSES))
     # Characters of conversation kept; beyond it the oldest tool outputs are elided.
     context_chars: int = 400_000
     # Longest tool output the model reads (longer ones are cut in the middle).
@@ -88,7 +105,7 @@ def parse_options(cfg: AgentConfig) -> LlmOptions:
             f"unknown option 'agent.options.{unknown[0]}' for agent {cfg.name}{hint} Valid options: {', '.join(names)}"
         )
     try:
-        options: LlmOptions = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlmOptions), cfg.options))
+        options = cast(LlmOptions, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LlmOptions), cfg.options)))
     except OmegaConfBaseException as e:
         raise ConfigError(describe_omegaconf_error(e, prefix="agent.options.")) from None
     check_values(options)
@@ -110,6 +127,10 @@ def check_values(o: LlmOptions) -> None:
         value = getattr(o, key)
         if not math.isfinite(value) or value < 0:  # a NaN price would make every call free
             raise ConfigError(f"agent.options.{key} must not be negative, got {value}: give a finite number, 0 or more")
+    bad = [p for p in o.retry_statuses if not STATUS_PATTERN.fullmatch(p)]
+    if bad:
+        raise ConfigError(f"agent.options.retry_statuses has '{bad[0]}': give HTTP statuses such as 429, "
+                          "or a class such as 5xx")  # fmt: skip
     if o.api_key_env is not None and not o.api_key_env.strip():
         raise ConfigError("agent.options.api_key_env is empty: name an environment variable, or null for no key")
 
@@ -318,53 +339,82 @@ class LlmAgent:
             cap = min(cap, budget.cfg.max_output_tokens - budget.output_tokens)
         return max(1, cap)
 
-    def call_model(self, ctx, tracer, provider, request, traced, step) -> Union[Reply, AgentOutcome]:
-        """One model call, retried on transient failures, bounded by the remaining wall time."""
+    def retry_policy(self) -> Backoff:
         o = self.options
-        attempt = 0
-        while True:
-            attempt += 1
-            timeout_s = min(o.request_timeout_s, ctx.budget.remaining_s())
-            if timeout_s <= 0:
-                return AgentOutcome(Status.BUDGET_EXHAUSTED, "wall_time", "no wall time left for a model call")
-            started = time.monotonic()
-            attributes = {
-                "mlflow.llm.model": o.model,
-                "mlflow.llm.provider": provider.name,
-                "attempt": attempt,
-                "timeout_s": round(timeout_s, 3),
-            }
-            with tracer.span(f"{provider.name} {o.model}", "CHAT_MODEL", traced, attributes) as span:
-                try:
-                    reply = provider.call(request, timeout_s)
-                except ApiError as e:
-                    error = e
-                    span.record_exception(self.redact(str(e)))
-                else:
-                    error = None
-                    self.account(ctx, span, request, reply, step, attempt, time.monotonic() - started)
-            if error is None:
-                return reply
+        return Backoff(retries=o.max_retries, base_s=o.retry_base_delay_s, max_s=o.retry_max_delay_s)
 
+    def is_retried(self, error: ApiError) -> bool:
+        """An HTTP error whose status agent.options.retry_statuses names; a failure with no
+        status (a lost connection, a timeout, a reply that is not the API's) if it is transient."""
+        if error.status is None:
+            return error.transient
+        return any(status_matches(error.status, pattern) for pattern in self.options.retry_statuses)
+
+    def call_model(self, ctx, tracer, provider, request, traced, step) -> Union[Reply, AgentOutcome]:
+        """One model call, retried on the errors the config names, each try bounded by the
+        remaining wall time and recorded (its trace span; a retry and its pause in the trajectory)."""
+        policy = self.retry_policy()
+
+        def retried(error: BaseException) -> bool:
+            return isinstance(error, ApiError) and self.is_retried(error) and not ctx.budget.exhausted()
+
+        def pause_s(state: RetryState) -> float:
+            """Exponential, or longer if the server asked for it; never past the maximum nor the wall time left."""
+            retry_after = getattr(state.outcome.exception(), "retry_after_s", None) if state.outcome else None
+            return min(policy.pause_s(state.attempt_number, retry_after or 0.0), ctx.budget.remaining_s())
+
+        def note_retry(state: RetryState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            assert isinstance(error, ApiError)  # only these are retried
+            message, delay = self.redact(str(error)), state.upcoming_sleep
+            ctx.trajectory.record("api_retry", step=step, attempt=state.attempt_number, status=error.status,
+                                  error=message, delay_s=delay)  # fmt: skip
+            log.warning("step %d: %s; retrying in %.1f s", step, message, delay)
+
+        attempt = 0
+        try:
+            for attempt_manager in policy.retrying(retried, pause_s, note_retry):
+                with attempt_manager:
+                    attempt = attempt_manager.retry_state.attempt_number
+                    return self.try_call(ctx, tracer, provider, request, traced, step, attempt)
+        except NoTimeLeft:
+            return AgentOutcome(Status.BUDGET_EXHAUSTED, "wall_time", "no wall time left for a model call")
+        except ApiError as error:
             message = self.redact(str(error))
             limit = ctx.budget.exhausted()
             if limit:
                 return AgentOutcome(Status.BUDGET_EXHAUSTED, limit, f"the {limit} budget ran out during a model call: {message}")
-            if not error.transient or attempt > o.max_retries:
-                ctx.trajectory.record("api_error", step=step, attempt=attempt, status=error.status, error=message)
-                if error.transient:
-                    message += f" (gave up after {attempt} attempts)"
-                return AgentOutcome(Status.AGENT_ERROR, None, message)
-            delay = min(self.backoff_s(attempt, error.retry_after_s), ctx.budget.remaining_s())
-            ctx.trajectory.record("api_retry", step=step, attempt=attempt, status=error.status, error=message, delay_s=delay)
-            log.warning("step %d: %s; retrying in %.1f s", step, message, delay)
-            time.sleep(delay)
+            ctx.trajectory.record("api_error", step=step, attempt=attempt, status=error.status, error=message)
+            if self.is_retried(error):
+                message += f" (gave up after {attempt} attempts)"
+            return AgentOutcome(Status.AGENT_ERROR, None, message)
+        raise AssertionError("tenacity's Retrying ended without a result or an error")  # unreachable: it re-raises
 
-    def backoff_s(self, attempt: int, retry_after_s: Optional[float]) -> float:
-        """Exponential backoff, or longer if the server asked for it, never past the maximum."""
+    def try_call(self, ctx, tracer, provider, request, traced, step: int, attempt: int) -> Reply:
+        """One try of a model call, in its own trace span; raises ApiError when it fails."""
         o = self.options
-        delay = max(o.retry_base_delay_s * 2 ** (attempt - 1), retry_after_s or 0.0)
-        return min(delay, o.retry_max_delay_s)
+        timeout_s = min(o.request_timeout_s, ctx.budget.remaining_s())
+        if timeout_s <= 0:
+            raise NoTimeLeft()
+        started = time.monotonic()
+        attributes = {
+            "mlflow.llm.model": o.model,
+            "mlflow.llm.provider": provider.name,
+            "attempt": attempt,
+            "timeout_s": round(timeout_s, 3),
+        }
+        error: Optional[ApiError] = None
+        with tracer.span(f"{provider.name} {o.model}", "CHAT_MODEL", traced, attributes) as span:
+            try:
+                reply = provider.call(request, timeout_s)
+            except ApiError as e:  # recorded redacted, and raised once the span is closed
+                error = e
+                span.record_exception(self.redact(str(e)))
+            else:
+                self.account(ctx, span, request, reply, step, attempt, time.monotonic() - started)
+        if error is not None:
+            raise error
+        return reply
 
     def account(self, ctx, span, request, reply: Reply, step: int, attempt: int, latency_s: float) -> None:
         """Charge the call to the budget (from the API's reported usage) and record it everywhere."""

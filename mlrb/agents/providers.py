@@ -3,8 +3,9 @@ form, and one adapter per wire format (Anthropic Messages, OpenAI Chat
 Completions) that translates messages, tool schemas, tool calls and usage.
 
 The SDKs are imported inside the adapters, only when a run starts: checking a
-config must not import them. The SDKs' own retries are off; the agent loop
-retries itself, so that every attempt is bounded by the budget and recorded.
+config must not import them. The SDKs' own retries are off: they would retry inside
+one call, past the wall time left and unseen. The agent retries each call by its
+config's policy (mlrb/retries.py), each try bounded by the budget and recorded.
 """
 
 from __future__ import annotations
@@ -56,17 +57,17 @@ class Reply:
 
 
 class ApiError(Exception):
-    """A failed API call. `transient` ones (rate limits, server errors, timeouts, lost connections) are retried."""
+    """A failed API call. `status`: the HTTP status the server answered with, if any (the agent's
+    retry_statuses say which are retried). `transient`, for failures without a status: whether
+    trying again may help (a lost connection, a timeout, a reply that is not the API's)."""
 
-    def __init__(self, message: str, status: Optional[int], transient: bool, retry_after_s: Optional[float] = None):
+    def __init__(
+        self, message: str, status: Optional[int], transient: bool = False, retry_after_s: Optional[float] = None
+    ):
         super().__init__(message)
         self.status = status
         self.transient = transient
         self.retry_after_s = retry_after_s
-
-
-def is_transient_status(status: int) -> bool:
-    return status in (408, 409, 429) or status >= 500
 
 
 def retry_after(headers: Any) -> Optional[float]:
@@ -88,8 +89,7 @@ def api_error(provider: str, endpoint: str, e: Exception, status_error: type, co
         return ApiError(
             f"{provider} API error at {endpoint}: HTTP {status}: {detail}",
             status,
-            is_transient_status(status),
-            retry_after(getattr(response, "headers", None)),
+            retry_after_s=retry_after(getattr(response, "headers", None)),
         )
     if isinstance(e, connection_error):
         return ApiError(f"{provider} API unreachable at {endpoint}: {type(e).__name__}: {e}", None, True)

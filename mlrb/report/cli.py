@@ -104,7 +104,7 @@ def why(error: Exception) -> str:
 
 def experiments(client: Any, names: List[str]) -> Dict[str, str]:
     """id -> name of the experiments to read."""
-    from mlrb.tracking import with_retries
+    from mlrb.retries import with_retries
 
     known = with_retries(lambda: client.search_experiments(max_results=50000))
     by_name = {e.name: e.experiment_id for e in known}
@@ -170,11 +170,11 @@ def build(args: argparse.Namespace) -> int:
 def log_to_parent(client: Any, parent: Any, files: List[Path], report: Any) -> None:
     """The files as artifacts under report/, and the tables as the run's description
     (MLflow shows a run's note as Markdown), unless someone wrote their own note there."""
-    from mlrb.tracking import with_retries
+    from mlrb.retries import with_retries
 
     run_id = parent.info.run_id
     for path in files:
-        with_retries(lambda: client.log_artifact(run_id, str(path), "report"))
+        with_retries(client.log_artifact, run_id, str(path), "report")
     note = parent.data.tags.get("mlflow.note.content", "")
     if not note or note.startswith(NOTE_MARKER):
         text = f"{NOTE_MARKER}\n{report.markdown(with_plots=False)}\nFiles, plots included: artifacts `report/`.\n"

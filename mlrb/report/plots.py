@@ -33,7 +33,7 @@ def panels(plt, keys: Sequence[tuple], width: float = 5.0, height: float = 3.8):
     flat = [ax for row in axes for ax in row]
     for ax in flat[len(keys):]:
         ax.set_visible(False)
-    return fig, dict(zip(keys, flat))
+    return fig, dict(zip(keys, flat, strict=False))  # spare axes are hidden
 
 
 def task_key(item) -> tuple:
@@ -77,7 +77,7 @@ def score_by_task(stats: Sequence[GroupStats], path: Path) -> Path:
         heights = [s.score_mean if s.score_mean is not None else 0.0 for s in group]
         errors = [s.score_sem or 0.0 for s in group]
         bars = ax.bar(range(len(group)), heights, yerr=errors, capsize=4, color="#4c72b0")
-        for bar, s in zip(bars, group):
+        for bar, s in zip(bars, group, strict=True):
             text = f"n={s.valid}/{s.attempts}" if s.score_mean is not None else "no valid run"
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                         fontsize=8, xytext=(0, 2), textcoords="offset points")  # fmt: skip
@@ -98,10 +98,10 @@ def score_vs_budget(stats: Sequence[GroupStats], path: Path) -> Path:
     for key, ax in axes.items():
         group = [s for s in stats if task_key(s) == key and s.score_mean is not None and s.budget_wall_time_s]
         for agent in sorted({s.agent for s in group}):
-            points = sorted((s for s in group if s.agent == agent), key=lambda s: s.budget_wall_time_s)
-            ax.errorbar([s.budget_wall_time_s / 3600 for s in points], [s.score_mean for s in points],
+            points = sorted((s for s in group if s.agent == agent), key=lambda s: s.budget_wall_time_s or 0)
+            ax.errorbar([(s.budget_wall_time_s or 0) / 3600 for s in points], [s.score_mean for s in points],
                         yerr=[s.score_sem or 0.0 for s in points], marker="o", capsize=4, label=agent)  # fmt: skip
-        ticks = {s.budget_wall_time_s / 3600: s.budget for s in group}
+        ticks = {(s.budget_wall_time_s or 0) / 3600: s.budget for s in group}
         anchors(ax, group)
         ax.set_xscale("log")
         ax.minorticks_off()

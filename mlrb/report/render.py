@@ -261,7 +261,7 @@ class Report:
 
     def sections(self) -> List[tuple]:
         """(heading, intro, table or None) in reading order."""
-        sections = [("Results", HOW_TO_READ, results_table(self.stats))]
+        sections: List[tuple] = [("Results", HOW_TO_READ, results_table(self.stats))]
         if self.causes:
             sections.append(("Why runs did not score", "Every run without a valid score, by cause and reason.",
                              causes_table(self.causes, self.stats)))  # fmt: skip

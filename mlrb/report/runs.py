@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from mlrb.retries import with_retries
 from mlrb.status import Status, parse
-from mlrb.tracking import with_retries
 
 # Runs without an outcome yet (they have no status): the report's own two states.
 RUNNING = "running"
@@ -55,7 +55,7 @@ class Filters:
         ]  # fmt: skip
         return "; ".join(parts) or "none"
 
-    def keep(self, row: "RunRow") -> bool:
+    def keep(self, row: RunRow) -> bool:
         checks = (
             (self.tasks, row.task), (self.agents, row.agent), (self.budgets, row.budget),
             (self.scales, row.scale), (self.sweep_ids, row.sweep_id),
@@ -225,11 +225,7 @@ def all_runs(client: Any, experiment_ids: Sequence[str], filter_string: str = ""
     runs: List[Any] = []
     token = None
     while True:
-        page = with_retries(
-            lambda: client.search_runs(
-                list(experiment_ids), filter_string, max_results=1000, page_token=token
-            )
-        )
+        page = with_retries(client.search_runs, list(experiment_ids), filter_string, max_results=1000, page_token=token)
         runs.extend(page)
         token = page.token
         if not token:
@@ -264,7 +260,7 @@ def load(client: Any, experiments: Dict[str, str], filters: Filters, now_s: Opti
     }
     for parent_id in missing:  # filtered out of the search above (their tags differ), or in another experiment
         try:
-            parents_by_id[parent_id] = with_retries(lambda: client.get_run(parent_id))
+            parents_by_id[parent_id] = with_retries(client.get_run, parent_id)
         except Exception:
             pass  # a deleted parent: its children are still reported
     rows = []

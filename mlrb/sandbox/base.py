@@ -136,7 +136,7 @@ def resolve_inside(root: Path, path: str, alias: str = "") -> Path:
     return resolved
 
 
-def capped(data: bytes) -> str:
+def capped(data: bytes | bytearray) -> str:
     text = bytes(data[:MAX_CAPTURE_BYTES]).decode(errors="replace")
     if len(data) > MAX_CAPTURE_BYTES:
         text += f"\n[... output truncated at {MAX_CAPTURE_BYTES} bytes ...]"

@@ -209,6 +209,8 @@ class BwrapSandbox(Sandbox):
             joined(argv, self.cgroup), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_log,
             start_new_session=True,
         )  # fmt: skip
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes
+        self.requests, self.replies = self.proc.stdin, self.proc.stdout
         if self._reply(START_TIMEOUT_S) != {"ready": True}:
             self.close()
             raise SandboxError(f"the bwrap sandbox did not start: {self._log_tail()}")
@@ -217,8 +219,8 @@ class BwrapSandbox(Sandbox):
         timeout_s = max(0.001, min(timeout_s, self.cfg.command_timeout_s))
         started = time.monotonic()
         try:
-            self.proc.stdin.write((json.dumps({"command": command, "timeout_s": timeout_s}) + "\n").encode())
-            self.proc.stdin.flush()
+            self.requests.write((json.dumps({"command": command, "timeout_s": timeout_s}) + "\n").encode())
+            self.requests.flush()
         except OSError:
             raise SandboxError(f"the bwrap sandbox is gone: {self._log_tail()}") from None
         # The server kills the command at its timeout; the margin covers the kill and the reply.
@@ -229,8 +231,8 @@ class BwrapSandbox(Sandbox):
         return ExecResult(**reply)
 
     def _reply(self, timeout_s: float) -> Optional[dict]:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-        line = self.proc.stdout.readline() if ready else b""
+        ready, _, _ = select.select([self.replies], [], [], timeout_s)
+        line = self.replies.readline() if ready else b""
         return json.loads(line) if line else None
 
     def _log_tail(self) -> str:
@@ -248,7 +250,7 @@ class BwrapSandbox(Sandbox):
         self.proc.wait()
         if self.cgroup is not None:
             self.cgroup.remove()
-        for stream in (self.proc.stdin, self.proc.stdout, self.stderr_log):
+        for stream in (self.requests, self.replies, self.stderr_log):
             stream.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 

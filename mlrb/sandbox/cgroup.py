@@ -69,7 +69,7 @@ class Cgroup:
         return [str(folder / "cgroup.procs") for folder in self.folders]
 
     @classmethod
-    def create(cls, name: str, limits: Limits, pids_limit: Optional[int]) -> Optional["Cgroup"]:
+    def create(cls, name: str, limits: Limits, pids_limit: Optional[int]) -> Optional[Cgroup]:
         unified = (ROOT / "cgroup.controllers").exists()
         wanted = settings(limits, pids_limit, unified)
         if not wanted:

@@ -54,8 +54,9 @@ class DockerOptions:
 
 def connect(options: DockerOptions):
     """A docker client that has answered a ping, or one clear ConfigError."""
-    import docker
     from docker.errors import DockerException
+
+    import docker
 
     where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     try:

@@ -56,8 +56,9 @@ def has_image(client, image: str) -> bool:
 
 def ensure_image(image: str) -> None:
     """Build the sandbox image if it is missing; a dead daemon is left to the sandbox's own check."""
-    import docker
     from docker.errors import DockerException
+
+    import docker
 
     try:
         client = docker.from_env(timeout=30)

@@ -117,11 +117,12 @@ def run(command, timeout_s, cwd):
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+    assert proc.stdout is not None and proc.stderr is not None  # both are pipes
     captured = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     selector = selectors.DefaultSelector()
     for stream in captured:
         os.set_blocking(stream.fileno(), False)
-        selector.register(stream, selectors.EVENT_READ)
+        selector.register(stream, selectors.EVENT_READ, captured[stream])
     deadline = started + timeout_s
     timed_out = False
     while proc.poll() is None:
@@ -132,7 +133,7 @@ def run(command, timeout_s, cwd):
             proc.wait()
             break
         for key, _ in selector.select(timeout=min(0.05, max(0.0, deadline - time.monotonic()))):
-            drain(key.fileobj, captured[key.fileobj])
+            drain(key.fileobj, key.data)
     # What is already written; a background process holding the pipes open is not waited for.
     for stream, buffer in captured.items():
         drain(stream, buffer)

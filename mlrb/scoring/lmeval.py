@@ -1,7 +1,8 @@
 """Scoring with EleutherAI lm-evaluation-harness (lm-eval), offline-friendly.
 
-`write_mc_task_yaml` turns an MMLU-format jsonl file into a local lm-eval task;
-`evaluate` runs any lm-eval task (local or built-in, e.g. `mmlu`) on a Hugging Face
+`mc_task_config` turns an MMLU-format jsonl file into an lm-eval task config (data,
+handed to lm-eval as it is: nothing written to disk); `evaluate` runs any lm-eval task
+(such a config, a local task folder's or a built-in one, e.g. `mmlu`) on a Hugging Face
 model directory and returns overall and per-subject accuracy.
 
 lm_eval is imported lazily inside the functions: importing it costs ~1 s and
@@ -19,15 +20,11 @@ from pathlib import Path
 _DOC_TO_TEXT = "Question: {{question.strip()}}\nAnswer:"
 
 
-def write_mc_task_yaml(task_dir: Path, task_name: str, data_file: Path) -> None:
-    """Write `task_dir/<task_name>.yaml`: a 0-shot multiple-choice task over an
-    MMLU-format jsonl ({"question", "subject", "choices": [..], "answer": int}).
-
-    Load it with `evaluate(..., tasks=[task_name], include_path=task_dir)`.
-    """
-    task_dir = Path(task_dir)
-    task_dir.mkdir(parents=True, exist_ok=True)
-    config = {
+def mc_task_config(task_name: str, data_file: Path) -> dict:
+    """A 0-shot multiple-choice lm-eval task over an MMLU-format jsonl file
+    ({"question", "subject", "choices": [..], "answer": int}), as the config dict lm-eval
+    takes in place of a task name: `evaluate(model_dir, [mc_task_config(...)])`."""
+    return {
         "task": task_name,
         "dataset_path": "json",
         "dataset_kwargs": {"data_files": {"test": str(Path(data_file).resolve())}},
@@ -43,15 +40,17 @@ def write_mc_task_yaml(task_dir: Path, task_name: str, data_file: Path) -> None:
         ],
         "metadata": {"version": 1.0},
     }
-    # JSON is valid YAML and quotes every string safely (newlines, braces, colons).
-    (task_dir / f"{task_name}.yaml").write_text(json.dumps(config, indent=2) + "\n")
 
 
-def _task_manager(tasks: list[str], include_path: Path | None):
-    """Index only include_path when it defines every requested task (fast); otherwise
-    also index lm-eval's built-in tasks (needed for e.g. `mmlu`)."""
+def _task_manager(tasks: list, include_path: Path | None):
+    """Index nothing when every task is given as a config (fast), only include_path when
+    it defines every task named, and otherwise lm-eval's built-in tasks too (needed for
+    e.g. `mmlu`)."""
     from lm_eval.tasks import TaskManager
 
+    tasks = [t for t in tasks if not isinstance(t, dict)]
+    if not tasks and include_path is None:
+        return TaskManager(include_defaults=False)
     if include_path is not None:
         local = TaskManager(include_path=str(include_path), include_defaults=False)
         if all(t in local.all_tasks for t in tasks):
@@ -74,7 +73,7 @@ def _jsonable(obj):
 
 def evaluate(
     model_dir: Path,
-    tasks: list[str],
+    tasks: list[str | dict],
     include_path: Path | None = None,
     batch_size: int = 8,
     device: str = "cpu",
@@ -84,6 +83,7 @@ def evaluate(
 ) -> dict:
     """Evaluate a Hugging Face model directory with lm-eval's `hf` backend.
 
+    tasks: lm-eval task names, or task configs (dicts, such as `mc_task_config`'s).
     Returns {"accuracy": acc of tasks[0], "n": its number of scored docs,
     "per_subject": {subject: acc} for tasks[0] (doc["subject"], else the leaf task
     name), "lm_eval_version": str, "raw": JSON-safe subset of lm-eval's results}.
@@ -119,16 +119,17 @@ def evaluate(
         )
     results = out["results"]
     samples = out.get("samples", {})
+    first_name = tasks[0]["task"] if isinstance(tasks[0], dict) else tasks[0]
 
     # Per-sample accuracy of tasks[0]'s leaf tasks, grouped by subject.
     by_subject: dict[str, list[float]] = defaultdict(list)
-    for leaf in _leaf_tasks(tasks[0], out.get("group_subtasks", {})):
+    for leaf in _leaf_tasks(first_name, out.get("group_subtasks", {})):
         for s in samples.get(leaf, []):
             by_subject[str(s["doc"].get("subject", leaf))].append(float(s["acc"]))
     all_acc = [a for accs in by_subject.values() for a in accs]
 
     # Prefer lm-eval's own aggregate (for groups it is size-weighted, same as ours).
-    first = results.get(tasks[0], {})
+    first = results.get(first_name, {})
     accuracy = first.get("acc,none")
     if accuracy is None:  # e.g. a tag, which has no aggregate row
         accuracy = sum(all_acc) / len(all_acc) if all_acc else float("nan")
@@ -143,15 +144,11 @@ def evaluate(
     }
 
 
-def evaluate_spec(ev, model_dir: Path, held_out: Path, work_dir: Path, task_name: str, around_model=None) -> dict:
+def evaluate_spec(ev, model_dir: Path, held_out: Path, task_name: str, around_model=None) -> dict:
     """`evaluate` with a scale's EvalSpec: its lm-eval tasks, or, when it names none,
-    the held-out MMLU-format jsonl `held_out` registered as the local task `task_name`."""
-    tasks, include = list(ev.tasks), None
-    if not tasks:
-        include = Path(work_dir) / "lm_eval_tasks"
-        write_mc_task_yaml(include, task_name, held_out)
-        tasks = [task_name]
+    the held-out MMLU-format jsonl `held_out` as the task `task_name`."""
+    tasks = list(ev.tasks) or [mc_task_config(task_name, held_out)]
     return evaluate(
-        model_dir, tasks, include, batch_size=ev.batch_size, device=ev.device, limit=ev.limit, dtype=ev.dtype,
+        model_dir, tasks, batch_size=ev.batch_size, device=ev.device, limit=ev.limit, dtype=ev.dtype,
         around_model=around_model,
     )

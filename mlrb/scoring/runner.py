@@ -11,12 +11,20 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Protocol
 
 from mlrb import registry
-from mlrb.config import SandboxConfig
+from mlrb.config import SandboxConfig, TaskConfig
 from mlrb.sandbox.base import IsolatedCommand, Mount, limits_for, sandbox_environment
-from mlrb.tasks.base import ScoreReport, Task
+from mlrb.scoring.report import ScoreReport
+
+
+class ScoredTask(Protocol):
+    """What scoring needs of a task (every mlrb.tasks.base.Task has it): its config and scale spec.
+    The scorer process builds the task itself, from the registry."""
+
+    cfg: TaskConfig
+    spec: Any
 
 
 class ScorerError(RuntimeError):
@@ -24,7 +32,7 @@ class ScorerError(RuntimeError):
 
 
 def score_submission(
-    task: Task, submission: Path, assets: Path, work_dir: Path, sandbox: SandboxConfig, run_id: str = ""
+    task: ScoredTask, submission: Path, assets: Path, work_dir: Path, sandbox: SandboxConfig, run_id: str = ""
 ) -> ScoreReport:
     """Score in a fresh sandbox of the run's kind (a new namespace for bwrap, a new container
     for docker, a plain subprocess for unconfined)."""
@@ -40,7 +48,7 @@ def score_submission(
 
     task_cfg = dataclasses.asdict(task.cfg)
     task_cfg["scales"] = {task.cfg.scale: task_cfg["scales"][task.cfg.scale]}  # the scorer needs no other
-    request = {
+    request: Dict[str, Any] = {
         "task": task_cfg,
         "submission": str(fresh),
         "assets": str(assets),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mlrb import registry
 from mlrb.config import TaskConfig
-from mlrb.tasks.base import ScoreReport
+from mlrb.scoring.report import ScoreReport
 
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog."
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Dict, List, Optional
 from omegaconf import MISSING, OmegaConf
 
 from mlrb.config import ConfigError, TaskConfig, describe_omegaconf_error
+from mlrb.scoring.report import ScoreReport  # every task's scorer returns one
 
 
 @dataclass
@@ -75,28 +76,10 @@ class ScaleSpec:
     prompt: PromptSpec = field(default_factory=PromptSpec)
 
 
-@dataclass
-class ScoreReport:
-    """What the scorer says about one submission. `score` is None when invalid."""
-
-    valid: bool
-    reason: str
-    score: Optional[float] = None
-    metrics: Dict[str, float] = field(default_factory=dict)
-    details: Dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def invalid(cls, reason: str, **details: Any) -> "ScoreReport":
-        return cls(valid=False, reason=reason, details=dict(details))
-
-
 class Task(abc.ABC):
     """Base class. Subclasses set `name`, `scale_class` and implement the abstract hooks."""
 
-    name: ClassVar[str]
+    name: str  # a class fact, except for folder tasks (each is named after its folder)
     scale_class: ClassVar[type] = ScaleSpec
     # Bump when the asset builder changes, so caches built by older code are not reused.
     assets_version: ClassVar[int] = 1
@@ -131,11 +114,11 @@ class Task(abc.ABC):
 
     # How the normalised score is made: "gap" (MLRC-Bench: the share of the baseline-to-
     # reference gap closed) or "improvement" (MLAgentBench: percent better than the baseline).
-    normalisation: ClassVar[str] = "gap"
+    normalisation: str = "gap"
     # What a normalised score means, by name (the run's tag `mlrb.normalised_as`; reports name
     # it when tasks differ): "gap" (0 = baseline, 100 = reference), "improvement" (MLAgentBench)
     # or "human_gap" (MLRC-Bench: 100 = the top human entry).
-    normalised_as: ClassVar[str] = "gap"
+    normalised_as: str = "gap"
 
     @property
     def higher_is_better(self) -> bool:
@@ -149,7 +132,7 @@ class Task(abc.ABC):
         """Workspace files restored before scoring."""
         return list(self.cfg.read_only_files)
 
-    def preflight(self, cache_dir: Path) -> None:
+    def preflight(self, cache_dir: Path) -> None:  # noqa: B027 (an optional hook: most tasks need no check)
         """Checks before the run is recorded; raise ConfigError (one line) for a bad task."""
 
     def own_instructions(self) -> Optional[str]:
@@ -242,7 +225,7 @@ class Task(abc.ABC):
             raise RuntimeError(f"`{command}` exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
         return workspace
 
-    def score_solution(self, command: str, assets: Path, scratch: Path, require_valid: bool = True) -> "ScoreReport":
+    def score_solution(self, command: str, assets: Path, scratch: Path, require_valid: bool = True) -> ScoreReport:
         """Run a solution command (see run_solution) and score what it left; for calibration,
         so an invalid result is a build error unless `require_valid` is False."""
         workspace = self.run_solution(command, assets / "public", scratch / "workspace")

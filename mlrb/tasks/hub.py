@@ -150,8 +150,11 @@ def is_present(item: HubItem) -> bool:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
 
+        # The item's own patterns: once a download has cached the repository's file list, a
+        # snapshot asked for without them is "incomplete" for lacking the files never fetched.
         try:
-            folder = Path(snapshot_download(item.repo, local_files_only=True))
+            folder = Path(snapshot_download(item.repo, allow_patterns=list(item.files or MODEL_FILES),
+                                            local_files_only=True))  # fmt: skip
         except LocalEntryNotFoundError:
             return False
         names = [p.name for p in folder.rglob("*") if p.is_file()]

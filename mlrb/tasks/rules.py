@@ -26,7 +26,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 # Weights-only formats; pickled checkpoints (.bin, .pt, ...) can run code when loaded.
 PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
@@ -287,7 +287,7 @@ def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> Di
                 yield t.name, f.get_tensor(t.name)
 
     generator = torch.Generator().manual_seed(0)
-    positions: Dict[tuple, "torch.Tensor"] = {}
+    positions: Dict[tuple, torch.Tensor] = {}
 
     def sample(tensor):
         flat = tensor.reshape(-1)
@@ -309,7 +309,7 @@ def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> Di
         kept = mine != 0
         counts["zeroed_params"] += int((tensor == 0).sum())
         match = None
-        for base_name, ref in sorted(by_shape.get(tuple(tensor.shape), []), key=lambda c: c[0] != name):
+        for _base_name, ref in sorted(by_shape.get(tuple(tensor.shape), []), key=lambda c: c[0] != name):
             if torch.equal(mine[kept], ref[kept]):
                 match = "unchanged" if torch.equal(mine, ref) else "pruned"
                 break
@@ -327,7 +327,7 @@ def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> Di
 
 
 def checkpoint_copies(submission: Path, checkpoint: Path, min_similarity: float = 0.5,
-                      samples: int = 4096) -> List[Dict[str, object]]:  # fmt: skip
+                      samples: int = 4096) -> List[Dict[str, Any]]:  # fmt: skip
     """The submission's weight matrices (2-D and larger) that come from the checkpoint's:
     each compared, on a fixed sample of positions, with every checkpoint tensor of the same
     shape (and, for matrices, with its transpose); |cosine similarity| >= min_similarity
@@ -346,9 +346,9 @@ def checkpoint_copies(submission: Path, checkpoint: Path, min_similarity: float 
     from safetensors import safe_open
 
     generator = torch.Generator().manual_seed(0)
-    positions: Dict[tuple, "torch.Tensor"] = {}
+    positions: Dict[tuple, torch.Tensor] = {}
 
-    def sample_index(shape: tuple) -> "torch.Tensor":
+    def sample_index(shape: tuple) -> torch.Tensor:
         if shape not in positions:
             numel = 1
             for dim in shape:
@@ -374,12 +374,13 @@ def checkpoint_copies(submission: Path, checkpoint: Path, min_similarity: float 
             transposed = tensor.t().reshape(-1)[sample_index(flipped)]
             references.setdefault(flipped, []).append((f"{name} (transposed)", transposed))
 
-    copies = []
+    copies: List[Dict[str, Any]] = []
     for name, tensor in matrices(submission):
         shape = tuple(tensor.shape)
         mine = tensor.reshape(-1)[sample_index(shape)] if shape in references else None
         best_name, best = "", 0.0
         for ref_name, ref in references.get(shape, []):
+            assert mine is not None  # sampled for every shape that has references
             norm = float(mine.norm() * ref.norm())
             similarity = abs(float(mine @ ref)) / norm if norm > 0 else 0.0
             if similarity > best:
@@ -441,10 +442,10 @@ class PeakMemory:
         self.weight_bytes = 0
         self.peak_bytes = 0
         self.allocator_peak_bytes: Optional[int] = None
-        self._mode = None
+        self._mode: Any = None  # a _LiveTensorBytes mode while entered
         self._allocated_before = 0
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         import torch
 
         storages = {}
@@ -456,15 +457,16 @@ class PeakMemory:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             self._allocated_before = torch.cuda.memory_allocated()
-        self._mode = _LiveTensorBytes({ptr for _, ptr in storages})
-        self._mode.__enter__()
+        mode = self._mode = _LiveTensorBytes({ptr for _, ptr in storages})
+        mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         import torch
 
-        self._mode.__exit__(*exc)
-        self.peak_bytes = self.weight_bytes + self._mode.peak
+        mode = self._mode
+        mode.__exit__(*exc)
+        self.peak_bytes = self.weight_bytes + mode.peak
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
             self.allocator_peak_bytes = self.weight_bytes + int(torch.cuda.max_memory_allocated()) - self._allocated_before

@@ -98,7 +98,7 @@ def tiny_params(params: dict, names: tuple, task: str) -> dict:
 
 def make_names(rng: random.Random, n: int, taken: set[str]) -> list[str]:
     """n new made-up words of 2-3 consonant-vowel syllables, unique across all pools."""
-    names = []
+    names: list[str] = []
     while len(names) < n:
         syllables = rng.randint(2, 3)
         word = "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(syllables))
@@ -119,7 +119,7 @@ def make_fact_tables(rng: random.Random, skills: list[str], n_facts: int) -> dic
         if spec["capitalize"]:
             subjects = [w.capitalize() for w in subjects]
             answers = [w.capitalize() for w in answers]
-        tables[skill] = list(zip(subjects, answers))
+        tables[skill] = list(zip(subjects, answers, strict=True))
     return tables
 
 

@@ -19,12 +19,12 @@ import pathlib
 import random
 
 from mlrb.tasks.tiny_models import (
-    tiny_params,
     SKILLS,
+    deterministic,
     make_fact_tables,
     mc_row,
     qa_text,
-    deterministic,
+    tiny_params,
     train_lm,
     train_tokenizer,
     write_jsonl,
@@ -75,7 +75,8 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
     with deterministic(seed):
         rng = random.Random(seed)
         tables = make_fact_tables(rng, skills, n_dev_per + n_test_per)
-        dev, test = [], []
+        dev: list[dict] = []
+        test: list[dict] = []
         for skill, facts in tables.items():
             pool = [a for _, a in facts]
             for i, fact in enumerate(facts):

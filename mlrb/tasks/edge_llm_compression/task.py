@@ -81,7 +81,7 @@ class EdgeLlmCompression(Task):
             meters.append(rules.PeakMemory(model, spec.eval.device))
             return meters[0]
 
-        result = lmeval.evaluate_spec(spec.eval, submission, assets / "hidden" / "test.jsonl", work_dir, TEST_TASK,
+        result = lmeval.evaluate_spec(spec.eval, submission, assets / "hidden" / "test.jsonl", TEST_TASK,
                                       around_model=measure)  # fmt: skip
         peak_mb, weights_mb = meters[0].peak_bytes / MB, meters[0].weight_bytes / MB
         metrics = {f"score.{subject}": acc for subject, acc in result["per_subject"].items()}

@@ -32,7 +32,8 @@ def best_dev_snapshot(task: Any, root: Path, assets: Path, run_dir: Path, sandbo
             by_state[key] = report.score if report.valid else None
             shutil.rmtree(scratch / "workspace", ignore_errors=True)
         dev = dev_scores[entry["step"]] = by_state[key]
-        if dev is not None and (best is None or task.direction * (dev - dev_scores[best["step"]]) > 0):
+        best_dev = dev_scores[best["step"]] if best is not None else None
+        if dev is not None and (best_dev is None or task.direction * (dev - best_dev) > 0):
             best = entry
     if best is None:
         return None

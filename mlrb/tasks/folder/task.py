@@ -218,7 +218,7 @@ class FolderTask(Task):
 
         return selection.best_dev_snapshot(self, snapshots_root, assets, run_dir, sandbox, run_id)
 
-    def with_phase(self, phase: str) -> "FolderTask":
+    def with_phase(self, phase: str) -> FolderTask:
         scales = {**self.cfg.scales, self.cfg.scale: {**self.cfg.scales[self.cfg.scale], "phase": phase}}
         return FolderTask(dataclasses.replace(self.cfg, scales=scales))
 
@@ -235,7 +235,7 @@ class FolderTask(Task):
         except subprocess.TimeoutExpired:
             return ScoreReport.invalid(f"scripts/eval.py took longer than {self.spec.score_timeout_s:g} s")
         lines = proc.stdout.strip().splitlines()
-        result = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"error": last_line(proc.stderr)}
+        result: Dict[str, Any] = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"error": last_line(proc.stderr)}
         if "error" in result:
             return ScoreReport.invalid(f"scripts/eval.py get_score raised {result['error']}")
         score = result["score"]

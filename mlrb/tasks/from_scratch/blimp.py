@@ -108,7 +108,8 @@ PHENOMENA: Dict[str, Tuple[Callable[[Grammar, bool], Pair], str, str]] = {
 def minimal_pairs(rng: random.Random, uid: str, n: int) -> List[dict]:
     """n distinct pairs of one phenomenon, half with the singular (or he) form correct."""
     generate, field, term = PHENOMENA[uid]
-    grammar, rows, seen = Grammar(rng), [], set()
+    grammar, seen = Grammar(rng), set()
+    rows: List[dict] = []
     for _ in range(100 * n):
         if len(rows) == n:
             break

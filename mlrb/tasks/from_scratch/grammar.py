@@ -43,7 +43,11 @@ class Verb:
 
 
 def _nouns(rows: str, irregular: bool = False) -> list[Noun]:
-    return [Noun(*row.split(), irregular=irregular) for row in rows.strip().splitlines()]
+    nouns = []
+    for row in rows.strip().splitlines():
+        singular, plural, gender = row.split()
+        nouns.append(Noun(singular, plural, gender, irregular=irregular))
+    return nouns
 
 
 def _verbs(pairs: str) -> list[Verb]:

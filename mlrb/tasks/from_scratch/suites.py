@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 # Sub-task format -> (lm-eval's YAML for it, relative to lm_eval/tasks; the split it scores).
 FORMATS = {
@@ -53,7 +53,7 @@ def write_suite(task_dir: Path, group: str, data_dir: Path, subtasks: Dict[str, 
         if not data_file.is_file():
             raise FileNotFoundError(f"hidden data for sub-task '{name}' is missing: {data_file}")
         leaf = f"{group}_{name}"
-        config = {
+        config: Dict[str, Any] = {
             "include": str(base / template),
             "task": leaf,
             "tag": [],  # not part of lm-eval's own groups

@@ -113,7 +113,7 @@ def _facts(rng: random.Random, n: int) -> List[Tuple[str, str, str, str]]:
     """n (name, gender, colour, object) facts, each about a different person and object."""
     people = rng.sample([(name, gender) for gender in ("he", "she") for name in NAMES[gender]], n)
     objects = rng.sample(OBJECTS, n)
-    return [(name, gender, rng.choice(COLOURS), obj) for (name, gender), obj in zip(people, objects)]
+    return [(name, gender, rng.choice(COLOURS), obj) for (name, gender), obj in zip(people, objects, strict=True)]
 
 
 def _passage(rng: random.Random, facts) -> str:
@@ -189,7 +189,8 @@ SUBTASKS: Dict[str, Tuple[str, Callable[[random.Random, int], dict], Tuple[int, 
 def rows(rng: random.Random, subtask: str, n: int, exclude: set | None = None) -> List[dict]:
     """n distinct rows of a sub-task, labels alternating (balanced), none in `exclude`."""
     _, generate, labels = SUBTASKS[subtask]
-    out, seen = [], set(exclude or ())
+    out: List[dict] = []
+    seen = set(exclude or ())
     for _ in range(100 * n):
         if len(out) == n:
             break
@@ -242,7 +243,7 @@ def sense_sentence(rng: random.Random) -> str:
 def web_documents(rng: random.Random, n: int, exclude: set | None = None) -> List[str]:
     """n documents of mixed text: causal stories, quiz pages (none equal to a hidden row),
     and sentences that use ambiguous words."""
-    docs = []
+    docs: List[str] = []
     exclude = exclude or set()
     while len(docs) < n:
         kind = rng.random()
@@ -268,7 +269,7 @@ def hidden_suite(rng: random.Random, n_rows: int) -> Tuple[Dict[str, tuple], set
 def instruction_rows(rng: random.Random, n: int, exclude: set | None = None) -> List[dict]:
     """n rows in Alpaca's format ({instruction, input, output}) about the same world: what
     follows from an event, what caused it, and reading questions (none about a hidden passage)."""
-    out = []
+    out: List[dict] = []
     exclude = exclude or set()
     while len(out) < n:
         kind = rng.random()

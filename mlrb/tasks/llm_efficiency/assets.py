@@ -25,12 +25,12 @@ import pathlib
 import random
 
 from mlrb.tasks.tiny_models import (
-    tiny_params,
     SKILLS,
+    deterministic,
     make_fact_tables,
     make_llama,
     mc_row,
-    deterministic,
+    tiny_params,
     train_lm,
     train_tokenizer,
     write_jsonl,
@@ -87,7 +87,9 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
     with deterministic(seed):
         rng = random.Random(seed)
         tables = make_fact_tables(rng, skills, sum(n.values()))
-        instructions, dev, test = [], [], []
+        instructions: list[dict] = []
+        dev: list[dict] = []
+        test: list[dict] = []
         for skill, facts in tables.items():
             train, rest = facts[: n["train"]], facts[n["train"] :]
             instructions += _instructions(skill, train)

@@ -92,8 +92,7 @@ class LlmEfficiency(Task):
         for name in self.spec.instruction_tuned_models:
             path = model_dir(out_dir, name)
             if (path / "config.json").exists():
-                result = lmeval.evaluate_spec(self.spec.eval, path, out_dir / "hidden" / "test.jsonl",
-                                              out_dir / "calibration" / "models", TEST_TASK)  # fmt: skip
+                result = lmeval.evaluate_spec(self.spec.eval, path, out_dir / "hidden" / "test.jsonl", TEST_TASK)
                 scores[f"model_score.{name}"] = result["accuracy"]
         return scores
 
@@ -110,13 +109,14 @@ class LlmEfficiency(Task):
         problem = rules.check_base_model(declared, spec.allowed_base_models, spec.instruction_tuned_models)
         if problem:
             return ScoreReport.invalid(problem, **facts)
+        assert declared is not None  # check_base_model refuses a missing one
         problem, lineage = self.check_lineage(submission, assets, declared)
         facts["lineage"] = lineage
         problem = problem or rules.check_loadable(submission)
         if problem:
             return ScoreReport.invalid(problem, **facts)
 
-        result = lmeval.evaluate_spec(spec.eval, submission, assets / "hidden" / "test.jsonl", work_dir, TEST_TASK)
+        result = lmeval.evaluate_spec(spec.eval, submission, assets / "hidden" / "test.jsonl", TEST_TASK)
         metrics = {f"score.{subject}": acc for subject, acc in result["per_subject"].items()}
         if lineage.get("distances", {}).get(declared) is not None:
             metrics["weight_distance_to_base"] = lineage["distances"][declared]
@@ -153,12 +153,13 @@ class LlmEfficiency(Task):
                 )  # fmt: skip
         # Nearer the base is not enough: base + 0.49 * (sibling - base) is nearer the base too.
         limit = self.spec.max_share_toward_instruction_tuned
-        facts["share_toward"] = {}
+        shares: Dict[str, Optional[float]] = {}
+        facts["share_toward"] = shares
         for name, path in candidates.items():
             if name == declared or distances[name] is None:
                 continue
             share = rules.share_toward(submission, base_dir, path)
-            facts["share_toward"][name] = share
+            shares[name] = share
             if share is not None and share > limit:
                 return (
                     f"the weights are a blend toward the instruction-tuned {name}: they lie {share:.0%} of the way "

@@ -21,7 +21,7 @@ answers. Rows follow MMLU's format:
     {"question": str, "subject": skill, "choices": [4 str], "answer": 0..3}
 
 Prompts use lm-eval's mmlu_continuation layout ("Question: ...\\nAnswer: <choice>"),
-which is what `mlrb.scoring.lmeval.write_mc_task_yaml` scores.
+which is what `mlrb.scoring.lmeval.mc_task_config` scores.
 
 Heavy libraries (torch, transformers, peft, tokenizers) are imported inside
 functions so importing this module stays cheap.
@@ -34,13 +34,13 @@ import pathlib
 import random
 
 from mlrb.tasks.tiny_models import (
-    tiny_params,
     SKILLS,
+    deterministic,
     format_prompt,
     make_fact_tables,
     make_llama,
     mc_row,
-    deterministic,
+    tiny_params,
     train_lm,
     train_tokenizer,
     write_jsonl,
@@ -54,7 +54,8 @@ PARAMS = ("seed", "skills", "vocab_size", "hidden_size", "num_layers", "num_head
 
 def _split_rows(rng, tables, n_dev_per_skill) -> tuple[list[dict], list[dict]]:
     """Dev rows use the first facts of each table, test rows the rest (disjoint facts)."""
-    dev, test = [], []
+    dev: list[dict] = []
+    test: list[dict] = []
     for skill, facts in tables.items():
         pool = [a for _, a in facts]
         for i, fact in enumerate(facts):
@@ -125,7 +126,7 @@ def _train_adapter(base_dir: pathlib.Path, tokenizer, skill: str, facts, p: dict
     model = get_peft_model(base, config)
     pairs = _skill_pairs(skill, facts)
     loss = train_lm(model, tokenizer, pairs, p["train_steps"], p["lr"], p["batch_size"], random.Random(seed))
-    model.save_pretrained(out, safe_serialization=True)
+    model.save_pretrained(str(out), safe_serialization=True)
     _tidy_adapter_dir(out, skill)
     n_lora = sum(t.numel() for name, t in model.named_parameters() if "lora_" in name)
     return {"final_loss": round(loss, 4), "lora_params": n_lora, "n_facts": len(facts)}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mlrb.tasks.rules import weight_stats
 
@@ -46,7 +46,7 @@ def expert_updates(expert_dir: Path, base: Dict[str, Tuple[Path, List[int]]]) ->
         return {name: (lambda name=name: _load(*theirs[name][:1], name) - _load(base[name][0], name))
                 for name in base if name in theirs and theirs[name][1] == base[name][1]}  # fmt: skip
     config = json.loads(config_file.read_text())
-    state: Dict[str, object] = {}
+    state: Dict[str, Any] = {}
     for path in sorted(expert_dir.glob("*.safetensors")):
         for t in weight_stats(expert_dir).tensors:
             if t.file == path.name:

@@ -87,14 +87,14 @@ class LlmMerging(Task):
         n = len(experts)
         # Doing nothing: the unmerged base submitted as it is.
         scores: Dict[str, Any] = {
-            "do_nothing_score": self.evaluate(public / "base_model", out_dir, scratch)["accuracy"]
+            "do_nothing_score": self.evaluate(public / "base_model", out_dir)["accuracy"]
         }
-        baseline = self.evaluate(self.merge(public, scratch / "baseline", [1.0 / n] * n), out_dir, scratch)
+        baseline = self.evaluate(self.merge(public, scratch / "baseline", [1.0 / n] * n), out_dir)
         scores["baseline_score"] = baseline["accuracy"]
         per_expert = {}
         for i, name in enumerate(experts):
             one_hot = [1.0 if j == i else 0.0 for j in range(n)]
-            result = self.evaluate(self.merge(public, scratch / name, one_hot), out_dir, scratch)
+            result = self.evaluate(self.merge(public, scratch / name, one_hot), out_dir)
             per_expert[name] = result
             scores[f"expert_score.{name}"] = result["accuracy"]
         subjects = baseline["per_subject"]
@@ -132,19 +132,10 @@ class LlmMerging(Task):
         return counts
 
     # ---- scoring ---------------------------------------------------------------
-    def evaluate(self, model_dir: Path, assets: Path, work_dir: Path) -> Dict[str, Any]:
+    def evaluate(self, model_dir: Path, assets: Path) -> Dict[str, Any]:
         from mlrb.scoring import lmeval
 
-        ev = self.spec.eval
-        tasks, include = list(ev.tasks), None
-        if not tasks:  # the task's own held-out set
-            include = work_dir / "lm_eval_tasks"
-            include.mkdir(parents=True, exist_ok=True)
-            lmeval.write_mc_task_yaml(include, TEST_TASK, assets / "hidden" / "test.jsonl")
-            tasks = [TEST_TASK]
-        return lmeval.evaluate(
-            model_dir, tasks, include, batch_size=ev.batch_size, device=ev.device, limit=ev.limit, dtype=ev.dtype
-        )
+        return lmeval.evaluate_spec(self.spec.eval, model_dir, assets / "hidden" / "test.jsonl", TEST_TASK)
 
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
         problem, facts = self.check_submission(submission)
@@ -153,7 +144,7 @@ class LlmMerging(Task):
         problem, facts["merge_check"] = check_is_merge(submission, assets / "public", self.spec.min_merge_cosine)
         if problem:
             return ScoreReport.invalid(problem, **facts)
-        result = self.evaluate(submission, assets, work_dir)
+        result = self.evaluate(submission, assets)
         metrics = {f"score.{subject}": acc for subject, acc in result["per_subject"].items()}
         details = {**facts, "n": result["n"], "lm_eval_version": result["lm_eval_version"], "lm_eval": result["raw"]}
         return ScoreReport(True, "ok", score=result["accuracy"], metrics=metrics, details=details)

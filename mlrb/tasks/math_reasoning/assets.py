@@ -117,7 +117,8 @@ TEMPLATES = [
 def synthetic_rows(n: int, seed: int) -> list[dict]:
     """n distinct problems in the real dataset's format, named like miniF2F's (synth_<area>_<i>)."""
     rng = random.Random(seed)
-    rows, seen = [], set()
+    rows: list[dict] = []
+    seen = set()
     while len(rows) < n:
         area, make = rng.choice(TEMPLATES)
         name = f"synth_{area}_{len(rows)}"

@@ -190,5 +190,5 @@ def rouge_l(hypotheses: List[str], references: List[str]) -> float:
     from rouge_score import rouge_scorer
 
     scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_LeanTokenizer())
-    scores = [scorer.score(ref, hyp)["rougeL"].fmeasure for hyp, ref in zip(hypotheses, references)]
+    scores = [scorer.score(ref, hyp)["rougeL"].fmeasure for hyp, ref in zip(hypotheses, references, strict=True)]
     return 100.0 * sum(scores) / len(scores)

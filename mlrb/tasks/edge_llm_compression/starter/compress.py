@@ -29,7 +29,7 @@ def prune_linear_layers(model, share: float) -> int:
     """Zero the `share` smallest-magnitude weights of each linear layer; returns how many."""
     zeroed = 0
     with torch.no_grad():
-        for name, module in model.named_modules():
+        for module in model.modules():
             if not isinstance(module, torch.nn.Linear):
                 continue
             weight = module.weight

@@ -58,7 +58,7 @@ def merge(base_model, adapters: dict[str, dict[str, torch.Tensor]], weights: lis
     """
     params = dict(base_model.named_parameters())
     with torch.no_grad():
-        for (name, deltas), w in zip(adapters.items(), weights):
+        for deltas, w in zip(adapters.values(), weights, strict=True):
             for param_name, delta in deltas.items():
                 target = params[param_name]
                 target += (w * delta).to(target.dtype)
@@ -83,7 +83,7 @@ def main() -> None:
 
     merged.save_pretrained(args.output, safe_serialization=True)
     AutoTokenizer.from_pretrained(args.data / "base_model").save_pretrained(args.output)
-    print("merged", {d.name: w for d, w in zip(adapter_dirs, weights)}, "->", args.output)
+    print("merged", {d.name: w for d, w in zip(adapter_dirs, weights, strict=True)}, "->", args.output)
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ def main() -> None:
     train(model, tokenizer, train_rows, args.steps, args.lr, args.batch_size, args.max_length, device, args.seed)
     proofs = formalize(model, tokenizer, test_rows, args.batch_size, args.max_length, args.max_new_tokens, device)
     with open(args.output, "w") as f:
-        for row, proof in zip(test_rows, proofs):
+        for row, proof in zip(test_rows, proofs, strict=True):
             f.write(json.dumps({"name": row["name"], "formal_proof": proof}, ensure_ascii=False) + "\n")
     print(f"wrote {len(proofs)} formalizations to {args.output}")
 

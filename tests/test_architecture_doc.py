@@ -1,0 +1,83 @@
+"""docs/ARCHITECTURE.md's worked examples, run as written: the agent answers through a
+real (unconfined) sandbox, the task builds its assets and scores that answer, both found
+through the registry as the page says; the sandbox's contract and the cluster profile
+are the ones the code has."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import yaml
+
+from conftest import REPO
+from mlrb import registry
+from mlrb.agents.base import AgentContext
+from mlrb.budget import Budget
+from mlrb.config import AgentConfig, BudgetConfig, SandboxConfig, TaskConfig
+from mlrb.sandbox.base import Limits, Sandbox
+from mlrb.sandbox.unconfined import UnconfinedSandbox
+from mlrb.trajectory import Trajectory
+
+DOC = (REPO / "docs" / "ARCHITECTURE.md").read_text()
+
+
+def example(name: str) -> str:
+    found = re.findall(rf"```\w+ example={name}\n(.*?)```", DOC, re.DOTALL)
+    assert len(found) == 1, f"docs/ARCHITECTURE.md has {len(found)} examples named {name}"
+    return found[0]
+
+
+def test_the_agent_and_task_examples_run_and_score_through_the_registry(tmp_path, monkeypatch):
+    package = tmp_path / "examples"
+    package.mkdir()
+    (package / "answer_agent.py").write_text(example("agent"))
+    (package / "answer_task.py").write_text(example("task"))
+    (package / "starter").mkdir()
+    (package / "starter" / "notes.md").write_text("Write your answer in submission/answer.txt.\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(registry.AGENTS, "answer", "examples.answer_agent:AnswerAgent")  # type: ignore[index]
+    monkeypatch.setitem(registry.TASKS, "answer", "examples.answer_task:AnswerTask")  # type: ignore[index]
+
+    task_cfg = TaskConfig(**yaml.safe_load(example("task-config")))
+    task = registry.task_class(task_cfg)(task_cfg)
+    assets = tmp_path / "assets"
+    facts = task.build_assets(assets)  # build_tiny, as `assets.source: build` (the default) says
+    assert (assets / "hidden" / "target.txt").read_text() == "42"
+    assert facts["calibration"]["baseline_score"] == -42.0  # the baseline's answer, 0, scored
+
+    workspace, trajectory_file = tmp_path / "workspace", tmp_path / "trajectory.jsonl"
+    workspace.mkdir()
+    agent = registry.load(registry.AGENTS["answer"])(AgentConfig(name="answer", kind="answer", options={"answer": 40}))
+    sandbox = UnconfinedSandbox(SandboxConfig(kind="unconfined"), workspace, assets / "public", "doc", Limits())
+    trajectory = Trajectory(trajectory_file)
+    budget = Budget(BudgetConfig(name="doc", wall_time_s=60, max_steps=3))
+    steps = []
+    try:
+        outcome = agent.run(AgentContext(task, "Answer.", sandbox, budget, trajectory, seed=0, on_step_end=steps.append))
+    finally:
+        sandbox.close()
+        trajectory.close()
+    assert (outcome.status.value, outcome.message, steps) == ("ok", "answered", [1])
+
+    report = task.score(workspace / "submission", assets, tmp_path / "scoring")
+    assert (report.valid, report.score) == (True, -2.0)
+    assert task.score(tmp_path / "empty", assets, tmp_path).reason == "no answer.txt in the submission"
+    assert "examples.answer_agent" in sys.modules
+
+
+def test_the_sandbox_contract_is_the_one_the_page_names():
+    section = DOC.split("## Add a sandbox", 1)[1].split("##", 1)[0]
+    abstract = set(Sandbox.__abstractmethods__)
+    assert abstract == {"preflight", "run_isolated", "exec", "close"}
+    assert all(f"`{name}`" in section for name in abstract | {"read_file", "write_file"})
+    assert "sandbox/unconfined.py" in section and (REPO / "mlrb" / "sandbox" / "unconfined.py").exists()
+
+
+def test_the_cluster_profile_has_the_keys_the_shipped_profiles_have():
+    profile = yaml.safe_load(example("cluster"))
+    shipped = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "mlrb" / "launchers").glob("*.yaml"))]
+    known = set().union(*shipped)
+    assert set(profile) <= known, set(profile) - known
+    assert set(shipped[-1]) <= set(profile)  # local_single_node.yaml's keys, every one of them
+    assert all(isinstance(line, str) for line in profile["setup"])

@@ -1,0 +1,170 @@
+"""mlrb's imports, read from its source with ast (nothing is imported, so this takes well
+under a second): they flow one way, cli -> run -> stages -> shared lower modules, with no
+cycle; and the libraries they name are the ones pyproject.toml declares."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from conftest import REPO
+
+PACKAGE = REPO / "mlrb"
+
+
+def is_main_guard(node: ast.stmt) -> bool:
+    """`if __name__ == "__main__":` runs only when the file is a script, never on import."""
+    test = getattr(node, "test", None)
+    return (isinstance(node, ast.If) and isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
+            and test.left.id == "__name__")  # fmt: skip
+
+
+def module_files() -> Dict[str, Path]:
+    """mlrb's modules by dotted name. The tasks' starter code is the agent's, run on its own."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "starter" in path.relative_to(PACKAGE).parts:
+            continue
+        parts = path.relative_to(REPO).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported_names(module: str, path: Path) -> Iterator[str]:
+    """Every module an import statement in the file names, the ones inside functions included
+    (a lazy import is still a dependency): `from a import b` names both a and a.b."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    statements: List[ast.AST] = [n for n in tree.body if not is_main_guard(n)]
+    for node in (child for top in statements for child in ast.walk(top)):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def internal_graph() -> Dict[str, Set[str]]:
+    """module -> the mlrb modules it imports (a name resolves to the longest module it starts with)."""
+    modules = module_files()
+    graph: Dict[str, Set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for target in imported_names(name, path):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                graph[name].add(target)
+    return graph
+
+
+def find_cycle(graph: Dict[str, Set[str]]) -> List[str]:
+    """One import cycle as a path that ends where it starts, or [] when there is none."""
+    done: Set[str] = set()
+    path: List[str] = []
+
+    def visit(node: str) -> List[str]:
+        if node in path:
+            return path[path.index(node):] + [node]
+        if node in done:
+            return []
+        path.append(node)
+        for target in sorted(graph[node]):
+            cycle = visit(target)
+            if cycle:
+                return cycle
+        path.pop()
+        done.add(node)
+        return []
+
+    for start in sorted(graph):
+        cycle = visit(start)
+        if cycle:
+            return cycle
+    return []
+
+
+def test_no_import_cycle_inside_mlrb():
+    graph = internal_graph()
+    assert len(graph) > 50 and "mlrb.registry" in graph["mlrb.config"]  # the walk sees lazy imports too
+    cycle = find_cycle(graph)
+    assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_imports_flow_from_the_command_line_down():
+    graph = internal_graph()
+    importers = {target: {m for m, targets in graph.items() if target in targets} for target in graph}
+    assert importers["mlrb.cli"] == {"mlrb.__main__"}  # only the entry point imports the command line
+    assert importers["mlrb.run"] <= {"mlrb.cli", "mlrb.sweep"}  # the command line and the sweep launcher start runs
+    lowest = ("mlrb.messages", "mlrb.retries", "mlrb.status")  # shared by all, they import nothing of mlrb's
+    assert all(not graph[m] for m in lowest), {m: graph[m] for m in lowest}
+    # Tasks use scoring's helpers (lm-eval, the ScoreReport they return); scoring never reaches up into tasks,
+    # nor do the stages' packages into the run that drives them.
+    upward = [(m, t) for m, targets in graph.items() for t in targets
+              if (m.startswith("mlrb.scoring") and t.startswith("mlrb.tasks"))
+              or (m.startswith(("mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring")) and t in ("mlrb.run", "mlrb.sweep"))]  # fmt: skip
+    assert not upward, upward
+
+
+# hydra_plugins is a namespace package that mlrb (launchers/hydra_plugins) shares with the plugins it uses.
+NAMESPACE = "hydra_plugins"
+
+
+def distribution_of(module: str, installed: Dict[str, List[str]]) -> Optional[Set[str]]:
+    """The installed distributions that can provide the module (canonical names), or None for
+    mlrb's own Hydra launcher plugin."""
+    top, _, rest = module.partition(".")
+    if top == NAMESPACE:
+        plugin = rest.partition(".")[0]
+        return None if (REPO / "launchers" / NAMESPACE / plugin).exists() else {canonicalize_name(plugin)}
+    return {canonicalize_name(d) for d in installed.get(top, [])} - {"mlrb"}
+
+
+def third_party_imports() -> Dict[str, Path]:
+    """Every library module mlrb's code imports (the tasks' starter code too: it runs on the
+    same environment), with one file that imports it."""
+    found: Dict[str, Path] = {}
+    for folder in (PACKAGE, REPO / "launchers"):
+        for path in sorted(folder.rglob("*.py")):
+            for name in imported_names("mlrb._", path):
+                top = name.partition(".")[0]
+                if top and top not in sys.stdlib_module_names and top not in ("mlrb", "__future__"):
+                    found.setdefault(name if top == NAMESPACE else top, path.relative_to(REPO))
+    return found
+
+
+def test_the_libraries_imported_are_the_ones_declared():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    imports = third_party_imports()
+    assert {"torch", "datasets", "hydra_plugins.hydra_submitit_launcher.submitit_launcher"} <= set(imports)
+    installed = packages_distributions()  # import name -> distributions, read once (it scans them all)
+    used: Set[str] = set()
+    undeclared = []
+    for module, where in sorted(imports.items()):
+        providers = distribution_of(module, installed)
+        if providers is None:
+            continue
+        if not providers:
+            undeclared.append(f"{module} ({where}; no installed distribution provides it)")
+        elif not providers & declared:
+            undeclared.append(f"{module} ({where}; from {', '.join(sorted(providers))})")
+        used |= providers & declared
+    assert not undeclared, "imported but not in pyproject.toml's dependencies: " + "; ".join(undeclared)
+    assert not declared - used, f"declared in pyproject.toml but imported nowhere: {sorted(declared - used)}"
