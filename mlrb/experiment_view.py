@@ -1,9 +1,12 @@
-"""Experiments that the MLflow UI opens on the runs table.
+"""Experiments marked as model development, for the MLflow UI's runs table.
 
-MLflow 3's UI picks an experiment's first page from its `mlflow.experimentKind` tag;
-without the tag it guesses, and an experiment with traces (LLM agents log them)
-opens on the GenAI overview instead of the runs. mlrb's experiments are model
-development: say so explicitly.
+The `mlflow.experimentKind` tag says what an experiment is; MLflow UIs that read it
+open such an experiment on its runs table rather than guessing (an experiment with
+traces, which LLM agents log, would be guessed GenAI). MLflow 3.17's UI does not read
+it: its sidebar switch (GenAI / Model training, remembered by the browser, GenAI at
+first) or an address's `?workflowType=machine_learning` decides, so the addresses mlrb
+prints carry that parameter (mlrb/sweep_summary.py) and the README says where the
+switch is. tests/test_mlflow_ui.py checks both in a browser.
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ CLAIM_FILE = ".mlrb-run"  # in a run folder: a run has claimed it
 SUCCESS_IMPROVEMENT = 0.10  # MLAgentBench: success = more than 10% better than the baseline
 # Task keys only folder tasks set: left out of other tasks' identity, so their run keys stay as they were.
 FOLDER_TASK_KEYS = ("kind", "path", "format", "higher_is_better")
+ASSETS_PARAM = "assets.fingerprint"  # beside the config's params (task.name, agent.name, seed, sandbox.kind...)
 
 
 class RunFailed(RuntimeError):
@@ -270,7 +271,7 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
         asset_path = assets_lib.ensure_assets(task, Path(cfg.paths.cache_dir))
     prepare_time = clock.times["assets"]
     with clock.stage("recording"):
-        recorder.set_tags({"mlrb.assets_fingerprint": assets_lib.fingerprint(asset_path)})
+        record_assets(recorder, assets_lib.fingerprint(asset_path))
     # wall time counts from here: building a task's assets is a one-off of whichever run
     # needs them first, and would make that run look slow next to its siblings.
     run_started = time.monotonic()
@@ -373,6 +374,15 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
         normalised_score=summary.get("normalised_score"),
         run_dir=str(run_dir),
     )
+
+
+def record_assets(recorder, fingerprint: str) -> None:
+    """Which assets the run used: a tag (what rescoring checks), and a param, which the MLflow
+    UI's runs table compares runs by. A param cannot change: a retried job whose assets were
+    rebuilt since its first attempt keeps the first param, and its tag says what it used."""
+    recorder.set_tags({"mlrb.assets_fingerprint": fingerprint})
+    if recorder.attempt == 1 or ASSETS_PARAM not in recorder.client.get_run(recorder.run_id).data.params:
+        recorder.log_params({ASSETS_PARAM: fingerprint})
 
 
 def summarise(report: ScoreReport, calibration: Dict[str, Optional[float]], higher_is_better: bool = True,

@@ -56,8 +56,10 @@ def parent_metrics(rows: Sequence[RunRow]) -> Dict[str, float]:
 
 
 def open_command(tracking_uri: str, experiment_id: str, parent_run_id: str) -> str:
-    """The exact command (or address) that shows the parent run in the MLflow UI."""
-    page = f"#/experiments/{experiment_id}/runs/{parent_run_id}"
+    """The exact command (or address) that shows the parent run in the MLflow UI. The address
+    names the UI's model-training pages: MLflow 3.17's UI ignores an experiment's kind tag and
+    shows the GenAI pages (traces, not runs) unless the address or its sidebar switch says otherwise."""
+    page = f"#/experiments/{experiment_id}/runs/{parent_run_id}?workflowType=machine_learning"
     if tracking_uri.startswith(("http://", "https://")):
         return f"open {tracking_uri.rstrip('/')}/{page}"
     ui = f"{sys.executable} -m mlflow ui --backend-store-uri {tracking_uri}"
