@@ -311,7 +311,9 @@ def main(argv: Optional[List[str]] = None) -> None:
                           or args.shell_completion or args.experimental_rerun)  # fmt: skip
         if single_run and args.config_dir and not Path(args.config_dir).is_dir():
             raise ConfigError(f"--config-dir {args.config_dir}: no such folder")
-        if not single_run and not (args.help or args.hydra_help or args.info or args.shell_completion):  # these run nothing
+        if not single_run and not (
+            args.help or args.hydra_help or args.info or args.shell_completion
+        ):  # these run nothing
             precheck(args)  # a sweep, --cfg: every job, before Hydra starts
     except ConfigError as e:
         print(f"mlrb: error: {e}", file=sys.stderr)

@@ -59,7 +59,9 @@ def sweep_name(job_overrides: Sequence[Sequence[str]], first_run: str) -> str:
     """`sweep llm_merging/claude/smoke: seed=1,2,3`: what stays fixed, then each varying key and its values."""
     varying = varying_keys(job_overrides)
     parts = first_run.split(" ")[0].split("/")
-    fixed = "/".join(p for p, key in zip(parts, NAMED[:3], strict=False) if key not in varying)  # the seed is rarely fixed
+    fixed = "/".join(
+        p for p, key in zip(parts, NAMED[:3], strict=False) if key not in varying
+    )  # the seed is rarely fixed
     values: Dict[str, List[str]] = {}
     for overrides in job_overrides:
         for key, value in map(split_override, overrides):

@@ -102,6 +102,7 @@ def state_key(entry: Dict) -> str:
 def without(entry: Dict, globs: List[str]) -> Dict:
     """A step's line minus its changes to files matching `globs`: materialised, that step's
     workspace with those (read-only) files restored."""
+
     def kept(rel: str) -> bool:
         return not any(fnmatch.fnmatch(rel, pattern) for pattern in globs)
 

@@ -49,7 +49,7 @@ def sqlite_path(uri: str) -> Optional[Path]:
     """The database file of an sqlite:/// URI (None for other stores and in-memory ones)."""
     if not uri.startswith("sqlite:///"):
         return None
-    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    path = uri[len("sqlite:///") :].split("?", 1)[0]
     return Path(path) if path and path != ":memory:" else None
 
 
@@ -301,8 +301,10 @@ def check_http_store(uri: str, shown: str, where: str) -> None:
             json.loads(response.read() or b"{}")
     except urllib.error.HTTPError as e:
         what = "the credentials were refused" if e.code in (401, 403) else "it is not an MLflow tracking server"
-        raise ConfigError(f"tracking store '{shown}' ({where}): HTTP {e.code} ({what}); "
-                          "check the URI and MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN") from None
+        raise ConfigError(
+            f"tracking store '{shown}' ({where}): HTTP {e.code} ({what}); "
+            "check the URI and MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN"
+        ) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise ConfigError(f"tracking store '{shown}' ({where}): cannot reach it ({reason}); start the server "
@@ -325,7 +327,9 @@ def wait_for_http_server(uri: str, retry_for_s: float) -> None:
     parts = urlsplit(uri)
     netloc = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"  # no credentials
     try:
-        urllib3.PoolManager().request("GET", f"{parts.scheme}://{netloc}/health", retries=retry, timeout=CHECK_TIMEOUT_S)
+        urllib3.PoolManager().request(
+            "GET", f"{parts.scheme}://{netloc}/health", retries=retry, timeout=CHECK_TIMEOUT_S
+        )
     except urllib3.exceptions.HTTPError:
         pass
 

@@ -103,8 +103,10 @@ def ensure_database(uri: str) -> bool:
         with psycopg.connect(**{**args, "dbname": "postgres"}, autocommit=True) as connection:
             connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(args["dbname"])))
     except psycopg.Error as e:
-        raise ServeError(f"cannot create database '{args['dbname']}' on {where} ({first_line(e).split(': ', 1)[-1]}); "
-                         f"ask its admin for it: createdb -O {args.get('user', 'USER')} {args['dbname']}") from None
+        raise ServeError(
+            f"cannot create database '{args['dbname']}' on {where} ({first_line(e).split(': ', 1)[-1]}); "
+            f"ask its admin for it: createdb -O {args.get('user', 'USER')} {args['dbname']}"
+        ) from None
     return True
 
 

@@ -120,7 +120,13 @@ def check_values(o: LlmOptions) -> None:
             f"unknown agent.options.max_tokens_param '{o.max_tokens_param}'; valid choices: {', '.join(MAX_TOKENS_PARAMS)}"
         )
     positive = ("max_tokens_per_call", "request_timeout_s", "context_chars", "tool_output_chars", "command_timeout_s")
-    not_negative = ("price_input_per_mtok", "price_output_per_mtok", "max_retries", "retry_base_delay_s", "retry_max_delay_s")
+    not_negative = (
+        "price_input_per_mtok",
+        "price_output_per_mtok",
+        "max_retries",
+        "retry_base_delay_s",
+        "retry_max_delay_s",
+    )
     for key in positive:
         check_positive(f"agent.options.{key}", getattr(o, key))
     for key in not_negative + (("temperature",) if o.temperature is not None else ()):
@@ -213,7 +219,9 @@ def fit_context(history: List[Message], limit: int) -> int:
         for c in m.tool_calls:
             before = len(json.dumps(c.arguments))
             c.arguments = {
-                k: f"[elided to save context: {len(v)} characters]" if isinstance(v, str) and len(v) > ELIDE_MIN_CHARS else v
+                k: f"[elided to save context: {len(v)} characters]"
+                if isinstance(v, str) and len(v) > ELIDE_MIN_CHARS
+                else v
                 for k, v in c.arguments.items()
             }
             after = len(json.dumps(c.arguments))
@@ -286,7 +294,9 @@ class LlmAgent:
         while True:
             limit = ctx.budget.exhausted()
             if limit:
-                return AgentOutcome(Status.BUDGET_EXHAUSTED, limit, f"the {limit} budget ran out after {ctx.budget.steps} steps")
+                return AgentOutcome(
+                    Status.BUDGET_EXHAUSTED, limit, f"the {limit} budget ran out after {ctx.budget.steps} steps"
+                )
             ctx.budget.record_step()
             step = ctx.budget.steps
             with tracer.step(step, {"step": step, "budget": budget_note(ctx.budget)}) as span:
@@ -328,7 +338,9 @@ class LlmAgent:
         if summary is not None:
             ctx.trajectory.record("submit", step=step, summary=summary)
             return AgentOutcome(Status.OK, None, summary or "the agent submitted")
-        nudge = "" if reply.tool_calls else "No tool was called. Go on with the tools, or call submit when you are done.\n"
+        nudge = (
+            "" if reply.tool_calls else "No tool was called. Go on with the tools, or call submit when you are done.\n"
+        )
         history.append(Message("user", nudge + budget_note(ctx.budget), tool_results=results))
         return None
 
@@ -383,7 +395,9 @@ class LlmAgent:
             message = self.redact(str(error))
             limit = ctx.budget.exhausted()
             if limit:
-                return AgentOutcome(Status.BUDGET_EXHAUSTED, limit, f"the {limit} budget ran out during a model call: {message}")
+                return AgentOutcome(
+                    Status.BUDGET_EXHAUSTED, limit, f"the {limit} budget ran out during a model call: {message}"
+                )
             ctx.trajectory.record("api_error", step=step, attempt=attempt, status=error.status, error=message)
             if self.is_retried(error):
                 message += f" (gave up after {attempt} attempts)"
@@ -433,7 +447,11 @@ class LlmAgent:
                     "output_tokens": output_tokens,
                     "total_tokens": input_tokens + output_tokens,
                 },
-                "mlflow.llm.cost": {"input_cost": input_usd, "output_cost": output_usd, "total_cost": input_usd + output_usd},
+                "mlflow.llm.cost": {
+                    "input_cost": input_usd,
+                    "output_cost": output_usd,
+                    "total_cost": input_usd + output_usd,
+                },
                 "usage_estimated": estimated,
             }
         )

@@ -196,7 +196,9 @@ class AnthropicProvider:
         input_tokens = None
         if usage is not None:
             # Cached prompt tokens are reported apart from input_tokens; all of them were read.
-            input_tokens = usage.input_tokens + (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
+            input_tokens = (
+                usage.input_tokens + (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
+            )
         return Reply(
             text="\n".join(text),
             tool_calls=calls,
@@ -231,7 +233,10 @@ class OpenAIProvider:
             "model": model,
             "messages": messages,
             "tools": [
-                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
                 for t in tools
             ],
             self.max_tokens_param: max_tokens,

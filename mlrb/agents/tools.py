@@ -53,7 +53,7 @@ def truncate(text: str, limit: int) -> str:
     head = limit // 2
     tail = limit - head
     omitted = len(text) - head - tail
-    return f"{text[:head]}\n[... {omitted} characters truncated ...]\n{text[len(text) - tail:]}"
+    return f"{text[:head]}\n[... {omitted} characters truncated ...]\n{text[len(text) - tail :]}"
 
 
 def schema(properties: Dict[str, Any], required: List[str]) -> Dict[str, Any]:
@@ -141,7 +141,9 @@ def edit_file(env: ToolEnv, args: Dict[str, Any]) -> ToolOutput:
     if count == 0:
         raise ToolError(f"old_text not found in {path}: nothing changed (read the file and copy the text exactly)")
     if count > 1:
-        raise ToolError(f"old_text occurs {count} times in {path}: nothing changed (include more context to make it unique)")
+        raise ToolError(
+            f"old_text occurs {count} times in {path}: nothing changed (include more context to make it unique)"
+        )
     env.sandbox.write_file(path, text.replace(old, new, 1))
     return ToolOutput(f"replaced 1 occurrence in {path}")
 
@@ -173,7 +175,9 @@ TOOLS: List[Tool] = [
         "bash",
         "Run a shell command (bash) in the workspace and return its exit code, stdout and stderr. "
         "Long outputs are truncated in the middle.",
-        schema({"command": {"type": "string", "description": "The command line."}, "timeout_s": TIMEOUT_ARG}, ["command"]),
+        schema(
+            {"command": {"type": "string", "description": "The command line."}, "timeout_s": TIMEOUT_ARG}, ["command"]
+        ),
         shell,
     ),
     Tool(
@@ -182,7 +186,10 @@ TOOLS: List[Tool] = [
         schema(
             {
                 "path": {"type": "string", "description": "The .py file, relative to the workspace."},
-                "args": {"type": "string", "description": "Command-line arguments (shell syntax), e.g. --data \"$MLRB_DATA\"."},
+                "args": {
+                    "type": "string",
+                    "description": 'Command-line arguments (shell syntax), e.g. --data "$MLRB_DATA".',
+                },
                 "timeout_s": TIMEOUT_ARG,
             },
             ["path"],

@@ -76,7 +76,9 @@ class Tracer:
             yield span
 
     @contextlib.contextmanager
-    def span(self, name: str, span_type: str, inputs: Any, attributes: Optional[Dict[str, Any]] = None) -> Iterator[Any]:
+    def span(
+        self, name: str, span_type: str, inputs: Any, attributes: Optional[Dict[str, Any]] = None
+    ) -> Iterator[Any]:
         """A child span of the current step (span_type: "CHAT_MODEL", "TOOL"...)."""
         if self.recorder is None:
             yield NoSpan()

@@ -150,11 +150,14 @@ def why_not_scored(rows: Iterable[RunRow]) -> List[Cause]:
         detail = "" if row.kind in (RUNNING, CRASHED) else row.detail
         key = (*row.group, row.kind, detail)
         if key not in found:
-            found[key] = Cause(row.task, row.scale, row.agent, row.budget, row.kind, detail, [], row.confinement, row.assets)
+            found[key] = Cause(
+                row.task, row.scale, row.agent, row.budget, row.kind, detail, [], row.confinement, row.assets
+            )
         found[key].runs.append(row.name)
     order = {kind: i for i, kind in enumerate(CAUSES)}
     return sorted(
-        found.values(), key=lambda c: (c.task, c.scale, c.agent, c.budget, c.confinement, c.assets, order[c.kind], -c.count)
+        found.values(),
+        key=lambda c: (c.task, c.scale, c.agent, c.budget, c.confinement, c.assets, order[c.kind], -c.count),
     )
 
 
@@ -166,4 +169,3 @@ def not_counted(rows: Iterable[RunRow]) -> List[RunRow]:
 
 def varying(stats: Sequence[GroupStats], attribute: str) -> bool:
     return len({getattr(s, attribute) for s in stats}) > 1
-

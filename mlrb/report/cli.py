@@ -34,12 +34,16 @@ def parser() -> argparse.ArgumentParser:
         "python -m mlrb.report --sweep 935e10cdca64 --html",
     )
     filters = p.add_argument_group("which runs")
-    filters.add_argument("--experiment", action="append", default=[], metavar="NAME", help="MLflow experiment(s); default: all")
+    filters.add_argument(
+        "--experiment", action="append", default=[], metavar="NAME", help="MLflow experiment(s); default: all"
+    )
     filters.add_argument("--task", action="append", default=[], help="task(s), e.g. llm_merging")
     filters.add_argument("--agent", action="append", default=[], help="agent(s), e.g. baseline")
     filters.add_argument("--budget", action="append", default=[], help="budget(s), e.g. smoke")
     filters.add_argument("--scale", action="append", default=[], help="task scale(s): tiny, full")
-    filters.add_argument("--sweep", action="append", default=[], metavar="SWEEP_ID", help="sweep id(s) (tag mlrb.sweep_id)")
+    filters.add_argument(
+        "--sweep", action="append", default=[], metavar="SWEEP_ID", help="sweep id(s) (tag mlrb.sweep_id)"
+    )
     store = p.add_argument_group("where the runs are")
     store.add_argument("--tracking-uri", default=None, help="MLflow tracking URI; default: $MLFLOW_TRACKING_URI, else "
                        "the SQLite store in --tracking-dir")  # fmt: skip
@@ -73,7 +77,7 @@ def tracking_uri(args: argparse.Namespace) -> str:
                               f"--tracking-dir or --tracking-uri)")  # fmt: skip
         return f"sqlite:///{db}"
     if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+        db = Path(uri[len("sqlite:///") :])
         if not db.is_file():
             raise ReportError(f"no tracking store at {db}")
     return uri
@@ -112,7 +116,9 @@ def experiments(client: Any, names: List[str]) -> Dict[str, str]:
         return {e.experiment_id: e.name for e in known}
     unknown = [n for n in names if n not in by_name]
     if unknown:
-        raise ReportError(f"unknown experiment '{unknown[0]}'; experiments in the store: {', '.join(sorted(by_name)) or 'none'}")
+        raise ReportError(
+            f"unknown experiment '{unknown[0]}'; experiments in the store: {', '.join(sorted(by_name)) or 'none'}"
+        )
     return {by_name[n]: n for n in names}
 
 

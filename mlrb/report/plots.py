@@ -31,7 +31,7 @@ def panels(plt, keys: Sequence[tuple], width: float = 5.0, height: float = 3.8):
     rows = math.ceil(len(keys) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
     flat = [ax for row in axes for ax in row]
-    for ax in flat[len(keys):]:
+    for ax in flat[len(keys) :]:
         ax.set_visible(False)
     return fig, dict(zip(keys, flat, strict=False))  # spare axes are hidden
 
@@ -144,11 +144,15 @@ def draw_all(stats: Sequence[GroupStats], rows: Sequence[RunRow], out: Path) -> 
     """caption -> PNG, for the figures these runs support."""
     if not stats:
         return {}
-    plots = {"Score per task and agent (mean ± SEM over valid submissions)": score_by_task(stats, out / "score_by_task.png")}
+    plots = {
+        "Score per task and agent (mean ± SEM over valid submissions)": score_by_task(stats, out / "score_by_task.png")
+    }
     swept = any(
         len({s.budget for s in stats if (s.task, s.scale, s.agent) == (t.task, t.scale, t.agent)}) > 1 for t in stats
     )
     if swept:
         plots["Score against budget"] = score_vs_budget(stats, out / "score_vs_budget.png")
-    plots["Score against dollar cost (one point per scored run)"] = score_vs_cost(stats, rows, out / "score_vs_cost.png")
+    plots["Score against dollar cost (one point per scored run)"] = score_vs_cost(
+        stats, rows, out / "score_vs_cost.png"
+    )
     return plots

@@ -279,4 +279,3 @@ def load(client: Any, experiments: Dict[str, str], filters: Filters, now_s: Opti
         if p.data.tags.get("mlrb.sweep_id") in {r.sweep_id for r in rows}
     }
     return Selection(rows=rows, sweep_parents=sweeps)
-

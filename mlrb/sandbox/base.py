@@ -206,4 +206,3 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Stop every process the agent started; the workspace stays for collection."""
-

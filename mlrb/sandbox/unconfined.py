@@ -64,7 +64,9 @@ class UnconfinedSandbox(Sandbox):
                 raise
             finally:
                 self.running.discard(proc.pid)
-            return ExecResult(proc.returncode, read_capped(out), read_capped(err), time.monotonic() - started, timed_out)
+            return ExecResult(
+                proc.returncode, read_capped(out), read_capped(err), time.monotonic() - started, timed_out
+            )
 
     def close(self) -> None:
         for pid in list(self.running):

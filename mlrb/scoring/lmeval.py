@@ -149,6 +149,11 @@ def evaluate_spec(ev, model_dir: Path, held_out: Path, task_name: str, around_mo
     the held-out MMLU-format jsonl `held_out` as the task `task_name`."""
     tasks = list(ev.tasks) or [mc_task_config(task_name, held_out)]
     return evaluate(
-        model_dir, tasks, batch_size=ev.batch_size, device=ev.device, limit=ev.limit, dtype=ev.dtype,
+        model_dir,
+        tasks,
+        batch_size=ev.batch_size,
+        device=ev.device,
+        limit=ev.limit,
+        dtype=ev.dtype,
         around_model=around_model,
     )

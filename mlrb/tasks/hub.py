@@ -53,7 +53,9 @@ def task_needs(task: Any) -> List[HubItem]:
         if assets.get(key):
             items.append(HubItem("model", assets[key], why=f"{prefix}.assets.{key}"))
     if assets.get("tokenizer"):
-        items.append(HubItem("model", assets["tokenizer"], files=tuple(TOKENIZER_FILES), why=f"{prefix}.assets.tokenizer"))
+        items.append(
+            HubItem("model", assets["tokenizer"], files=tuple(TOKENIZER_FILES), why=f"{prefix}.assets.tokenizer")
+        )
     for repo in assets.get("adapters") or []:
         items.append(HubItem("model", repo, why=f"{prefix}.assets.adapters"))
     for repo in getattr(spec, "known_checkpoints", None) or []:
@@ -114,7 +116,9 @@ def _lm_eval_datasets(tasks: Sequence[str]) -> Dict[str, Dict[str, List[str]]]:
         else:
             if not cfg.get("dataset_path"):
                 return
-            splits = [cfg[k] for k in ("training_split", "validation_split", "test_split", "fewshot_split") if cfg.get(k)]
+            splits = [
+                cfg[k] for k in ("training_split", "validation_split", "test_split", "fewshot_split") if cfg.get(k)
+            ]
             configs = found.setdefault(cfg["dataset_path"], {})
             known = configs.setdefault(cfg.get("dataset_name") or DEFAULT_CONFIG, [])
             known.extend(s for s in splits if s not in known)

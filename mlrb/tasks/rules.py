@@ -197,7 +197,7 @@ def check_base_model(declared: Optional[str], allowed: List[str], instruction_tu
     """The declared starting model must match an allowed base-model pattern and be neither
     a known instruction-tuned model nor named like one."""
     if not declared or not isinstance(declared, str):
-        return "the submission does not declare its base model (provenance.json: {\"base_model\": ...})"
+        return 'the submission does not declare its base model (provenance.json: {"base_model": ...})'
     if declared in instruction_tuned or looks_instruction_tuned(declared):
         return f"'{declared}' is an instruction-tuned model; only base models are allowed"
     if not any(fnmatch.fnmatchcase(declared, pattern) for pattern in allowed):
@@ -416,8 +416,10 @@ def check_not_known_checkpoint(submission: Path, checkpoints: Dict[str, Path], m
 # ----------------------------------------------------------------------- memory
 
 
-MEMORY_METHOD = ("weights + peak of live tensors during evaluation (torch dispatch; forward calls that a traced one "
-                 "covers, in input shape and its predecessor's, run untraced), on any device")
+MEMORY_METHOD = (
+    "weights + peak of live tensors during evaluation (torch dispatch; forward calls that a traced one "
+    "covers, in input shape and its predecessor's, run untraced), on any device"
+)
 
 
 class PeakMemory:
@@ -493,7 +495,9 @@ class PeakMemory:
         self.peak_bytes = self.weight_bytes + self._mode.peak
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
-            self.allocator_peak_bytes = self.weight_bytes + int(torch.cuda.max_memory_allocated()) - self._allocated_before
+            self.allocator_peak_bytes = (
+                self.weight_bytes + int(torch.cuda.max_memory_allocated()) - self._allocated_before
+            )
 
     def _trace(self, on: bool, *exc, allowance: int = 0) -> None:
         if on and not self._tracing:
@@ -512,7 +516,9 @@ class PeakMemory:
             self._largest_leftover = max(self._largest_leftover, self._mode.current - self._allowance)
         shape = _input_shape(args, kwargs)
         key = None if shape is None or self._previous_shape is None else self._previous_shape + shape
-        needed = key is None or not any(all(a <= b for a, b in zip(key, seen, strict=True)) for seen in self._traced_keys)
+        needed = key is None or not any(
+            all(a <= b for a, b in zip(key, seen, strict=True)) for seen in self._traced_keys
+        )
         if needed or self._previous_needed:
             if not self._tracing:  # a larger call after untraced ones: bound what they left alive
                 self._trace(True, allowance=self._largest_leftover)

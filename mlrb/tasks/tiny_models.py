@@ -87,7 +87,8 @@ def tiny_params(params: dict, names: tuple, task: str) -> dict:
     unknown = sorted(set(params) - set(names))
     if missing or unknown:
         problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
-            [f"unknown {', '.join(unknown)}"] if unknown else [])
+            [f"unknown {', '.join(unknown)}"] if unknown else []
+        )
         raise ValueError(f"{task}: task.scales.tiny.assets: {'; '.join(problems)}; the tiny builder takes "
                          f"{', '.join(names)}")  # fmt: skip
     return params
@@ -179,7 +180,11 @@ def train_tokenizer(texts: list[str], vocab_size: int, max_length: int = MAX_POS
     bos_id = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos_id)])
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
         model_max_length=max_length,
     )
 

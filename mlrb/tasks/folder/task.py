@@ -235,7 +235,9 @@ class FolderTask(Task):
         except subprocess.TimeoutExpired:
             return ScoreReport.invalid(f"scripts/eval.py took longer than {self.spec.score_timeout_s:g} s")
         lines = proc.stdout.strip().splitlines()
-        result: Dict[str, Any] = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"error": last_line(proc.stderr)}
+        result: Dict[str, Any] = (
+            json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"error": last_line(proc.stderr)}
+        )
         if "error" in result:
             return ScoreReport.invalid(f"scripts/eval.py get_score raised {result['error']}")
         score = result["score"]
@@ -282,13 +284,16 @@ def child_env(home: Path) -> Dict[str, str]:
     """The environment of the task's own code (prepare.py, main.py, eval.py): the sandboxes'
     allow-list (no secrets), fixed hashing and threads, and nothing written into the (read-only,
     hashed) assets; the hub's offline flags stay the user's (a prepare.py may download)."""
-    return sandbox_environment(str(home), {
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0",
-        "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-        "HF_DATASETS_OFFLINE": os.environ.get("HF_DATASETS_OFFLINE", "1"),
-    })
+    return sandbox_environment(
+        str(home),
+        {
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+            "HF_DATASETS_OFFLINE": os.environ.get("HF_DATASETS_OFFLINE", "1"),
+        },
+    )
 
 
 def last_line(text: str) -> str:

@@ -176,7 +176,7 @@ class Grammar:
 
     def relative_clause_sentence(self, main_plural: bool | None = None, attractor_plural: bool | None = None,
                                  main_verb: str | None = None) -> str:  # fmt: skip
-        """"The dog that the boys see runs": the main verb agrees with the head noun,
+        """ "The dog that the boys see runs": the main verb agrees with the head noun,
         not with the nearer noun inside the clause. Returns the sentence without its period."""
         rng = self.rng
         head, inner = self.creature(), self.creature()

@@ -47,7 +47,26 @@ from mlrb.tasks.tiny_models import (
 )
 
 # The builder's parameters; their values are in mlrb/conf/task/llm_merging.yaml (scales.tiny.assets).
-PARAMS = ("seed", "skills", "vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "pretrain_steps", "pretrain_lr", "lora_rank", "lora_alpha", "lora_targets", "train_steps", "lr", "batch_size", "n_dev", "n_test", "n_background")
+PARAMS = (
+    "seed",
+    "skills",
+    "vocab_size",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "intermediate_size",
+    "pretrain_steps",
+    "pretrain_lr",
+    "lora_rank",
+    "lora_alpha",
+    "lora_targets",
+    "train_steps",
+    "lr",
+    "batch_size",
+    "n_dev",
+    "n_test",
+    "n_background",
+)
 
 # ----------------------------------------------------------------------------- data
 
@@ -178,8 +197,13 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
         torch.manual_seed(seed)
         model = make_llama(tokenizer, p)
         base_loss = train_lm(
-            model, tokenizer, [("", t) for t in corpus], p["pretrain_steps"], p["pretrain_lr"],
-            p["batch_size"], random.Random(seed + 1),
+            model,
+            tokenizer,
+            [("", t) for t in corpus],
+            p["pretrain_steps"],
+            p["pretrain_lr"],
+            p["batch_size"],
+            random.Random(seed + 1),
         )
         base_dir = public / "base_model"
         model.save_pretrained(base_dir, safe_serialization=True)

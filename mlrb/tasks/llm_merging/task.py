@@ -86,9 +86,7 @@ class LlmMerging(Task):
         experts = sorted(p.name for p in (public / "adapters").iterdir() if p.is_dir())
         n = len(experts)
         # Doing nothing: the unmerged base submitted as it is.
-        scores: Dict[str, Any] = {
-            "do_nothing_score": self.evaluate(public / "base_model", out_dir)["accuracy"]
-        }
+        scores: Dict[str, Any] = {"do_nothing_score": self.evaluate(public / "base_model", out_dir)["accuracy"]}
         baseline = self.evaluate(self.merge(public, scratch / "baseline", [1.0 / n] * n), out_dir)
         scores["baseline_score"] = baseline["accuracy"]
         per_expert = {}

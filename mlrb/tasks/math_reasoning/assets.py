@@ -33,77 +33,97 @@ _PROOF_END = ":=\nbegin\n  {tactic},\nend"
 def _linear(rng, v, n):
     a, c = rng.randint(2, 60), rng.randint(2, 60)
     b = a + c
-    return (f"Solve for ${v}$: ${v} + {a} = {b}$. Show that ${v} = {c}$.",
-            f"Subtracting {a} from both sides gives ${v} = {b} - {a} = {c}$.",
-            f"theorem {n} ({v} : ℝ) (h₀ : {v} + {a} = {b}) : {v} = {c} " + _PROOF_END.format(tactic="linarith"))
+    return (
+        f"Solve for ${v}$: ${v} + {a} = {b}$. Show that ${v} = {c}$.",
+        f"Subtracting {a} from both sides gives ${v} = {b} - {a} = {c}$.",
+        f"theorem {n} ({v} : ℝ) (h₀ : {v} + {a} = {b}) : {v} = {c} " + _PROOF_END.format(tactic="linarith"),
+    )
 
 
 def _scaled(rng, v, n):
     k, c = rng.randint(2, 12), rng.randint(2, 30)
-    return (f"If ${k} {v} = {k * c}$, show that ${v} = {c}$.",
-            f"Dividing both sides by {k} gives ${v} = {c}$.",
-            f"theorem {n} ({v} : ℝ) (h₀ : {k} * {v} = {k * c}) : {v} = {c} " + _PROOF_END.format(tactic="linarith"))
+    return (
+        f"If ${k} {v} = {k * c}$, show that ${v} = {c}$.",
+        f"Dividing both sides by {k} gives ${v} = {c}$.",
+        f"theorem {n} ({v} : ℝ) (h₀ : {k} * {v} = {k * c}) : {v} = {c} " + _PROOF_END.format(tactic="linarith"),
+    )
 
 
 def _product(rng, v, n):
     a, b = rng.randint(2, 40), rng.randint(2, 40)
-    return (f"Compute ${a} \\times {b}$. Show that it equals ${a * b}$.",
-            f"Multiplying, ${a} \\times {b} = {a * b}$.",
-            f"theorem {n} : ({a} : ℕ) * {b} = {a * b} " + _PROOF_END.format(tactic="norm_num"))
+    return (
+        f"Compute ${a} \\times {b}$. Show that it equals ${a * b}$.",
+        f"Multiplying, ${a} \\times {b} = {a * b}$.",
+        f"theorem {n} : ({a} : ℕ) * {b} = {a * b} " + _PROOF_END.format(tactic="norm_num"),
+    )
 
 
 def _remainder(rng, v, n):
     b, q = rng.randint(3, 12), rng.randint(2, 30)
     r = rng.randint(0, b - 1)
     a = b * q + r
-    return (f"What is the remainder when ${a}$ is divided by ${b}$? Show that it is ${r}$.",
-            f"Since ${a} = {b} \\cdot {q} + {r}$, the remainder is ${r}$.",
-            f"theorem {n} : {a} % {b} = {r} " + _PROOF_END.format(tactic="norm_num"))
+    return (
+        f"What is the remainder when ${a}$ is divided by ${b}$? Show that it is ${r}$.",
+        f"Since ${a} = {b} \\cdot {q} + {r}$, the remainder is ${r}$.",
+        f"theorem {n} : {a} % {b} = {r} " + _PROOF_END.format(tactic="norm_num"),
+    )
 
 
 def _sum(rng, v, n):
     a, b, c = (rng.randint(-30, 60) for _ in range(3))
-    return (f"What is the sum of ${a}$, ${b}$ and ${c}$? Show that it is ${a + b + c}$.",
-            f"Adding, ${a} + {b} + {c} = {a + b + c}$.",
-            f"theorem {n} : ({a} : ℤ) + {b} + {c} = {a + b + c} " + _PROOF_END.format(tactic="norm_num"))
+    return (
+        f"What is the sum of ${a}$, ${b}$ and ${c}$? Show that it is ${a + b + c}$.",
+        f"Adding, ${a} + {b} + {c} = {a + b + c}$.",
+        f"theorem {n} : ({a} : ℤ) + {b} + {c} = {a + b + c} " + _PROOF_END.format(tactic="norm_num"),
+    )
 
 
 def _commute(rng, v, n):
     a = rng.randint(1, 50)
-    return (f"Show that for every natural number ${v}$, ${v} + {a} = {a} + {v}$.",
-            "Addition of natural numbers is commutative.",
-            f"theorem {n} ({v} : ℕ) : {v} + {a} = {a} + {v} " + _PROOF_END.format(tactic="rw add_comm"))
+    return (
+        f"Show that for every natural number ${v}$, ${v} + {a} = {a} + {v}$.",
+        "Addition of natural numbers is commutative.",
+        f"theorem {n} ({v} : ℕ) : {v} + {a} = {a} + {v} " + _PROOF_END.format(tactic="rw add_comm"),
+    )
 
 
 def _square(rng, v, n):
     p, q = rng.sample(_VARIABLES, 2)
-    return (f"Show that for all real numbers ${p}$ and ${q}$, $({p} + {q})^2 = {p}^2 + 2 {p} {q} + {q}^2$.",
-            "Expand the square and collect terms.",
-            f"theorem {n} ({p} {q} : ℝ) : ({p} + {q})^2 = {p}^2 + 2 * {p} * {q} + {q}^2 "
-            + _PROOF_END.format(tactic="ring"))
+    return (
+        f"Show that for all real numbers ${p}$ and ${q}$, $({p} + {q})^2 = {p}^2 + 2 {p} {q} + {q}^2$.",
+        "Expand the square and collect terms.",
+        f"theorem {n} ({p} {q} : ℝ) : ({p} + {q})^2 = {p}^2 + 2 * {p} * {q} + {q}^2 "
+        + _PROOF_END.format(tactic="ring"),
+    )
 
 
 def _inequality(rng, v, n):
     a, b = rng.randint(1, 40), rng.randint(1, 40)
-    return (f"Let ${v}$ be a real number with ${v} > {a}$. Show that ${v} + {b} > {a + b}$.",
-            f"Adding {b} to both sides of ${v} > {a}$ gives ${v} + {b} > {a + b}$.",
-            f"theorem {n} ({v} : ℝ) (h₀ : {a} < {v}) : {a + b} < {v} + {b} " + _PROOF_END.format(tactic="linarith"))
+    return (
+        f"Let ${v}$ be a real number with ${v} > {a}$. Show that ${v} + {b} > {a + b}$.",
+        f"Adding {b} to both sides of ${v} > {a}$ gives ${v} + {b} > {a + b}$.",
+        f"theorem {n} ({v} : ℝ) (h₀ : {a} < {v}) : {a + b} < {v} + {b} " + _PROOF_END.format(tactic="linarith"),
+    )
 
 
 def _divides(rng, v, n):
     a, k = rng.randint(2, 15), rng.randint(2, 15)
-    return (f"Show that ${a}$ divides ${a * k}$.",
-            f"We have ${a * k} = {a} \\cdot {k}$.",
-            f"theorem {n} : ({a} : ℕ) ∣ {a * k} " + _PROOF_END.format(tactic="norm_num"))
+    return (
+        f"Show that ${a}$ divides ${a * k}$.",
+        f"We have ${a * k} = {a} \\cdot {k}$.",
+        f"theorem {n} : ({a} : ℕ) ∣ {a * k} " + _PROOF_END.format(tactic="norm_num"),
+    )
 
 
 def _system(rng, v, n):
     w = rng.choice([u for u in _VARIABLES if u != v])
     x, y = rng.randint(1, 30), rng.randint(1, 30)
-    return (f"If ${v} + {w} = {x + y}$ and ${v} - {w} = {x - y}$, show that ${v} = {x}$.",
-            f"Adding the two equations gives $2 {v} = {2 * x}$, so ${v} = {x}$.",
-            f"theorem {n} ({v} {w} : ℝ) (h₀ : {v} + {w} = {x + y}) (h₁ : {v} - {w} = {x - y}) : {v} = {x} "
-            + _PROOF_END.format(tactic="linarith"))
+    return (
+        f"If ${v} + {w} = {x + y}$ and ${v} - {w} = {x - y}$, show that ${v} = {x}$.",
+        f"Adding the two equations gives $2 {v} = {2 * x}$, so ${v} = {x}$.",
+        f"theorem {n} ({v} {w} : ℝ) (h₀ : {v} + {w} = {x + y}) (h₁ : {v} - {w} = {x - y}) : {v} = {x} "
+        + _PROOF_END.format(tactic="linarith"),
+    )
 
 
 # (area of the problem name, generator)
@@ -158,9 +178,7 @@ def build_tiny_model(texts: list[str], p: dict, out: pathlib.Path) -> dict:
     trainer = trainers.BpeTrainer(vocab_size=p["vocab_size"], special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
     tok.train_from_iterator(texts, trainer=trainer)
-    tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
-    )
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
         mask_token="<mask>", model_max_length=512,
@@ -191,4 +209,3 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
     with deterministic(int(p["seed"])):
         model = build_tiny_model(texts, p, out_dir / "public" / "base_model")
     return {"params": p, "base_model": model, **splits}
-

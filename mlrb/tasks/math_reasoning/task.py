@@ -137,7 +137,7 @@ def read_rows(path: Path) -> List[dict]:
 def parse_submission(submission: Path, names: List[str]):
     """(problem or "", {name: formal_proof}): the file's format, checked line by line."""
     if not submission.is_file() or submission.is_symlink():
-        return "the submission is not a file (expected JSONL: one {\"name\", \"formal_proof\"} per line)", {}
+        return 'the submission is not a file (expected JSONL: one {"name", "formal_proof"} per line)', {}
     try:
         text = submission.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -151,8 +151,10 @@ def parse_submission(submission: Path, names: List[str]):
             row = json.loads(line)
         except ValueError:
             return f"line {number} is not valid JSON", {}
-        if not isinstance(row, dict) or not isinstance(row.get("name"), str) or not isinstance(
-            row.get("formal_proof"), str
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("name"), str)
+            or not isinstance(row.get("formal_proof"), str)
         ):
             return f"line {number} is not an object with string fields 'name' and 'formal_proof'", {}
         name = row["name"]

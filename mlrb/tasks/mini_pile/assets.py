@@ -40,8 +40,10 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
     tokenizer.save_pretrained(public / "tokenizer")
     return {
         "params": p,
-        "data": {split: {"path": f"public/data/{split}.jsonl", "rows": len(docs),
-                         "words": sum(len(d.split()) for d in docs)} for split, docs in splits.items()},  # fmt: skip
+        "data": {
+            split: {"path": f"public/data/{split}.jsonl", "rows": len(docs), "words": sum(len(d.split()) for d in docs)}
+            for split, docs in splits.items()
+        },  # fmt: skip
         "tokenizer": {"path": "public/tokenizer", "vocab_size": len(tokenizer)},
         "suite": {"group": group, "rows": counts},
     }
