@@ -21,7 +21,6 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Dict, List
 
 from mlrb.tasks.base import Task
 
@@ -90,7 +89,7 @@ def build(task: Task, target: Path) -> None:
     staging.rename(target)
 
 
-def build_facts(task: Task, staging: Path) -> Dict:
+def build_facts(task: Task, staging: Path) -> dict:
     """Build (and calibrate) the assets. Calibration evaluates models on the scale's eval
     device; on a GPU that happens in a child process, so that this one (the harness, which
     lives for the whole run) never holds a CUDA context."""
@@ -103,7 +102,7 @@ def build_facts(task: Task, staging: Path) -> Dict:
         return pool.submit(task.build_assets, staging).result()
 
 
-def file_hashes(root: Path) -> Dict[str, str]:
+def file_hashes(root: Path) -> dict[str, str]:
     """SHA-256 of every file under root except the manifest (links by their target's text)."""
     hashes = {}
     for path in sorted(root.rglob("*")):
@@ -125,11 +124,11 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def fingerprint_of(files: Dict[str, str]) -> str:
+def fingerprint_of(files: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def problems(target: Path) -> List[str]:
+def problems(target: Path) -> list[str]:
     """What is wrong with an asset folder (empty: nothing); each problem names its file."""
     manifest_file = target / MANIFEST
     if not manifest_file.exists():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from mlrb.config import BudgetConfig
 
@@ -32,7 +32,7 @@ class Budget:
         self.output_tokens += output_tokens
         self.usd += usd
 
-    def exhausted(self) -> Optional[str]:
+    def exhausted(self) -> str | None:
         """The name of the first limit reached, or None while there is budget left."""
         # "not spent < limit" rather than "spent >= limit": a NaN on either side (a price
         # or usage a server got wrong) stops the run instead of lifting the limit.

@@ -25,8 +25,9 @@ import itertools
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, List, NoReturn, Optional
+from typing import Any, NoReturn
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
@@ -64,7 +65,7 @@ class CommandLineParser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
-def parse_command_line(argv: List[str]) -> argparse.Namespace:
+def parse_command_line(argv: list[str]) -> argparse.Namespace:
     """Hydra's flags and the overrides, in any order."""
     import hydra
 
@@ -90,9 +91,9 @@ def parse_command_line(argv: List[str]) -> argparse.Namespace:
     return parser.parse_intermixed_args(argv)
 
 
-def hydra_command_line(args: argparse.Namespace) -> List[str]:
+def hydra_command_line(args: argparse.Namespace) -> list[str]:
     """The same command as Hydra's parser takes it: every flag before the overrides."""
-    flags: List[str] = []
+    flags: list[str] = []
     for long, _, _takes, _ in FLAGS:
         value = getattr(args, long.lstrip("-").replace("-", "_"))
         if value is True:
@@ -112,7 +113,7 @@ def version() -> str:
         return "unknown"
 
 
-def sweep_jobs(overrides: List[str]) -> List[List[str]]:
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
     """Every job of a sweep: the product of the comma-separated values (as Hydra's basic sweeper)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -153,7 +154,7 @@ def precheck(args: argparse.Namespace) -> None:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="mlrb"):
             loader = GlobalHydra.instance().config_loader()
 
-            def group_options(group: str) -> List[str]:  # the search path includes --config-dir
+            def group_options(group: str) -> list[str]:  # the search path includes --config-dir
                 return loader.get_group_options(group, config_name=config_name, overrides=extra)
 
             for job in jobs:
@@ -169,7 +170,7 @@ def precheck(args: argparse.Namespace) -> None:
         GlobalHydra.instance().clear()
 
 
-def check_group_choice(override: str, group_options: Callable[[str], List[str]]) -> None:
+def check_group_choice(override: str, group_options: Callable[[str], list[str]]) -> None:
     key, _, value = override.lstrip("+~").partition("=")
     if key not in GROUPS:
         return
@@ -178,7 +179,7 @@ def check_group_choice(override: str, group_options: Callable[[str], List[str]])
         raise ConfigError(f"unknown {key} '{value}'; valid choices: {', '.join(options)}")
 
 
-def explain_compose_error(job: List[str], error: Exception, extra: List[str]) -> str:
+def explain_compose_error(job: list[str], error: Exception, extra: list[str]) -> str:
     text = str(error)
     for override in job:
         key = override.lstrip("+~").partition("=")[0]
@@ -192,7 +193,7 @@ def explain_compose_error(job: List[str], error: Exception, extra: List[str]) ->
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def unknown_key_message(key: str, choices: Optional[List[str]] = None) -> str:
+def unknown_key_message(key: str, choices: list[str] | None = None) -> str:
     """Name the misspelt key and the keys that exist where it was looked for (with the
     command line's group choices, e.g. the chosen agent's options)."""
     from hydra import compose
@@ -200,7 +201,7 @@ def unknown_key_message(key: str, choices: Optional[List[str]] = None) -> str:
     base = compose(config_name="config", overrides=choices or [])
     node: object = base
     parts = key.split(".")
-    where: List[str] = []
+    where: list[str] = []
     for part in parts[:-1]:
         if isinstance(node, DictConfig) and part in node:
             node, where = node[part], where + [part]
@@ -220,10 +221,10 @@ class SingleRunCheck:
     is made; Hydra's console output is held back until then (see the module's docstring)."""
 
     CALLBACK = "+hydra.callbacks.mlrb_config_check._target_=mlrb.cli.ConfigCheck"
-    active: Optional[SingleRunCheck] = None
+    active: SingleRunCheck | None = None
 
     def __init__(self) -> None:
-        self.typed: Optional[MlrbConfig] = None
+        self.typed: MlrbConfig | None = None
         self.composed = False
         self.held = io.StringIO()
         self.stderr: Any = None
@@ -265,7 +266,7 @@ class ConfigCheck(Callback):
             sys.exit(2)
 
 
-def job(cfg: DictConfig) -> Optional[dict]:
+def job(cfg: DictConfig) -> dict | None:
     """What Hydra runs for each job."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -298,7 +299,7 @@ def job(cfg: DictConfig) -> Optional[dict]:
     return dict(vars(result))
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     import hydra
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Dict, List, Optional, cast
+from typing import Any, cast
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
@@ -30,16 +30,16 @@ class TaskConfig:
     # Whether the agent's sandbox may reach the network.
     network: bool = False
     # Globs of workspace files the agent must not change (checked before scoring).
-    read_only_files: List[str] = field(default_factory=list)
+    read_only_files: list[str] = field(default_factory=list)
     # scale name -> settings; each task checks its own against a dataclass of its own.
-    scales: Dict[str, Any] = field(default_factory=dict)
+    scales: dict[str, Any] = field(default_factory=dict)
     # Which implementation (mlrb/registry.py TASKS); None: the task's name. Folder tasks
     # (task=folder) are named after their folder and implemented by `folder`.
-    kind: Optional[str] = None
+    kind: str | None = None
     # Folder tasks only: the task folder, its layout (mlagentbench, mlrc; None: detected)
     # and whether a higher score is better (MLAgentBench keeps this per task in its code).
-    path: Optional[str] = None
-    format: Optional[str] = None
+    path: str | None = None
+    format: str | None = None
     higher_is_better: bool = True
 
 
@@ -47,7 +47,7 @@ class TaskConfig:
 class AgentConfig:
     name: str = MISSING
     kind: str = MISSING
-    options: Dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -56,9 +56,9 @@ class BudgetConfig:
     wall_time_s: float = MISSING
     max_steps: int = MISSING
     # None means no cap (a scripted agent spends no tokens).
-    max_input_tokens: Optional[int] = None
-    max_output_tokens: Optional[int] = None
-    max_usd: Optional[float] = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_usd: float | None = None
 
 
 @dataclass
@@ -68,14 +68,14 @@ class SandboxConfig:
     # Longest a single command may run before it is killed (the budget may cut it shorter).
     command_timeout_s: float = 1800.0
     # Limits; None takes the task's hardware spec at the chosen scale.
-    cpus: Optional[float] = None
-    memory_gb: Optional[float] = None
+    cpus: float | None = None
+    memory_gb: float | None = None
     pids_limit: int = 512
     # GPU device ids for the run; None: the run's allocation ($CUDA_VISIBLE_DEVICES),
     # as many as the task asks for. Never all GPUs unless listed.
-    gpu_ids: Optional[List[str]] = None
+    gpu_ids: list[str] | None = None
     # The kind's own settings, checked against its options dataclass (see mlrb/sandbox/).
-    options: Dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -86,10 +86,10 @@ class TrackingConfig:
     # (an MLflow tracking server; `uri` or $MLFLOW_TRACKING_URI must be its http(s) address).
     kind: str = "sqlite"
     # None: $MLFLOW_TRACKING_URI if set, else an SQLite store inside `dir`.
-    uri: Optional[str] = None
+    uri: str | None = None
     dir: str = "mlruns"
     # None: the task's name.
-    experiment: Optional[str] = None
+    experiment: str | None = None
     # How long writes to a tracking server are retried (MLflow's HTTP retries, growing
     # pauses) while it does not answer, before the run is an infra error.
     retry_for_s: float = 300.0
@@ -147,7 +147,7 @@ def to_typed(cfg: DictConfig) -> MlrbConfig:
         scales = OmegaConf.to_container(merged.task.scales, resolve=False, throw_on_missing=False)
         merged.task.scales = {}
         typed = cast(MlrbConfig, OmegaConf.to_object(merged))
-        typed.task.scales = cast(Dict[str, Any], scales)
+        typed.task.scales = cast(dict[str, Any], scales)
     except OmegaConfBaseException as e:
         raise ConfigError(describe_omegaconf_error(e)) from None
     check_rules(typed)

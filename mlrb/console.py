@@ -12,7 +12,8 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 
 class ConsoleFilter(logging.Filter):
@@ -24,7 +25,7 @@ class ConsoleFilter(logging.Filter):
         return record.name == "mlrb" or record.name.startswith("mlrb.") or record.levelno >= logging.WARNING
 
 
-def log_file_stream() -> Optional[Any]:
+def log_file_stream() -> Any | None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             return handler.stream

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import signal
 import threading
-from typing import Callable, Iterator, List, Optional
+from collections.abc import Callable, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +45,10 @@ class Guard:
     `hold()` defers them instead, while the run's outcome is being recorded."""
 
     def __init__(self) -> None:
-        self.cleanups: List[Callable[[], None]] = []
-        self.received: List[int] = []
+        self.cleanups: list[Callable[[], None]] = []
+        self.received: list[int] = []
         self.holding = False
-        self.pending: Optional[int] = None
+        self.pending: int | None = None
 
     def on_interrupt(self, cleanup: Callable[[], None]) -> None:
         self.cleanups.append(cleanup)

@@ -13,7 +13,7 @@ is 1 when anything is missing. A full-scale run checks the same list before it s
 from __future__ import annotations
 
 import sys
-from typing import Any, List, Optional
+from typing import Any
 
 from mlrb.config import ConfigError
 from mlrb.tasks.hub import HubItem, download, is_present, task_needs
@@ -21,7 +21,7 @@ from mlrb.tasks.hub import HubItem, download, is_present, task_needs
 USAGE = "usage: python -m mlrb.prefetch [--check] [task=NAME[,NAME...]] [task.scale=full] [other config overrides]"
 
 
-def missing_items(task: Any) -> List[HubItem]:
+def missing_items(task: Any) -> list[HubItem]:
     return [item for item in task_needs(task) if not is_present(item)]
 
 
@@ -45,7 +45,7 @@ def cache_location() -> str:
     return constants.HF_HOME
 
 
-def tasks_for(overrides: List[str]) -> List[Any]:
+def tasks_for(overrides: list[str]) -> list[Any]:
     """The tasks the command line names (`task=a,b`; all of them without `task=`), configured by
     its overrides. A task that cannot be configured is a string saying why."""
     from hydra import compose, initialize_config_dir
@@ -81,7 +81,7 @@ def tasks_for(overrides: List[str]) -> List[Any]:
 def one_line(error: BaseException) -> str:
     """Why a download failed, in one line: the Hub's HTTP answer where one is behind the error
     (the libraries wrap it in errors of several lines), else the error's type and first line."""
-    cause: Optional[BaseException] = error
+    cause: BaseException | None = error
     for _ in range(8):  # the chain of causes is short; a bound keeps a cyclic one finite
         if cause is None:
             break
@@ -96,7 +96,7 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}"
 
 
-def hub_unreachable() -> Optional[str]:
+def hub_unreachable() -> str | None:
     """None if the Hub (HF_ENDPOINT) answers at all, with any status; else why not, in one line.
     Asked once before the first download: without it, an unreachable Hub (a compute node that
     forgot HF_HUB_OFFLINE=1) costs every dataset item the libraries' retries, ~20 s each."""
@@ -109,7 +109,7 @@ def hub_unreachable() -> Optional[str]:
     return None
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     from huggingface_hub import constants
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -127,7 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"mlrb.prefetch: error: {e}", file=sys.stderr)
         return 2
     missing_total = 0
-    unreachable: Optional[str] = None  # asked before the first download: why the Hub cannot be reached ("": it answers)
+    unreachable: str | None = None  # asked before the first download: why the Hub cannot be reached ("": it answers)
     for task in tasks:
         if isinstance(task, str):
             print(f"missing: {task}")

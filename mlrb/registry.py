@@ -7,7 +7,8 @@ the module that implements it, and only when it is needed.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from mlrb.messages import ConfigError
 

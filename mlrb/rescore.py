@@ -16,7 +16,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, cast
+from typing import Any, cast
 
 from mlrb.config import ConfigError
 
@@ -52,7 +52,7 @@ def rescore(args: argparse.Namespace) -> str:
     local.mkdir(parents=True, exist_ok=True)
     try:
         config_file = client.download_artifacts(args.run_id, "config.yaml", str(local))
-        config = cast(Dict[str, Any], OmegaConf.to_container(OmegaConf.load(config_file)))
+        config = cast(dict[str, Any], OmegaConf.to_container(OmegaConf.load(config_file)))
         root = Path(client.download_artifacts(args.run_id, "snapshots", str(local)))
     except Exception:
         raise ConfigError(
@@ -84,7 +84,7 @@ def rescore(args: argparse.Namespace) -> str:
     return f"{run.info.run_name} step {args.step}: no score (invalid: {report.reason})"
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:

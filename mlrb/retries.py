@@ -9,8 +9,9 @@ pause n (n = 1, 2, ...) is base_s * 2^(n-1), at most max_s.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import tenacity
 
@@ -37,8 +38,8 @@ class Backoff:
     def retrying(
         self,
         retry_if: Callable[[BaseException], bool],
-        pause_s: Optional[Callable[[RetryState], float]] = None,
-        before_sleep: Optional[Callable[[RetryState], None]] = None,
+        pause_s: Callable[[RetryState], float] | None = None,
+        before_sleep: Callable[[RetryState], None] | None = None,
     ) -> tenacity.Retrying:
         """A tenacity.Retrying that retries exceptions for which `retry_if` is true, then
         re-raises the last one. `pause_s` replaces the plain schedule (say, to honour a

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -63,8 +63,8 @@ class RunResult:
     status: Status
     valid: bool
     reason: str
-    score: Optional[float]
-    normalised_score: Optional[float]
+    score: float | None
+    normalised_score: float | None
     run_dir: str
 
 
@@ -83,7 +83,7 @@ def run_name(cfg: MlrbConfig) -> str:
     return run_names.run_name(cfg)
 
 
-def identity(cfg: MlrbConfig) -> Dict[str, Any]:
+def identity(cfg: MlrbConfig) -> dict[str, Any]:
     """What makes two runs the same experiment (paths and tracking excluded)."""
     task = {key: value for key, value in dataclasses.asdict(cfg.task).items()
             if cfg.task.kind or key not in FOLDER_TASK_KEYS}  # fmt: skip
@@ -109,7 +109,7 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
     task: Task = registry.task_class(cfg.task)(cfg.task)
     agent = registry.load(registry.AGENTS[cfg.agent.kind])(cfg.agent)
     sandbox_class = registry.load(registry.SANDBOXES[cfg.sandbox.kind])
-    commit: Dict[str, str] = {}  # git runs in its own processes while the store is checked
+    commit: dict[str, str] = {}  # git runs in its own processes while the store is checked
     git = threading.Thread(target=lambda: commit.update(tracking.harness_commit()), name="git", daemon=True)
     git.start()
     try:
@@ -141,7 +141,7 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         **commit,
     }
     sweep_id, parent_run_id = os.environ.get(SWEEP_ID_VAR), os.environ.get(PARENT_RUN_VAR)
-    resume_tags: Optional[Dict[str, str]] = None
+    resume_tags: dict[str, str] | None = None
     if sweep_id:  # a job of a sweep: a retry of it continues the job's run
         tags["mlrb.sweep_id"] = sweep_id
         resume_tags = {"mlrb.run_key": str(tags["mlrb.run_key"]), "mlrb.sweep_id": sweep_id}
@@ -208,7 +208,7 @@ def stopped(cfg: MlrbConfig, recorder, run_dir: Path, e: BaseException) -> BaseE
 class RunInterrupted(KeyboardInterrupt):
     """The run was stopped by a signal and recorded as killed (MLflow KILLED)."""
 
-    def __init__(self, result: Optional[RunResult], signum: int, run_id: str = ""):
+    def __init__(self, result: RunResult | None, signum: int, run_id: str = ""):
         self.result = result
         self.run_id = result.run_id if result else run_id
         self.signal = interrupts.Interrupted(signum)
@@ -252,7 +252,7 @@ def discard_unused(run_dir: Path) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def scrub_hydra_files(run_dir: Path, secrets: List[str]) -> None:
+def scrub_hydra_files(run_dir: Path, secrets: list[str]) -> None:
     """Hydra writes the command line and config into the run folder (.hydra/): mask secrets there."""
     if not secrets:
         return
@@ -394,12 +394,12 @@ def record_assets(recorder, fingerprint: str) -> None:
         recorder.log_params({ASSETS_PARAM: fingerprint})
 
 
-def summarise(report: ScoreReport, calibration: Dict[str, Optional[float]], higher_is_better: bool = True,
-              normalisation: str = "gap") -> Dict[str, float]:  # fmt: skip
+def summarise(report: ScoreReport, calibration: dict[str, float | None], higher_is_better: bool = True,
+              normalisation: str = "gap") -> dict[str, float]:  # fmt: skip
     """Score, its normalised form and MLAgentBench's success flag. Normalised: "gap", 0 = baseline,
     100 = reference; "improvement" (MLAgentBench), percent better than the baseline."""
     baseline, reference = calibration.get("baseline_score"), calibration.get("reference_score")
-    metrics: Dict[str, float] = {"valid": float(report.valid)}
+    metrics: dict[str, float] = {"valid": float(report.valid)}
     if baseline is not None:
         metrics["baseline_score"] = baseline
     if reference is not None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Dict, List, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 NAME_KEYS_VAR = "MLRB_RUN_NAME_KEYS"
 # Always in the name; a sweep's other varying keys are appended.
@@ -21,21 +22,21 @@ def split_override(override: str) -> tuple:
     return key, value
 
 
-def varying_keys(job_overrides: Sequence[Sequence[str]]) -> List[str]:
+def varying_keys(job_overrides: Sequence[Sequence[str]]) -> list[str]:
     """Keys whose value differs between the jobs of a sweep, in command-line order."""
-    values: Dict[str, set] = {}
+    values: dict[str, set] = {}
     for overrides in job_overrides:
         for key, value in map(split_override, overrides):
             values.setdefault(key, set()).add(value)
     return [k for k in values if len(values[k]) > 1]
 
 
-def extra_name_keys(job_overrides: Sequence[Sequence[str]]) -> List[str]:
+def extra_name_keys(job_overrides: Sequence[Sequence[str]]) -> list[str]:
     """The varying keys a run's name needs beyond task/agent/budget/seed (Hydra's own excluded)."""
     return [k for k in varying_keys(job_overrides) if k not in NAMED and not k.startswith("hydra.")]
 
 
-def lookup(config: Dict[str, Any], dotted: str) -> Any:
+def lookup(config: dict[str, Any], dotted: str) -> Any:
     node: Any = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -62,7 +63,7 @@ def sweep_name(job_overrides: Sequence[Sequence[str]], first_run: str) -> str:
     fixed = "/".join(
         p for p, key in zip(parts, NAMED[:3], strict=False) if key not in varying
     )  # the seed is rarely fixed
-    values: Dict[str, List[str]] = {}
+    values: dict[str, list[str]] = {}
     for overrides in job_overrides:
         for key, value in map(split_override, overrides):
             if key in varying and value not in values.setdefault(key, []):

@@ -15,7 +15,6 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 from mlrb.workspace import Snapshot, walk
 
@@ -31,14 +30,14 @@ class StepSnapshots:
     def __init__(self, root: Path):
         self.root = Path(root)
         # path -> (size, mtime_ns, sha256): a file not touched since the last step is not read again
-        self._seen: Dict[str, Tuple[int, int, str]] = {}
+        self._seen: dict[str, tuple[int, int, str]] = {}
 
-    def take(self, step: int, workspace: Path, start: Snapshot) -> Dict:
+    def take(self, step: int, workspace: Path, start: Snapshot) -> dict:
         """Store what differs in `workspace` from its starting state `start`, as step `step`.
         A step whose state equals the previous one's is written as well (cheap: no new object)."""
         (self.root / OBJECTS).mkdir(parents=True, exist_ok=True)
-        changed: Dict[str, str] = {}
-        too_large: Dict[str, int] = {}
+        changed: dict[str, str] = {}
+        too_large: dict[str, int] = {}
         present = set()
         for path, rel in walk(workspace):
             present.add(rel)
@@ -73,16 +72,16 @@ class StepSnapshots:
         self._seen[rel] = (size, mtime_ns, digest)
         return digest
 
-    def steps(self) -> List[Dict]:
+    def steps(self) -> list[dict]:
         return load_steps(self.root)
 
 
-def load_steps(root: Path) -> List[Dict]:
+def load_steps(root: Path) -> list[dict]:
     """Every step's line, in order (the last line for a step taken twice wins)."""
     file = Path(root) / STEPS
     if not file.exists():
         return []
-    by_step: Dict[int, Dict] = {}
+    by_step: dict[int, dict] = {}
     for line in file.read_text().splitlines():
         if line.strip():
             entry = json.loads(line)
@@ -90,16 +89,16 @@ def load_steps(root: Path) -> List[Dict]:
     return [by_step[step] for step in sorted(by_step)]
 
 
-def find_step(root: Path, step: int) -> Optional[Dict]:
+def find_step(root: Path, step: int) -> dict | None:
     return next((entry for entry in load_steps(root) if entry["step"] == step), None)
 
 
-def state_key(entry: Dict) -> str:
+def state_key(entry: dict) -> str:
     """Steps with the same key left the same workspace (scored once)."""
     return json.dumps([entry["changed"], entry["deleted"]], sort_keys=True)
 
 
-def without(entry: Dict, globs: List[str]) -> Dict:
+def without(entry: dict, globs: list[str]) -> dict:
     """A step's line minus its changes to files matching `globs`: materialised, that step's
     workspace with those (read-only) files restored."""
 
@@ -110,7 +109,7 @@ def without(entry: Dict, globs: List[str]) -> Dict:
             "deleted": [rel for rel in entry["deleted"] if kept(rel)]}  # fmt: skip
 
 
-def materialise(root: Path, entry: Dict, start_files: Path, dest: Path) -> Path:
+def materialise(root: Path, entry: dict, start_files: Path, dest: Path) -> Path:
     """Rebuild a step's workspace in `dest` (replaced): the starting files, then the step's changes."""
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(start_files, dest, ignore=shutil.ignore_patterns("__pycache__"))

@@ -25,9 +25,10 @@ import os
 import sys
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, cast
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
@@ -56,15 +57,15 @@ PROFILES_DIR = Path(__file__).resolve().parent / "launchers"  # cluster profiles
 @dataclass
 class SweepJob:
     idx: int
-    overrides: List[str]
+    overrides: list[str]
     name: str
     key: str
     experiment: str
     tracking: TrackingConfig
     wall_time_s: float
     gpus: int
-    cpus: Optional[int]
-    memory_gb: Optional[float]
+    cpus: int | None
+    memory_gb: float | None
 
 
 class Progress:
@@ -73,7 +74,7 @@ class Progress:
 
     def __init__(self, sweep_id: str, total: int, skipped: int):
         self.sweep_id, self.total, self.skipped = sweep_id, total, skipped
-        self.last: Optional[Tuple[int, ...]] = None
+        self.last: tuple[int, ...] | None = None
         self.started = time.monotonic()
 
     def show(self, queued: int, running: int, done: int, failed: int) -> None:
@@ -174,7 +175,7 @@ class SweepLauncher(BaseSubmititLauncher):
     def check_tracking(self, cfg: TrackingConfig) -> None:
         """Whether this launcher's jobs can share the tracking store (raise ConfigError if not)."""
 
-    def describe(self, idx: int, overrides: List[str]) -> SweepJob:
+    def describe(self, idx: int, overrides: list[str]) -> SweepJob:
         assert self.hydra_context is not None and self.config is not None
         cfg = to_typed(self.hydra_context.config_loader.load_sweep_config(self.config, overrides))
         hw = cfg.task.scales[cfg.task.scale].get("hardware", {}) or {}
@@ -188,16 +189,16 @@ class SweepLauncher(BaseSubmititLauncher):
         """The arguments submitit pickles for one job (see __call__)."""
         return (job.overrides, "hydra.sweep.dir", job.idx, f"job_id_for_{job.idx}", Singleton.get_state())
 
-    def gpu_problem(self, jobs: List[SweepJob]) -> str:
+    def gpu_problem(self, jobs: list[SweepJob]) -> str:
         """Why the sweep's GPU request cannot be met here ("" when it can)."""
         return ""
 
     @abc.abstractmethod
-    def run_jobs(self, jobs: List[SweepJob], progress: Progress) -> Dict[int, Tuple[bool, Any]]:
+    def run_jobs(self, jobs: list[SweepJob], progress: Progress) -> dict[int, tuple[bool, Any]]:
         """Run the jobs to their end; job index -> (True, JobReturn) or (False, why it failed)."""
 
     @staticmethod
-    def collect(submitted, job: SweepJob) -> Tuple[bool, Any]:
+    def collect(submitted, job: SweepJob) -> tuple[bool, Any]:
         """(True, JobReturn) or (False, the reason the job failed)."""
         try:
             ret = submitted.result()
@@ -226,21 +227,21 @@ def open_parent_run(client: Any, first: SweepJob, sweep_id: str, name: str, n_jo
     return tracking.RunRecorder(client, run.info.run_id, exp)
 
 
-def find_finished(job: SweepJob) -> Optional[str]:
+def find_finished(job: SweepJob) -> str | None:
     client, artifact_root = tracking.client_for(job.tracking)
     exp = tracking.experiment_id(client, job.experiment, artifact_root)
     done = tracking.find_runs(client, exp, {"mlrb.run_key": job.key}, ["FINISHED"])
     return done[0].info.run_id if done else None
 
 
-def visible_devices(devices: Optional[List[Any]]) -> List[int]:
+def visible_devices(devices: list[Any] | None) -> list[int]:
     if devices is not None:
         return [int(d) for d in devices]
     env = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     return [int(d) for d in env.split(",") if d.strip()]
 
 
-def slot_devices(slots: int, gpus_per_job: int, devices: List[int]) -> List[List[int]]:
+def slot_devices(slots: int, gpus_per_job: int, devices: list[int]) -> list[list[int]]:
     """Share the machine's GPUs out to the slots, each its own: never two jobs on one GPU."""
     if gpus_per_job == 0:
         return [[] for _ in range(slots)]
@@ -255,7 +256,7 @@ def slot_devices(slots: int, gpus_per_job: int, devices: List[int]) -> List[List
 class LocalSweepLauncher(SweepLauncher):
     """submitit's local executor, with a cap on concurrent jobs and a GPU set per slot."""
 
-    def gpu_problem(self, jobs: List[SweepJob]) -> str:
+    def gpu_problem(self, jobs: list[SweepJob]) -> str:
         slots, gpus_per_job = int(self.params.get("slots", 1)), int(self.params.get("gpus_per_job", 0))
         try:
             slot_devices(slots, gpus_per_job, visible_devices(self.params.get("devices")))
@@ -263,14 +264,14 @@ class LocalSweepLauncher(SweepLauncher):
             return str(e)
         return ""
 
-    def run_jobs(self, jobs: List[SweepJob], progress: Progress) -> Dict[int, Tuple[bool, Any]]:
+    def run_jobs(self, jobs: list[SweepJob], progress: Progress) -> dict[int, tuple[bool, Any]]:
         import submitit
 
         slots = int(self.params.get("slots", 1))
         gpus_per_job = int(self.params.get("gpus_per_job", 0))
         free = deque(enumerate(slot_devices(slots, gpus_per_job, visible_devices(self.params.get("devices")))))
         queue, outcomes = deque(jobs), {}
-        running: Dict[int, Tuple[Any, SweepJob, Tuple[int, List[int]]]] = {}
+        running: dict[int, tuple[Any, SweepJob, tuple[int, list[int]]]] = {}
         while queue or running:
             while queue and free:
                 slot, gpus = free.popleft()
@@ -298,7 +299,7 @@ def job_minutes(job: SweepJob, overhead_min: float) -> int:
     return int(math.ceil(job.wall_time_s / 60 + overhead_min))
 
 
-def squeue_states() -> Dict[str, str]:
+def squeue_states() -> dict[str, str]:
     """Job id (array tasks as "123_4") -> state, from squeue (works without accounting)."""
     import subprocess
 
@@ -309,14 +310,14 @@ def squeue_states() -> Dict[str, str]:
     return dict(line.split(maxsplit=1) for line in out.stdout.splitlines() if " " in line)
 
 
-def load_profile(name_or_path: str) -> Dict[str, Any]:
+def load_profile(name_or_path: str) -> dict[str, Any]:
     path = Path(name_or_path)
     if not path.suffix:
         path = PROFILES_DIR / f"{name_or_path}.yaml"
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
         raise ValueError(f"launcher: no cluster profile '{name_or_path}' (known in {PROFILES_DIR}: {known})")
-    return cast(Dict[str, Any], OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    return cast(dict[str, Any], OmegaConf.to_container(OmegaConf.load(path), resolve=True))
 
 
 class SlurmSweepLauncher(SweepLauncher):
@@ -328,7 +329,7 @@ class SlurmSweepLauncher(SweepLauncher):
         if warning:
             print(f"mlrb: warning: {warning}", file=sys.stderr, flush=True)
 
-    def resources(self, job: SweepJob, profile: Dict[str, Any]) -> Dict[str, Any]:
+    def resources(self, job: SweepJob, profile: dict[str, Any]) -> dict[str, Any]:
         cpus = min(job.cpus or 1, profile.get("max_cpus_per_job") or job.cpus or 1)
         memory = job.memory_gb or profile.get("default_mem_gb") or 4
         if profile.get("max_mem_gb"):
@@ -347,7 +348,7 @@ class SlurmSweepLauncher(SweepLauncher):
                 params[f"slurm_{key}"] = profile[key]
         return params
 
-    def gpu_problem(self, jobs: List[SweepJob]) -> str:
+    def gpu_problem(self, jobs: list[SweepJob]) -> str:
         try:
             profile = load_profile(str(self.params.get("cluster", "local_single_node")))
         except ValueError as e:
@@ -360,14 +361,14 @@ class SlurmSweepLauncher(SweepLauncher):
                     "use a profile with more, or a task scale that needs fewer")  # fmt: skip
         return ""
 
-    def run_jobs(self, jobs: List[SweepJob], progress: Progress) -> Dict[int, Tuple[bool, Any]]:
+    def run_jobs(self, jobs: list[SweepJob], progress: Progress) -> dict[int, tuple[bool, Any]]:
         import submitit
 
         profile = load_profile(str(self.params.get("cluster", "local_single_node")))
-        groups: Dict[str, List[SweepJob]] = {}
+        groups: dict[str, list[SweepJob]] = {}
         for job in jobs:
             groups.setdefault(repr(sorted(self.resources(job, profile).items())), []).append(job)
-        submitted: List[Tuple[Any, SweepJob]] = []
+        submitted: list[tuple[Any, SweepJob]] = []
         for group in groups.values():
             executor = submitit.AutoExecutor(
                 folder=self.params["submitit_folder"], cluster="slurm",
@@ -377,7 +378,7 @@ class SlurmSweepLauncher(SweepLauncher):
             array = executor.map_array(self, *zip(*(self.submission(job) for job in group), strict=True))
             submitted.extend(zip(array, group, strict=True))
         logging.getLogger("submitit").addFilter(HideSacctNoise())
-        outcomes: Dict[int, Tuple[bool, Any]] = {}
+        outcomes: dict[int, tuple[bool, Any]] = {}
         while len(outcomes) < len(submitted):
             states = squeue_states()
             running = 0

@@ -10,8 +10,9 @@ so sweeps compare side by side in the MLflow UI.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any
 
 from mlrb.report import aggregate, render
 from mlrb.report.runs import Filters, RunRow, load
@@ -19,9 +20,9 @@ from mlrb.report.runs import Filters, RunRow, load
 
 @dataclass
 class SweepSummary:
-    rows: List[RunRow]
+    rows: list[RunRow]
     text: str
-    metrics: Dict[str, float]
+    metrics: dict[str, float]
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -41,7 +42,7 @@ def runs_table(rows: Sequence[RunRow]) -> str:
     return text_table(headers, body)
 
 
-def parent_metrics(rows: Sequence[RunRow]) -> Dict[str, float]:
+def parent_metrics(rows: Sequence[RunRow]) -> dict[str, float]:
     """The sweep's aggregates over all its attempts (not-counted runs excluded, as in reports)."""
     whole = aggregate.summarise_group(list(rows))
     costs = aggregate.present(r.metric("cost_usd") for r in rows)
@@ -68,7 +69,7 @@ def open_command(tracking_uri: str, experiment_id: str, parent_run_id: str) -> s
 
 def summarise(
     client: Any, experiment_id: str, experiment: str, sweep_id: str, parent_name: str, parent_run_id: str,
-    tracking_uri: str, elapsed_s: Optional[float] = None,
+    tracking_uri: str, elapsed_s: float | None = None,
 ) -> SweepSummary:  # fmt: skip
     rows = load(client, {experiment_id: experiment}, Filters(sweep_ids=[sweep_id])).rows
     stats = aggregate.summarise(rows)

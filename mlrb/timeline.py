@@ -15,12 +15,12 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Dict, Iterator
+from collections.abc import Iterator
 
 
 class StageClock:
     def __init__(self) -> None:
-        self.times: Dict[str, float] = {}
+        self.times: dict[str, float] = {}
 
     def add(self, stage: str, seconds: float) -> None:
         self.times[stage] = self.times.get(stage, 0.0) + seconds
@@ -33,7 +33,7 @@ class StageClock:
         finally:
             self.add(name, time.monotonic() - started)
 
-    def metrics(self) -> Dict[str, float]:
+    def metrics(self) -> dict[str, float]:
         return {f"stage_time_s.{stage}": round(seconds, 4) for stage, seconds in self.times.items()}
 
 

@@ -13,8 +13,9 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from mlrb.config import ConfigError, TrackingConfig
@@ -28,7 +29,7 @@ BATCH = 100  # MLflow accepts at most 100 params or tags per log_batch call
 SECRET_KEY = re.compile(r"(api_?key|secret|password|passwd|auth_token|access_token|bearer)$", re.IGNORECASE)
 
 
-def store_location(cfg: TrackingConfig) -> Tuple[str, Optional[str]]:
+def store_location(cfg: TrackingConfig) -> tuple[str, str | None]:
     """(tracking URI, artifact root for new experiments or None for the server's default).
     A new SQLite store is created here, whole (see `create_sqlite_store`)."""
     uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI")
@@ -45,7 +46,7 @@ def store_location(cfg: TrackingConfig) -> Tuple[str, Optional[str]]:
     return f"sqlite:///{root / 'mlflow.db'}", artifact_root
 
 
-def sqlite_path(uri: str) -> Optional[Path]:
+def sqlite_path(uri: str) -> Path | None:
     """The database file of an sqlite:/// URI (None for other stores and in-memory ones)."""
     if not uri.startswith("sqlite:///"):
         return None
@@ -101,7 +102,7 @@ def use_wal(db: Path) -> None:
 CHECK_TIMEOUT_S = 10.0
 
 
-def secrets_in(cfg: TrackingConfig) -> List[str]:
+def secrets_in(cfg: TrackingConfig) -> list[str]:
     """The secrets the store's URI carries (to mask wherever the config is written)."""
     uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
@@ -114,7 +115,7 @@ def secrets_in(cfg: TrackingConfig) -> List[str]:
     return [secret for secret in found if len(secret) >= 3]  # never mask every "a" in a file
 
 
-def masked(cfg: TrackingConfig) -> Dict[str, Any]:
+def masked(cfg: TrackingConfig) -> dict[str, Any]:
     """The tracking config as it may be recorded (params, config.yaml)."""
     plain = dataclasses.asdict(cfg)
     if plain["uri"]:
@@ -199,7 +200,7 @@ def check_sqlite_store(cfg: TrackingConfig, shown: str, where: str) -> None:
         repair_sqlite_store(db, artifact_root or Path("mlruns").resolve().as_uri(), shown, where, e)
 
 
-def open_sql_store(uri: str, artifact_root: Optional[str]) -> None:
+def open_sql_store(uri: str, artifact_root: str | None) -> None:
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     store = SqlAlchemyStore(uri, artifact_root or Path("mlruns").resolve().as_uri())
@@ -257,7 +258,7 @@ def check_sql_store(uri: str, shown: str, where: str) -> None:
     """A database server: connect within the time limit."""
     import threading
 
-    outcome: List[Any] = []
+    outcome: list[Any] = []
 
     def attempt() -> None:
         try:
@@ -334,8 +335,8 @@ def wait_for_http_server(uri: str, retry_for_s: float) -> None:
         pass
 
 
-def flatten(tree: Any, prefix: str = "") -> Dict[str, str]:
-    flat: Dict[str, str] = {}
+def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
+    flat: dict[str, str] = {}
     if isinstance(tree, Mapping):
         for key, value in tree.items():
             flat.update(flatten(value, f"{prefix}{key}."))
@@ -353,7 +354,7 @@ def redact(key: str, value: Any) -> str:
     return str(value)
 
 
-def harness_commit() -> Dict[str, str]:
+def harness_commit() -> dict[str, str]:
     """The git commit of the harness's own code, when it runs from a checkout."""
     here = Path(__file__).resolve().parent
     try:
@@ -387,21 +388,21 @@ class RunRecorder:
         self.experiment_id = experiment_id
         self.attempt = attempt
 
-    def log_params(self, params: Dict[str, str]) -> None:
+    def log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param
 
         items = [Param(k, v[:6000]) for k, v in sorted(params.items())]
         for batch in chunks(items):
             with_retries(self.client.log_batch, self.run_id, params=batch)
 
-    def set_tags(self, tags: Dict[str, Any]) -> None:
+    def set_tags(self, tags: dict[str, Any]) -> None:
         from mlflow.entities import RunTag
 
         items = [RunTag(k, str(v)) for k, v in tags.items()]
         for batch in chunks(items):
             with_retries(self.client.log_batch, self.run_id, tags=batch)
 
-    def log_metrics(self, metrics: Dict[str, float], step: int = 0) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -412,7 +413,7 @@ class RunRecorder:
     def log_text(self, text: str, name: str) -> None:
         self.client.log_text(self.run_id, text, name)
 
-    def log_file(self, path: Path, folder: Optional[str] = None) -> None:
+    def log_file(self, path: Path, folder: str | None = None) -> None:
         if Path(path).exists():
             self.client.log_artifact(self.run_id, str(path), folder)
 
@@ -421,7 +422,7 @@ class RunRecorder:
         with_retries(lambda: self.client.set_terminated(self.run_id, status))
 
 
-def experiment_id(client: Any, name: str, artifact_root: Optional[str]) -> str:
+def experiment_id(client: Any, name: str, artifact_root: str | None) -> str:
     found = with_retries(lambda: client.get_experiment_by_name(name))
     if found is not None:
         return found.experiment_id
@@ -436,14 +437,14 @@ def experiment_id(client: Any, name: str, artifact_root: Optional[str]) -> str:
         return found.experiment_id
 
 
-def find_runs(client: Any, experiment: str, tags: Dict[str, str], statuses: Optional[List[str]] = None) -> List[Any]:
+def find_runs(client: Any, experiment: str, tags: dict[str, str], statuses: list[str] | None = None) -> list[Any]:
     """Runs of the experiment carrying all these tags (and one of these statuses)."""
     query = " AND ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
     runs = with_retries(lambda: client.search_runs([experiment], query, max_results=1000))
     return [r for r in runs if not statuses or r.info.status in statuses]
 
 
-def client_for(cfg: TrackingConfig) -> Tuple[Any, Optional[str]]:
+def client_for(cfg: TrackingConfig) -> tuple[Any, str | None]:
     from mlflow.tracking import MlflowClient
 
     uri, artifact_root = store_location(cfg)
@@ -461,12 +462,12 @@ def client_for(cfg: TrackingConfig) -> Tuple[Any, Optional[str]]:
 MAX_RETRIES, MAX_PAUSE_S, MAX_FACTOR = 10, 120.0, 120
 
 
-def retry_schedule(retries: int, factor: int) -> List[float]:
+def retry_schedule(retries: int, factor: int) -> list[float]:
     """The pauses MLflow's client makes between attempts of one request."""
     return [0.0] + [min(MAX_PAUSE_S, factor * 2.0**k) for k in range(1, retries)]
 
 
-def http_retry_settings(retry_for_s: float) -> Dict[str, str]:
+def http_retry_settings(retry_for_s: float) -> dict[str, str]:
     """MLflow's retry settings (MLFLOW_HTTP_REQUEST_*) under which each request to a
     tracking server that does not answer is retried, with doubling pauses, for at least
     `retry_for_s` seconds in all (as near it as those settings allow), then fails."""
@@ -493,7 +494,7 @@ def is_sqlite(cfg: TrackingConfig) -> bool:
     return uri is None or uri.startswith("sqlite:")
 
 
-def check_cluster_store(cfg: TrackingConfig) -> Optional[str]:
+def check_cluster_store(cfg: TrackingConfig) -> str | None:
     """For a SLURM sweep: an SQLite store is refused (ConfigError) unless the user insists
     (tracking.allow_sqlite_on_slurm=true); then the warning to show, one line."""
     if not is_sqlite(cfg):
@@ -508,8 +509,8 @@ def open_run(
     cfg: TrackingConfig,
     experiment: str,
     run_name: str,
-    tags: Dict[str, Any],
-    resume_tags: Optional[Dict[str, str]] = None,
+    tags: dict[str, Any],
+    resume_tags: dict[str, str] | None = None,
 ) -> RunRecorder:
     """A new run; or, when `resume_tags` match an unfinished run (a job of the same
     sweep that failed, was killed or requeued), that run again, so each job of a

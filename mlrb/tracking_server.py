@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import List, NoReturn, Optional
+from typing import NoReturn
 from urllib.parse import unquote, urlsplit
 
 from mlrb.messages import first_line, mask_uri
@@ -117,7 +117,7 @@ def public_host(host: str) -> str:
     return host
 
 
-def allowed_hosts(host: str) -> Optional[str]:
+def allowed_hosts(host: str) -> str | None:
     """Host headers to accept: MLflow's defaults serve a loopback server; one that listens
     on the network must also accept the names other nodes use for it."""
     if host in LOOPBACK:
@@ -126,7 +126,7 @@ def allowed_hosts(host: str) -> Optional[str]:
     return ",".join(sorted(names) + [f"{n}:*" for n in sorted(names)] + PRIVATE_HOSTS)
 
 
-def server_command(args: argparse.Namespace) -> List[str]:
+def server_command(args: argparse.Namespace) -> list[str]:
     destination = args.artifacts_destination
     if "://" not in destination:  # a folder: absolute, so the server finds it whatever its working folder
         Path(destination).expanduser().mkdir(parents=True, exist_ok=True)
@@ -201,7 +201,7 @@ def stop_server(server: subprocess.Popen) -> None:
         pass
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] != "serve":
         print("usage: python -m mlrb.tracking serve [--help] [options]; "

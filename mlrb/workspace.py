@@ -9,7 +9,6 @@ import hashlib
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
 
 # Files larger than this, or not UTF-8, appear in the patch by size and hash only.
 MAX_TEXT_DIFF_BYTES = 512_000
@@ -19,8 +18,8 @@ MAX_TEXT_DIFF_BYTES = 512_000
 class Snapshot:
     """The workspace's starting state: every file's hash, and the text of text files."""
 
-    hashes: Dict[str, str] = field(default_factory=dict)
-    texts: Dict[str, str] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
 
 
 def prepare(starter_dir: Path, workspace: Path) -> Snapshot:
@@ -85,7 +84,7 @@ def diff(before: Snapshot, root: Path) -> str:
     return "".join(chunks)
 
 
-def restore_read_only(starter_dir: Path, workspace: Path, globs: List[str], before: Snapshot) -> List[str]:
+def restore_read_only(starter_dir: Path, workspace: Path, globs: list[str], before: Snapshot) -> list[str]:
     """Put back every starter file matching `globs` that the agent changed or removed."""
     restored = []
     for rel, digest in sorted(before.hashes.items()):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import Protocol
 
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig
@@ -24,11 +25,11 @@ class AgentContext:
     trajectory: Trajectory
     seed: int
     # The run's MLflow recorder (per-step metrics); None when a run is not tracked.
-    recorder: Optional[RunRecorder] = None
+    recorder: RunRecorder | None = None
     # The run's own folder on the host (outside the sandbox): for the agent's logs.
-    run_dir: Optional[Path] = None
+    run_dir: Path | None = None
     # Called with the step's number after each step (the harness snapshots the workspace).
-    on_step_end: Optional[Callable[[int], object]] = None  # what it returns is not used
+    on_step_end: Callable[[int], object] | None = None  # what it returns is not used
 
     def step_ended(self, step: int) -> None:
         if self.on_step_end is not None:
@@ -41,7 +42,7 @@ class AgentOutcome:
     # limit stopped it) or AGENT_ERROR (its model or API failed it after retries); the
     # workspace is scored in every case. The run's status follows (status.of_run).
     status: Status
-    stop_reason: Optional[str] = None
+    stop_reason: str | None = None
     message: str = ""
 
 

@@ -22,7 +22,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple, Union, cast
+from typing import Any, cast
 
 from omegaconf import MISSING, OmegaConf
 
@@ -63,11 +63,11 @@ class LlmOptions:
     provider: str = MISSING
     model: str = MISSING
     # Environment variable holding the API key; null for a server that needs none.
-    api_key_env: Optional[str] = None
+    api_key_env: str | None = None
     # null: the SDK's own variable (ANTHROPIC_BASE_URL / OPENAI_BASE_URL), else the vendor's API.
-    base_url: Optional[str] = None
+    base_url: str | None = None
     # null: the API's default.
-    temperature: Optional[float] = None
+    temperature: float | None = None
     max_tokens_per_call: int = 4096
     # OpenAI format only: the name of the output cap (older servers know only max_tokens).
     max_tokens_param: str = "max_completion_tokens"
@@ -83,7 +83,7 @@ class LlmOptions:
     retry_max_delay_s: float = 60.0
     # The HTTP statuses retried ("5xx": every server error). Lost connections, timeouts and
     # replies that are not the API's are always retried; other errors never are.
-    retry_statuses: List[str] = dataclasses.field(default_factory=lambda: list(RETRY_STATUSES))
+    retry_statuses: list[str] = dataclasses.field(default_factory=lambda: list(RETRY_STATUSES))
     # Characters of conversation kept; beyond it the oldest tool outputs are elided.
     context_chars: int = 400_000
     # Longest tool output the model reads (longer ones are cut in the middle).
@@ -141,7 +141,7 @@ def check_values(o: LlmOptions) -> None:
         raise ConfigError("agent.options.api_key_env is empty: name an environment variable, or null for no key")
 
 
-def read_api_key(cfg: AgentConfig, options: LlmOptions) -> Optional[str]:
+def read_api_key(cfg: AgentConfig, options: LlmOptions) -> str | None:
     if options.api_key_env is None:
         return None
     key = os.environ.get(options.api_key_env, "").strip()
@@ -202,7 +202,7 @@ def message_chars(m: Message) -> int:
     )
 
 
-def fit_context(history: List[Message], limit: int) -> int:
+def fit_context(history: list[Message], limit: int) -> int:
     """Elide the oldest tool outputs and long tool arguments until the conversation fits in
     `limit` characters. The instructions and the latest exchange are always kept whole.
     Returns how many items were elided (elided text stays elided, so the prefix is stable)."""
@@ -231,7 +231,7 @@ def fit_context(history: List[Message], limit: int) -> int:
     return elided
 
 
-def usage(request: dict, reply: Reply) -> Tuple[int, int, bool]:
+def usage(request: dict, reply: Reply) -> tuple[int, int, bool]:
     """(input tokens, output tokens, estimated): the API's reported usage; estimated at about
     4 characters a token only when a server reports none (some local servers)."""
     if reply.input_tokens is not None and reply.output_tokens is not None:
@@ -306,7 +306,7 @@ class LlmAgent:
             if outcome is not None:
                 return outcome
 
-    def step(self, ctx, tracer, provider, env, system, history, step) -> Optional[AgentOutcome]:
+    def step(self, ctx, tracer, provider, env, system, history, step) -> AgentOutcome | None:
         """One model call and the tool calls it asks for; an outcome when the run ends here."""
         elided = fit_context(history, self.options.context_chars)
         if elided:
@@ -327,8 +327,8 @@ class LlmAgent:
             return reply
         history.append(Message("assistant", reply.text, tool_calls=reply.tool_calls))
 
-        results: List[ToolResult] = []
-        summary: Optional[str] = None
+        results: list[ToolResult] = []
+        summary: str | None = None
         for call in reply.tool_calls:
             output = self.use_tool(ctx, tracer, env, call, step)
             results.append(ToolResult(call.id, output.text, output.is_error))
@@ -362,7 +362,7 @@ class LlmAgent:
             return error.transient
         return any(status_matches(error.status, pattern) for pattern in self.options.retry_statuses)
 
-    def call_model(self, ctx, tracer, provider, request, traced, step) -> Union[Reply, AgentOutcome]:
+    def call_model(self, ctx, tracer, provider, request, traced, step) -> Reply | AgentOutcome:
         """One model call, retried on the errors the config names, each try bounded by the
         remaining wall time and recorded (its trace span; a retry and its pause in the trajectory)."""
         policy = self.retry_policy()
@@ -417,7 +417,7 @@ class LlmAgent:
             "attempt": attempt,
             "timeout_s": round(timeout_s, 3),
         }
-        error: Optional[ApiError] = None
+        error: ApiError | None = None
         with tracer.span(f"{provider.name} {o.model}", "CHAT_MODEL", traced, attributes) as span:
             try:
                 reply = provider.call(request, timeout_s)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from mlrb.agents.tools import Tool
 
@@ -24,9 +24,9 @@ NO_KEY = "no-key-needed"
 class ToolCall:
     id: str
     name: str
-    arguments: Dict[str, Any]
+    arguments: dict[str, Any]
     # Set when the model's arguments were not a JSON object: the call is answered with this error.
-    error: Optional[str] = None
+    error: str | None = None
 
 
 @dataclass
@@ -42,18 +42,18 @@ class Message:
 
     role: str
     text: str = ""
-    tool_calls: List[ToolCall] = field(default_factory=list)
-    tool_results: List[ToolResult] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_results: list[ToolResult] = field(default_factory=list)
 
 
 @dataclass
 class Reply:
     text: str
-    tool_calls: List[ToolCall]
+    tool_calls: list[ToolCall]
     stop_reason: str
     # From the API's reported usage; None when the server reported none.
-    input_tokens: Optional[int]
-    output_tokens: Optional[int]
+    input_tokens: int | None
+    output_tokens: int | None
 
 
 class ApiError(Exception):
@@ -61,16 +61,14 @@ class ApiError(Exception):
     retry_statuses say which are retried). `transient`, for failures without a status: whether
     trying again may help (a lost connection, a timeout, a reply that is not the API's)."""
 
-    def __init__(
-        self, message: str, status: Optional[int], transient: bool = False, retry_after_s: Optional[float] = None
-    ):
+    def __init__(self, message: str, status: int | None, transient: bool = False, retry_after_s: float | None = None):
         super().__init__(message)
         self.status = status
         self.transient = transient
         self.retry_after_s = retry_after_s
 
 
-def retry_after(headers: Any) -> Optional[float]:
+def retry_after(headers: Any) -> float | None:
     """The server's Retry-After (seconds form), when it sent one."""
     try:
         value = headers.get("retry-after") if headers is not None else None
@@ -120,7 +118,7 @@ def describe_error_body(body: Any) -> str:
     return ""
 
 
-def parse_arguments(raw: Any) -> tuple[Dict[str, Any], Optional[str]]:
+def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     """Tool arguments as a dict; OpenAI sends a JSON string that a model may get wrong."""
     if isinstance(raw, dict):
         return raw, None
@@ -138,7 +136,7 @@ class AnthropicProvider:
 
     name = "anthropic"
 
-    def __init__(self, api_key: str, base_url: Optional[str], temperature: Optional[float]):
+    def __init__(self, api_key: str, base_url: str | None, temperature: float | None):
         import anthropic
 
         self.sdk = anthropic
@@ -147,7 +145,7 @@ class AnthropicProvider:
         self.client = anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, open_telemetry=False)
         self.temperature = temperature
 
-    def request(self, model: str, system: str, history: List[Message], tools: List[Tool], max_tokens: int) -> dict:
+    def request(self, model: str, system: str, history: list[Message], tools: list[Tool], max_tokens: int) -> dict:
         return {
             "model": model,
             "max_tokens": max_tokens,
@@ -156,10 +154,10 @@ class AnthropicProvider:
             "tools": [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools],
         }
 
-    def wire(self, m: Message) -> List[dict]:
+    def wire(self, m: Message) -> list[dict]:
         """The API messages of one turn (here always one)."""
         if m.role == "assistant":
-            content: List[dict] = [{"type": "text", "text": m.text}] if m.text else []
+            content: list[dict] = [{"type": "text", "text": m.text}] if m.text else []
             content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
             return [{"role": "assistant", "content": content or [{"type": "text", "text": "(no reply)"}]}]
         content = [
@@ -213,9 +211,7 @@ class OpenAIProvider:
 
     name = "openai"
 
-    def __init__(
-        self, api_key: str, base_url: Optional[str], temperature: Optional[float], max_tokens_param: str, seed: int
-    ):
+    def __init__(self, api_key: str, base_url: str | None, temperature: float | None, max_tokens_param: str, seed: int):
         import openai
 
         self.sdk = openai
@@ -225,11 +221,11 @@ class OpenAIProvider:
         self.max_tokens_param = max_tokens_param
         self.seed = seed
 
-    def request(self, model: str, system: str, history: List[Message], tools: List[Tool], max_tokens: int) -> dict:
-        messages: List[dict] = [{"role": "system", "content": system}]
+    def request(self, model: str, system: str, history: list[Message], tools: list[Tool], max_tokens: int) -> dict:
+        messages: list[dict] = [{"role": "system", "content": system}]
         for m in history:
             messages += self.wire(m)
-        body: Dict[str, Any] = {
+        body: dict[str, Any] = {
             "model": model,
             "messages": messages,
             "tools": [
@@ -246,10 +242,10 @@ class OpenAIProvider:
             body["temperature"] = self.temperature
         return body
 
-    def wire(self, m: Message) -> List[dict]:
+    def wire(self, m: Message) -> list[dict]:
         """The API messages of one turn: tool results are messages of their own here."""
         if m.role == "assistant":
-            message: Dict[str, Any] = {"role": "assistant", "content": m.text or None}
+            message: dict[str, Any] = {"role": "assistant", "content": m.text or None}
             if m.tool_calls:
                 message["tool_calls"] = [
                     {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}

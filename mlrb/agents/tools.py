@@ -9,8 +9,9 @@ which is the working directory of every command.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any
 
 from mlrb.sandbox.base import ExecResult, Sandbox
 
@@ -32,15 +33,15 @@ class ToolEnv:
 class ToolOutput:
     text: str
     is_error: bool = False
-    exit_code: Optional[int] = None
+    exit_code: int | None = None
 
 
 @dataclass(frozen=True)
 class Tool:
     name: str
     description: str
-    parameters: Dict[str, Any]  # JSON schema of the arguments object
-    run: Callable[[ToolEnv, Dict[str, Any]], ToolOutput]
+    parameters: dict[str, Any]  # JSON schema of the arguments object
+    run: Callable[[ToolEnv, dict[str, Any]], ToolOutput]
 
 
 SUBMIT = "submit"
@@ -56,11 +57,11 @@ def truncate(text: str, limit: int) -> str:
     return f"{text[:head]}\n[... {omitted} characters truncated ...]\n{text[len(text) - tail :]}"
 
 
-def schema(properties: Dict[str, Any], required: List[str]) -> Dict[str, Any]:
+def schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
-def string_arg(args: Dict[str, Any], name: str, default: Optional[str] = None) -> str:
+def string_arg(args: dict[str, Any], name: str, default: str | None = None) -> str:
     value = args.get(name, default)
     if value is None:
         raise ToolError(f"missing argument '{name}'")
@@ -69,7 +70,7 @@ def string_arg(args: Dict[str, Any], name: str, default: Optional[str] = None) -
     return value
 
 
-def timeout_arg(env: ToolEnv, args: Dict[str, Any]) -> float:
+def timeout_arg(env: ToolEnv, args: dict[str, Any]) -> float:
     requested = args.get("timeout_s")
     if requested is not None and (not isinstance(requested, (int, float)) or requested <= 0):
         raise ToolError("argument 'timeout_s' must be a positive number of seconds")
@@ -96,24 +97,24 @@ def describe_exec(result: ExecResult, timeout_s: float, limit: int) -> ToolOutpu
     return ToolOutput(truncate("\n".join(parts), limit), is_error=failed, exit_code=result.exit_code)
 
 
-def run_command(env: ToolEnv, command: str, args: Dict[str, Any]) -> ToolOutput:
+def run_command(env: ToolEnv, command: str, args: dict[str, Any]) -> ToolOutput:
     timeout_s = timeout_arg(env, args)
     if timeout_s <= 0:
         raise ToolError("not run: no wall time left")
     return describe_exec(env.sandbox.exec(command, timeout_s), timeout_s, env.output_chars)
 
 
-def shell(env: ToolEnv, args: Dict[str, Any]) -> ToolOutput:
+def shell(env: ToolEnv, args: dict[str, Any]) -> ToolOutput:
     return run_command(env, string_arg(args, "command"), args)
 
 
-def run_python(env: ToolEnv, args: Dict[str, Any]) -> ToolOutput:
+def run_python(env: ToolEnv, args: dict[str, Any]) -> ToolOutput:
     path = string_arg(args, "path")
     # Arguments go through the shell, so "$MLRB_DATA" and quoting work as on a command line.
     return run_command(env, f"python {shlex.quote(path)} {string_arg(args, 'args', '')}".rstrip(), args)
 
 
-def read_file(env: ToolEnv, args: Dict[str, Any]) -> ToolOutput:
+def read_file(env: ToolEnv, args: dict[str, Any]) -> ToolOutput:
     text = env.sandbox.read_file(string_arg(args, "path"))
     start = args.get("start_line") or 1
     count = args.get("num_lines")
@@ -126,13 +127,13 @@ def read_file(env: ToolEnv, args: Dict[str, Any]) -> ToolOutput:
     return ToolOutput(truncate(header + (numbered or "(empty)\n"), env.output_chars))
 
 
-def write_file(env: ToolEnv, args: Dict[str, Any]) -> ToolOutput:
+def write_file(env: ToolEnv, args: dict[str, Any]) -> ToolOutput:
     path, content = string_arg(args, "path"), string_arg(args, "content")
     env.sandbox.write_file(path, content)
     return ToolOutput(f"wrote {len(content)} characters to {path}")
 
 
-def edit_file(env: ToolEnv, args: Dict[str, Any]) -> ToolOutput:
+def edit_file(env: ToolEnv, args: dict[str, Any]) -> ToolOutput:
     path, old, new = string_arg(args, "path"), string_arg(args, "old_text"), string_arg(args, "new_text")
     if not old:
         raise ToolError("old_text is empty: give the exact text to replace")
@@ -148,7 +149,7 @@ def edit_file(env: ToolEnv, args: Dict[str, Any]) -> ToolOutput:
     return ToolOutput(f"replaced 1 occurrence in {path}")
 
 
-def list_files(env: ToolEnv, args: Dict[str, Any]) -> ToolOutput:
+def list_files(env: ToolEnv, args: dict[str, Any]) -> ToolOutput:
     path = string_arg(args, "path", ".")
     depth = args.get("max_depth", 2)
     if not isinstance(depth, int) or depth < 1:
@@ -164,13 +165,13 @@ def list_files(env: ToolEnv, args: Dict[str, Any]) -> ToolOutput:
     return describe_exec(env.sandbox.exec(command, timeout_s), timeout_s, env.output_chars)
 
 
-def submit(env: ToolEnv, args: Dict[str, Any]) -> ToolOutput:
+def submit(env: ToolEnv, args: dict[str, Any]) -> ToolOutput:
     return ToolOutput("submitted: the run ends and your workspace is scored")
 
 
 TIMEOUT_ARG = {"type": "number", "description": "Seconds before the command is killed (default set by the harness)."}
 
-TOOLS: List[Tool] = [
+TOOLS: list[Tool] = [
     Tool(
         "bash",
         "Run a shell command (bash) in the workspace and return its exit code, stdout and stderr. "
@@ -245,14 +246,14 @@ TOOLS: List[Tool] = [
     ),
 ]
 
-BY_NAME: Dict[str, Tool] = {tool.name: tool for tool in TOOLS}
+BY_NAME: dict[str, Tool] = {tool.name: tool for tool in TOOLS}
 
 # Tools that only touch files: a failure there is the model's mistake, reported back to it.
 # A failing command runner is the sandbox's failure and ends the run as an infrastructure error.
 FILE_TOOLS = {"read_file", "write_file", "edit_file"}
 
 
-def run_tool(env: ToolEnv, name: str, args: Dict[str, Any]) -> ToolOutput:
+def run_tool(env: ToolEnv, name: str, args: dict[str, Any]) -> ToolOutput:
     tool = BY_NAME.get(name)
     if tool is None:
         return ToolOutput(f"error: unknown tool '{name}'; tools: {', '.join(BY_NAME)}", is_error=True)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Dict, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 from mlrb.tracking import RunRecorder
 
@@ -34,16 +35,16 @@ class NoSpan:
 
     def set_attribute(self, key: str, value: Any) -> None: ...
 
-    def set_attributes(self, attributes: Dict[str, Any]) -> None: ...
+    def set_attributes(self, attributes: dict[str, Any]) -> None: ...
 
     def record_exception(self, exception: Any) -> None: ...
 
 
 class Tracer:
-    def __init__(self, recorder: Optional[RunRecorder], session: str):
+    def __init__(self, recorder: RunRecorder | None, session: str):
         self.recorder = recorder
         self.session = session
-        self.previous_env: Optional[str] = None
+        self.previous_env: str | None = None
         if recorder is not None:
             import mlflow
 
@@ -53,7 +54,7 @@ class Tracer:
             mlflow.set_tracking_uri(recorder.client.tracking_uri)
 
     @contextlib.contextmanager
-    def step(self, number: int, inputs: Dict[str, Any]) -> Iterator[Any]:
+    def step(self, number: int, inputs: dict[str, Any]) -> Iterator[Any]:
         """The root span of one step's trace."""
         if self.recorder is None:
             yield NoSpan()
@@ -76,9 +77,7 @@ class Tracer:
             yield span
 
     @contextlib.contextmanager
-    def span(
-        self, name: str, span_type: str, inputs: Any, attributes: Optional[Dict[str, Any]] = None
-    ) -> Iterator[Any]:
+    def span(self, name: str, span_type: str, inputs: Any, attributes: dict[str, Any] | None = None) -> Iterator[Any]:
         """A child span of the current step (span_type: "CHAT_MODEL", "TOOL"...)."""
         if self.recorder is None:
             yield NoSpan()

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from mlrb.report.runs import CAUSES, CRASHED, NOT_COUNTED, RUNNING, RunRow
 
 
-def mean(values: Sequence[float]) -> Optional[float]:
+def mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def sem(values: Sequence[float]) -> Optional[float]:
+def sem(values: Sequence[float]) -> float | None:
     """Standard error of the mean (sample standard deviation / sqrt(n)); None below 2 values."""
     n = len(values)
     if n < 2:
@@ -35,7 +35,7 @@ def sem(values: Sequence[float]) -> Optional[float]:
     return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1) / n)
 
 
-def present(values: Iterable[Optional[float]]) -> List[float]:
+def present(values: Iterable[float | None]) -> list[float]:
     return [v for v in values if v is not None and not math.isnan(v)]
 
 
@@ -48,35 +48,35 @@ class GroupStats:
     runs: int
     attempts: int
     valid: int
-    score_mean: Optional[float]
-    score_sem: Optional[float]
-    normalised_mean: Optional[float]
-    normalised_sem: Optional[float]
+    score_mean: float | None
+    score_sem: float | None
+    normalised_mean: float | None
+    normalised_sem: float | None
     normalised_n: int
-    success_rate: Optional[float]
+    success_rate: float | None
     success_n: int
-    valid_rate: Optional[float]
-    cost_usd_mean: Optional[float]
-    input_tokens_mean: Optional[float]
-    output_tokens_mean: Optional[float]
-    wall_time_s_mean: Optional[float]
-    baseline_score: Optional[float]
-    reference_score: Optional[float]
-    budget_wall_time_s: Optional[float]
-    outcomes: Dict[str, int] = field(default_factory=dict)  # kind -> runs
-    scores: List[float] = field(default_factory=list)  # raw scores of the valid submissions
+    valid_rate: float | None
+    cost_usd_mean: float | None
+    input_tokens_mean: float | None
+    output_tokens_mean: float | None
+    wall_time_s_mean: float | None
+    baseline_score: float | None
+    reference_score: float | None
+    budget_wall_time_s: float | None
+    outcomes: dict[str, int] = field(default_factory=dict)  # kind -> runs
+    scores: list[float] = field(default_factory=list)  # raw scores of the valid submissions
     confinement: str = "confined"
     assets: str = ""
     normalised_as: str = "gap"  # a task's runs share it (see RunRow.normalised_as)
 
 
-def group_key_order(row_or_stats) -> Tuple:
+def group_key_order(row_or_stats) -> tuple:
     wall = row_or_stats.budget_wall_time_s
     return (row_or_stats.task, row_or_stats.scale, row_or_stats.agent, wall if wall is not None else math.inf,
             row_or_stats.budget, row_or_stats.confinement, row_or_stats.assets)  # fmt: skip
 
 
-def summarise_group(rows: List[RunRow]) -> GroupStats:
+def summarise_group(rows: list[RunRow]) -> GroupStats:
     attempts = [r for r in rows if r.is_attempt]
     scored = [r for r in attempts if r.scored]
     scores = present(r.score for r in scored)
@@ -114,8 +114,8 @@ def summarise_group(rows: List[RunRow]) -> GroupStats:
     )
 
 
-def summarise(rows: Iterable[RunRow]) -> List[GroupStats]:
-    groups: Dict[tuple, List[RunRow]] = {}
+def summarise(rows: Iterable[RunRow]) -> list[GroupStats]:
+    groups: dict[tuple, list[RunRow]] = {}
     for row in rows:
         groups.setdefault(row.group, []).append(row)
     return sorted((summarise_group(g) for g in groups.values()), key=group_key_order)
@@ -131,7 +131,7 @@ class Cause:
     budget: str
     kind: str
     detail: str
-    runs: List[str]  # run names (seed included) for finding them in MLflow
+    runs: list[str]  # run names (seed included) for finding them in MLflow
     confinement: str = "confined"
     assets: str = ""
 
@@ -140,9 +140,9 @@ class Cause:
         return len(self.runs)
 
 
-def why_not_scored(rows: Iterable[RunRow]) -> List[Cause]:
+def why_not_scored(rows: Iterable[RunRow]) -> list[Cause]:
     """Every run without a valid score, grouped by group, cause and reason."""
-    found: Dict[tuple, Cause] = {}
+    found: dict[tuple, Cause] = {}
     for row in rows:
         if row.scored:
             continue
@@ -161,7 +161,7 @@ def why_not_scored(rows: Iterable[RunRow]) -> List[Cause]:
     )
 
 
-def not_counted(rows: Iterable[RunRow]) -> List[RunRow]:
+def not_counted(rows: Iterable[RunRow]) -> list[RunRow]:
     """Runs kept out of every mean and rate, one by one."""
     order = {kind: i for i, kind in enumerate(NOT_COUNTED)}
     return sorted((r for r in rows if r.kind in NOT_COUNTED), key=lambda r: (order[r.kind], r.task, r.name))

@@ -13,7 +13,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from mlrb.report.runs import Filters
 
@@ -57,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def split(values: List[str]) -> List[str]:
+def split(values: list[str]) -> list[str]:
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
 
@@ -106,7 +106,7 @@ def why(error: Exception) -> str:
     return first if len(first) <= 300 else first[:297] + "..."
 
 
-def experiments(client: Any, names: List[str]) -> Dict[str, str]:
+def experiments(client: Any, names: list[str]) -> dict[str, str]:
     """id -> name of the experiments to read."""
     from mlrb.retries import with_retries
 
@@ -173,7 +173,7 @@ def build(args: argparse.Namespace) -> int:
     return 0
 
 
-def log_to_parent(client: Any, parent: Any, files: List[Path], report: Any) -> None:
+def log_to_parent(client: Any, parent: Any, files: list[Path], report: Any) -> None:
     """The files as artifacts under report/, and the tables as the run's description
     (MLflow shows a run's note as Markdown), unless someone wrote their own note there."""
     from mlrb.retries import with_retries
@@ -187,7 +187,7 @@ def log_to_parent(client: Any, parent: Any, files: List[Path], report: Any) -> N
         with_retries(lambda: client.set_tag(run_id, "mlflow.note.content", text))
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     try:
         sys.exit(build(args))

@@ -8,8 +8,8 @@ one panel per task, with the task's baseline and reference scores drawn in.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Sequence
 
 from mlrb.report.aggregate import GroupStats, varying
 from mlrb.report.render import duration
@@ -123,7 +123,7 @@ def score_vs_cost(stats: Sequence[GroupStats], rows: Sequence[RunRow], path: Pat
     markers = "osD^vP*X"
     for key, ax in axes.items():
         scored = [r for r in rows if task_key(r) == key and r.scored and r.score is not None]
-        series: Dict[str, List[RunRow]] = {}
+        series: dict[str, list[RunRow]] = {}
         for r in scored:
             series.setdefault(label(r, show_budget), []).append(r)
         for i, (name, points) in enumerate(sorted(series.items())):
@@ -140,7 +140,7 @@ def score_vs_cost(stats: Sequence[GroupStats], rows: Sequence[RunRow], path: Pat
     return save(fig, path)
 
 
-def draw_all(stats: Sequence[GroupStats], rows: Sequence[RunRow], out: Path) -> Dict[str, Path]:
+def draw_all(stats: Sequence[GroupStats], rows: Sequence[RunRow], out: Path) -> dict[str, Path]:
     """caption -> PNG, for the figures these runs support."""
     if not stats:
         return {}

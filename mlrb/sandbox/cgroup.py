@@ -15,7 +15,6 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
 
 from mlrb.sandbox.base import Limits
 
@@ -27,7 +26,7 @@ CPU_PERIOD_US = 100_000
 OPTIONAL_FILES = {"memory.memsw.limit_in_bytes", "memory.swap.max"}
 
 
-def own_paths() -> Dict[str, str]:
+def own_paths() -> dict[str, str]:
     """controller ("" for the v2 tree) -> this process's cgroup path, from /proc/self/cgroup."""
     paths = {}
     for line in Path("/proc/self/cgroup").read_text().splitlines():
@@ -37,9 +36,9 @@ def own_paths() -> Dict[str, str]:
     return paths
 
 
-def settings(limits: Limits, pids_limit: Optional[int], unified: bool) -> Dict[str, Dict[str, str]]:
+def settings(limits: Limits, pids_limit: int | None, unified: bool) -> dict[str, dict[str, str]]:
     """controller -> {file: value} for the limits asked (v2 file names when unified)."""
-    wanted: Dict[str, Dict[str, str]] = {}
+    wanted: dict[str, dict[str, str]] = {}
     if limits.memory_gb:
         memory = str(int(limits.memory_gb * 1024**3))
         # Swap is counted too, so a memory bomb cannot hide in it.
@@ -61,21 +60,21 @@ def settings(limits: Limits, pids_limit: Optional[int], unified: bool) -> Dict[s
 
 
 class Cgroup:
-    def __init__(self, folders: List[Path]):
+    def __init__(self, folders: list[Path]):
         self.folders = folders
 
     @property
-    def procs_files(self) -> List[str]:
+    def procs_files(self) -> list[str]:
         return [str(folder / "cgroup.procs") for folder in self.folders]
 
     @classmethod
-    def create(cls, name: str, limits: Limits, pids_limit: Optional[int]) -> Optional[Cgroup]:
+    def create(cls, name: str, limits: Limits, pids_limit: int | None) -> Cgroup | None:
         unified = (ROOT / "cgroup.controllers").exists()
         wanted = settings(limits, pids_limit, unified)
         if not wanted:
             return None
         paths = own_paths()
-        made: List[Path] = []
+        made: list[Path] = []
         try:
             for controller, files in wanted.items():
                 base = ROOT / paths[""].lstrip("/") if unified else ROOT / controller / paths[controller].lstrip("/")
@@ -114,7 +113,7 @@ class Cgroup:
                     time.sleep(0.05)
 
 
-def joined(argv: List[str], cgroup: Optional[Cgroup]) -> List[str]:
+def joined(argv: list[str], cgroup: Cgroup | None) -> list[str]:
     """`argv` started from a shell that first moves itself into the cgroup, so every process
     of the sandbox is in it from the start."""
     if cgroup is None:

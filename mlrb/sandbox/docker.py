@@ -17,7 +17,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from mlrb.config import ConfigError, SandboxConfig
 from mlrb.sandbox.base import (
@@ -95,11 +95,11 @@ def hand_over(path: Path, user: str) -> None:
             os.chown(name, uid, gid, follow_symlinks=False)
 
 
-def volumes(mounts: List[Mount]) -> Dict[str, Dict[str, str]]:
+def volumes(mounts: list[Mount]) -> dict[str, dict[str, str]]:
     return {str(m.host): {"bind": m.target, "mode": "rw" if m.writable else "ro"} for m in mounts}
 
 
-def gpu_request(cfg: SandboxConfig, limits: Limits, visible: Optional[str]) -> List[Any]:
+def gpu_request(cfg: SandboxConfig, limits: Limits, visible: str | None) -> list[Any]:
     """Docker device requests for the run's own GPUs, never "all" by default.
 
     Device ids come from sandbox.gpu_ids, else from the run's allocation
@@ -122,7 +122,7 @@ def gpu_request(cfg: SandboxConfig, limits: Limits, visible: Optional[str]) -> L
     return [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])] if ids else []
 
 
-def labels(run_id: str, role: str) -> Dict[str, str]:
+def labels(run_id: str, role: str) -> dict[str, str]:
     return {
         LABEL: "true",
         "mlrb.run_id": run_id,
@@ -133,12 +133,12 @@ def labels(run_id: str, role: str) -> Dict[str, str]:
 
 
 def container_options(
-    cfg: SandboxConfig, limits: Limits, run_id: str, role: str, mounts: List[Mount]
-) -> Dict[str, Any]:
+    cfg: SandboxConfig, limits: Limits, run_id: str, role: str, mounts: list[Mount]
+) -> dict[str, Any]:
     """Everything asked of Docker for one container (kept pure so it can be checked)."""
     docker_options: DockerOptions = DockerSandbox.parse_options(cfg)
     host_python = python_mounts() if docker_options.mount_host_python else []
-    options: Dict[str, Any] = dict(
+    options: dict[str, Any] = dict(
         image=docker_options.image,
         labels=labels(run_id, role),
         user=run_user(docker_options),
@@ -161,7 +161,7 @@ def container_options(
     return options
 
 
-def remove_stale(client) -> List[str]:
+def remove_stale(client) -> list[str]:
     """Remove mlrb containers whose harness process on this host is gone."""
     removed = []
     host = socket.gethostname()
@@ -255,7 +255,7 @@ class DockerSandbox(Sandbox):
             pass
 
     @classmethod
-    def run_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> Optional[int]:
+    def run_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> int | None:
         """A fresh container that sees only `job.mounts`; the host paths are handed to its user."""
         options = cls.parse_options(cfg)
         user = run_user(options)
@@ -271,7 +271,7 @@ class DockerSandbox(Sandbox):
         try:
             try:
                 status = container.wait(timeout=job.timeout_s)
-                code: Optional[int] = status.get("StatusCode")
+                code: int | None = status.get("StatusCode")
             except Exception:  # requests' ReadTimeout / ConnectionError at the timeout
                 container.kill()
                 code = None

@@ -17,7 +17,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from mlrb.config import SandboxConfig
 from mlrb.sandbox.base import ExecResult, IsolatedCommand, Limits, Sandbox, agent_environment, capped
@@ -73,7 +72,7 @@ class UnconfinedSandbox(Sandbox):
             kill_group(pid)
 
     @classmethod
-    def run_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> Optional[int]:
+    def run_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> int | None:
         with open(job.log_file, "wb") as log:
             try:
                 return subprocess.run(

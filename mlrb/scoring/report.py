@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any
 
 
 @dataclass
@@ -14,11 +14,11 @@ class ScoreReport:
 
     valid: bool
     reason: str
-    score: Optional[float] = None
-    metrics: Dict[str, float] = field(default_factory=dict)
-    details: Dict[str, Any] = field(default_factory=dict)
+    score: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod

@@ -11,7 +11,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Protocol
+from typing import Any, Protocol
 
 from mlrb import registry
 from mlrb.config import SandboxConfig, TaskConfig
@@ -48,7 +48,7 @@ def score_submission(
 
     task_cfg = dataclasses.asdict(task.cfg)
     task_cfg["scales"] = {task.cfg.scale: task_cfg["scales"][task.cfg.scale]}  # the scorer needs no other
-    request: Dict[str, Any] = {
+    request: dict[str, Any] = {
         "task": task_cfg,
         "submission": str(fresh),
         "assets": str(assets),
@@ -78,7 +78,7 @@ def score_submission(
     return ScoreReport(**json.loads(report_file.read_text()))
 
 
-def scorer_mounts(assets: Path, work_dir: Path) -> List[Mount]:
+def scorer_mounts(assets: Path, work_dir: Path) -> list[Mount]:
     """What the scorer sees besides the system and Python: its own folder (the submission's
     copy, the report), the task's assets, hidden data included, and the user's Hugging Face
     caches read-only (lm-eval's evaluation sets at full scale); never the workspace."""
@@ -90,7 +90,7 @@ def scorer_mounts(assets: Path, work_dir: Path) -> List[Mount]:
     return mounts
 
 
-def hf_caches() -> List[Path]:
+def hf_caches() -> list[Path]:
     """The user's hub cache and datasets cache, as huggingface_hub and datasets find them."""
     import os
 
@@ -100,7 +100,7 @@ def hf_caches() -> List[Path]:
     return [Path(constants.HF_HUB_CACHE).expanduser().resolve(), Path(datasets_cache).expanduser().resolve()]
 
 
-def scorer_environment(work_dir: Path, sandbox: Optional[SandboxConfig] = None) -> Dict[str, str]:
+def scorer_environment(work_dir: Path, sandbox: SandboxConfig | None = None) -> dict[str, str]:
     """Offline, reading models from the user's hub cache and evaluation sets from a view of
     the user's datasets cache (see datasets_view); on the run's own GPUs."""
     hub_cache, datasets_cache = hf_caches()
@@ -119,7 +119,7 @@ def scorer_environment(work_dir: Path, sandbox: Optional[SandboxConfig] = None) 
     return env
 
 
-def scorer_devices(sandbox: Optional[SandboxConfig]) -> Optional[str]:
+def scorer_devices(sandbox: SandboxConfig | None) -> str | None:
     """CUDA_VISIBLE_DEVICES for the scorer: the run's own GPUs (sandbox.gpu_ids, else the
     launcher's allocation, CUDA_VISIBLE_DEVICES, "" when it gave none). None: leave unset,
     where the sandbox numbers its own GPUs (a container: see Sandbox.numbers_own_gpus)."""

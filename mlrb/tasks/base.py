@@ -11,7 +11,7 @@ import abc
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import Any, ClassVar
 
 from omegaconf import MISSING, OmegaConf
 
@@ -22,9 +22,9 @@ from mlrb.scoring.report import ScoreReport  # every task's scorer returns one
 @dataclass
 class HardwareSpec:
     gpus: int = 0
-    gpu_type: Optional[str] = None
-    cpus: Optional[int] = None
-    memory_gb: Optional[float] = None
+    gpu_type: str | None = None
+    cpus: int | None = None
+    memory_gb: float | None = None
 
 
 @dataclass
@@ -37,18 +37,18 @@ class PromptSpec:
     models: str = MISSING
     result: str = MISSING
     evaluation: str = MISSING
-    rules: List[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
     additional_info: str = ""
 
 
 @dataclass
 class EvalSpec:
     # lm-eval task names; empty means the task's own held-out set.
-    tasks: List[str] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
     batch_size: int = 8
     device: str = "cpu"
     dtype: str = "float32"
-    limit: Optional[int] = None
+    limit: int | None = None
 
 
 @dataclass
@@ -57,7 +57,7 @@ class ScaleSpec:
     time_limit_s: float = MISSING
     hardware: HardwareSpec = field(default_factory=HardwareSpec)
     # How to obtain models and data; task-specific keys besides `source`.
-    assets: Dict[str, Any] = field(default_factory=dict)
+    assets: dict[str, Any] = field(default_factory=dict)
     eval: EvalSpec = field(default_factory=EvalSpec)
     # Shell command the scripted baseline agent runs in the workspace.
     baseline_command: str = MISSING
@@ -69,8 +69,8 @@ class ScaleSpec:
     # baseline or be invalid, else doing nothing would beat the baseline.
     do_nothing_command: str = ""
     # Normalisation anchors; None means measured on the built assets.
-    baseline_score: Optional[float] = None
-    reference_score: Optional[float] = None
+    baseline_score: float | None = None
+    reference_score: float | None = None
     reference_name: str = ""
     score_timeout_s: float = 1800.0
     prompt: PromptSpec = field(default_factory=PromptSpec)
@@ -128,24 +128,24 @@ class Task(abc.ABC):
         """The agent's starting workspace: the starter files (a folder task: its prepared env/)."""
         return self.starter_dir()
 
-    def read_only_globs(self, assets: Path) -> List[str]:
+    def read_only_globs(self, assets: Path) -> list[str]:
         """Workspace files restored before scoring."""
         return list(self.cfg.read_only_files)
 
     def preflight(self, cache_dir: Path) -> None:  # noqa: B027 (an optional hook: most tasks need no check)
         """Checks before the run is recorded; raise ConfigError (one line) for a bad task."""
 
-    def own_instructions(self) -> Optional[str]:
+    def own_instructions(self) -> str | None:
         """The task's own prompt text instead of MLRB's template fields (None: the template)."""
         return None
 
     def choose_snapshot(self, snapshots_root: Path, assets: Path, run_dir: Path, sandbox: Any,
-                        run_id: str) -> Optional[Dict[str, Any]]:  # fmt: skip
+                        run_id: str) -> dict[str, Any] | None:  # fmt: skip
         """After the run: the step snapshot to score instead of the final workspace
         ({"entry": its line, "metrics": {...}, "tags": {...}}), or None for the final workspace."""
         return None
 
-    def asset_key(self) -> Dict[str, Any]:
+    def asset_key(self) -> dict[str, Any]:
         """Everything that determines the built assets (hashed into the cache key); the
         calibration stored with them depends on how models are evaluated and on the anchors."""
         return {
@@ -156,7 +156,7 @@ class Task(abc.ABC):
             "anchors": self.anchor_commands(),
         }
 
-    def build_assets(self, out_dir: Path) -> Dict[str, Any]:
+    def build_assets(self, out_dir: Path) -> dict[str, Any]:
         """Write `public/` (the agent may read it) and `hidden/` (it never may) into out_dir as
         the scale's `assets.source` says (build: made on this machine; hub: downloaded), then
         measure the normalisation anchors. Returns facts for the assets' manifest.
@@ -175,14 +175,14 @@ class Task(abc.ABC):
         facts["calibration"] = self.calibrate(out_dir)
         return facts
 
-    def anchor_commands(self) -> Dict[str, str]:
+    def anchor_commands(self) -> dict[str, str]:
         """Solutions measured at asset build: do_nothing (for the record), baseline (0 on the
         normalised scale), reference (100)."""
         commands = {"do_nothing": self.spec.do_nothing_command, "baseline": self.spec.baseline_command,
                     "reference": self.spec.reference_command}  # fmt: skip
         return {anchor: command for anchor, command in commands.items() if command}
 
-    def calibrate(self, out_dir: Path) -> Dict[str, Any]:
+    def calibrate(self, out_dir: Path) -> dict[str, Any]:
         """Measure the anchors on the built assets (hidden/calibration.json)."""
         return self.calibrate_by_commands(out_dir, self.anchor_commands())
 
@@ -235,15 +235,15 @@ class Task(abc.ABC):
         return report
 
     def calibrate_by_commands(
-        self, out_dir: Path, commands: Dict[str, str], extra: Optional[Dict[str, Any]] = None
-    ) -> Dict[str, Any]:
+        self, out_dir: Path, commands: dict[str, str], extra: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Write hidden/calibration.json: for each anchor ("baseline", "reference") not set in
         the config, the score of its command's submission (plus that report's metrics), and
         `extra` scores measured for reference (say the untouched base model's)."""
         import json
         import shutil
 
-        scores: Dict[str, Any] = dict(extra or {})
+        scores: dict[str, Any] = dict(extra or {})
         for anchor, command in commands.items():
             if getattr(self.spec, f"{anchor}_score", None) is not None:
                 continue
@@ -260,7 +260,7 @@ class Task(abc.ABC):
         (out_dir / "hidden" / "calibration.json").write_text(json.dumps(scores, indent=2))
         return scores
 
-    def calibration(self, assets: Path) -> Dict[str, Optional[float]]:
+    def calibration(self, assets: Path) -> dict[str, float | None]:
         """Baseline and reference scores for normalisation; config values win."""
         import json
 
@@ -279,7 +279,7 @@ class Task(abc.ABC):
         return anchors
 
 
-def anchor_problem(baseline: Optional[float], reference: Optional[float]) -> str:
+def anchor_problem(baseline: float | None, reference: float | None) -> str:
     """Why the normalised scale (0 = baseline, 100 = reference) cannot be used, or ""."""
     if baseline is not None and reference is not None and reference <= baseline:
         return f"the reference ({reference:.4g}) does not beat the baseline ({baseline:.4g})"

@@ -15,9 +15,10 @@ from __future__ import annotations
 import fnmatch
 import functools
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any
 
 DEFAULT_CONFIG = "default"  # the name `datasets` gives a dataset's only, unnamed config
 
@@ -31,8 +32,8 @@ TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "vocab.json", "mer
 class HubItem:
     kind: str  # "model" or "dataset"
     repo: str
-    config: Optional[str] = None  # datasets: the config name (None: the only one)
-    files: Optional[tuple] = None  # models: file patterns to fetch (None: MODEL_FILES)
+    config: str | None = None  # datasets: the config name (None: the only one)
+    files: tuple | None = None  # models: file patterns to fetch (None: MODEL_FILES)
     why: str = ""  # which config key or evaluation names it
 
     def describe(self) -> str:
@@ -40,7 +41,7 @@ class HubItem:
         return f"{self.kind} {self.repo}{config}" + (f", for {self.why}" if self.why else "")
 
 
-def task_needs(task: Any) -> List[HubItem]:
+def task_needs(task: Any) -> list[HubItem]:
     """The hub items a task at its scale needs: the models and datasets its assets name
     (`assets.source: hub`) and the datasets of the lm-eval tasks it is scored with."""
     spec = task.spec
@@ -48,7 +49,7 @@ def task_needs(task: Any) -> List[HubItem]:
     if assets.get("source") != "hub":
         return []
     prefix = f"task.scales.{task.cfg.scale}"
-    items: List[HubItem] = []
+    items: list[HubItem] = []
     for key in ("base_model",):
         if assets.get(key):
             items.append(HubItem("model", assets[key], why=f"{prefix}.assets.{key}"))
@@ -67,13 +68,13 @@ def task_needs(task: Any) -> List[HubItem]:
         for config in configs:
             items.append(HubItem("dataset", path, None if config == DEFAULT_CONFIG else config,
                                  why=f"lm-eval {', '.join(spec.eval.tasks)}"))  # fmt: skip
-    unique: Dict[tuple, HubItem] = {}
+    unique: dict[tuple, HubItem] = {}
     for item in items:
         unique.setdefault((item.kind, item.repo, item.config, item.files), item)
     return list(unique.values())
 
 
-def lm_eval_datasets(tasks: Sequence[str]) -> Dict[str, Dict[str, List[str]]]:
+def lm_eval_datasets(tasks: Sequence[str]) -> dict[str, dict[str, list[str]]]:
     """{dataset_path: {dataset_name (or "default"): [splits lm-eval reads]}} for lm-eval task,
     group or tag names, read from lm-eval's own task definitions (without loading any data)."""
     if not tasks:
@@ -97,9 +98,9 @@ def lm_eval_datasets(tasks: Sequence[str]) -> Dict[str, Dict[str, List[str]]]:
     return found
 
 
-def _lm_eval_datasets(tasks: Sequence[str]) -> Dict[str, Dict[str, List[str]]]:
+def _lm_eval_datasets(tasks: Sequence[str]) -> dict[str, dict[str, list[str]]]:
     index = _lm_eval_index()
-    found: Dict[str, Dict[str, List[str]]] = {}
+    found: dict[str, dict[str, list[str]]] = {}
 
     def visit(name: str) -> None:
         entry = index.get(name)
@@ -129,7 +130,7 @@ def _lm_eval_datasets(tasks: Sequence[str]) -> Dict[str, Dict[str, List[str]]]:
 
 
 @functools.lru_cache(maxsize=1)
-def _lm_eval_index() -> Dict[str, Any]:
+def _lm_eval_index() -> dict[str, Any]:
     from lm_eval.tasks import TaskManager
 
     return TaskManager().task_index  # indexing lm-eval's task library takes seconds: once
@@ -176,7 +177,7 @@ def is_present(item: HubItem) -> bool:
     return any(root.glob("*/*/dataset_info.json"))
 
 
-def copy_model(repo: str, dest: Path, patterns: Optional[Sequence[str]] = None) -> Path:
+def copy_model(repo: str, dest: Path, patterns: Sequence[str] | None = None) -> Path:
     """Copy a model repository's files (those matching `patterns`) from the cache into
     `dest` (downloading them first when online and not cached)."""
     from huggingface_hub import snapshot_download
@@ -192,7 +193,7 @@ def copy_model(repo: str, dest: Path, patterns: Optional[Sequence[str]] = None) 
     return dest
 
 
-def load_dataset(repo: str, config: Optional[str] = None, split: Optional[str] = None):
+def load_dataset(repo: str, config: str | None = None, split: str | None = None):
     """`datasets.load_dataset`, from the cache when offline."""
     import datasets
 

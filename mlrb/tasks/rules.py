@@ -26,7 +26,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 # Weights-only formats; pickled checkpoints (.bin, .pt, ...) can run code when loaded.
 PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
@@ -50,7 +50,7 @@ class TensorInfo:
     file: str
     name: str
     dtype: str
-    shape: List[int]
+    shape: list[int]
     nbytes: int
 
     @property
@@ -63,7 +63,7 @@ class TensorInfo:
 
 @dataclass
 class WeightStats:
-    tensors: List[TensorInfo] = field(default_factory=list)
+    tensors: list[TensorInfo] = field(default_factory=list)
 
     @property
     def n_params(self) -> int:
@@ -74,11 +74,11 @@ class WeightStats:
         return sum(t.nbytes for t in self.tensors)
 
     @property
-    def dtypes(self) -> List[str]:
+    def dtypes(self) -> list[str]:
         return sorted({t.dtype for t in self.tensors})
 
 
-def read_safetensors_header(path: Path) -> Dict[str, dict]:
+def read_safetensors_header(path: Path) -> dict[str, dict]:
     """The JSON header of a .safetensors file, checked against the file's size."""
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -112,7 +112,7 @@ def weight_stats(model_dir: Path) -> WeightStats:
 # ------------------------------------------------------------------ model folders
 
 
-def check_model_folder(submission: Path, model_types: List[str], max_params: Optional[int] = None):
+def check_model_folder(submission: Path, model_types: list[str], max_params: int | None = None):
     """A plain transformers model folder of an allowed type and size: (problem, facts)."""
     if not submission.is_dir():
         return "the submission is not a folder holding a model", {}
@@ -193,7 +193,7 @@ def looks_instruction_tuned(name: str) -> bool:
     return bool(INSTRUCTION_TUNED_PATTERN.search(name))
 
 
-def check_base_model(declared: Optional[str], allowed: List[str], instruction_tuned: List[str]) -> str:
+def check_base_model(declared: str | None, allowed: list[str], instruction_tuned: list[str]) -> str:
     """The declared starting model must match an allowed base-model pattern and be neither
     a known instruction-tuned model nor named like one."""
     if not declared or not isinstance(declared, str):
@@ -205,14 +205,14 @@ def check_base_model(declared: Optional[str], allowed: List[str], instruction_tu
     return ""
 
 
-def weight_distances(submission: Path, candidates: Dict[str, Path]) -> Dict[str, Optional[float]]:
+def weight_distances(submission: Path, candidates: dict[str, Path]) -> dict[str, float | None]:
     """Relative L2 distance of the submission's weights to each candidate model's:
     ||W - W_c|| / ||W_c|| over all tensors. None when the tensor names or shapes differ
     (not the same architecture, so not derived from it by fine-tuning)."""
     from safetensors import safe_open
 
     ours = _tensor_index(submission)
-    distances: Dict[str, Optional[float]] = {}
+    distances: dict[str, float | None] = {}
     for name, model_dir in candidates.items():
         theirs = _tensor_index(model_dir)
         if set(theirs) != set(ours):
@@ -234,7 +234,7 @@ def weight_distances(submission: Path, candidates: Dict[str, Path]) -> Dict[str,
     return distances
 
 
-def share_toward(submission: Path, base_dir: Path, other_dir: Path) -> Optional[float]:
+def share_toward(submission: Path, base_dir: Path, other_dir: Path) -> float | None:
     """How far the submission lies along the straight line from a base model to another
     model derived from it: <W - W_base, W_other - W_base> / ||W_other - W_base||^2 over all
     tensors (0: no step toward the other model; 1: all the way; a blend
@@ -263,11 +263,11 @@ def share_toward(submission: Path, base_dir: Path, other_dir: Path) -> Optional[
     return dot / norm_sq if norm_sq > 0 else None
 
 
-def _tensor_index(model_dir: Path) -> Dict[str, Tuple[str, List[int]]]:
+def _tensor_index(model_dir: Path) -> dict[str, tuple[str, list[int]]]:
     return {t.name: (t.file, t.shape) for t in weight_stats(model_dir).tensors}
 
 
-def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> Dict[str, float]:
+def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> dict[str, float]:
     """Share of the submission's parameters that are (a) unchanged base weights, up to
     FP16 rounding, possibly with entries zeroed (pruning), possibly from another layer
     (layer dropping renumbers layers; weight sharing repeats a tensor), or (b) changed.
@@ -287,7 +287,7 @@ def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> Di
                 yield t.name, f.get_tensor(t.name)
 
     generator = torch.Generator().manual_seed(0)
-    positions: Dict[tuple, torch.Tensor] = {}
+    positions: dict[tuple, torch.Tensor] = {}
 
     def sample(tensor):
         flat = tensor.reshape(-1)
@@ -297,7 +297,7 @@ def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> Di
             positions[key] = torch.randperm(flat.numel(), generator=generator)[:n]
         return flat[positions[key]].to(torch.float16).float()
 
-    by_shape: Dict[tuple, list] = {}
+    by_shape: dict[tuple, list] = {}
     for name, tensor in tensors(base_dir):
         by_shape.setdefault(tuple(tensor.shape), []).append((name, sample(tensor)))
     counts = {"unchanged": 0, "pruned": 0, "changed": 0, "zeroed_params": 0}
@@ -327,7 +327,7 @@ def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> Di
 
 
 def checkpoint_copies(submission: Path, checkpoint: Path, min_similarity: float = 0.5,
-                      samples: int = 4096) -> List[Dict[str, Any]]:  # fmt: skip
+                      samples: int = 4096) -> list[dict[str, Any]]:  # fmt: skip
     """The submission's weight matrices (2-D and larger) that come from the checkpoint's:
     each compared, on a fixed sample of positions, with every checkpoint tensor of the same
     shape (and, for matrices, with its transpose); |cosine similarity| >= min_similarity
@@ -346,7 +346,7 @@ def checkpoint_copies(submission: Path, checkpoint: Path, min_similarity: float 
     from safetensors import safe_open
 
     generator = torch.Generator().manual_seed(0)
-    positions: Dict[tuple, torch.Tensor] = {}
+    positions: dict[tuple, torch.Tensor] = {}
 
     def sample_index(shape: tuple) -> torch.Tensor:
         if shape not in positions:
@@ -365,7 +365,7 @@ def checkpoint_copies(submission: Path, checkpoint: Path, min_similarity: float 
                     yield t.name, tensor
 
     # Checkpoint samples, keyed by the shape of the submission tensor they can be compared with.
-    references: Dict[tuple, List[tuple]] = {}
+    references: dict[tuple, list[tuple]] = {}
     for name, tensor in matrices(checkpoint):
         shape = tuple(tensor.shape)
         references.setdefault(shape, []).append((name, tensor.reshape(-1)[sample_index(shape)]))
@@ -374,7 +374,7 @@ def checkpoint_copies(submission: Path, checkpoint: Path, min_similarity: float 
             transposed = tensor.t().reshape(-1)[sample_index(flipped)]
             references.setdefault(flipped, []).append((f"{name} (transposed)", transposed))
 
-    copies: List[Dict[str, Any]] = []
+    copies: list[dict[str, Any]] = []
     for name, tensor in matrices(submission):
         shape = tuple(tensor.shape)
         mine = tensor.reshape(-1)[sample_index(shape)] if shape in references else None
@@ -391,10 +391,10 @@ def checkpoint_copies(submission: Path, checkpoint: Path, min_similarity: float 
     return copies
 
 
-def check_not_known_checkpoint(submission: Path, checkpoints: Dict[str, Path], min_similarity: float = 0.5):
+def check_not_known_checkpoint(submission: Path, checkpoints: dict[str, Path], min_similarity: float = 0.5):
     """(problem or "", facts): no weight matrix of the submission may come from a known
     pretrained checkpoint (see `checkpoint_copies`)."""
-    facts: Dict[str, object] = {"checked_against": sorted(checkpoints)}
+    facts: dict[str, object] = {"checked_against": sorted(checkpoints)}
     for name, path in sorted(checkpoints.items()):
         try:
             copies = checkpoint_copies(submission, path, min_similarity)
@@ -457,13 +457,13 @@ class PeakMemory:
         self.device = device
         self.weight_bytes = 0
         self.peak_bytes = 0
-        self.allocator_peak_bytes: Optional[int] = None
+        self.allocator_peak_bytes: int | None = None
         self.traced_calls = 0
         self.forward_calls = 0
         self._mode: Any = None  # a _LiveTensorBytes mode while entered
         self._tracing = False
-        self._traced_keys: List[tuple] = []  # (previous call's batch, length, this call's batch, length)
-        self._previous_shape: Optional[tuple] = (0, 0)  # before the first call: nothing left alive
+        self._traced_keys: list[tuple] = []  # (previous call's batch, length, this call's batch, length)
+        self._previous_shape: tuple | None = (0, 0)  # before the first call: nothing left alive
         self._previous_needed = True  # the window from entering to the first call is traced
         self._largest_leftover = 0
         self._allowance = 0
@@ -530,7 +530,7 @@ class PeakMemory:
         self._previous_shape, self._previous_needed = shape, needed
 
 
-def _input_shape(args, kwargs) -> Optional[tuple]:
+def _input_shape(args, kwargs) -> tuple | None:
     """(batch, length) of a forward call's input; None with a cache (generation) or no tensor input."""
     import torch
 
@@ -551,7 +551,7 @@ def _LiveTensorBytes(ignore: set):
     class LiveTensorBytes(TorchDispatchMode):
         def __init__(self):
             super().__init__()
-            self.live: Dict[int, list] = {}  # storage pointer -> [bytes, live tensors using it]
+            self.live: dict[int, list] = {}  # storage pointer -> [bytes, live tensors using it]
             self.current = 0
             self.peak = 0
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 from mlrb.tasks import rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
@@ -35,7 +35,7 @@ class EdgeCompressionScale(ScaleSpec):
     # Peak memory (decimal MB) the model may use while it is evaluated, weights included.
     memory_limit_mb: float = 12_000.0
     # Hugging Face `model_type`s a submission may declare (the base model's).
-    model_types: List[str] = field(default_factory=lambda: ["phi"])
+    model_types: list[str] = field(default_factory=lambda: ["phi"])
 
 
 class EdgeLlmCompression(Task):
@@ -43,15 +43,15 @@ class EdgeLlmCompression(Task):
     scale_class = EdgeCompressionScale
     assets_version = 2
 
-    def asset_key(self) -> Dict[str, Any]:
+    def asset_key(self) -> dict[str, Any]:
         return {**super().asset_key(), "memory_limit_mb": self.spec.memory_limit_mb}
 
-    def build_tiny(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         from mlrb.tasks.edge_llm_compression.assets import build_tiny_assets
 
         return build_tiny_assets(out_dir, params)
 
-    def download(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the base model from the Hugging Face hub."""
         from mlrb.tasks import hub
 
@@ -77,7 +77,7 @@ class EdgeLlmCompression(Task):
         if problem:
             return ScoreReport.invalid(problem, **facts)
 
-        meters: List[rules.PeakMemory] = []
+        meters: list[rules.PeakMemory] = []
 
         def measure(model):
             meters.append(rules.PeakMemory(model, spec.eval.device))
@@ -102,7 +102,7 @@ class EdgeLlmCompression(Task):
         return ScoreReport(True, "ok", score=result["accuracy"], metrics=metrics, details=details)
 
     @staticmethod
-    def training_check(submission: Path, assets: Path, metrics: Dict[str, float]) -> Dict[str, Any]:
+    def training_check(submission: Path, assets: Path, metrics: dict[str, float]) -> dict[str, Any]:
         """What can be said about the no-training / no-extra-data rule (reported, not enforced)."""
         base = assets / "public" / "base_model"
         note = (

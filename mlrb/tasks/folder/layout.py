@@ -13,7 +13,6 @@ methods behind it in `env/methods/`, and, hidden, the test split in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
 
 from mlrb.config import ConfigError
 
@@ -47,7 +46,7 @@ def check(path: str, format: str) -> Path:
     return folder
 
 
-def read_globs(file: Path) -> List[str]:
+def read_globs(file: Path) -> list[str]:
     """read_only_files.txt: one glob a line, relative to env/; blank lines and # comments skipped."""
     if not file.is_file():
         return []

@@ -6,22 +6,22 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any
 
 from mlrb import snapshots
 
 
 def best_dev_snapshot(task: Any, root: Path, assets: Path, run_dir: Path, sandbox: Any,
-                      run_id: str) -> Optional[Dict[str, Any]]:  # fmt: skip
+                      run_id: str) -> dict[str, Any] | None:  # fmt: skip
     """Score each distinct step state on dev in the scoring sandbox; the best step's entry with
     the dev scores as metrics and tags, or None when no step scored on dev."""
     from mlrb.scoring.runner import score_submission
 
     dev_task = task.with_phase("dev")
     globs = task.read_only_globs(assets)
-    by_state: Dict[str, Optional[float]] = {}
-    dev_scores: Dict[int, Optional[float]] = {}
-    best: Optional[Dict] = None
+    by_state: dict[str, float | None] = {}
+    dev_scores: dict[int, float | None] = {}
+    best: dict | None = None
     for entry in snapshots.load_steps(root):
         entry = snapshots.without(entry, globs)
         key = snapshots.state_key(entry)

@@ -27,7 +27,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from mlrb.config import ConfigError, TaskConfig
 from mlrb.sandbox.base import sandbox_environment
@@ -109,10 +109,10 @@ class FolderTask(Task):
     def baseline_command(self) -> str:
         return self.spec.baseline_command
 
-    def anchor_commands(self) -> Dict[str, str]:
+    def anchor_commands(self) -> dict[str, str]:
         return {"baseline": self.baseline_command()}
 
-    def asset_key(self) -> Dict[str, Any]:
+    def asset_key(self) -> dict[str, Any]:
         return {**super().asset_key(), "format": self.format, "method": self.spec.method,
                 "folder": folder_digest(self.folder)}  # fmt: skip
 
@@ -125,7 +125,7 @@ class FolderTask(Task):
         except TaskFolderError as e:
             raise ConfigError(str(e)) from None
 
-    def build_assets(self, out_dir: Path) -> Dict[str, Any]:
+    def build_assets(self, out_dir: Path) -> dict[str, Any]:
         try:
             stage = out_dir / "folder"
             skip = shutil.ignore_patterns("__pycache__")
@@ -156,7 +156,7 @@ class FolderTask(Task):
                 f"{self.folder}/scripts/prepare.py exited {proc.returncode}: {last_line(proc.stderr)}"
             )
 
-    def calibrate(self, out_dir: Path) -> Dict[str, Any]:
+    def calibrate(self, out_dir: Path) -> dict[str, Any]:
         """Run the baseline on the prepared files and score it: its score is the anchor when the
         config gives none, and a baseline or eval.py that fails here is the folder's fault."""
         command = self.baseline_command()
@@ -173,7 +173,7 @@ class FolderTask(Task):
         (out_dir / "hidden" / "calibration.json").write_text(json.dumps(measured, indent=2))
         return measured
 
-    def calibration(self, assets: Path) -> Dict[str, Optional[float]]:
+    def calibration(self, assets: Path) -> dict[str, float | None]:
         measured_file = assets / "hidden" / "calibration.json"
         measured = json.loads(measured_file.read_text()) if measured_file.exists() else {}
         baseline = self.spec.baseline_score if self.spec.baseline_score is not None else measured.get("baseline_score")
@@ -195,10 +195,10 @@ class FolderTask(Task):
     def workspace_files(self, assets: Path) -> Path:
         return assets / "public"
 
-    def read_only_globs(self, assets: Path) -> List[str]:
+    def read_only_globs(self, assets: Path) -> list[str]:
         return list(self.cfg.read_only_files) + layout.read_globs(assets / "hidden" / "read_only_files.txt")
 
-    def own_instructions(self) -> Optional[str]:
+    def own_instructions(self) -> str | None:
         problem = (self.folder / "scripts" / "research_problem.txt").read_text()
         if self.format == "mlrc":
             problem += (
@@ -210,7 +210,7 @@ class FolderTask(Task):
         return problem
 
     def choose_snapshot(self, snapshots_root: Path, assets: Path, run_dir: Path, sandbox: Any,
-                        run_id: str) -> Optional[Dict[str, Any]]:  # fmt: skip
+                        run_id: str) -> dict[str, Any] | None:  # fmt: skip
         """MLRC-Bench: score every distinct step snapshot on the dev split; the best is scored on test."""
         if self.format != "mlrc":
             return None
@@ -235,7 +235,7 @@ class FolderTask(Task):
         except subprocess.TimeoutExpired:
             return ScoreReport.invalid(f"scripts/eval.py took longer than {self.spec.score_timeout_s:g} s")
         lines = proc.stdout.strip().splitlines()
-        result: Dict[str, Any] = (
+        result: dict[str, Any] = (
             json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"error": last_line(proc.stderr)}
         )
         if "error" in result:
@@ -266,13 +266,13 @@ class FolderTask(Task):
             return f"{shown} took longer than {self.spec.score_timeout_s:g} s"
         return f"{shown} exited {proc.returncode}: {last_line(proc.stderr)}" if proc.returncode else ""
 
-    def benchmark_metrics(self, score: float, assets: Path) -> Dict[str, float]:
+    def benchmark_metrics(self, score: float, assets: Path) -> dict[str, float]:
         """MLRC-Bench's own names for the two improvements it reports, in percent."""
         if self.format != "mlrc":
             return {}
         anchors = self.calibration(assets)
         baseline, reference = anchors["baseline_score"], anchors["reference_score"]
-        metrics: Dict[str, float] = {}
+        metrics: dict[str, float] = {}
         if baseline:
             metrics["absolute_improvement_to_baseline"] = 100.0 * self.direction * (score - baseline) / abs(baseline)
         if baseline is not None and reference is not None:
@@ -280,7 +280,7 @@ class FolderTask(Task):
         return metrics
 
 
-def child_env(home: Path) -> Dict[str, str]:
+def child_env(home: Path) -> dict[str, str]:
     """The environment of the task's own code (prepare.py, main.py, eval.py): the sandboxes'
     allow-list (no secrets), fixed hashing and threads, and nothing written into the (read-only,
     hashed) assets; the hub's offline flags stay the user's (a prepare.py may download)."""

@@ -10,7 +10,7 @@ words) scores 50%.
 from __future__ import annotations
 
 import random
-from typing import Callable, Dict, List, Tuple
+from collections.abc import Callable
 
 from mlrb.tasks.from_scratch.grammar import (
     CREATURES,
@@ -25,7 +25,7 @@ from mlrb.tasks.from_scratch.grammar import (
     capitalise,
 )
 
-Pair = Tuple[str, str]  # (good, bad)
+Pair = tuple[str, str]  # (good, bad)
 
 
 def _determiner_noun(g: Grammar, nouns, plural: bool) -> Pair:
@@ -86,7 +86,7 @@ def distractor_agreement_relative_clause(g: Grammar, plural: bool) -> Pair:
 
 
 # UID -> (generator, BLiMP field, BLiMP linguistics term)
-PHENOMENA: Dict[str, Tuple[Callable[[Grammar, bool], Pair], str, str]] = {
+PHENOMENA: dict[str, tuple[Callable[[Grammar, bool], Pair], str, str]] = {
     "determiner_noun_agreement_1": (determiner_noun_agreement_1, "morphology", "determiner_noun_agreement"),
     "determiner_noun_agreement_irregular_1": (
         determiner_noun_agreement_irregular_1, "morphology", "determiner_noun_agreement",
@@ -105,11 +105,11 @@ PHENOMENA: Dict[str, Tuple[Callable[[Grammar, bool], Pair], str, str]] = {
 }  # fmt: skip
 
 
-def minimal_pairs(rng: random.Random, uid: str, n: int) -> List[dict]:
+def minimal_pairs(rng: random.Random, uid: str, n: int) -> list[dict]:
     """n distinct pairs of one phenomenon, half with the singular (or he) form correct."""
     generate, field, term = PHENOMENA[uid]
     grammar, seen = Grammar(rng), set()
-    rows: List[dict] = []
+    rows: list[dict] = []
     for _ in range(100 * n):
         if len(rows) == n:
             break

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 # Sub-task format -> (lm-eval's YAML for it, relative to lm_eval/tasks; the split it scores).
 FORMATS = {
@@ -37,7 +37,7 @@ def lm_eval_tasks_dir() -> Path:
     return Path(lm_eval.tasks.__file__).parent
 
 
-def write_suite(task_dir: Path, group: str, data_dir: Path, subtasks: Dict[str, str]) -> List[str]:
+def write_suite(task_dir: Path, group: str, data_dir: Path, subtasks: dict[str, str]) -> list[str]:
     """Write `<group>_<subtask>.yaml` per sub-task ({name: format}; data at data_dir/<name>.jsonl)
     and `<group>.yaml`, a group averaging their accuracy unweighted (as BLiMP's does).
     Returns the leaf task names. Written at scoring time: the YAMLs hold absolute paths."""
@@ -53,7 +53,7 @@ def write_suite(task_dir: Path, group: str, data_dir: Path, subtasks: Dict[str, 
         if not data_file.is_file():
             raise FileNotFoundError(f"hidden data for sub-task '{name}' is missing: {data_file}")
         leaf = f"{group}_{name}"
-        config: Dict[str, Any] = {
+        config: dict[str, Any] = {
             "include": str(base / template),
             "task": leaf,
             "tag": [],  # not part of lm-eval's own groups
@@ -78,7 +78,7 @@ def write_suite(task_dir: Path, group: str, data_dir: Path, subtasks: Dict[str, 
     return leaves
 
 
-def subtask_scores(raw: dict, group: str) -> Dict[str, float]:
+def subtask_scores(raw: dict, group: str) -> dict[str, float]:
     """{sub-task: its primary metric} for every leaf task in lm-eval's results, named
     without the group's or lm-eval's prefix (so tiny and full scale report alike)."""
     results = raw.get("results", {})
@@ -98,7 +98,7 @@ def subtask_scores(raw: dict, group: str) -> Dict[str, float]:
     return dict(sorted(scores.items()))
 
 
-def write_hidden_suite(hidden: Path, group: str, subtasks: Dict[str, tuple]) -> Dict[str, int]:
+def write_hidden_suite(hidden: Path, group: str, subtasks: dict[str, tuple]) -> dict[str, int]:
     """Store a tiny suite in the hidden assets: hidden/suite/<name>.jsonl per sub-task
     ({name: (format, rows)}) and hidden/suite.json naming the group and formats, which the
     scorer turns into lm-eval tasks. Returns {name: number of rows}."""

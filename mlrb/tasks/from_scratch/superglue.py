@@ -22,7 +22,7 @@ senses; the hidden rows are generated separately and never appear in it.
 from __future__ import annotations
 
 import random
-from typing import Callable, Dict, List, Tuple
+from collections.abc import Callable
 
 from mlrb.tasks.from_scratch.grammar import NAMES, capitalise
 
@@ -32,7 +32,7 @@ OBJECTS = ["ball", "cup", "hat", "kite", "box", "book", "bike", "coat", "shoe", 
 PLACES = ["the garden", "the park", "the kitchen", "the school", "the shop", "the beach"]
 
 # Cause -> effect, about one person: {s} the subject's name or pronoun, {p} pronoun, {q} possessive.
-CAUSE_EFFECT: List[Tuple[str, str]] = [
+CAUSE_EFFECT: list[tuple[str, str]] = [
     ("{s} dropped the glass", "the glass broke"),
     ("{s} was hungry", "{p} ate an apple"),
     ("{s} was tired", "{p} went to bed"),
@@ -72,7 +72,7 @@ CAUSE_EFFECT: List[Tuple[str, str]] = [
 ]
 
 # Word -> its two senses, each a few sentences using it ({w} marks the word).
-SENSES: Dict[str, Tuple[List[str], List[str]]] = {
+SENSES: dict[str, tuple[list[str], list[str]]] = {
     "bat": (["The {w} flew out of the cave at night.", "A {w} sleeps upside down in the dark.",
              "The little {w} ate a moth."],
             ["He hit the ball with the {w}.", "She held the wooden {w} and waited for the throw.",
@@ -95,7 +95,7 @@ SENSES: Dict[str, Tuple[List[str], List[str]]] = {
 }  # fmt: skip
 
 
-def _person(rng: random.Random) -> Tuple[str, str]:
+def _person(rng: random.Random) -> tuple[str, str]:
     gender = rng.choice(["he", "she"])
     return rng.choice(NAMES[gender]), gender
 
@@ -109,7 +109,7 @@ def _fill(template: str, subject: str, gender: str, pronoun: str | None = None) 
 # ---- stories with facts to read (BoolQ, RTE) -------------------------------------
 
 
-def _facts(rng: random.Random, n: int) -> List[Tuple[str, str, str, str]]:
+def _facts(rng: random.Random, n: int) -> list[tuple[str, str, str, str]]:
     """n (name, gender, colour, object) facts, each about a different person and object."""
     people = rng.sample([(name, gender) for gender in ("he", "she") for name in NAMES[gender]], n)
     objects = rng.sample(OBJECTS, n)
@@ -177,7 +177,7 @@ def wic_row(rng: random.Random, label: int) -> dict:
             "start2": start2, "end2": start2 + len(word), "label": label}  # fmt: skip
 
 
-SUBTASKS: Dict[str, Tuple[str, Callable[[random.Random, int], dict], Tuple[int, int]]] = {
+SUBTASKS: dict[str, tuple[str, Callable[[random.Random, int], dict], tuple[int, int]]] = {
     # name -> (lm-eval format, row generator, its two labels)
     "boolq": ("boolq", boolq_row, (0, 1)),
     "copa": ("copa", copa_row, (0, 1)),
@@ -186,10 +186,10 @@ SUBTASKS: Dict[str, Tuple[str, Callable[[random.Random, int], dict], Tuple[int, 
 }
 
 
-def rows(rng: random.Random, subtask: str, n: int, exclude: set | None = None) -> List[dict]:
+def rows(rng: random.Random, subtask: str, n: int, exclude: set | None = None) -> list[dict]:
     """n distinct rows of a sub-task, labels alternating (balanced), none in `exclude`."""
     _, generate, labels = SUBTASKS[subtask]
-    out: List[dict] = []
+    out: list[dict] = []
     seen = set(exclude or ())
     for _ in range(100 * n):
         if len(out) == n:
@@ -240,10 +240,10 @@ def sense_sentence(rng: random.Random) -> str:
     return rng.choice(rng.choice(SENSES[word])).format(w=word)
 
 
-def web_documents(rng: random.Random, n: int, exclude: set | None = None) -> List[str]:
+def web_documents(rng: random.Random, n: int, exclude: set | None = None) -> list[str]:
     """n documents of mixed text: causal stories, quiz pages (none equal to a hidden row),
     and sentences that use ambiguous words."""
-    docs: List[str] = []
+    docs: list[str] = []
     exclude = exclude or set()
     while len(docs) < n:
         kind = rng.random()
@@ -258,7 +258,7 @@ def web_documents(rng: random.Random, n: int, exclude: set | None = None) -> Lis
     return docs
 
 
-def hidden_suite(rng: random.Random, n_rows: int) -> Tuple[Dict[str, tuple], set]:
+def hidden_suite(rng: random.Random, n_rows: int) -> tuple[dict[str, tuple], set]:
     """{sub-task: (format, rows)} of n_rows each, and the passages they use (to keep out of
     the training text)."""
     suite = {name: (fmt, rows(rng, name, n_rows)) for name, (fmt, _, _) in SUBTASKS.items()}
@@ -266,10 +266,10 @@ def hidden_suite(rng: random.Random, n_rows: int) -> Tuple[Dict[str, tuple], set
     return suite, passages
 
 
-def instruction_rows(rng: random.Random, n: int, exclude: set | None = None) -> List[dict]:
+def instruction_rows(rng: random.Random, n: int, exclude: set | None = None) -> list[dict]:
     """n rows in Alpaca's format ({instruction, input, output}) about the same world: what
     follows from an event, what caused it, and reading questions (none about a hidden passage)."""
-    out: List[dict] = []
+    out: list[dict] = []
     exclude = exclude or set()
     while len(out) < n:
         kind = rng.random()

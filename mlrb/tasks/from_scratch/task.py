@@ -27,7 +27,7 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import Any, ClassVar
 
 from mlrb import registry
 from mlrb.tasks import rules
@@ -45,15 +45,15 @@ DATA_RULE_NOTE = (
 @dataclass
 class FromScratchScale(ScaleSpec):
     # Hugging Face `model_type`s a submission may declare.
-    model_types: List[str] = field(default_factory=lambda: ["gpt2"])
+    model_types: list[str] = field(default_factory=lambda: ["gpt2"])
     # Largest parameter count (None: no limit).
-    max_params: Optional[int] = None
+    max_params: int | None = None
     # Peak memory (decimal MB) the model may use while evaluated, weights included (None: no limit).
-    memory_limit_mb: Optional[float] = None
+    memory_limit_mb: float | None = None
     # Weights must be FP16 or FP32, without quantization.
     fp16_fp32_only: bool = False
     # Public pretrained checkpoints (hub ids) whose weights a submission must not contain.
-    known_checkpoints: List[str] = field(default_factory=list)
+    known_checkpoints: list[str] = field(default_factory=list)
     # |cosine similarity| from which a weight matrix counts as taken from a checkpoint.
     copy_similarity: float = 0.5
 
@@ -73,7 +73,7 @@ class FromScratchTask(Task):
     # (hidden/suite.json + hidden/suite/<sub-task>.jsonl) and returns manifest facts.
     tiny_data_builder: ClassVar[str]
 
-    def asset_key(self) -> Dict[str, Any]:
+    def asset_key(self) -> dict[str, Any]:
         spec = self.spec  # the rules decide which solutions calibration accepts
         return {
             **super().asset_key(),
@@ -82,19 +82,19 @@ class FromScratchTask(Task):
         }  # fmt: skip
 
     # ---- assets ----------------------------------------------------------------
-    def build_tiny(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         facts = registry.load(self.tiny_data_builder)(out_dir, params, self.suite_group)
         facts["known_checkpoints"] = self.train_known_checkpoints(out_dir, params)
         return facts
 
-    def download(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the task's dataset (each subset and split as public/data/[<subset>/]<split>.jsonl),
         the tokenizer the baseline uses (files only, no weights) and the known public checkpoints
         (hidden, for the pretrained-weights check), from the Hugging Face hub."""
         from mlrb.tasks import hub
 
         public = out_dir / "public"
-        facts: Dict[str, Any] = {"dataset": params["dataset"], "rows": {}}
+        facts: dict[str, Any] = {"dataset": params["dataset"], "rows": {}}
         for subset in params.get("subsets") or [None]:
             data = hub.load_dataset(params["dataset"], subset)
             for split, rows in data.items():
@@ -108,7 +108,7 @@ class FromScratchTask(Task):
         facts.update(tokenizer=params["tokenizer"], known_checkpoints=list(self.spec.known_checkpoints))
         return facts
 
-    def train_known_checkpoints(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def train_known_checkpoints(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Tiny scale's stand-in for public checkpoints such as distilgpt2: a model of the
         baseline's shape, pretrained by `params["checkpoint_command"]` (run like a solution,
         on the public data) and kept where the agent cannot see it."""
@@ -179,7 +179,7 @@ class FromScratchTask(Task):
             include = Path(work_dir) / "lm_eval_tasks"
             suites.write_suite(include, suite["group"], assets / "hidden" / "suite", suite["subtasks"])
             tasks = [suite["group"]]
-        meters: List[rules.PeakMemory] = []
+        meters: list[rules.PeakMemory] = []
 
         def measure(model):
             meters.append(rules.PeakMemory(model, ev.device))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from mlrb.tasks import rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
@@ -40,13 +40,13 @@ TEST_TASK = "mlrb_llm_efficiency_test"
 @dataclass
 class LlmEfficiencyScale(ScaleSpec):
     # Hugging Face `model_type`s a submission may declare.
-    model_types: List[str] = field(default_factory=lambda: ["llama"])
+    model_types: list[str] = field(default_factory=lambda: ["llama"])
     # Largest parameter count a submission may have (None: no limit).
-    max_params: Optional[int] = None
+    max_params: int | None = None
     # Approved base models: hub ids or fnmatch patterns (say "EleutherAI/pythia-*").
-    allowed_base_models: List[str] = field(default_factory=list)
+    allowed_base_models: list[str] = field(default_factory=list)
     # Known instruction-tuned models (refused by name, and compared by weights when in the assets).
-    instruction_tuned_models: List[str] = field(default_factory=list)
+    instruction_tuned_models: list[str] = field(default_factory=list)
     # Largest share of the way from the base toward a known instruction-tuned model that a
     # submission may lie (`rules.share_toward`): honest fine-tunes stay near 0, a blend
     # base + a * (sibling - base) lies at a.
@@ -63,12 +63,12 @@ class LlmEfficiency(Task):
     scale_class = LlmEfficiencyScale
     assets_version = 2
 
-    def build_tiny(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         from mlrb.tasks.llm_efficiency.assets import build_tiny_assets
 
         return build_tiny_assets(out_dir, params)
 
-    def download(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the baseline's base model and instruction data from the Hugging Face hub."""
         from mlrb.tasks import hub
 
@@ -80,10 +80,10 @@ class LlmEfficiency(Task):
         rows.to_json(str(public / "instructions.jsonl"), lines=True)
         return {"base_model": name, "dataset": params["dataset"], "instructions": len(rows)}
 
-    def calibrate(self, out_dir: Path) -> Dict[str, Any]:
+    def calibrate(self, out_dir: Path) -> dict[str, Any]:
         return self.calibrate_by_commands(out_dir, self.anchor_commands(), self.model_scores(out_dir))
 
-    def model_scores(self, out_dir: Path) -> Dict[str, float]:
+    def model_scores(self, out_dir: Path) -> dict[str, float]:
         """For the record: the forbidden instruction-tuned siblings' accuracy as they are (the
         base as it is is the do_nothing anchor)."""
         from mlrb.scoring import lmeval
@@ -153,7 +153,7 @@ class LlmEfficiency(Task):
                 )  # fmt: skip
         # Nearer the base is not enough: base + 0.49 * (sibling - base) is nearer the base too.
         limit = self.spec.max_share_toward_instruction_tuned
-        shares: Dict[str, Optional[float]] = {}
+        shares: dict[str, float | None] = {}
         facts["share_toward"] = shares
         for name, path in candidates.items():
             if name == declared or distances[name] is None:
@@ -169,7 +169,7 @@ class LlmEfficiency(Task):
         return "", facts
 
 
-def read_provenance(submission: Path) -> Optional[str]:
+def read_provenance(submission: Path) -> str | None:
     try:
         value = json.loads((submission / "provenance.json").read_text()).get("base_model")
     except (OSError, ValueError, AttributeError):

@@ -17,8 +17,9 @@ all weights 0 (and scores as doing nothing).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any
 
 from mlrb.tasks.rules import weight_stats
 
@@ -26,7 +27,7 @@ from mlrb.tasks.rules import weight_stats
 ROUNDING = 1e-2
 
 
-def _reader(model_dir: Path) -> Dict[str, Tuple[Path, List[int]]]:
+def _reader(model_dir: Path) -> dict[str, tuple[Path, list[int]]]:
     return {t.name: (model_dir / t.file, t.shape) for t in weight_stats(model_dir).tensors}
 
 
@@ -37,7 +38,7 @@ def _load(path: Path, name: str):
         return f.get_tensor(name).double()
 
 
-def expert_updates(expert_dir: Path, base: Dict[str, Tuple[Path, List[int]]]) -> Dict[str, Callable]:
+def expert_updates(expert_dir: Path, base: dict[str, tuple[Path, list[int]]]) -> dict[str, Callable]:
     """{base tensor name: function returning the expert's update of it}, computed on demand:
     B @ A * scaling for a peft LoRA adapter, W_expert - W_base for a full model."""
     config_file = expert_dir / "adapter_config.json"
@@ -46,7 +47,7 @@ def expert_updates(expert_dir: Path, base: Dict[str, Tuple[Path, List[int]]]) ->
         return {name: (lambda name=name: _load(*theirs[name][:1], name) - _load(base[name][0], name))
                 for name in base if name in theirs and theirs[name][1] == base[name][1]}  # fmt: skip
     config = json.loads(config_file.read_text())
-    state: Dict[str, Any] = {}
+    state: dict[str, Any] = {}
     for path in sorted(expert_dir.glob("*.safetensors")):
         for t in weight_stats(expert_dir).tensors:
             if t.file == path.name:
@@ -63,7 +64,7 @@ def expert_updates(expert_dir: Path, base: Dict[str, Tuple[Path, List[int]]]) ->
     return updates
 
 
-def check_is_merge(submission: Path, public: Path, min_cosine: float = 0.25) -> Tuple[str, dict]:
+def check_is_merge(submission: Path, public: Path, min_cosine: float = 0.25) -> tuple[str, dict]:
     """(problem or "", facts): is the submission the base model plus a combination of the
     experts' updates (see the module's docstring)?"""
     import torch
@@ -78,7 +79,7 @@ def check_is_merge(submission: Path, public: Path, min_cosine: float = 0.25) -> 
     experts = sorted(d for d in (public / "adapters").iterdir() if d.is_dir())
     updates = [expert_updates(d, base) for d in experts]
     change_sq = explained_sq = 0.0
-    untouched_changed: List[Tuple[str, float]] = []
+    untouched_changed: list[tuple[str, float]] = []
     for name, (path, _) in sorted(base.items()):
         reference = _load(path, name)
         change = _load(ours[name][0], name) - reference
@@ -94,7 +95,7 @@ def check_is_merge(submission: Path, public: Path, min_cosine: float = 0.25) -> 
         coefficients = torch.linalg.pinv(gram) @ dots
         change_sq += float(flat @ flat)
         explained_sq += float(dots @ coefficients)  # squared norm of the projection onto the span
-    cosine: Optional[float] = (explained_sq / change_sq) ** 0.5 if change_sq > 0 else None
+    cosine: float | None = (explained_sq / change_sq) ** 0.5 if change_sq > 0 else None
     facts = {"experts": [d.name for d in experts], "cosine_with_experts_updates": cosine,
              "untouched_tensors_changed": len(untouched_changed)}  # fmt: skip
     if untouched_changed:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 from mlrb.tasks import rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, anchor_problem
@@ -28,7 +28,7 @@ class LlmMergingScale(ScaleSpec):
     # Largest parameter count a submission may have.
     max_params: int = 8_000_000_000
     # Hugging Face `model_type`s a submission may declare.
-    model_types: List[str] = field(default_factory=lambda: ["llama"])
+    model_types: list[str] = field(default_factory=lambda: ["llama"])
     # Least |cosine| between the submission's change of the base and the span of the
     # experts' updates for it to count as a merge (see lineage.py).
     min_merge_cosine: float = 0.25
@@ -40,12 +40,12 @@ class LlmMerging(Task):
     assets_version = 3
 
     # ---- assets and calibration ------------------------------------------------
-    def build_tiny(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         from mlrb.tasks.llm_merging.assets import build_tiny_assets
 
         return build_tiny_assets(out_dir, params)
 
-    def download(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the base model and adapters from the Hugging Face hub."""
         from mlrb.tasks import hub
 
@@ -55,18 +55,18 @@ class LlmMerging(Task):
             hub.copy_model(repo, public / "adapters" / repo.replace("/", "__"))
         return {"base_model": params["base_model"], "adapters": list(params["adapters"])}
 
-    def anchor_commands(self) -> Dict[str, str]:
+    def anchor_commands(self) -> dict[str, str]:
         # Calibration merges the adapters itself (see calibrate), so the assets do not depend
         # on the baseline command: runs that override it share one build.
         return {}
 
-    def asset_key(self) -> Dict[str, Any]:
+    def asset_key(self) -> dict[str, Any]:
         key = super().asset_key()
         if self.spec.baseline_score is not None and self.spec.reference_score is not None:
             key["given_anchors"] = [self.spec.baseline_score, self.spec.reference_score]  # nothing measured
         return key
 
-    def calibrate(self, out_dir: Path) -> Dict[str, Any]:
+    def calibrate(self, out_dir: Path) -> dict[str, Any]:
         """Anchor the normalised score on the hidden test set.
 
         0 = the baseline (parameter averaging). 100 = the experts' ceiling: each
@@ -86,7 +86,7 @@ class LlmMerging(Task):
         experts = sorted(p.name for p in (public / "adapters").iterdir() if p.is_dir())
         n = len(experts)
         # Doing nothing: the unmerged base submitted as it is.
-        scores: Dict[str, Any] = {"do_nothing_score": self.evaluate(public / "base_model", out_dir)["accuracy"]}
+        scores: dict[str, Any] = {"do_nothing_score": self.evaluate(public / "base_model", out_dir)["accuracy"]}
         baseline = self.evaluate(self.merge(public, scratch / "baseline", [1.0 / n] * n), out_dir)
         scores["baseline_score"] = baseline["accuracy"]
         per_expert = {}
@@ -110,7 +110,7 @@ class LlmMerging(Task):
         (hidden / "calibration.json").write_text(json.dumps(scores, indent=2))
         return scores
 
-    def merge(self, public: Path, out: Path, weights: List[float]) -> Path:
+    def merge(self, public: Path, out: Path, weights: list[float]) -> Path:
         """Run the starter merge script, as the baseline agent does."""
         proc = subprocess.run(
             [sys.executable, str(self.starter_dir() / "merge.py"), "--data", str(public), "--output", str(out),
@@ -122,15 +122,15 @@ class LlmMerging(Task):
         return out
 
     @staticmethod
-    def subject_counts(out_dir: Path) -> Dict[str, int]:
-        counts: Dict[str, int] = {}
+    def subject_counts(out_dir: Path) -> dict[str, int]:
+        counts: dict[str, int] = {}
         for line in (out_dir / "hidden" / "test.jsonl").read_text().splitlines():
             subject = json.loads(line)["subject"]
             counts[subject] = counts.get(subject, 0) + 1
         return counts
 
     # ---- scoring ---------------------------------------------------------------
-    def evaluate(self, model_dir: Path, assets: Path) -> Dict[str, Any]:
+    def evaluate(self, model_dir: Path, assets: Path) -> dict[str, Any]:
         from mlrb.scoring import lmeval
 
         return lmeval.evaluate_spec(self.spec.eval, model_dir, assets / "hidden" / "test.jsonl", TEST_TASK)

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
 
@@ -41,7 +41,7 @@ class LeanSpec:
     # The Lean 3 executable; when it is not on the PATH the compile rate is not measured.
     command: str = "lean"
     # A Lean 3 project with mathlib (leanpkg.path) to compile in; None: a scratch folder.
-    project_dir: Optional[str] = None
+    project_dir: str | None = None
     # Prepended to every entry before compiling.
     header: str = "import data.real.basic\nimport data.nat.basic\nimport data.int.basic\nimport tactic\n"
     timeout_s: float = 120.0
@@ -57,12 +57,12 @@ class MathReasoning(Task):
     scale_class = MathReasoningScale
     assets_version = 2
 
-    def build_tiny(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         from mlrb.tasks.math_reasoning.assets import build_tiny_assets
 
         return build_tiny_assets(out_dir, params)
 
-    def download(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the competition's data and the baseline's model from the Hugging Face hub."""
         from mlrb.tasks import hub
         from mlrb.tasks.math_reasoning.assets import write_splits
@@ -87,7 +87,7 @@ class MathReasoning(Task):
             "rougeL": rouge_l(hypotheses, targets),
             "lean3_form_share": sum(bool(LEAN3_DECLARATION.search(h)) for h in hypotheses) / len(hypotheses),
         }
-        details: Dict[str, Any] = {"n": len(hypotheses), "bleu_signature": signature}
+        details: dict[str, Any] = {"n": len(hypotheses), "bleu_signature": signature}
         compiled = self.compile_share(hypotheses, Path(work_dir) / "lean")
         if isinstance(compiled, float):
             metrics["compile_rate"] = compiled
@@ -96,7 +96,7 @@ class MathReasoning(Task):
             details["compile"] = compiled
         return ScoreReport(True, "ok", score=metrics["bleu"], metrics=metrics, details=details)
 
-    def compile_share(self, proofs: List[str], work_dir: Path):
+    def compile_share(self, proofs: list[str], work_dir: Path):
         """Share of entries that compile with Lean, or a sentence saying why it was not measured."""
         lean = self.spec.lean
         executable = shutil.which(lean.command)
@@ -130,11 +130,11 @@ class MathReasoning(Task):
         return sum(compiles(f"entry_{i}", proof)[0] for i, proof in enumerate(proofs)) / len(proofs)
 
 
-def read_rows(path: Path) -> List[dict]:
+def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def parse_submission(submission: Path, names: List[str]):
+def parse_submission(submission: Path, names: list[str]):
     """(problem or "", {name: formal_proof}): the file's format, checked line by line."""
     if not submission.is_file() or submission.is_symlink():
         return 'the submission is not a file (expected JSONL: one {"name", "formal_proof"} per line)', {}
@@ -142,7 +142,7 @@ def parse_submission(submission: Path, names: List[str]):
         text = submission.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         return f"the submission cannot be read as UTF-8 text ({type(e).__name__})", {}
-    entries: Dict[str, str] = {}
+    entries: dict[str, str] = {}
     expected = set(names)
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -171,7 +171,7 @@ def parse_submission(submission: Path, names: List[str]):
     return "", entries
 
 
-def bleu(hypotheses: List[str], references: List[str]):
+def bleu(hypotheses: list[str], references: list[str]):
     """Corpus BLEU (0-100) and sacrebleu's signature of how it was computed."""
     from sacrebleu.metrics import BLEU
 
@@ -184,11 +184,11 @@ class _LeanTokenizer:
     """rouge-score's default tokenizer drops every non-alphanumeric character, which in
     Lean is most of the syntax; this one keeps each symbol as a token."""
 
-    def tokenize(self, text: str) -> List[str]:
+    def tokenize(self, text: str) -> list[str]:
         return _TOKEN.findall(text)
 
 
-def rouge_l(hypotheses: List[str], references: List[str]) -> float:
+def rouge_l(hypotheses: list[str], references: list[str]) -> float:
     from rouge_score import rouge_scorer
 
     scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_LeanTokenizer())
