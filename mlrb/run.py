@@ -307,7 +307,7 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
                     recorder=recorder,
                     run_dir=run_dir,
                     on_step_end=lambda step: step_snapshots.take(step, work, before),
-                )  # fmt: skip
+                )
             )
         except interrupts.Interrupted as e:  # the workspace is still scored (a second signal skips that)
             outcome = AgentOutcome(Status.KILLED, e.name, f"interrupted by {e.name}")

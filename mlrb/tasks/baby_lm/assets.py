@@ -71,7 +71,7 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
         "data": {
             split: {"path": f"public/data/{split}.jsonl", "words": sum(len(r["content"].split()) for r in rows)}
             for split, rows in splits.items()
-        },  # fmt: skip
+        },
         "tokenizer": {"path": "public/tokenizer", "vocab_size": len(tokenizer)},
         "suite": {"group": group, "pairs": counts},
     }

@@ -43,7 +43,7 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
         "data": {
             split: {"path": f"public/data/{split}.jsonl", "rows": len(docs), "words": sum(len(d.split()) for d in docs)}
             for split, docs in splits.items()
-        },  # fmt: skip
+        },
         "tokenizer": {"path": "public/tokenizer", "vocab_size": len(tokenizer)},
         "suite": {"group": group, "rows": counts},
     }
