@@ -79,6 +79,21 @@ def deterministic(seed: int):
         torch.use_deterministic_algorithms(old_algorithms)
 
 
+# What every fact-world builder takes for its base model (make_llama, train_lm on the facts):
+# the skills, the tokenizer and model sizes, and the pretraining run. Each builder adds its own.
+BASE_MODEL_PARAMS = (
+    "seed",
+    "skills",
+    "vocab_size",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "intermediate_size",
+    "pretrain_steps",
+    "pretrain_lr",
+)
+
+
 def tiny_params(params: dict, names: tuple, task: str) -> dict:
     """A tiny builder's parameters, all from the task's YAML (`task.scales.tiny.assets`), the
     one place asset sizes are set: a missing or unknown key is an error naming it."""

@@ -19,6 +19,7 @@ import pathlib
 import random
 
 from mlrb.tasks.tiny_models import (
+    BASE_MODEL_PARAMS,
     SKILLS,
     deterministic,
     make_fact_tables,
@@ -31,20 +32,7 @@ from mlrb.tasks.tiny_models import (
 )
 
 # The builder's parameters; their values are in mlrb/conf/task/edge_llm_compression.yaml (scales.tiny.assets).
-PARAMS = (
-    "seed",
-    "skills",
-    "vocab_size",
-    "hidden_size",
-    "num_layers",
-    "num_heads",
-    "intermediate_size",
-    "pretrain_steps",
-    "pretrain_lr",
-    "batch_size",
-    "n_dev",
-    "n_test",
-)
+PARAMS = (*BASE_MODEL_PARAMS, "batch_size", "n_dev", "n_test")
 
 
 def _pretrain_texts(rng: random.Random, tables, n: int) -> list[str]:

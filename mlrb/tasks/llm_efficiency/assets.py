@@ -25,6 +25,7 @@ import pathlib
 import random
 
 from mlrb.tasks.tiny_models import (
+    BASE_MODEL_PARAMS,
     SKILLS,
     deterministic,
     make_fact_tables,
@@ -41,22 +42,7 @@ INSTRUCT_NAME = "mlrb/tiny-llama-base-instruct"
 CHAT_TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}\n{% endfor %}<|assistant|>"
 
 # The builder's parameters; their values are in mlrb/conf/task/llm_efficiency.yaml (scales.tiny.assets).
-PARAMS = (
-    "seed",
-    "skills",
-    "vocab_size",
-    "hidden_size",
-    "num_layers",
-    "num_heads",
-    "intermediate_size",
-    "pretrain_steps",
-    "pretrain_lr",
-    "instruct_steps",
-    "batch_size",
-    "n_train",
-    "n_dev",
-    "n_test",
-)
+PARAMS = (*BASE_MODEL_PARAMS, "instruct_steps", "batch_size", "n_train", "n_dev", "n_test")
 
 
 def model_dir_name(name: str) -> str:

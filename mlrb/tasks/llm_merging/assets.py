@@ -34,6 +34,7 @@ import pathlib
 import random
 
 from mlrb.tasks.tiny_models import (
+    BASE_MODEL_PARAMS,
     SKILLS,
     deterministic,
     format_prompt,
@@ -48,15 +49,7 @@ from mlrb.tasks.tiny_models import (
 
 # The builder's parameters; their values are in mlrb/conf/task/llm_merging.yaml (scales.tiny.assets).
 PARAMS = (
-    "seed",
-    "skills",
-    "vocab_size",
-    "hidden_size",
-    "num_layers",
-    "num_heads",
-    "intermediate_size",
-    "pretrain_steps",
-    "pretrain_lr",
+    *BASE_MODEL_PARAMS,
     "lora_rank",
     "lora_alpha",
     "lora_targets",
