@@ -38,12 +38,10 @@ ANCHORS = ("do_nothing", "baseline", "reference")
 
 
 def load_task(key: str, seed: int):
-    from omegaconf import OmegaConf
-
     from mlrb import registry
-    from mlrb.config import TaskConfig
+    from mlrb.config import TaskConfig, packaged_task
 
-    raw = OmegaConf.to_container(OmegaConf.load(REPO / "mlrb" / "conf" / "task" / f"{key}.yaml"))
+    raw = packaged_task(key)
     raw["scale"] = "tiny"
     raw["scales"]["tiny"]["assets"]["seed"] = seed
     return registry.load(registry.TASKS[key])(TaskConfig(**raw))

@@ -130,6 +130,16 @@ def register_schema() -> None:
         OmegaConf.register_new_resolver("mlrb.folder_name", folder_name)
 
 
+def packaged_task(name: str) -> dict[str, Any]:
+    """mlrb/conf/task/NAME.yaml as a plain dict, composed (its defaults list applied, as
+    `python -m mlrb task=NAME` applies it: tasks compose shared values from task/from_scratch/)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR / "task"), version_base="1.3"):
+        composed = compose(config_name=name)
+    return cast(dict[str, Any], OmegaConf.to_container(composed))
+
+
 def folder_name(path: Any) -> str:
     """A folder task's name: its folder's name ("house-price" for /tasks/house-price/)."""
     return PurePosixPath(str(path).rstrip("/")).name or str(path)

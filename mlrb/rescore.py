@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from mlrb.config import ConfigError
+from mlrb.tags import Tag
 
 
 def parser() -> argparse.ArgumentParser:
@@ -68,9 +69,9 @@ def rescore(args: argparse.Namespace) -> str:
     task = registry.task_class(task_cfg)(task_cfg)
     cache_dir = Path(args.cache_dir or config["paths"]["cache_dir"]).expanduser()
     asset_path = assets_lib.ensure_assets(task, cache_dir)
-    if assets_lib.fingerprint(asset_path) != run.data.tags.get("mlrb.assets_fingerprint"):
+    if assets_lib.fingerprint(asset_path) != run.data.tags.get(Tag.ASSETS_FINGERPRINT):
         print(f"warning: the assets differ from the run's (fingerprint {assets_lib.fingerprint(asset_path)}, "
-              f"run {run.data.tags.get('mlrb.assets_fingerprint')})", file=sys.stderr)  # fmt: skip
+              f"run {run.data.tags.get(Tag.ASSETS_FINGERPRINT)})", file=sys.stderr)  # fmt: skip
     entry = snapshots.without(entry, task.read_only_globs(asset_path))
     work = snapshots.materialise(root, entry, task.workspace_files(asset_path), local / "workspace")
     submission = local / "submission"

@@ -36,6 +36,7 @@ from mlrb.config import ConfigError, MlrbConfig
 from mlrb.sandbox.base import limits_for
 from mlrb.scoring.runner import score_submission
 from mlrb.status import Status, of_run
+from mlrb.tags import Tag
 from mlrb.tasks.base import ScoreReport, Task
 from mlrb.trajectory import Trajectory
 
@@ -127,26 +128,26 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
     scrub_hydra_files(Path(run_dir), tracking.secrets_in(cfg.tracking))
 
     tags = {
-        "mlrb.task": cfg.task.name,
-        "mlrb.agent": cfg.agent.name,
-        "mlrb.budget": cfg.budget.name,
-        "mlrb.seed": cfg.seed,
-        "mlrb.scale": cfg.task.scale,
-        "mlrb.sandbox": cfg.sandbox.kind,
-        "mlrb.confined": str(sandbox_class.confined).lower(),
-        "mlrb.network": str(cfg.task.network).lower(),
-        "mlrb.normalised_as": task.normalised_as,
-        "mlrb.run_key": run_key(cfg),
-        "mlrb.run_dir": str(run_dir),
+        Tag.TASK: cfg.task.name,
+        Tag.AGENT: cfg.agent.name,
+        Tag.BUDGET: cfg.budget.name,
+        Tag.SEED: cfg.seed,
+        Tag.SCALE: cfg.task.scale,
+        Tag.SANDBOX: cfg.sandbox.kind,
+        Tag.CONFINED: str(sandbox_class.confined).lower(),
+        Tag.NETWORK: str(cfg.task.network).lower(),
+        Tag.NORMALISED_AS: task.normalised_as,
+        Tag.RUN_KEY: run_key(cfg),
+        Tag.RUN_DIR: str(run_dir),
         **commit,
     }
     sweep_id, parent_run_id = os.environ.get(SWEEP_ID_VAR), os.environ.get(PARENT_RUN_VAR)
     resume_tags: dict[str, str] | None = None
     if sweep_id:  # a job of a sweep: a retry of it continues the job's run
-        tags["mlrb.sweep_id"] = sweep_id
-        resume_tags = {"mlrb.run_key": str(tags["mlrb.run_key"]), "mlrb.sweep_id": sweep_id}
+        tags[Tag.SWEEP_ID] = sweep_id
+        resume_tags = {Tag.RUN_KEY: str(tags[Tag.RUN_KEY]), Tag.SWEEP_ID: sweep_id}
     if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
+        tags[Tag.PARENT_RUN_ID] = parent_run_id
     with interrupts.guarded() as guard:
         with guard.hold(), clock.stage("recording"):  # a run is created whole or not at all
             recorder = tracking.open_run(
@@ -183,14 +184,14 @@ def stopped(cfg: MlrbConfig, recorder, run_dir: Path, e: BaseException) -> BaseE
     if isinstance(e, Exception):
         log.exception("run %s failed", run_name(cfg))
         message = f"{type(e).__name__}: {e}"
-        status, tags = Status.INFRA_ERROR, {"mlrb.error": message[:5000]}
+        status, tags = Status.INFRA_ERROR, {Tag.ERROR: message[:5000]}
     else:  # a signal, or a launcher's requeue (submitit exits the job): not the agent's doing, nor a failure
         cause = e.name if isinstance(e, interrupts.Interrupted) else f"the launcher ({type(e).__name__}: requeued?)"
         message = f"interrupted by {cause}; the workspace was not scored"
-        status, tags = Status.KILLED, {"mlrb.error": message}
+        status, tags = Status.KILLED, {Tag.ERROR: message}
     try:
         try:
-            recorder.set_tags({"mlrb.status": status, **tags})
+            recorder.set_tags({Tag.STATUS: status, **tags})
             recorder.log_file(run_dir / "trajectory.jsonl")
             recorder.log_file(run_dir / "scoring" / "scorer.log")
         finally:
@@ -364,12 +365,12 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
         )
         recorder.set_tags(
             {
-                "mlrb.status": status,
-                "mlrb.stop_reason": outcome.stop_reason or "",
-                "mlrb.agent_message": outcome.message[:5000],
-                "mlrb.valid": report.valid,
-                "mlrb.invalid_reason": "" if report.valid else report.reason,
-                "mlrb.read_only_restored": ", ".join(restored),
+                Tag.STATUS: status,
+                Tag.STOP_REASON: outcome.stop_reason or "",
+                Tag.AGENT_MESSAGE: outcome.message[:5000],
+                Tag.VALID: report.valid,
+                Tag.INVALID_REASON: "" if report.valid else report.reason,
+                Tag.READ_ONLY_RESTORED: ", ".join(restored),
             }
         )
     guard.release()
@@ -389,7 +390,7 @@ def record_assets(recorder, fingerprint: str) -> None:
     """Which assets the run used: a tag (what rescoring checks), and a param, which the MLflow
     UI's runs table compares runs by. A param cannot change: a retried job whose assets were
     rebuilt since its first attempt keeps the first param, and its tag says what it used."""
-    recorder.set_tags({"mlrb.assets_fingerprint": fingerprint})
+    recorder.set_tags({Tag.ASSETS_FINGERPRINT: fingerprint})
     if recorder.attempt == 1 or ASSETS_PARAM not in recorder.client.get_run(recorder.run_id).data.params:
         recorder.log_params({ASSETS_PARAM: fingerprint})
 

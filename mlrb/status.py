@@ -13,6 +13,19 @@ Who is to blame decides how a run counts:
 from __future__ import annotations
 
 import enum
+from typing import Final
+
+
+class MlflowStatus:
+    """MLflow's own run statuses (mlflow.entities.RunStatus), spelt here so that comparing
+    them needs no import of mlflow."""
+
+    RUNNING: Final = "RUNNING"
+    SCHEDULED: Final = "SCHEDULED"
+    FINISHED: Final = "FINISHED"
+    FAILED: Final = "FAILED"
+    KILLED: Final = "KILLED"
+    UNFINISHED: Final = (RUNNING, SCHEDULED)
 
 
 class Status(str, enum.Enum):  # noqa: UP042 (StrEnum would change str(status) and f-strings)
@@ -36,7 +49,9 @@ class Status(str, enum.Enum):  # noqa: UP042 (StrEnum would change str(status) a
     def mlflow_status(self) -> str:
         """The MLflow run status it is recorded with. Runs that do not count are not
         FINISHED, so a re-launched sweep (which skips FINISHED runs) runs them again."""
-        return {Status.INFRA_ERROR: "FAILED", Status.KILLED: "KILLED"}.get(self, "FINISHED")
+        return {Status.INFRA_ERROR: MlflowStatus.FAILED, Status.KILLED: MlflowStatus.KILLED}.get(
+            self, MlflowStatus.FINISHED
+        )
 
 
 # How an agent's own part can end (AgentOutcome.status): it submitted, or a limit or a

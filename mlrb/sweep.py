@@ -39,6 +39,8 @@ from mlrb import experiment_view, run_names, sweep_summary, tracking
 from mlrb.config import ConfigError, TrackingConfig, to_typed
 from mlrb.run import PARENT_RUN_VAR, SWEEP_ID_VAR, experiment_name, run_key, run_name
 from mlrb.run_names import NAME_KEYS_VAR
+from mlrb.status import MlflowStatus
+from mlrb.tags import SWEEP_ROLE, Tag
 
 log = logging.getLogger(__name__)
 
@@ -144,10 +146,10 @@ class SweepLauncher(BaseSubmititLauncher):
         try:
             outcomes = self.run_jobs(todo, progress) if todo else {}
         except BaseException as e:  # never leave the sweep's run RUNNING (Ctrl-C: KILLED)
-            parent.finish("FAILED" if isinstance(e, Exception) else "KILLED")
+            parent.finish(MlflowStatus.FAILED if isinstance(e, Exception) else MlflowStatus.KILLED)
             raise
         failed = [idx for idx, (ok, _) in outcomes.items() if not ok]
-        parent.finish("FAILED" if failed else "FINISHED")
+        parent.finish(MlflowStatus.FAILED if failed else MlflowStatus.FINISHED)
         summary = sweep_summary.summarise(
             client, parent.experiment_id, jobs[0].experiment, sweep_id, parent_name, parent.run_id,
             tracking.store_location(jobs[0].tracking)[0], time.monotonic() - started,
@@ -213,15 +215,15 @@ def open_parent_run(client: Any, first: SweepJob, sweep_id: str, name: str, n_jo
     _, artifact_root = tracking.client_for(first.tracking)
     exp = tracking.experiment_id(client, first.experiment, artifact_root)
     experiment_view.open_on_runs_table(client, exp)
-    tags = {"mlrb.role": "sweep", "mlrb.sweep_id": sweep_id}
+    tags = {Tag.ROLE: SWEEP_ROLE, Tag.SWEEP_ID: sweep_id}
     found = tracking.find_runs(client, exp, tags)
     if found:
         run_id = found[0].info.run_id
-        tracking.with_retries(lambda: client.update_run(run_id, status="RUNNING"))
+        tracking.with_retries(lambda: client.update_run(run_id, status=MlflowStatus.RUNNING))
         return tracking.RunRecorder(client, run_id, exp)
     command = " ".join(filter_overrides(sys.argv[1:]))
     run = tracking.with_retries(lambda: client.create_run(
-        exp, run_name=name, tags={**tags, "mlrb.n_jobs": str(n_jobs), "mlrb.command": command[:5000],
+        exp, run_name=name, tags={**tags, Tag.N_JOBS: str(n_jobs), Tag.COMMAND: command[:5000],
                                                  **tracking.harness_commit()},
     ))  # fmt: skip
     return tracking.RunRecorder(client, run.info.run_id, exp)
@@ -230,7 +232,7 @@ def open_parent_run(client: Any, first: SweepJob, sweep_id: str, name: str, n_jo
 def find_finished(job: SweepJob) -> str | None:
     client, artifact_root = tracking.client_for(job.tracking)
     exp = tracking.experiment_id(client, job.experiment, artifact_root)
-    done = tracking.find_runs(client, exp, {"mlrb.run_key": job.key}, ["FINISHED"])
+    done = tracking.find_runs(client, exp, {Tag.RUN_KEY: job.key}, [MlflowStatus.FINISHED])
     return done[0].info.run_id if done else None
 
 

@@ -22,6 +22,8 @@ from mlrb.config import ConfigError, TrackingConfig
 from mlrb.experiment_view import EXPERIMENT_TAGS
 from mlrb.messages import SECRET_QUERY, first_line, mask_uri
 from mlrb.retries import with_retries
+from mlrb.status import MlflowStatus
+from mlrb.tags import Tag
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +371,7 @@ def harness_commit() -> dict[str, str]:
             text=True,
             timeout=10,
         )
-        return {"mlflow.source.git.commit": commit.stdout.strip(), "mlrb.git_dirty": str(bool(dirty.stdout.strip()))}
+        return {Tag.GIT_COMMIT: commit.stdout.strip(), Tag.GIT_DIRTY: str(bool(dirty.stdout.strip()))}
     except (OSError, subprocess.SubprocessError):
         return {}
 
@@ -519,15 +521,20 @@ def open_run(
     exp_id = experiment_id(client, experiment, artifact_root)
     tags = {k: str(v) for k, v in tags.items()}
     if resume_tags:
-        previous = find_runs(client, exp_id, resume_tags, ["RUNNING", "FAILED", "KILLED", "SCHEDULED"])
+        previous = find_runs(
+            client,
+            exp_id,
+            resume_tags,
+            [MlflowStatus.RUNNING, MlflowStatus.FAILED, MlflowStatus.KILLED, MlflowStatus.SCHEDULED],
+        )
         if previous:
             run_id = previous[0].info.run_id
-            attempt = int(previous[0].data.tags.get("mlrb.attempt", "1")) + 1
-            with_retries(lambda: client.update_run(run_id, status="RUNNING"))
+            attempt = int(previous[0].data.tags.get(Tag.ATTEMPT, "1")) + 1
+            with_retries(lambda: client.update_run(run_id, status=MlflowStatus.RUNNING))
             recorder = RunRecorder(client, run_id, exp_id, attempt)
-            recorder.set_tags({**tags, "mlrb.attempt": attempt, "mlrb.error": ""})
+            recorder.set_tags({**tags, Tag.ATTEMPT: attempt, Tag.ERROR: ""})
             return recorder
-    tags["mlrb.attempt"] = "1"
+    tags[Tag.ATTEMPT] = "1"
     run = with_retries(lambda: client.create_run(exp_id, run_name=run_name, tags=tags))
     return RunRecorder(client, run.info.run_id, exp_id)
 

@@ -40,13 +40,11 @@ def built_cache(cache_dir) -> Path:
 
 
 def task_from_config(key: str, **tiny_overrides):
-    """Task KEY as mlrb/conf/task/KEY.yaml defines it, tiny scale, with some tiny-scale values overridden."""
-    from omegaconf import OmegaConf
-
+    """Task KEY as mlrb/conf/task/KEY.yaml defines it (composed), tiny scale, with some tiny-scale values overridden."""
     from mlrb import registry
-    from mlrb.config import TaskConfig
+    from mlrb.config import TaskConfig, packaged_task
 
-    raw = OmegaConf.to_container(OmegaConf.load(REPO / "mlrb" / "conf" / "task" / f"{key}.yaml"))
+    raw = packaged_task(key)
     raw["scales"]["tiny"].update(tiny_overrides)
     return registry.load(registry.TASKS[key])(TaskConfig(**raw))
 

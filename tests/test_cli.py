@@ -23,6 +23,41 @@ def test_cfg_job_prints_the_resolved_config(tmp_path):
     assert "wall_time_s: 600" in result.stdout
 
 
+def test_pretraining_tasks_show_their_shared_values_and_their_own(tmp_path):
+    """baby_lm, mini_pile and edge_llm_training compose what they share from one file
+    (task/from_scratch/shared.yaml, a Hydra defaults entry); the printed config is each
+    task's whole config, and a task's own value wins over the shared one."""
+    import yaml
+
+    shown = {}
+    for task in ("baby_lm", "mini_pile", "edge_llm_training"):
+        result = run_cli("--cfg", "job", "--resolve", f"task={task}", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        shown[task] = yaml.safe_load(result.stdout)["task"]
+    for task, cfg in shown.items():
+        assert cfg["name"] == task and "defaults" not in cfg
+        tiny, full = cfg["scales"]["tiny"], cfg["scales"]["full"]
+        assert (cfg["scale"], cfg["submission"], cfg["network"]) == ("tiny", "submission", False)
+        assert tiny["time_limit_s"] == 600 and tiny["hardware"] == {"gpus": 0, "gpu_type": None, "cpus": 2, "memory_gb": 4}
+        assert tiny["assets"]["source"] == "build" and tiny["assets"]["vocab_size"] == 512
+        assert tiny["known_checkpoints"] == ["mlrb/tiny-gpt2"] and tiny["score_timeout_s"] == 600
+        assert tiny["eval"]["tasks"] == [] and tiny["eval"]["device"] == "cpu"
+        assert full["time_limit_s"] == 86400 and full["assets"]["tokenizer"] == "gpt2"
+        assert full["known_checkpoints"] == ["distilgpt2", "gpt2"] and full["eval"]["device"] == "cuda"
+        assert "read-only" in tiny["prompt"]["additional_info"] and tiny["prompt"]["task"]
+    for task in ("baby_lm", "mini_pile"):  # the shared values as they are
+        tiny = shown[task]["scales"]["tiny"]
+        assert (tiny["assets"]["seed"], tiny["eval"]["batch_size"], tiny["eval"]["dtype"]) == (0, 8, "float32")
+        assert (tiny["max_params"], tiny["memory_limit_mb"], tiny["fp16_fp32_only"]) == (2000000, None, False)
+        assert shown[task]["scales"]["full"]["assets"]["subsets"] == []
+    edge = shown["edge_llm_training"]["scales"]  # its own values over the shared ones
+    assert (edge["tiny"]["assets"]["seed"], edge["tiny"]["eval"]["batch_size"], edge["tiny"]["eval"]["dtype"]) == (1, 1, "auto")
+    assert (edge["tiny"]["max_params"], edge["tiny"]["memory_limit_mb"], edge["tiny"]["fp16_fp32_only"]) == (None, 7.953, True)
+    assert edge["full"]["assets"]["subsets"] == ["c4_combined_dataset", "alpaca_cleaned"]
+    assert shown["baby_lm"]["scales"]["tiny"]["assets"]["train_words"] == 250000
+    assert shown["mini_pile"]["scales"]["tiny"]["assets"]["train_docs"] == 12000
+
+
 def test_full_scale_config_names_the_papers_setup(tmp_path):
     result = run_cli("--cfg", "job", "--resolve", "task.scale=full", "budget=paper", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

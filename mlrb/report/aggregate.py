@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from mlrb.report.runs import CAUSES, CRASHED, NOT_COUNTED, RUNNING, RunRow
+from mlrb.report.runs import CAUSES, CONFINED, CRASHED, NOT_COUNTED, RUNNING, RunRow
 
 
 def mean(values: Sequence[float]) -> float | None:
@@ -65,7 +65,7 @@ class GroupStats:
     budget_wall_time_s: float | None
     outcomes: dict[str, int] = field(default_factory=dict)  # kind -> runs
     scores: list[float] = field(default_factory=list)  # raw scores of the valid submissions
-    confinement: str = "confined"
+    confinement: str = CONFINED
     assets: str = ""
     normalised_as: str = "gap"  # a task's runs share it (see RunRow.normalised_as)
 
@@ -132,7 +132,7 @@ class Cause:
     kind: str
     detail: str
     runs: list[str]  # run names (seed included) for finding them in MLflow
-    confinement: str = "confined"
+    confinement: str = CONFINED
     assets: str = ""
 
     @property

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.report.runs import Filters
+from mlrb.tags import Tag
 
 NOTE_MARKER = "<!-- written by python -m mlrb.report -->"
 
@@ -181,10 +182,10 @@ def log_to_parent(client: Any, parent: Any, files: list[Path], report: Any) -> N
     run_id = parent.info.run_id
     for path in files:
         with_retries(client.log_artifact, run_id, str(path), "report")
-    note = parent.data.tags.get("mlflow.note.content", "")
+    note = parent.data.tags.get(Tag.NOTE, "")
     if not note or note.startswith(NOTE_MARKER):
         text = f"{NOTE_MARKER}\n{report.markdown(with_plots=False)}\nFiles, plots included: artifacts `report/`.\n"
-        with_retries(lambda: client.set_tag(run_id, "mlflow.note.content", text))
+        with_retries(lambda: client.set_tag(run_id, Tag.NOTE, text))
 
 
 def main(argv: list[str] | None = None) -> None:

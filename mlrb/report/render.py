@@ -15,18 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlrb.report.aggregate import Cause, GroupStats, varying
-from mlrb.report.runs import NOT_COUNTED, RunRow
+from mlrb.report.runs import CONFINED, CRASHED, NOT_COUNTED, RUNNING, RunRow
+from mlrb.status import Status
 
 KIND_LABELS = {
-    "ok": "ok",
-    "invalid": "invalid submission",
-    "no_submission": "no submission",
-    "budget_exhausted": "budget exhausted",
-    "agent_error": "agent error",
-    "infra_error": "infrastructure error",
-    "killed": "killed",
-    "running": "still running",
-    "crashed": "crashed (left running)",
+    Status.OK.value: "ok",
+    Status.INVALID.value: "invalid submission",
+    Status.NO_SUBMISSION.value: "no submission",
+    Status.BUDGET_EXHAUSTED.value: "budget exhausted",
+    Status.AGENT_ERROR.value: "agent error",
+    Status.INFRA_ERROR.value: "infrastructure error",
+    Status.KILLED.value: "killed",
+    RUNNING: "still running",
+    CRASHED: "crashed (left running)",
 }
 
 HOW_TO_READ = (
@@ -115,7 +116,7 @@ def key_columns(stats: Sequence[GroupStats]) -> list[str]:
     columns.append("agent")
     if varying(stats, "budget"):
         columns.append("budget")
-    if varying(stats, "confinement") or any(s.confinement != "confined" for s in stats):
+    if varying(stats, "confinement") or any(s.confinement != CONFINED for s in stats):
         columns.append("confinement")
     if varying(stats, "assets"):
         columns.append("assets")

@@ -19,11 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlrb.retries import with_retries
-from mlrb.status import Status, parse
+from mlrb.status import MlflowStatus, Status, parse
+from mlrb.tags import SWEEP_ROLE, Tag
 
 # Runs without an outcome yet (they have no status): the report's own two states.
 RUNNING = "running"
 CRASHED = "crashed"
+# Whether the agent could reach what it should not (the two are never pooled).
+CONFINED, UNCONFINED = "confined", "unconfined"
 
 ATTEMPTS = tuple(s.value for s in Status if s.is_attempt)
 NOT_COUNTED = (Status.INFRA_ERROR.value, Status.KILLED.value, CRASHED, RUNNING)
@@ -145,37 +148,37 @@ def first_line(text: str, limit: int = 200) -> str:
 def classify(run: Any, parent_status: str | None, now_s: float) -> tuple:
     """(kind, detail, valid) of one MLflow run of the harness; detail says why a run did not score."""
     tags, status = run.data.tags, run.info.status
-    mlrb_status = tags.get("mlrb.status", "")
-    if status in ("RUNNING", "SCHEDULED"):
+    mlrb_status = tags.get(Tag.STATUS, "")
+    if status in MlflowStatus.UNFINISHED:
         started = (run.info.start_time or 0) / 1000
         age = describe_age(now_s - started) if started else "unknown time"
-        if parent_status and parent_status not in ("RUNNING", "SCHEDULED"):
+        if parent_status and parent_status not in MlflowStatus.UNFINISHED:
             return CRASHED, f"left {status} since {age} ago; its sweep has ended ({parent_status})", False
         budget_s = float(run.data.params.get("budget.wall_time_s") or 0)
         if not parent_status and started and now_s - started > budget_s + STALE_AFTER_BUDGET_S:
             return CRASHED, f"left {status} since {age} ago, long past its budget: its process is gone", False
         return RUNNING, f"started {age} ago", False
-    if status == "KILLED" or mlrb_status == Status.KILLED:
-        return Status.KILLED.value, first_line(tags.get("mlrb.error", "")) or "interrupted (KILLED)", False
-    if status == "FAILED" or mlrb_status == Status.INFRA_ERROR:
-        error = first_line(tags.get("mlrb.error", "")) or "run FAILED without an error message"
+    if status == MlflowStatus.KILLED or mlrb_status == Status.KILLED:
+        return Status.KILLED.value, first_line(tags.get(Tag.ERROR, "")) or "interrupted (KILLED)", False
+    if status == MlflowStatus.FAILED or mlrb_status == Status.INFRA_ERROR:
+        error = first_line(tags.get(Tag.ERROR, "")) or "run FAILED without an error message"
         return Status.INFRA_ERROR.value, error, False
-    if tags.get("mlrb.valid") is None:
+    if tags.get(Tag.VALID) is None:
         return Status.INFRA_ERROR.value, "run finished without a recorded outcome (no mlrb.valid tag)", False
     try:
         kind = parse(mlrb_status)
     except ValueError:
         return Status.INFRA_ERROR.value, f"run finished with an unknown status '{mlrb_status}'", False
-    valid = tags["mlrb.valid"] == "True"
-    reason = first_line(tags.get("mlrb.invalid_reason", "")) or "no reason recorded"
+    valid = tags[Tag.VALID] == "True"
+    reason = first_line(tags.get(Tag.INVALID_REASON, "")) or "no reason recorded"
     if kind == Status.OK and not valid:  # recorded before the status said so ("submitted")
         kind = Status.NO_SUBMISSION if reason.startswith("no submission") else Status.INVALID
     if valid:
         return kind.value, "", True
     if kind == Status.BUDGET_EXHAUSTED:
-        return kind.value, f"stopped at the {tags.get('mlrb.stop_reason') or '?'} limit; {reason}", False
+        return kind.value, f"stopped at the {tags.get(Tag.STOP_REASON) or '?'} limit; {reason}", False
     if kind == Status.AGENT_ERROR:
-        return kind.value, first_line(tags.get("mlrb.agent_message", "")) or reason, False
+        return kind.value, first_line(tags.get(Tag.AGENT_MESSAGE, "")) or reason, False
     return kind.value, reason, False
 
 
@@ -195,12 +198,12 @@ def to_row(run: Any, experiment: str, parent_status: str | None, now_s: float) -
         run_id=run.info.run_id,
         name=run.info.run_name or run.info.run_id,
         experiment=experiment,
-        task=tags.get("mlrb.task", "?"),
-        agent=tags.get("mlrb.agent", "?"),
-        budget=tags.get("mlrb.budget", "?"),
-        scale=tags.get("mlrb.scale", "?"),
-        seed=tags.get("mlrb.seed", ""),
-        sweep_id=tags.get("mlrb.sweep_id", ""),
+        task=tags.get(Tag.TASK, "?"),
+        agent=tags.get(Tag.AGENT, "?"),
+        budget=tags.get(Tag.BUDGET, "?"),
+        scale=tags.get(Tag.SCALE, "?"),
+        seed=tags.get(Tag.SEED, ""),
+        sweep_id=tags.get(Tag.SWEEP_ID, ""),
         mlflow_status=run.info.status,
         kind=kind,
         detail=detail,
@@ -208,17 +211,17 @@ def to_row(run: Any, experiment: str, parent_status: str | None, now_s: float) -
         start_time_ms=run.info.start_time,
         metrics=dict(run.data.metrics),
         budget_wall_time_s=float(wall) if wall not in (None, "", "None") else None,
-        sandbox=tags.get("mlrb.sandbox", "?"),
+        sandbox=tags.get(Tag.SANDBOX, "?"),
         confinement=confinement(tags),
-        assets=tags.get("mlrb.assets_fingerprint", ""),
-        normalised_as=tags.get("mlrb.normalised_as", "gap"),
+        assets=tags.get(Tag.ASSETS_FINGERPRINT, ""),
+        normalised_as=tags.get(Tag.NORMALISED_AS, "gap"),
     )
 
 
 def confinement(tags: dict[str, str]) -> str:
     """From the run's tag; runs recorded before there was one: docker confined, local not."""
-    confined = tags.get("mlrb.confined") or {"docker": "true", "local": "false"}.get(tags.get("mlrb.sandbox", ""), "")
-    return {"true": "confined", "false": "unconfined"}.get(confined, "?")
+    confined = tags.get(Tag.CONFINED) or {"docker": "true", "local": "false"}.get(tags.get(Tag.SANDBOX, ""), "")
+    return {"true": CONFINED, "false": UNCONFINED}.get(confined, "?")
 
 
 def all_runs(client: Any, experiment_ids: Sequence[str], filter_string: str = "") -> list[Any]:
@@ -236,8 +239,8 @@ def all_runs(client: Any, experiment_ids: Sequence[str], filter_string: str = ""
 def tag_filter(filters: Filters) -> str:
     """Narrow the search in the store when a filter names one value (the rest is done here)."""
     pairs = [
-        ("mlrb.task", filters.tasks), ("mlrb.agent", filters.agents), ("mlrb.budget", filters.budgets),
-        ("mlrb.scale", filters.scales), ("mlrb.sweep_id", filters.sweep_ids),
+        (Tag.TASK, filters.tasks), (Tag.AGENT, filters.agents), (Tag.BUDGET, filters.budgets),
+        (Tag.SCALE, filters.scales), (Tag.SWEEP_ID, filters.sweep_ids),
     ]  # fmt: skip
     clauses = [f"tags.`{key}` = '{values[0]}'" for key, values in pairs if len(values) == 1 and "'" not in values[0]]
     return " AND ".join(clauses)
@@ -253,11 +256,11 @@ def load(client: Any, experiments: dict[str, str], filters: Filters, now_s: floa
     """The harness's runs (not sweep parents) of these experiments (id -> name) that pass the filters."""
     now_s = time.time() if now_s is None else now_s
     runs = all_runs(client, list(experiments), tag_filter(filters))
-    parents_by_id = {r.info.run_id: r for r in runs if r.data.tags.get("mlrb.role") == "sweep"}
+    parents_by_id = {r.info.run_id: r for r in runs if r.data.tags.get(Tag.ROLE) == SWEEP_ROLE}
     missing = {
-        r.data.tags["mlflow.parentRunId"]
+        r.data.tags[Tag.PARENT_RUN_ID]
         for r in runs
-        if r.data.tags.get("mlflow.parentRunId") and r.data.tags["mlflow.parentRunId"] not in parents_by_id
+        if r.data.tags.get(Tag.PARENT_RUN_ID) and r.data.tags[Tag.PARENT_RUN_ID] not in parents_by_id
     }
     for parent_id in missing:  # filtered out of the search above (their tags differ), or in another experiment
         try:
@@ -267,16 +270,16 @@ def load(client: Any, experiments: dict[str, str], filters: Filters, now_s: floa
     rows = []
     for run in runs:
         tags = run.data.tags
-        if tags.get("mlrb.role") == "sweep" or "mlrb.task" not in tags:
+        if tags.get(Tag.ROLE) == SWEEP_ROLE or Tag.TASK not in tags:
             continue
-        parent = parents_by_id.get(tags.get("mlflow.parentRunId", ""))
+        parent = parents_by_id.get(tags.get(Tag.PARENT_RUN_ID, ""))
         row = to_row(run, experiments.get(run.info.experiment_id, run.info.experiment_id),
                      parent.info.status if parent else None, now_s)  # fmt: skip
         if filters.keep(row):
             rows.append(row)
     sweeps = {
-        p.data.tags.get("mlrb.sweep_id", ""): p
+        p.data.tags.get(Tag.SWEEP_ID, ""): p
         for p in parents_by_id.values()
-        if p.data.tags.get("mlrb.sweep_id") in {r.sweep_id for r in rows}
+        if p.data.tags.get(Tag.SWEEP_ID) in {r.sweep_id for r in rows}
     }
     return Selection(rows=rows, sweep_parents=sweeps)

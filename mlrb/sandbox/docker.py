@@ -36,7 +36,13 @@ from mlrb.sandbox.base import (
     resolve_inside,
 )
 
+# Docker labels on mlrb's containers: which run made one, and which harness process on which
+# host, so that a later harness removes containers whose harness is gone.
 LABEL = "mlrb.managed"
+RUN_ID_LABEL = "mlrb.run_id"
+ROLE_LABEL = "mlrb.role"
+HOST_LABEL = "mlrb.harness_host"
+PID_LABEL = "mlrb.harness_pid"
 
 
 @dataclass
@@ -125,10 +131,10 @@ def gpu_request(cfg: SandboxConfig, limits: Limits, visible: str | None) -> list
 def labels(run_id: str, role: str) -> dict[str, str]:
     return {
         LABEL: "true",
-        "mlrb.run_id": run_id,
-        "mlrb.role": role,
-        "mlrb.harness_host": socket.gethostname(),
-        "mlrb.harness_pid": str(os.getpid()),
+        RUN_ID_LABEL: run_id,
+        ROLE_LABEL: role,
+        HOST_LABEL: socket.gethostname(),
+        PID_LABEL: str(os.getpid()),
     }
 
 
@@ -167,7 +173,7 @@ def remove_stale(client) -> list[str]:
     host = socket.gethostname()
     for container in client.containers.list(all=True, filters={"label": f"{LABEL}=true"}):
         info = container.labels
-        if info.get("mlrb.harness_host") != host or pid_alive(int(info.get("mlrb.harness_pid", "0"))):
+        if info.get(HOST_LABEL) != host or pid_alive(int(info.get(PID_LABEL, "0"))):
             continue
         container.remove(force=True)
         removed.append(container.name)

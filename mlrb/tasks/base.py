@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from omegaconf import MISSING, OmegaConf
 
+from mlrb import registry
 from mlrb.config import ConfigError, TaskConfig, describe_omegaconf_error
 from mlrb.scoring.report import ScoreReport  # every task's scorer returns one
 
@@ -174,6 +175,16 @@ class Task(abc.ABC):
         facts = makers[source](out_dir, params)
         facts["calibration"] = self.calibrate(out_dir)
         return facts
+
+    @property
+    def tiny_builder(self) -> str:
+        """The function that makes the tiny scale's assets (source `build`): `build_tiny_assets`
+        of the task package's assets.py, imported only when assets are built (it needs torch)."""
+        return f"{type(self).__module__.rpartition('.')[0]}.assets:build_tiny_assets"
+
+    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
+        """`tiny_builder(out_dir, params)` -> the manifest's facts."""
+        return registry.load(self.tiny_builder)(out_dir, params)
 
     def anchor_commands(self) -> dict[str, str]:
         """Solutions measured at asset build: do_nothing (for the record), baseline (0 on the

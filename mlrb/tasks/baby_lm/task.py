@@ -12,5 +12,4 @@ from mlrb.tasks.from_scratch.task import FromScratchTask
 class BabyLm(FromScratchTask):
     name = "baby_lm"
     suite_group = "mlrb_blimp"
-    tiny_data_builder = "mlrb.tasks.baby_lm.assets:build_tiny_assets"
     assets_version = 2

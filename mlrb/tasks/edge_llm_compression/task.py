@@ -46,11 +46,6 @@ class EdgeLlmCompression(Task):
     def asset_key(self) -> dict[str, Any]:
         return {**super().asset_key(), "memory_limit_mb": self.spec.memory_limit_mb}
 
-    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
-        from mlrb.tasks.edge_llm_compression.assets import build_tiny_assets
-
-        return build_tiny_assets(out_dir, params)
-
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the base model from the Hugging Face hub."""
         from mlrb.tasks import hub

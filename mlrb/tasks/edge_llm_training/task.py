@@ -13,5 +13,4 @@ from mlrb.tasks.from_scratch.task import FromScratchTask
 class EdgeLlmTraining(FromScratchTask):
     name = "edge_llm_training"
     suite_group = "mlrb_superglue"
-    tiny_data_builder = "mlrb.tasks.edge_llm_training.assets:build_tiny_assets"
     assets_version = 2

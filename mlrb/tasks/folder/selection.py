@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrb import snapshots
+from mlrb.tags import Tag
 
 
 def best_dev_snapshot(task: Any, root: Path, assets: Path, run_dir: Path, sandbox: Any,
@@ -40,5 +41,5 @@ def best_dev_snapshot(task: Any, root: Path, assets: Path, run_dir: Path, sandbo
     return {
         "entry": best,
         "metrics": {"best_dev_score": dev_scores[best["step"]], "best_dev_step": float(best["step"])},
-        "tags": {"mlrb.scored_step": best["step"], "mlrb.dev_scores": json.dumps(dev_scores)},
+        "tags": {Tag.SCORED_STEP: best["step"], Tag.DEV_SCORES: json.dumps(dev_scores)},
     }

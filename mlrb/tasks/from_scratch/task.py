@@ -63,15 +63,14 @@ def checkpoint_dir(assets: Path, name: str) -> Path:
 
 
 class FromScratchTask(Task):
-    """Subclasses set `name`, `suite_group` and `tiny_data_builder`: data, no code."""
+    """Subclasses set `name` and `suite_group`: data, no code."""
 
     scale_class = FromScratchScale
     # The lm-eval group name of the local suite.
     suite_group: ClassVar[str]
-    # "module:function" of the tiny-scale builder, imported only when assets are built:
-    # function(out_dir, params, suite_group) writes the public data and the hidden suite
-    # (hidden/suite.json + hidden/suite/<sub-task>.jsonl) and returns manifest facts.
-    tiny_data_builder: ClassVar[str]
+    # Here `tiny_builder` (see Task) also takes the suite group: build_tiny_assets(out_dir,
+    # params, suite_group) writes the public data and the hidden suite (hidden/suite.json +
+    # hidden/suite/<sub-task>.jsonl) and returns manifest facts.
 
     def asset_key(self) -> dict[str, Any]:
         spec = self.spec  # the rules decide which solutions calibration accepts
@@ -83,7 +82,7 @@ class FromScratchTask(Task):
 
     # ---- assets ----------------------------------------------------------------
     def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
-        facts = registry.load(self.tiny_data_builder)(out_dir, params, self.suite_group)
+        facts = registry.load(self.tiny_builder)(out_dir, params, self.suite_group)
         facts["known_checkpoints"] = self.train_known_checkpoints(out_dir, params)
         return facts
 

@@ -63,11 +63,6 @@ class LlmEfficiency(Task):
     scale_class = LlmEfficiencyScale
     assets_version = 2
 
-    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
-        from mlrb.tasks.llm_efficiency.assets import build_tiny_assets
-
-        return build_tiny_assets(out_dir, params)
-
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the baseline's base model and instruction data from the Hugging Face hub."""
         from mlrb.tasks import hub

@@ -40,11 +40,6 @@ class LlmMerging(Task):
     assets_version = 3
 
     # ---- assets and calibration ------------------------------------------------
-    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
-        from mlrb.tasks.llm_merging.assets import build_tiny_assets
-
-        return build_tiny_assets(out_dir, params)
-
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the base model and adapters from the Hugging Face hub."""
         from mlrb.tasks import hub

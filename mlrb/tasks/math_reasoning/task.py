@@ -57,11 +57,6 @@ class MathReasoning(Task):
     scale_class = MathReasoningScale
     assets_version = 2
 
-    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
-        from mlrb.tasks.math_reasoning.assets import build_tiny_assets
-
-        return build_tiny_assets(out_dir, params)
-
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the competition's data and the baseline's model from the Hugging Face hub."""
         from mlrb.tasks import hub

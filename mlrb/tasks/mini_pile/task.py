@@ -12,5 +12,4 @@ from mlrb.tasks.from_scratch.task import FromScratchTask
 class MiniPile(FromScratchTask):
     name = "mini_pile"
     suite_group = "mlrb_superglue"
-    tiny_data_builder = "mlrb.tasks.mini_pile.assets:build_tiny_assets"
     assets_version = 2
