@@ -33,7 +33,6 @@ from mlrb.agents.recording import open_sink
 from mlrb.agents.tools import SUBMIT, TOOLS, ToolEnv, ToolOutput, run_tool
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig, ConfigError, check_positive, describe_omegaconf_error
-from mlrb.events import EventSink
 from mlrb.retries import Backoff, RetryState
 from mlrb.status import Status
 
@@ -281,16 +280,15 @@ class LlmAgent:
 
     def run(self, ctx: AgentContext) -> AgentOutcome:
         sink = open_sink(ctx)
-        error: BaseException | None = None
         try:
-            return self.loop(ctx, sink)
-        except BaseException as e:  # the trace's open spans end with it, as they would in a `with`
-            error = e
+            outcome = self.loop(ctx, sink)
+        except BaseException as e:  # an interruption too: the spans still open end with it
+            sink.close(e)
             raise
-        finally:
-            sink.close(error)
+        sink.close()
+        return outcome
 
-    def loop(self, ctx: AgentContext, sink: EventSink) -> AgentOutcome:
+    def loop(self, ctx: AgentContext, sink: events.EventSink) -> AgentOutcome:
         o = self.options
         provider = self.make_provider(ctx.seed)
         env = ToolEnv(ctx.sandbox, ctx.budget.remaining_s, o.command_timeout_s, o.tool_output_chars)
@@ -448,7 +446,7 @@ class LlmAgent:
         budget.record_usage(input_tokens, output_tokens, input_usd + output_usd)
         return events.Cost(input_tokens, output_tokens, estimated, input_usd, output_usd)
 
-    def use_tool(self, sink: EventSink, env: ToolEnv, call: ToolCall, step: int) -> ToolOutput:
+    def use_tool(self, sink: events.EventSink, env: ToolEnv, call: ToolCall, step: int) -> ToolOutput:
         sink.emit(events.ToolStarted(step, call.name, call.id, call.arguments))
         started = time.monotonic()
         if call.error:
