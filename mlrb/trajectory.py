@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlrb import events
+
 MAX_FIELD_CHARS = 20_000
 
 
@@ -30,3 +32,64 @@ def clip(value: Any) -> Any:
     if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
         return value[:MAX_FIELD_CHARS] + f"[... {len(value) - MAX_FIELD_CHARS} more characters ...]"
     return value
+
+
+class TrajectoryWriter:
+    """The trajectory's subscriber to the run's events (mlrb/events.py): one line per event
+    worth a line. The file stays open after the agent: the harness writes the run's end."""
+
+    def __init__(self, trajectory: Trajectory):
+        self.trajectory = trajectory
+
+    def handle(self, event: events.Event) -> None:
+        record = self.trajectory.record
+        match event:
+            case events.AgentStarted():
+                record("agent", provider=event.provider, model=event.model, tools=event.tools, system=event.system)
+            case events.ContextElided():
+                record("context_elided", step=event.step, items=event.items)
+            case events.ApiRetry():
+                record(
+                    "api_retry",
+                    step=event.step,
+                    attempt=event.attempt,
+                    status=event.status,
+                    error=event.error,
+                    delay_s=event.delay_s,
+                )
+            case events.ModelCalled():
+                cost = event.cost
+                record(
+                    "model_call",
+                    step=event.step,
+                    model=event.model,
+                    attempt=event.attempt,
+                    latency_s=round(event.latency_s, 3),
+                    input_tokens=cost.input_tokens,
+                    output_tokens=cost.output_tokens,
+                    usage_estimated=cost.estimated,
+                    cost_usd=round(cost.usd, 8),
+                    stop_reason=event.stop_reason,
+                    text=event.text,
+                    tool_calls=event.tool_calls,
+                )
+            case events.ApiGaveUp():
+                record("api_error", step=event.step, attempt=event.attempt, status=event.status, error=event.error)
+            case events.ToolStarted():
+                record("tool_call", step=event.step, tool=event.tool, id=event.id, arguments=event.arguments)
+            case events.ToolEnded():
+                record(
+                    "tool_result",
+                    step=event.step,
+                    tool=event.tool,
+                    id=event.id,
+                    is_error=event.is_error,
+                    exit_code=event.exit_code,
+                    duration_s=round(event.duration_s, 3),
+                    output=event.output,
+                )
+            case events.Submitted():
+                record("submit", step=event.step, summary=event.summary)
+
+    def close(self, error: BaseException | None) -> None:
+        pass  # the harness closes the file after writing the run's end

@@ -81,3 +81,12 @@ def test_the_cluster_profile_has_the_keys_the_shipped_profiles_have():
     assert set(profile) <= known, set(profile) - known
     assert set(shipped[-1]) <= set(profile)  # local_single_node.yaml's keys, every one of them
     assert all(isinstance(line, str) for line in profile["setup"])
+
+
+def test_every_module_the_ownership_table_names_exists():
+    table = DOC.split("## Who owns what", 1)[1].split("##", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    named = [name for row in rows for name in re.findall(r"`([^`]+)`", row.split("|")[1])]
+    assert "events.py" in named and "trajectory.py" in named
+    missing = [name for name in named if not (REPO / "mlrb" / name).exists()]
+    assert not missing, f"docs/ARCHITECTURE.md names modules that do not exist: {missing}"

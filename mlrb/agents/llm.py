@@ -5,8 +5,8 @@ The loop runs in the harness process. Each step is one model call, then the
 tool calls it asked for, executed in the run's sandbox. The harness enforces the
 budget around every call: the remaining wall time is the call's timeout, the
 remaining output tokens cap its length, and any limit reached stops the run
-cleanly. Every step is written to the trajectory, traced in MLflow, and its
-cumulative tokens and cost logged as metrics.
+cleanly. The loop emits what happens as events (mlrb/events.py) to the run's sink,
+whose subscribers write the trajectory, the MLflow traces and the metrics.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from typing import Any, cast
 
 from omegaconf import MISSING, OmegaConf
 
+from mlrb import events
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.providers import NO_KEY, ApiError, Message, Reply, ToolCall, ToolResult
+from mlrb.agents.recording import open_sink
 from mlrb.agents.tools import SUBMIT, TOOLS, ToolEnv, ToolOutput, run_tool
-from mlrb.agents.tracing import Tracer
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig, ConfigError, check_positive, describe_omegaconf_error
 from mlrb.retries import Backoff, RetryState
@@ -278,19 +279,22 @@ class LlmAgent:
         return providers.OpenAIProvider(key, o.base_url, o.temperature, o.max_tokens_param, seed)
 
     def run(self, ctx: AgentContext) -> AgentOutcome:
-        tracer = Tracer(ctx.recorder, session=ctx.recorder.run_id if ctx.recorder else "")
+        sink = open_sink(ctx)
         try:
-            return self.loop(ctx, tracer)
-        finally:
-            tracer.close()
+            outcome = self.loop(ctx, sink)
+        except BaseException as e:  # an interruption too: the spans still open end with it
+            sink.close(e)
+            raise
+        sink.close()
+        return outcome
 
-    def loop(self, ctx: AgentContext, tracer: Tracer) -> AgentOutcome:
+    def loop(self, ctx: AgentContext, sink: events.EventSink) -> AgentOutcome:
         o = self.options
         provider = self.make_provider(ctx.seed)
         env = ToolEnv(ctx.sandbox, ctx.budget.remaining_s, o.command_timeout_s, o.tool_output_chars)
         system = system_prompt(ctx)
         history = [Message("user", ctx.instructions + "\n\n" + budget_note(ctx.budget))]
-        ctx.trajectory.record("agent", provider=o.provider, model=o.model, tools=[t.name for t in TOOLS], system=system)
+        sink.emit(events.AgentStarted(o.provider, o.model, [t.name for t in TOOLS], system))
         while True:
             limit = ctx.budget.exhausted()
             if limit:
@@ -299,18 +303,18 @@ class LlmAgent:
                 )
             ctx.budget.record_step()
             step = ctx.budget.steps
-            with tracer.step(step, {"step": step, "budget": budget_note(ctx.budget)}) as span:
-                outcome = self.step(ctx, tracer, provider, env, system, history, step)
-                span.set_outputs({"outcome": dataclasses.asdict(outcome) if outcome else None})
+            sink.emit(events.StepStarted(step, budget_note(ctx.budget)))
+            outcome = self.step(ctx, sink, provider, env, system, history, step)
+            sink.emit(events.StepEnded(step, dataclasses.asdict(outcome) if outcome else None))
             ctx.step_ended(step)
             if outcome is not None:
                 return outcome
 
-    def step(self, ctx, tracer, provider, env, system, history, step) -> AgentOutcome | None:
+    def step(self, ctx, sink, provider, env, system, history, step) -> AgentOutcome | None:
         """One model call and the tool calls it asks for; an outcome when the run ends here."""
         elided = fit_context(history, self.options.context_chars)
         if elided:
-            ctx.trajectory.record("context_elided", step=step, items=elided)
+            sink.emit(events.ContextElided(step, elided))
         max_tokens = self.max_tokens(ctx.budget)
         request = provider.request(self.options.model, system, history, TOOLS, max_tokens)
         # The trace shows what is new in this call (the conversation's latest turn), not the whole
@@ -322,7 +326,7 @@ class LlmAgent:
             "new_messages": provider.wire(history[-1]),
             "conversation": {"turns": len(history), "chars": sum(message_chars(m) for m in history)},
         }
-        reply = self.call_model(ctx, tracer, provider, request, traced, step)
+        reply = self.call_model(ctx, sink, provider, request, traced, step)
         if isinstance(reply, AgentOutcome):
             return reply
         history.append(Message("assistant", reply.text, tool_calls=reply.tool_calls))
@@ -330,13 +334,13 @@ class LlmAgent:
         results: list[ToolResult] = []
         summary: str | None = None
         for call in reply.tool_calls:
-            output = self.use_tool(ctx, tracer, env, call, step)
+            output = self.use_tool(sink, env, call, step)
             results.append(ToolResult(call.id, output.text, output.is_error))
             if call.name == SUBMIT and not output.is_error:
                 summary = str(call.arguments.get("summary") or "")
                 break  # calls after the submission are not run: the run ends here
         if summary is not None:
-            ctx.trajectory.record("submit", step=step, summary=summary)
+            sink.emit(events.Submitted(step, summary))
             return AgentOutcome(Status.OK, None, summary or "the agent submitted")
         nudge = (
             "" if reply.tool_calls else "No tool was called. Go on with the tools, or call submit when you are done.\n"
@@ -362,9 +366,9 @@ class LlmAgent:
             return error.transient
         return any(status_matches(error.status, pattern) for pattern in self.options.retry_statuses)
 
-    def call_model(self, ctx, tracer, provider, request, traced, step) -> Reply | AgentOutcome:
+    def call_model(self, ctx, sink, provider, request, traced, step) -> Reply | AgentOutcome:
         """One model call, retried on the errors the config names, each try bounded by the
-        remaining wall time and recorded (its trace span; a retry and its pause in the trajectory)."""
+        remaining wall time and reported (each try; a retry and its pause; giving up)."""
         policy = self.retry_policy()
 
         def retried(error: BaseException) -> bool:
@@ -379,8 +383,7 @@ class LlmAgent:
             error = state.outcome.exception() if state.outcome else None
             assert isinstance(error, ApiError)  # only these are retried
             message, delay = self.redact(str(error)), state.upcoming_sleep
-            ctx.trajectory.record("api_retry", step=step, attempt=state.attempt_number, status=error.status,
-                                  error=message, delay_s=delay)  # fmt: skip
+            sink.emit(events.ApiRetry(step, state.attempt_number, error.status, message, delay))
             log.warning("step %d: %s; retrying in %.1f s", step, message, delay)
 
         attempt = 0
@@ -388,7 +391,7 @@ class LlmAgent:
             for attempt_manager in policy.retrying(retried, pause_s, note_retry):
                 with attempt_manager:
                     attempt = attempt_manager.retry_state.attempt_number
-                    return self.try_call(ctx, tracer, provider, request, traced, step, attempt)
+                    return self.try_call(ctx, sink, provider, request, traced, step, attempt)
         except NoTimeLeft:
             return AgentOutcome(Status.BUDGET_EXHAUSTED, "wall_time", "no wall time left for a model call")
         except ApiError as error:
@@ -398,117 +401,61 @@ class LlmAgent:
                 return AgentOutcome(
                     Status.BUDGET_EXHAUSTED, limit, f"the {limit} budget ran out during a model call: {message}"
                 )
-            ctx.trajectory.record("api_error", step=step, attempt=attempt, status=error.status, error=message)
+            sink.emit(events.ApiGaveUp(step, attempt, error.status, message))
             if self.is_retried(error):
                 message += f" (gave up after {attempt} attempts)"
             return AgentOutcome(Status.AGENT_ERROR, None, message)
         raise AssertionError("tenacity's Retrying ended without a result or an error")  # unreachable: it re-raises
 
-    def try_call(self, ctx, tracer, provider, request, traced, step: int, attempt: int) -> Reply:
-        """One try of a model call, in its own trace span; raises ApiError when it fails."""
+    def try_call(self, ctx, sink, provider, request, traced, step: int, attempt: int) -> Reply:
+        """One try of a model call, charged to the budget when it returns; raises ApiError when it fails."""
         o = self.options
         timeout_s = min(o.request_timeout_s, ctx.budget.remaining_s())
         if timeout_s <= 0:
             raise NoTimeLeft()
         started = time.monotonic()
-        attributes = {
-            "mlflow.llm.model": o.model,
-            "mlflow.llm.provider": provider.name,
-            "attempt": attempt,
-            "timeout_s": round(timeout_s, 3),
-        }
-        error: ApiError | None = None
-        with tracer.span(f"{provider.name} {o.model}", "CHAT_MODEL", traced, attributes) as span:
-            try:
-                reply = provider.call(request, timeout_s)
-            except ApiError as e:  # recorded redacted, and raised once the span is closed
-                error = e
-                span.record_exception(self.redact(str(e)))
-            else:
-                self.account(ctx, span, request, reply, step, attempt, time.monotonic() - started)
-        if error is not None:
-            raise error
-        return reply
-
-    def account(self, ctx, span, request, reply: Reply, step: int, attempt: int, latency_s: float) -> None:
-        """Charge the call to the budget (from the API's reported usage) and record it everywhere."""
-        o = self.options
-        input_tokens, output_tokens, estimated = usage(request, reply)
-        input_usd = input_tokens * o.price_input_per_mtok / 1e6
-        output_usd = output_tokens * o.price_output_per_mtok / 1e6
-        ctx.budget.record_usage(input_tokens, output_tokens, input_usd + output_usd)
-
+        sink.emit(events.ModelCallStarted(step, attempt, provider.name, o.model, timeout_s, traced))
+        try:
+            reply = provider.call(request, timeout_s)
+        except ApiError as e:  # reported redacted, and raised once the call is reported ended
+            sink.emit(events.ModelCallFailed(step, attempt, self.redact(str(e))))
+            raise
+        cost = self.charge(ctx.budget, request, reply)
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
-        span.set_outputs({"text": reply.text, "tool_calls": calls, "stop_reason": reply.stop_reason})
-        span.set_attributes(
-            {
-                "mlflow.chat.tokenUsage": {
-                    "input_tokens": input_tokens,
-                    "output_tokens": output_tokens,
-                    "total_tokens": input_tokens + output_tokens,
-                },
-                "mlflow.llm.cost": {
-                    "input_cost": input_usd,
-                    "output_cost": output_usd,
-                    "total_cost": input_usd + output_usd,
-                },
-                "usage_estimated": estimated,
-            }
-        )
-        ctx.trajectory.record(
-            "model_call",
-            step=step,
-            model=o.model,
-            attempt=attempt,
-            latency_s=round(latency_s, 3),
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            usage_estimated=estimated,
-            cost_usd=round(input_usd + output_usd, 8),
-            stop_reason=reply.stop_reason,
-            text=reply.text,
-            tool_calls=calls,
-        )
+        latency_s = time.monotonic() - started
+        sink.emit(events.ModelCalled(step, attempt, o.model, latency_s, reply.text, calls, reply.stop_reason, cost))
         b = ctx.budget
-        if ctx.recorder is not None:
-            ctx.recorder.log_metrics(
-                {
-                    "llm.input_tokens": b.input_tokens,
-                    "llm.output_tokens": b.output_tokens,
-                    "llm.cost_usd": b.usd,
-                    "llm.latency_s": latency_s,
-                },
-                step=step,
-            )
+        sink.emit(events.BudgetState(step, b.input_tokens, b.output_tokens, b.usd))
         log.info(
             "step %d: %s (%d in / %d out tokens%s; $%.4f so far)",
             step,
             ", ".join(c.name for c in reply.tool_calls) or "no tool call",
-            input_tokens,
-            output_tokens,
-            ", estimated" if estimated else "",
+            cost.input_tokens,
+            cost.output_tokens,
+            ", estimated" if cost.estimated else "",
             b.usd,
         )
+        return reply
 
-    def use_tool(self, ctx, tracer, env: ToolEnv, call: ToolCall, step: int) -> ToolOutput:
-        ctx.trajectory.record("tool_call", step=step, tool=call.name, id=call.id, arguments=call.arguments)
+    def charge(self, budget: Budget, request: dict, reply: Reply) -> events.Cost:
+        """Charge the call to the budget, from the API's reported usage and the config's prices."""
+        o = self.options
+        input_tokens, output_tokens, estimated = usage(request, reply)
+        input_usd = input_tokens * o.price_input_per_mtok / 1e6
+        output_usd = output_tokens * o.price_output_per_mtok / 1e6
+        budget.record_usage(input_tokens, output_tokens, input_usd + output_usd)
+        return events.Cost(input_tokens, output_tokens, estimated, input_usd, output_usd)
+
+    def use_tool(self, sink: events.EventSink, env: ToolEnv, call: ToolCall, step: int) -> ToolOutput:
+        sink.emit(events.ToolStarted(step, call.name, call.id, call.arguments))
         started = time.monotonic()
-        with tracer.span(call.name, "TOOL", call.arguments, {"tool_call_id": call.id}) as span:
-            if call.error:
-                output = ToolOutput(f"error: {call.error}", is_error=True)
-            else:
-                output = run_tool(env, call.name, call.arguments)
-            output.text = self.redact(output.text)
-            span.set_outputs(output.text)
-            span.set_attributes({"is_error": output.is_error, "exit_code": output.exit_code})
-        ctx.trajectory.record(
-            "tool_result",
-            step=step,
-            tool=call.name,
-            id=call.id,
-            is_error=output.is_error,
-            exit_code=output.exit_code,
-            duration_s=round(time.monotonic() - started, 3),
-            output=output.text,
+        if call.error:
+            output = ToolOutput(f"error: {call.error}", is_error=True)
+        else:
+            output = run_tool(env, call.name, call.arguments)
+        output.text = self.redact(output.text)
+        duration_s = time.monotonic() - started
+        sink.emit(
+            events.ToolEnded(step, call.name, call.id, output.is_error, output.exit_code, duration_s, output.text)
         )
         return output

@@ -1,0 +1,152 @@
+"""The run's event sink (mlrb/events.py) with its real subscribers: an LLM agent's run
+against a scripted model server on loopback, recorded into a real MLflow store, leaves
+the same sequence of model calls, tool calls and costs in the trajectory file, the
+traces and the metrics; and a subscriber that fails keeps no other from the event."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from fake_llm_server import FakeLlmServer, error, reply, tool
+from test_llm_agent import KEY, KEY_ENV, agent_config, budget_config
+
+from mlrb import events, tracking
+from mlrb.agents.base import AgentContext
+from mlrb.agents.llm import LlmAgent
+from mlrb.agents.recording import MetricsWriter
+from mlrb.budget import Budget
+from mlrb.config import SandboxConfig, TrackingConfig
+from mlrb.sandbox.base import Limits
+from mlrb.sandbox.unconfined import UnconfinedSandbox
+from mlrb.trajectory import Trajectory, TrajectoryWriter
+
+
+def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the store is the test's own
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    script = [
+        error(529, "overloaded"),  # retried: two tries of the first call
+        reply(tool("bash", command="echo one"), tool("write_file", path="a.txt", content="x"), usage=(1200, 80)),
+        reply(text="Thinking.", usage=(1500, 120)),  # no tool call: nudged
+        reply(tool("submit", summary="done"), usage=(1700, 60)),
+    ]
+    recorder = tracking.open_run(TrackingConfig(dir=str(tmp_path / "mlruns")), "events", "events/0", {})
+    (tmp_path / "workspace").mkdir()
+    (tmp_path / "data").mkdir()
+    sandbox = UnconfinedSandbox(SandboxConfig(), tmp_path / "workspace", tmp_path / "data", "test", Limits())
+    trajectory = Trajectory(tmp_path / "trajectory.jsonl")
+    budget = Budget(budget_config())
+    with FakeLlmServer(script) as server:
+        agent = LlmAgent(agent_config(base_url=server.anthropic_url))
+        try:
+            outcome = agent.run(AgentContext(None, "Solve.", sandbox, budget, trajectory, seed=0, recorder=recorder))
+        finally:
+            sandbox.close()
+    assert (outcome.status, outcome.message) == ("ok", "done")
+
+    # The trajectory: every event in the order the loop emitted it.
+    lines = [json.loads(line) for line in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
+    assert [(e["event"], e.get("step"), e.get("tool")) for e in lines] == [
+        ("agent", None, None),
+        ("api_retry", 1, None),
+        ("model_call", 1, None),
+        ("tool_call", 1, "bash"),
+        ("tool_result", 1, "bash"),
+        ("tool_call", 1, "write_file"),
+        ("tool_result", 1, "write_file"),
+        ("model_call", 2, None),
+        ("model_call", 3, None),
+        ("tool_call", 3, "submit"),
+        ("tool_result", 3, "submit"),
+        ("submit", 3, None),
+    ]
+    calls = [e for e in lines if e["event"] == "model_call"]
+    tools = [e for e in lines if e["event"] == "tool_result"]
+    assert [c["input_tokens"] for c in calls] == [1200, 1500, 1700] and calls[0]["attempt"] == 2
+    assert [c["cost_usd"] for c in calls] == pytest.approx(
+        [(i * 3 + o * 15) / 1e6 for i, o in [(1200, 80), (1500, 120), (1700, 60)]]
+    )
+
+    # The traces: one per step, its spans in the same order, with the same usage and outputs.
+    client = recorder.client
+    traces = client.search_traces(locations=[recorder.experiment_id], run_id=recorder.run_id)
+    by_step = {int(t.info.tags["mlrb.step"]): sorted(t.data.spans, key=lambda s: s.start_time_ns) for t in traces}
+    assert sorted(by_step) == [1, 2, 3]
+    assert [[(s.span_type, s.status.status_code) for s in by_step[n]] for n in (1, 2, 3)] == [
+        [("AGENT", "OK"), ("CHAT_MODEL", "ERROR"), ("CHAT_MODEL", "OK"), ("TOOL", "OK"), ("TOOL", "OK")],
+        [("AGENT", "OK"), ("CHAT_MODEL", "OK")],
+        [("AGENT", "OK"), ("CHAT_MODEL", "OK"), ("TOOL", "OK")],
+    ]
+    spans = [s for n in (1, 2, 3) for s in by_step[n]]
+    chat = [s for s in spans if s.span_type == "CHAT_MODEL" and s.status.status_code == "OK"]
+    assert [s.attributes["mlflow.chat.tokenUsage"]["input_tokens"] for s in chat] == [c["input_tokens"] for c in calls]
+    assert [s.attributes["mlflow.llm.cost"]["total_cost"] for s in chat] == pytest.approx(
+        [c["cost_usd"] for c in calls]
+    )
+    assert [s.attributes["attempt"] for s in spans if s.span_type == "CHAT_MODEL"] == [1, 2, 1, 1]
+    assert [s.outputs["text"] for s in chat] == [c["text"] for c in calls]
+    tool_spans = [s for s in spans if s.span_type == "TOOL"]
+    assert [(s.name, s.outputs) for s in tool_spans] == [(t["tool"], t["output"]) for t in tools]
+    assert by_step[3][0].outputs == {"outcome": {"status": "ok", "stop_reason": None, "message": "done"}}
+
+    # The metrics: each call's latency and the running totals, at the call's step.
+    def history(name: str) -> list[tuple[int, float]]:
+        return [(m.step, m.value) for m in client.get_metric_history(recorder.run_id, name)]
+
+    running_usd = [sum(c["cost_usd"] for c in calls[: n + 1]) for n in range(3)]
+    assert history("llm.input_tokens") == [(1, 1200), (2, 2700), (3, 4400)]
+    assert [s for s, _ in history("llm.cost_usd")] == [1, 2, 3]
+    assert [v for _, v in history("llm.cost_usd")] == pytest.approx(running_usd)
+    assert [(s, round(v, 3)) for s, v in history("llm.latency_s")] == [(c["step"], c["latency_s"]) for c in calls]
+    assert history("llm.output_tokens")[-1] == (3, budget.output_tokens) == (3, 260)
+
+    # A subscriber that fails (the trajectory's file is closed) keeps the metrics from nothing,
+    # and its error still reaches the agent, which stops the run as a recording failure does.
+    trajectory.close()
+    sink = events.EventSink([TrajectoryWriter(trajectory), MetricsWriter(recorder)])
+    late = events.ModelCalled(9, 1, "m", 0.5, "", [], None, events.Cost(1, 1, False, 0.0, 0.0))
+    with pytest.raises(ValueError, match="closed file"):
+        sink.emit(late)
+    assert history("llm.latency_s")[-1] == (9, 0.5)
+    assert (tmp_path / "trajectory.jsonl").read_text().count("\n") == len(lines)
+    recorder.finish("FINISHED")
+
+
+def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path, monkeypatch):
+    """Ctrl-C while a command runs: the agent stops there, and the sink's close still ends the
+    tool's span and its step's, so the step's trace reaches the store."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    recorder = tracking.open_run(TrackingConfig(dir=str(tmp_path / "mlruns")), "events", "events/1", {})
+    (tmp_path / "workspace").mkdir()
+    (tmp_path / "data").mkdir()
+    sandbox = UnconfinedSandbox(SandboxConfig(), tmp_path / "workspace", tmp_path / "data", "test", Limits())
+    trajectory = Trajectory(tmp_path / "trajectory.jsonl")
+    command = f"kill -INT {os.getpid()}; sleep 30"
+    script = [reply(tool("bash", command=command))]
+    with FakeLlmServer(script) as server:
+        agent = LlmAgent(agent_config(base_url=server.anthropic_url))
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                agent.run(AgentContext(None, "Solve.", sandbox, Budget(budget_config()), trajectory, 0, recorder))
+        finally:
+            sandbox.close()
+            trajectory.close()
+    [trace] = recorder.client.search_traces(locations=[recorder.experiment_id], run_id=recorder.run_id)
+    spans = sorted(trace.data.spans, key=lambda s: s.start_time_ns)
+    # MLflow marks a span failed for an Exception only; an interruption (a KeyboardInterrupt,
+    # as mlrb.interrupts.Interrupted is) ends it as it stands.
+    assert [(s.span_type, s.status.status_code) for s in spans] == [
+        ("AGENT", "OK"),
+        ("CHAT_MODEL", "OK"),
+        ("TOOL", "OK"),
+    ]
+    assert all(s.end_time_ns > s.start_time_ns for s in spans) and spans[2].outputs is None
+    assert trace.info.tags["mlrb.step"] == "1" and spans[2].inputs == {"command": command}
+    kinds = [json.loads(line)["event"] for line in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
+    assert kinds == ["agent", "model_call", "tool_call"]  # the command never returned a result
+    recorder.finish("KILLED")
