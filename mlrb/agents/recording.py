@@ -11,25 +11,28 @@ from mlrb.trajectory import TrajectoryWriter
 
 
 class MetricsWriter:
-    """The metrics' subscriber: each call's latency and the run's totals after it, at its step."""
+    """The metrics' subscriber: each call's latency and the run's totals after it, at its step,
+    in one write (the call's BudgetState follows its ModelCalled)."""
 
     def __init__(self, recorder: RunRecorder):
         self.recorder = recorder
+        self.pending: dict[str, float] = {}  # the last call's latency, until its totals come
 
     def handle(self, event: events.Event) -> None:
         match event:
             case events.ModelCalled():
-                self.recorder.log_metrics({"llm.latency_s": event.latency_s}, step=event.step)
+                self.pending = {"llm.latency_s": event.latency_s}
             case events.BudgetState():
                 totals = {
                     "llm.input_tokens": event.input_tokens,
                     "llm.output_tokens": event.output_tokens,
                     "llm.cost_usd": event.usd,
                 }
-                self.recorder.log_metrics(totals, step=event.step)
+                self.recorder.log_metrics({**self.pending, **totals}, step=event.step)
+                self.pending = {}
 
     def close(self, error: BaseException | None) -> None:
-        pass  # each event is written as it comes
+        pass  # a call's metrics are written with its totals, which the loop emits right after it
 
 
 def open_sink(ctx: AgentContext) -> events.EventSink:

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from mlrb import events
+from mlrb.tags import Tag
 from mlrb.tracking import RunRecorder
 
 ASYNC_EXPORT_VAR = "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"
@@ -114,9 +115,7 @@ class TraceWriter:
         ) as span:
             span.set_inputs(inputs)
             # The session groups a run's steps in the UI's sessions view.
-            mlflow.update_current_trace(
-                metadata={"mlflow.trace.session": self.session}, tags={"mlrb.step": str(number)}
-            )
+            mlflow.update_current_trace(metadata={"mlflow.trace.session": self.session}, tags={Tag.STEP: str(number)})
             yield span
 
     @contextlib.contextmanager
