@@ -15,7 +15,7 @@ from fake_llm_server import FakeLlmServer, reply, tool
 
 # A user's Hydra callback, run after mlrb's job returned: it logs a line and leaves a
 # thread (not a daemon) that writes a file half a second later.
-LATE_WRITER = '''
+LATE_WRITER = """
 import logging, threading, time
 from pathlib import Path
 from hydra.experimental.callback import Callback
@@ -27,7 +27,7 @@ class LateWriter(Callback):
             time.sleep(0.5)
             Path("late.txt").write_text("written after the run")
         threading.Thread(target=write).start()
-'''
+"""
 
 
 def noop_run(tmp_path: Path, cache: Path, *extra: str, env: dict | None = None):
