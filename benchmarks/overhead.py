@@ -26,7 +26,7 @@ the scorer floor's figure shows what the scorer alone reaches. Then the ratio of
 floor and the difference in memory, per round (median); and the time of each stage of
 the run from its `stage_time_s.<stage>` metrics (mlrb/timeline.py; `compose` counts from
 the process's start), with `other` the rest of the wall time (set-up between stages,
-the run's last writes, Hydra's end and the interpreter's exit).
+the run's last writes, Hydra's end and the process's end).
 """
 
 from __future__ import annotations

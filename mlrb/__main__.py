@@ -1,4 +1,4 @@
 from mlrb.cli import main
 
 if __name__ == "__main__":
-    main()
+    main(end_at_once=True)

@@ -25,6 +25,7 @@ import itertools
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -299,7 +300,27 @@ def job(cfg: DictConfig) -> dict | None:
     return dict(vars(result))
 
 
-def main(argv: list[str] | None = None) -> None:
+def end_process(code: Any) -> NoReturn:
+    """End `python -m mlrb` once a single run is over, without the interpreter's teardown
+    (freeing every module and object: a second or more per run, more on a busy machine).
+    By then the run has written everything to the store (its traces were flushed when its
+    agent ended, mlrb/agents/tracing.py) and reaped its processes; what is left is written
+    here: the log file, standard output and error. While a thread that is not a daemon
+    still runs (a library's uploads, say), the process exits as usual, which waits for it."""
+    if not (code is None or isinstance(code, int)):
+        sys.exit(code)  # a message: Python prints it and exits with 1
+    code = code or 0
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    logging.shutdown()  # flushes and closes every handler: the run's log file
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def main(argv: list[str] | None = None, end_at_once: bool = False) -> None:
+    """The command line. `end_at_once` (python -m mlrb): a single run's process ends
+    through `end_process` once its config was composed, whatever its exit status."""
     import hydra
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -328,11 +349,16 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with check:
             app()
-        return
     except SystemExit as e:
         if check.composed or e.code in (0, None):
+            if end_at_once and check.composed:
+                end_process(e.code)
             raise  # the run ended, or its config was refused in one line already
         hydra_stopped = e
+    else:
+        if end_at_once and check.composed:
+            end_process(0)
+        return
     try:  # Hydra could not compose the config: name the bad value in one line
         precheck(args)
     except ConfigError as e:

@@ -197,16 +197,18 @@ def check_sqlite_store(cfg: TrackingConfig, shown: str, where: str) -> None:
             "or choose another store with tracking.dir=... or tracking.uri=..."
         ) from None
     try:
-        open_sql_store(uri, artifact_root)
+        open_sql_store(uri)
     except Exception as e:  # MLflow's and SQLAlchemy's errors alike
         repair_sqlite_store(db, artifact_root or Path("mlruns").resolve().as_uri(), shown, where, e)
 
 
-def open_sql_store(uri: str, artifact_root: str | None) -> None:
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+def open_sql_store(uri: str) -> None:
+    """Open the store as the run's client will (MLflow checks its schema on opening) and
+    read from it. MLflow keeps the store it opened for this URI, so the run's client uses
+    it as it is, without a second schema check (about 0.2 s)."""
+    from mlflow.tracking import MlflowClient
 
-    store = SqlAlchemyStore(uri, artifact_root or Path("mlruns").resolve().as_uri())
-    store.engine.dispose()
+    MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
 
 
 def repair_sqlite_store(db: Path, artifact_root: str, shown: str, where: str, error: Exception) -> None:
@@ -245,7 +247,7 @@ def repair_sqlite_store(db: Path, artifact_root: str, shown: str, where: str, er
         fresh.unlink()
     log.warning("tracking store %s was damaged and held no runs (%s); kept as %s and made afresh",
                 shown, reason, aside.name)  # fmt: skip
-    open_sql_store(f"sqlite:///{db}", artifact_root)
+    open_sql_store(f"sqlite:///{db}")
 
 
 def make_tables(db: Path, artifact_root: str) -> None:
@@ -264,7 +266,7 @@ def check_sql_store(uri: str, shown: str, where: str) -> None:
 
     def attempt() -> None:
         try:
-            open_sql_store(uri, None)
+            open_sql_store(uri)
             outcome.append(None)
         except Exception as e:  # a driver's or MLflow's error
             outcome.append(e)
