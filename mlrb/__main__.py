@@ -1,4 +1,4 @@
-from mlrb.cli import main
+from mlrb.cli import command
 
 if __name__ == "__main__":
-    main(end_at_once=True)
+    command()

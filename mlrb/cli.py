@@ -366,3 +366,8 @@ def main(argv: list[str] | None = None, end_at_once: bool = False) -> None:
         sys.exit(2)
     sys.stderr.write(check.held.getvalue())  # not a value mlrb checks: Hydra's own report
     raise hydra_stopped
+
+
+def command() -> None:
+    """The installed `mlrb` script: the same as `python -m mlrb`, its fast end included."""
+    main(end_at_once=True)
