@@ -3,6 +3,7 @@ crash mid-run leaves everything that happened before it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -47,16 +48,9 @@ class TrajectoryWriter:
             case events.AgentStarted():
                 record("agent", provider=event.provider, model=event.model, tools=event.tools, system=event.system)
             case events.ContextElided():
-                record("context_elided", step=event.step, items=event.items)
+                record("context_elided", **dataclasses.asdict(event))
             case events.ApiRetry():
-                record(
-                    "api_retry",
-                    step=event.step,
-                    attempt=event.attempt,
-                    status=event.status,
-                    error=event.error,
-                    delay_s=event.delay_s,
-                )
+                record("api_retry", **dataclasses.asdict(event))
             case events.ModelCalled():
                 cost = event.cost
                 record(
@@ -74,22 +68,13 @@ class TrajectoryWriter:
                     tool_calls=event.tool_calls,
                 )
             case events.ApiGaveUp():
-                record("api_error", step=event.step, attempt=event.attempt, status=event.status, error=event.error)
+                record("api_error", **dataclasses.asdict(event))
             case events.ToolStarted():
-                record("tool_call", step=event.step, tool=event.tool, id=event.id, arguments=event.arguments)
-            case events.ToolEnded():
-                record(
-                    "tool_result",
-                    step=event.step,
-                    tool=event.tool,
-                    id=event.id,
-                    is_error=event.is_error,
-                    exit_code=event.exit_code,
-                    duration_s=round(event.duration_s, 3),
-                    output=event.output,
-                )
+                record("tool_call", **dataclasses.asdict(event))
+            case events.ToolEnded():  # the event's fields, in its order, the duration rounded
+                record("tool_result", **{**dataclasses.asdict(event), "duration_s": round(event.duration_s, 3)})
             case events.Submitted():
-                record("submit", step=event.step, summary=event.summary)
+                record("submit", **dataclasses.asdict(event))
 
     def close(self, error: BaseException | None) -> None:
         pass  # the harness closes the file after writing the run's end
