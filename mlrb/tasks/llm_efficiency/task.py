@@ -61,7 +61,7 @@ def model_dir(assets: Path, name: str) -> Path:
 class LlmEfficiency(Task):
     name = "llm_efficiency"
     scale_class = LlmEfficiencyScale
-    assets_version = 2
+    assets_version = 3
 
     def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         from mlrb.tasks.llm_efficiency.assets import build_tiny_assets
