@@ -106,6 +106,8 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
     n = {split: p[f"n_{split}"] // len(skills) for split in ("train", "dev", "test")}
     if min(n.values()) < 4:  # each split needs 4 distinct answers per skill
         raise ValueError("n_train, n_dev and n_test must give at least 4 items per skill")
+    if not 1 <= p["rows_per_fact"] <= len(WORDINGS):
+        raise ValueError(f"rows_per_fact must be 1-{len(WORDINGS)} (one row per wording), not {p['rows_per_fact']}")
 
     with deterministic(seed):
         rng = random.Random(seed)
@@ -126,15 +128,15 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
         write_jsonl(hidden / "test.jsonl", test)
 
         corpus = _web_text(rng, tables, p["web_texts"])
-        # The tokenizer also sees the question words, which the web text never uses.
+        # The tokenizer also sees the instruction data's words.
         tok_texts = corpus + [f"Question: {r['instruction']}\nAnswer: {r['response']}" for r in instructions]
         tokenizer = train_tokenizer(tok_texts + ["<|user|> <|assistant|> Instruction: Context: Response:"],
                                     p["vocab_size"])  # fmt: skip
         torch.manual_seed(seed)
         model = make_llama(tokenizer, p)
         base_loss = train_lm(
-            model, tokenizer, [("", t + tokenizer.eos_token) for t in corpus], p["pretrain_steps"], p["pretrain_lr"], p["batch_size"],
-            random.Random(seed + 1),
+            model, tokenizer, [("", t + tokenizer.eos_token) for t in corpus], p["pretrain_steps"], p["pretrain_lr"],
+            p["batch_size"], random.Random(seed + 1),
         )  # fmt: skip
         base_dir = public / "models" / model_dir_name(BASE_NAME)
         model.save_pretrained(base_dir, safe_serialization=True)
