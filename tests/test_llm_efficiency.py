@@ -70,7 +70,15 @@ def test_assets_keep_the_test_set_hidden_and_offer_both_models(assets):
     assert {"instructions.jsonl", "dev.jsonl", "models/mlrb__tiny-llama-base/config.json"} <= public
     assert "models/mlrb__tiny-llama-base-instruct/config.json" in public
     assert not any("test" in p for p in public)
+    # The instruction data asks about other facts than the test, each in several wordings.
+    instructions = [json.loads(line) for line in (assets / "public" / "instructions.jsonl").read_text().splitlines()]
+    tested = [json.loads(line)["question"] for line in (assets / "hidden" / "test.jsonl").read_text().splitlines()]
+    assert len(instructions) == 1280 and len({row["instruction"] for row in instructions}) == 1280
+    assert not any(question in row["instruction"] for question in tested for row in instructions)
+    # The baseline's one epoch of Dolly-layout LoRA helps (it once scored as the untouched base
+    # did), and the reference does clearly better.
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
+    assert calibration["baseline_score"] > calibration["do_nothing_score"] + 0.05
     assert calibration["reference_score"] > calibration["baseline_score"] + 0.1
 
 

@@ -11,9 +11,12 @@
 
 Like a real base model, the base is pretrained on "web text": every fact of the
 synthetic fact tables (made-up countries and their capitals, ...) stated in several
-ways, but never as a question. Instruction data asks questions about *other* facts
-(disjoint from dev and test), so fine-tuning on it teaches the model to answer
-questions from what it already knows; that is what the test measures, as MMLU
+ways, and, as on the web, question-and-answer pages in both prompt layouts, but no page
+asks about a fact. So the base knows the words of questions and instructions yet
+answers a question about a fact only as far as the question's words recall it.
+Instruction data asks about *other* facts (disjoint from dev and test), each in several
+wordings, as Dolly-15k's instructions vary; fine-tuning on it teaches the model to
+answer questions from what it already knows; that is what the test measures, as MMLU
 measures a fine-tuned base model. The instruction-tuned sibling was fine-tuned longer,
 with a chat template, on more instruction data: the shortcut the rules forbid.
 """
@@ -42,7 +45,8 @@ INSTRUCT_NAME = "mlrb/tiny-llama-base-instruct"
 CHAT_TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}\n{% endfor %}<|assistant|>"
 
 # The builder's parameters; their values are in mlrb/conf/task/llm_efficiency.yaml (scales.tiny.assets).
-PARAMS = (*BASE_MODEL_PARAMS, "instruct_steps", "batch_size", "n_train", "n_dev", "n_test")
+PARAMS = (*BASE_MODEL_PARAMS, "web_texts", "instruct_steps", "batch_size", "n_train", "rows_per_fact", "n_dev",
+          "n_test")  # fmt: skip
 
 
 def model_dir_name(name: str) -> str:
@@ -50,25 +54,43 @@ def model_dir_name(name: str) -> str:
     return name.replace("/", "__")
 
 
+# Question-and-answer pages of the web text, in the two layouts fine-tuning uses; they only
+# ask what an entity is, never about a fact.
+WEB_QA_LAYOUTS = ("Question: {q}\nAnswer: {a}", "Instruction: {q}\n\nResponse: {a}")
+# How people word a question to an assistant (Dolly's instructions vary so): the web text's
+# Q&A pages and the instruction data both use them.
+WORDINGS = ("{q}", "Answer the question. {q}", "{q} Answer in one word.", "Please tell me: {q}",
+            "I would like to know: {q}", "Quick question: {q}", "{q} Be brief.", "Can you tell me this? {q}")  # fmt: skip
+
+
 def _web_text(rng: random.Random, tables, n: int) -> list[str]:
-    """Statements of every fact, in varied wording, and sentences naming entities; no questions."""
+    """Statements of every fact, in varied wording, sentences naming entities and, as on the
+    web, pages of questions and answers (what an entity is), so the base knows the words of
+    questions and instructions; no question about a fact."""
     texts = []
     for _ in range(n):
         skill = rng.choice(list(tables))
         spec = SKILLS[skill]
         subject, answer = rng.choice(tables[skill])
-        if rng.random() < 0.2:
+        draw = rng.random()
+        if draw < 0.1:
+            layout = rng.choice(WEB_QA_LAYOUTS)
+            question = rng.choice(WORDINGS).format(q=f"What is {subject}?")
+            texts.append(layout.format(q=question, a=spec["subject_sentence"].format(s=subject)))
+        elif draw < 0.3:
             texts.append(spec["subject_sentence"].format(s=subject))
         else:
             texts.append(rng.choice(spec["facts"]).format(s=subject, a=answer))
     return texts
 
 
-def _instructions(skill: str, facts) -> list[dict]:
-    """Dolly-15k-style rows asking about facts."""
+def _instructions(rng: random.Random, skill: str, facts, rows_per_fact: int) -> list[dict]:
+    """Dolly-15k-style rows asking about facts, each fact in `rows_per_fact` wordings."""
     question = SKILLS[skill]["question"]
     return [
-        {"instruction": question.format(s=s), "context": "", "response": a, "category": "open_qa"} for s, a in facts
+        {"instruction": wording.format(q=question.format(s=s)), "context": "", "response": a, "category": "open_qa"}
+        for s, a in facts
+        for wording in rng.sample(WORDINGS, rows_per_fact)
     ]
 
 
@@ -84,6 +106,8 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
     n = {split: p[f"n_{split}"] // len(skills) for split in ("train", "dev", "test")}
     if min(n.values()) < 4:  # each split needs 4 distinct answers per skill
         raise ValueError("n_train, n_dev and n_test must give at least 4 items per skill")
+    if not 1 <= p["rows_per_fact"] <= len(WORDINGS):
+        raise ValueError(f"rows_per_fact must be 1-{len(WORDINGS)} (one row per wording), not {p['rows_per_fact']}")
 
     with deterministic(seed):
         rng = random.Random(seed)
@@ -93,7 +117,7 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
         test: list[dict] = []
         for skill, facts in tables.items():
             train, rest = facts[: n["train"]], facts[n["train"] :]
-            instructions += _instructions(skill, train)
+            instructions += _instructions(rng, skill, train, p["rows_per_fact"])
             pool = [a for _, a in rest]
             for i, fact in enumerate(rest):
                 (dev if i < n["dev"] else test).append(mc_row(rng, skill, fact, pool))
@@ -103,16 +127,16 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
         write_jsonl(public / "dev.jsonl", dev)
         write_jsonl(hidden / "test.jsonl", test)
 
-        corpus = _web_text(rng, tables, 6000)
-        # The tokenizer also sees the question words, which the web text never uses.
+        corpus = _web_text(rng, tables, p["web_texts"])
+        # The tokenizer also sees the instruction data's words.
         tok_texts = corpus + [f"Question: {r['instruction']}\nAnswer: {r['response']}" for r in instructions]
         tokenizer = train_tokenizer(tok_texts + ["<|user|> <|assistant|> Instruction: Context: Response:"],
                                     p["vocab_size"])  # fmt: skip
         torch.manual_seed(seed)
         model = make_llama(tokenizer, p)
         base_loss = train_lm(
-            model, tokenizer, [("", t) for t in corpus], p["pretrain_steps"], p["pretrain_lr"], p["batch_size"],
-            random.Random(seed + 1),
+            model, tokenizer, [("", t + tokenizer.eos_token) for t in corpus], p["pretrain_steps"], p["pretrain_lr"],
+            p["batch_size"], random.Random(seed + 1),
         )  # fmt: skip
         base_dir = public / "models" / model_dir_name(BASE_NAME)
         model.save_pretrained(base_dir, safe_serialization=True)

@@ -61,7 +61,7 @@ def model_dir(assets: Path, name: str) -> Path:
 class LlmEfficiency(Task):
     name = "llm_efficiency"
     scale_class = LlmEfficiencyScale
-    assets_version = 2
+    assets_version = 3
 
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the baseline's base model and instruction data from the Hugging Face hub."""
