@@ -19,15 +19,8 @@ os.environ.pop("MLFLOW_TRACKING_URI", None)
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
-    """One asset cache for the whole session: the first test that needs assets builds them.
-    Under pytest-xdist the workers share it (each has its own base temp folder, whose parent
-    is the session's); builds are file-locked, so a second worker waits and reuses."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
-    path = root / "mlrb-cache"
-    path.mkdir(exist_ok=True)
-    return path
+    """One asset cache for the whole session: the first test that needs assets builds them."""
+    return tmp_path_factory.mktemp("mlrb-cache")
 
 
 @pytest.fixture(scope="session")
