@@ -49,6 +49,21 @@ class Budget:
             return "usd"
         return None
 
+    def note(self) -> str:
+        """What is left of every limit, as an agent is shown it after each step."""
+        cfg = self.cfg
+        parts = [
+            f"{describe_time_left(self.remaining_s())} of wall time",
+            f"{max(0, cfg.max_steps - self.steps)} of {cfg.max_steps} steps",
+        ]
+        if cfg.max_usd is not None:
+            parts.append(f"${max(0.0, cfg.max_usd - self.usd):.4f} of ${cfg.max_usd:g}")
+        if cfg.max_input_tokens is not None:
+            parts.append(f"{max(0, cfg.max_input_tokens - self.input_tokens):,} input tokens")
+        if cfg.max_output_tokens is not None:
+            parts.append(f"{max(0, cfg.max_output_tokens - self.output_tokens):,} output tokens")
+        return "[Budget left: " + ", ".join(parts) + "]"
+
     def summary(self) -> dict:
         return {
             "steps": self.steps,
@@ -57,3 +72,13 @@ class Budget:
             "cost_usd": round(self.usd, 6),
             "agent_time_s": round(self.elapsed_s(), 3),
         }
+
+
+def describe_time_left(seconds: float) -> str:
+    """A countdown to the second: "1 h 05 min", "3 min 07 s", "42 s"."""
+    seconds = int(max(0.0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"

@@ -1,11 +1,14 @@
-"""What an agent did, as typed events, and the one sink per run that hands each to its
-subscribers: the trajectory file (`trajectory.TrajectoryWriter`), the MLflow traces
+"""What happened in a run, as typed events, and the one sink per run that hands each to
+its subscribers: the trajectory file (`trajectory.TrajectoryWriter`), the MLflow traces
 (`agents.tracing.TraceWriter`) and the metrics (`agents.recording.MetricsWriter`).
 
-The agent loop only emits events; the budget counts the cost; each subscriber decides
-what its record holds. Events that open something (a step, a model call, a tool call)
-are closed by their own ending event; if the agent stops on an exception instead, the
-sink's `close` hands that exception to every subscriber, which closes whatever is open.
+The harness opens the sink (`agents.recording.open_sink`), emits the run's start and
+end, and closes it; between them the agent, whichever it is, emits what it does (the
+LLM agent's loop, the baseline's one command). The budget counts the cost; each
+subscriber decides what its record holds. Events that open something (a step, a model
+call, a tool call) are closed by their own ending event; if the agent stops on an
+exception instead, the sink's `close` hands that exception to every subscriber, which
+closes whatever is open.
 """
 
 from __future__ import annotations
@@ -13,6 +16,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    run: str  # the run's name
+    budget: dict[str, Any]  # the budget's config
+
+
+@dataclass(frozen=True)
+class RunEnded:
+    """The agent is done (the harness scores its workspace next)."""
+
+    outcome: dict[str, Any]  # how the agent ended: status, stop_reason, message
+    spent: dict[str, Any]  # what it spent of the budget
 
 
 @dataclass(frozen=True)
@@ -142,7 +159,9 @@ class Submitted:
 
 
 Event = (
-    AgentStarted
+    RunStarted
+    | RunEnded
+    | AgentStarted
     | StepStarted
     | StepEnded
     | ContextElided
@@ -162,7 +181,7 @@ class Subscriber(Protocol):
     def handle(self, event: Event) -> None: ...
 
     def close(self, error: BaseException | None) -> None:
-        """The agent is done; `error` is what stopped it, if an exception did."""
+        """The run is done with the sink; `error` is what stopped the agent, if an exception did."""
         ...
 
 

@@ -29,8 +29,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from mlrb import assets as assets_lib
-from mlrb import instructions, interrupts, prefetch, registry, snapshots, timeline, tracking, workspace
+from mlrb import events, instructions, interrupts, prefetch, registry, snapshots, timeline, tracking, workspace
 from mlrb.agents.base import AgentContext, AgentOutcome
+from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
 from mlrb.config import ConfigError, MlrbConfig
 from mlrb.sandbox.base import limits_for
@@ -38,7 +39,6 @@ from mlrb.scoring.runner import score_submission
 from mlrb.status import Status, of_run
 from mlrb.tags import Tag
 from mlrb.tasks.base import ScoreReport, Task
-from mlrb.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -292,10 +292,11 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
         recorder.log_text(prompt, "instructions.md")
 
     budget = Budget(cfg.budget)
-    trajectory = Trajectory(run_dir / "trajectory.jsonl")
-    trajectory.record("start", run=run_name(cfg), budget=dataclasses.asdict(cfg.budget))
     agent_started = time.monotonic()
+    sink = open_sink(run_dir / "trajectory.jsonl", recorder)
+    stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
     try:
+        sink.emit(events.RunStarted(run_name(cfg), dataclasses.asdict(cfg.budget)))
         try:
             outcome: AgentOutcome = agent.run(
                 AgentContext(
@@ -303,9 +304,8 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
                     prompt,
                     sandbox,
                     budget,
-                    trajectory,
+                    sink,
                     cfg.seed,
-                    recorder=recorder,
                     run_dir=run_dir,
                     on_step_end=lambda step: step_snapshots.take(step, work, before),
                 )
@@ -314,10 +314,13 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
             outcome = AgentOutcome(Status.KILLED, e.name, f"interrupted by {e.name}")
             log.warning("%s: stopped the agent; scoring its workspace (send it again to skip scoring)", e.name)
         spent = budget.summary()  # taken now, so the agent's time does not include scoring
-        trajectory.record("end", **dataclasses.asdict(outcome), **spent)
+        sink.emit(events.RunEnded(dataclasses.asdict(outcome), spent))
+    except BaseException as e:
+        stopped_by = e
+        raise
     finally:
         sandbox.close()
-        trajectory.close()
+        sink.close(stopped_by)  # traces flushed, the trajectory file closed
         clock.add("agent", time.monotonic() - agent_started)
     log.info("agent ended: %s %s", outcome.status, outcome.message)
     step_snapshots.take(budget.steps, work, before)  # the final state (work left running may have changed it)

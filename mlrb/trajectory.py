@@ -37,7 +37,7 @@ def clip(value: Any) -> Any:
 
 class TrajectoryWriter:
     """The trajectory's subscriber to the run's events (mlrb/events.py): one line per event
-    worth a line. The file stays open after the agent: the harness writes the run's end."""
+    worth a line; closing the sink closes the file."""
 
     def __init__(self, trajectory: Trajectory):
         self.trajectory = trajectory
@@ -45,6 +45,10 @@ class TrajectoryWriter:
     def handle(self, event: events.Event) -> None:
         record = self.trajectory.record
         match event:
+            case events.RunStarted():
+                record("start", run=event.run, budget=event.budget)
+            case events.RunEnded():
+                record("end", **event.outcome, **event.spent)
             case events.AgentStarted():
                 record("agent", provider=event.provider, model=event.model, tools=event.tools, system=event.system)
             case events.ContextElided():
@@ -77,4 +81,4 @@ class TrajectoryWriter:
                 record("submit", **dataclasses.asdict(event))
 
     def close(self, error: BaseException | None) -> None:
-        pass  # the harness closes the file after writing the run's end
+        self.trajectory.close()

@@ -134,3 +134,9 @@ def compose_config(*overrides: str):
         cfg = compose(config_name="config", overrides=list(overrides))
     GlobalHydra.instance().clear()
     return to_typed(cfg)
+
+
+def printed(tool_result: dict) -> str:
+    """What the baseline's command printed to stdout, from its trajectory line's output
+    ("exit code 0 (0.1 s)\nstdout:\n...", as a model is shown a command's result)."""
+    return tool_result["output"].split("stdout:\n", 1)[1].split("\nstderr:\n", 1)[0]

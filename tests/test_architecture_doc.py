@@ -5,6 +5,7 @@ are the ones the code has."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 
@@ -13,11 +14,11 @@ import yaml
 from conftest import REPO
 from mlrb import registry
 from mlrb.agents.base import AgentContext
+from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig, BudgetConfig, SandboxConfig, TaskConfig
 from mlrb.sandbox.base import Limits, Sandbox
 from mlrb.sandbox.unconfined import UnconfinedSandbox
-from mlrb.trajectory import Trajectory
 
 DOC = (REPO / "docs" / "ARCHITECTURE.md").read_text()
 
@@ -50,15 +51,18 @@ def test_the_agent_and_task_examples_run_and_score_through_the_registry(tmp_path
     workspace.mkdir()
     agent = registry.load(registry.AGENTS["answer"])(AgentConfig(name="answer", kind="answer", options={"answer": 40}))
     sandbox = UnconfinedSandbox(SandboxConfig(kind="unconfined"), workspace, assets / "public", "doc", Limits())
-    trajectory = Trajectory(trajectory_file)
+    sink = open_sink(trajectory_file, recorder=None)
     budget = Budget(BudgetConfig(name="doc", wall_time_s=60, max_steps=3))
     steps = []
     try:
-        outcome = agent.run(AgentContext(task, "Answer.", sandbox, budget, trajectory, seed=0, on_step_end=steps.append))
+        outcome = agent.run(AgentContext(task, "Answer.", sandbox, budget, sink, seed=0, on_step_end=steps.append))
     finally:
         sandbox.close()
-        trajectory.close()
+        sink.close()
     assert (outcome.status.value, outcome.message, steps) == ("ok", "answered", [1])
+    lines = [json.loads(line) for line in trajectory_file.read_text().splitlines()]
+    assert [e["event"] for e in lines] == ["tool_call", "tool_result"]  # what it emitted, as the trajectory has it
+    assert lines[0]["arguments"]["command"].startswith("mkdir") and lines[1]["exit_code"] == 0
 
     report = task.score(workspace / "submission", assets, tmp_path / "scoring")
     assert (report.valid, report.score) == (True, -2.0)

@@ -15,7 +15,7 @@ from test_llm_agent import KEY, KEY_ENV, agent_config, budget_config
 from mlrb import events, tracking
 from mlrb.agents.base import AgentContext
 from mlrb.agents.llm import LlmAgent
-from mlrb.agents.recording import MetricsWriter
+from mlrb.agents.recording import MetricsWriter, open_sink
 from mlrb.budget import Budget
 from mlrb.config import SandboxConfig, TrackingConfig
 from mlrb.sandbox.base import Limits
@@ -37,14 +37,15 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
     (tmp_path / "workspace").mkdir()
     (tmp_path / "data").mkdir()
     sandbox = UnconfinedSandbox(SandboxConfig(), tmp_path / "workspace", tmp_path / "data", "test", Limits())
-    trajectory = Trajectory(tmp_path / "trajectory.jsonl")
+    sink = open_sink(tmp_path / "trajectory.jsonl", recorder)
     budget = Budget(budget_config())
     with FakeLlmServer(script) as server:
         agent = LlmAgent(agent_config(base_url=server.anthropic_url))
         try:
-            outcome = agent.run(AgentContext(None, "Solve.", sandbox, budget, trajectory, seed=0, recorder=recorder))
+            outcome = agent.run(AgentContext(None, "Solve.", sandbox, budget, sink, seed=0))
         finally:
             sandbox.close()
+            sink.close()
     assert (outcome.status, outcome.message) == ("ok", "done")
 
     # The trajectory: every event in the order the loop emitted it.
@@ -105,6 +106,7 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
 
     # A subscriber that fails (the trajectory's file is closed) keeps the metrics from nothing,
     # and its error still reaches the agent, which stops the run as a recording failure does.
+    trajectory = Trajectory(tmp_path / "trajectory.jsonl")
     trajectory.close()
     sink = events.EventSink([TrajectoryWriter(trajectory), MetricsWriter(recorder)])
     late = events.ModelCalled(9, 1, "m", 0.5, "", [], None, events.Cost(1, 1, False, 0.0, 0.0))
@@ -126,17 +128,20 @@ def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path,
     (tmp_path / "workspace").mkdir()
     (tmp_path / "data").mkdir()
     sandbox = UnconfinedSandbox(SandboxConfig(), tmp_path / "workspace", tmp_path / "data", "test", Limits())
-    trajectory = Trajectory(tmp_path / "trajectory.jsonl")
+    sink = open_sink(tmp_path / "trajectory.jsonl", recorder)
     command = f"kill -INT {os.getpid()}; sleep 30"
     script = [reply(tool("bash", command=command))]
     with FakeLlmServer(script) as server:
         agent = LlmAgent(agent_config(base_url=server.anthropic_url))
+        stopped: BaseException | None = None
         try:
-            with pytest.raises(KeyboardInterrupt):
-                agent.run(AgentContext(None, "Solve.", sandbox, Budget(budget_config()), trajectory, 0, recorder))
+            agent.run(AgentContext(None, "Solve.", sandbox, Budget(budget_config()), sink, 0))
+        except KeyboardInterrupt as e:
+            stopped = e
         finally:
             sandbox.close()
-            trajectory.close()
+    assert isinstance(stopped, KeyboardInterrupt)
+    sink.close(stopped)  # as the harness closes it when an interruption stops the agent
     [trace] = recorder.client.search_traces(locations=[recorder.experiment_id], run_id=recorder.run_id)
     spans = sorted(trace.data.spans, key=lambda s: s.start_time_ns)
     # MLflow marks a span failed for an Exception only; an interruption (a KeyboardInterrupt,

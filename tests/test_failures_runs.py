@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mlflow_client, run_cli, store_args
+from conftest import mlflow_client, printed, run_cli, store_args
 from test_failures import garbage_server
 
 pytestmark = pytest.mark.slow
@@ -205,9 +205,10 @@ def test_identical_runs_started_in_the_same_second_get_their_own_folders_and_tra
         local = client.download_artifacts(run.info.run_id, "trajectory.jsonl", str(tmp_path / run.info.run_id))
         recorded = Path(local).read_text()
         assert recorded == (Path(run.data.tags["mlrb.run_dir"]) / "trajectory.jsonl").read_text()
-    said = {json.loads(line).get("stdout") for r in runs for line in (Path(r.data.tags["mlrb.run_dir"]) /
-                                                                      "trajectory.jsonl").read_text().splitlines()}
-    assert len({s for s in said if s and s.startswith("I am")}) == 2  # two agents, two different processes
+    lines = [json.loads(line) for r in runs
+             for line in (Path(r.data.tags["mlrb.run_dir"]) / "trajectory.jsonl").read_text().splitlines()]  # fmt: skip
+    said = {printed(line) for line in lines if line["event"] == "tool_result"}
+    assert len({s for s in said if s.startswith("I am")}) == 2  # two agents, two different processes
 
 
 # ---- 8. a password in the tracking URI is written nowhere -----------------------------------

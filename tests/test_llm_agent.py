@@ -15,14 +15,14 @@ import yaml
 from conftest import REPO
 from fake_llm_server import FakeLlmServer, error, hang, reply, tool
 from mlrb.agents.base import AgentContext
-from mlrb.agents.llm import LlmAgent, budget_note, fit_context
+from mlrb.agents.llm import LlmAgent, fit_context
+from mlrb.agents.recording import open_sink
 from mlrb.agents.providers import Message, ToolCall, ToolResult
 from mlrb.agents.tools import ToolEnv, run_tool, truncate
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig, BudgetConfig, ConfigError, SandboxConfig
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
-from mlrb.trajectory import Trajectory
 
 KEY = "sk-test-key-never-recorded-1234"
 KEY_ENV = "MLRB_TEST_LLM_KEY"
@@ -58,15 +58,15 @@ class Run:
         else:
             options["base_url"] = server_url if url == "config" else url
         self.budget = Budget(budget or budget_config())
-        trajectory = Trajectory(tmp_path / "trajectory.jsonl")
+        sink = open_sink(tmp_path / "trajectory.jsonl", recorder=None)  # the trajectory only: no store
         sandbox = UnconfinedSandbox(SandboxConfig(), self.workspace, tmp_path / "data", "test", Limits())
-        ctx = AgentContext(None, "Solve the task.", sandbox, self.budget, trajectory, seed=0)
+        ctx = AgentContext(None, "Solve the task.", sandbox, self.budget, sink, seed=0)
         started = time.monotonic()
         try:
             self.outcome = LlmAgent(agent_config(provider, **options)).run(ctx)
         finally:
             self.seconds = time.monotonic() - started
-            trajectory.close()
+            sink.close()
             sandbox.close()
             self.server.close()
         self.requests = self.server.requests
@@ -379,6 +379,6 @@ def test_budget_note_names_every_limit():
     budget = Budget(budget_config(wall_time_s=3600, max_steps=10, max_usd=2.0, max_input_tokens=5000, max_output_tokens=700))
     budget.record_step()
     budget.record_usage(1000, 200, 0.5)
-    note = budget_note(budget)
+    note = budget.note()
     for part in ("59 min", "9 of 10 steps", "$1.5000 of $2", "4,000 input tokens", "500 output tokens"):
         assert part in note

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import mlflow_client, run_cli, store_args
+from conftest import mlflow_client, printed, run_cli, store_args
 from mlrb.sweep import slot_devices
 
 # A quick job: the agent hands in nothing, so no model is scored.
@@ -80,7 +80,7 @@ def test_local_slots_get_distinct_gpus(tmp_path, built_cache):
     for run in children:
         path = client.download_artifacts(run.info.run_id, "trajectory.jsonl", str(tmp_path / run.info.run_id))
         events = [json.loads(line) for line in open(path)]
-        (stdout,) = [e["stdout"] for e in events if e["event"] == "tool_result"]
+        (stdout,) = [printed(e) for e in events if e["event"] == "tool_result"]
         seen.append((run.info.start_time, run.info.end_time, stdout.strip()))
     assert sorted(s for _, _, s in seen) == ["GPU=6", "GPU=6", "GPU=7", "GPU=7"]
     # jobs that overlapped in time never shared a GPU
@@ -194,7 +194,7 @@ def test_a_preempted_slurm_job_is_requeued_and_continues_its_run(tmp_path, built
     assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
     path = client.download_artifacts(run.info.run_id, "trajectory.jsonl", str(tmp_path / "artifacts"))
     events = [json.loads(line) for line in open(path)]
-    assert [e["stdout"].strip() for e in events if e["event"] == "tool_result"] == ["resumed"]
+    assert [printed(e).strip() for e in events if e["event"] == "tool_result"] == ["resumed"]
     # submitit's own account of it: in its job log, or in the run's log where the quiet console sends stderr
     logs = "".join(p.read_text() for pattern in ("*_log.err", "*_log.out", "mlrb.log")
                    for p in (tmp_path / "sweep").rglob(pattern))  # fmt: skip

@@ -9,11 +9,10 @@ from typing import Protocol
 
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig
+from mlrb.events import EventSink
 from mlrb.sandbox.base import Sandbox
 from mlrb.status import Status
 from mlrb.tasks.base import Task
-from mlrb.tracking import RunRecorder
-from mlrb.trajectory import Trajectory
 
 
 @dataclass
@@ -22,10 +21,10 @@ class AgentContext:
     instructions: str
     sandbox: Sandbox
     budget: Budget
-    trajectory: Trajectory
+    # The run's event sink (mlrb/events.py): what the agent emits there reaches the
+    # trajectory file, the MLflow traces and the metrics. The harness opens and closes it.
+    events: EventSink
     seed: int
-    # The run's MLflow recorder (per-step metrics); None when a run is not tracked.
-    recorder: RunRecorder | None = None
     # The run's own folder on the host (outside the sandbox): for the agent's logs.
     run_dir: Path | None = None
     # Called with the step's number after each step (the harness snapshots the workspace).

@@ -29,7 +29,6 @@ from omegaconf import MISSING, OmegaConf
 from mlrb import events
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.providers import NO_KEY, ApiError, Message, Reply, ToolCall, ToolResult
-from mlrb.agents.recording import open_sink
 from mlrb.agents.tools import SUBMIT, TOOLS, ToolEnv, ToolOutput, run_tool
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig, ConfigError, check_positive, describe_omegaconf_error
@@ -154,31 +153,6 @@ def read_api_key(cfg: AgentConfig, options: LlmOptions) -> str | None:
     return key
 
 
-def describe_seconds(seconds: float) -> str:
-    seconds = int(max(0.0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes:02d} min"
-    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
-
-
-def budget_note(budget: Budget) -> str:
-    """What is left of every limit, shown to the model after each step."""
-    cfg = budget.cfg
-    parts = [
-        f"{describe_seconds(budget.remaining_s())} of wall time",
-        f"{max(0, cfg.max_steps - budget.steps)} of {cfg.max_steps} steps",
-    ]
-    if cfg.max_usd is not None:
-        parts.append(f"${max(0.0, cfg.max_usd - budget.usd):.4f} of ${cfg.max_usd:g}")
-    if cfg.max_input_tokens is not None:
-        parts.append(f"{max(0, cfg.max_input_tokens - budget.input_tokens):,} input tokens")
-    if cfg.max_output_tokens is not None:
-        parts.append(f"{max(0, cfg.max_output_tokens - budget.output_tokens):,} output tokens")
-    return "[Budget left: " + ", ".join(parts) + "]"
-
-
 def system_prompt(ctx: AgentContext) -> str:
     return (
         "You are an AI research agent solving a machine-learning research task on your own.\n"
@@ -279,21 +253,11 @@ class LlmAgent:
         return providers.OpenAIProvider(key, o.base_url, o.temperature, o.max_tokens_param, seed)
 
     def run(self, ctx: AgentContext) -> AgentOutcome:
-        sink = open_sink(ctx)
-        try:
-            outcome = self.loop(ctx, sink)
-        except BaseException as e:  # an interruption too: the spans still open end with it
-            sink.close(e)
-            raise
-        sink.close()
-        return outcome
-
-    def loop(self, ctx: AgentContext, sink: events.EventSink) -> AgentOutcome:
-        o = self.options
+        o, sink = self.options, ctx.events
         provider = self.make_provider(ctx.seed)
         env = ToolEnv(ctx.sandbox, ctx.budget.remaining_s, o.command_timeout_s, o.tool_output_chars)
         system = system_prompt(ctx)
-        history = [Message("user", ctx.instructions + "\n\n" + budget_note(ctx.budget))]
+        history = [Message("user", ctx.instructions + "\n\n" + ctx.budget.note())]
         sink.emit(events.AgentStarted(o.provider, o.model, [t.name for t in TOOLS], system))
         while True:
             limit = ctx.budget.exhausted()
@@ -303,7 +267,7 @@ class LlmAgent:
                 )
             ctx.budget.record_step()
             step = ctx.budget.steps
-            sink.emit(events.StepStarted(step, budget_note(ctx.budget)))
+            sink.emit(events.StepStarted(step, ctx.budget.note()))
             outcome = self.step(ctx, sink, provider, env, system, history, step)
             sink.emit(events.StepEnded(step, dataclasses.asdict(outcome) if outcome else None))
             ctx.step_ended(step)
@@ -345,7 +309,7 @@ class LlmAgent:
         nudge = (
             "" if reply.tool_calls else "No tool was called. Go on with the tools, or call submit when you are done.\n"
         )
-        history.append(Message("user", nudge + budget_note(ctx.budget), tool_results=results))
+        history.append(Message("user", nudge + ctx.budget.note(), tool_results=results))
         return None
 
     def max_tokens(self, budget: Budget) -> int:

@@ -1,13 +1,14 @@
-"""Where an agent's events go: the run's event sink (mlrb/events.py) with its subscribers,
+"""Where a run's events go: the run's event sink (mlrb/events.py) with its subscribers,
 and the metrics' subscriber."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mlrb import events
-from mlrb.agents.base import AgentContext
 from mlrb.agents.tracing import TraceWriter
 from mlrb.tracking import RunRecorder
-from mlrb.trajectory import TrajectoryWriter
+from mlrb.trajectory import Trajectory, TrajectoryWriter
 
 
 class MetricsWriter:
@@ -35,9 +36,9 @@ class MetricsWriter:
         pass  # a call's metrics are written with its totals, which the loop emits right after it
 
 
-def open_sink(ctx: AgentContext) -> events.EventSink:
+def open_sink(trajectory_file: Path, recorder: RunRecorder | None) -> events.EventSink:
     """The run's sink: the trajectory file, then (when the run is tracked) the MLflow traces and metrics."""
-    subscribers: list[events.Subscriber] = [TrajectoryWriter(ctx.trajectory)]
-    if ctx.recorder is not None:
-        subscribers += [TraceWriter(ctx.recorder, session=ctx.recorder.run_id), MetricsWriter(ctx.recorder)]
+    subscribers: list[events.Subscriber] = [TrajectoryWriter(Trajectory(trajectory_file))]
+    if recorder is not None:
+        subscribers += [TraceWriter(recorder, session=recorder.run_id), MetricsWriter(recorder)]
     return events.EventSink(subscribers)
