@@ -57,6 +57,16 @@ def test_default_run_is_recorded_finished_with_score_config_and_patch(tmp_path, 
     patch = open(f"{local}/workspace.patch").read()
     assert "Binary file submission/model.safetensors added" in patch
     assert "+++ b/submission/config.json" in patch
+    # The baseline's one command, through the run's event sink: in the trajectory and in a trace.
+    lines = [json.loads(line) for line in open(f"{local}/trajectory.jsonl")]
+    assert [e["event"] for e in lines] == ["start", "tool_call", "tool_result", "submit", "end"]
+    assert lines[1]["tool"] == "shell" and "merge.py" in lines[1]["arguments"]["command"]
+    assert lines[2]["exit_code"] == 0 and lines[2]["output"].startswith("exit code 0")
+    assert lines[-1]["status"] == "ok" and lines[-1]["steps"] == 1
+    (trace,) = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)
+    assert [(s.name, s.span_type) for s in sorted(trace.data.spans, key=lambda s: s.start_time_ns)] == [
+        ("step 1", "AGENT"), ("shell", "TOOL"),
+    ]  # fmt: skip
     report = json.load(open(f"{local}/score_report.json"))
     assert report["valid"] and report["score"] == pytest.approx(metrics["score"])
     instructions = open(f"{local}/instructions.md").read()
