@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 from mlrb.config import BudgetConfig
+from mlrb.messages import time_left
 
 
 class Budget:
@@ -53,7 +54,7 @@ class Budget:
         """What is left of every limit, as an agent is shown it after each step."""
         cfg = self.cfg
         parts = [
-            f"{describe_time_left(self.remaining_s())} of wall time",
+            f"{time_left(self.remaining_s())} of wall time",
             f"{max(0, cfg.max_steps - self.steps)} of {cfg.max_steps} steps",
         ]
         if cfg.max_usd is not None:
@@ -72,13 +73,3 @@ class Budget:
             "cost_usd": round(self.usd, 6),
             "agent_time_s": round(self.elapsed_s(), 3),
         }
-
-
-def describe_time_left(seconds: float) -> str:
-    """A countdown to the second: "1 h 05 min", "3 min 07 s", "42 s"."""
-    seconds = int(max(0.0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes:02d} min"
-    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlrb.config import BudgetConfig
+from mlrb.messages import time_limit
 from mlrb.tasks.base import Task
 
 TEMPLATE = Path(__file__).parent / "tasks" / "instructions.md"
@@ -36,7 +37,7 @@ def render(task: Task, budget: BudgetConfig, workspace: str, data_dir: str) -> s
         "dataset_shape": prompt.dataset_shape,
         "models": prompt.models,
         "compute": compute,
-        "time_limit": f"The competition allows {describe_seconds(spec.time_limit_s)}",
+        "time_limit": f"The competition allows {time_limit(spec.time_limit_s)}",
         "budget": describe_budget(budget),
         "result": prompt.result,
         "evaluation": prompt.evaluation,
@@ -49,16 +50,8 @@ def render(task: Task, budget: BudgetConfig, workspace: str, data_dir: str) -> s
     return TEMPLATE.read_text().format_map(fields)
 
 
-def describe_seconds(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:g} hour(s)"
-    if seconds >= 60:
-        return f"{seconds / 60:g} minute(s)"
-    return f"{seconds:g} second(s)"
-
-
 def describe_budget(budget: BudgetConfig) -> str:
-    parts = [f"{describe_seconds(budget.wall_time_s)} of wall time", f"{budget.max_steps} steps"]
+    parts = [f"{time_limit(budget.wall_time_s)} of wall time", f"{budget.max_steps} steps"]
     if budget.max_usd is not None:
         parts.append(f"${budget.max_usd:g} of API cost")
     return ", ".join(parts)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mlrb.messages import duration
 from mlrb.report import aggregate, render
 from mlrb.report.runs import Filters, RunRow, load
 
@@ -75,7 +76,7 @@ def summarise(
     stats = aggregate.summarise(rows)
     causes = aggregate.why_not_scored(rows)
     counts = {kind: sum(r.kind == kind for r in rows) for kind in render.KIND_LABELS}
-    took = f" in {render.duration(elapsed_s)}" if elapsed_s is not None else ""
+    took = f" in {duration(elapsed_s)}" if elapsed_s is not None else ""
     outcome = ", ".join(f"{n} {render.KIND_LABELS[k]}" for k, n in counts.items() if n)
     parts = [f"[sweep {sweep_id}] done{took}: {len(rows)} runs ({outcome or 'none recorded'})", ""]
     if rows:

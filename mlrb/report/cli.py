@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlrb.messages import first_line_of
 from mlrb.report.runs import Filters
 from mlrb.tags import Tag
 
@@ -103,8 +104,7 @@ def why(error: Exception) -> str:
     for failure in NETWORK_FAILURES:
         if failure in text:
             return f"the server does not answer ({failure.lower()})"
-    first = text.splitlines()[0] if text else type(error).__name__
-    return first if len(first) <= 300 else first[:297] + "..."
+    return first_line_of(text, 300) or type(error).__name__
 
 
 def experiments(client: Any, names: list[str]) -> dict[str, str]:

@@ -11,8 +11,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from mlrb.messages import duration
 from mlrb.report.aggregate import GroupStats, varying
-from mlrb.report.render import duration
 from mlrb.report.runs import RunRow
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlrb.messages import duration
 from mlrb.report.aggregate import Cause, GroupStats, varying
 from mlrb.report.runs import CONFINED, CRASHED, NOT_COUNTED, RUNNING, RunRow
 from mlrb.status import Status
@@ -92,16 +93,6 @@ def tokens(stats: GroupStats) -> str:
     if stats.input_tokens_mean is None and stats.output_tokens_mean is None:
         return "-"
     return f"{stats.input_tokens_mean or 0:,.0f} / {stats.output_tokens_mean or 0:,.0f}"
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
 
 
 # ---- tables -----------------------------------------------------------------------------

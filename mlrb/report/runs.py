@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlrb.messages import duration, first_line_of
 from mlrb.retries import with_retries
 from mlrb.status import MlflowStatus, Status, parse
 from mlrb.tags import SWEEP_ROLE, Tag
@@ -140,18 +141,13 @@ class RunRow:
         return baseline is not None and reference is not None and baseline != reference
 
 
-def first_line(text: str, limit: int = 200) -> str:
-    line = next((part.strip() for part in (text or "").splitlines() if part.strip()), "")
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
 def classify(run: Any, parent_status: str | None, now_s: float) -> tuple:
     """(kind, detail, valid) of one MLflow run of the harness; detail says why a run did not score."""
     tags, status = run.data.tags, run.info.status
     mlrb_status = tags.get(Tag.STATUS, "")
     if status in MlflowStatus.UNFINISHED:
         started = (run.info.start_time or 0) / 1000
-        age = describe_age(now_s - started) if started else "unknown time"
+        age = duration(now_s - started) if started else "unknown time"
         if parent_status and parent_status not in MlflowStatus.UNFINISHED:
             return CRASHED, f"left {status} since {age} ago; its sweep has ended ({parent_status})", False
         budget_s = float(run.data.params.get("budget.wall_time_s") or 0)
@@ -159,9 +155,9 @@ def classify(run: Any, parent_status: str | None, now_s: float) -> tuple:
             return CRASHED, f"left {status} since {age} ago, long past its budget: its process is gone", False
         return RUNNING, f"started {age} ago", False
     if status == MlflowStatus.KILLED or mlrb_status == Status.KILLED:
-        return Status.KILLED.value, first_line(tags.get(Tag.ERROR, "")) or "interrupted (KILLED)", False
+        return Status.KILLED.value, first_line_of(tags.get(Tag.ERROR, "")) or "interrupted (KILLED)", False
     if status == MlflowStatus.FAILED or mlrb_status == Status.INFRA_ERROR:
-        error = first_line(tags.get(Tag.ERROR, "")) or "run FAILED without an error message"
+        error = first_line_of(tags.get(Tag.ERROR, "")) or "run FAILED without an error message"
         return Status.INFRA_ERROR.value, error, False
     if tags.get(Tag.VALID) is None:
         return Status.INFRA_ERROR.value, "run finished without a recorded outcome (no mlrb.valid tag)", False
@@ -170,7 +166,7 @@ def classify(run: Any, parent_status: str | None, now_s: float) -> tuple:
     except ValueError:
         return Status.INFRA_ERROR.value, f"run finished with an unknown status '{mlrb_status}'", False
     valid = tags[Tag.VALID] == "True"
-    reason = first_line(tags.get(Tag.INVALID_REASON, "")) or "no reason recorded"
+    reason = first_line_of(tags.get(Tag.INVALID_REASON, "")) or "no reason recorded"
     if kind == Status.OK and not valid:  # recorded before the status said so ("submitted")
         kind = Status.NO_SUBMISSION if reason.startswith("no submission") else Status.INVALID
     if valid:
@@ -178,16 +174,8 @@ def classify(run: Any, parent_status: str | None, now_s: float) -> tuple:
     if kind == Status.BUDGET_EXHAUSTED:
         return kind.value, f"stopped at the {tags.get(Tag.STOP_REASON) or '?'} limit; {reason}", False
     if kind == Status.AGENT_ERROR:
-        return kind.value, first_line(tags.get(Tag.AGENT_MESSAGE, "")) or reason, False
+        return kind.value, first_line_of(tags.get(Tag.AGENT_MESSAGE, "")) or reason, False
     return kind.value, reason, False
-
-
-def describe_age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def to_row(run: Any, experiment: str, parent_status: str | None, now_s: float) -> RunRow:
