@@ -7,7 +7,8 @@ that both see the same load on the machine:
 
 - a no-op run: `python -m mlrb agent=claude` against a scripted stand-in for the
   Anthropic API on loopback (tests/fake_llm_server.py) whose first reply submits;
-  its floor is `python -c "import hydra, anthropic, mlflow"`;
+  its floor is `python -c "import hydra, anthropic, mlflow"` (also timed with the
+  module of MLflow's SQLite store added, which `import mlflow` does not load);
 - the default run: `python -m mlrb` (llm_merging, baseline agent); its floor is
   the imports of its harness process (`import hydra, mlflow`) plus those of its
   scorer process (`import torch, transformers, lm_eval...`), each a process of its own.
@@ -49,6 +50,9 @@ from fake_llm_server import FakeLlmServer, reply, tool  # noqa: E402
 
 STAGES = ("compose", "assets", "sandbox_start", "agent", "scoring", "recording")
 CLAUDE_FLOOR = "import hydra, anthropic, mlflow"
+# The same with the module MLflow's SQLite store needs and `import mlflow` leaves out
+# (SQLAlchemy, Alembic, MLflow's table models): how much of the gap the store alone is.
+STORE_FLOOR = CLAUDE_FLOOR + ", mlflow.store.tracking.sqlalchemy_store"
 HARNESS_FLOOR = "import hydra, mlflow"
 SCORER_FLOOR = "import torch, transformers, lm_eval.evaluator, lm_eval.tasks, lm_eval.models.huggingface"
 
@@ -127,6 +131,7 @@ def main() -> None:
             for v, v_env in versions.items() if "noop" in kinds else ():
                 if not v:
                     results["floor"].append(measure([python, "-c", CLAUDE_FLOOR], root, env))
+                    results["store_floor"].append(measure([python, "-c", STORE_FLOOR], root, env))
                 server.script.append(reply(tool("submit", summary="nothing to do")))
                 results["noop" + v].append(measure(mlrb("noop" + v, f"run-{i}", "agent=claude"), root, v_env))
                 stages["noop" + v].append(stage_times(root / ("noop" + v) / "mlruns"))
@@ -142,7 +147,8 @@ def main() -> None:
     print(f"\nPer-run overhead: {args.repeats} rounds, {os.cpu_count()} CPUs, load average {load:.1f} at the start; "
           f"Python {sys.version.split()[0]}")  # fmt: skip
     print(f"  {'':44s} {'wall (median [min-max])':>26s} {'peak memory':>26s}")
-    rows = [("floor", f"floor: python -c '{CLAUDE_FLOOR}'")]
+    rows = [("floor", f"floor: python -c '{CLAUDE_FLOOR}'"),
+            ("store_floor", "floor and MLflow's SQL store module")]  # fmt: skip
     rows += [("noop" + v, f"no-op run{v}: agent=claude, submits at once") for v in versions]
     rows += [("hfloor", f"harness floor: python -c '{HARNESS_FLOOR}'"),
              ("sfloor", "scorer floor: python -c 'import torch, transformers, lm_eval...'")]  # fmt: skip
@@ -158,6 +164,11 @@ def main() -> None:
             extra_mib = [n - f for n, f in zip(peak["noop" + v], peak["floor"])]
             print(f"  no-op{v} / its floor, per round: {summary(ratios, 'x')} (target <= 1.2 x); "
                   f"peak above the floor's: {summary(extra_mib, 'MiB', 0)} (target <= 50 MiB)")  # fmt: skip
+            if not v:
+                store = [s / f for s, f in zip(wall["store_floor"], wall["floor"])]
+                store_mib = [s - f for s, f in zip(peak["store_floor"], peak["floor"])]
+                print(f"  of which the SQL store's module alone, per round: {summary(store, 'x')} the floor, "
+                      f"{summary(store_mib, 'MiB', 0)} above its peak")  # fmt: skip
         if "default" not in kinds:
             continue
         beyond = [d - h - s for d, h, s in zip(wall["default" + v], wall["hfloor"], wall["sfloor"])]
