@@ -12,6 +12,9 @@ import contextlib
 import json
 import pathlib
 import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 MAX_POSITIONS = 128  # prompts are ~20 tokens
 _CONSONANTS = "bdfgklmnprstvz"
@@ -286,3 +289,56 @@ def train_byte_level_tokenizer(texts, vocab_size: int, max_length: int = 1024):
     tok.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=end, eos_token=end, unk_token=end, pad_token=end,
                                    model_max_length=max_length)  # fmt: skip
+
+
+# ----------------------------------------------------------------------- fact builds
+
+
+@dataclass
+class FactBuild:
+    """A fact-table task's tiny build under way (see `fact_build`)."""
+
+    p: dict  # the builder's parameters
+    public: pathlib.Path
+    hidden: pathlib.Path
+    seed: int
+    rng: random.Random
+    tables: dict[str, list[tuple[str, str]]]  # skill -> its facts, split after split
+    per_skill: dict[str, int]  # split -> facts per skill
+
+    def questions(self, skill: str, facts: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]:
+        """Multiple-choice rows about facts (mc_row; wrong choices from the same facts' answers):
+        the first `per_skill["dev"]` for dev, the rest for test."""
+        pool = [a for _, a in facts]
+        rows = [mc_row(self.rng, skill, fact, pool) for fact in facts]
+        return rows[: self.per_skill["dev"]], rows[self.per_skill["dev"] :]
+
+    def pretrain(self, make_model: Callable[[Any, dict], Any], tokenizer: Any, texts: list[str]) -> tuple[Any, float]:
+        """A base model, `make_model(tokenizer, p)` from the build's seed, pretrained on texts with
+        the build's pretrain_steps, pretrain_lr and batch_size: (model, its final loss)."""
+        import torch
+
+        torch.manual_seed(self.seed)
+        model = make_model(tokenizer, self.p)
+        steps, lr, batch = self.p["pretrain_steps"], self.p["pretrain_lr"], self.p["batch_size"]
+        loss = train_lm(model, tokenizer, [("", t) for t in texts], steps, lr, batch, random.Random(self.seed + 1))
+        return model, loss
+
+
+@contextlib.contextmanager
+def fact_build(out_dir: pathlib.Path, params: dict, names: tuple, task: str, splits: tuple) -> Iterator[FactBuild]:
+    """The start every fact-table builder shares: its parameters (`tiny_params`), its public/
+    and hidden/ folders, the facts each split asks per skill (`n_<split>` spread over the
+    skills; at least 4, a question's number of choices), and, under fixed conditions
+    (`deterministic`) for the whole build, the seeded random stream and the fact tables."""
+    p = tiny_params(params, names, task)
+    skills = list(p["skills"])
+    per_skill = {split: p[f"n_{split}"] // len(skills) for split in splits}
+    if min(per_skill.values()) < 4:  # each split needs 4 distinct answers per skill
+        raise ValueError(f"{' and '.join(f'n_{split}' for split in splits)} must give at least 4 items per skill")
+    seed = int(p["seed"])
+    out_dir = pathlib.Path(out_dir)
+    with deterministic(seed):
+        rng = random.Random(seed)
+        tables = make_fact_tables(rng, skills, sum(per_skill.values()))
+        yield FactBuild(p, out_dir / "public", out_dir / "hidden", seed, rng, tables, per_skill)

@@ -21,12 +21,8 @@ import random
 from mlrb.tasks.tiny_models import (
     BASE_MODEL_PARAMS,
     SKILLS,
-    deterministic,
-    make_fact_tables,
-    mc_row,
+    fact_build,
     qa_text,
-    tiny_params,
-    train_lm,
     train_tokenizer,
     write_jsonl,
 )
@@ -62,40 +58,23 @@ def make_phi(tokenizer, p: dict):
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
     """Build the assets into out_dir; returns manifest facts (paths relative to out_dir)."""
-    import torch
-
-    p = tiny_params(params, PARAMS, "edge_llm_compression")
-    out_dir = pathlib.Path(out_dir)
-    public, hidden = out_dir / "public", out_dir / "hidden"
-    seed = int(p["seed"])
-    skills = list(p["skills"])
-    n_dev_per, n_test_per = p["n_dev"] // len(skills), p["n_test"] // len(skills)
-    if n_dev_per < 4 or n_test_per < 4:  # each split needs 4 distinct answers per skill
-        raise ValueError("n_dev and n_test must give at least 4 questions per skill")
-
-    with deterministic(seed):
-        rng = random.Random(seed)
-        tables = make_fact_tables(rng, skills, n_dev_per + n_test_per)
+    with fact_build(out_dir, params, PARAMS, "edge_llm_compression", ("dev", "test")) as b:
+        p, rng = b.p, b.rng
         dev: list[dict] = []
         test: list[dict] = []
-        for skill, facts in tables.items():
-            pool = [a for _, a in facts]
-            for i, fact in enumerate(facts):
-                (dev if i < n_dev_per else test).append(mc_row(rng, skill, fact, pool))
+        for skill, facts in b.tables.items():
+            skill_dev, skill_test = b.questions(skill, facts)
+            dev += skill_dev
+            test += skill_test
         rng.shuffle(dev)
         rng.shuffle(test)
-        write_jsonl(public / "dev.jsonl", dev)
-        write_jsonl(hidden / "test.jsonl", test)
+        write_jsonl(b.public / "dev.jsonl", dev)
+        write_jsonl(b.hidden / "test.jsonl", test)
 
-        corpus = _pretrain_texts(rng, tables, 6000)
+        corpus = _pretrain_texts(rng, b.tables, 6000)
         tokenizer = train_tokenizer(corpus, p["vocab_size"])  # every entity occurs in the corpus
-        torch.manual_seed(seed)
-        model = make_phi(tokenizer, p)
-        loss = train_lm(
-            model, tokenizer, [("", t) for t in corpus], p["pretrain_steps"], p["pretrain_lr"], p["batch_size"],
-            random.Random(seed + 1),
-        )  # fmt: skip
-        base_dir = public / "base_model"
+        model, loss = b.pretrain(make_phi, tokenizer, corpus)
+        base_dir = b.public / "base_model"
         model.half().save_pretrained(base_dir, safe_serialization=True)
         tokenizer.save_pretrained(base_dir)
 

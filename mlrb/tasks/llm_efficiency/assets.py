@@ -30,11 +30,8 @@ import random
 from mlrb.tasks.tiny_models import (
     BASE_MODEL_PARAMS,
     SKILLS,
-    deterministic,
-    make_fact_tables,
+    fact_build,
     make_llama,
-    mc_row,
-    tiny_params,
     train_lm,
     train_tokenizer,
     write_jsonl,
@@ -96,48 +93,30 @@ def _instructions(rng: random.Random, skill: str, facts, rows_per_fact: int) -> 
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
     """Build the assets into out_dir; returns manifest facts (paths relative to out_dir)."""
-    import torch
-
-    p = tiny_params(params, PARAMS, "llm_efficiency")
-    out_dir = pathlib.Path(out_dir)
-    public, hidden = out_dir / "public", out_dir / "hidden"
-    seed = int(p["seed"])
-    skills = list(p["skills"])
-    n = {split: p[f"n_{split}"] // len(skills) for split in ("train", "dev", "test")}
-    if min(n.values()) < 4:  # each split needs 4 distinct answers per skill
-        raise ValueError("n_train, n_dev and n_test must give at least 4 items per skill")
-    if not 1 <= p["rows_per_fact"] <= len(WORDINGS):
-        raise ValueError(f"rows_per_fact must be 1-{len(WORDINGS)} (one row per wording), not {p['rows_per_fact']}")
-
-    with deterministic(seed):
-        rng = random.Random(seed)
-        tables = make_fact_tables(rng, skills, sum(n.values()))
+    with fact_build(out_dir, params, PARAMS, "llm_efficiency", ("train", "dev", "test")) as b:
+        p, rng, public, n_train = b.p, b.rng, b.public, b.per_skill["train"]
+        if not 1 <= p["rows_per_fact"] <= len(WORDINGS):
+            raise ValueError(f"rows_per_fact must be 1-{len(WORDINGS)} (one row per wording), not {p['rows_per_fact']}")
         instructions: list[dict] = []
         dev: list[dict] = []
         test: list[dict] = []
-        for skill, facts in tables.items():
-            train, rest = facts[: n["train"]], facts[n["train"] :]
-            instructions += _instructions(rng, skill, train, p["rows_per_fact"])
-            pool = [a for _, a in rest]
-            for i, fact in enumerate(rest):
-                (dev if i < n["dev"] else test).append(mc_row(rng, skill, fact, pool))
+        for skill, facts in b.tables.items():
+            instructions += _instructions(rng, skill, facts[:n_train], p["rows_per_fact"])
+            skill_dev, skill_test = b.questions(skill, facts[n_train:])
+            dev += skill_dev
+            test += skill_test
         for rows in (instructions, dev, test):
             rng.shuffle(rows)
         write_jsonl(public / "instructions.jsonl", instructions)
         write_jsonl(public / "dev.jsonl", dev)
-        write_jsonl(hidden / "test.jsonl", test)
+        write_jsonl(b.hidden / "test.jsonl", test)
 
-        corpus = _web_text(rng, tables, p["web_texts"])
+        corpus = _web_text(rng, b.tables, p["web_texts"])
         # The tokenizer also sees the instruction data's words.
         tok_texts = corpus + [f"Question: {r['instruction']}\nAnswer: {r['response']}" for r in instructions]
         tokenizer = train_tokenizer(tok_texts + ["<|user|> <|assistant|> Instruction: Context: Response:"],
                                     p["vocab_size"])  # fmt: skip
-        torch.manual_seed(seed)
-        model = make_llama(tokenizer, p)
-        base_loss = train_lm(
-            model, tokenizer, [("", t + tokenizer.eos_token) for t in corpus], p["pretrain_steps"], p["pretrain_lr"],
-            p["batch_size"], random.Random(seed + 1),
-        )  # fmt: skip
+        model, base_loss = b.pretrain(make_llama, tokenizer, [t + tokenizer.eos_token for t in corpus])
         base_dir = public / "models" / model_dir_name(BASE_NAME)
         model.save_pretrained(base_dir, safe_serialization=True)
         tokenizer.save_pretrained(base_dir)
@@ -146,7 +125,7 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
         # The instruction-tuned sibling: full fine-tuning on chat-formatted questions.
         chat = [(f"<|user|> {r['instruction']}\n<|assistant|>", " " + r["response"]) for r in instructions]
         instruct_loss = train_lm(model, tokenizer, chat, p["instruct_steps"], 1e-3, p["batch_size"],
-                                 random.Random(seed + 2))  # fmt: skip
+                                 random.Random(b.seed + 2))  # fmt: skip
         instruct_dir = public / "models" / model_dir_name(INSTRUCT_NAME)
         model.save_pretrained(instruct_dir, safe_serialization=True)
         tokenizer.chat_template = CHAT_TEMPLATE
