@@ -21,10 +21,15 @@ senses; the hidden rows are generated separately and never appear in it.
 
 from __future__ import annotations
 
+import pathlib
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
+from mlrb.tasks.from_scratch import suites
 from mlrb.tasks.from_scratch.grammar import NAMES, capitalise
+from mlrb.tasks.tiny_models import tiny_params, train_byte_level_tokenizer
 
 PRONOUNS = {"he": ("he", "his", "him"), "she": ("she", "her", "her")}
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
@@ -291,3 +296,47 @@ def instruction_rows(rng: random.Random, n: int, exclude: set | None = None) -> 
                             "input": f"{row['passage']}\nQuestion: {row['question']}?",
                             "output": ["no", "yes"][row["label"]]})  # fmt: skip
     return out
+
+
+# ---- the builds of the tasks scored on this suite (mini_pile, edge_llm_training) -----------
+
+
+@dataclass
+class SuiteBuild:
+    """A tiny build under way whose hidden evaluation is this suite (see `suite_build`)."""
+
+    p: dict  # the builder's parameters
+    public: pathlib.Path
+    rng: random.Random
+    passages: set  # the suite's passages: no training text may hold one
+    group: str
+    counts: dict[str, int]  # rows per sub-task
+
+    def documents(self, n: int) -> list[str]:
+        return web_documents(self.rng, n, exclude=self.passages)
+
+    def tokenizer(self, texts: list[str]) -> Any:
+        """The task's tokenizer, trained on texts and saved as public/tokenizer."""
+        tokenizer = train_byte_level_tokenizer(texts, int(self.p["vocab_size"]))
+        tokenizer.save_pretrained(self.public / "tokenizer")
+        return tokenizer
+
+    def facts(self, data: dict, tokenizer: Any) -> dict:
+        """The manifest's facts: the parameters, the data files, the tokenizer and the suite."""
+        return {
+            "params": self.p,
+            "data": data,
+            "tokenizer": {"path": "public/tokenizer", "vocab_size": len(tokenizer)},
+            "suite": {"group": self.group, "rows": self.counts},
+        }
+
+
+def suite_build(out_dir: pathlib.Path, params: dict, names: tuple, task: str, group: str) -> SuiteBuild:
+    """The start these builders share: their parameters (`tiny_params`), the seeded random
+    stream, and the hidden suite written to hidden/ (`rows_per_subtask` rows per sub-task)."""
+    p = tiny_params(params, names, task)
+    out_dir = pathlib.Path(out_dir)
+    rng = random.Random(int(p["seed"]))
+    suite, passages = hidden_suite(rng, int(p["rows_per_subtask"]))
+    counts = suites.write_hidden_suite(out_dir / "hidden", group, suite)
+    return SuiteBuild(p, out_dir / "public", rng, passages, group, counts)

@@ -15,10 +15,9 @@ reading-quiz pages and sentences using ambiguous words; none holds a hidden row.
 from __future__ import annotations
 
 import pathlib
-import random
 
-from mlrb.tasks.from_scratch import suites, superglue
-from mlrb.tasks.tiny_models import tiny_params, train_byte_level_tokenizer, write_jsonl
+from mlrb.tasks.from_scratch import superglue
+from mlrb.tasks.tiny_models import write_jsonl
 
 # The builder's parameters; their values are in mlrb/conf/task/mini_pile.yaml (scales.tiny.assets).
 PARAMS = ("seed", "train_docs", "validation_docs", "test_docs", "vocab_size", "rows_per_subtask", "checkpoint_command")
@@ -26,24 +25,13 @@ PARAMS = ("seed", "train_docs", "validation_docs", "test_docs", "vocab_size", "r
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
     """Build the assets into out_dir; returns manifest facts (paths relative to out_dir)."""
-    p = tiny_params(params, PARAMS, "mini_pile")
-    out_dir = pathlib.Path(out_dir)
-    public, hidden = out_dir / "public", out_dir / "hidden"
-    rng = random.Random(int(p["seed"]))
-    suite, passages = superglue.hidden_suite(rng, int(p["rows_per_subtask"]))
-    counts = suites.write_hidden_suite(hidden, group, suite)
+    b = superglue.suite_build(out_dir, params, PARAMS, "mini_pile", group)
     splits = {}
     for split in ("train", "validation", "test"):
-        splits[split] = superglue.web_documents(rng, int(p[f"{split}_docs"]), exclude=passages)
-        write_jsonl(public / "data" / f"{split}.jsonl", [{"text": text} for text in splits[split]])
-    tokenizer = train_byte_level_tokenizer(splits["train"], int(p["vocab_size"]))
-    tokenizer.save_pretrained(public / "tokenizer")
-    return {
-        "params": p,
-        "data": {
-            split: {"path": f"public/data/{split}.jsonl", "rows": len(docs), "words": sum(len(d.split()) for d in docs)}
-            for split, docs in splits.items()
-        },
-        "tokenizer": {"path": "public/tokenizer", "vocab_size": len(tokenizer)},
-        "suite": {"group": group, "rows": counts},
+        splits[split] = b.documents(int(b.p[f"{split}_docs"]))
+        write_jsonl(b.public / "data" / f"{split}.jsonl", [{"text": text} for text in splits[split]])
+    data = {
+        split: {"path": f"public/data/{split}.jsonl", "rows": len(docs), "words": sum(len(d.split()) for d in docs)}
+        for split, docs in splits.items()
     }
+    return b.facts(data, b.tokenizer(splits["train"]))
