@@ -18,8 +18,11 @@ at this scale, so the tiny baseline trains it from scratch.
 
 from __future__ import annotations
 
+import json
 import pathlib
 import random
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from mlrb.tasks.tiny_models import deterministic, read_jsonl, tiny_params, write_jsonl
 
@@ -30,119 +33,97 @@ _VARIABLES = ["x", "y", "z", "a", "b", "n", "m", "t", "k", "r"]
 _PROOF_END = ":=\nbegin\n  {tactic},\nend"
 
 
-def _linear(rng, v, n):
+@dataclass(frozen=True)
+class Template:
+    """A family of problems: its numbers and names drawn by `draw(rng, v)` (v: the problem's
+    variable), then written into its statement, informal proof and Lean theorem."""
+
+    area: str  # in the problem's name, as miniF2F's names have it
+    draw: Callable[[random.Random, str], dict]
+    statement: str
+    proof: str
+    theorem: str  # {n}: the problem's name
+    tactic: str
+
+    def make(self, rng: random.Random, v: str, n: str) -> tuple[str, str, str]:
+        values = {"v": v, "n": n, **self.draw(rng, v)}
+        formal = self.theorem.format(**values) + " " + _PROOF_END.format(tactic=self.tactic)
+        return self.statement.format(**values), self.proof.format(**values), formal
+
+
+def _linear(rng, v):
     a, c = rng.randint(2, 60), rng.randint(2, 60)
-    b = a + c
-    return (
-        f"Solve for ${v}$: ${v} + {a} = {b}$. Show that ${v} = {c}$.",
-        f"Subtracting {a} from both sides gives ${v} = {b} - {a} = {c}$.",
-        f"theorem {n} ({v} : ℝ) (h₀ : {v} + {a} = {b}) : {v} = {c} " + _PROOF_END.format(tactic="linarith"),
-    )
+    return {"a": a, "b": a + c, "c": c}
 
 
-def _scaled(rng, v, n):
+def _scaled(rng, v):
     k, c = rng.randint(2, 12), rng.randint(2, 30)
-    return (
-        f"If ${k} {v} = {k * c}$, show that ${v} = {c}$.",
-        f"Dividing both sides by {k} gives ${v} = {c}$.",
-        f"theorem {n} ({v} : ℝ) (h₀ : {k} * {v} = {k * c}) : {v} = {c} " + _PROOF_END.format(tactic="linarith"),
-    )
+    return {"k": k, "c": c, "kc": k * c}
 
 
-def _product(rng, v, n):
+def _product(rng, v):
     a, b = rng.randint(2, 40), rng.randint(2, 40)
-    return (
-        f"Compute ${a} \\times {b}$. Show that it equals ${a * b}$.",
-        f"Multiplying, ${a} \\times {b} = {a * b}$.",
-        f"theorem {n} : ({a} : ℕ) * {b} = {a * b} " + _PROOF_END.format(tactic="norm_num"),
-    )
+    return {"a": a, "b": b, "ab": a * b}
 
 
-def _remainder(rng, v, n):
+def _remainder(rng, v):
     b, q = rng.randint(3, 12), rng.randint(2, 30)
     r = rng.randint(0, b - 1)
-    a = b * q + r
-    return (
-        f"What is the remainder when ${a}$ is divided by ${b}$? Show that it is ${r}$.",
-        f"Since ${a} = {b} \\cdot {q} + {r}$, the remainder is ${r}$.",
-        f"theorem {n} : {a} % {b} = {r} " + _PROOF_END.format(tactic="norm_num"),
-    )
+    return {"a": b * q + r, "b": b, "q": q, "r": r}
 
 
-def _sum(rng, v, n):
+def _sum(rng, v):
     a, b, c = (rng.randint(-30, 60) for _ in range(3))
-    return (
-        f"What is the sum of ${a}$, ${b}$ and ${c}$? Show that it is ${a + b + c}$.",
-        f"Adding, ${a} + {b} + {c} = {a + b + c}$.",
-        f"theorem {n} : ({a} : ℤ) + {b} + {c} = {a + b + c} " + _PROOF_END.format(tactic="norm_num"),
-    )
+    return {"a": a, "b": b, "c": c, "s": a + b + c}
 
 
-def _commute(rng, v, n):
-    a = rng.randint(1, 50)
-    return (
-        f"Show that for every natural number ${v}$, ${v} + {a} = {a} + {v}$.",
-        "Addition of natural numbers is commutative.",
-        f"theorem {n} ({v} : ℕ) : {v} + {a} = {a} + {v} " + _PROOF_END.format(tactic="rw add_comm"),
-    )
+def _commute(rng, v):
+    return {"a": rng.randint(1, 50)}
 
 
-def _square(rng, v, n):
+def _square(rng, v):
     p, q = rng.sample(_VARIABLES, 2)
-    return (
-        f"Show that for all real numbers ${p}$ and ${q}$, $({p} + {q})^2 = {p}^2 + 2 {p} {q} + {q}^2$.",
-        "Expand the square and collect terms.",
-        f"theorem {n} ({p} {q} : ℝ) : ({p} + {q})^2 = {p}^2 + 2 * {p} * {q} + {q}^2 "
-        + _PROOF_END.format(tactic="ring"),
-    )
+    return {"p": p, "q": q}
 
 
-def _inequality(rng, v, n):
+def _inequality(rng, v):
     a, b = rng.randint(1, 40), rng.randint(1, 40)
-    return (
-        f"Let ${v}$ be a real number with ${v} > {a}$. Show that ${v} + {b} > {a + b}$.",
-        f"Adding {b} to both sides of ${v} > {a}$ gives ${v} + {b} > {a + b}$.",
-        f"theorem {n} ({v} : ℝ) (h₀ : {a} < {v}) : {a + b} < {v} + {b} " + _PROOF_END.format(tactic="linarith"),
-    )
+    return {"a": a, "b": b, "ab": a + b}
 
 
-def _divides(rng, v, n):
+def _divides(rng, v):
     a, k = rng.randint(2, 15), rng.randint(2, 15)
-    return (
-        f"Show that ${a}$ divides ${a * k}$.",
-        f"We have ${a * k} = {a} \\cdot {k}$.",
-        f"theorem {n} : ({a} : ℕ) ∣ {a * k} " + _PROOF_END.format(tactic="norm_num"),
-    )
+    return {"a": a, "ak": a * k, "k": k}
 
 
-def _system(rng, v, n):
+def _system(rng, v):
     w = rng.choice([u for u in _VARIABLES if u != v])
     x, y = rng.randint(1, 30), rng.randint(1, 30)
-    return (
-        f"If ${v} + {w} = {x + y}$ and ${v} - {w} = {x - y}$, show that ${v} = {x}$.",
-        f"Adding the two equations gives $2 {v} = {2 * x}$, so ${v} = {x}$.",
-        f"theorem {n} ({v} {w} : ℝ) (h₀ : {v} + {w} = {x + y}) (h₁ : {v} - {w} = {x - y}) : {v} = {x} "
-        + _PROOF_END.format(tactic="linarith"),
-    )
+    return {"w": w, "x": x, "sum": x + y, "diff": x - y, "twice": 2 * x}
 
 
-# (area of the problem name, generator)
-TEMPLATES = [
-    ("algebra", _linear), ("algebra", _scaled), ("algebra", _sum), ("algebra", _square),
-    ("algebra", _inequality), ("algebra", _system), ("numbertheory", _product),
-    ("numbertheory", _remainder), ("numbertheory", _commute), ("numbertheory", _divides),
-]  # fmt: skip
+# Each family's numbers and names, by the family's name in templates.json.
+DRAWS = {"linear": _linear, "scaled": _scaled, "sum": _sum, "square": _square, "inequality": _inequality,
+         "system": _system, "product": _product, "remainder": _remainder, "commute": _commute, "divides": _divides}  # fmt: skip
+
+
+def templates() -> list[Template]:
+    """The problem families, in templates.json's order (the builder draws one by position):
+    their texts are data, with {n} the problem's name, {v} its variable and the draw's values."""
+    texts = json.loads((pathlib.Path(__file__).parent / "templates.json").read_text(encoding="utf-8"))
+    return [Template(draw=DRAWS[name], **family) for name, family in texts.items()]
 
 
 def synthetic_rows(n: int, seed: int) -> list[dict]:
     """n distinct problems in the real dataset's format, named like miniF2F's (synth_<area>_<i>)."""
     rng = random.Random(seed)
+    families = templates()
     rows: list[dict] = []
     seen = set()
     while len(rows) < n:
-        area, make = rng.choice(TEMPLATES)
-        name = f"synth_{area}_{len(rows)}"
-        statement, proof, formal = make(rng, rng.choice(_VARIABLES), name)
+        template = rng.choice(families)
+        name = f"synth_{template.area}_{len(rows)}"
+        statement, proof, formal = template.make(rng, rng.choice(_VARIABLES), name)
         if statement in seen:
             continue
         seen.add(statement)
