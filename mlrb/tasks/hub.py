@@ -177,6 +177,11 @@ def is_present(item: HubItem) -> bool:
     return any(root.glob("*/*/dataset_info.json"))
 
 
+def folder_name(repo: str) -> str:
+    """A hub id as one folder's name, as the assets keep models: org/name -> org__name."""
+    return repo.replace("/", "__")
+
+
 def copy_model(repo: str, dest: Path, patterns: Sequence[str] | None = None) -> Path:
     """Copy a model repository's files (those matching `patterns`) from the cache into
     `dest` (downloading them first when online and not cached)."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrb.tasks import rules
+from mlrb.tasks import hub, rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
 
 TEST_TASK = "mlrb_edge_llm_compression_test"
@@ -48,8 +48,6 @@ class EdgeLlmCompression(Task):
 
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the base model from the Hugging Face hub."""
-        from mlrb.tasks import hub
-
         hub.copy_model(params["base_model"], out_dir / "public" / "base_model")
         return {"base_model": params["base_model"]}
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from mlrb import registry
-from mlrb.tasks import rules
+from mlrb.tasks import hub, rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
 
 MB = 1e6
@@ -59,7 +59,7 @@ class FromScratchScale(ScaleSpec):
 
 
 def checkpoint_dir(assets: Path, name: str) -> Path:
-    return assets / "hidden" / CHECKPOINTS_DIR / name.replace("/", "__")
+    return assets / "hidden" / CHECKPOINTS_DIR / hub.folder_name(name)
 
 
 class FromScratchTask(Task):
@@ -90,8 +90,6 @@ class FromScratchTask(Task):
         """Full scale: the task's dataset (each subset and split as public/data/[<subset>/]<split>.jsonl),
         the tokenizer the baseline uses (files only, no weights) and the known public checkpoints
         (hidden, for the pretrained-weights check), from the Hugging Face hub."""
-        from mlrb.tasks import hub
-
         public = out_dir / "public"
         facts: dict[str, Any] = {"dataset": params["dataset"], "rows": {}}
         for subset in params.get("subsets") or [None]:

@@ -27,6 +27,7 @@ import json
 import pathlib
 import random
 
+from mlrb.tasks import hub
 from mlrb.tasks.tiny_models import (
     BASE_MODEL_PARAMS,
     SKILLS,
@@ -44,11 +45,6 @@ CHAT_TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}\n
 # The builder's parameters; their values are in mlrb/conf/task/llm_efficiency.yaml (scales.tiny.assets).
 PARAMS = (*BASE_MODEL_PARAMS, "web_texts", "instruct_steps", "batch_size", "n_train", "rows_per_fact", "n_dev",
           "n_test")  # fmt: skip
-
-
-def model_dir_name(name: str) -> str:
-    """Folder name of a hub-style model id (org/name -> org__name)."""
-    return name.replace("/", "__")
 
 
 # Question-and-answer pages of the web text, in the two layouts fine-tuning uses; they only
@@ -117,7 +113,7 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
         tokenizer = train_tokenizer(tok_texts + ["<|user|> <|assistant|> Instruction: Context: Response:"],
                                     p["vocab_size"])  # fmt: skip
         model, base_loss = b.pretrain(make_llama, tokenizer, [t + tokenizer.eos_token for t in corpus])
-        base_dir = public / "models" / model_dir_name(BASE_NAME)
+        base_dir = public / "models" / hub.folder_name(BASE_NAME)
         model.save_pretrained(base_dir, safe_serialization=True)
         tokenizer.save_pretrained(base_dir)
         _model_card(base_dir, BASE_NAME, "A base model: pretrained on web text only, not instruction-tuned.")
@@ -126,7 +122,7 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
         chat = [(f"<|user|> {r['instruction']}\n<|assistant|>", " " + r["response"]) for r in instructions]
         instruct_loss = train_lm(model, tokenizer, chat, p["instruct_steps"], 1e-3, p["batch_size"],
                                  random.Random(b.seed + 2))  # fmt: skip
-        instruct_dir = public / "models" / model_dir_name(INSTRUCT_NAME)
+        instruct_dir = public / "models" / hub.folder_name(INSTRUCT_NAME)
         model.save_pretrained(instruct_dir, safe_serialization=True)
         tokenizer.chat_template = CHAT_TEMPLATE
         tokenizer.save_pretrained(instruct_dir)

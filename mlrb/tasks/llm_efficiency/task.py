@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrb.tasks import rules
+from mlrb.tasks import hub, rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
 
 TEST_TASK = "mlrb_llm_efficiency_test"
@@ -55,7 +55,7 @@ class LlmEfficiencyScale(ScaleSpec):
 
 def model_dir(assets: Path, name: str) -> Path:
     """Where the assets keep a hub-style model id (org/name -> public/models/org__name)."""
-    return assets / "public" / "models" / name.replace("/", "__")
+    return assets / "public" / "models" / hub.folder_name(name)
 
 
 class LlmEfficiency(Task):
@@ -65,14 +65,10 @@ class LlmEfficiency(Task):
 
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the baseline's base model and instruction data from the Hugging Face hub."""
-        from mlrb.tasks import hub
-
-        public = out_dir / "public"
-        public.mkdir(parents=True, exist_ok=True)
         name = params["base_model"]
-        hub.copy_model(name, model_dir(out_dir, name))
+        hub.copy_model(name, model_dir(out_dir, name))  # makes public/
         rows = hub.load_dataset(params["dataset"], split="train")
-        rows.to_json(str(public / "instructions.jsonl"), lines=True)
+        rows.to_json(str(out_dir / "public" / "instructions.jsonl"), lines=True)
         return {"base_model": name, "dataset": params["dataset"], "instructions": len(rows)}
 
     def calibrate(self, out_dir: Path) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrb.tasks import rules
+from mlrb.tasks import hub, rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, anchor_problem
 from mlrb.tasks.llm_merging.lineage import check_is_merge
 
@@ -42,12 +42,9 @@ class LlmMerging(Task):
     # ---- assets and calibration ------------------------------------------------
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the base model and adapters from the Hugging Face hub."""
-        from mlrb.tasks import hub
-
-        public = out_dir / "public"
-        hub.copy_model(params["base_model"], public / "base_model")
+        hub.copy_model(params["base_model"], out_dir / "public" / "base_model")
         for repo in params["adapters"]:
-            hub.copy_model(repo, public / "adapters" / repo.replace("/", "__"))
+            hub.copy_model(repo, out_dir / "public" / "adapters" / hub.folder_name(repo))
         return {"base_model": params["base_model"], "adapters": list(params["adapters"])}
 
     def anchor_commands(self) -> dict[str, str]:

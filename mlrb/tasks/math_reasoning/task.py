@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrb.tasks import hub
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
 
 # A Lean 3 declaration: optional attributes/comments, then theorem or lemma, a name and `:=`.
@@ -59,7 +60,6 @@ class MathReasoning(Task):
 
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the competition's data and the baseline's model from the Hugging Face hub."""
-        from mlrb.tasks import hub
         from mlrb.tasks.math_reasoning.assets import write_splits
 
         data = hub.load_dataset(params["dataset"])
