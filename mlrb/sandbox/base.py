@@ -195,6 +195,13 @@ class Sandbox(abc.ABC):
     def exec(self, command: str, timeout_s: float) -> ExecResult:
         """Run a shell command in the workspace; kill it (and its children) at the timeout."""
 
+    def confined_layout(self) -> tuple[list[Mount], dict[str, str]]:
+        """For a sandbox that shows the agent paths of its own (bwrap, Docker): the workspace at
+        WORKSPACE (writable) and the data at DATA, as mounts, and the agent's environment there."""
+        self.workspace, self.data_dir = WORKSPACE, DATA
+        mounts = [Mount(self.root, WORKSPACE, writable=True), Mount(self.host_data_dir, DATA)]
+        return mounts, agent_environment(WORKSPACE, DATA)
+
     def read_file(self, path: str) -> str:
         return resolve_inside(self.root, path, self.workspace).read_text(errors="replace")
 

@@ -36,7 +36,6 @@ from pathlib import Path
 from mlrb.config import ConfigError, SandboxConfig
 from mlrb.sandbox.base import (
     AGENT_UID,
-    DATA,
     WORKSPACE,
     ExecResult,
     IsolatedCommand,
@@ -44,7 +43,6 @@ from mlrb.sandbox.base import (
     Mount,
     Sandbox,
     SandboxError,
-    agent_environment,
     python_mounts,
 )
 from mlrb.sandbox.cgroup import Cgroup, joined
@@ -191,15 +189,10 @@ class BwrapSandbox(Sandbox):
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits):
         super().__init__(cfg, workspace, data_dir, run_id, limits)
-        self.workspace, self.data_dir = WORKSPACE, DATA
+        mounts, env = self.confined_layout()
+        mounts.append(Mount(EXEC_SERVER, SERVER_INSIDE))
         self.binary = find_bwrap(self.options.binary)
         self.scratch = Path(tempfile.mkdtemp(prefix="mlrb-bwrap-"))
-        mounts = [
-            Mount(self.root, WORKSPACE, writable=True),
-            Mount(self.host_data_dir, DATA),
-            Mount(EXEC_SERVER, SERVER_INSIDE),
-        ]
-        env = agent_environment(WORKSPACE, DATA)
         argv = bwrap_argv(self.binary, self.options, limits, mounts, WORKSPACE, env, identity(self.scratch))
         argv += ["--as-pid-1", sys.executable, "-I", "-S", SERVER_INSIDE, WORKSPACE]
         self.cgroup = Cgroup.create(cgroup_name(run_id), limits, cfg.pids_limit)

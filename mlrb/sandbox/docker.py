@@ -22,7 +22,6 @@ from typing import Any
 from mlrb.config import ConfigError, SandboxConfig
 from mlrb.sandbox.base import (
     AGENT_UID,
-    DATA,
     MAX_CAPTURE_BYTES,
     WORKSPACE,
     ExecResult,
@@ -30,7 +29,6 @@ from mlrb.sandbox.base import (
     Limits,
     Mount,
     Sandbox,
-    agent_environment,
     capped,
     python_mounts,
     resolve_inside,
@@ -208,14 +206,12 @@ class DockerSandbox(Sandbox):
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits):
         super().__init__(cfg, workspace, data_dir, run_id, limits)
-        self.workspace, self.data_dir = WORKSPACE, DATA
+        mounts, environment = self.confined_layout()
         self.client = connect(self.options)
         self.stale_removed = remove_stale(self.client)
         self.user = run_user(self.options)
         hand_over(self.root, self.user)
-        mounts = [Mount(self.root, WORKSPACE, writable=True), Mount(self.host_data_dir, DATA)]
         options = container_options(cfg, limits, run_id, "agent", mounts)
-        environment = agent_environment(WORKSPACE, DATA)
         environment.pop("CUDA_VISIBLE_DEVICES", None)  # see numbers_own_gpus
         self.container = self.client.containers.run(
             command=["sleep", "infinity"], working_dir=WORKSPACE, environment=environment, **options,
