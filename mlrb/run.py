@@ -293,9 +293,10 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
 
     budget = Budget(cfg.budget)
     agent_started = time.monotonic()
-    sink = open_sink(run_dir / "trajectory.jsonl", recorder)
+    sink: events.EventSink | None = None
     stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
     try:
+        sink = open_sink(run_dir / "trajectory.jsonl", recorder)
         sink.emit(events.RunStarted(run_name(cfg), dataclasses.asdict(cfg.budget)))
         try:
             outcome: AgentOutcome = agent.run(
@@ -320,7 +321,8 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
         raise
     finally:
         sandbox.close()
-        sink.close(stopped_by)  # traces flushed, the trajectory file closed
+        if sink is not None:
+            sink.close(stopped_by)  # traces flushed, the trajectory file closed
         clock.add("agent", time.monotonic() - agent_started)
     log.info("agent ended: %s %s", outcome.status, outcome.message)
     step_snapshots.take(budget.steps, work, before)  # the final state (work left running may have changed it)
