@@ -138,8 +138,23 @@ def recorded(client) -> tuple:
             "logged once": all(n == 1 for n in histories.values()),
             "params": sorted(run.data.params),
             "artifacts": sorted(a.path for a in client.list_artifacts(run.info.run_id)),
+            "traces": traces_of(client, experiment, run.info.run_id),
         }
     return parent, runs, children
+
+
+def traces_of(client, experiment: str, run_id: str) -> list:
+    """Each of the run's traces as its spans' (name, type), in order."""
+    import mlflow
+
+    # MLflow reads a trace's spans kept as an mlflow-artifacts file through the process-wide URI.
+    mlflow.set_tracking_uri(client.tracking_uri)
+    try:
+        traces = client.search_traces(locations=[experiment], run_id=run_id)
+    finally:
+        mlflow.set_tracking_uri(None)
+    return [[(span.name, span.span_type) for span in sorted(trace.data.spans, key=lambda s: s.start_time_ns)]
+            for trace in traces]  # fmt: skip
 
 
 def check_sweep(client, out: str) -> tuple:
@@ -149,6 +164,7 @@ def check_sweep(client, out: str) -> tuple:
         assert run["status"] == "FINISHED" and run["mlrb.status"] == "no_submission", (name, run)
         assert run["parent"] and run["logged once"], (name, run)
         assert run["tags"] == TAGS and run["metrics"] == METRICS and run["artifacts"] == ARTIFACTS, (name, run)
+        assert run["traces"] == [[("step 1", "AGENT"), ("shell", "TOOL")]], (name, run)  # the baseline's one step
     assert parent.info.status == "FINISHED"
     assert parent.data.metrics["jobs"] == 12 and parent.data.metrics["jobs_done"] == 12
     assert parent.data.metrics["jobs_failed"] == 0 and parent.data.metrics["n"] == 12
@@ -183,8 +199,10 @@ def test_a_sweep_through_the_server_loses_nothing_when_it_restarts_and_matches_s
     parent, runs, on_server = check_sweep(client, out)
     assert down_s >= 10 and "4 running" in out  # 4 jobs wrote at once
     assert "0 failed" in out and "failed\n" not in out.replace("0 failed", "")
-    # every artifact is in the server's shared folder, and nothing else
-    files = sorted(p.name for p in server.artifacts.rglob("*") if p.is_file())
+    # every run's artifact is in the server's shared folder, and nothing else (MLflow may keep a
+    # trace's spans there too, under traces/; the traces themselves were checked above)
+    files = sorted(p.name for p in server.artifacts.rglob("*")
+                   if p.is_file() and "traces" not in p.relative_to(server.artifacts).parts)  # fmt: skip
     assert files == sorted(ARTIFACT_FILES * 12)
 
     # the report reads the server: its table is the store's
