@@ -221,8 +221,8 @@ def unknown_key_message(key: str, choices: list[str] | None = None) -> str:
 @contextlib.contextmanager
 def mode_from_command_line(args: argparse.Namespace) -> Iterator[None]:
     """Hydra composes a run's whole config twice: first only to read `hydra.mode`
-    (`Hydra.get_mode`), then for the run; the first is a tenth to a fifth of a second of
-    a short run on 2 cores. For a single run whose mode nothing sets (no `hydra.mode`
+    (`Hydra.get_mode`), then for the run; the first is about a third of a second of a
+    short run on 2 cores. For a single run whose mode nothing sets (no `hydra.mode`
     override, no other config folder, and none in mlrb's configs: tests/test_cli.py checks),
     that first compose can only answer None, so it is skipped. Hydra has no public setting
     for this: its method is replaced only while this run starts, and left as it is where a
