@@ -11,15 +11,14 @@ be valid, with exit status 2 and before anything runs or is recorded:
   validated here before the command line goes to Hydra;
 - a single run: the config Hydra composes for the run is validated by a Hydra
   callback (`ConfigCheck`) before the run's folder is made, so it is composed once
-  (twice would cost a noticeable part of a short run; see also `mode_from_command_line`).
-  Hydra's own report of a config it cannot compose is held back; in its place, the same
-  check as for a sweep names the bad value.
+  (twice would cost a noticeable part of a short run). Hydra's own report of a config
+  it cannot compose is held back; in its place, the same check as for a sweep names
+  the bad value.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
 import io
 import itertools
@@ -27,7 +26,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -218,30 +217,6 @@ def unknown_key_message(key: str, choices: list[str] | None = None) -> str:
     return f"unknown config key '{key}'{hint} Valid keys {scope}: {', '.join(valid)}"
 
 
-@contextlib.contextmanager
-def mode_from_command_line(args: argparse.Namespace) -> Iterator[None]:
-    """Hydra composes a run's whole config twice: first only to read `hydra.mode`
-    (`Hydra.get_mode`), then for the run; the first is about a third of a second of a
-    short run on 2 cores. For a single run whose mode nothing sets (no `hydra.mode`
-    override, no other config folder, and none in mlrb's configs: tests/test_cli.py checks),
-    that first compose can only answer None, so it is skipped. Hydra has no public setting
-    for this: its method is replaced only while this run starts, and left as it is where a
-    Hydra version has no such method."""
-    from hydra._internal.hydra import Hydra  # not public: the one place mlrb reaches into Hydra
-
-    other_configs = args.config_dir or args.config_path or args.config_name
-    sets_mode = other_configs or any(o.lstrip("+~").startswith("hydra.mode") for o in args.overrides)
-    original = getattr(Hydra, "get_mode", None)
-    if sets_mode or original is None:
-        yield
-        return
-    Hydra.get_mode = lambda self, config_name, overrides: None  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        Hydra.get_mode = original  # type: ignore[method-assign]
-
-
 class SingleRunCheck:
     """A single run's config, validated once Hydra has composed it and before the run's folder
     is made; Hydra's console output is held back until then (see the module's docstring)."""
@@ -372,7 +347,7 @@ def main(argv: list[str] | None = None, end_at_once: bool = False) -> None:
     sys.argv.append(SingleRunCheck.CALLBACK)
     check = SingleRunCheck()
     try:
-        with check, mode_from_command_line(args):
+        with check:
             app()
     except SystemExit as e:
         if check.composed or e.code in (0, None):

@@ -113,50 +113,6 @@ def test_help_does_not_import_ml_libraries(tmp_path):
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
 
 
-COUNT_COMPOSES = """
-import sys
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
-modes, load = [], ConfigLoaderImpl.load_configuration
-def counted(self, *args, **kwargs):
-    modes.append(kwargs.get("run_mode", args[2] if len(args) > 2 else None).name)
-    return load(self, *args, **kwargs)
-ConfigLoaderImpl.load_configuration = counted
-from mlrb.cli import main
-try:
-    main(sys.argv[1:])
-except SystemExit as e:
-    print("EXIT", e.code, "COMPOSED", modes)
-"""
-
-
-@pytest.mark.parametrize(
-    "overrides, composed",
-    [
-        (["budget.wall_time_s=-5"], ["RUN"]),  # once: Hydra's first compose, for the mode alone, is skipped
-        (["budget.wall_time_s=-5", "hydra.mode=RUN"], ["MULTIRUN", "RUN"]),  # a mode named: Hydra reads it
-    ],
-)
-def test_a_single_run_composes_its_config_once(tmp_path, overrides, composed):
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-c", COUNT_COMPOSES, *overrides], capture_output=True, text=True, cwd=tmp_path)
-    assert f"EXIT 2 COMPOSED {composed}" in out.stdout, out.stdout + out.stderr  # refused after composing
-    assert "budget.wall_time_s" in out.stderr and not (tmp_path / "outputs").exists()
-
-
-def test_no_packaged_config_sets_hydras_mode():
-    """What lets a single run skip Hydra's compose for `hydra.mode` (mlrb.cli.mode_from_command_line)."""
-    import yaml
-
-    from mlrb.config import CONF_DIR
-
-    for path in CONF_DIR.rglob("*.yaml"):
-        data = yaml.safe_load(path.read_text()) or {}
-        hydra_keys = data if path.relative_to(CONF_DIR).parts[0] == "hydra" else data.get("hydra") or {}
-        assert "mode" not in hydra_keys, path
-
-
 @pytest.mark.parametrize(
     "flags_last, flags_first",
     [
