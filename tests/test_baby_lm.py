@@ -48,6 +48,30 @@ def test_minimal_pairs_differ_in_one_word_and_are_balanced():
         assert len(firsts) == 20
 
 
+def test_made_up_names_are_used_unevenly_in_the_corpus_and_evenly_in_the_pairs():
+    from collections import Counter
+
+    from mlrb.tasks.baby_lm.assets import source_text
+    from mlrb.tasks.from_scratch import blimp
+    from mlrb.tasks.from_scratch.grammar import NAMES, Grammar, People
+
+    people = People.made_up(random.Random(7), 40, 1.0)
+    he, she = people.names["he"], people.names["she"]
+    assert len(he) == len(she) == 20 and not set(he) & set(she) and not set(he + she) & set(NAMES["he"] + NAMES["she"])
+    corpus = source_text(Grammar(random.Random(8), people), 0.3, 60000)
+    used = Counter(word for word in corpus.replace(".", " ").split() if word in he + she)
+    counts = sorted(used.values(), reverse=True)
+    assert counts[0] > 20 * counts[-1]  # a Zipf law: a few names most of the time
+    # A name is followed by the reflexive of its own gender only.
+    for name in he:
+        assert f"{name} sees herself" not in corpus and f"{name} hurts herself" not in corpus
+    # The hidden pairs ask every name's gender about as often, however rare it is in the corpus.
+    rows = blimp.minimal_pairs(random.Random(9), "anaphor_gender_agreement", 200, people)
+    asked = Counter(row["sentence_good"].split()[0] for row in rows)
+    assert set(asked) == set(he + she) and max(asked.values()) < 5 * min(asked.values())
+    assert all(row["sentence_good"].endswith("himself.") == (row["sentence_good"].split()[0] in he) for row in rows)
+
+
 def save_matrices(folder: Path, tensors: dict) -> Path:
     from safetensors.torch import save_file
 
@@ -125,7 +149,7 @@ def test_assets_hide_the_pairs_and_the_baseline_beats_an_untrained_model(assets)
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
     assert abs(calibration["do_nothing_score"] - 0.5) < 0.1  # at chance
     assert calibration["baseline_score"] > calibration["do_nothing_score"] + 0.15
-    assert calibration["reference_score"] > calibration["baseline_score"] + 0.05
+    assert calibration["reference_score"] > calibration["baseline_score"] + 0.1
 
 
 @pytest.mark.slow

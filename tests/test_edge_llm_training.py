@@ -62,15 +62,14 @@ def test_data_has_both_subsets_and_the_baseline_beats_an_untrained_model(assets)
     alpaca = json.loads((data / "alpaca_cleaned" / "train.jsonl").read_text().splitlines()[0])
     assert set(c4) == {"text"} and set(alpaca) == {"instruction", "input", "output"}
     c = json.loads((assets / "hidden" / "calibration.json").read_text())
-    assert abs(c["do_nothing_score"] - 0.5) < 0.1
-    assert c["baseline.score.copa"] > c["do_nothing.score.copa"] + 0.1
-    assert c["baseline_score"] > c["do_nothing_score"] + 0.02
-    assert c["reference_score"] > c["baseline_score"] + 0.02
+    assert abs(c["do_nothing_score"] - 0.5) < 0.05
+    assert c["baseline_score"] > c["do_nothing_score"] + 0.1
+    assert c["reference_score"] > c["baseline_score"] + 0.1
 
 
 def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, assets):
     metrics = baseline_run("edge_llm_training", tmp_path, cache_dir).data.metrics
-    assert {"score.boolq", "score.copa", "score.rte", "score.wic"} <= set(metrics)
+    assert "score.copa" in metrics and metrics["score"] == pytest.approx(metrics["score.copa"])
     assert 0 < metrics["weight_memory_mb"] < metrics["peak_memory_mb"] <= load_task().spec.memory_limit_mb
 
 

@@ -37,7 +37,8 @@ SUPERGLUE_FIELDS = {
 def test_sub_task_rows_have_superglue_fields_and_balanced_labels():
     from mlrb.tasks.from_scratch import superglue
 
-    suite, passages = superglue.hidden_suite(random.Random(0), 40)
+    world = superglue.World.draw(random.Random(0), 60, 1.0)
+    suite, passages = superglue.hidden_suite(random.Random(0), world, list(SUPERGLUE_FIELDS), 40)
     assert {name: fmt for name, (fmt, _) in suite.items()} == {n: n for n in SUPERGLUE_FIELDS}
     for name, (_, rows) in suite.items():
         assert all(set(row) == SUPERGLUE_FIELDS[name] for row in rows), name
@@ -48,8 +49,40 @@ def test_sub_task_rows_have_superglue_fields_and_balanced_labels():
     for row in suite["copa"][1]:
         assert row["question"] in ("cause", "effect") and row["premise"].endswith(".")
     # The training text never holds a hidden passage.
-    docs = superglue.web_documents(random.Random(1), 3000, exclude=passages)
+    docs = superglue.web_documents(random.Random(1), world, 3000, exclude=passages)
     assert not any(doc.split("\nQuestion:")[0] in passages for doc in docs)
+
+
+def test_text_states_causes_unevenly_and_the_hidden_rows_ask_them_evenly():
+    from collections import Counter
+
+    from mlrb.tasks.from_scratch import superglue
+
+    world = superglue.World.draw(random.Random(3), 60, 1.0)
+    assert len(set(world.causes)) == 60
+    # The text states every cause, some far more often than others.
+    docs = superglue.web_documents(random.Random(4), world, 4000)
+    text = " ".join(docs)
+    stated = Counter()
+    for cause in world.causes:
+        stated[cause] = text.count(cause.removeprefix("{s} "))
+        assert stated[cause] > 0
+    ranked = [count for _, count in stated.most_common()]
+    assert ranked[0] > 20 * ranked[-1]  # a Zipf law: the head far more often than the tail
+    # The hidden rows ask each cause about as often; the right choice is the world's law.
+    def told(template: str, gender: str) -> str:  # as a choice reads: about "he" or "she"
+        return superglue.capitalise(superglue._fill(template, gender, gender)) + "."
+
+    rows = superglue.rows(random.Random(5), world, "copa", 1200)
+    asked = Counter()
+    for row in rows:
+        right = [row["choice1"], row["choice2"]][row["label"]]
+        thing_done = (row["premise"] if row["question"] == "effect" else right).split(" ", 1)[1].rstrip(".")
+        i = next(i for i, cause in enumerate(world.causes) if cause == "{s} " + thing_done)
+        law = world.effects[i] if row["question"] == "effect" else world.causes[i]
+        assert right in (told(law, "he"), told(law, "she")), row
+        asked[i] += 1
+    assert len(asked) == 60 and max(asked.values()) < 4 * min(asked.values())
 
 
 def test_full_scale_config_names_the_papers_setup(tmp_path):
@@ -71,22 +104,18 @@ def test_assets_hide_the_suite_and_the_baseline_beats_an_untrained_model(assets)
     first = json.loads((assets / "public" / "data" / "train.jsonl").read_text().splitlines()[0])
     assert set(first) == {"text"}
     suite = json.loads((assets / "hidden" / "suite.json").read_text())
-    assert suite["subtasks"] == {"boolq": "boolq", "copa": "copa", "rte": "rte", "wic": "wic"}
+    assert suite["subtasks"] == {"copa": "copa"}
     c = json.loads((assets / "hidden" / "calibration.json").read_text())
-    assert abs(c["do_nothing_score"] - 0.5) < 0.1  # every sub-task at chance
-    # Cause and effect is what a minute of pretraining learns; the yes/no sub-tasks stay near
-    # chance at this size, as for small models on real SuperGLUE.
-    assert c["baseline.score.copa"] > c["do_nothing.score.copa"] + 0.1
-    assert c["baseline_score"] > c["do_nothing_score"] + 0.02
-    assert c["reference_score"] > c["baseline_score"] + 0.02
+    assert abs(c["do_nothing_score"] - 0.5) < 0.05  # an untrained model is at chance
+    # The baseline learns the causes the text states most; the wider reference many more.
+    assert c["baseline_score"] > c["do_nothing_score"] + 0.1
+    assert c["reference_score"] > c["baseline_score"] + 0.1
 
 
 @pytest.mark.slow
 def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     metrics = baseline_run("mini_pile", tmp_path, cache_dir).data.metrics
-    assert {"score.boolq", "score.copa", "score.rte", "score.wic"} <= set(metrics)
-    scores = [metrics[f"score.{name}"] for name in ("boolq", "copa", "rte", "wic")]
-    assert metrics["score"] == pytest.approx(sum(scores) / 4)
+    assert "score.copa" in metrics and metrics["score"] == pytest.approx(metrics["score.copa"])
 
 
 @pytest.mark.slow

@@ -12,7 +12,9 @@
 
 The corpus is written in the tiny English of `from_scratch/grammar.py`, which has the
 agreement rules the minimal pairs test: a model that learned the corpus's grammar
-prefers the good sentence, an untrained one is at chance.
+prefers the good sentence, an untrained one is at chance. Its people have made-up names
+(`names` of them), used as unevenly as words are (a Zipf law, `zipf`), so how many
+names' genders a model knows (himself or herself) grows with its capacity and training.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pathlib
 import random
 
 from mlrb.tasks.from_scratch import blimp, suites
-from mlrb.tasks.from_scratch.grammar import Grammar
+from mlrb.tasks.from_scratch.grammar import Grammar, People
 from mlrb.tasks.tiny_models import tiny_params, train_byte_level_tokenizer, write_jsonl
 
 # BabyLM 2024's strict-small sources, with how often each writes a short story
@@ -30,7 +32,7 @@ SOURCES = {"childes": 0.1, "bnc_spoken": 0.2, "gutenberg": 0.6, "open_subtitles"
            "switchboard": 0.2}  # fmt: skip
 SPLIT_SHARES = {"train": 1.0, "dev": 0.1, "test": 0.1}
 # The builder's parameters; their values are in mlrb/conf/task/baby_lm.yaml (scales.tiny.assets).
-PARAMS = ("seed", "train_words", "vocab_size", "pairs_per_phenomenon", "checkpoint_command")
+PARAMS = ("seed", "train_words", "vocab_size", "names", "zipf", "pairs_per_phenomenon", "checkpoint_command")
 
 
 def source_text(grammar: Grammar, story_share: float, words: int) -> str:
@@ -48,8 +50,10 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
     p = tiny_params(params, PARAMS, "baby_lm")
     out_dir = pathlib.Path(out_dir)
     public, hidden = out_dir / "public", out_dir / "hidden"
+    # The names come from their own random stream too: the corpus and the pairs share them.
+    people = People.made_up(random.Random(int(p["seed"]) + 2), int(p["names"]), float(p["zipf"]))
     rng = random.Random(int(p["seed"]))
-    grammar = Grammar(rng)
+    grammar = Grammar(rng, people)
     words_per_source = int(p["train_words"]) // len(SOURCES)
     splits = {}
     for split, share in SPLIT_SHARES.items():
@@ -64,7 +68,7 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
     pair_rng = random.Random(int(p["seed"]) + 1)
     n_pairs = int(p["pairs_per_phenomenon"])
     counts = suites.write_hidden_suite(
-        hidden, group, {uid: ("blimp", blimp.minimal_pairs(pair_rng, uid, n_pairs)) for uid in blimp.PHENOMENA}
+        hidden, group, {uid: ("blimp", blimp.minimal_pairs(pair_rng, uid, n_pairs, people)) for uid in blimp.PHENOMENA}
     )
     return {
         "params": p,

@@ -7,7 +7,7 @@ AlgorithmicResearchGroup/edge_llm_training's two subsets:
     public/data/alpaca_cleaned/train.jsonl        instruction rows, {"instruction", "input",
                                                   "output"} (alpaca-cleaned's part)
     public/tokenizer/                             a GPT-2-style tokenizer trained on both
-    hidden/suite.json, hidden/suite/              SuperGLUE-style sub-tasks (BoolQ, COPA, RTE, WiC)
+    hidden/suite.json, hidden/suite/              SuperGLUE-style sub-tasks (the YAML's `subtasks`)
 
 Text and sub-tasks come from `from_scratch/superglue.py`, as for MiniPile, with another
 seed; no training row holds a hidden passage.
@@ -21,14 +21,14 @@ from mlrb.tasks.from_scratch import superglue
 from mlrb.tasks.tiny_models import write_jsonl
 
 # The builder's parameters; their values are in mlrb/conf/task/edge_llm_training.yaml (scales.tiny.assets).
-PARAMS = ("seed", "c4_docs", "alpaca_rows", "vocab_size", "rows_per_subtask", "checkpoint_command")
+PARAMS = (*superglue.SUITE_PARAMS, "c4_docs", "alpaca_rows")
 
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
     """Build the assets into out_dir; returns manifest facts (paths relative to out_dir)."""
     b = superglue.suite_build(out_dir, params, PARAMS, "edge_llm_training", group)
     c4 = b.documents(int(b.p["c4_docs"]))
-    alpaca = superglue.instruction_rows(b.rng, int(b.p["alpaca_rows"]), exclude=b.passages)
+    alpaca = b.instructions(int(b.p["alpaca_rows"]))
     write_jsonl(b.public / "data" / "c4_combined_dataset" / "train.jsonl", [{"text": text} for text in c4])
     write_jsonl(b.public / "data" / "alpaca_cleaned" / "train.jsonl", alpaca)
     # Alpaca rows as the starter renders them, so the tokenizer knows their layout.

@@ -16,12 +16,12 @@ from mlrb.tasks.from_scratch.grammar import (
     CREATURES,
     INTRANSITIVE,
     IRREGULAR_CREATURES,
-    NAMES,
     REFLEXIVE,
     REFLEXIVE_VERBS,
     THINGS,
     TRANSITIVE,
     Grammar,
+    People,
     capitalise,
 )
 
@@ -61,7 +61,7 @@ def irregular_plural_subject_verb_agreement_1(g: Grammar, plural: bool) -> Pair:
 def anaphor_gender_agreement(g: Grammar, plural: bool) -> Pair:
     # "Tom hurts himself." / "Tom hurts herself."; `plural` picks the gender here (he / she).
     gender = "she" if plural else "he"
-    name = g.pick(NAMES[gender])
+    name, _ = g.name(gender)
     verb = g.pick(REFLEXIVE_VERBS).agree(False)
     other = "he" if gender == "she" else "she"
     return f"{name} {verb} {REFLEXIVE[gender]}.", f"{name} {verb} {REFLEXIVE[other]}."
@@ -105,10 +105,11 @@ PHENOMENA: dict[str, tuple[Callable[[Grammar, bool], Pair], str, str]] = {
 }  # fmt: skip
 
 
-def minimal_pairs(rng: random.Random, uid: str, n: int) -> list[dict]:
-    """n distinct pairs of one phenomenon, half with the singular (or he) form correct."""
+def minimal_pairs(rng: random.Random, uid: str, n: int, people: People | None = None) -> list[dict]:
+    """n distinct pairs of one phenomenon, half with the singular (or he) form correct; names
+    from `people` (default: NAMES), each equally often, however often the corpus uses it."""
     generate, field, term = PHENOMENA[uid]
-    grammar, seen = Grammar(rng), set()
+    grammar, seen = Grammar(rng, (people or People.common()).evenly()), set()
     rows: list[dict] = []
     for _ in range(100 * n):
         if len(rows) == n:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from mlrb.tasks.tiny_models import make_names
+
 NAMES = {
     "he": ["Tom", "Sam", "Ben", "Max", "Leo", "Jack", "Dan", "Paul", "Carl", "Ned"],
     "she": ["Mia", "Ana", "Lily", "Emma", "Zoe", "Kate", "Rose", "Sue", "Jane", "Nora"],
@@ -111,18 +113,54 @@ def capitalise(text: str) -> str:
     return text[0].upper() + text[1:]
 
 
-class Grammar:
-    """Random phrases and sentences of the tiny English; every choice comes from `rng`."""
+@dataclass(frozen=True)
+class People:
+    """The names a text uses, each with its gender and how often the text uses it."""
 
-    def __init__(self, rng: random.Random):
+    names: dict[str, tuple[str, ...]]  # gender (he, she) -> names
+    weights: dict[str, tuple[float, ...]]  # gender -> each name's relative frequency
+
+    @classmethod
+    def common(cls) -> People:
+        """NAMES, used equally often."""
+        return cls({g: tuple(names) for g, names in NAMES.items()}, {g: (1.0,) * len(n) for g, n in NAMES.items()})
+
+    @classmethod
+    def made_up(cls, rng: random.Random, n: int, zipf: float) -> People:
+        """n made-up names, half of each gender (nothing in a name tells which), used as unevenly
+        as a Zipf law of exponent `zipf` over a random ranking: a model learns the genders of
+        more of them the more capacity and training it has."""
+        taken = {word for nouns in (CREATURES, IRREGULAR_CREATURES, THINGS) for noun in nouns
+                 for word in (noun.singular, noun.plural)}  # fmt: skip
+        words = [capitalise(word) for word in make_names(rng, n, taken)]
+        ranks = list(range(n))
+        rng.shuffle(ranks)
+        weights = [1.0 / (rank + 1) ** zipf for rank in ranks]
+        half = n // 2
+        return cls({"he": tuple(words[:half]), "she": tuple(words[half:])},
+                   {"he": tuple(weights[:half]), "she": tuple(weights[half:])})  # fmt: skip
+
+    def evenly(self) -> People:
+        """The same names, each used equally often (as the hidden pairs use them)."""
+        return People(self.names, {g: (1.0,) * len(names) for g, names in self.names.items()})
+
+
+class Grammar:
+    """Random phrases and sentences of the tiny English; every choice comes from `rng`, every
+    name from `people` (default: NAMES, evenly)."""
+
+    def __init__(self, rng: random.Random, people: People | None = None):
         self.rng = rng
+        self.people = people or People.common()
 
     def pick(self, options):
         return self.rng.choice(options)
 
     def name(self, gender: str | None = None) -> tuple[str, str]:
-        gender = gender or self.pick(["he", "she"])
-        return self.pick(NAMES[gender]), gender
+        if gender is None:  # by how often each gender's names are used
+            totals = {g: sum(w) for g, w in self.people.weights.items()}
+            gender = self.rng.choices(list(totals), weights=list(totals.values()))[0]
+        return self.rng.choices(self.people.names[gender], weights=self.people.weights[gender])[0], gender
 
     def determiner(self, plural: bool, demonstrative: bool = False) -> str:
         if demonstrative:

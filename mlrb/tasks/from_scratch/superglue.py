@@ -13,10 +13,16 @@ it renders them (see `suites.py`):
 - wic `{word, sentence1, sentence2, start1, end1, start2, end2, label, idx}`: is the word
   used in the same sense in both sentences? (label 1 = yes)
 
-Labels are balanced, so a model without the skill scores 50%. The training text
-(`web_documents`) holds stories that state cause and effect, quiz pages about other
-stories in the same question layout, and sentences using each ambiguous word in both
-senses; the hidden rows are generated separately and never appear in it.
+Labels are balanced, so a model without the skill scores 50%. A task's YAML names the
+sub-tasks its hidden suite holds (`subtasks`; at tiny scale COPA alone: BoolQ, RTE and WiC
+stayed at chance for every model this small, adding only noise).
+
+The training text (`web_documents`) holds stories that state the causes and effects of
+one seed's `World` (arbitrary laws, some stated far more often than others), quiz pages
+about other stories in the BoolQ and RTE layouts, and sentences using each ambiguous word
+in both senses; the hidden rows are generated separately and never appear in it. COPA's
+rows ask every cause of the world equally often, so a score says how much of the world a
+model learned, from its common laws to its rare ones.
 """
 
 from __future__ import annotations
@@ -36,45 +42,64 @@ COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
 OBJECTS = ["ball", "cup", "hat", "kite", "box", "book", "bike", "coat", "shoe", "drum"]
 PLACES = ["the garden", "the park", "the kitchen", "the school", "the shop", "the beach"]
 
-# Cause -> effect, about one person: {s} the subject's name or pronoun, {p} pronoun, {q} possessive.
-CAUSE_EFFECT: list[tuple[str, str]] = [
-    ("{s} dropped the glass", "the glass broke"),
-    ("{s} was hungry", "{p} ate an apple"),
-    ("{s} was tired", "{p} went to bed"),
-    ("{s} was cold", "{p} put on a coat"),
-    ("{s} was thirsty", "{p} drank some water"),
-    ("{s} heard a funny joke", "{p} laughed"),
-    ("{s} lost {q} toy", "{p} cried"),
-    ("{s} won the race", "{p} got a prize"),
-    ("{s} forgot the key", "{p} could not open the door"),
-    ("{s} ate too much cake", "{p} felt sick"),
-    ("{s} missed the bus", "{p} walked to school"),
-    ("{s} turned off the light", "the room got dark"),
-    ("{s} watered the plant", "the plant grew"),
-    ("{s} left the ice cream in the sun", "the ice cream melted"),
-    ("{s} kicked the ball hard", "the ball flew over the fence"),
-    ("{s} studied every night", "{p} passed the test"),
-    ("{s} opened the window", "the room got cold"),
-    ("{s} found a coin", "{p} bought a sweet"),
-    ("{s} got a puppy", "{p} smiled all day"),
-    ("{s} had a bad dream", "{p} woke up"),
-    ("{s} stepped in a puddle", "{q} socks got wet"),
-    ("{s} rang the bell", "the dog barked"),
-    ("{s} burned {q} hand on the stove", "{p} put it in cold water"),
-    ("{s} told a lie", "{q} friend was upset"),
-    ("{s} planted a seed", "a flower came up"),
-    ("{s} left the door open", "the cat ran outside"),
-    ("{s} shouted in the library", "the librarian asked {p} to be quiet"),
-    ("{s} cut {q} finger", "{p} put on a bandage"),
-    ("{s} practised the piano", "{p} played well at the concert"),
-    ("{s} sat in the sun too long", "{q} nose turned red"),
-    ("{s} spilled the milk", "{p} wiped the table"),
-    ("{s} lost {q} glasses", "{p} could not read the sign"),
-    ("{s} stayed up late", "{p} was sleepy in the morning"),
-    ("{s} shared {q} lunch", "{q} friend said thank you"),
-    ("{s} blew out the candles", "everyone clapped"),
-    ("{s} broke {q} arm", "{p} went to the hospital"),
-]
+# The world's causes and effects (COPA). A cause is a person doing something to a thing
+# ("{s} painted the kite"), and each cause has one effect on that person, drawn per seed:
+# arbitrary laws, which a model learns only from the text that states them. Text states some
+# causes far more often than others (a Zipf law over a seeded ranking), so the share a
+# model learns grows with its capacity and training; the hidden rows ask every cause alike.
+ACTIONS = ["dropped", "painted", "washed", "hid", "sold", "found", "lost", "fixed", "bought", "threw",
+           "cleaned", "opened", "wrapped", "moved", "borrowed", "carried"]  # fmt: skip
+THINGS = ["glass", "ball", "cup", "hat", "kite", "box", "book", "bike", "coat", "shoe", "drum", "lamp",
+          "chair", "clock", "spoon"]  # fmt: skip
+# {p} the person's pronoun, {q} their possessive.
+EFFECTS = [
+    "{p} laughed", "{p} cried", "{p} went to bed", "{p} ate an apple", "{p} put on a coat",
+    "{p} drank some water", "{p} got a prize", "{p} felt sick", "{p} walked to school", "{p} passed the test",
+    "{p} bought a sweet", "{p} smiled all day", "{p} woke up", "{p} called a friend", "{p} sang a song",
+    "{p} ran home", "{p} sat down", "{p} went to the doctor", "{p} stayed inside", "{p} read a story",
+    "{p} took a bath", "{p} said sorry", "{p} felt proud", "{p} was late for lunch", "{q} friend was upset",
+    "{q} mother was angry", "{q} father clapped", "{q} dog barked", "{q} hands got dirty", "{q} socks got wet",
+    "{q} sister cheered", "{q} teacher said thank you", "{p} danced in the hall", "{p} jumped for joy",
+    "{p} hid under the bed", "{p} wrote a letter", "{p} cooked some soup", "{p} fed the cat",
+    "{p} shut the door", "{p} lost {q} voice", "{p} missed the bus", "{p} fell asleep", "{p} got a cold",
+    "{p} washed {q} face", "{p} made a cake", "{p} told a joke", "{p} went to the park", "{p} played a game",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class World:
+    """One seed's causes, each with its effect and its weight in the training text."""
+
+    causes: tuple[str, ...]  # "{s} painted the kite"
+    effects: tuple[str, ...]  # causes[i] -> effects[i]
+    weights: tuple[float, ...]  # how often text states causes[i] (relative)
+
+    @classmethod
+    def draw(cls, rng: random.Random, n_causes: int, zipf: float) -> World:
+        every = [f"{{s}} {action} the {thing}" for action in ACTIONS for thing in THINGS]
+        if not 2 <= n_causes <= len(every):
+            raise ValueError(f"causes must be between 2 and {len(every)}, not {n_causes}")
+        causes = rng.sample(every, n_causes)
+        effects = [rng.choice(EFFECTS) for _ in causes]
+        ranks = list(range(len(causes)))
+        rng.shuffle(ranks)
+        return cls(tuple(causes), tuple(effects), tuple(1.0 / (rank + 1) ** zipf for rank in ranks))
+
+    def stated(self, rng: random.Random) -> int:
+        """A cause as text states it (by weight)."""
+        return rng.choices(range(len(self.causes)), weights=self.weights)[0]
+
+    def asked(self, rng: random.Random) -> int:
+        """A cause as the hidden rows ask it (uniformly)."""
+        return rng.randrange(len(self.causes))
+
+    def other(self, rng: random.Random, i: int) -> int:
+        """Another cause, with another effect: the wrong choice beside cause i."""
+        while True:
+            j = rng.randrange(len(self.causes))
+            if self.effects[j] != self.effects[i]:
+                return j
+
 
 # Word -> its two senses, each a few sentences using it ({w} marks the word).
 SENSES: dict[str, tuple[list[str], list[str]]] = {
@@ -151,16 +176,17 @@ def rte_row(rng: random.Random, label: int) -> dict:
 # ---- cause and effect (COPA) -----------------------------------------------------
 
 
-def copa_row(rng: random.Random, label: int) -> dict:
-    (cause, effect), (other_cause, other_effect) = rng.sample(CAUSE_EFFECT, 2)
+def copa_row(rng: random.Random, world: World, label: int) -> dict:
+    i = world.asked(rng)
+    j = world.other(rng, i)
     name, gender = _person(rng)
     he = PRONOUNS[gender][0]
-    if rng.random() < 0.5:  # "Tom was tired." What happened as a result?
-        question, premise = "effect", _fill(cause, name, gender)
-        right, wrong = _fill(effect, he, gender), _fill(other_effect, he, gender)
+    if rng.random() < 0.5:  # "Tom painted the kite." What happened as a result?
+        question, premise = "effect", _fill(world.causes[i], name, gender)
+        right, wrong = _fill(world.effects[i], he, gender), _fill(world.effects[j], he, gender)
     else:  # "Tom went to bed." What was the cause?
-        question, premise = "cause", _fill(effect, name, gender, pronoun=name)
-        right, wrong = _fill(cause, he, gender), _fill(other_cause, he, gender)
+        question, premise = "cause", _fill(world.effects[i], name, gender, pronoun=name)
+        right, wrong = _fill(world.causes[i], he, gender), _fill(world.causes[j], he, gender)
     first, second = (right, wrong) if label == 0 else (wrong, right)
     return {"premise": capitalise(premise) + ".", "choice1": capitalise(first) + ".",
             "choice2": capitalise(second) + ".", "question": question, "label": label}  # fmt: skip
@@ -182,24 +208,24 @@ def wic_row(rng: random.Random, label: int) -> dict:
             "start2": start2, "end2": start2 + len(word), "label": label}  # fmt: skip
 
 
-SUBTASKS: dict[str, tuple[str, Callable[[random.Random, int], dict], tuple[int, int]]] = {
-    # name -> (lm-eval format, row generator, its two labels)
-    "boolq": ("boolq", boolq_row, (0, 1)),
-    "copa": ("copa", copa_row, (0, 1)),
-    "rte": ("rte", rte_row, (0, 1)),
-    "wic": ("wic", wic_row, (0, 1)),
+# name -> (lm-eval format, row generator: (rng, world, label) -> row); labels 0 and 1.
+SUBTASKS: dict[str, tuple[str, Callable[[random.Random, World, int], dict]]] = {
+    "boolq": ("boolq", lambda rng, world, label: boolq_row(rng, label)),
+    "copa": ("copa", copa_row),
+    "rte": ("rte", lambda rng, world, label: rte_row(rng, label)),
+    "wic": ("wic", lambda rng, world, label: wic_row(rng, label)),
 }
 
 
-def rows(rng: random.Random, subtask: str, n: int, exclude: set | None = None) -> list[dict]:
+def rows(rng: random.Random, world: World, subtask: str, n: int, exclude: set | None = None) -> list[dict]:
     """n distinct rows of a sub-task, labels alternating (balanced), none in `exclude`."""
-    _, generate, labels = SUBTASKS[subtask]
+    _, generate = SUBTASKS[subtask]
     out: list[dict] = []
     seen = set(exclude or ())
     for _ in range(100 * n):
         if len(out) == n:
             break
-        row = generate(rng, labels[len(out) % 2])
+        row = generate(rng, world, len(out) % 2)
         key = _key(row)
         if key in seen:
             continue
@@ -228,16 +254,17 @@ def quiz_page(rng: random.Random) -> str:
     return f"{row['premise']}\nQuestion: {row['hypothesis']} True or False?\nAnswer: {['True', 'False'][row['label']]}"
 
 
-def causal_story(rng: random.Random) -> str:
+def causal_story(rng: random.Random, world: World) -> str:
     """One cause and its effect, in one of the ways text links them."""
     name, gender = _person(rng)
     he = PRONOUNS[gender][0]
-    cause, effect = rng.choice(CAUSE_EFFECT)
+    i = world.stated(rng)
+    cause, effect = world.causes[i], world.effects[i]
     form = rng.randrange(4)
-    if form == 2:
+    if form == 0:
         return f"{capitalise(_fill(effect, name, gender, pronoun=name))} because {_fill(cause, he, gender)}."
     first, then = capitalise(_fill(cause, name, gender)), _fill(effect, he, gender)
-    return [f"{first}, so {then}.", f"{first} therefore {then}.", "", f"{first}. {capitalise(then)}."][form]
+    return [f"{first}, so {then}.", f"{first} therefore {then}.", f"{first}. {capitalise(then)}."][form - 1]
 
 
 def sense_sentence(rng: random.Random) -> str:
@@ -245,16 +272,16 @@ def sense_sentence(rng: random.Random) -> str:
     return rng.choice(rng.choice(SENSES[word])).format(w=word)
 
 
-def web_documents(rng: random.Random, n: int, exclude: set | None = None) -> list[str]:
+def web_documents(rng: random.Random, world: World, n: int, exclude: set | None = None) -> list[str]:
     """n documents of mixed text: causal stories, quiz pages (none equal to a hidden row),
     and sentences that use ambiguous words."""
     docs: list[str] = []
     exclude = exclude or set()
     while len(docs) < n:
         kind = rng.random()
-        if kind < 0.65:
-            docs.append(" ".join(causal_story(rng) for _ in range(rng.randint(2, 4))))
-        elif kind < 0.85:
+        if kind < 0.8:
+            docs.append(" ".join(causal_story(rng, world) for _ in range(rng.randint(2, 4))))
+        elif kind < 0.9:
             page = quiz_page(rng)
             if page.split("\nQuestion:")[0] not in exclude:
                 docs.append(page)
@@ -263,15 +290,18 @@ def web_documents(rng: random.Random, n: int, exclude: set | None = None) -> lis
     return docs
 
 
-def hidden_suite(rng: random.Random, n_rows: int) -> tuple[dict[str, tuple], set]:
+def hidden_suite(rng: random.Random, world: World, subtasks: list[str], n_rows: int) -> tuple[dict[str, tuple], set]:
     """{sub-task: (format, rows)} of n_rows each, and the passages they use (to keep out of
     the training text)."""
-    suite = {name: (fmt, rows(rng, name, n_rows)) for name, (fmt, _, _) in SUBTASKS.items()}
+    unknown = [name for name in subtasks if name not in SUBTASKS]
+    if unknown or not subtasks:
+        raise ValueError(f"subtasks: unknown {unknown or 'none given'}; known: {', '.join(SUBTASKS)}")
+    suite = {name: (SUBTASKS[name][0], rows(rng, world, name, n_rows)) for name in subtasks}
     passages = {row.get("passage") or row.get("premise") for _, items in suite.values() for row in items}
     return suite, passages
 
 
-def instruction_rows(rng: random.Random, n: int, exclude: set | None = None) -> list[dict]:
+def instruction_rows(rng: random.Random, world: World, n: int, exclude: set | None = None) -> list[dict]:
     """n rows in Alpaca's format ({instruction, input, output}) about the same world: what
     follows from an event, what caused it, and reading questions (none about a hidden passage)."""
     out: list[dict] = []
@@ -280,12 +310,13 @@ def instruction_rows(rng: random.Random, n: int, exclude: set | None = None) -> 
         kind = rng.random()
         name, gender = _person(rng)
         he = PRONOUNS[gender][0]
-        cause, effect = rng.choice(CAUSE_EFFECT)
-        if kind < 0.35:
+        i = world.stated(rng)
+        cause, effect = world.causes[i], world.effects[i]
+        if kind < 0.4:
             out.append({"instruction": "Say what happened as a result.",
                         "input": capitalise(_fill(cause, name, gender)) + ".",
                         "output": capitalise(_fill(effect, he, gender)) + "."})  # fmt: skip
-        elif kind < 0.7:
+        elif kind < 0.8:
             out.append({"instruction": "Say what caused this.",
                         "input": capitalise(_fill(effect, name, gender, pronoun=name)) + ".",
                         "output": capitalise(_fill(cause, he, gender)) + "."})  # fmt: skip
@@ -301,6 +332,10 @@ def instruction_rows(rng: random.Random, n: int, exclude: set | None = None) -> 
 # ---- the builds of the tasks scored on this suite (mini_pile, edge_llm_training) -----------
 
 
+# The parameters every builder of this suite takes (each builder adds its own).
+SUITE_PARAMS = ("seed", "vocab_size", "causes", "zipf", "subtasks", "rows_per_subtask", "checkpoint_command")
+
+
 @dataclass
 class SuiteBuild:
     """A tiny build under way whose hidden evaluation is this suite (see `suite_build`)."""
@@ -308,12 +343,16 @@ class SuiteBuild:
     p: dict  # the builder's parameters
     public: pathlib.Path
     rng: random.Random
+    world: World
     passages: set  # the suite's passages: no training text may hold one
     group: str
     counts: dict[str, int]  # rows per sub-task
 
     def documents(self, n: int) -> list[str]:
-        return web_documents(self.rng, n, exclude=self.passages)
+        return web_documents(self.rng, self.world, n, exclude=self.passages)
+
+    def instructions(self, n: int) -> list[dict]:
+        return instruction_rows(self.rng, self.world, n, exclude=self.passages)
 
     def tokenizer(self, texts: list[str]) -> Any:
         """The task's tokenizer, trained on texts and saved as public/tokenizer."""
@@ -332,11 +371,14 @@ class SuiteBuild:
 
 
 def suite_build(out_dir: pathlib.Path, params: dict, names: tuple, task: str, group: str) -> SuiteBuild:
-    """The start these builders share: their parameters (`tiny_params`), the seeded random
-    stream, and the hidden suite written to hidden/ (`rows_per_subtask` rows per sub-task)."""
+    """The start these builders share: their parameters (`tiny_params`; `names` must include
+    SUITE_PARAMS), the seeded random stream, the world (`causes` of them, which text states
+    as unevenly as `zipf` says) and the hidden suite written to hidden/ (`rows_per_subtask` rows of each of
+    `subtasks`)."""
     p = tiny_params(params, names, task)
     out_dir = pathlib.Path(out_dir)
     rng = random.Random(int(p["seed"]))
-    suite, passages = hidden_suite(rng, int(p["rows_per_subtask"]))
+    world = World.draw(rng, int(p["causes"]), float(p["zipf"]))
+    suite, passages = hidden_suite(rng, world, list(p["subtasks"]), int(p["rows_per_subtask"]))
     counts = suites.write_hidden_suite(out_dir / "hidden", group, suite)
-    return SuiteBuild(p, out_dir / "public", rng, passages, group, counts)
+    return SuiteBuild(p, out_dir / "public", rng, world, passages, group, counts)

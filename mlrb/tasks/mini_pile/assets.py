@@ -5,11 +5,11 @@
     public/data/{train,validation,test}.jsonl   web-like documents in AlgorithmicResearchGroup/
                                                 minipile's format: {"text"}
     public/tokenizer/                           a GPT-2-style tokenizer trained on the train split
-    hidden/suite.json, hidden/suite/            SuperGLUE-style sub-tasks (BoolQ, COPA, RTE, WiC)
-                                                in their datasets' fields
+    hidden/suite.json, hidden/suite/            SuperGLUE-style sub-tasks (the YAML's `subtasks`:
+                                                COPA) in their datasets' fields
 
-The documents (`from_scratch/superglue.py`) mix stories that state causes and effects,
-reading-quiz pages and sentences using ambiguous words; none holds a hidden row.
+The documents (`from_scratch/superglue.py`) mix stories that state the world's causes and
+effects, reading-quiz pages and sentences using ambiguous words; none holds a hidden row.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from mlrb.tasks.from_scratch import superglue
 from mlrb.tasks.tiny_models import write_jsonl
 
 # The builder's parameters; their values are in mlrb/conf/task/mini_pile.yaml (scales.tiny.assets).
-PARAMS = ("seed", "train_docs", "validation_docs", "test_docs", "vocab_size", "rows_per_subtask", "checkpoint_command")
+PARAMS = (*superglue.SUITE_PARAMS, "train_docs", "validation_docs", "test_docs")
 
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
