@@ -236,37 +236,41 @@ class Task(abc.ABC):
             raise RuntimeError(f"`{command}` exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
         return workspace
 
-    def score_solution(self, command: str, assets: Path, scratch: Path, require_valid: bool = True) -> ScoreReport:
-        """Run a solution command (see run_solution) and score what it left; for calibration,
-        so an invalid result is a build error unless `require_valid` is False."""
-        workspace = self.run_solution(command, assets / "public", scratch / "workspace")
-        report = self.score(workspace / self.cfg.submission, assets, scratch / "scoring")
-        if require_valid and not report.valid:
-            raise RuntimeError(f"calibration: `{command}` made an invalid submission: {report.reason}")
-        return report
-
     def calibrate_by_commands(
         self, out_dir: Path, commands: dict[str, str], extra: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Write hidden/calibration.json: for each anchor ("baseline", "reference") not set in
         the config, the score of its command's submission (plus that report's metrics), and
-        `extra` scores measured for reference (say the untouched base model's)."""
+        `extra` scores measured for reference (say the untouched base model's).
+
+        The commands run side by side, as many at once as there are cores (each on one
+        thread, as `run_solution` sets, so each gives what it gives alone), and each is scored
+        as soon as it is done. An invalid submission is a build error, except for do_nothing's
+        (doing nothing may well be invalid, say over a memory limit: that is recorded)."""
         import json
+        import os
         import shutil
+        from concurrent.futures import ThreadPoolExecutor
 
         scores: dict[str, Any] = dict(extra or {})
-        for anchor, command in commands.items():
-            if getattr(self.spec, f"{anchor}_score", None) is not None:
-                continue
-            # Doing nothing may well be invalid (say, over a memory limit): that is recorded.
-            report = self.score_solution(command, out_dir, out_dir / "calibration" / anchor,
-                                         require_valid=anchor != "do_nothing")  # fmt: skip
-            if not report.valid:
-                scores[f"{anchor}_invalid"] = report.reason
-                continue
-            scores[f"{anchor}_score"] = report.score
-            scores.update({f"{anchor}.{key}": value for key, value in report.metrics.items()})
-        shutil.rmtree(out_dir / "calibration", ignore_errors=True)
+        todo = {anchor: command for anchor, command in commands.items()
+                if getattr(self.spec, f"{anchor}_score", None) is None}  # fmt: skip
+        scratch = out_dir / "calibration"
+        with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+            # The reference, usually the longest, starts first.
+            running = {anchor: pool.submit(self.run_solution, command, out_dir / "public", scratch / anchor / "workspace")
+                       for anchor, command in reversed(todo.items())}  # fmt: skip
+            for anchor in todo:
+                future = running[anchor]
+                report = self.score(future.result() / self.cfg.submission, out_dir, scratch / anchor / "scoring")
+                if not report.valid:
+                    if anchor != "do_nothing":
+                        raise RuntimeError(f"calibration: `{todo[anchor]}` made an invalid submission: {report.reason}")
+                    scores[f"{anchor}_invalid"] = report.reason
+                    continue
+                scores[f"{anchor}_score"] = report.score
+                scores.update({f"{anchor}.{key}": value for key, value in report.metrics.items()})
+        shutil.rmtree(scratch, ignore_errors=True)
         (out_dir / "hidden").mkdir(parents=True, exist_ok=True)
         (out_dir / "hidden" / "calibration.json").write_text(json.dumps(scores, indent=2))
         return scores

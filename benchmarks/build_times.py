@@ -1,0 +1,64 @@
+"""First-time asset builds of the tiny tasks: how long a new user waits before a first run.
+
+    .venv/bin/python benchmarks/build_times.py [--tasks a,b] [--out build_times.json]
+
+Builds each task's default tiny assets (seed as in its YAML) one after another into a
+fresh, empty cache (a temporary folder, removed afterwards), as a first `python -m mlrb
+task=<key>` would, and prints each build's wall time and the total, against issue 16's
+target for all seven: 15 minutes on 2 cores. Run it on an otherwise idle machine: the
+anchors' training runs use one thread each, but the figures still move with the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile",
+         "edge_llm_training"]  # fmt: skip
+TARGET_S = 15 * 60
+
+
+def build_seconds(key: str, cache_dir: Path) -> float:
+    from mlrb import registry
+    from mlrb.assets import ensure_assets
+    from mlrb.config import TaskConfig, packaged_task
+
+    raw = packaged_task(key)
+    raw["scale"] = "tiny"
+    task = registry.load(registry.TASKS[key])(TaskConfig(**raw))
+    started = time.monotonic()
+    ensure_assets(task, cache_dir)
+    return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated task keys (default: all seven)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the figures here (JSON)")
+    args = parser.parse_args()
+    keys = [k.strip() for k in args.tasks.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in TASKS]
+    if unknown:
+        parser.error(f"unknown task {unknown[0]!r}; valid: {', '.join(TASKS)}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    seconds = {}
+    with tempfile.TemporaryDirectory(prefix="mlrb-build-times-") as cache:
+        for key in keys:
+            seconds[key] = round(build_seconds(key, Path(cache)), 1)
+            print(f"{key:22s} {seconds[key]:7.1f} s", flush=True)
+    total = round(sum(seconds.values()), 1)
+    print(f"{'total':22s} {total:7.1f} s ({total / 60:.1f} min; target for all seven: {TARGET_S // 60} min)")
+    if args.out:
+        args.out.write_text(json.dumps({"seconds": seconds, "total_s": total, "cpus": os.cpu_count()}, indent=2) + "\n")
+        print(f"written to {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
