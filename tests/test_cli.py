@@ -55,7 +55,7 @@ def test_pretraining_tasks_show_their_shared_values_and_their_own(tmp_path):
     assert (edge["tiny"]["max_params"], edge["tiny"]["memory_limit_mb"], edge["tiny"]["fp16_fp32_only"]) == (None, 7.953, True)
     assert edge["full"]["assets"]["subsets"] == ["c4_combined_dataset", "alpaca_cleaned"]
     assert shown["baby_lm"]["scales"]["tiny"]["assets"]["train_words"] == 250000
-    assert shown["mini_pile"]["scales"]["tiny"]["assets"]["train_docs"] == 12000
+    assert shown["mini_pile"]["scales"]["tiny"]["assets"]["train_docs"] == 24000
 
 
 def test_full_scale_config_names_the_papers_setup(tmp_path):
