@@ -373,8 +373,8 @@ class SuiteBuild:
 def suite_build(out_dir: pathlib.Path, params: dict, names: tuple, task: str, group: str) -> SuiteBuild:
     """The start these builders share: their parameters (`tiny_params`; `names` must include
     SUITE_PARAMS), the seeded random stream, the world (`causes` of them, which text states
-    as unevenly as `zipf` says) and the hidden suite written to hidden/ (`rows_per_subtask` rows of each of
-    `subtasks`)."""
+    as unevenly as `zipf` says) and the hidden suite written to hidden/ (`rows_per_subtask`
+    rows of each of `subtasks`)."""
     p = tiny_params(params, names, task)
     out_dir = pathlib.Path(out_dir)
     rng = random.Random(int(p["seed"]))
