@@ -148,8 +148,9 @@ def test_assets_hide_the_pairs_and_the_baseline_beats_an_untrained_model(assets)
     assert not any(sentence in corpus for sentence in bad)  # the corpus is grammatical
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
     assert abs(calibration["do_nothing_score"] - 0.5) < 0.1  # at chance
-    assert calibration["baseline_score"] > calibration["do_nothing_score"] + 0.15
-    assert calibration["reference_score"] > calibration["baseline_score"] + 0.1
+    # The cautious baseline learns the easiest rule; the reference learns them all.
+    assert calibration["baseline_score"] > calibration["do_nothing_score"] + 0.05
+    assert calibration["reference_score"] > calibration["baseline_score"] + 0.25
 
 
 @pytest.mark.slow
