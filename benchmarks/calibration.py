@@ -37,13 +37,15 @@ TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasonin
 ANCHORS = ("do_nothing", "baseline", "reference")
 
 
-def load_task(key: str, seed: int):
+def load_task(key: str, seed: int | None = None):
+    """The packaged task at tiny scale, with assets.seed = seed (None: its YAML's)."""
     from mlrb import registry
     from mlrb.config import TaskConfig, packaged_task
 
     raw = packaged_task(key)
     raw["scale"] = "tiny"
-    raw["scales"]["tiny"]["assets"]["seed"] = seed
+    if seed is not None:
+        raw["scales"]["tiny"]["assets"]["seed"] = seed
     return registry.load(registry.TASKS[key])(TaskConfig(**raw))
 
 

@@ -261,8 +261,8 @@ class Task(abc.ABC):
             running = {anchor: pool.submit(self.run_solution, command, out_dir / "public", scratch / anchor / "workspace")
                        for anchor, command in reversed(todo.items())}  # fmt: skip
             for anchor in todo:
-                future = running[anchor]
-                report = self.score(future.result() / self.cfg.submission, out_dir, scratch / anchor / "scoring")
+                workspace = running[anchor].result()
+                report = self.score(workspace / self.cfg.submission, out_dir, scratch / anchor / "scoring")
                 if not report.valid:
                     if anchor != "do_nothing":
                         raise RuntimeError(f"calibration: `{todo[anchor]}` made an invalid submission: {report.reason}")

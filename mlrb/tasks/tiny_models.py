@@ -115,6 +115,14 @@ def tiny_params(params: dict, names: tuple, task: str) -> dict:
 # ----------------------------------------------------------------------------- data
 
 
+def zipf_weights(rng: random.Random, n: int, exponent: float) -> list[float]:
+    """How often a text uses each of n items: a Zipf law (1 / rank ** exponent) over a random
+    ranking, so a few items are common and most are rare."""
+    ranks = list(range(n))
+    rng.shuffle(ranks)
+    return [1.0 / (rank + 1) ** exponent for rank in ranks]
+
+
 def make_names(rng: random.Random, n: int, taken: set[str]) -> list[str]:
     """n new made-up words of 2-3 consonant-vowel syllables, unique across all pools."""
     names: list[str] = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from mlrb.tasks.tiny_models import make_names
+from mlrb.tasks.tiny_models import make_names, zipf_weights
 
 NAMES = {
     "he": ["Tom", "Sam", "Ben", "Max", "Leo", "Jack", "Dan", "Paul", "Carl", "Ned"],
@@ -133,9 +133,7 @@ class People:
         taken = {word for nouns in (CREATURES, IRREGULAR_CREATURES, THINGS) for noun in nouns
                  for word in (noun.singular, noun.plural)}  # fmt: skip
         words = [capitalise(word) for word in make_names(rng, n, taken)]
-        ranks = list(range(n))
-        rng.shuffle(ranks)
-        weights = [1.0 / (rank + 1) ** zipf for rank in ranks]
+        weights = zipf_weights(rng, n, zipf)
         half = n // 2
         return cls({"he": tuple(words[:half]), "she": tuple(words[half:])},
                    {"he": tuple(weights[:half]), "she": tuple(weights[half:])})  # fmt: skip

@@ -35,7 +35,7 @@ from typing import Any
 
 from mlrb.tasks.from_scratch import suites
 from mlrb.tasks.from_scratch.grammar import NAMES, capitalise
-from mlrb.tasks.tiny_models import tiny_params, train_byte_level_tokenizer
+from mlrb.tasks.tiny_models import tiny_params, train_byte_level_tokenizer, zipf_weights
 
 PRONOUNS = {"he": ("he", "his", "him"), "she": ("she", "her", "her")}
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
@@ -49,8 +49,8 @@ PLACES = ["the garden", "the park", "the kitchen", "the school", "the shop", "th
 # model learns grows with its capacity and training; the hidden rows ask every cause alike.
 ACTIONS = ["dropped", "painted", "washed", "hid", "sold", "found", "lost", "fixed", "bought", "threw",
            "cleaned", "opened", "wrapped", "moved", "borrowed", "carried"]  # fmt: skip
-THINGS = ["glass", "ball", "cup", "hat", "kite", "box", "book", "bike", "coat", "shoe", "drum", "lamp",
-          "chair", "clock", "spoon"]  # fmt: skip
+HANDLED = ["glass", "ball", "cup", "hat", "kite", "box", "book", "bike", "coat", "shoe", "drum", "lamp",
+           "chair", "clock", "spoon"]  # fmt: skip
 # {p} the person's pronoun, {q} their possessive.
 EFFECTS = [
     "{p} laughed", "{p} cried", "{p} went to bed", "{p} ate an apple", "{p} put on a coat",
@@ -76,14 +76,12 @@ class World:
 
     @classmethod
     def draw(cls, rng: random.Random, n_causes: int, zipf: float) -> World:
-        every = [f"{{s}} {action} the {thing}" for action in ACTIONS for thing in THINGS]
+        every = [f"{{s}} {action} the {thing}" for action in ACTIONS for thing in HANDLED]
         if not 2 <= n_causes <= len(every):
             raise ValueError(f"causes must be between 2 and {len(every)}, not {n_causes}")
         causes = rng.sample(every, n_causes)
         effects = [rng.choice(EFFECTS) for _ in causes]
-        ranks = list(range(len(causes)))
-        rng.shuffle(ranks)
-        return cls(tuple(causes), tuple(effects), tuple(1.0 / (rank + 1) ** zipf for rank in ranks))
+        return cls(tuple(causes), tuple(effects), tuple(zipf_weights(rng, n_causes, zipf)))
 
     def stated(self, rng: random.Random) -> int:
         """A cause as text states it (by weight)."""
