@@ -236,5 +236,6 @@ def check_rules(cfg: MlrbConfig) -> None:
     registry.load(registry.SANDBOXES[cfg.sandbox.kind]).parse_options(cfg.sandbox)  # a misspelt option: one line
     task_class = registry.task_class(cfg.task)
     task_class.scale_spec(cfg.task)
+    task_class.check_assets(cfg.task)  # a tiny builder's parameters (unknown skills, sub-tasks...)
     if hasattr(task_class, "check_config"):  # say, a folder task's folder has the files its layout needs
         task_class.check_config(cfg.task)  # raises ConfigError on an unknown scale or bad key

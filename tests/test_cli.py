@@ -85,10 +85,18 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
         (["-m", "seed=1,2", "budget=smoke,bad"], "unknown budget 'bad'"),
         (["task=folder"], "task.path is not set: give the task folder, e.g. task.path=/path/to/house-price"),
         (["task=folder", "task.path=/nonexistent"], "task.path '/nonexistent' is not a folder"),
+        # A tiny builder's parameter is checked with the config, before anything is built.
+        (["task=mini_pile", "task.scales.tiny.assets.subtasks=[boolx]"],
+         "task.scales.tiny.assets: subtasks: unknown ['boolx']; known: boolq, copa, rte, wic"),
+        (["task=llm_merging", "task.scales.tiny.assets.n_test=8"],
+         "task.scales.tiny.assets: n_dev and n_test must give at least 4 items per skill (3 skills)"),
+        (["task=edge_llm_training", "-m", "seed=1,2", "task.scales.tiny.assets.causes=1000"],
+         "task.scales.tiny.assets: causes must be between 2 and 240, not 1000"),
     ],
 )
 def test_bad_input_gets_one_clear_line_and_writes_nothing(tmp_path, args, expected):
-    result = run_cli(*args, f"tracking.dir={tmp_path / 'mlruns'}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    result = run_cli(*args, f"tracking.dir={tmp_path / 'mlruns'}", f"hydra.run.dir={tmp_path / 'run'}",
+                     f"paths.cache_dir={tmp_path / 'cache'}", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -96,6 +104,7 @@ def test_bad_input_gets_one_clear_line_and_writes_nothing(tmp_path, args, expect
     assert expected in lines[0]
     assert not (tmp_path / "mlruns").exists()  # no run half-written
     assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "cache").exists()  # nothing built
 
 
 def test_help_does_not_import_ml_libraries(tmp_path):

@@ -176,11 +176,35 @@ class Task(abc.ABC):
         facts["calibration"] = self.calibrate(out_dir)
         return facts
 
+    @classmethod
+    def builder_module(cls) -> str:
+        """The module that makes the tiny scale's assets: the task package's assets.py (it
+        imports torch only inside its functions)."""
+        return f"{cls.__module__.rpartition('.')[0]}.assets"
+
     @property
     def tiny_builder(self) -> str:
         """The function that makes the tiny scale's assets (source `build`): `build_tiny_assets`
-        of the task package's assets.py, imported only when assets are built (it needs torch)."""
-        return f"{type(self).__module__.rpartition('.')[0]}.assets:build_tiny_assets"
+        of `builder_module()`, called only when assets are built."""
+        return f"{self.builder_module()}:build_tiny_assets"
+
+    @classmethod
+    def check_assets(cls, cfg: TaskConfig) -> None:
+        """A scale built on this machine (assets.source `build`): its parameters, checked when
+        the config is, so that a bad one is one line (ConfigError) before anything is built or
+        recorded. The builder module's `check_params(params)` raises ValueError naming the bad
+        key and what is valid."""
+        params = dict(cls.scale_spec(cfg).assets)
+        if params.pop("source", "build") != "build":
+            return
+        try:
+            check = registry.load(f"{cls.builder_module()}:check_params")
+        except (ImportError, AttributeError):  # no builder module (a task folder) or none to check
+            return
+        try:
+            check(params)
+        except ValueError as e:
+            raise ConfigError(f"task.scales.{cfg.scale}.assets: {e}") from None
 
     def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """`tiny_builder(out_dir, params)` -> the manifest's facts."""

@@ -99,7 +99,8 @@ BASE_MODEL_PARAMS = (
 
 def tiny_params(params: dict, names: tuple, task: str) -> dict:
     """A tiny builder's parameters, all from the task's YAML (`task.scales.tiny.assets`), the
-    one place asset sizes are set: a missing or unknown key is an error naming it."""
+    one place asset sizes are set: a missing or unknown key is an error naming it (each
+    builder's `check_params`, which the config check runs before any build, starts here)."""
     params = dict(params or {})
     missing = [name for name in names if name not in params]
     unknown = sorted(set(params) - set(names))
@@ -107,8 +108,7 @@ def tiny_params(params: dict, names: tuple, task: str) -> dict:
         problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
             [f"unknown {', '.join(unknown)}"] if unknown else []
         )
-        raise ValueError(f"{task}: task.scales.tiny.assets: {'; '.join(problems)}; the tiny builder takes "
-                         f"{', '.join(names)}")  # fmt: skip
+        raise ValueError(f"{'; '.join(problems)}; the {task} tiny builder takes {', '.join(names)}")
     return params
 
 
@@ -333,17 +333,29 @@ class FactBuild:
         return model, loss
 
 
-@contextlib.contextmanager
-def fact_build(out_dir: pathlib.Path, params: dict, names: tuple, task: str, splits: tuple) -> Iterator[FactBuild]:
-    """The start every fact-table builder shares: its parameters (`tiny_params`), its public/
-    and hidden/ folders, the facts each split asks per skill (`n_<split>` spread over the
-    skills; at least 4, a question's number of choices), and, under fixed conditions
-    (`deterministic`) for the whole build, the seeded random stream and the fact tables."""
+def check_fact_params(params: dict, names: tuple, task: str, splits: tuple) -> dict:
+    """A fact-table builder's parameters (`tiny_params`): known skills, and `n_<split>` (spread
+    over the skills) giving each split at least 4 facts per skill, a question's choices."""
     p = tiny_params(params, names, task)
     skills = list(p["skills"])
+    unknown = [skill for skill in skills if skill not in SKILLS]
+    if unknown or not skills:
+        raise ValueError(f"skills: unknown {unknown or 'none given'}; choose from {', '.join(SKILLS)}")
+    if min(p[f"n_{split}"] // len(skills) for split in splits) < 4:
+        raise ValueError(f"{' and '.join(f'n_{split}' for split in splits)} must give at least 4 items per skill "
+                         f"({len(skills)} skills)")  # fmt: skip
+    return p
+
+
+@contextlib.contextmanager
+def fact_build(out_dir: pathlib.Path, params: dict, names: tuple, task: str, splits: tuple) -> Iterator[FactBuild]:
+    """The start every fact-table builder shares: its parameters (`check_fact_params`), its
+    public/ and hidden/ folders, the facts each split asks per skill (`n_<split>` spread over
+    the skills), and, under fixed conditions (`deterministic`) for the whole build, the seeded
+    random stream and the fact tables."""
+    p = check_fact_params(params, names, task, splits)
+    skills = list(p["skills"])
     per_skill = {split: p[f"n_{split}"] // len(skills) for split in splits}
-    if min(per_skill.values()) < 4:  # each split needs 4 distinct answers per skill
-        raise ValueError(f"{' and '.join(f'n_{split}' for split in splits)} must give at least 4 items per skill")
     seed = int(p["seed"])
     out_dir = pathlib.Path(out_dir)
     with deterministic(seed):

@@ -45,9 +45,13 @@ def source_text(grammar: Grammar, story_share: float, words: int) -> str:
     return "\n".join(lines)
 
 
+def check_params(params: dict) -> dict:
+    return tiny_params(params, PARAMS, "baby_lm")
+
+
 def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
     """Build the assets into out_dir; returns manifest facts (paths relative to out_dir)."""
-    p = tiny_params(params, PARAMS, "baby_lm")
+    p = check_params(params)
     out_dir = pathlib.Path(out_dir)
     public, hidden = out_dir / "public", out_dir / "hidden"
     # The names come from their own random stream too: the corpus and the pairs share them.

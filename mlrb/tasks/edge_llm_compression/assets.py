@@ -21,6 +21,7 @@ import random
 from mlrb.tasks.tiny_models import (
     BASE_MODEL_PARAMS,
     SKILLS,
+    check_fact_params,
     fact_build,
     qa_text,
     train_tokenizer,
@@ -54,6 +55,10 @@ def make_phi(tokenizer, p: dict):
     from mlrb.tasks.tiny_models import causal_lm_sizes
 
     return PhiForCausalLM(PhiConfig(**causal_lm_sizes(tokenizer, p)))
+
+
+def check_params(params: dict) -> dict:
+    return check_fact_params(params, PARAMS, "edge_llm_compression", ("dev", "test"))
 
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:

@@ -24,6 +24,10 @@ from mlrb.tasks.tiny_models import write_jsonl
 PARAMS = (*superglue.SUITE_PARAMS, "c4_docs", "alpaca_rows")
 
 
+def check_params(params: dict) -> dict:
+    return superglue.check_suite_params(params, PARAMS, "edge_llm_training")
+
+
 def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
     """Build the assets into out_dir; returns manifest facts (paths relative to out_dir)."""
     b = superglue.suite_build(out_dir, params, PARAMS, "edge_llm_training", group)

@@ -51,6 +51,7 @@ ACTIONS = ["dropped", "painted", "washed", "hid", "sold", "found", "lost", "fixe
            "cleaned", "opened", "wrapped", "moved", "borrowed", "carried"]  # fmt: skip
 HANDLED = ["glass", "ball", "cup", "hat", "kite", "box", "book", "bike", "coat", "shoe", "drum", "lamp",
            "chair", "clock", "spoon"]  # fmt: skip
+MAX_CAUSES = len(ACTIONS) * len(HANDLED)  # every action on every thing
 # {p} the person's pronoun, {q} their possessive.
 EFFECTS = [
     "{p} laughed", "{p} cried", "{p} went to bed", "{p} ate an apple", "{p} put on a coat",
@@ -77,8 +78,8 @@ class World:
     @classmethod
     def draw(cls, rng: random.Random, n_causes: int, zipf: float) -> World:
         every = [f"{{s}} {action} the {thing}" for action in ACTIONS for thing in HANDLED]
-        if not 2 <= n_causes <= len(every):
-            raise ValueError(f"causes must be between 2 and {len(every)}, not {n_causes}")
+        if not 2 <= n_causes <= MAX_CAUSES:
+            raise ValueError(f"causes must be between 2 and {MAX_CAUSES}, not {n_causes}")
         causes = rng.sample(every, n_causes)
         effects = [rng.choice(EFFECTS) for _ in causes]
         return cls(tuple(causes), tuple(effects), tuple(zipf_weights(rng, n_causes, zipf)))
@@ -288,12 +289,16 @@ def web_documents(rng: random.Random, world: World, n: int, exclude: set | None 
     return docs
 
 
-def hidden_suite(rng: random.Random, world: World, subtasks: list[str], n_rows: int) -> tuple[dict[str, tuple], set]:
-    """{sub-task: (format, rows)} of n_rows each, and the passages they use (to keep out of
-    the training text)."""
+def check_subtasks(subtasks: list[str]) -> None:
     unknown = [name for name in subtasks if name not in SUBTASKS]
     if unknown or not subtasks:
         raise ValueError(f"subtasks: unknown {unknown or 'none given'}; known: {', '.join(SUBTASKS)}")
+
+
+def hidden_suite(rng: random.Random, world: World, subtasks: list[str], n_rows: int) -> tuple[dict[str, tuple], set]:
+    """{sub-task: (format, rows)} of n_rows each, and the passages they use (to keep out of
+    the training text)."""
+    check_subtasks(subtasks)
     suite = {name: (SUBTASKS[name][0], rows(rng, world, name, n_rows)) for name in subtasks}
     passages = {row.get("passage") or row.get("premise") for _, items in suite.values() for row in items}
     return suite, passages
@@ -368,12 +373,21 @@ class SuiteBuild:
         }
 
 
-def suite_build(out_dir: pathlib.Path, params: dict, names: tuple, task: str, group: str) -> SuiteBuild:
-    """The start these builders share: their parameters (`tiny_params`; `names` must include
-    SUITE_PARAMS), the seeded random stream, the world (`causes` of them, which text states
-    as unevenly as `zipf` says) and the hidden suite written to hidden/ (`rows_per_subtask`
-    rows of each of `subtasks`)."""
+def check_suite_params(params: dict, names: tuple, task: str) -> dict:
+    """These builders' parameters (`tiny_params`; `names` must include SUITE_PARAMS): known
+    sub-tasks and a number of causes the world has."""
     p = tiny_params(params, names, task)
+    check_subtasks(list(p["subtasks"]))
+    if not 2 <= int(p["causes"]) <= MAX_CAUSES:
+        raise ValueError(f"causes must be between 2 and {MAX_CAUSES}, not {p['causes']}")
+    return p
+
+
+def suite_build(out_dir: pathlib.Path, params: dict, names: tuple, task: str, group: str) -> SuiteBuild:
+    """The start these builders share: their parameters (`check_suite_params`), the seeded
+    random stream, the world (`causes` of them, which text states as unevenly as `zipf` says)
+    and the hidden suite written to hidden/ (`rows_per_subtask` rows of each of `subtasks`)."""
+    p = check_suite_params(params, names, task)
     out_dir = pathlib.Path(out_dir)
     rng = random.Random(int(p["seed"]))
     world = World.draw(rng, int(p["causes"]), float(p["zipf"]))

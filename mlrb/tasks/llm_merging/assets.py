@@ -36,12 +36,12 @@ import random
 from mlrb.tasks.tiny_models import (
     BASE_MODEL_PARAMS,
     SKILLS,
+    check_fact_params,
     deterministic,
     format_prompt,
     make_fact_tables,
     make_llama,
     mc_row,
-    tiny_params,
     train_lm,
     train_tokenizer,
     write_jsonl,
@@ -147,6 +147,10 @@ def _train_adapter(base_dir: pathlib.Path, tokenizer, skill: str, facts, p: dict
 # ---------------------------------------------------------------------------- entry
 
 
+def check_params(params: dict) -> dict:
+    return check_fact_params(params, PARAMS, "llm_merging", ("dev", "test"))
+
+
 def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
     """Build the tiny LLM-merging assets into `out_dir` and return a manifest dict.
 
@@ -160,18 +164,13 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
     """
     import torch
 
-    p = tiny_params(params, PARAMS, "llm_merging")
-    unknown = [s for s in p["skills"] if s not in SKILLS]
-    if unknown:
-        raise ValueError(f"unknown skills {unknown}; choose from {sorted(SKILLS)}")
+    p = check_params(params)
     out_dir = pathlib.Path(out_dir)
     public, hidden = out_dir / "public", out_dir / "hidden"
     seed = int(p["seed"])
     skills = list(p["skills"])
     n_dev_per = p["n_dev"] // len(skills)
     n_test_per = p["n_test"] // len(skills)
-    if n_dev_per < 4 or n_test_per < 4:  # each split needs 4 distinct answers per skill
-        raise ValueError("n_dev and n_test must give at least 4 questions per skill")
 
     with deterministic(seed):  # results must not depend on the machine's core count
         rng = random.Random(seed)

@@ -179,8 +179,12 @@ def build_tiny_model(texts: list[str], p: dict, out: pathlib.Path) -> dict:
             "vocab_size": len(tokenizer), "pretrained": False}  # fmt: skip
 
 
+def check_params(params: dict) -> dict:
+    return tiny_params(params, PARAMS, "math_reasoning")
+
+
 def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
-    p = tiny_params(params, PARAMS, "math_reasoning")
+    p = check_params(params)
     out_dir = pathlib.Path(out_dir)
     rows = synthetic_rows(p["n_rows"], p["seed"])
     splits = write_splits(rows, p["n_test"], p["seed"], out_dir)

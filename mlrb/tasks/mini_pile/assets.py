@@ -23,6 +23,10 @@ from mlrb.tasks.tiny_models import write_jsonl
 PARAMS = (*superglue.SUITE_PARAMS, "train_docs", "validation_docs", "test_docs")
 
 
+def check_params(params: dict) -> dict:
+    return superglue.check_suite_params(params, PARAMS, "mini_pile")
+
+
 def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
     """Build the assets into out_dir; returns manifest facts (paths relative to out_dir)."""
     b = superglue.suite_build(out_dir, params, PARAMS, "mini_pile", group)
