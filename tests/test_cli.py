@@ -86,6 +86,8 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
         (["task=folder"], "task.path is not set: give the task folder, e.g. task.path=/path/to/house-price"),
         (["task=folder", "task.path=/nonexistent"], "task.path '/nonexistent' is not a folder"),
         # A tiny builder's parameter is checked with the config, before anything is built.
+        (["task=llm_efficiency", "task.scales.tiny.assets.skills=[geography,nope]"],
+         "task.scales.tiny.assets: skills: unknown ['nope']; choose from geography, zoology, chemistry, astronomy"),
         (["task=mini_pile", "task.scales.tiny.assets.subtasks=[boolx]"],
          "task.scales.tiny.assets: subtasks: unknown ['boolx']; known: boolq, copa, rte, wic"),
         (["task=llm_merging", "task.scales.tiny.assets.n_test=8"],

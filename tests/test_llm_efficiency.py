@@ -61,6 +61,44 @@ def test_the_base_model_rule_reads_the_approved_patterns():
     assert "does not declare" in rules.check_base_model(None, allowed, [])
 
 
+# ---- the tiny world, without a build ---------------------------------------------
+
+
+def test_each_question_offers_the_subjects_other_attribute_as_a_wrong_choice():
+    import random
+
+    from mlrb.tasks.llm_efficiency import assets as build
+
+    rng = random.Random(0)
+    world = build.make_world(rng, list(build.SKILLS), n_subjects=30, n_answers=12)
+    for skill, subjects in world.items():
+        pool = sorted({a for _, values in subjects for a in values})
+        assert len(pool) <= 12  # subjects share the answers, so no answer names its subject
+        rows = build._questions(rng, skill, subjects, pool)
+        assert len(rows) == 2 * len(subjects)  # every subject is asked both attributes, in order
+        for k, (subject, values) in enumerate(subjects):
+            for index in (0, 1):
+                row = rows[2 * k + index]
+                assert row["question"] == build.SKILLS[skill]["attributes"][index]["question"].format(s=subject)
+                assert row["choices"][row["answer"]] == values[index]
+                assert values[1 - index] in row["choices"] and len(set(row["choices"])) == 4
+
+
+def test_the_web_text_states_facts_but_never_asks_about_one():
+    import random
+
+    from mlrb.tasks.llm_efficiency import assets as build
+
+    rng = random.Random(1)
+    world = build.make_world(rng, list(build.SKILLS), n_subjects=10, n_answers=8)
+    texts = build._web_text(rng, world, 2000)
+    questions = [a["question"].split("{s}")[0] for spec in build.SKILLS.values() for a in spec["attributes"]]
+    assert not any(q in text for q in questions for text in texts)
+    subject, (capital, _) = world["geography"][0]
+    stated = " ".join(texts)
+    assert f"The capital of {subject} is {capital}." in stated or f"{capital} is the capital of {subject}." in stated
+
+
 # ---- the task ------------------------------------------------------------------
 
 
@@ -73,12 +111,14 @@ def test_assets_keep_the_test_set_hidden_and_offer_both_models(assets):
     # The instruction data asks about other facts than the test, each in several wordings.
     instructions = [json.loads(line) for line in (assets / "public" / "instructions.jsonl").read_text().splitlines()]
     tested = [json.loads(line)["question"] for line in (assets / "hidden" / "test.jsonl").read_text().splitlines()]
-    assert len(instructions) == 1280 and len({row["instruction"] for row in instructions}) == 1280
+    assert len(instructions) == 2560 and len({row["instruction"] for row in instructions}) == 2560
+    assert len(tested) == 960
     assert not any(question in row["instruction"] for question in tested for row in instructions)
-    # The baseline's one epoch of Dolly-layout LoRA helps (it once scored as the untouched base
-    # did), and the reference does clearly better.
+    # The untouched base answers near a third (it recalls the subject's attributes, not which
+    # was asked); the baseline's one epoch of Dolly-layout LoRA helps, the reference much more.
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
-    assert calibration["baseline_score"] > calibration["do_nothing_score"] + 0.05
+    assert calibration["do_nothing_score"] < 0.45
+    assert calibration["baseline_score"] > calibration["do_nothing_score"] + 0.2
     assert calibration["reference_score"] > calibration["baseline_score"] + 0.1
 
 
@@ -86,7 +126,8 @@ def test_assets_keep_the_test_set_hidden_and_offer_both_models(assets):
 def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     metrics = baseline_run("llm_efficiency", tmp_path, cache_dir).data.metrics
     assert metrics["reference_score"] > metrics["baseline_score"]
-    assert 0 < metrics["weight_distance_to_base"] < 0.1  # a LoRA fine-tune stays near its base
+    # The baseline's LoRA moves the weights by a fraction of their norm (0.3 at its high rate).
+    assert 0 < metrics["weight_distance_to_base"] < 0.5
     assert {"score.geography", "score.zoology"} <= set(metrics)
 
 
@@ -151,9 +192,10 @@ def test_a_blend_toward_the_instruction_tuned_sibling_is_invalid(assets, tmp_pat
 
 
 @pytest.mark.slow
-def test_honest_fine_tunes_lie_near_none_of_the_way_toward_the_sibling(assets):
-    # Measured at asset build on the baseline's and the reference's own submissions.
+def test_honest_fine_tunes_lie_well_inside_the_limit_toward_the_sibling(assets):
+    # Measured at asset build on the baseline's and the reference's own submissions: a few
+    # percent of the way (the reference, fine-tuned on the same kind of data, the most).
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
     limit = load_task().spec.max_share_toward_instruction_tuned
     for anchor in ("baseline", "reference"):
-        assert abs(calibration[f"{anchor}.weight_share_toward.{INSTRUCT}"]) < limit / 2, anchor
+        assert abs(calibration[f"{anchor}.weight_share_toward.{INSTRUCT}"]) < 0.7 * limit, anchor

@@ -61,7 +61,7 @@ def model_dir(assets: Path, name: str) -> Path:
 class LlmEfficiency(Task):
     name = "llm_efficiency"
     scale_class = LlmEfficiencyScale
-    assets_version = 3
+    assets_version = 4
 
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the baseline's base model and instruction data from the Hugging Face hub."""
@@ -154,7 +154,7 @@ class LlmEfficiency(Task):
             if share is not None and share > limit:
                 return (
                     f"the weights are a blend toward the instruction-tuned {name}: they lie {share:.0%} of the way "
-                    f"from {declared} to it (at most {limit:.0%} allowed; fine-tuning the base stays near 0%)",
+                    f"from {declared} to it (at most {limit:.0%} allowed; fine-tuning the base stays within a few percent)",
                     facts,
                 )  # fmt: skip
         return "", facts

@@ -3,14 +3,16 @@ then save the merged model (baseline of the "1 LLM + 1 GPU + 1 Day" challenge).
 
 Usage:
     python finetune.py --base-model DIR --data FILE.jsonl --output submission \
-        [--epochs 1] [--lora-r 8] [--lora-alpha 32] [--targets q_proj v_proj] [--lr 2e-4]
+        [--epochs 1] [--lora-r 8] [--lora-alpha 32] [--targets q_proj v_proj] [--lr 2e-4] \
+        [--layout dolly|question] [--loss-on all|response]
 
 DIR is a Hugging Face causal LM (at $MLRB_DATA/models/<org>__<name>); FILE holds rows in
 Databricks-Dolly-15k's format: {"instruction", "context", "response", "category"}.
 
 Baseline, after MLRB's: LoRA (r=8, alpha=32, dropout 0.1 on the attention's q/v
 projections) for one epoch over the data, each row rendered as
-"Instruction: ...\\n\\nContext: ...\\n\\nResponse: ...", loss on every token.
+"Instruction: ...\\n\\nContext: ...\\n\\nResponse: ...", loss on every token
+(`--loss-on response`: on the response's tokens only).
 The LoRA update is merged into the weights and the full model is saved (safetensors)
 with the base's tokenizer and `provenance.json` naming the base model, which the
 scorer checks against the approved base models.
@@ -43,14 +45,26 @@ def format_row(row: dict, layout: str = "dolly") -> str:
     return text + f"Response: {row['response']}"
 
 
-def batches(tokenizer, texts: list[str], batch_size: int, max_length: int, rng: random.Random):
-    """One epoch of right-padded batches in random order; labels on every real token."""
+def prompt_of(row: dict, layout: str) -> str:
+    """The text before the response (format_row's text up to "Response:" or "Answer:")."""
+    text = format_row(row, layout)
+    return text[: len(text) - len(row["response"])].rstrip(" ")
+
+
+def batches(tokenizer, texts: list[str], batch_size: int, max_length: int, rng: random.Random,
+            prompts: list[str] | None = None):  # fmt: skip
+    """One epoch of right-padded batches in random order; labels on every real token, or, given
+    each text's prompt, on the tokens after it only."""
     order = list(range(len(texts)))
     rng.shuffle(order)
     for start in range(0, len(order), batch_size):
-        chunk = [texts[i] + (tokenizer.eos_token or "") for i in order[start : start + batch_size]]
+        chosen = order[start : start + batch_size]
+        chunk = [texts[i] + (tokenizer.eos_token or "") for i in chosen]
         enc = tokenizer(chunk, return_tensors="pt", padding=True, truncation=True, max_length=max_length)
         labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+        if prompts is not None:
+            for row, i in enumerate(chosen):
+                labels[row, : len(tokenizer(prompts[i])["input_ids"])] = -100
         yield enc["input_ids"], enc["attention_mask"], labels
 
 
@@ -67,6 +81,8 @@ def main() -> None:
     parser.add_argument("--targets", nargs="+", default=["q_proj", "v_proj"], help="module names to adapt")
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--layout", choices=["dolly", "question"], default="dolly", help="how rows become text")
+    parser.add_argument("--loss-on", choices=["all", "response"], default="all",
+                        help="train on every token, or on the response's tokens only")  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--dtype", default="float32", help="training dtype (bfloat16 on a GPU)")
@@ -85,6 +101,7 @@ def main() -> None:
 
     rows = [json.loads(line) for line in args.data.read_text().splitlines() if line.strip()]
     texts = [format_row(row, args.layout) for row in rows]
+    prompts = [prompt_of(row, args.layout) for row in rows] if args.loss_on == "response" else None
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
     rng = random.Random(args.seed)
     steps_per_epoch = math.ceil(len(texts) / args.batch_size)
@@ -92,7 +109,7 @@ def main() -> None:
     model.train()
     step = 0
     while step < total_steps:
-        for input_ids, attention, labels in batches(tokenizer, texts, args.batch_size, args.max_length, rng):
+        for input_ids, attention, labels in batches(tokenizer, texts, args.batch_size, args.max_length, rng, prompts):
             loss = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                          labels=labels.to(device)).loss  # fmt: skip
             optimizer.zero_grad()
