@@ -113,6 +113,10 @@ def test_assets_keep_the_test_set_hidden_and_offer_both_models(assets):
     tested = [json.loads(line)["question"] for line in (assets / "hidden" / "test.jsonl").read_text().splitlines()]
     assert len(instructions) == 2560 and len({row["instruction"] for row in instructions}) == 2560
     assert len(tested) == 960
+    shape = load_task().spec.prompt.dataset_shape  # what the agent is told
+    dev = (assets / "public" / "dev.jsonl").read_text().splitlines()
+    assert f"instructions: {len(instructions)} rows" in shape and f"dev: {len(dev)} rows" in shape
+    assert f"hidden test: {len(tested)} rows" in shape
     assert not any(question in row["instruction"] for question in tested for row in instructions)
     # The untouched base answers near a third (it recalls the subject's attributes, not which
     # was asked); the baseline's one epoch of Dolly-layout LoRA helps, the reference much more.
