@@ -203,7 +203,7 @@ class Task(abc.ABC):
             return
         try:
             check(params)
-        except ValueError as e:
+        except (ValueError, TypeError) as e:  # TypeError: a value of the wrong kind (n_test=abc)
             raise ConfigError(f"task.scales.{cfg.scale}.assets: {e}") from None
 
     def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:

@@ -333,14 +333,27 @@ class FactBuild:
         return model, loss
 
 
+def check_known(key: str, chosen: list, known) -> None:
+    """A list parameter's values (skills, sub-tasks): at least one, each known."""
+    unknown = [value for value in chosen if value not in known]
+    if unknown or not chosen:
+        raise ValueError(f"{key}: {f'unknown {unknown}' if unknown else 'none given'}; choose from {', '.join(known)}")
+
+
+def check_counts(p: dict, keys) -> None:
+    """Sizes (n_test, ...): whole numbers above 0."""
+    for key in keys:
+        if isinstance(p[key], bool) or not isinstance(p[key], int) or p[key] < 1:
+            raise ValueError(f"{key} must be a whole number above 0, not {p[key]!r}")
+
+
 def check_fact_params(params: dict, names: tuple, task: str, splits: tuple) -> dict:
     """A fact-table builder's parameters (`tiny_params`): known skills, and `n_<split>` (spread
     over the skills) giving each split at least 4 facts per skill, a question's choices."""
     p = tiny_params(params, names, task)
     skills = list(p["skills"])
-    unknown = [skill for skill in skills if skill not in SKILLS]
-    if unknown or not skills:
-        raise ValueError(f"skills: unknown {unknown or 'none given'}; choose from {', '.join(SKILLS)}")
+    check_known("skills", skills, SKILLS)
+    check_counts(p, [f"n_{split}" for split in splits])
     if min(p[f"n_{split}"] // len(skills) for split in splits) < 4:
         raise ValueError(f"{' and '.join(f'n_{split}' for split in splits)} must give at least 4 items per skill "
                          f"({len(skills)} skills)")  # fmt: skip

@@ -35,7 +35,7 @@ from typing import Any
 
 from mlrb.tasks.from_scratch import suites
 from mlrb.tasks.from_scratch.grammar import NAMES, capitalise
-from mlrb.tasks.tiny_models import tiny_params, train_byte_level_tokenizer, zipf_weights
+from mlrb.tasks.tiny_models import check_counts, check_known, tiny_params, train_byte_level_tokenizer, zipf_weights
 
 PRONOUNS = {"he": ("he", "his", "him"), "she": ("she", "her", "her")}
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
@@ -289,16 +289,10 @@ def web_documents(rng: random.Random, world: World, n: int, exclude: set | None 
     return docs
 
 
-def check_subtasks(subtasks: list[str]) -> None:
-    unknown = [name for name in subtasks if name not in SUBTASKS]
-    if unknown or not subtasks:
-        raise ValueError(f"subtasks: unknown {unknown or 'none given'}; known: {', '.join(SUBTASKS)}")
-
-
 def hidden_suite(rng: random.Random, world: World, subtasks: list[str], n_rows: int) -> tuple[dict[str, tuple], set]:
     """{sub-task: (format, rows)} of n_rows each, and the passages they use (to keep out of
     the training text)."""
-    check_subtasks(subtasks)
+    check_known("subtasks", subtasks, SUBTASKS)
     suite = {name: (SUBTASKS[name][0], rows(rng, world, name, n_rows)) for name in subtasks}
     passages = {row.get("passage") or row.get("premise") for _, items in suite.values() for row in items}
     return suite, passages
@@ -377,8 +371,9 @@ def check_suite_params(params: dict, names: tuple, task: str) -> dict:
     """These builders' parameters (`tiny_params`; `names` must include SUITE_PARAMS): known
     sub-tasks and a number of causes the world has."""
     p = tiny_params(params, names, task)
-    check_subtasks(list(p["subtasks"]))
-    if not 2 <= int(p["causes"]) <= MAX_CAUSES:
+    check_known("subtasks", list(p["subtasks"]), SUBTASKS)
+    check_counts(p, ["causes", "rows_per_subtask"])
+    if not 2 <= p["causes"] <= MAX_CAUSES:
         raise ValueError(f"causes must be between 2 and {MAX_CAUSES}, not {p['causes']}")
     return p
 

@@ -36,6 +36,8 @@ import random
 from mlrb.tasks import hub
 from mlrb.tasks.tiny_models import (
     BASE_MODEL_PARAMS,
+    check_counts,
+    check_known,
     deterministic,
     make_llama,
     make_names,
@@ -163,9 +165,8 @@ def check_params(params: dict) -> dict:
     split, enough answers for a question's choices, one wording per instruction row."""
     p = tiny_params(params, PARAMS, "llm_efficiency")
     skills = list(p["skills"])
-    unknown = [skill for skill in skills if skill not in SKILLS]
-    if unknown or not skills:
-        raise ValueError(f"skills: unknown {unknown or 'none given'}; choose from {', '.join(SKILLS)}")
+    check_known("skills", skills, SKILLS)
+    check_counts(p, ["n_train", "n_dev", "n_test", "answers_per_skill", "rows_per_fact"])
     if min(p[f"n_{split}"] for split in ("train", "dev", "test")) < len(skills):
         raise ValueError(f"n_train, n_dev and n_test must each give a subject per skill (at least {len(skills)})")
     if p["answers_per_skill"] < 4:
