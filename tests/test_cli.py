@@ -94,6 +94,8 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
          "task.scales.tiny.assets: n_dev and n_test must give at least 4 items per skill (3 skills)"),
         (["task=llm_merging", "task.scales.tiny.assets.n_test=abc"],
          "task.scales.tiny.assets: n_test must be a whole number above 0, not 'abc'"),
+        (["task=baby_lm", "task.scales.tiny.assets.train_words=-5"],
+         "task.scales.tiny.assets: train_words must be a whole number above 0, not -5"),
         (["task=edge_llm_training", "-m", "seed=1,2", "task.scales.tiny.assets.causes=1000"],
          "task.scales.tiny.assets: causes must be between 2 and 240, not 1000"),
     ],

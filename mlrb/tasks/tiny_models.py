@@ -95,6 +95,8 @@ BASE_MODEL_PARAMS = (
     "pretrain_steps",
     "pretrain_lr",
 )
+# Those of them that are sizes and counts (whole numbers above 0).
+BASE_MODEL_SIZES = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "pretrain_steps")
 
 
 def tiny_params(params: dict, names: tuple, task: str) -> dict:
@@ -347,13 +349,14 @@ def check_counts(p: dict, keys) -> None:
             raise ValueError(f"{key} must be a whole number above 0, not {p[key]!r}")
 
 
-def check_fact_params(params: dict, names: tuple, task: str, splits: tuple) -> dict:
-    """A fact-table builder's parameters (`tiny_params`): known skills, and `n_<split>` (spread
-    over the skills) giving each split at least 4 facts per skill, a question's choices."""
+def check_fact_params(params: dict, names: tuple, task: str, splits: tuple, sizes: tuple = ()) -> dict:
+    """A fact-table builder's parameters (`tiny_params`): known skills, the model's and the
+    builder's `sizes` whole numbers, and `n_<split>` (spread over the skills) giving each split
+    at least 4 facts per skill, a question's choices."""
     p = tiny_params(params, names, task)
     skills = list(p["skills"])
     check_known("skills", skills, SKILLS)
-    check_counts(p, [f"n_{split}" for split in splits])
+    check_counts(p, [*BASE_MODEL_SIZES, *sizes, *(f"n_{split}" for split in splits)])
     if min(p[f"n_{split}"] // len(skills) for split in splits) < 4:
         raise ValueError(f"{' and '.join(f'n_{split}' for split in splits)} must give at least 4 items per skill "
                          f"({len(skills)} skills)")  # fmt: skip

@@ -24,7 +24,7 @@ import random
 
 from mlrb.tasks.from_scratch import blimp, suites
 from mlrb.tasks.from_scratch.grammar import Grammar, People
-from mlrb.tasks.tiny_models import tiny_params, train_byte_level_tokenizer, write_jsonl
+from mlrb.tasks.tiny_models import check_counts, tiny_params, train_byte_level_tokenizer, write_jsonl
 
 # BabyLM 2024's strict-small sources, with how often each writes a short story
 # rather than one sentence per line.
@@ -46,7 +46,9 @@ def source_text(grammar: Grammar, story_share: float, words: int) -> str:
 
 
 def check_params(params: dict) -> dict:
-    return tiny_params(params, PARAMS, "baby_lm")
+    p = tiny_params(params, PARAMS, "baby_lm")
+    check_counts(p, ["train_words", "vocab_size", "names", "pairs_per_phenomenon"])
+    return p
 
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:

@@ -58,7 +58,7 @@ def make_phi(tokenizer, p: dict):
 
 
 def check_params(params: dict) -> dict:
-    return check_fact_params(params, PARAMS, "edge_llm_compression", ("dev", "test"))
+    return check_fact_params(params, PARAMS, "edge_llm_compression", ("dev", "test"), ("batch_size",))
 
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:

@@ -25,7 +25,7 @@ PARAMS = (*superglue.SUITE_PARAMS, "c4_docs", "alpaca_rows")
 
 
 def check_params(params: dict) -> dict:
-    return superglue.check_suite_params(params, PARAMS, "edge_llm_training")
+    return superglue.check_suite_params(params, PARAMS, "edge_llm_training", ("c4_docs", "alpaca_rows"))
 
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:

@@ -367,12 +367,13 @@ class SuiteBuild:
         }
 
 
-def check_suite_params(params: dict, names: tuple, task: str) -> dict:
+def check_suite_params(params: dict, names: tuple, task: str, sizes: tuple = ()) -> dict:
     """These builders' parameters (`tiny_params`; `names` must include SUITE_PARAMS): known
-    sub-tasks and a number of causes the world has."""
+    sub-tasks, sizes that are whole numbers (the suite's and the builder's `sizes`) and a
+    number of causes the world has."""
     p = tiny_params(params, names, task)
     check_known("subtasks", list(p["subtasks"]), SUBTASKS)
-    check_counts(p, ["causes", "rows_per_subtask"])
+    check_counts(p, ["vocab_size", "causes", "rows_per_subtask", *sizes])
     if not 2 <= p["causes"] <= MAX_CAUSES:
         raise ValueError(f"causes must be between 2 and {MAX_CAUSES}, not {p['causes']}")
     return p

@@ -36,6 +36,7 @@ import random
 from mlrb.tasks import hub
 from mlrb.tasks.tiny_models import (
     BASE_MODEL_PARAMS,
+    BASE_MODEL_SIZES,
     check_counts,
     check_known,
     deterministic,
@@ -166,7 +167,8 @@ def check_params(params: dict) -> dict:
     p = tiny_params(params, PARAMS, "llm_efficiency")
     skills = list(p["skills"])
     check_known("skills", skills, SKILLS)
-    check_counts(p, ["n_train", "n_dev", "n_test", "answers_per_skill", "rows_per_fact"])
+    check_counts(p, [*BASE_MODEL_SIZES, "web_texts", "instruct_steps", "batch_size", "n_train", "n_dev", "n_test",
+                     "answers_per_skill", "rows_per_fact"])  # fmt: skip
     if min(p[f"n_{split}"] for split in ("train", "dev", "test")) < len(skills):
         raise ValueError(f"n_train, n_dev and n_test must each give a subject per skill (at least {len(skills)})")
     if p["answers_per_skill"] < 4:

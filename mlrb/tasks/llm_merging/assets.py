@@ -148,7 +148,7 @@ def _train_adapter(base_dir: pathlib.Path, tokenizer, skill: str, facts, p: dict
 
 
 def check_params(params: dict) -> dict:
-    return check_fact_params(params, PARAMS, "llm_merging", ("dev", "test"))
+    return check_fact_params(params, PARAMS, "llm_merging", ("dev", "test"), ("lora_rank", "train_steps", "batch_size"))
 
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:

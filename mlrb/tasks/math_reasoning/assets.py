@@ -24,7 +24,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mlrb.tasks.tiny_models import deterministic, read_jsonl, tiny_params, write_jsonl
+from mlrb.tasks.tiny_models import check_counts, deterministic, read_jsonl, tiny_params, write_jsonl
 
 # The builder's parameters; their values are in mlrb/conf/task/math_reasoning.yaml (scales.tiny.assets).
 PARAMS = ("seed", "n_rows", "n_test", "vocab_size", "d_model", "layers", "heads", "ffn_dim")
@@ -180,7 +180,9 @@ def build_tiny_model(texts: list[str], p: dict, out: pathlib.Path) -> dict:
 
 
 def check_params(params: dict) -> dict:
-    return tiny_params(params, PARAMS, "math_reasoning")
+    p = tiny_params(params, PARAMS, "math_reasoning")
+    check_counts(p, ["n_rows", "n_test", "vocab_size", "d_model", "layers", "heads", "ffn_dim"])
+    return p
 
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:

@@ -24,7 +24,7 @@ PARAMS = (*superglue.SUITE_PARAMS, "train_docs", "validation_docs", "test_docs")
 
 
 def check_params(params: dict) -> dict:
-    return superglue.check_suite_params(params, PARAMS, "mini_pile")
+    return superglue.check_suite_params(params, PARAMS, "mini_pile", ("train_docs", "validation_docs", "test_docs"))
 
 
 def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
