@@ -37,16 +37,38 @@ TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasonin
 ANCHORS = ("do_nothing", "baseline", "reference")
 
 
-def load_task(key: str, seed: int | None = None):
-    """The packaged task at tiny scale, with assets.seed = seed (None: its YAML's)."""
+def load_task(key: str, seed: int | None = None, overrides: dict | None = None):
+    """The packaged task at tiny scale, with assets.seed = seed (None: its YAML's) and
+    `overrides` ({"assets.num_layers": 3, ...}) set in its tiny scale: a trial design."""
     from mlrb import registry
     from mlrb.config import TaskConfig, packaged_task
 
     raw = packaged_task(key)
     raw["scale"] = "tiny"
+    for dotted, value in (overrides or {}).items():
+        *parents, leaf = dotted.split(".")
+        place = raw["scales"]["tiny"]
+        for name in parents:
+            place = place.get(name) if isinstance(place, dict) else None
+        if not isinstance(place, dict) or leaf not in place:  # a typo would otherwise add a key nobody reads
+            raise ValueError(f"{key}: task.scales.tiny has no key {dotted!r}")
+        place[leaf] = value
     if seed is not None:
         raw["scales"]["tiny"]["assets"]["seed"] = seed
     return registry.load(registry.TASKS[key])(TaskConfig(**raw))
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    """["assets.num_layers=3", ...] -> {"assets.num_layers": 3}; values are YAML, as in the task's file."""
+    import yaml
+
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {pair!r}: expected KEY=VALUE, e.g. assets.num_layers=3")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
 
 
 def scored_items(assets: Path) -> int:
@@ -94,13 +116,13 @@ def checks(anchors: dict, items: int, score_unit: float) -> dict:
     return out
 
 
-def calibrate_task(key: str, seeds: int, cache_dir: Path) -> dict:
+def calibrate_task(key: str, seeds: int, cache_dir: Path, overrides: dict | None = None) -> dict:
     from mlrb.assets import ensure_assets
 
     values = {anchor: [] for anchor in ANCHORS}
     invalid, items, build_s = [], None, []
     for seed in range(seeds):
-        task = load_task(key, seed)
+        task = load_task(key, seed, overrides)
         started = time.monotonic()
         assets = ensure_assets(task, cache_dir)
         build_s.append(json.loads((assets / "manifest.json").read_text()).get("build_seconds"))
@@ -119,7 +141,7 @@ def calibrate_task(key: str, seeds: int, cache_dir: Path) -> dict:
         anchors["do_nothing"]["invalid_reason"] = invalid[0]
     score_unit = 100.0 if key == "math_reasoning" else 1.0  # BLEU is 0-100, accuracies 0-1
     return {"items": items, "seeds": list(range(seeds)), "build_seconds": build_s, "anchors": anchors,
-            "checks": checks(anchors, items, score_unit)}  # fmt: skip
+            "checks": checks(anchors, items, score_unit), **({"overrides": overrides} if overrides else {})}  # fmt: skip
 
 
 def fmt(anchor: dict) -> str:
@@ -149,16 +171,28 @@ def main() -> None:
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated task keys (default: all seven)")
     parser.add_argument("--out", type=Path, default=Path("calibration.json"))
     parser.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("MLRB_CACHE_DIR", "~/.cache/mlrb")))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="try a design: change a value of each task's tiny scale (e.g. assets.num_layers=3, "
+                             "baseline_command='python ...'); the output records what was set")  # fmt: skip
     args = parser.parse_args()
     keys = [k.strip() for k in args.tasks.split(",") if k.strip()]
     unknown = [k for k in keys if k not in TASKS]
     if unknown or args.seeds < 1:
         parser.error(f"unknown task {unknown[0]!r}; valid: {', '.join(TASKS)}" if unknown else "--seeds must be >= 1")
+    from mlrb.config import ConfigError
+
+    try:  # every task takes every value, as a run's config check has it, before anything is built
+        overrides = parse_overrides(args.set)
+        for key in keys:
+            task = load_task(key, 0, overrides)
+            type(task).check_assets(task.cfg)
+    except (ValueError, ConfigError) as exc:  # pydantic's ValidationError is a ValueError
+        parser.error(f"{key}: {exc}" if isinstance(exc, ConfigError) else str(exc))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     for key in keys:  # each task is written as soon as it is done, so a long run can be resumed
-        results[key] = calibrate_task(key, args.seeds, args.cache_dir.expanduser())
+        results[key] = calibrate_task(key, args.seeds, args.cache_dir.expanduser(), overrides)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(table({k: results[k] for k in keys}))
     print(f"written to {args.out}", file=sys.stderr)

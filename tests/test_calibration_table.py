@@ -53,3 +53,26 @@ def test_one_seed_gives_no_noise_figures():
     assert one["do_nothing_below_baseline"] is None and one["reference_beats_baseline"] is None
     assert one["baseline_sem_normalised_points"] is None and one["baseline_sem_at_most_5"] is None
     assert module.fmt(module.mean_sem([0.5])) == "0.5000 (one seed)"
+
+
+def test_a_trial_design_changes_the_tiny_scale_and_a_typo_is_refused(tmp_path):
+    import subprocess
+    import sys
+
+    module = benchmark()
+    overrides = module.parse_overrides(["assets.num_layers=3", "baseline_command=python finetune.py --lr 5e-3"])
+    task = module.load_task("llm_efficiency", 2, overrides)
+    assert task.spec.assets["num_layers"] == 3 and task.spec.assets["seed"] == 2
+    assert task.spec.baseline_command == "python finetune.py --lr 5e-3"
+
+    out = tmp_path / "calibration.json"
+    for value, expected in [
+        ("assets.num_layer=3", "llm_efficiency: task.scales.tiny has no key 'assets.num_layer'"),
+        ("assets.num_layers=-3", "task.scales.tiny.assets: num_layers must be a whole number above 0, not -3"),
+        ("num_layers", "--set 'num_layers': expected KEY=VALUE"),
+    ]:
+        result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "calibration.py"), "--tasks",
+                                 "llm_efficiency", "--set", value, "--out", str(out), "--cache-dir", str(tmp_path)],
+                                capture_output=True, text=True)  # fmt: skip
+        assert result.returncode == 2 and expected in result.stderr.strip().splitlines()[-1]
+        assert not out.exists() and not (tmp_path / "llm_efficiency").exists()  # nothing built or written
