@@ -59,15 +59,20 @@ def load_task(key: str, seed: int | None = None, overrides: dict | None = None):
 
 
 def parse_overrides(pairs: list[str]) -> dict:
-    """["assets.num_layers=3", ...] -> {"assets.num_layers": 3}; values are YAML, as in the task's file."""
-    import yaml
+    """["assets.num_layers=3", ...] -> {"assets.num_layers": 3}; values are read as the task's
+    YAML file is (OmegaConf's loader: 3e-3 is a number, where plain YAML keeps it a string)."""
+    from omegaconf import OmegaConf
 
     overrides = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--set {pair!r}: expected KEY=VALUE, e.g. assets.num_layers=3")
-        overrides[key.strip()] = yaml.safe_load(value)
+        try:
+            parsed = OmegaConf.to_container(OmegaConf.create(f"value: {value}"))
+        except Exception as exc:  # a YAML syntax error
+            raise ValueError(f"--set {pair!r}: the value is not YAML: {str(exc).splitlines()[0]}") from None
+        overrides[key.strip()] = parsed["value"]  # type: ignore[index]
     return overrides
 
 

@@ -60,9 +60,11 @@ def test_a_trial_design_changes_the_tiny_scale_and_a_typo_is_refused(tmp_path):
     import sys
 
     module = benchmark()
-    overrides = module.parse_overrides(["assets.num_layers=3", "baseline_command=python finetune.py --lr 5e-3"])
+    overrides = module.parse_overrides(["assets.num_layers=3", "assets.pretrain_lr=3e-3",
+                                        "baseline_command=python finetune.py --lr 5e-3"])  # fmt: skip
     task = module.load_task("llm_efficiency", 2, overrides)
     assert task.spec.assets["num_layers"] == 3 and task.spec.assets["seed"] == 2
+    assert task.spec.assets["pretrain_lr"] == 0.003  # a number, as the task's YAML reads it
     assert task.spec.baseline_command == "python finetune.py --lr 5e-3"
 
     out = tmp_path / "calibration.json"
