@@ -23,7 +23,10 @@ process of its tree (the child itself, or a descendant that was waited for), not
 sum of the tree. Processes inside a bwrap sandbox's PID namespace are not seen (bwrap's
 own init reaps them: a 490 MiB process under `bwrap --unshare-pid` reported 13 MiB when
 checked by hand), so for the default run (bwrap) it is the harness process's own peak;
-the scorer floor's figure shows what the scorer alone reaches. Then the ratio of run to
+the scorer floor's figure shows what the scorer alone reaches. Beside it, the peak of the
+tree's resident sets summed (every process of the run at once: the harness, MLflow's
+recording process, the sandbox's processes), read from /proc every 20 ms, so a peak
+shorter than that can be missed. Then the ratio of run to
 floor and the difference in memory, per round (median); and the time of each stage of
 the run from its `stage_time_s.<stage>` metrics (mlrb/timeline.py; `compose` counts from
 the process's start), with `other` the rest of the wall time (set-up between stages,
@@ -38,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -54,21 +58,52 @@ CLAUDE_FLOOR = "import hydra, anthropic, mlflow"
 # (SQLAlchemy, Alembic, MLflow's table models): how much of the gap the store alone is.
 STORE_FLOOR = CLAUDE_FLOOR + ", mlflow.store.tracking.sqlalchemy_store"
 HARNESS_FLOOR = "import hydra, mlflow"
+SAMPLE_S = 0.02  # how often the process tree's memory is summed
 SCORER_FLOOR = "import torch, transformers, lm_eval.evaluator, lm_eval.tasks, lm_eval.models.huggingface"
 
 
-def measure(argv: List[str], cwd: Path, env: Dict[str, str]) -> Tuple[float, float]:
-    """(wall seconds, peak MiB) of one process tree; raise with its output if it fails."""
+def tree_rss_mib(root: int) -> float:
+    """The resident sets of a process and all its descendants, summed (MiB), read from /proc
+    (0 for processes that are gone). Descendants inside a sandbox's PID namespace count too."""
+    total_kib, pending = 0, [root]
+    while pending:
+        pid = pending.pop()
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                total_kib += next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as children:
+                    pending += [int(child) for child in children.read().split()]
+        except (OSError, ValueError):
+            continue  # it ended meanwhile
+    return total_kib / 1024
+
+
+def measure(argv: List[str], cwd: Path, env: Dict[str, str]) -> Tuple[float, float, float]:
+    """(wall seconds, peak MiB, sampled peak of the tree's sum in MiB) of one process tree;
+    raise with its output if it fails. The sum is read every SAMPLE_S, so a peak shorter
+    than that can be missed."""
     with tempfile.TemporaryFile() as output:
         started = time.monotonic()
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT)
+        sums = [0.0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(SAMPLE_S):
+                sums.append(tree_rss_mib(proc.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.monotonic() - started
+        done.set()
+        sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             output.seek(0)
             raise SystemExit(f"`{' '.join(argv)}` failed ({proc.returncode}):\n{output.read().decode()[-4000:]}")
-    return wall, usage.ru_maxrss / 1024  # KiB on Linux
+    return wall, usage.ru_maxrss / 1024, max(sums)  # ru_maxrss: KiB on Linux
 
 
 def stage_times(store: Path) -> Dict[str, float]:
@@ -124,7 +159,7 @@ def main() -> None:
                 measure(mlrb("noop" + v, "warmup", "agent=claude"), root, v_env)
             if "default" in kinds:
                 measure(mlrb("default" + v, "warmup"), root, v_env)
-        results: Dict[str, List[Tuple[float, float]]] = defaultdict(list)
+        results: Dict[str, List[Tuple[float, float, float]]] = defaultdict(list)
         stages: Dict[str, List[Dict[str, float]]] = defaultdict(list)
         for i in range(args.repeats):
             print(f"round {i + 1}/{args.repeats}", flush=True)
@@ -142,11 +177,12 @@ def main() -> None:
                 results["default" + v].append(measure(mlrb("default" + v, f"run-{i}"), root, v_env))
                 stages["default" + v].append(stage_times(root / ("default" + v) / "mlruns"))
 
-    wall = {k: [w for w, _ in v] for k, v in results.items()}
-    peak = {k: [m for _, m in v] for k, v in results.items()}
+    wall = {k: [w for w, _, _ in v] for k, v in results.items()}
+    peak = {k: [m for _, m, _ in v] for k, v in results.items()}
+    tree = {k: [t for _, _, t in v] for k, v in results.items()}
     print(f"\nPer-run overhead: {args.repeats} rounds, {os.cpu_count()} CPUs, load average {load:.1f} at the start; "
           f"Python {sys.version.split()[0]}")  # fmt: skip
-    print(f"  {'':44s} {'wall (median [min-max])':>26s} {'peak memory':>26s}")
+    print(f"  {'':44s} {'wall (median [min-max])':>26s} {'peak memory':>26s} {'tree, summed (sampled)':>26s}")
     rows = [("floor", f"floor: python -c '{CLAUDE_FLOOR}'"),
             ("store_floor", "floor and MLflow's SQL store module")]  # fmt: skip
     rows += [("noop" + v, f"no-op run{v}: agent=claude, submits at once") for v in versions]
@@ -156,14 +192,17 @@ def main() -> None:
     for key, label in rows:
         if key not in results:
             continue
-        print(f"  {label[:44]:44s} {summary(wall[key], 's'):>26s} {summary(peak[key], 'MiB', 0):>26s}")
+        print(f"  {label[:44]:44s} {summary(wall[key], 's'):>26s} {summary(peak[key], 'MiB', 0):>26s} "
+              f"{summary(tree[key], 'MiB', 0):>26s}")  # fmt: skip
 
     for v in versions:
         if "noop" in kinds:
             ratios = [n / f for n, f in zip(wall["noop" + v], wall["floor"])]
             extra_mib = [n - f for n, f in zip(peak["noop" + v], peak["floor"])]
+            extra_tree = [n - f for n, f in zip(tree["noop" + v], tree["floor"])]
             print(f"  no-op{v} / its floor, per round: {summary(ratios, 'x')} (target <= 1.2 x); "
-                  f"peak above the floor's: {summary(extra_mib, 'MiB', 0)} (target <= 50 MiB)")  # fmt: skip
+                  f"peak above the floor's: {summary(extra_mib, 'MiB', 0)} (target <= 50 MiB); "
+                  f"its processes summed, above the floor's: {summary(extra_tree, 'MiB', 0)}")  # fmt: skip
             if not v:
                 store = [s / f for s, f in zip(wall["store_floor"], wall["floor"])]
                 store_mib = [s - f for s, f in zip(peak["store_floor"], peak["floor"])]

@@ -307,6 +307,9 @@ def end_process(code: Any) -> NoReturn:
     agent ended, mlrb/agents/tracing.py) and reaped its processes; what is left is written
     here: the log file, standard output and error. While a thread that is not a daemon
     still runs (a library's uploads, say), the process exits as usual, which waits for it."""
+    from mlrb import recording_process
+
+    recording_process.stop()  # every write was answered: the recording process ends
     if not (code is None or isinstance(code, int)):
         sys.exit(code)  # a message: Python prints it and exits with 1
     code = code or 0
@@ -340,6 +343,11 @@ def main(argv: list[str] | None = None, end_at_once: bool = False) -> None:
     except ConfigError as e:
         print(f"mlrb: error: {e}", file=sys.stderr)
         sys.exit(2)
+    if single_run and end_at_once:
+        # MLflow's imports start now, in a process of their own, while Hydra composes the config.
+        from mlrb import recording_process
+
+        recording_process.start()
     sys.argv = [sys.argv[0]] + hydra_command_line(args)  # hydra.main reads sys.argv
     app = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(job)
     if not single_run:

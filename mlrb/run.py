@@ -29,7 +29,18 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from mlrb import assets as assets_lib
-from mlrb import events, instructions, interrupts, prefetch, registry, snapshots, timeline, tracking, workspace
+from mlrb import (
+    events,
+    instructions,
+    interrupts,
+    prefetch,
+    recording_process,
+    registry,
+    snapshots,
+    timeline,
+    tracking,
+    workspace,
+)
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
@@ -113,13 +124,19 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
     commit: dict[str, str] = {}  # git runs in its own processes while the store is checked
     git = threading.Thread(target=lambda: commit.update(tracking.harness_commit()), name="git", daemon=True)
     git.start()
+    # MLflow: in a process of its own for a single run's harness (started with it), else here
+    recording = recording_process.running() or tracking.LOCAL
     try:
         sandbox_class.preflight(cfg.sandbox)  # e.g. no namespaces, a dead Docker daemon: one line, nothing recorded
         prefetch.refuse_if_missing(task)  # full scale: models or evaluation sets not in the HF cache
         task.preflight(Path(cfg.paths.cache_dir))  # a folder task whose baseline or eval.py fails: the same
-        with clock.stage("recording"):  # opening the store imports MLflow
-            # a store that cannot take the run: the same (a sweep's job waits for a server that is away)
-            tracking.check_store(cfg.tracking, wait_for_server=bool(os.environ.get(SWEEP_ID_VAR)))
+        # a store that cannot take the run: the same (a sweep's job waits for a server that is away)
+        check = recording.start_check(cfg.tracking, wait_for_server=bool(os.environ.get(SWEEP_ID_VAR)))
+        with clock.stage("sandbox_start"):
+            if hasattr(agent, "warm_up"):
+                agent.warm_up()  # e.g. an LLM agent imports its SDK on a thread while the store is checked
+        with clock.stage("recording"):  # opening the store imports MLflow (here, or in the recording process)
+            check.result()
     except ConfigError:
         discard_unused(Path(run_dir))
         raise
@@ -150,7 +167,7 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         tags[Tag.PARENT_RUN_ID] = parent_run_id
     with interrupts.guarded() as guard:
         with guard.hold(), clock.stage("recording"):  # a run is created whole or not at all
-            recorder = tracking.open_run(
+            recorder = recording.open_run(
                 cfg.tracking, experiment_name(cfg), run_name(cfg), tags, resume_tags=resume_tags
             )
         log.info("run %s (%s) started; files in %s", run_name(cfg), recorder.run_id, run_dir)
@@ -278,8 +295,6 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
     run_started = time.monotonic()
 
     with clock.stage("sandbox_start"):
-        if hasattr(agent, "warm_up"):
-            agent.warm_up()  # e.g. an LLM agent imports its SDK while the sandbox starts
         work = run_dir / "workspace"
         start_files = task.workspace_files(asset_path)
         before = workspace.prepare(start_files, work)
@@ -329,7 +344,7 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
     with clock.stage("recording"):
         recorder.log_file(run_dir / "trajectory.jsonl")
         recorder.log_text(workspace.diff(before, work), "workspace.patch")
-        recorder.client.log_artifacts(recorder.run_id, str(step_snapshots.root), "snapshots")
+        recorder.log_folder(step_snapshots.root, "snapshots")
     chosen = task.choose_snapshot(step_snapshots.root, asset_path, run_dir, cfg.sandbox, recorder.run_id)
     if chosen is not None:  # MLRC-Bench: the test split is scored on the snapshot with the best dev score
         snapshots.materialise(step_snapshots.root, chosen["entry"], start_files, work)
@@ -396,7 +411,7 @@ def record_assets(recorder, fingerprint: str) -> None:
     UI's runs table compares runs by. A param cannot change: a retried job whose assets were
     rebuilt since its first attempt keeps the first param, and its tag says what it used."""
     recorder.set_tags({Tag.ASSETS_FINGERPRINT: fingerprint})
-    if recorder.attempt == 1 or ASSETS_PARAM not in recorder.client.get_run(recorder.run_id).data.params:
+    if recorder.attempt == 1 or ASSETS_PARAM not in recorder.logged_params():
         recorder.log_params({ASSETS_PARAM: fingerprint})
 
 

@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -421,6 +421,13 @@ class RunRecorder:
         if Path(path).exists():
             self.client.log_artifact(self.run_id, str(path), folder)
 
+    def log_folder(self, path: Path, folder: str) -> None:
+        """Every file under `path`, as artifacts under `folder`."""
+        self.client.log_artifacts(self.run_id, str(path), folder)
+
+    def logged_params(self) -> dict[str, str]:
+        return with_retries(lambda: self.client.get_run(self.run_id)).data.params
+
     def finish(self, status: str) -> None:
         """status: FINISHED, FAILED or KILLED."""
         with_retries(lambda: self.client.set_terminated(self.run_id, status))
@@ -539,6 +546,32 @@ def open_run(
     tags[Tag.ATTEMPT] = "1"
     run = with_retries(lambda: client.create_run(exp_id, run_name=run_name, tags=tags))
     return RunRecorder(client, run.info.run_id, exp_id)
+
+
+class Deferred:
+    """A call made when its result is asked for."""
+
+    def __init__(self, call: Callable[[], Any]):
+        self.call = call
+
+    def result(self) -> Any:
+        return self.call()
+
+
+class LocalRecording:
+    """Recording in the harness's own process: what a sweep's jobs do (a single run's
+    harness hands it to a process of its own, mlrb/recording_process.py, with the same calls)."""
+
+    def start_check(self, cfg: TrackingConfig, wait_for_server: bool = False) -> Deferred:
+        """`check_store`, run when its result() is asked for."""
+        return Deferred(lambda: check_store(cfg, wait_for_server=wait_for_server))
+
+    def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
+                 resume_tags: dict[str, str] | None = None) -> RunRecorder:  # fmt: skip
+        return open_run(cfg, experiment, run_name, tags, resume_tags=resume_tags)
+
+
+LOCAL = LocalRecording()
 
 
 if __name__ == "__main__":  # python -m mlrb.tracking serve: see mlrb/tracking_server.py

@@ -1,0 +1,323 @@
+"""MLflow in a process of its own, beside a single run's harness process.
+
+Importing MLflow and its SQL store takes a single run 2-3 s of Python work, more than
+anything else the harness does for a short run. Started as soon as `python -m mlrb` has
+read its command line, this process does that work on another core while the harness
+composes its config, loads the task and imports the agent's SDK; then it checks the store,
+creates the run and writes everything the run records (params, tags, metrics, artifacts,
+and the agent's traces, from the run's events). The harness process never imports MLflow.
+
+What it runs is the in-process code, `mlrb.tracking` and `mlrb.agents.tracing`: the
+harness sends each call (its arguments pickled) and waits for its answer, so every
+write is done when the call returns, as it would be in one process. One thread of the
+harness does the sending and receiving, so that a signal (which Python delivers to the
+main thread) never cuts a message in half; the main thread only waits for answers.
+
+The process ignores SIGINT, SIGTERM and SIGHUP (a Ctrl-C or a closed terminal reaches the
+whole process group): the harness, which handles them, still records the run as killed
+through it. It ends when
+the harness closes its end of the pipe, at the run's end or when the harness dies.
+
+Sweeps' jobs and `mlrb.cli.main()` called from Python record in their own process
+(`LOCAL` below): their processes live on after one run, or import MLflow anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from mlrb.config import ConfigError, TrackingConfig
+
+log = logging.getLogger(__name__)
+
+CLOSE_WAIT_S = 10.0  # the process ends as soon as it reads the end of its pipe
+# Exceptions whose class the harness may rebuild from a pickle without importing MLflow or SQLAlchemy.
+PICKLED_EXCEPTIONS = ("builtins", "mlrb.")
+
+
+class RecordingError(RuntimeError):
+    """The recording process failed a call (its error, with the original type's name), or
+    ended while the harness still needed it."""
+
+
+class Pending:
+    """The answer to one call, once the recording process gives it."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.ok = False
+        self.value: Any = None
+
+    def resolve(self, ok: bool, value: Any) -> None:
+        self.ok, self.value = ok, value
+        self.done.set()
+
+    def result(self) -> Any:
+        self.done.wait()
+        if not self.ok:
+            raise self.value
+        return self.value
+
+
+class RecordingProcess:
+    """The harness's side: calls go to the process in order, one at a time."""
+
+    def __init__(self) -> None:
+        to_child, child_reads = os.pipe()[::-1]
+        child_writes_to, from_child = os.pipe()[::-1]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mlrb.recording_process", str(child_reads), str(child_writes_to)],
+            pass_fds=(child_reads, child_writes_to),
+        )
+        os.close(child_reads)
+        os.close(child_writes_to)
+        self.sending = Connection(to_child, readable=False)
+        self.receiving = Connection(from_child, writable=False)
+        self.calls: queue.SimpleQueue[tuple[tuple, Pending] | None] = queue.SimpleQueue()
+        self.ended: str | None = None  # why the process can take no more calls
+        self.io = threading.Thread(target=self.exchange, name="recording-io", daemon=True)
+        self.io.start()
+
+    def exchange(self) -> None:
+        """The I/O thread: send each call, wait for its answer, hand it over."""
+        while (item := self.calls.get()) is not None:
+            call, pending = item
+            if self.ended is None:
+                try:
+                    self.sending.send(call)
+                    ok, value = self.receiving.recv()
+                    pending.resolve(ok, value)
+                    continue
+                except (EOFError, OSError):
+                    code = self.process.wait()
+                    self.ended = f"the recording process (MLflow) ended unexpectedly, exit code {code}"
+            pending.resolve(False, RecordingError(self.ended))
+        self.sending.close()
+
+    def submit(self, operation: str, *args: Any) -> Pending:
+        """Send a call now; its answer comes later (Pending.result)."""
+        pending = Pending()
+        self.calls.put(((operation, os.getcwd(), args), pending))
+        return pending
+
+    def call(self, operation: str, *args: Any) -> Any:
+        return self.submit(operation, *args).result()
+
+    def close(self) -> None:
+        """Let the process end once every call sent so far is answered, and wait for it."""
+        self.calls.put(None)
+        self.io.join(CLOSE_WAIT_S)
+        try:
+            self.process.wait(CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    # ------------------------------------------------------------- what a run calls
+
+    def start_check(self, cfg: TrackingConfig, wait_for_server: bool = False) -> Pending:
+        """`tracking.check_store`, started now (the process opens the store while the
+        harness goes on); its result() raises the ConfigError, if any."""
+        return self.submit("check_store", cfg, wait_for_server)
+
+    def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
+                 resume_tags: dict[str, str] | None = None) -> RemoteRecorder:  # fmt: skip
+        run_id, experiment_id, attempt = self.call("open_run", cfg, experiment, run_name, tags, resume_tags)
+        return RemoteRecorder(self, run_id, experiment_id, attempt)
+
+
+class RemoteRecorder:
+    """`tracking.RunRecorder`'s methods, run by the recording process's recorder."""
+
+    def __init__(self, process: RecordingProcess, run_id: str, experiment_id: str, attempt: int):
+        self.process = process
+        self.run_id = run_id
+        self.experiment_id = experiment_id
+        self.attempt = attempt
+
+    def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self.process.call("recorder", method, args, kwargs)
+
+    def log_params(self, params: dict[str, str]) -> None:
+        self._forward("log_params", params)
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        self._forward("set_tags", tags)
+
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        self._forward("log_metrics", metrics, step)
+
+    def log_text(self, text: str, name: str) -> None:
+        self._forward("log_text", text, name)
+
+    def log_file(self, path: Path, folder: str | None = None) -> None:
+        self._forward("log_file", Path(path).resolve(), folder)
+
+    def log_folder(self, path: Path, folder: str) -> None:
+        self._forward("log_folder", Path(path).resolve(), folder)
+
+    def logged_params(self) -> dict[str, str]:
+        return self._forward("logged_params")
+
+    def finish(self, status: str) -> None:
+        self._forward("finish", status)
+
+    def trace_writer(self, session: str) -> RemoteTraceWriter:
+        self.process.call("traces_open", session)
+        return RemoteTraceWriter(self.process)
+
+
+class RemoteTraceWriter:
+    """The run's traces' subscriber (mlrb/agents/tracing.py), in the recording process:
+    each event is sent as it comes, so each span starts and ends when its event happens."""
+
+    def __init__(self, process: RecordingProcess):
+        self.process = process
+
+    def handle(self, event: Any) -> None:
+        self.process.call("trace", event)
+
+    def close(self, error: BaseException | None) -> None:
+        self.process.call("traces_close", portable(error) if error is not None else None)
+
+
+def portable(error: BaseException) -> BaseException:
+    """The error itself when the other side can rebuild it without importing anything heavy
+    (builtins and mlrb's own), else a RecordingError naming its type and message."""
+    if type(error).__module__.startswith(PICKLED_EXCEPTIONS):
+        try:
+            pickle.loads(pickle.dumps(error))
+            return error
+        except Exception:  # an exception class pickle cannot rebuild (its own __init__)
+            pass
+    return RecordingError(f"{type(error).__name__}: {error}")
+
+
+# ------------------------------------------------------------- the harness's one process
+
+_started: RecordingProcess | None = None
+
+
+def start() -> RecordingProcess:
+    """Start the process for this harness process's run (once)."""
+    global _started
+    if _started is None:
+        _started = RecordingProcess()
+    return _started
+
+
+def running() -> RecordingProcess | None:
+    return _started
+
+
+def stop() -> None:
+    """At the harness's end: every call answered, the process ended."""
+    global _started
+    if _started is not None:
+        _started.close()
+        _started = None
+
+
+# ------------------------------------------------------------- the recording process itself
+
+
+class Served:
+    """The recording process's state: the run's recorder and its trace writer."""
+
+    def __init__(self) -> None:
+        self.recorder: Any = None
+        self.traces: Any = None
+
+    def check_store(self, cfg: TrackingConfig, wait_for_server: bool) -> None:
+        from mlrb import tracking
+
+        tracking.check_store(cfg, wait_for_server=wait_for_server)
+
+    def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
+                 resume_tags: dict[str, str] | None) -> tuple[str, str, int]:  # fmt: skip
+        from mlrb import tracking
+
+        self.recorder = tracking.open_run(cfg, experiment, run_name, tags, resume_tags=resume_tags)
+        return self.recorder.run_id, self.recorder.experiment_id, self.recorder.attempt
+
+    def recorder_call(self, method: str, args: tuple, kwargs: dict) -> Any:
+        return getattr(self.recorder, method)(*args, **kwargs)
+
+    def traces_open(self, session: str) -> None:
+        from mlrb.agents.tracing import TraceWriter
+
+        self.traces = TraceWriter(self.recorder, session)
+
+    def trace(self, event: Any) -> None:
+        self.traces.handle(event)
+
+    def traces_close(self, error: BaseException | None) -> None:
+        traces, self.traces = self.traces, None
+        if traces is not None:
+            traces.close(error)
+
+
+OPERATIONS: dict[str, Callable[..., Any]] = {
+    "check_store": Served.check_store,
+    "open_run": Served.open_run,
+    "recorder": Served.recorder_call,
+    "traces_open": Served.traces_open,
+    "trace": Served.trace,
+    "traces_close": Served.traces_close,
+}
+
+
+def serve(receiving: Connection, sending: Connection) -> None:
+    served = Served()
+    while True:
+        try:
+            operation, cwd, args = receiving.recv()
+        except EOFError:  # the harness is done (or gone)
+            return
+        try:
+            if os.getcwd() != cwd:
+                os.chdir(cwd)  # relative paths in the config mean what they mean to the harness
+            answer = (True, OPERATIONS[operation](served, *args))
+        except ConfigError as e:
+            answer = (False, e)
+        except Exception as e:  # an MLflow, SQLAlchemy or OS error: the harness says what failed
+            log.debug("recording: %s failed", operation, exc_info=True)
+            answer = (False, portable(e))
+        try:
+            sending.send(answer)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:  # an answer pickle cannot carry
+            sending.send((False, RecordingError(f"{operation}: its answer cannot be sent back ({e})")))
+
+
+def main(argv: list[str]) -> None:
+    # The harness decides what a Ctrl-C, a SIGTERM or a closed terminal does, and records it
+    # through this process (a terminal signals its whole process group).
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING, format="mlrb: %(message)s")
+    receiving, sending = Connection(int(argv[0]), writable=False), Connection(int(argv[1]), readable=False)
+    # The point of this process: these imports run while the harness composes its config.
+    import mlflow  # noqa: F401
+
+    from mlrb import tracking  # noqa: F401
+    from mlrb.agents import tracing  # noqa: F401
+
+    serve(receiving, sending)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # nothing to tear down: every write was committed when its call was answered
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,110 @@
+"""A single run records through MLflow in a process of its own (mlrb/recording_process.py),
+in whole runs of the default task through `python -m mlrb`: the harness's process never
+imports MLflow and the run is recorded whole; a Ctrl-C to the whole process group (what a
+terminal sends) still records the run as killed, and the recording process ends with the
+run; a recording process that dies is one line naming it, not a traceback or a hang."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import store_args
+from test_failures_runs import as_in_a_terminal, mlrb_lines, only_run, running_with, wait_for_file
+
+pytestmark = pytest.mark.slow
+
+RECORDING_PROCESS = "mlrb.recording_process"
+
+
+def recording_processes_of(harness_pid: int) -> list[int]:
+    """The harness's children that run mlrb.recording_process."""
+    found = []
+    for task in Path(f"/proc/{harness_pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace")
+            if RECORDING_PROCESS in cmdline:
+                found.append(int(child))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def start_long_run(tmp_path: Path, cache: Path, then: str = "true") -> tuple[subprocess.Popen, str]:
+    """A run in its own process group whose agent starts a long sleep, then runs THEN once the
+    sleep ends; returns once the sleep runs, with the sleep's marker (for `running_with`)."""
+    seconds = str(random.randrange(10**6, 10**7))
+    command = f"(sleep {seconds} & echo $! > agent.started; wait); {then}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache), f"task.scales.tiny.baseline_command='{command}'"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal,
+        process_group=0,
+    )  # fmt: skip
+    wait_for_file(tmp_path / "run" / "workspace" / "agent.started", process)
+    marker = f"sleep\0{seconds}"
+    assert running_with(marker), "the agent's command is running"
+    return process, marker
+
+
+def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path, built_cache):
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "mlrb", *store_args(tmp_path, built_cache)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    # -X importtime is the harness's flag only: its children (the recording process) do not inherit it.
+    imported = {m.group(1) for m in re.finditer(r"^import time:.*\|\s*([\w.]+)$", result.stderr, re.MULTILINE)}
+    assert "hydra" in imported and "mlrb.run" in imported
+    assert not {m for m in imported if m.split(".")[0] in ("mlflow", "sqlalchemy", "alembic")}
+    client, run = only_run(tmp_path)
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok"
+    assert {"score", "normalised_score", "stage_time_s.recording"} <= set(run.data.metrics)
+    assert run.data.params["task.name"] == "llm_merging"
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "instructions.md", "score_report.json", "workspace.patch"} <= artifacts
+
+
+def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_process_ends(tmp_path, built_cache):
+    process, marker = start_long_run(tmp_path, built_cache)
+    (recorder_pid,) = recording_processes_of(process.pid)
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the harness and every process of its group
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert "Traceback" not in out + err
+    (line,) = mlrb_lines(err)
+    assert line.startswith("mlrb: run interrupted by SIGINT; recorded as killed")
+    _, run = only_run(tmp_path)
+    assert run.info.status == "KILLED" and run.data.tags["mlrb.status"] == "killed"
+    deadline = time.monotonic() + 10
+    while (alive(recorder_pid) or running_with(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(recorder_pid), "the recording process outlived its run"
+    assert running_with(marker) == []
+
+
+def test_a_recording_process_that_dies_is_one_line_naming_it(tmp_path, built_cache):
+    process, marker = start_long_run(tmp_path, built_cache)
+    (recorder_pid,) = recording_processes_of(process.pid)
+    os.kill(recorder_pid, signal.SIGKILL)  # say, the kernel's OOM killer
+    for pid in running_with(marker):
+        os.kill(int(pid), signal.SIGKILL)  # the agent's command ends; the run goes on to record
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 1, err[-3000:]
+    assert "Traceback" not in err
+    (line,) = mlrb_lines(err)
+    assert line.startswith("mlrb: run failed (")
+    assert "the recording process (MLflow) ended unexpectedly, exit code -9" in line
