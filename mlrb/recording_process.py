@@ -24,6 +24,7 @@ Sweeps' jobs and `mlrb.cli.main()` called from Python record in their own proces
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import pickle
@@ -58,13 +59,17 @@ class Pending:
         self.done = threading.Event()
         self.ok = False
         self.value: Any = None
+        self.logged: list[dict[str, Any]] = []
 
-    def resolve(self, ok: bool, value: Any) -> None:
-        self.ok, self.value = ok, value
+    def resolve(self, ok: bool, value: Any, logged: list[dict[str, Any]] | None = None) -> None:
+        self.ok, self.value, self.logged = ok, value, logged or []
         self.done.set()
 
     def result(self) -> Any:
+        """The call's value (or its error, raised), once what it logged is in the harness's log."""
         self.done.wait()
+        for fields in self.logged:
+            logging.getLogger(fields["name"]).handle(logging.makeLogRecord(fields))
         if not self.ok:
             raise self.value
         return self.value
@@ -86,6 +91,7 @@ class RecordingProcess:
         self.receiving = Connection(from_child, writable=False)
         self.calls: queue.SimpleQueue[tuple[tuple, Pending] | None] = queue.SimpleQueue()
         self.ended: str | None = None  # why the process can take no more calls
+        self.used = False  # a call was sent: the process may have written to the store
         self.io = threading.Thread(target=self.exchange, name="recording-io", daemon=True)
         self.io.start()
 
@@ -96,8 +102,7 @@ class RecordingProcess:
             if self.ended is None:
                 try:
                     self.sending.send(call)
-                    ok, value = self.receiving.recv()
-                    pending.resolve(ok, value)
+                    pending.resolve(*self.receiving.recv())
                     continue
                 except (EOFError, OSError):
                     code = self.process.wait()
@@ -108,6 +113,7 @@ class RecordingProcess:
     def submit(self, operation: str, *args: Any) -> Pending:
         """Send a call now; its answer comes later (Pending.result)."""
         pending = Pending()
+        self.used = True
         self.calls.put(((operation, os.getcwd(), args), pending))
         return pending
 
@@ -115,7 +121,12 @@ class RecordingProcess:
         return self.submit(operation, *args).result()
 
     def close(self) -> None:
-        """Let the process end once every call sent so far is answered, and wait for it."""
+        """Let the process end once every call sent so far is answered, and wait for it. One
+        that was never called (the command stopped before its run: a config refused, --help)
+        is ended at once: it has written nothing, and it would hold the harness's standard
+        output and error open (a pipe's reader waits for them) until its imports are done."""
+        if not self.used:
+            self.process.kill()
         self.calls.put(None)
         self.io.join(CLOSE_WAIT_S)
         try:
@@ -214,6 +225,7 @@ def start() -> RecordingProcess:
     global _started
     if _started is None:
         _started = RecordingProcess()
+        atexit.register(stop)  # `end_process` stops it itself: os._exit skips atexit
     return _started
 
 
@@ -278,8 +290,32 @@ OPERATIONS: dict[str, Callable[..., Any]] = {
 }
 
 
+class Collect(logging.Handler):
+    """mlrb's log records of one call, sent back with its answer: the harness logs them where
+    it logs its own (the run's log file, the console)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc_text = self.formatter.formatException(record.exc_info) if record.exc_info and self.formatter else None
+        self.records.append({"name": record.name, "levelno": record.levelno, "levelname": record.levelname,
+                             "msg": record.getMessage(), "exc_text": exc_text, "created": record.created})  # fmt: skip
+
+    def take(self) -> list[dict[str, Any]]:
+        records, self.records = self.records, []
+        return records
+
+
 def serve(receiving: Connection, sending: Connection) -> None:
     served = Served()
+    collect = Collect()
+    collect.setFormatter(logging.Formatter())
+    mlrb_log = logging.getLogger("mlrb")
+    mlrb_log.addHandler(collect)
+    mlrb_log.setLevel(logging.INFO)
+    mlrb_log.propagate = False
     while True:
         try:
             operation, cwd, args = receiving.recv()
@@ -294,10 +330,11 @@ def serve(receiving: Connection, sending: Connection) -> None:
         except Exception as e:  # an MLflow, SQLAlchemy or OS error: the harness says what failed
             log.debug("recording: %s failed", operation, exc_info=True)
             answer = (False, portable(e))
+        logged = collect.take()
         try:
-            sending.send(answer)
+            sending.send((*answer, logged))
         except (pickle.PicklingError, TypeError, AttributeError) as e:  # an answer pickle cannot carry
-            sending.send((False, RecordingError(f"{operation}: its answer cannot be sent back ({e})")))
+            sending.send((False, RecordingError(f"{operation}: its answer cannot be sent back ({e})"), logged))
 
 
 def main(argv: list[str]) -> None:
@@ -305,7 +342,6 @@ def main(argv: list[str]) -> None:
     # through this process (a terminal signals its whole process group).
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
-    logging.basicConfig(level=logging.WARNING, format="mlrb: %(message)s")
     receiving, sending = Connection(int(argv[0]), writable=False), Connection(int(argv[1]), readable=False)
     # The point of this process: these imports run while the harness composes its config.
     import mlflow  # noqa: F401

@@ -7,7 +7,8 @@ imports, reading the command line, composing and validating the config), `assets
 its model SDK's import included), `scoring` (collecting the submission and the
 scorer's process) and `recording` (MLflow: importing it, checking the store,
 creating the run and writing to it; the last metrics and the run's end are after
-these figures are taken).
+these figures are taken). In a single run, MLflow works in a process of its own
+(mlrb/recording_process.py): `recording` is then the time the run waits for it.
 """
 
 from __future__ import annotations
