@@ -30,9 +30,6 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
-    def __reduce__(self) -> tuple:  # rebuilt from its signal (the recording process records it)
-        return (Interrupted, (self.signum,))
-
     @property
     def name(self) -> str:
         return signal.Signals(self.signum).name

@@ -15,11 +15,11 @@ main thread) never cuts a message in half; the main thread only waits for answer
 
 The process ignores SIGINT, SIGTERM and SIGHUP (a Ctrl-C or a closed terminal reaches the
 whole process group): the harness, which handles them, still records the run as killed
-through it. It ends when
-the harness closes its end of the pipe, at the run's end or when the harness dies.
+through it. It ends when the harness closes its end of the pipe, at the run's end or when
+the harness dies.
 
 Sweeps' jobs and `mlrb.cli.main()` called from Python record in their own process
-(`LOCAL` below): their processes live on after one run, or import MLflow anyway.
+(`tracking.LOCAL`): their processes live on after one run, or import MLflow anyway.
 """
 
 from __future__ import annotations
@@ -200,7 +200,9 @@ class RemoteTraceWriter:
         self.process.call("trace", event)
 
     def close(self, error: BaseException | None) -> None:
-        self.process.call("traces_close", portable(error) if error is not None else None)
+        """The open spans end with the error that stopped the agent, under its own type's name."""
+        named = (type(error).__name__, str(error)) if error is not None else None
+        self.process.call("traces_close", named)
 
 
 def portable(error: BaseException) -> BaseException:
@@ -274,10 +276,10 @@ class Served:
     def trace(self, event: Any) -> None:
         self.traces.handle(event)
 
-    def traces_close(self, error: BaseException | None) -> None:
+    def traces_close(self, error: tuple[str, str] | None) -> None:
         traces, self.traces = self.traces, None
-        if traces is not None:
-            traces.close(error)
+        if traces is not None:  # the error as the spans record it: its type's name and its message
+            traces.close(type(error[0], (Exception,), {})(error[1]) if error else None)
 
 
 OPERATIONS: dict[str, Callable[..., Any]] = {

@@ -2,7 +2,9 @@
 in whole runs of the default task through `python -m mlrb`: the harness's process never
 imports MLflow and the run is recorded whole; a Ctrl-C to the whole process group (what a
 terminal sends) still records the run as killed, and the recording process ends with the
-run; a recording process that dies is one line naming it, not a traceback or a hang."""
+run; a recording process that dies is one line naming it, not a traceback or a hang. And,
+without a run, what crosses between the two processes: a refused store is the same
+ConfigError, a trace ended by an error names the error's type."""
 
 from __future__ import annotations
 
@@ -18,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from conftest import store_args
+from mlrb import events, recording_process
+from mlrb.config import ConfigError, TrackingConfig
 from test_failures_runs import as_in_a_terminal, mlrb_lines, only_run, running_with, wait_for_file
-
-pytestmark = pytest.mark.slow
 
 RECORDING_PROCESS = "mlrb.recording_process"
 
@@ -60,6 +62,7 @@ def start_long_run(tmp_path: Path, cache: Path, then: str = "true") -> tuple[sub
     return process, marker
 
 
+@pytest.mark.slow
 def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path, built_cache):
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "mlrb", *store_args(tmp_path, built_cache)],
@@ -78,6 +81,7 @@ def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path
     assert {"config.yaml", "instructions.md", "score_report.json", "workspace.patch"} <= artifacts
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_process_ends(tmp_path, built_cache):
     process, marker = start_long_run(tmp_path, built_cache)
     (recorder_pid,) = recording_processes_of(process.pid)
@@ -96,6 +100,7 @@ def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_pr
     assert running_with(marker) == []
 
 
+@pytest.mark.slow
 def test_a_recording_process_that_dies_is_one_line_naming_it(tmp_path, built_cache):
     process, marker = start_long_run(tmp_path, built_cache)
     (recorder_pid,) = recording_processes_of(process.pid)
@@ -108,3 +113,42 @@ def test_a_recording_process_that_dies_is_one_line_naming_it(tmp_path, built_cac
     (line,) = mlrb_lines(err)
     assert line.startswith("mlrb: run failed (")
     assert "the recording process (MLflow) ended unexpectedly, exit code -9" in line
+
+
+def test_a_store_the_recording_process_refuses_is_the_harness_s_one_line_config_error(tmp_path):
+    process = recording_process.RecordingProcess()
+    try:
+        (tmp_path / "file").write_text("")  # a file where the store's folder would go
+        with pytest.raises(ConfigError, match=r"tracking store .*file/mlflow.db.* \(tracking.dir\): cannot create it"):
+            process.start_check(TrackingConfig(dir=str(tmp_path / "file"))).result()
+    finally:
+        process.close()
+    assert process.process.returncode == 0
+
+
+def test_a_run_recorded_through_the_process_has_its_params_and_a_trace_ended_by_the_agent_s_error(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    process = recording_process.RecordingProcess()
+    cfg = TrackingConfig(dir=str(tmp_path / "mlruns"))
+    try:
+        process.start_check(cfg).result()
+        recorder = process.open_run(cfg, "experiment", "a run", {"mlrb.task": "t"})
+        recorder.log_params({"seed": "3"})
+        traces = recorder.trace_writer(session=recorder.run_id)
+        traces.handle(events.StepStarted(1, "10 steps left"))
+
+        class APIConnectionError(Exception):  # an SDK's error, which the recording process cannot import
+            pass
+
+        traces.close(APIConnectionError("connection refused"))
+        recorder.finish("FAILED")
+    finally:
+        process.close()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    run = client.get_run(recorder.run_id)
+    assert (run.info.status, run.data.params["seed"], run.data.tags["mlrb.task"]) == ("FAILED", "3", "t")
+    (trace,) = client.search_traces(locations=[recorder.experiment_id])
+    (span,) = trace.data.spans
+    assert span.name == "step 1" and span.status.status_code == "ERROR"
+    assert span.status.description == "APIConnectionError: connection refused"
