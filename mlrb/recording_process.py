@@ -75,6 +75,17 @@ class Pending:
         return self.value
 
 
+def echo(source: int, target: int) -> None:
+    """Copy what the recording process writes to SOURCE onto the harness's file descriptor
+    TARGET, until the process ends."""
+    while chunk := os.read(source, 65536):
+        try:
+            while chunk:
+                chunk = chunk[os.write(target, chunk) :]
+        except OSError:  # the harness's own output is gone (a closed pipe): drop it, keep reading
+            pass
+
+
 class RecordingProcess:
     """The harness's side: calls go to the process in order, one at a time."""
 
@@ -83,10 +94,20 @@ class RecordingProcess:
         child_writes_to, from_child = os.pipe()[::-1]
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mlrb.recording_process", str(child_reads), str(child_writes_to)],
-            pass_fds=(child_reads, child_writes_to),
-        )
+            pass_fds=(child_reads, child_writes_to), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
         os.close(child_reads)
         os.close(child_writes_to)
+        # What MLflow and Python print there (its INFO lines, warnings) goes where the harness's
+        # own output goes at that moment: during a run, its standard error is the run's log
+        # file (mlrb/console.py), as it was when MLflow ran in the harness's process.
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self.echoes = [
+            threading.Thread(target=echo, args=(stream.fileno(), fd), name=f"recording-echo-{fd}", daemon=True)
+            for stream, fd in ((self.process.stdout, 1), (self.process.stderr, 2))
+        ]
+        for thread in self.echoes:
+            thread.start()
         self.sending = Connection(to_child, readable=False)
         self.receiving = Connection(from_child, writable=False)
         self.calls: queue.SimpleQueue[tuple[tuple, Pending] | None] = queue.SimpleQueue()
@@ -134,6 +155,8 @@ class RecordingProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        for thread in self.echoes:
+            thread.join(CLOSE_WAIT_S)  # its last words are written before the harness ends
 
     # ------------------------------------------------------------- what a run calls
 
