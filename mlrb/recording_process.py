@@ -122,12 +122,15 @@ class RecordingProcess:
             call, pending = item
             if self.ended is None:
                 try:
-                    self.sending.send(call)
-                    pending.resolve(*self.receiving.recv())
+                    self.sending.send(call)  # pickled whole before anything is written
+                    pending.resolve(*self.receiving.recv())  # read whole before it is unpickled
                     continue
                 except (EOFError, OSError):
                     code = self.process.wait()
                     self.ended = f"the recording process (MLflow) ended unexpectedly, exit code {code}"
+                except Exception as e:  # a call or an answer pickle cannot carry: this call fails, not the next
+                    pending.resolve(False, RecordingError(f"{call[0]}: {type(e).__name__}: {e}"))
+                    continue
             pending.resolve(False, RecordingError(self.ended))
         self.sending.close()
 
@@ -381,4 +384,8 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    # Run as the module it is (not as __main__), so that what it pickles back, a RecordingError
+    # say, names a class the harness can find: mlrb.recording_process's.
+    from mlrb.recording_process import main as serve_the_harness
+
+    serve_the_harness(sys.argv[1:])

@@ -135,6 +135,9 @@ def test_a_run_recorded_through_the_process_has_its_params_and_a_trace_ended_by_
         process.start_check(cfg).result()
         recorder = process.open_run(cfg, "experiment", "a run", {"mlrb.task": "t"})
         recorder.log_params({"seed": "3"})
+        # MLflow's own error, in the recording process: the harness gets it as one of mlrb's, by name
+        with pytest.raises(recording_process.RecordingError, match=r"^MlflowException: .*seed"):
+            recorder.log_params({"seed": "4"})
         traces = recorder.trace_writer(session=recorder.run_id)
         traces.handle(events.StepStarted(1, "10 steps left"))
 
