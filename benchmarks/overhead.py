@@ -22,7 +22,8 @@ that os.wait4 returns for the child: the largest resident set reached by any sin
 process of its tree (the child itself, or a descendant that was waited for), not the
 sum of the tree. Processes inside a bwrap sandbox's PID namespace are not seen (bwrap's
 own init reaps them: a 490 MiB process under `bwrap --unshare-pid` reported 13 MiB when
-checked by hand), so for the default run (bwrap) it is the harness process's own peak;
+checked by hand), so for the default run (bwrap) it is the peak of the harness's process
+or of its MLflow recording process, whichever is larger;
 the scorer floor's figure shows what the scorer alone reaches. Beside it, the peak of the
 tree's resident sets summed (every process of the run at once: the harness, MLflow's
 recording process, the sandbox's processes), read from /proc every 20 ms, so a peak
@@ -58,8 +59,8 @@ CLAUDE_FLOOR = "import hydra, anthropic, mlflow"
 # (SQLAlchemy, Alembic, MLflow's table models): how much of the gap the store alone is.
 STORE_FLOOR = CLAUDE_FLOOR + ", mlflow.store.tracking.sqlalchemy_store"
 HARNESS_FLOOR = "import hydra, mlflow"
-SAMPLE_S = 0.02  # how often the process tree's memory is summed
 SCORER_FLOOR = "import torch, transformers, lm_eval.evaluator, lm_eval.tasks, lm_eval.models.huggingface"
+SAMPLE_S = 0.02  # how often the process tree's memory is summed
 
 
 def tree_rss_mib(root: int) -> float:
@@ -199,7 +200,7 @@ def main() -> None:
         if "noop" in kinds:
             ratios = [n / f for n, f in zip(wall["noop" + v], wall["floor"])]
             extra_mib = [n - f for n, f in zip(peak["noop" + v], peak["floor"])]
-            extra_tree = [n - f for n, f in zip(tree["noop" + v], tree["floor"])]
+            extra_tree = [n - f for n, f in zip(tree["noop" + v], tree["floor"], strict=True)]
             print(f"  no-op{v} / its floor, per round: {summary(ratios, 'x')} (target <= 1.2 x); "
                   f"peak above the floor's: {summary(extra_mib, 'MiB', 0)} (target <= 50 MiB); "
                   f"its processes summed, above the floor's: {summary(extra_tree, 'MiB', 0)}")  # fmt: skip
