@@ -1,16 +1,26 @@
 """Seed noise of the tiny tasks' anchors: is each task's scale worth reading?
 
     .venv/bin/python benchmarks/calibration.py --seeds 5 --out calibration.json [--tasks a,b]
+    .venv/bin/python benchmarks/calibration.py --vary assets --seeds 5 --out calibration_assets.json
 
-For each task at tiny scale and each seed s = 0..N-1, builds the task's assets with
-`assets.seed = s` (everything derives from it: data, models, and the anchors' training
-runs on them) in the asset cache, which measures the anchors exactly as a run's
-normalisation does (`hidden/calibration.json`):
+Three anchors per task, scored exactly as a run's normalisation scores them
+(`hidden/calibration.json`):
 
 - do_nothing: the starting point submitted unchanged (the untouched base, an untrained
   model), or "invalid" where the rules reject it;
 - baseline: the starter as given (0 on the normalised scale);
 - reference: the strong known solution (100).
+
+`--vary runs` (the default): the task's assets as everyone builds them (its YAML's
+`assets.seed`), and each anchor run with the seeds s = 0..N-1 that a sweep's runs get
+(`-m seed=0,1,...`: $MLRB_SEED, which the anchors' commands pass on as --seed). This is
+the noise a user sees between runs of one solution. Seed 0 is the asset build's own
+measurement; an anchor that takes no seed (a copy of the base, llm_merging's averaging)
+gives the same score every run: measured once, SEM 0, marked deterministic.
+
+`--vary assets`: the assets built with `assets.seed = s` (data, models, and the anchors'
+runs on them all change with it): the spread between draws of a task's synthetic world,
+which no user sees between runs but which says whether the shipped draw is typical.
 
 Writes, per task and anchor, `mean`, `sem` (standard error of the mean over seeds),
 `n` (valid seeds) and the values, the task's number of scored items, and the checks
@@ -121,7 +131,61 @@ def checks(anchors: dict, items: int, score_unit: float) -> dict:
     return out
 
 
-def calibrate_task(key: str, seeds: int, cache_dir: Path, overrides: dict | None = None) -> dict:
+def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict | None = None) -> dict:
+    """The shipped assets; each seeded anchor run again with $MLRB_SEED = 1..seeds-1, side by
+    side (one per core, each on one thread, as at asset build)."""
+    import shutil
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mlrb.assets import ensure_assets
+    from mlrb.tasks.tiny_models import deterministic
+
+    task = load_task(key, None, overrides)
+    started = time.monotonic()
+    assets = ensure_assets(task, cache_dir)
+    build_s = json.loads((assets / "manifest.json").read_text()).get("build_seconds")
+    measured = json.loads((assets / "hidden" / "calibration.json").read_text())
+    commands = task.anchor_commands()
+    seeded = [a for a in ANCHORS if "MLRB_SEED" in commands.get(a, "") and measured.get(f"{a}_score") is not None]
+    scratch = Path(tempfile.mkdtemp(prefix=f"calibration-{key}-"))
+
+    jobs = [(anchor, seed) for seed in range(1, seeds) for anchor in seeded]
+    results: dict[tuple[str, int], float | None] = {}
+    # Scored on one torch thread, as at asset build (the same sums, and no contention with the
+    # runs training beside it: with every core's thread it was a hundred times slower).
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool, deterministic(0):
+        running = {(anchor, seed): pool.submit(task.run_solution, commands[anchor], assets / "public",
+                                               scratch / f"{anchor}-{seed}" / "workspace", seed)
+                   for anchor, seed in jobs}  # fmt: skip
+        for anchor, seed in jobs:  # scored one at a time, as at asset build, while the others train
+            workspace = running[(anchor, seed)].result()
+            report = task.score(workspace / task.cfg.submission, assets, scratch / f"{anchor}-{seed}" / "scoring")
+            results[(anchor, seed)] = report.score if report.valid else None
+            shutil.rmtree(scratch / f"{anchor}-{seed}", ignore_errors=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+    anchors = {}
+    for anchor in ANCHORS:
+        first = measured.get(f"{anchor}_score")
+        if first is None:
+            anchors[anchor] = {**mean_sem([]), "values": []}
+            if measured.get(f"{anchor}_invalid"):
+                anchors[anchor].update(invalid=1, invalid_reason=measured[f"{anchor}_invalid"])
+        elif anchor in seeded:
+            values = [first] + [results[(anchor, s)] for s in range(1, seeds)]
+            anchors[anchor] = {**mean_sem([v for v in values if v is not None]), "values": values}
+        else:  # no seed reaches it: every run scores the same
+            anchors[anchor] = {"mean": first, "sem": 0.0, "n": 1, "values": [first], "deterministic": True}
+        print(f"  {key} {anchor}: {anchors[anchor]['values'] or 'invalid'}", flush=True)
+    print(f"  {key}: {time.monotonic() - started:.0f} s", flush=True)
+    items = scored_items(assets)
+    score_unit = 100.0 if key == "math_reasoning" else 1.0  # BLEU is 0-100, accuracies 0-1
+    return {"vary": "runs", "assets_seed": task.spec.assets.get("seed"), "items": items, "seeds": list(range(seeds)),
+            "build_seconds": [build_s], "anchors": anchors, "checks": checks(anchors, items, score_unit),
+            **({"overrides": overrides} if overrides else {})}  # fmt: skip
+
+
+def calibrate_over_assets(key: str, seeds: int, cache_dir: Path, overrides: dict | None = None) -> dict:
     from mlrb.assets import ensure_assets
 
     values = {anchor: [] for anchor in ANCHORS}
@@ -145,13 +209,15 @@ def calibrate_task(key: str, seeds: int, cache_dir: Path, overrides: dict | None
         anchors["do_nothing"]["invalid"] = len(invalid)
         anchors["do_nothing"]["invalid_reason"] = invalid[0]
     score_unit = 100.0 if key == "math_reasoning" else 1.0  # BLEU is 0-100, accuracies 0-1
-    return {"items": items, "seeds": list(range(seeds)), "build_seconds": build_s, "anchors": anchors,
+    return {"vary": "assets", "items": items, "seeds": list(range(seeds)), "build_seconds": build_s, "anchors": anchors,
             "checks": checks(anchors, items, score_unit), **({"overrides": overrides} if overrides else {})}  # fmt: skip
 
 
 def fmt(anchor: dict) -> str:
     if anchor["n"] == 0:
         return "invalid"
+    if anchor.get("deterministic"):
+        return f"{anchor['mean']:.4f} (deterministic)"
     if anchor["sem"] is None:
         return f"{anchor['mean']:.4f} (one seed)"
     return f"{anchor['mean']:.4f} ± {anchor['sem']:.4f}"
@@ -172,7 +238,10 @@ def table(results: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=5, help="asset seeds per task (0..N-1)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per task (0..N-1)")
+    parser.add_argument("--vary", choices=["runs", "assets"], default="runs",
+                        help="runs: the anchors' run seed ($MLRB_SEED) on the shipped assets (what a user sees); "
+                             "assets: assets.seed, a new draw of the task's data and models per seed")  # fmt: skip
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated task keys (default: all seven)")
     parser.add_argument("--out", type=Path, default=Path("calibration.json"))
     parser.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("MLRB_CACHE_DIR", "~/.cache/mlrb")))
@@ -197,7 +266,8 @@ def main() -> None:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     for key in keys:  # each task is written as soon as it is done, so a long run can be resumed
-        results[key] = calibrate_task(key, args.seeds, args.cache_dir.expanduser(), overrides)
+        calibrate = calibrate_over_runs if args.vary == "runs" else calibrate_over_assets
+        results[key] = calibrate(key, args.seeds, args.cache_dir.expanduser(), overrides)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(table({k: results[k] for k in keys}))
     print(f"written to {args.out}", file=sys.stderr)

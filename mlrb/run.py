@@ -300,7 +300,7 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
         before = workspace.prepare(start_files, work)
         step_snapshots = snapshots.StepSnapshots(run_dir / "snapshots")
         limits = limits_for(task, cfg.sandbox)
-        sandbox = sandbox_class(cfg.sandbox, work, asset_path / "public", recorder.run_id, limits)
+        sandbox = sandbox_class(cfg.sandbox, work, asset_path / "public", recorder.run_id, limits, seed=cfg.seed)
         guard.on_interrupt(sandbox.close)  # a signal stops the agent's processes at once
         prompt = instructions.render(task, cfg.budget, sandbox.workspace, sandbox.data_dir)
     with clock.stage("recording"):

@@ -194,8 +194,9 @@ def test_an_honest_run_with_any_small_seed_is_trained_from_scratch(assets, tmp_p
     # Seeds 0-2 are what agents pick; none may start from the hidden checkpoint's weights.
     task = load_task()
     for seed in (1, 2):
-        command = task.spec.baseline_command + f" --seed {seed} --max-steps 40"
-        workspace = task.run_solution(command, assets / "public", tmp_path / f"seed{seed}")
+        # the seed as a sweep's run passes it: $MLRB_SEED, which the baseline command gives as --seed
+        workspace = task.run_solution(task.spec.baseline_command + " --max-steps 40", assets / "public",
+                                      tmp_path / f"seed{seed}", seed=seed)  # fmt: skip
         report = task.score(workspace / "submission", assets, tmp_path / f"work{seed}")
         assert report.valid, (seed, report.reason)
         assert "copied_from" not in report.details["pretrained_check"]

@@ -1,4 +1,5 @@
-"""The README's table of tiny-scale anchors is benchmarks/calibration.json's, and the
+"""The README's tables of tiny-scale anchors are benchmarks/calibration.json's (seeds of the
+anchors' runs) and benchmarks/calibration_assets.json's (seeds of the assets), and the
 benchmark's checks compute what issue 16 asks of a task."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import json
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BEGIN, END = "<!-- calibration table: benchmarks/calibration.json -->", "<!-- end of calibration table -->"
+END = "<!-- end of calibration table -->"
 
 
 def benchmark():
@@ -18,12 +19,15 @@ def benchmark():
     return module
 
 
-def test_the_readme_table_is_the_committed_calibration_output():
-    results = json.loads((REPO / "benchmarks" / "calibration.json").read_text())
+def test_the_readme_tables_are_the_committed_calibration_outputs():
     readme = (REPO / "README.md").read_text()
-    assert BEGIN in readme and END in readme
-    quoted = readme.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert quoted == benchmark().table(results)
+    for name, vary in (("calibration.json", "runs"), ("calibration_assets.json", "assets")):
+        results = json.loads((REPO / "benchmarks" / name).read_text())
+        assert {r["vary"] for r in results.values()} == {vary}, name
+        begin = f"<!-- calibration table: benchmarks/{name} -->"
+        assert begin in readme, begin
+        quoted = readme.split(begin, 1)[1].split(END, 1)[0].strip()
+        assert quoted == benchmark().table(results), name
 
 
 def anchors(do_nothing, baseline, reference):
@@ -53,6 +57,16 @@ def test_one_seed_gives_no_noise_figures():
     assert one["do_nothing_below_baseline"] is None and one["reference_beats_baseline"] is None
     assert one["baseline_sem_normalised_points"] is None and one["baseline_sem_at_most_5"] is None
     assert module.fmt(module.mean_sem([0.5])) == "0.5000 (one seed)"
+
+
+def test_an_anchor_no_seed_reaches_has_no_seed_noise():
+    # llm_merging's averaging, a copy of the base: every run scores the same
+    module = benchmark()
+    same = {"mean": 0.5, "sem": 0.0, "n": 1, "values": [0.5], "deterministic": True}
+    result = module.checks({**anchors([0.2, 0.25, 0.22], [0.5], [0.9, 0.91, 0.89]), "baseline": same}, 100, 1)
+    assert result["baseline_sem_normalised_points"] == 0 and result["baseline_sem_at_most_5"] is True
+    assert result["do_nothing_below_baseline"] is True and result["reference_beats_baseline"] is True
+    assert module.fmt(same) == "0.5000 (deterministic)"
 
 
 def test_a_trial_design_changes_the_tiny_scale_and_a_typo_is_refused(tmp_path):

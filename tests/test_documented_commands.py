@@ -89,9 +89,11 @@ CHECKS = {
     ".venv/bin/python benchmarks/sweep_scaling.py": ("elsewhere", "the numbers the README quotes come from it"),
     ".venv/bin/python benchmarks/overhead.py": ("elsewhere", "the numbers the README quotes come from it"),
     ".venv/bin/python benchmarks/calibration.py --seeds 5 --out calibration.json": (
-        "elsewhere", "builds every task's assets per seed (hours here); tests/test_calibration_table.py checks the README quotes its output"),  # fmt: skip
+        "elsewhere", "builds every task's assets and reruns its anchors per seed (an hour here); tests/test_calibration_table.py checks the README quotes its output"),  # fmt: skip
     ".venv/bin/python benchmarks/calibration.py --seeds 3 --tasks llm_merging,edge_llm_compression": (
         "elsewhere", "made benchmarks/calibration.json; tests/test_calibration_table.py checks the README quotes it"),  # fmt: skip
+    ".venv/bin/python benchmarks/calibration.py --vary assets --seeds 5 --out calibration_assets.json": (
+        "elsewhere", "builds every task's assets per seed (hours here); made benchmarks/calibration_assets.json, which tests/test_calibration_table.py checks the README quotes"),  # fmt: skip
     ".venv/bin/python benchmarks/calibration.py --tasks llm_efficiency --set assets.num_layers=3 --out trial.json": (
         "elsewhere", "builds five llm_efficiency designs (20 minutes here); tests/test_calibration_table.py checks what --set sets and refuses"),  # fmt: skip
     ".venv/bin/python benchmarks/build_times.py": (

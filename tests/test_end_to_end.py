@@ -78,14 +78,16 @@ def test_default_run_is_recorded_finished_with_score_config_and_patch(tmp_path, 
 def test_a_failing_agent_is_recorded_with_its_status_and_no_submission(tmp_path, cache_dir):
     result = run_cli(
         *store_args(tmp_path, cache_dir),
-        "task.scales.tiny.baseline_command='echo giving up >&2; exit 3'",
+        "seed=5",
+        "task.scales.tiny.baseline_command='echo giving up at seed $MLRB_SEED >&2; exit 3'",
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     _, run = only_run(tmp_path)
     assert run.info.status == "FINISHED"
     assert run.data.tags["mlrb.status"] == "agent_error"
-    assert "exited 3: giving up" in run.data.tags["mlrb.agent_message"]
+    # the run's seed reaches the agent's commands as $MLRB_SEED (the tasks' anchors pass it as --seed)
+    assert "exited 3: giving up at seed 5" in run.data.tags["mlrb.agent_message"]
     assert run.data.tags["mlrb.valid"] == "False"
     assert "no submission" in run.data.tags["mlrb.invalid_reason"]
     assert run.data.metrics["valid"] == 0.0 and "score" not in run.data.metrics

@@ -22,7 +22,7 @@ def sandbox(tmp_path, monkeypatch):
     (tmp_path / "ws").mkdir()
     (tmp_path / "data").mkdir()
     cfg = SandboxConfig(kind="unconfined", command_timeout_s=30)
-    box = UnconfinedSandbox(cfg, tmp_path / "ws", tmp_path / "data", "run1", Limits())
+    box = UnconfinedSandbox(cfg, tmp_path / "ws", tmp_path / "data", "run1", Limits(), seed=7)
     yield box
     box.close()
 
@@ -33,6 +33,7 @@ def test_commands_run_in_the_workspace_without_the_harness_secrets(sandbox, tmp_
     assert result.stdout.splitlines()[0] == str((tmp_path / "ws").resolve())
     assert "secret" not in result.stdout
     assert f"MLRB_DATA={(tmp_path / 'data').resolve()}" in result.stdout
+    assert "MLRB_SEED=7" in result.stdout.splitlines()  # the run's seed, for the task's scripts
     # the harness's Python (and its ML stack) is the sandbox's `python`
     assert sandbox.exec("python -c 'import torch; print(1)'", timeout_s=60).stdout.strip() == "1"
 

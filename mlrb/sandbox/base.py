@@ -115,8 +115,11 @@ def sandbox_environment(home: str, extra: dict[str, str] | None = None) -> dict[
     return env
 
 
-def agent_environment(workspace: str, data_dir: str) -> dict[str, str]:
-    return sandbox_environment(workspace, {"MLRB_WORKSPACE": workspace, "MLRB_DATA": data_dir})
+def agent_environment(workspace: str, data_dir: str, seed: int) -> dict[str, str]:
+    """MLRB_SEED is the run's seed, so that a script can draw its randomness from it (the
+    tasks' baseline and reference commands pass it on as --seed): a sweep over seeds then
+    measures their seed noise, as calibration does."""
+    return sandbox_environment(workspace, {"MLRB_WORKSPACE": workspace, "MLRB_DATA": data_dir, "MLRB_SEED": str(seed)})
 
 
 def python_mounts() -> list[Mount]:
@@ -160,13 +163,14 @@ class Sandbox(abc.ABC):
     workspace: str
     data_dir: str
 
-    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits):
+    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0):
         self.cfg = cfg
         self.options = self.parse_options(cfg)
         self.root = Path(workspace).resolve()
         self.host_data_dir = Path(data_dir).resolve()
         self.run_id = run_id
         self.limits = limits
+        self.seed = seed
 
     @classmethod
     def parse_options(cls, cfg: SandboxConfig) -> Any:
@@ -200,7 +204,7 @@ class Sandbox(abc.ABC):
         WORKSPACE (writable) and the data at DATA, as mounts, and the agent's environment there."""
         self.workspace, self.data_dir = WORKSPACE, DATA
         mounts = [Mount(self.root, WORKSPACE, writable=True), Mount(self.host_data_dir, DATA)]
-        return mounts, agent_environment(WORKSPACE, DATA)
+        return mounts, agent_environment(WORKSPACE, DATA, self.seed)
 
     def read_file(self, path: str) -> str:
         return resolve_inside(self.root, path, self.workspace).read_text(errors="replace")

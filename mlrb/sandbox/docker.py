@@ -204,8 +204,8 @@ class DockerSandbox(Sandbox):
         ensure_image(options.image)
         connect(options)
 
-    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits):
-        super().__init__(cfg, workspace, data_dir, run_id, limits)
+    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0):
+        super().__init__(cfg, workspace, data_dir, run_id, limits, seed)
         mounts, environment = self.confined_layout()
         self.client = connect(self.options)
         self.stale_removed = remove_stale(self.client)

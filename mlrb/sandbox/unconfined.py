@@ -32,10 +32,10 @@ class UnconfinedSandbox(Sandbox):
     confined = False
     options_class = UnconfinedOptions
 
-    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits):
-        super().__init__(cfg, workspace, data_dir, run_id, limits)
+    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0):
+        super().__init__(cfg, workspace, data_dir, run_id, limits, seed)
         self.workspace, self.data_dir = str(self.root), str(self.host_data_dir)
-        self.env = agent_environment(self.workspace, self.data_dir)
+        self.env = agent_environment(self.workspace, self.data_dir, self.seed)
         self.running: set[int] = set()
 
     @classmethod

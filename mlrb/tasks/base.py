@@ -225,10 +225,11 @@ class Task(abc.ABC):
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
         """Check the submission's validity, then score it against hidden data."""
 
-    def run_solution(self, command: str, public: Path, workspace: Path) -> Path:
+    def run_solution(self, command: str, public: Path, workspace: Path, seed: int = 0) -> Path:
         """Run a solution's shell command (say the scale's baseline_command) the way the
         scripted baseline agent does: in a fresh copy of the starter files, with the
-        public data at $MLRB_DATA and the hub offline. Used to calibrate at asset build.
+        public data at $MLRB_DATA, the run's seed at $MLRB_SEED (a run's default, 0, at asset
+        build) and the hub offline. Used to calibrate at asset build.
         Returns the workspace; raises RuntimeError with the command's error if it fails."""
         import os
         import shutil
@@ -243,6 +244,7 @@ class Task(abc.ABC):
             "HOME": str(workspace),
             "MLRB_WORKSPACE": str(workspace),
             "MLRB_DATA": str(Path(public).resolve()),
+            "MLRB_SEED": str(seed),
             "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
             "HF_DATASETS_OFFLINE": os.environ.get("HF_DATASETS_OFFLINE", "1"),
             "PYTHONUNBUFFERED": "1",
