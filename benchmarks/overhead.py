@@ -1,6 +1,7 @@
 """What the harness itself costs per run, next to the imports it cannot do without.
 
-    .venv/bin/python benchmarks/overhead.py [--repeats 5] [--cache-dir DIR]
+    .venv/bin/python benchmarks/overhead.py [--repeats 5] [--cache-dir DIR] [--only noop|default]
+        [--before DIR | --before-python PYTHON]
 
 Two runs, each timed beside its floor, in rounds (floor, run, floor, run...) so
 that both see the same load on the machine:
@@ -12,6 +13,16 @@ that both see the same load on the machine:
 - the default run: `python -m mlrb` (llm_merging, baseline agent); its floor is
   the imports of its harness process (`import hydra, mlflow`) plus those of its
   scorer process (`import torch, transformers, lm_eval...`), each a process of its own.
+
+`--before DIR` also times the runs with the harness's `mlrb` taken from DIR, an earlier
+checkout; the default run's scorer runs in a sandbox with the venv's own `mlrb`, which
+PYTHONPATH does not reach, so to time an earlier version's default run install it in a
+copy of the venv and give that venv's Python:
+
+    git worktree add /tmp/before COMMIT
+    cp -a .venv /tmp/before-venv
+    /tmp/before-venv/bin/python -m pip install --no-deps --no-build-isolation -e /tmp/before
+    .venv/bin/python benchmarks/overhead.py --only default --before-python /tmp/before-venv/bin/python
 
 Assets are cached first (a warm-up run of each kind builds them if missing, creates
 the kind's MLflow store, as a user's ./mlruns already exists, and fills the OS file
@@ -128,10 +139,17 @@ def main() -> None:
     parser.add_argument("--only", choices=("noop", "default"), default=None, help="time only this run and its floor")
     parser.add_argument("--before", metavar="DIR", default=None,
                         help="also time both runs, in the same rounds, with the harness's mlrb package "
-                             "taken from DIR (put first on PYTHONPATH), e.g. a checkout of an earlier commit")  # fmt: skip
+                             "taken from DIR (put first on PYTHONPATH), e.g. a checkout of an earlier commit; "
+                             "the default run's scorer does not take it (see --before-python)")
+    parser.add_argument("--before-python", metavar="PYTHON", default=None,
+                        help="also time both runs, in the same rounds, with this interpreter: a venv in which an "
+                             "earlier checkout is installed, so that the default run's scorer (in its sandbox, "
+                             "from the venv) runs that checkout too")  # fmt: skip
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    if args.before and args.before_python:
+        parser.error("--before and --before-python are two ways to time one earlier version: give one")
 
     python = sys.executable
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "ANTHROPIC_API_KEY": "sk-ant-benchmark"}
@@ -145,13 +163,16 @@ def main() -> None:
 
         def mlrb(kind: str, run: str, *overrides: str) -> List[str]:
             """A run recording into its kind's store (made by its warm-up run: as a user's ./mlruns,
-            the store exists; creating one takes seconds, once)."""
-            return [python, "-m", "mlrb", *overrides, f"tracking.dir={root / kind / 'mlruns'}",
+            the store exists; creating one takes seconds, once), by the kind's version's Python."""
+            runner = args.before_python if kind.endswith(" before") and args.before_python else python
+            return [runner, "-m", "mlrb", *overrides, f"tracking.dir={root / kind / 'mlruns'}",
                     f"hydra.run.dir={root / kind / run}", *common]  # fmt: skip
 
         versions = {"": env}  # suffix of the result keys -> the environment of the harness
         if args.before:
             versions[" before"] = {**env, "PYTHONPATH": str(Path(args.before).resolve())}
+        if args.before_python:
+            versions[" before"] = env
         print("warming up (assets built if missing, stores created)...", flush=True)
         kinds = [args.only] if args.only else ["noop", "default"]
         for v, v_env in versions.items():
