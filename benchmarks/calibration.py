@@ -178,11 +178,8 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
             anchors[anchor] = {"mean": first, "sem": 0.0, "n": 1, "values": [first], "deterministic": True}
         print(f"  {key} {anchor}: {anchors[anchor]['values'] or 'invalid'}", flush=True)
     print(f"  {key}: {time.monotonic() - started:.0f} s", flush=True)
-    items = scored_items(assets)
-    score_unit = 100.0 if key == "math_reasoning" else 1.0  # BLEU is 0-100, accuracies 0-1
-    return {"vary": "runs", "assets_seed": task.spec.assets.get("seed"), "items": items, "seeds": list(range(seeds)),
-            "build_seconds": [build_s], "anchors": anchors, "checks": checks(anchors, items, score_unit),
-            **({"overrides": overrides} if overrides else {})}  # fmt: skip
+    return task_result(key, "runs", scored_items(assets), seeds, [build_s], anchors, overrides,
+                       assets_seed=task.spec.assets.get("seed"))  # fmt: skip
 
 
 def calibrate_over_assets(key: str, seeds: int, cache_dir: Path, overrides: dict | None = None) -> dict:
@@ -208,9 +205,16 @@ def calibrate_over_assets(key: str, seeds: int, cache_dir: Path, overrides: dict
     if invalid:
         anchors["do_nothing"]["invalid"] = len(invalid)
         anchors["do_nothing"]["invalid_reason"] = invalid[0]
+    return task_result(key, "assets", items, seeds, build_s, anchors, overrides)
+
+
+def task_result(key: str, vary: str, items: int, seeds: int, build_s: list, anchors: dict, overrides: dict | None,
+                **extra) -> dict:  # fmt: skip
+    """One task's entry in the output: its anchors, the checks on them, and how they were measured."""
     score_unit = 100.0 if key == "math_reasoning" else 1.0  # BLEU is 0-100, accuracies 0-1
-    return {"vary": "assets", "items": items, "seeds": list(range(seeds)), "build_seconds": build_s, "anchors": anchors,
-            "checks": checks(anchors, items, score_unit), **({"overrides": overrides} if overrides else {})}  # fmt: skip
+    return {"vary": vary, **extra, "items": items, "seeds": list(range(seeds)), "build_seconds": build_s,
+            "anchors": anchors, "checks": checks(anchors, items, score_unit),
+            **({"overrides": overrides} if overrides else {})}  # fmt: skip
 
 
 def fmt(anchor: dict) -> str:
@@ -265,8 +269,8 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
+    calibrate = calibrate_over_runs if args.vary == "runs" else calibrate_over_assets
     for key in keys:  # each task is written as soon as it is done, so a long run can be resumed
-        calibrate = calibrate_over_runs if args.vary == "runs" else calibrate_over_assets
         results[key] = calibrate(key, args.seeds, args.cache_dir.expanduser(), overrides)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(table({k: results[k] for k in keys}))

@@ -161,42 +161,42 @@ def main() -> None:
         root = Path(tmp)
         env["ANTHROPIC_BASE_URL"] = server.anthropic_url
 
-        def mlrb(kind: str, run: str, *overrides: str) -> List[str]:
+        def mlrb(kind: str, run: str, interpreter: str, *overrides: str) -> List[str]:
             """A run recording into its kind's store (made by its warm-up run: as a user's ./mlruns,
-            the store exists; creating one takes seconds, once), by the kind's version's Python."""
-            runner = args.before_python if kind.endswith(" before") and args.before_python else python
-            return [runner, "-m", "mlrb", *overrides, f"tracking.dir={root / kind / 'mlruns'}",
+            the store exists; creating one takes seconds, once)."""
+            return [interpreter, "-m", "mlrb", *overrides, f"tracking.dir={root / kind / 'mlruns'}",
                     f"hydra.run.dir={root / kind / run}", *common]  # fmt: skip
 
-        versions = {"": env}  # suffix of the result keys -> the environment of the harness
+        # suffix of the result keys -> the harness's interpreter and environment
+        versions = {"": (python, env)}
         if args.before:
-            versions[" before"] = {**env, "PYTHONPATH": str(Path(args.before).resolve())}
+            versions[" before"] = (python, {**env, "PYTHONPATH": str(Path(args.before).resolve())})
         if args.before_python:
-            versions[" before"] = env
+            versions[" before"] = (args.before_python, env)
         print("warming up (assets built if missing, stores created)...", flush=True)
         kinds = [args.only] if args.only else ["noop", "default"]
-        for v, v_env in versions.items():
+        for v, (v_python, v_env) in versions.items():
             server.script.append(reply(tool("submit", summary="nothing to do")))
             if "noop" in kinds:
-                measure(mlrb("noop" + v, "warmup", "agent=claude"), root, v_env)
+                measure(mlrb("noop" + v, "warmup", v_python, "agent=claude"), root, v_env)
             if "default" in kinds:
-                measure(mlrb("default" + v, "warmup"), root, v_env)
+                measure(mlrb("default" + v, "warmup", v_python), root, v_env)
         results: Dict[str, List[Tuple[float, float, float]]] = defaultdict(list)
         stages: Dict[str, List[Dict[str, float]]] = defaultdict(list)
         for i in range(args.repeats):
             print(f"round {i + 1}/{args.repeats}", flush=True)
-            for v, v_env in versions.items() if "noop" in kinds else ():
+            for v, (v_python, v_env) in versions.items() if "noop" in kinds else ():
                 if not v:
                     results["floor"].append(measure([python, "-c", CLAUDE_FLOOR], root, env))
                     results["store_floor"].append(measure([python, "-c", STORE_FLOOR], root, env))
                 server.script.append(reply(tool("submit", summary="nothing to do")))
-                results["noop" + v].append(measure(mlrb("noop" + v, f"run-{i}", "agent=claude"), root, v_env))
+                results["noop" + v].append(measure(mlrb("noop" + v, f"run-{i}", v_python, "agent=claude"), root, v_env))
                 stages["noop" + v].append(stage_times(root / ("noop" + v) / "mlruns"))
             if "default" in kinds:
                 results["hfloor"].append(measure([python, "-c", HARNESS_FLOOR], root, env))
                 results["sfloor"].append(measure([python, "-c", SCORER_FLOOR], root, env))
-            for v, v_env in versions.items() if "default" in kinds else ():
-                results["default" + v].append(measure(mlrb("default" + v, f"run-{i}"), root, v_env))
+            for v, (v_python, v_env) in versions.items() if "default" in kinds else ():
+                results["default" + v].append(measure(mlrb("default" + v, f"run-{i}", v_python), root, v_env))
                 stages["default" + v].append(stage_times(root / ("default" + v) / "mlruns"))
 
     wall = {k: [w for w, _, _ in v] for k, v in results.items()}
