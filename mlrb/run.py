@@ -46,7 +46,7 @@ from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
 from mlrb.config import ConfigError, MlrbConfig
 from mlrb.sandbox.base import limits_for
-from mlrb.scoring.runner import score_submission
+from mlrb.scoring.runner import Scorer
 from mlrb.status import Status, of_run
 from mlrb.tags import Tag
 from mlrb.tasks.base import ScoreReport, Task
@@ -294,73 +294,74 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
     # needs them first, and would make that run look slow next to its siblings.
     run_started = time.monotonic()
 
-    with clock.stage("sandbox_start"):
-        work = run_dir / "workspace"
-        start_files = task.workspace_files(asset_path)
-        before = workspace.prepare(start_files, work)
-        step_snapshots = snapshots.StepSnapshots(run_dir / "snapshots")
-        limits = limits_for(task, cfg.sandbox)
-        sandbox = sandbox_class(cfg.sandbox, work, asset_path / "public", recorder.run_id, limits, seed=cfg.seed)
-        guard.on_interrupt(sandbox.close)  # a signal stops the agent's processes at once
-        prompt = instructions.render(task, cfg.budget, sandbox.workspace, sandbox.data_dir)
-    with clock.stage("recording"):
-        recorder.log_text(prompt, "instructions.md")
+    with clock.stage("sandbox_start"):  # the scorer's first, in its own: it imports while the agent works
+        scorer = Scorer(task, asset_path, run_dir / "scoring", cfg.sandbox, recorder.run_id)
+    with scorer:
+        with clock.stage("sandbox_start"):
+            work = run_dir / "workspace"
+            start_files = task.workspace_files(asset_path)
+            before = workspace.prepare(start_files, work)
+            step_snapshots = snapshots.StepSnapshots(run_dir / "snapshots")
+            limits = limits_for(task, cfg.sandbox)
+            sandbox = sandbox_class(cfg.sandbox, work, asset_path / "public", recorder.run_id, limits, seed=cfg.seed)
+            guard.on_interrupt(sandbox.close)  # a signal stops the agent's processes at once
+            prompt = instructions.render(task, cfg.budget, sandbox.workspace, sandbox.data_dir)
+        with clock.stage("recording"):
+            recorder.log_text(prompt, "instructions.md")
 
-    budget = Budget(cfg.budget)
-    agent_started = time.monotonic()
-    sink: events.EventSink | None = None
-    stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
-    try:
-        sink = open_sink(run_dir / "trajectory.jsonl", recorder)
-        sink.emit(events.RunStarted(run_name(cfg), dataclasses.asdict(cfg.budget)))
+        budget = Budget(cfg.budget)
+        agent_started = time.monotonic()
+        sink: events.EventSink | None = None
+        stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
         try:
-            outcome: AgentOutcome = agent.run(
-                AgentContext(
-                    task,
-                    prompt,
-                    sandbox,
-                    budget,
-                    sink,
-                    cfg.seed,
-                    run_dir=run_dir,
-                    on_step_end=lambda step: step_snapshots.take(step, work, before),
+            sink = open_sink(run_dir / "trajectory.jsonl", recorder)
+            sink.emit(events.RunStarted(run_name(cfg), dataclasses.asdict(cfg.budget)))
+            try:
+                outcome: AgentOutcome = agent.run(
+                    AgentContext(
+                        task,
+                        prompt,
+                        sandbox,
+                        budget,
+                        sink,
+                        cfg.seed,
+                        run_dir=run_dir,
+                        on_step_end=lambda step: step_snapshots.take(step, work, before),
+                    )
                 )
-            )
-        except interrupts.Interrupted as e:  # the workspace is still scored (a second signal skips that)
-            outcome = AgentOutcome(Status.KILLED, e.name, f"interrupted by {e.name}")
-            log.warning("%s: stopped the agent; scoring its workspace (send it again to skip scoring)", e.name)
-        spent = budget.summary()  # taken now, so the agent's time does not include scoring
-        sink.emit(events.RunEnded(dataclasses.asdict(outcome), spent))
-    except BaseException as e:
-        stopped_by = e
-        raise
-    finally:
-        sandbox.close()
-        if sink is not None:
-            sink.close(stopped_by)  # traces flushed, the trajectory file closed
-        clock.add("agent", time.monotonic() - agent_started)
-    log.info("agent ended: %s %s", outcome.status, outcome.message)
-    step_snapshots.take(budget.steps, work, before)  # the final state (work left running may have changed it)
-    with clock.stage("recording"):
-        recorder.log_file(run_dir / "trajectory.jsonl")
-        recorder.log_text(workspace.diff(before, work), "workspace.patch")
-        recorder.log_folder(step_snapshots.root, "snapshots")
-    chosen = task.choose_snapshot(step_snapshots.root, asset_path, run_dir, cfg.sandbox, recorder.run_id)
-    if chosen is not None:  # MLRC-Bench: the test split is scored on the snapshot with the best dev score
-        snapshots.materialise(step_snapshots.root, chosen["entry"], start_files, work)
-        recorder.log_metrics(chosen["metrics"])
-        recorder.set_tags(chosen["tags"])
-    restored = workspace.restore_read_only(start_files, work, task.read_only_globs(asset_path), before)
-    if restored:
-        log.warning("the agent changed read-only files, restored before scoring: %s", ", ".join(restored))
+            except interrupts.Interrupted as e:  # the workspace is still scored (a second signal skips that)
+                outcome = AgentOutcome(Status.KILLED, e.name, f"interrupted by {e.name}")
+                log.warning("%s: stopped the agent; scoring its workspace (send it again to skip scoring)", e.name)
+            spent = budget.summary()  # taken now, so the agent's time does not include scoring
+            sink.emit(events.RunEnded(dataclasses.asdict(outcome), spent))
+        except BaseException as e:
+            stopped_by = e
+            raise
+        finally:
+            sandbox.close()
+            if sink is not None:
+                sink.close(stopped_by)  # traces flushed, the trajectory file closed
+            clock.add("agent", time.monotonic() - agent_started)
+        log.info("agent ended: %s %s", outcome.status, outcome.message)
+        step_snapshots.take(budget.steps, work, before)  # the final state (work left running may have changed it)
+        with clock.stage("recording"):
+            recorder.log_file(run_dir / "trajectory.jsonl")
+            recorder.log_text(workspace.diff(before, work), "workspace.patch")
+            recorder.log_folder(step_snapshots.root, "snapshots")
+        chosen = task.choose_snapshot(step_snapshots.root, asset_path, run_dir, cfg.sandbox, recorder.run_id)
+        if chosen is not None:  # MLRC-Bench: the test split is scored on the snapshot with the best dev score
+            snapshots.materialise(step_snapshots.root, chosen["entry"], start_files, work)
+            recorder.log_metrics(chosen["metrics"])
+            recorder.set_tags(chosen["tags"])
+        restored = workspace.restore_read_only(start_files, work, task.read_only_globs(asset_path), before)
+        if restored:
+            log.warning("the agent changed read-only files, restored before scoring: %s", ", ".join(restored))
 
-    with clock.stage("scoring"):
-        submitted = workspace.collect(work, cfg.task.submission, run_dir / "submission")
-        # Checked again: scoring against assets changed since the run began would be a silent wrong score.
-        asset_path = assets_lib.ensure_assets(task, Path(cfg.paths.cache_dir))
-        report = score_submission(
-            task, run_dir / "submission", asset_path, run_dir / "scoring", cfg.sandbox, recorder.run_id
-        )
+        with clock.stage("scoring"):
+            submitted = workspace.collect(work, cfg.task.submission, run_dir / "submission")
+            # Checked again: scoring against assets changed since the run began would be a silent wrong score.
+            asset_path = assets_lib.ensure_assets(task, Path(cfg.paths.cache_dir))
+            report = scorer.score(run_dir / "submission")  # (restarted if those assets were rebuilt)
     score_time = clock.times["scoring"]
     if not submitted:
         report.details["collected"] = False

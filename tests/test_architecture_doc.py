@@ -73,7 +73,7 @@ def test_the_agent_and_task_examples_run_and_score_through_the_registry(tmp_path
 def test_the_sandbox_contract_is_the_one_the_page_names():
     section = DOC.split("## Add a sandbox", 1)[1].split("##", 1)[0]
     abstract = set(Sandbox.__abstractmethods__)
-    assert abstract == {"preflight", "run_isolated", "exec", "close"}
+    assert abstract == {"preflight", "start_isolated", "exec", "close"}
     assert all(f"`{name}`" in section for name in abstract | {"read_file", "write_file"})
     assert "sandbox/unconfined.py" in section and (REPO / "mlrb" / "sandbox" / "unconfined.py").exists()
 

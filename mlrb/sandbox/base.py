@@ -3,8 +3,9 @@
 A sandbox holds one run's agent: `exec` runs a shell command in its workspace,
 `read_file`/`write_file` reach the workspace only, `close` ends every process the
 agent started. `preflight` says before a run is recorded whether the kind can
-work on this machine. `run_isolated` runs one command (the scorer) in a fresh
-sandbox of the same kind that sees only the folders it is given.
+work on this machine. `start_isolated` starts one command (the scorer) in a fresh
+sandbox of the same kind that sees only the folders it is given (`run_isolated`:
+started and waited for).
 
 Errors, as the agent loop sees them:
 - a command that fails or times out is an `ExecResult`, never an exception;
@@ -19,7 +20,10 @@ from __future__ import annotations
 
 import abc
 import os
+import signal
+import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -86,6 +90,67 @@ class IsolatedCommand:
     log_file: Path
     limits: Limits = field(default_factory=Limits)
     run_id: str = ""
+
+
+class IsolatedProcess(abc.ABC):
+    """A command started in a fresh sandbox (`Sandbox.start_isolated`). Closing it (also on
+    leaving a `with` block) kills it if it still runs and frees what it held."""
+
+    def hand_over(self, path: Path) -> None:
+        """Make `path`, written under one of its writable mounts since the start, usable by the
+        sandbox's user; needed only where that user is another one (Docker, as root)."""
+        return None
+
+    @abc.abstractmethod
+    def wait(self, timeout_s: float) -> int | None:
+        """Its exit code, or None once it has been killed at the timeout."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Kill it if it still runs; free what it held. Safe to call twice."""
+
+    def __enter__(self) -> IsolatedProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class GroupProcess(IsolatedProcess):
+    """A process of this host in a session of its own, killed as a group (the bwrap sandbox's
+    own, or the unconfined scorer); `release` runs once it is gone."""
+
+    def __init__(self, argv: list[str], job: IsolatedCommand, release: Callable[[], None] = lambda: None,
+                 cwd: str | None = None, env: dict[str, str] | None = None):  # fmt: skip
+        self.release = release
+        self.log = open(job.log_file, "wb")
+        try:
+            self.proc = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        except BaseException:
+            self.log.close()
+            release()
+            raise
+
+    def wait(self, timeout_s: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.close()
+            return None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        self.log.close()
+        release, self.release = self.release, lambda: None
+        release()
 
 
 def limits_for(task, cfg: SandboxConfig) -> Limits:
@@ -191,9 +256,15 @@ class Sandbox(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
+    def start_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> IsolatedProcess:
+        """Start `job` in a fresh sandbox, its output going to `job.log_file`; the caller waits
+        for it and closes it."""
+
+    @classmethod
     def run_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> int | None:
-        """Run `job` to completion in a fresh sandbox; its exit code, or None at its timeout.
-        Output goes to `job.log_file`."""
+        """Run `job` to completion in a fresh sandbox; its exit code, or None at its timeout."""
+        with cls.start_isolated(cfg, job) as process:
+            return process.wait(job.timeout_s)
 
     @abc.abstractmethod
     def exec(self, command: str, timeout_s: float) -> ExecResult:

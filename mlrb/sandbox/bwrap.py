@@ -38,7 +38,9 @@ from mlrb.sandbox.base import (
     AGENT_UID,
     WORKSPACE,
     ExecResult,
+    GroupProcess,
     IsolatedCommand,
+    IsolatedProcess,
     Limits,
     Mount,
     Sandbox,
@@ -247,26 +249,20 @@ class BwrapSandbox(Sandbox):
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     @classmethod
-    def run_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> int | None:
+    def start_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> IsolatedProcess:
         options = cls.parse_options(cfg)
         binary = find_bwrap(options.binary)
         cgroup = Cgroup.create(cgroup_name(job.run_id), job.limits, cfg.pids_limit)
-        with tempfile.TemporaryDirectory(prefix="mlrb-bwrap-") as scratch:
-            argv = bwrap_argv(binary, options, job.limits, job.mounts, job.workdir, job.env, identity(Path(scratch)))
-            with open(job.log_file, "wb") as log:
-                proc = subprocess.Popen(
-                    joined(argv + job.argv, cgroup), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )  # fmt: skip
-                try:
-                    return proc.wait(timeout=job.timeout_s)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)  # bwrap's init dies, and the namespace with it
-                    proc.wait()
-                    return None
-                finally:
-                    if cgroup is not None:
-                        cgroup.remove()
+        scratch = Path(tempfile.mkdtemp(prefix="mlrb-bwrap-"))  # its /etc/passwd and group, kept while it runs
+
+        def release() -> None:
+            if cgroup is not None:
+                cgroup.remove()
+            shutil.rmtree(scratch, ignore_errors=True)
+
+        argv = bwrap_argv(binary, options, job.limits, job.mounts, job.workdir, job.env, identity(scratch))
+        # Killing its group kills bwrap's init, and the namespace with it.
+        return GroupProcess(joined(argv + job.argv, cgroup), job, release)
 
 
 def cgroup_name(run_id: str) -> str:

@@ -26,6 +26,7 @@ from mlrb.sandbox.base import (
     WORKSPACE,
     ExecResult,
     IsolatedCommand,
+    IsolatedProcess,
     Limits,
     Mount,
     Sandbox,
@@ -257,7 +258,7 @@ class DockerSandbox(Sandbox):
             pass
 
     @classmethod
-    def run_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> int | None:
+    def start_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> IsolatedProcess:
         """A fresh container that sees only `job.mounts`; the host paths are handed to its user."""
         options = cls.parse_options(cfg)
         user = run_user(options)
@@ -270,14 +271,33 @@ class DockerSandbox(Sandbox):
             environment=job.env,
             **container_options(cfg, job.limits, job.run_id, "scorer", job.mounts),
         )  # fmt: skip
+        return ContainerProcess(container, job.log_file, user)
+
+
+class ContainerProcess(IsolatedProcess):
+    """A container started by `DockerSandbox.start_isolated`; its output is copied to the log
+    once it has ended."""
+
+    def __init__(self, container, log_file: Path, user: str):
+        self.container, self.log_file, self.user = container, log_file, user
+
+    def hand_over(self, path: Path) -> None:
+        hand_over(path, self.user)
+
+    def wait(self, timeout_s: float) -> int | None:
+        code: int | None
         try:
-            try:
-                status = container.wait(timeout=job.timeout_s)
-                code: int | None = status.get("StatusCode")
-            except Exception:  # requests' ReadTimeout / ConnectionError at the timeout
-                container.kill()
-                code = None
-            job.log_file.write_bytes(container.logs(stdout=True, stderr=True))
-            return code
-        finally:
-            container.remove(force=True)
+            code = self.container.wait(timeout=timeout_s).get("StatusCode")
+        except Exception:  # requests' ReadTimeout / ConnectionError at the timeout
+            self.container.kill()
+            code = None
+        self.log_file.write_bytes(self.container.logs(stdout=True, stderr=True))
+        return code
+
+    def close(self) -> None:
+        from docker.errors import NotFound
+
+        try:
+            self.container.remove(force=True)
+        except NotFound:
+            pass

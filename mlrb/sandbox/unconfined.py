@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlrb.config import SandboxConfig
-from mlrb.sandbox.base import ExecResult, IsolatedCommand, Limits, Sandbox, agent_environment, capped
+from mlrb.sandbox.base import (
+    ExecResult,
+    GroupProcess,
+    IsolatedCommand,
+    IsolatedProcess,
+    Limits,
+    Sandbox,
+    agent_environment,
+    capped,
+)
 
 
 @dataclass
@@ -72,15 +81,8 @@ class UnconfinedSandbox(Sandbox):
             kill_group(pid)
 
     @classmethod
-    def run_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> int | None:
-        with open(job.log_file, "wb") as log:
-            try:
-                return subprocess.run(
-                    job.argv, cwd=job.workdir, env=job.env, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, timeout=job.timeout_s,
-                ).returncode  # fmt: skip
-            except subprocess.TimeoutExpired:
-                return None
+    def start_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> IsolatedProcess:
+        return GroupProcess(job.argv, job, cwd=job.workdir, env=job.env)
 
 
 def kill_group(pid: int) -> None:

@@ -1,6 +1,6 @@
 """Scoring with EleutherAI lm-evaluation-harness (lm-eval), offline-friendly.
 
-`mc_task_config` turns an MMLU-format jsonl file into an lm-eval task config (data,
+`mc_task_config` turns an MMLU-format jsonl file into an lm-eval task config (a dict,
 handed to lm-eval as it is: nothing written to disk); `evaluate` runs any lm-eval task
 (such a config, a local task folder's or a built-in one, e.g. `mmlu`) on a Hugging Face
 model directory and returns overall and per-subject accuracy.
@@ -15,9 +15,23 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-# Same layout as lm-eval's mmlu_continuation: the model scores each choice's *text*
-# after "Answer:", since tiny models cannot map facts to letters A-D.
-_DOC_TO_TEXT = "Question: {{question.strip()}}\nAnswer:"
+#: What a scorer that evaluates with lm-eval imports ahead (a task's `scorer_imports`).
+# transformers.modeling_utils: what loading any model imports on first use (1.6 s here).
+IMPORTS = (
+    "torch",
+    "transformers",
+    "transformers.modeling_utils",
+    "lm_eval.evaluator",
+    "lm_eval.tasks",
+    "lm_eval.models.huggingface",
+)
+
+
+def question_text(doc: dict) -> str:
+    """The prompt, as lm-eval's mmlu_continuation lays it out: the model scores each choice's
+    *text* after "Answer:", since tiny models cannot map facts to letters A-D. A function, not
+    a Jinja template, which lm-eval would compile afresh for every document (about 1 ms each)."""
+    return f"Question: {doc['question'].strip()}\nAnswer:"
 
 
 def mc_task_config(task_name: str, data_file: Path) -> dict:
@@ -31,8 +45,8 @@ def mc_task_config(task_name: str, data_file: Path) -> dict:
         "test_split": "test",
         "output_type": "multiple_choice",
         "num_fewshot": 0,
-        "doc_to_text": _DOC_TO_TEXT,
-        "doc_to_choice": "{{choices}}",
+        "doc_to_text": question_text,
+        "doc_to_choice": "choices",  # a field: read as it is
         "doc_to_target": "answer",
         "metric_list": [
             {"metric": "acc", "aggregation": "mean", "higher_is_better": True},

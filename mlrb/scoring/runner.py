@@ -11,20 +11,21 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from mlrb import registry
 from mlrb.config import SandboxConfig, TaskConfig
-from mlrb.sandbox.base import IsolatedCommand, Mount, limits_for, sandbox_environment
+from mlrb.sandbox.base import IsolatedCommand, IsolatedProcess, Mount, limits_for, sandbox_environment
 from mlrb.scoring.report import ScoreReport
 
 
 class ScoredTask(Protocol):
-    """What scoring needs of a task (every mlrb.tasks.base.Task has it): its config and scale spec.
-    The scorer process builds the task itself, from the registry."""
+    """What scoring needs of a task (every mlrb.tasks.base.Task has it): its config, scale spec
+    and the modules its scorer imports. The scorer process builds the task itself, from the registry."""
 
     cfg: TaskConfig
     spec: Any
+    scorer_imports: ClassVar[tuple[str, ...]]
 
 
 class ScorerError(RuntimeError):
@@ -36,46 +37,91 @@ def score_submission(
 ) -> ScoreReport:
     """Score in a fresh sandbox of the run's kind (a new namespace for bwrap, a new container
     for docker, a plain subprocess for unconfined)."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    if not submission.exists():
-        return ScoreReport.invalid(f"no submission: the agent left nothing at '{task.cfg.submission}' in its workspace")
-    fresh = work_dir / "submission"
-    shutil.rmtree(fresh, ignore_errors=True)
-    if submission.is_dir():
-        shutil.copytree(submission, fresh, symlinks=True)
-    else:
-        shutil.copy2(submission, fresh, follow_symlinks=False)
+    with Scorer(task, assets, work_dir, sandbox, run_id) as scorer:
+        return scorer.score(submission)
 
-    task_cfg = dataclasses.asdict(task.cfg)
-    task_cfg["scales"] = {task.cfg.scale: task_cfg["scales"][task.cfg.scale]}  # the scorer needs no other
-    request: dict[str, Any] = {
-        "task": task_cfg,
-        "submission": str(fresh),
-        "assets": str(assets),
-        "work_dir": str(work_dir),
-        "report": str(work_dir / "report.json"),
-    }
-    request_file = work_dir / "request.json"
-    request_file.write_text(json.dumps(request, indent=2))
-    job = IsolatedCommand(
-        argv=[sys.executable, "-I", "-m", "mlrb.scoring.worker", str(request_file)],
-        mounts=scorer_mounts(assets, work_dir),
-        workdir=str(work_dir),
-        env=scorer_environment(work_dir, sandbox),
-        timeout_s=task.spec.score_timeout_s,
-        log_file=work_dir / "scorer.log",
-        limits=dataclasses.replace(limits_for(task, sandbox), network=False),
-        run_id=run_id,
-    )
-    sandbox_class = registry.load(registry.SANDBOXES[sandbox.kind])
-    code = sandbox_class.run_isolated(sandbox, job)
-    if code is None:
-        return ScoreReport.invalid(f"scoring took longer than {job.timeout_s:g} s")
-    report_file = Path(request["report"])
-    if code != 0 or not report_file.exists():
-        tail = job.log_file.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-        raise ScorerError(f"scorer exited {code}: {tail[0]} (log: {job.log_file})")
-    return ScoreReport(**json.loads(report_file.read_text()))
+
+class Scorer:
+    """A scorer started before there is anything to score, so that its imports (the task's
+    `scorer_imports`: torch, lm-eval; seconds) happen while the agent works: in its fresh
+    sandbox it imports them, then waits for `score` to hand it the submission. Close it (or
+    leave its `with` block) whether or not it scored: a waiting scorer is killed."""
+
+    def __init__(self, task: ScoredTask, assets: Path, work_dir: Path, sandbox: SandboxConfig, run_id: str = ""):
+        self.task, self.assets, self.work_dir, self.sandbox, self.run_id = task, assets, work_dir, sandbox, run_id
+        self.request_file = work_dir / "request.json"
+        work_dir.mkdir(parents=True, exist_ok=True)
+        self.process = self.start()
+
+    def start(self) -> IsolatedProcess:
+        self.request_file.unlink(missing_ok=True)
+        self.assets_seen = folder_identity(self.assets)
+        imports = ",".join(self.task.scorer_imports)
+        self.job = IsolatedCommand(
+            argv=[sys.executable, "-I", "-m", "mlrb.scoring.worker", str(self.request_file), imports],
+            mounts=scorer_mounts(self.assets, self.work_dir),
+            workdir=str(self.work_dir),
+            env=scorer_environment(self.work_dir, self.sandbox),
+            timeout_s=self.task.spec.score_timeout_s,
+            log_file=self.work_dir / "scorer.log",
+            limits=dataclasses.replace(limits_for(self.task, self.sandbox), network=False),
+            run_id=self.run_id,
+        )
+        sandbox_class = registry.load(registry.SANDBOXES[self.sandbox.kind])
+        return sandbox_class.start_isolated(self.sandbox, self.job)
+
+    def score(self, submission: Path) -> ScoreReport:
+        """Score `submission` (a file or folder) on a fresh copy; the time limit counts from here."""
+        if not submission.exists():
+            return ScoreReport.invalid(
+                f"no submission: the agent left nothing at '{self.task.cfg.submission}' in its workspace"
+            )
+        if folder_identity(self.assets) != self.assets_seen:  # rebuilt since: the sandbox would show the old folder
+            self.process.close()
+            self.process = self.start()
+        fresh = self.work_dir / "submission"
+        shutil.rmtree(fresh, ignore_errors=True)
+        if submission.is_dir():
+            shutil.copytree(submission, fresh, symlinks=True)
+        else:
+            shutil.copy2(submission, fresh, follow_symlinks=False)
+        self.process.hand_over(fresh)
+
+        task_cfg = dataclasses.asdict(self.task.cfg)
+        task_cfg["scales"] = {self.task.cfg.scale: task_cfg["scales"][self.task.cfg.scale]}  # the scorer needs no other
+        request: dict[str, Any] = {
+            "task": task_cfg,
+            "submission": str(fresh),
+            "assets": str(self.assets),
+            "work_dir": str(self.work_dir),
+            "report": str(self.work_dir / "report.json"),
+        }
+        written = self.request_file.with_name(self.request_file.name + ".part")
+        written.write_text(json.dumps(request, indent=2))
+        written.replace(self.request_file)  # whole, at once: a waiting scorer starts when it appears
+        code = self.process.wait(self.job.timeout_s)
+        if code is None:
+            return ScoreReport.invalid(f"scoring took longer than {self.job.timeout_s:g} s")
+        report_file = Path(request["report"])
+        if code != 0 or not report_file.exists():
+            tail = self.job.log_file.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            raise ScorerError(f"scorer exited {code}: {tail[0]} (log: {self.job.log_file})")
+        return ScoreReport(**json.loads(report_file.read_text()))
+
+    def close(self) -> None:
+        self.process.close()
+
+    def __enter__(self) -> Scorer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def folder_identity(folder: Path) -> tuple[int, int]:
+    """Which folder this is (not which path): a rebuilt asset folder is a new one at the same path."""
+    info = folder.stat()
+    return info.st_dev, info.st_ino
 
 
 def scorer_mounts(assets: Path, work_dir: Path) -> list[Mount]:

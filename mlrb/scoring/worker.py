@@ -1,6 +1,9 @@
-"""The scoring process: `python -I -m mlrb.scoring.worker REQUEST.json`.
+"""The scoring process: `python -I -m mlrb.scoring.worker REQUEST.json [MODULE,...]`.
 
-Builds the task from the request, scores the submission and writes the report.
+Started before there is anything to score (while the agent works), it imports the
+modules named (the task's scorer_imports: torch, lm-eval; seconds), waits for the
+harness to write REQUEST.json (it does once the submission is copied), then builds
+the task from the request, scores the submission and writes the report.
 
 Who is to blame when scoring raises instead of judging: a submission that cannot be
 loaded or run (say a config.json that is not an object, or weights that do not fit
@@ -11,16 +14,22 @@ scorer failure (exit 1), which the harness records as an infrastructure error.
 
 from __future__ import annotations
 
+import atexit
+import importlib
 import json
+import os
 import sys
+import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from mlrb import registry
 from mlrb.config import TaskConfig
 from mlrb.scoring.report import ScoreReport
 
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog."
+POLL_S = 0.02  # how often a waiting scorer looks for its request
 
 
 def main(request_file: str) -> None:
@@ -76,5 +85,29 @@ def submission_problem(submission: Path) -> str:
     return ""
 
 
+def prepare(modules: list[str], request_file: Path) -> None:
+    """Import `modules`, then wait until the request exists (the harness writes it whole, by
+    renaming); exit if the harness that started this process is gone."""
+    parent = os.getppid()
+    for module in modules:
+        importlib.import_module(module)
+    while not request_file.exists():
+        if os.getppid() != parent:
+            sys.exit("the harness is gone: nothing to score")
+        time.sleep(POLL_S)
+
+
+def end_process() -> NoReturn:
+    """Exit once the report is written, after the exit handlers (temporary folders removed,
+    logs flushed) but without the interpreter's teardown, which frees torch's, transformers'
+    and lm-eval's objects one by one: about a second, in the run's time."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
+    prepare([m for m in ",".join(sys.argv[2:]).split(",") if m], Path(sys.argv[1]))
     main(sys.argv[1])
+    end_process()

@@ -84,6 +84,8 @@ class Task(abc.ABC):
     scale_class: ClassVar[type] = ScaleSpec
     # Bump when the asset builder changes, so caches built by older code are not reused.
     assets_version: ClassVar[int] = 1
+    # What the scorer process imports while the agent works (mlrb/scoring/runner.py Scorer).
+    scorer_imports: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg

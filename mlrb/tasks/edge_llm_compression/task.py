@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
 
@@ -42,6 +43,7 @@ class EdgeLlmCompression(Task):
     name = "edge_llm_compression"
     scale_class = EdgeCompressionScale
     assets_version = 2
+    scorer_imports = lmeval.IMPORTS
 
     def asset_key(self) -> dict[str, Any]:
         return {**super().asset_key(), "memory_limit_mb": self.spec.memory_limit_mb}
@@ -53,7 +55,6 @@ class EdgeLlmCompression(Task):
 
     # ---- scoring ---------------------------------------------------------------
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
-        from mlrb.scoring import lmeval
 
         spec, limit = self.spec, self.spec.memory_limit_mb
         problem, facts = rules.check_model_folder(submission, spec.model_types)

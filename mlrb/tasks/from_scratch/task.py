@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from mlrb import registry
+from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
 
@@ -66,6 +67,7 @@ class FromScratchTask(Task):
     """Subclasses set `name` and `suite_group`: data, no code."""
 
     scale_class = FromScratchScale
+    scorer_imports = lmeval.IMPORTS
     # The lm-eval group name of the local suite.
     suite_group: ClassVar[str]
     # Here `tiny_builder` (see Task) also takes the suite group: build_tiny_assets(out_dir,
@@ -166,7 +168,6 @@ class FromScratchTask(Task):
     def evaluate(self, model_dir: Path, assets: Path, work_dir: Path):
         """lm-eval on the scale's tasks, or the hidden local suite when it names none.
         Returns (result with per-sub-task scores, PeakMemory or None)."""
-        from mlrb.scoring import lmeval
         from mlrb.tasks.from_scratch import suites
 
         ev, include = self.spec.eval, None

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
 
@@ -62,6 +63,7 @@ class LlmEfficiency(Task):
     name = "llm_efficiency"
     scale_class = LlmEfficiencyScale
     assets_version = 4
+    scorer_imports = lmeval.IMPORTS
 
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the baseline's base model and instruction data from the Hugging Face hub."""
@@ -77,7 +79,6 @@ class LlmEfficiency(Task):
     def model_scores(self, out_dir: Path) -> dict[str, float]:
         """For the record: the forbidden instruction-tuned siblings' accuracy as they are (the
         base as it is is the do_nothing anchor)."""
-        from mlrb.scoring import lmeval
 
         scores = {}
         for name in self.spec.instruction_tuned_models:
@@ -89,7 +90,6 @@ class LlmEfficiency(Task):
 
     # ---- scoring ---------------------------------------------------------------
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
-        from mlrb.scoring import lmeval
 
         spec = self.spec
         problem, facts = rules.check_model_folder(submission, spec.model_types, spec.max_params)

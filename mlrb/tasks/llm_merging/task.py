@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, anchor_problem
 from mlrb.tasks.llm_merging.lineage import check_is_merge
@@ -38,6 +39,7 @@ class LlmMerging(Task):
     name = "llm_merging"
     scale_class = LlmMergingScale
     assets_version = 3
+    scorer_imports = lmeval.IMPORTS
 
     # ---- assets and calibration ------------------------------------------------
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +125,6 @@ class LlmMerging(Task):
 
     # ---- scoring ---------------------------------------------------------------
     def evaluate(self, model_dir: Path, assets: Path) -> dict[str, Any]:
-        from mlrb.scoring import lmeval
 
         return lmeval.evaluate_spec(self.spec.eval, model_dir, assets / "hidden" / "test.jsonl", TEST_TASK)
 
