@@ -3,9 +3,10 @@
 Stages: `compose` (from the process's start to the run's checks: the interpreter,
 imports, reading the command line, composing and validating the config), `assets`
 (finding and verifying the task's cached assets, building them if missing),
-`sandbox_start` (the workspace and the agent's sandbox), `agent` (the agent's run,
-its model SDK's import included), `scoring` (collecting the submission and the
-scorer's process) and `recording` (MLflow: importing it, checking the store,
+`sandbox_start` (the scorer's sandbox, whose imports then run beside the agent, the
+workspace and the agent's sandbox), `agent` (the agent's run, its model SDK's import
+included), `scoring` (collecting the submission, handing it to the scorer, its work) and
+`recording` (MLflow: importing it, checking the store,
 creating the run and writing to it; the last metrics and the run's end are after
 these figures are taken). In a single run, MLflow works in a process of its own
 (mlrb/recording_process.py): `recording` is then the time the run waits for it.

@@ -116,3 +116,10 @@ def test_assets_rebuilt_while_the_agent_works_are_the_ones_scored(assets, tmp_pa
     assert report.valid, report.reason
     assert report.details["n"] == 60  # the rebuilt folder's test set, not the 240 items of the old one
 
+
+
+def test_a_scorer_handed_a_second_submission_scores_it_afresh(assets, tmp_path):
+    with Scorer(tiny_llm_merging(), assets, tmp_path / "scoring", SandboxConfig(kind="unconfined")) as scorer:
+        first = scorer.score(submission_from(assets, tmp_path / "first"))
+        second = scorer.score(tmp_path / "first")
+    assert first.valid and second.valid and second.score == first.score

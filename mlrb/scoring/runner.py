@@ -56,6 +56,7 @@ class Scorer:
     def start(self) -> IsolatedProcess:
         self.request_file.unlink(missing_ok=True)
         self.assets_seen = folder_identity(self.assets)
+        self.used = False
         imports = ",".join(self.task.scorer_imports)
         self.job = IsolatedCommand(
             argv=[sys.executable, "-I", "-m", "mlrb.scoring.worker", str(self.request_file), imports],
@@ -76,9 +77,11 @@ class Scorer:
             return ScoreReport.invalid(
                 f"no submission: the agent left nothing at '{self.task.cfg.submission}' in its workspace"
             )
-        if folder_identity(self.assets) != self.assets_seen:  # rebuilt since: the sandbox would show the old folder
+        # A scorer scores once; and assets rebuilt since it started are a new folder its sandbox does not show.
+        if self.used or folder_identity(self.assets) != self.assets_seen:
             self.process.close()
             self.process = self.start()
+        self.used = True
         fresh = self.work_dir / "submission"
         shutil.rmtree(fresh, ignore_errors=True)
         if submission.is_dir():
