@@ -143,14 +143,19 @@ class GroupProcess(IsolatedProcess):
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(self.proc.pid)
         self.proc.wait()
         self.log.close()
         release, self.release = self.release, lambda: None
         release()
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group (session) that `pid` leads, if it is still there."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def limits_for(task, cfg: SandboxConfig) -> Limits:

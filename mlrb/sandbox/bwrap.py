@@ -24,7 +24,6 @@ import json
 import os
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from mlrb.sandbox.base import (
     Mount,
     Sandbox,
     SandboxError,
+    kill_group,
     python_mounts,
 )
 from mlrb.sandbox.cgroup import Cgroup, joined
@@ -237,10 +237,7 @@ class BwrapSandbox(Sandbox):
     def close(self) -> None:
         """Kill the sandbox's PID 1: the kernel then kills every process in its namespace."""
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(self.proc.pid)
         self.proc.wait()
         if self.cgroup is not None:
             self.cgroup.remove()

@@ -10,8 +10,6 @@ and the report never pools them with confined runs.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -28,6 +26,7 @@ from mlrb.sandbox.base import (
     Sandbox,
     agent_environment,
     capped,
+    kill_group,
 )
 
 
@@ -83,13 +82,6 @@ class UnconfinedSandbox(Sandbox):
     @classmethod
     def start_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> IsolatedProcess:
         return GroupProcess(job.argv, job, cwd=job.workdir, env=job.env)
-
-
-def kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def read_capped(handle) -> str:
