@@ -229,33 +229,30 @@ class Task(abc.ABC):
 
     def run_solution(self, command: str, public: Path, workspace: Path, seed: int = 0) -> Path:
         """Run a solution's shell command (say the scale's baseline_command) the way the
-        scripted baseline agent does: in a fresh copy of the starter files, with the
-        public data at $MLRB_DATA, the run's seed at $MLRB_SEED (a run's default, 0, at asset
-        build) and the hub offline. Used to calibrate at asset build.
+        scripted baseline agent does: in a fresh copy of the starter files, in the agent's
+        environment (the public data at $MLRB_DATA, the run's seed at $MLRB_SEED: a run's
+        default, 0, at asset build), on one thread, the hub offline unless HF_HUB_OFFLINE says
+        otherwise. Used to calibrate at asset build.
         Returns the workspace; raises RuntimeError with the command's error if it fails."""
         import os
         import shutil
         import subprocess
-        import sys
+
+        from mlrb.sandbox.base import agent_environment
 
         shutil.rmtree(workspace, ignore_errors=True)
         start = self.workspace_files(Path(public).parent)
         shutil.copytree(start, workspace, ignore=shutil.ignore_patterns("__pycache__"))
-        env = {
-            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(workspace),
-            "MLRB_WORKSPACE": str(workspace),
-            "MLRB_DATA": str(Path(public).resolve()),
-            "MLRB_SEED": str(seed),
-            "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-            "HF_DATASETS_OFFLINE": os.environ.get("HF_DATASETS_OFFLINE", "1"),
-            "PYTHONUNBUFFERED": "1",
+        env = agent_environment(str(workspace), str(Path(public).resolve()), seed)
+        env.update(
+            HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"),
+            HF_DATASETS_OFFLINE=os.environ.get("HF_DATASETS_OFFLINE", "1"),
             # Anchors must not depend on the machine's core count or on hash order.
-            "OMP_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            "PYTHONHASHSEED": "0",
-        }
+            OMP_NUM_THREADS="1",
+            MKL_NUM_THREADS="1",
+            TOKENIZERS_PARALLELISM="false",
+            PYTHONHASHSEED="0",
+        )
         proc = subprocess.run(
             ["/bin/bash", "-c", command], cwd=workspace, env=env, stdin=subprocess.DEVNULL, capture_output=True,
             text=True,
