@@ -71,8 +71,12 @@ def test_a_scorer_that_is_never_handed_a_submission_is_stopped(assets, tmp_path)
     assert processes_using(scoring)  # bwrap and the scorer inside it
     report = scorer.score(tmp_path / "nothing here")
     assert not report.valid and "no submission" in report.reason
-    scorer.close()  # as the run does when its agent ended without a submission, or failed
     assert gone_within(5, scoring), processes_using(scoring)
+    assert not (scoring / "scorer.log").exists()  # its imports' output, not a scoring's: no artifact
+
+    failed = Scorer(tiny_llm_merging(), assets, tmp_path / "failed", SandboxConfig())
+    failed.close()  # as the run does when its agent failed
+    assert gone_within(5, tmp_path / "failed") and not (tmp_path / "failed" / "scorer.log").exists()
 
 
 @pytest.mark.parametrize("kind", ["bwrap", "unconfined"])
@@ -115,7 +119,6 @@ def test_assets_rebuilt_while_the_agent_works_are_the_ones_scored(assets, tmp_pa
         report = scorer.score(submission_from(assets, tmp_path / "submission"))
     assert report.valid, report.reason
     assert report.details["n"] == 60  # the rebuilt folder's test set, not the 240 items of the old one
-
 
 
 def test_a_scorer_handed_a_second_submission_scores_it_afresh(assets, tmp_path):

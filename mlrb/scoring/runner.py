@@ -74,6 +74,7 @@ class Scorer:
     def score(self, submission: Path) -> ScoreReport:
         """Score `submission` (a file or folder) on a fresh copy; the time limit counts from here."""
         if not submission.exists():
+            self.close()  # nothing to score: no need to wait for the run's end to stop it
             return ScoreReport.invalid(
                 f"no submission: the agent left nothing at '{self.task.cfg.submission}' in its workspace"
             )
@@ -112,7 +113,11 @@ class Scorer:
         return ScoreReport(**json.loads(report_file.read_text()))
 
     def close(self) -> None:
+        """Stop it (safe twice). One that scored nothing leaves no log: its output was only its
+        imports' (Docker's scorer writes its log once waited on, so it never had one)."""
         self.process.close()
+        if not self.used:
+            self.job.log_file.unlink(missing_ok=True)
 
     def __enter__(self) -> Scorer:
         return self
