@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -68,6 +69,16 @@ def test_a_task_that_allows_network_gets_the_hosts_network(tmp_path):
 
 def test_gpu_devices_only_for_runs_that_ask_for_gpus(tmp_path):
     assert "--dev-bind" not in argv(Limits(gpus=0), tmp_path)
+    # A GPU node's /dev (character devices, as the NVIDIA driver makes them; root makes them here).
+    dev = tmp_path / "dev"
+    (dev / "nvidia-caps").mkdir(parents=True)
+    for minor, name in enumerate(("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm")):
+        os.mknod(dev / name, stat.S_IFCHR | 0o666, os.makedev(195, minor))
+    (dev / "nvidia-notes.txt").write_text("not a device")
+    args = bw.gpu_args(Limits(gpus=1), dev)
+    nodes = [str(dev / n) for n in ("nvidia-caps", "nvidia-uvm", "nvidia0", "nvidia1", "nvidiactl")]
+    assert args[0::3] == ["--dev-bind"] * 5 and args[1::3] == args[2::3] == nodes
+    assert bw.gpu_args(Limits(gpus=0), dev) == []
 
 
 def test_a_missing_bwrap_binary_is_one_clear_error():
@@ -126,7 +137,7 @@ def test_no_network_not_even_the_hosts_loopback(box):
     port = listener.getsockname()[1]
     try:
         code = f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n    print('CONNECTED')\nexcept OSError as e:\n    print('blocked', e.errno)\n"
-        result = sh(box, f"python3 -c \"{code}\"")
+        result = sh(box, f'python3 -c "{code}"')
         assert "blocked" in result.stdout and "CONNECTED" not in result.stdout, result
         interfaces = [line.split(":")[0].strip() for line in sh(box, "cat /proc/net/dev").stdout.splitlines()[2:]]
         assert interfaces == ["lo"]
@@ -222,7 +233,7 @@ def test_nothing_survives_a_harness_that_dies(tmp_path):
         from mlrb.config import SandboxConfig
         from mlrb.sandbox.bwrap import BwrapSandbox
         from mlrb.sandbox.base import Limits
-        box = BwrapSandbox(SandboxConfig(), Path({str(tmp_path / 'ws')!r}), Path({str(tmp_path / 'data')!r}), "r", Limits())
+        box = BwrapSandbox(SandboxConfig(), Path({str(tmp_path / "ws")!r}), Path({str(tmp_path / "data")!r}), "r", Limits())
         print(box.exec("setsid nohup sleep 86395 >/dev/null 2>&1 & echo up", 10).stdout, flush=True)
         os.kill(os.getpid(), 9)
     """)
@@ -248,7 +259,9 @@ def test_file_tools_see_the_workspace_as_the_agent_does(box, tmp_path):
 def test_long_output_is_truncated_and_the_ml_stack_is_there(box):
     result = sh(box, "python -c \"print('x' * 2_000_000)\"")
     assert "output truncated" in result.stdout and len(result.stdout) < 1_100_000
-    assert sh(box, "python -c 'import torch, transformers; print(torch.tensor([2]).item())'", timeout=120).stdout == "2\n"
+    assert (
+        sh(box, "python -c 'import torch, transformers; print(torch.tensor([2]).item())'", timeout=120).stdout == "2\n"
+    )
 
 
 def cgroup_problem() -> str:

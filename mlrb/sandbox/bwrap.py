@@ -126,17 +126,15 @@ def identity(scratch: Path) -> Path:
     return folder
 
 
-def gpu_args(limits: Limits) -> list[str]:
+def gpu_args(limits: Limits, dev: Path = Path("/dev")) -> list[str]:
     """NVIDIA device nodes, only for runs that asked for GPUs; which ones the run may use
     is said by CUDA_VISIBLE_DEVICES (the launcher's allocation)."""
     if not limits.gpus:
         return []
     args = []
-    for node in sorted(Path("/dev").glob("nvidia*")):
-        if node.is_char_device():
+    for node in sorted(dev.glob("nvidia*")):
+        if node.is_char_device() or (node.name == "nvidia-caps" and node.is_dir()):
             args += ["--dev-bind", str(node), str(node)]
-    if Path("/dev/nvidia-caps").is_dir():
-        args += ["--dev-bind", "/dev/nvidia-caps", "/dev/nvidia-caps"]
     return args
 
 
