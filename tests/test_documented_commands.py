@@ -96,6 +96,8 @@ CHECKS = {
         "elsewhere", "builds every task's assets per seed (hours here); made benchmarks/calibration_assets.json, which tests/test_calibration_table.py checks the README quotes"),  # fmt: skip
     ".venv/bin/python benchmarks/calibration.py --tasks llm_efficiency --set assets.num_layers=3 --out trial.json": (
         "elsewhere", "builds five llm_efficiency designs (20 minutes here); tests/test_calibration_table.py checks what --set sets and refuses"),  # fmt: skip
+    ".venv/bin/python benchmarks/gpu_check.py --out gpu_check.json": (
+        "elsewhere", "needs a CUDA GPU; tests/test_gpu_check.py runs its dry run (--device cpu) and its refusal here"),  # fmt: skip
     ".venv/bin/python benchmarks/build_times.py": (
         "elsewhere", "builds all seven tasks' assets (a quarter of an hour here); the numbers the README quotes come from it"),  # fmt: skip
     "python -m mlrb task=folder task.path=/path/to/house-price task.higher_is_better=false agent=claude": (
