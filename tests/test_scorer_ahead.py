@@ -73,6 +73,8 @@ def test_a_scorer_that_is_never_handed_a_submission_is_stopped(assets, tmp_path)
     assert not report.valid and "no submission" in report.reason
     assert gone_within(5, scoring), processes_using(scoring)
     assert not (scoring / "scorer.log").exists()  # its imports' output, not a scoring's: no artifact
+    assert scorer.score(submission_from(assets, tmp_path / "submission")).valid  # handed one after all: a fresh one
+    scorer.close()
 
     failed = Scorer(tiny_llm_merging(), assets, tmp_path / "failed", SandboxConfig())
     failed.close()  # as the run does when its agent failed

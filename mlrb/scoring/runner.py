@@ -56,7 +56,7 @@ class Scorer:
     def start(self) -> IsolatedProcess:
         self.request_file.unlink(missing_ok=True)
         self.assets_seen = folder_identity(self.assets)
-        self.used = False
+        self.used = self.closed = False
         imports = ",".join(self.task.scorer_imports)
         self.job = IsolatedCommand(
             argv=[sys.executable, "-I", "-m", "mlrb.scoring.worker", str(self.request_file), imports],
@@ -78,8 +78,9 @@ class Scorer:
             return ScoreReport.invalid(
                 f"no submission: the agent left nothing at '{self.task.cfg.submission}' in its workspace"
             )
-        # A scorer scores once; and assets rebuilt since it started are a new folder its sandbox does not show.
-        if self.used or folder_identity(self.assets) != self.assets_seen:
+        # A scorer scores once (or was closed); and assets rebuilt since it started are a new folder
+        # its sandbox does not show.
+        if self.used or self.closed or folder_identity(self.assets) != self.assets_seen:
             self.process.close()
             self.process = self.start()
         self.used = True
@@ -116,6 +117,7 @@ class Scorer:
         """Stop it (safe twice). One that scored nothing leaves no log: its output was only its
         imports' (Docker's scorer writes its log once waited on, so it never had one)."""
         self.process.close()
+        self.closed = True
         if not self.used:
             self.job.log_file.unlink(missing_ok=True)
 
