@@ -176,8 +176,6 @@ def main() -> None:
 
     results: dict = {"device": args.device, "gpu": args.gpu}
     if args.device == "cuda":
-        import torch
-
         results["gpu_name"] = torch.cuda.get_device_name(int(args.gpu.split(",")[0]))
         print(f"GPU {args.gpu}: {results['gpu_name']}, torch {torch.__version__}")
     if "tiny" in parts:

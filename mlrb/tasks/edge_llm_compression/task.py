@@ -55,7 +55,6 @@ class EdgeLlmCompression(Task):
 
     # ---- scoring ---------------------------------------------------------------
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
-
         spec, limit = self.spec, self.spec.memory_limit_mb
         problem, facts = rules.check_model_folder(submission, spec.model_types)
         problem = problem or rules.check_fp16_fp32(submission)

@@ -79,7 +79,6 @@ class LlmEfficiency(Task):
     def model_scores(self, out_dir: Path) -> dict[str, float]:
         """For the record: the forbidden instruction-tuned siblings' accuracy as they are (the
         base as it is is the do_nothing anchor)."""
-
         scores = {}
         for name in self.spec.instruction_tuned_models:
             path = model_dir(out_dir, name)
@@ -90,7 +89,6 @@ class LlmEfficiency(Task):
 
     # ---- scoring ---------------------------------------------------------------
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
-
         spec = self.spec
         problem, facts = rules.check_model_folder(submission, spec.model_types, spec.max_params)
         if problem:

@@ -125,7 +125,6 @@ class LlmMerging(Task):
 
     # ---- scoring ---------------------------------------------------------------
     def evaluate(self, model_dir: Path, assets: Path) -> dict[str, Any]:
-
         return lmeval.evaluate_spec(self.spec.eval, model_dir, assets / "hidden" / "test.jsonl", TEST_TASK)
 
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
