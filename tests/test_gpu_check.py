@@ -10,7 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, tiny_llm_merging
+
+from mlrb.assets import ensure_assets
 
 pytestmark = pytest.mark.slow
 
@@ -27,13 +29,16 @@ def test_the_gpu_checks_dry_run_scores_both_sides_and_the_full_stand_in(built_ca
     tiny = found["tiny"]["llm_merging"]
     for side in ("cpu", "device"):
         assert tiny[side]["status"] == "ok" and tiny[side]["valid"] == "True", tiny[side]
-    assert tiny["cpu"]["score"] == tiny["device"]["score"] == 0.5625  # the default task's baseline
+    # The default task's baseline, as its assets measured it when built on this machine (the
+    # figure moves by an item or two between CPUs: 0.5500, 0.5625, 0.5833 seen).
+    baseline = tiny_llm_merging().calibration(ensure_assets(tiny_llm_merging(), built_cache))["baseline_score"]
+    assert tiny["cpu"]["score"] == tiny["device"]["score"] == pytest.approx(baseline, abs=1e-9)
     assert tiny["score_difference"] == 0.0
     assert "pinning: skipped" in proc.stdout and "pinning" not in found
     full = found["full"]["llm_merging"]
     assert full["status"] == "ok" and full["valid"] == "True" and full["score"] is not None, full
     row = next(line for line in proc.stdout.splitlines() if line.strip().startswith("llm_merging") and "ok/ok" in line)
-    assert "0.5625" in row
+    assert f"{baseline:.4f}" in row
 
 
 def test_the_gpu_check_refuses_without_a_gpu_in_one_line(tmp_path):
