@@ -75,7 +75,7 @@ def test_gpu_devices_only_for_runs_that_ask_for_gpus(tmp_path):
     for minor, name in enumerate(("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm")):
         os.mknod(dev / name, stat.S_IFCHR | 0o666, os.makedev(195, minor))
     (dev / "nvidia-notes.txt").write_text("not a device")
-    args = bw.gpu_args(Limits(gpus=1), dev)
+    args = [arg for _, mount in bw.gpu_args(Limits(gpus=1), dev) for arg in mount]
     nodes = [str(dev / n) for n in ("nvidia-caps", "nvidia-uvm", "nvidia0", "nvidia1", "nvidiactl")]
     assert args[0::3] == ["--dev-bind"] * 5 and args[1::3] == args[2::3] == nodes
     assert bw.gpu_args(Limits(gpus=0), dev) == []

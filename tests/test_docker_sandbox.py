@@ -55,7 +55,7 @@ def test_limits_and_lockdown_requested_of_docker(monkeypatch):
     assert opts["nano_cpus"] == 2_000_000_000
     assert opts["device_requests"] == []
     assert opts["labels"]["mlrb.run_id"] == "run1" and opts["labels"]["mlrb.managed"] == "true"
-    assert all(mount["mode"] == "ro" for mount in opts["volumes"].values())  # only the host Python so far
+    assert all(mount["ReadOnly"] for mount in opts["mounts"])  # only the host Python so far
 
 
 def test_a_task_that_allows_network_gets_it(monkeypatch):

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from omegaconf import OmegaConf
 
@@ -65,6 +65,9 @@ class Limits:
     network: bool = False
 
 
+M = TypeVar("M")
+
+
 @dataclass
 class Mount:
     """A host folder or file shown inside a sandbox (at the same path unless `inside` is set)."""
@@ -76,6 +79,14 @@ class Mount:
     @property
     def target(self) -> str:
         return self.inside or str(self.host)
+
+
+def least_specific_first(mounts: list[M], target: Callable[[M], str]) -> list[M]:
+    """Mounts in the order to apply them: a mount hides whatever an earlier one showed under
+    its target, so a folder comes before anything mounted inside it (a writable run folder
+    inside a read-only source tree stays writable, wherever the user runs from). Stable:
+    mounts at one depth keep their order. `target` says where each one lands."""
+    return sorted(mounts, key=lambda mount: len(Path(target(mount)).parts))
 
 
 @dataclass

@@ -45,6 +45,7 @@ from mlrb.sandbox.base import (
     Sandbox,
     SandboxError,
     kill_group,
+    least_specific_first,
     python_mounts,
 )
 from mlrb.sandbox.cgroup import Cgroup, joined
@@ -91,26 +92,30 @@ def find_bwrap(binary: str) -> str:
         ) from None
 
 
-def system_args() -> list[str]:
+# One mount of a bwrap command line: the path it makes inside the sandbox, and its arguments.
+MountArgs = tuple[str, list[str]]
+
+
+def system_args() -> list[MountArgs]:
     """The host's system, read-only: /usr and the top-level links or folders into it."""
-    args = ["--ro-bind", "/usr", "/usr"]
+    args: list[MountArgs] = [("/usr", ["--ro-bind", "/usr", "/usr"])]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         path = Path("/") / name
         if path.is_symlink():
-            args += ["--symlink", os.readlink(path), str(path)]
+            args.append((str(path), ["--symlink", os.readlink(path), str(path)]))
         elif path.is_dir():
-            args += ["--ro-bind", str(path), str(path)]
+            args.append((str(path), ["--ro-bind", str(path), str(path)]))
     return args
 
 
-def etc_args(network: bool, identity_dir: Path) -> list[str]:
+def etc_args(network: bool, identity_dir: Path) -> list[MountArgs]:
     args = []
     for name in ETC_ALLOWED + (ETC_NETWORK if network else ()):
         if os.path.lexists(f"/etc/{name}"):
-            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+            args.append((f"/etc/{name}", ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]))
     # Who the agent is: a passwd and group of its own, not the host's.
     for name in ("passwd", "group"):
-        args += ["--ro-bind", str(identity_dir / name), f"/etc/{name}"]
+        args.append((f"/etc/{name}", ["--ro-bind", str(identity_dir / name), f"/etc/{name}"]))
     return args
 
 
@@ -126,7 +131,7 @@ def identity(scratch: Path) -> Path:
     return folder
 
 
-def gpu_args(limits: Limits, dev: Path = Path("/dev")) -> list[str]:
+def gpu_args(limits: Limits, dev: Path = Path("/dev")) -> list[MountArgs]:
     """NVIDIA device nodes, only for runs that asked for GPUs; which ones the run may use
     is said by CUDA_VISIBLE_DEVICES (the launcher's allocation)."""
     if not limits.gpus:
@@ -134,8 +139,20 @@ def gpu_args(limits: Limits, dev: Path = Path("/dev")) -> list[str]:
     args = []
     for node in sorted(dev.glob("nvidia*")):
         if node.is_char_device() or (node.name == "nvidia-caps" and node.is_dir()):
-            args += ["--dev-bind", str(node), str(node)]
+            args.append((str(node), ["--dev-bind", str(node), str(node)]))
     return args
+
+
+def mount_args(options: BwrapOptions, limits: Limits, mounts: list[Mount], identity_dir: Path) -> list[str]:
+    """Every mount of the sandbox, the least specific first: the system's, then the run's, each after any folder it lies in (a bind under /tmp after the
+    private /tmp, a writable run folder after a read-only source tree around it)."""
+    fixed = system_args() + etc_args(limits.network, identity_dir)
+    fixed += [("/proc", ["--proc", "/proc"]), ("/dev", ["--dev", "/dev"])]
+    fixed += [("/tmp", ["--size", str(options.tmp_size_mb << 20), "--tmpfs", "/tmp"])]
+    fixed += gpu_args(limits)
+    shown = [Mount(Path(path)) for path in options.ro_paths] + python_mounts() + mounts
+    fixed += [(m.target, ["--bind" if m.writable else "--ro-bind", str(m.host), m.target]) for m in shown]
+    return [arg for _, args in least_specific_first(fixed, lambda mount: mount[0]) for arg in args]
 
 
 def bwrap_argv(binary: str, options: BwrapOptions, limits: Limits, mounts: list[Mount], workdir: str,
@@ -146,13 +163,7 @@ def bwrap_argv(binary: str, options: BwrapOptions, limits: Limits, mounts: list[
         argv.append("--share-net")
     argv += ["--uid", str(AGENT_UID), "--gid", str(AGENT_UID), "--hostname", "mlrb-sandbox"]
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
-    argv += system_args() + etc_args(limits.network, identity_dir)
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(options.tmp_size_mb << 20), "--tmpfs", "/tmp"]
-    argv += gpu_args(limits)
-    for path in options.ro_paths:
-        argv += ["--ro-bind", path, path]
-    for mount in python_mounts() + mounts:  # after /tmp: a bind under /tmp must not be hidden by it
-        argv += ["--bind" if mount.writable else "--ro-bind", str(mount.host), mount.target]
+    argv += mount_args(options, limits, mounts, identity_dir)
     # The sandbox's own root (where the folders above were made) read-only too: the
     # workspace and /tmp stay the only writable places.
     argv += ["--remount-ro", "/"]

@@ -31,6 +31,7 @@ from mlrb.sandbox.base import (
     Mount,
     Sandbox,
     capped,
+    least_specific_first,
     python_mounts,
     resolve_inside,
 )
@@ -100,8 +101,15 @@ def hand_over(path: Path, user: str) -> None:
             os.chown(name, uid, gid, follow_symlinks=False)
 
 
-def volumes(mounts: list[Mount]) -> dict[str, dict[str, str]]:
-    return {str(m.host): {"bind": m.target, "mode": "rw" if m.writable else "ro"} for m in mounts}
+def bind_mounts(mounts: list[Mount]) -> list[Any]:
+    """Docker's bind mounts, the least specific first (Docker sorts them too, but the order asked
+    for is then the order applied), as Mount objects: a path may hold a colon or a space."""
+    from docker.types import Mount as DockerMount
+
+    return [
+        DockerMount(target=m.target, source=str(m.host), type="bind", read_only=not m.writable)
+        for m in least_specific_first(mounts, lambda m: m.target)
+    ]
 
 
 def gpu_request(cfg: SandboxConfig, limits: Limits, visible: str | None) -> list[Any]:
@@ -154,7 +162,7 @@ def container_options(
         tmpfs={"/tmp": "rw,nosuid,nodev,size=1g,mode=1777"},
         pids_limit=cfg.pids_limit,
         init=True,  # reap zombies, forward signals
-        volumes=volumes(host_python + mounts),
+        mounts=bind_mounts(host_python + mounts),
         device_requests=gpu_request(cfg, limits, os.environ.get("CUDA_VISIBLE_DEVICES")),
         detach=True,
     )

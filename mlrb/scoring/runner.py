@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+import mlrb
 from mlrb import registry
 from mlrb.config import SandboxConfig, TaskConfig
 from mlrb.sandbox.base import IsolatedCommand, IsolatedProcess, Mount, limits_for, sandbox_environment
@@ -48,9 +49,11 @@ class Scorer:
     leave its `with` block) whether or not it scored: a waiting scorer is killed."""
 
     def __init__(self, task: ScoredTask, assets: Path, work_dir: Path, sandbox: SandboxConfig, run_id: str = ""):
-        self.task, self.assets, self.work_dir, self.sandbox, self.run_id = task, assets, work_dir, sandbox, run_id
-        self.request_file = work_dir / "request.json"
-        work_dir.mkdir(parents=True, exist_ok=True)
+        self.task, self.sandbox, self.run_id = task, sandbox, run_id
+        # Absolute, as given (not resolved): the scorer sees each folder at the path it is told.
+        self.assets, self.work_dir = assets.absolute(), work_dir.absolute()
+        self.request_file = self.work_dir / "request.json"
+        self.work_dir.mkdir(parents=True, exist_ok=True)
         self.process = self.start()
 
     def start(self) -> IsolatedProcess:
@@ -138,11 +141,11 @@ def scorer_mounts(assets: Path, work_dir: Path) -> list[Mount]:
     """What the scorer sees besides the system and Python: its own folder (the submission's
     copy, the report), the task's assets, hidden data included, and the user's Hugging Face
     caches read-only (lm-eval's evaluation sets at full scale); never the workspace."""
-    mounts = [Mount(work_dir.resolve(), writable=True), Mount(assets.resolve())]
+    mounts = [Mount(work_dir.absolute(), writable=True), Mount(assets.absolute())]
     mounts += [Mount(cache) for cache in hf_caches() if cache.is_dir()]
-    package_root = Path(__file__).resolve().parents[2]
-    if not str(package_root).startswith(sys.prefix):  # an editable install: its source tree
-        mounts.append(Mount(package_root))
+    package = Path(mlrb.__file__).parent  # where this interpreter imports mlrb from, as it names it
+    if not package.is_relative_to(sys.prefix):  # an editable install: the package in its source tree
+        mounts.append(Mount(package))
     return mounts
 
 
