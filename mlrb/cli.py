@@ -286,7 +286,8 @@ def job(cfg: DictConfig) -> dict | None:
     except run.RunFailed as e:
         if hydra_cfg.mode == RunMode.MULTIRUN:
             return {"run_id": e.run_id, "status": run.Status.INFRA_ERROR.value, "error": str(e)}  # the sweep goes on
-        print(f"mlrb: run failed ({e.run_id}): {e}", file=sys.stderr)
+        where = f"; the traceback is in {e.log_file}" if e.log_file else ""
+        print(f"mlrb: run failed ({e.run_id}): {e}{where}", file=sys.stderr)
         sys.exit(1)
     except run.RunInterrupted as e:  # recorded as killed; one line, no traceback
         print(f"mlrb: {e}", file=sys.stderr)

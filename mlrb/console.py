@@ -16,13 +16,27 @@ from collections.abc import Iterator
 from typing import Any
 
 
+#: `extra=` for a record that belongs in the log file only, such as a failure's traceback:
+#: the console says the failure in one line that names the log file (shown with verbose=true).
+LOG_FILE_ONLY = {"log_file_only": True}
+
+
 class ConsoleFilter(logging.Filter):
-    """mlrb's records at any level; a library's from WARNING up; Python warnings never (they are in the log file)."""
+    """mlrb's records at any level; a library's from WARNING up; Python warnings never (they are in
+    the log file); nor records meant for the log file only."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.name == "py.warnings":
+        if record.name == "py.warnings" or getattr(record, "log_file_only", False):
             return False
         return record.name == "mlrb" or record.name.startswith("mlrb.") or record.levelno >= logging.WARNING
+
+
+def log_file() -> str | None:
+    """The path of the run's log file, where one is being written."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            return handler.baseFilename
+    return None
 
 
 def log_file_stream() -> Any | None:

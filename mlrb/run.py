@@ -30,6 +30,7 @@ from omegaconf import OmegaConf
 
 from mlrb import assets as assets_lib
 from mlrb import (
+    console,
     events,
     instructions,
     interrupts,
@@ -61,11 +62,12 @@ ASSETS_PARAM = "assets.fingerprint"  # beside the config's params (task.name, ag
 
 
 class RunFailed(RuntimeError):
-    """An infrastructure failure; the MLflow run is recorded as FAILED with this message."""
+    """An infrastructure failure; the MLflow run is recorded as FAILED with this message, and
+    its traceback is in `log_file` (the run's log)."""
 
-    def __init__(self, message: str, run_id: str):
+    def __init__(self, message: str, run_id: str, log_file: str | None = None):
         super().__init__(message)
-        self.run_id = run_id
+        self.run_id, self.log_file = run_id, log_file
 
 
 @dataclass
@@ -199,7 +201,7 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
 def stopped(cfg: MlrbConfig, recorder, run_dir: Path, e: BaseException) -> BaseException:
     """Record a run that ended early; the exception for the caller."""
     if isinstance(e, Exception):
-        log.exception("run %s failed", run_name(cfg))
+        log.error("run %s failed", run_name(cfg), exc_info=e, extra=console.LOG_FILE_ONLY)
         message = f"{type(e).__name__}: {e}"
         status, tags = Status.INFRA_ERROR, {Tag.ERROR: message[:5000]}
     else:  # a signal, or a launcher's requeue (submitit exits the job): not the agent's doing, nor a failure
@@ -217,7 +219,7 @@ def stopped(cfg: MlrbConfig, recorder, run_dir: Path, e: BaseException) -> BaseE
         log.error("run %s: recording its end failed: %s", run_name(cfg), failure)
         message += f" (and recording it in the tracking store failed: {tracking.first_line(failure)})"
     if status == Status.INFRA_ERROR:
-        return RunFailed(message, recorder.run_id)
+        return RunFailed(message, recorder.run_id, console.log_file())
     if isinstance(e, interrupts.Interrupted):
         return RunInterrupted(None, e.signum, recorder.run_id)
     return e  # SystemExit from a launcher's requeue: it goes on exiting

@@ -114,7 +114,15 @@ def test_a_scorer_failure_is_an_infrastructure_error_not_a_zero(tmp_path, built_
     broken_cache = broken_copy_of(built_cache, tmp_path / "cache")
     result = run_cli(*store_args(tmp_path, broken_cache), cwd=tmp_path)
     assert result.returncode == 1
-    assert "mlrb: run failed" in result.stderr
+    # One line on the console: the cause and the log file that holds the traceback.
+    assert "Traceback" not in result.stdout + result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("mlrb: run failed (") and "ScorerError: scorer exited 1" in line
+    log_file = Path(line.rsplit("the traceback is in ", 1)[1])
+    assert log_file.is_relative_to(tmp_path / "run") and "Traceback" in log_file.read_text()
+    # verbose=true shows it too.
+    verbose = run_cli(*store_args(tmp_path / "verbose", broken_cache), "verbose=true", cwd=tmp_path)
+    assert verbose.returncode == 1 and "Traceback" in verbose.stderr + verbose.stdout
     _, run = only_run(tmp_path)
     assert run.info.status == "FAILED"
     assert run.data.tags["mlrb.status"] == "infra_error"
