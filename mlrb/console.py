@@ -15,7 +15,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-
 #: `extra=` for a record that belongs in the log file only, such as a failure's traceback:
 #: the console says the failure in one line that names the log file (shown with verbose=true).
 LOG_FILE_ONLY = {"log_file_only": True}
