@@ -1,0 +1,98 @@
+"""A newcomer's first contact, as they make it: a fresh clone, an empty HOME, and the README's
+Quick start lines, read out of the clone's README (not copied here) and run exactly as written
+from the clone's root.
+
+What is cloned is this checkout's HEAD (commit your work to test it here). The clone's pip
+downloads go through the developer's pip cache (PIP_CACHE_DIR), which a new user would fill
+from PyPI: the test is of mlrb's install and first run, not of the network."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+SCORE_LINE = re.compile(r"^llm_merging/baseline/smoke/0: score (\d\.\d+) \(valid\); status ok; mlflow run (\w+)$", re.M)
+
+
+def quick_start(readme: str) -> tuple[list[str], str]:
+    """The commands of the Quick start's first ```bash block, and the section's text."""
+    section = readme.split("\n## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block, "the README's Quick start has no ```bash block"
+    commands = [re.sub(r"\s+#\s.*$", "", line).strip() for line in block.group(1).splitlines()]
+    return [c for c in commands if c], section
+
+
+def promised_spread(section: str) -> tuple[float, float]:
+    """The default run's score as the Quick start states it: 'from LOW to HIGH' across machines."""
+    spread = re.search(r"from (\d\.\d+) to (\d\.\d+)", section)
+    assert spread, "the README's Quick start does not say the default run's score ('scores from X to Y')"
+    return float(spread.group(1)), float(spread.group(2))
+
+
+def test_quick_start_reading():
+    commands, section = quick_start((REPO / "README.md").read_text())
+    assert commands[:2] == [
+        "bash install.sh && .venv/bin/python -m mlrb",
+        "bash install.sh --dev && .venv/bin/python -m pytest",
+    ]
+    low, high = promised_spread(section)
+    assert 0 < low <= high < 1
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """A fresh clone of this checkout, and an empty home for its user."""
+    root = tmp_path_factory.mktemp("newcomer")
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(root / "mlrb")], check=True)
+    (root / "home").mkdir()
+    yield root / "mlrb", root / "home"
+    shutil.rmtree(root, ignore_errors=True)  # its venv is gigabytes
+
+
+def as_newcomer(command: str, clone: Path, home: Path, **extra: str) -> subprocess.CompletedProcess:
+    """`command` in bash from the clone's root, with a new user's environment."""
+    pip_cache = subprocess.run(
+        ["python3", "-m", "pip", "cache", "dir"], capture_output=True, text=True
+    ).stdout.strip()  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "PIP_CACHE_DIR": pip_cache, **extra}
+    if os.environ.get("CI"):
+        env["CI"] = os.environ["CI"]
+    return subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
+
+
+def test_the_readme_quick_start_works_from_a_fresh_clone(clone):
+    repo, home = clone
+    commands, section = quick_start((repo / "README.md").read_text())
+    install_and_run, install_and_test = commands[:2]
+    result = as_newcomer(install_and_run, repo, home)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    final = SCORE_LINE.findall(result.stdout)
+    assert len(final) == 1, result.stdout[-2000:]
+    score, run_id = float(final[0][0]), final[0][1]
+    low, high = promised_spread(section)
+    assert low <= score <= high, f"the default run scored {score}; the README promises {low} to {high}"
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{repo / 'mlruns' / 'mlflow.db'}")
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "llm_merging/baseline/smoke/0"
+    assert (home / ".cache" / "mlrb" / "llm_merging").is_dir()  # built into the new user's cache
+
+    # The test command, minus the recursion: the line as written, pytest narrowed to a few quick
+    # files by PYTEST_ADDOPTS (the whole suite is what CI runs from its own clone).
+    quick = "tests/test_mount_order.py tests/test_lock.py -p no:cacheprovider"
+    tested = as_newcomer(install_and_test, repo, home, PYTEST_ADDOPTS=quick)
+    assert tested.returncode == 0, (tested.stdout + tested.stderr)[-4000:]
+    closing = tested.stdout.strip().splitlines()[-1]
+    assert re.search(r"\d+ passed", closing) and not re.search(r"failed|error|skipped", closing), closing
