@@ -8,7 +8,7 @@ task=<key>` would, and prints each build's wall time and the total, against issu
 target for all seven: 15 minutes on 2 cores. Run it on an otherwise idle machine: the
 anchors' training runs use one thread each, but the figures still move with the load.
 With `--out`, the figures are written there with where and how they were measured, and
-benchmarks/RESULTS.md is written again from the JSON files.
+benchmarks/RESULTS.md is written again when that is benchmarks/build_times.json.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def main() -> None:
     if args.out:
         figures = {"seconds": seconds, "total_s": total, "cpus": os.cpu_count(), "measured": measured}
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
-        print(f"written to {args.out} and {results_page.write()}", file=sys.stderr)
+        print(f"written to {results_page.update(args.out)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

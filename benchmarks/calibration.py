@@ -29,8 +29,8 @@ invalid; reference above the baseline by max(10% of it, 5 combined SEM); one sco
 item worth at most 2 normalised points; baseline SEM at most 5 normalised points).
 Prints the same as a table. Figures depend on the machine's floating-point kernels,
 so compare only runs on one kind of machine. Each task's entry also records where and
-how it was measured ("measured"); then benchmarks/RESULTS.md is written again from the
-JSON files in benchmarks/ (it shows benchmarks/calibration*.json, not other outputs).
+how it was measured ("measured"); then benchmarks/RESULTS.md is written again when
+`--out` is one of its files (benchmarks/calibration.json or calibration_assets.json).
 """
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ def main() -> None:
         results[key] = {**calibrate(key, args.seeds, args.cache_dir.expanduser(), overrides), "measured": measured}
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(table({k: results[k] for k in keys}))
-    print(f"written to {args.out} and {results_page.write()}", file=sys.stderr)
+    print(f"written to {results_page.update(args.out)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ the run's last writes, Hydra's end and the process's end).
 
 The figures go to `--out` (default benchmarks/overhead.json) as one entry per run timed,
 `noop` and `default`, each with where and how it was measured; an entry the run did not
-time is kept. Then benchmarks/RESULTS.md is written again from the JSON files.
+time is kept. Then benchmarks/RESULTS.md is written again (when `--out` is its file).
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def write_entries(out: Path, new: dict[str, dict]) -> None:
     """Add or replace the timed runs' entries in `out`, keep the others, and write RESULTS.md again."""
     kept = json.loads(out.read_text()) if out.exists() else {}
     out.write_text(json.dumps({**kept, **new}, indent=2) + "\n")
-    print(f"written to {out} and {results_page.write()}", file=sys.stderr)
+    print(f"written to {results_page.update(out)}", file=sys.stderr)
 
 
 def main() -> None:

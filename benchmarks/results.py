@@ -73,6 +73,15 @@ def write(bench_dir: Path = HERE) -> Path:
     return page
 
 
+def update(out: Path) -> str:
+    """Called by a benchmark once it has written `out`: the page is written again when `out` is one
+    of its files (a trial written elsewhere leaves it alone). Says what was written."""
+    out = Path(out).resolve()
+    if out.parent != HERE or out.name not in {name for _, names in SECTIONS for name in names}:
+        return f"{out} ({PAGE} shows only the files in {HERE}: not updated)"
+    return f"{out} and {write(HERE)}"
+
+
 # -- shared pieces -----------------------------------------------------------------------------
 
 
@@ -174,7 +183,7 @@ def build_times_section(bench_dir: Path) -> str:
         "(a busy machine stretches them several times over): measure on an idle machine.",
         "Measured again on an idle machine with:",
         commands("benchmarks/build_times.py --out benchmarks/build_times.json"),
-        f"Output: `benchmarks/build_times.json` ({data.get('cpus', '?')} CPUs). {where(data.get('measured'))}",
+        f"Output: `benchmarks/build_times.json`. {where(data.get('measured'))}",
         table(["task", "first build"], rows),
     ])  # fmt: skip
 
@@ -247,7 +256,7 @@ def overhead_section(bench_dir: Path) -> str:
         "within a batch, as the per-round figures do.",
         "Each run writes its own entry of `benchmarks/overhead.json` (`noop`, `default`), keeping the other's:",
         commands("benchmarks/overhead.py --only noop --repeats 7",
-                 "benchmarks/overhead.py --only default --repeats 5 --before-python P   # P: see --before-python"),
+                 "benchmarks/overhead.py --only default --repeats 5 --before-python P   # P: a venv's Python, the earlier commit installed in it"),
     ]  # fmt: skip
     if "noop" in data:
         parts += noop_part(data["noop"])
@@ -385,6 +394,13 @@ BARS = {
 }
 
 
+# The figure each numeric bar is checked on, shown where a task misses it.
+NUMBERS = {
+    "item_worth_at_most_2": "item_worth_normalised_points",
+    "baseline_sem_at_most_5": "baseline_sem_normalised_points",
+}
+
+
 def bars(results: dict) -> str:
     """Which of the four bars each task meets, from the checks the benchmark computed."""
     missed, unchecked = [], []
@@ -394,7 +410,8 @@ def bars(results: dict) -> str:
             if value is None:  # one seed: no SEM to check it on
                 unchecked.append(f"{key} ({text})")
             elif value is False:
-                missed.append(f"{key} ({text})")
+                figure = result["checks"].get(NUMBERS.get(bar, ""))
+                missed.append(f"{key} ({text}" + ("" if figure is None else f": {figure:.1f}") + ")")
     if not missed and not unchecked:
         return f"All {len(results)} tasks meet the four bars."
     lines = []

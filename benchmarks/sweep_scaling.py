@@ -19,7 +19,7 @@ process or fresh container, but there is no model to evaluate) and prints:
 Everything is written into a temporary folder; the task's assets come from the
 usual cache (built on first use). The figures go to `--out` (default
 benchmarks/sweep_scaling.json) with where and how they were measured, and then
-benchmarks/RESULTS.md is written again from the JSON files.
+benchmarks/RESULTS.md is written again (when `--out` is its file).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def figures(args: argparse.Namespace, measured: dict, one: float, many: float, s
 
 def write(out: Path, result: dict) -> None:
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written to {out} and {results_page.write()}", file=sys.stderr)
+    print(f"written to {results_page.update(out)}", file=sys.stderr)
 
 
 def main() -> None:
