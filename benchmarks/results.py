@@ -41,8 +41,8 @@ def provenance(note: str | None = None) -> dict:
         return done.stdout.strip() if done.returncode == 0 else None
 
     status = git("status", "--porcelain", "--untracked-files=no")
-    script = Path(sys.argv[0]).resolve()
-    shown = script.relative_to(HERE.parent) if script.is_relative_to(HERE.parent) else script
+    script = Path(sys.argv[0]).resolve()  # shown from the repository's root, as the page's commands are
+    shown = script.relative_to(HERE.parent) if script.is_file() and script.is_relative_to(HERE.parent) else sys.argv[0]
     return {
         "commit": git("rev-parse", "--short", "HEAD"),
         "uncommitted_changes": None if status is None else bool(status),
