@@ -76,6 +76,7 @@ def test_overhead_writes_its_runs_entries_and_keeps_the_others(results, tmp_path
     overhead.write_entries(folder / "overhead.json", new)
     written = json.loads((folder / "overhead.json").read_text())
     assert written["noop"] == json.loads((BENCH / "overhead.json").read_text())["noop"]  # kept
+    assert set(new) == {"default"}
     entry = written["default"]
     assert entry["measured"]["note"] == "a unit test's figures" and entry["measured"]["machine"]["cpus"]
     assert entry["rows"]["run"]["wall_s"] == {"median": 8.6, "min": 7.9, "max": 8.8}
@@ -107,3 +108,22 @@ def test_sweep_scaling_writes_its_figures(results, tmp_path):
     assert "| scaling efficiency: ideal / sweep (target >= 90%) | 119% |" in page
     assert "| `docker` | not measured: no usable Docker engine or image (DockerException: no engine) |  |  |" in page
     assert "| `bwrap` | 15.0 s | 3.6 s | 0.2 s |" in page
+
+
+def test_overhead_noop_entry_renders_with_its_store_floor(results, tmp_path):
+    import overhead
+
+    wall = {"floor": [2.8, 2.7, 2.9], "store_floor": [4.1, 3.6, 4.5], "noop": [2.9, 2.8, 3.0]}
+    peak = {"floor": [231.0] * 3, "store_floor": [279.0] * 3, "noop": [241.0] * 3}
+    tree = {"floor": [229.0] * 3, "store_floor": [279.0] * 3, "noop": [497.0] * 3}
+    stages = {"noop": [{"compose": 0.6, "agent": 0.3}] * 3}
+    new = overhead.entries(["noop"], [""], wall, peak, tree, stages, 3, results.provenance(), None)
+    assert new["noop"]["per_round"]["run"]["peak_above_floor_mib"]["median"] == 10.0
+
+    folder = bench_copy(tmp_path)
+    overhead.write_entries(folder / "overhead.json", new)
+    page = results.render(folder)
+    assert (
+        "| floor and the SQL store's module (`mlflow.store.tracking.sqlalchemy_store`) | 4.10 s [3.60-4.50] |" in page
+    )
+    assert "| no-op run, now | 2.90 s [2.80-3.00] | 1.04 x [1.03-1.04] (target <= 1.2 x); peak +10 MiB" in page
