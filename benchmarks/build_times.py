@@ -1,12 +1,14 @@
 """First-time asset builds of the tiny tasks: how long a new user waits before a first run.
 
-    .venv/bin/python benchmarks/build_times.py [--tasks a,b] [--out build_times.json]
+    .venv/bin/python benchmarks/build_times.py [--tasks a,b] [--out benchmarks/build_times.json]
 
 Builds each task's default tiny assets (seed as in its YAML) one after another into a
 fresh, empty cache (a temporary folder, removed afterwards), as a first `python -m mlrb
 task=<key>` would, and prints each build's wall time and the total, against issue 16's
 target for all seven: 15 minutes on 2 cores. Run it on an otherwise idle machine: the
 anchors' training runs use one thread each, but the figures still move with the load.
+With `--out`, the figures are written there with where and how they were measured, and
+benchmarks/RESULTS.md is written again when that is benchmarks/build_times.json.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import results as results_page  # beside this file
 from calibration import TASKS, load_task  # beside this file
 
 TARGET_S = 15 * 60
@@ -44,6 +47,7 @@ def main() -> None:
         parser.error(f"unknown task {unknown[0]!r}; valid: {', '.join(TASKS)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    measured = results_page.provenance()  # as it starts: the load average is the start's
     seconds = {}
     with tempfile.TemporaryDirectory(prefix="mlrb-build-times-") as cache:
         for key in keys:
@@ -52,8 +56,9 @@ def main() -> None:
     total = round(sum(seconds.values()), 1)
     print(f"{'total':22s} {total:7.1f} s ({total / 60:.1f} min; target for all seven: {TARGET_S // 60} min)")
     if args.out:
-        args.out.write_text(json.dumps({"seconds": seconds, "total_s": total, "cpus": os.cpu_count()}, indent=2) + "\n")
-        print(f"written to {args.out}", file=sys.stderr)
+        figures = {"seconds": seconds, "total_s": total, "cpus": os.cpu_count(), "measured": measured}
+        args.out.write_text(json.dumps(figures, indent=2) + "\n")
+        print(f"written to {results_page.update(args.out)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

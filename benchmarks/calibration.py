@@ -1,7 +1,7 @@
 """Seed noise of the tiny tasks' anchors: is each task's scale worth reading?
 
-    .venv/bin/python benchmarks/calibration.py --seeds 5 --out calibration.json [--tasks a,b]
-    .venv/bin/python benchmarks/calibration.py --vary assets --seeds 5 --out calibration_assets.json
+    .venv/bin/python benchmarks/calibration.py --seeds 5 --out benchmarks/calibration.json [--tasks a,b]
+    .venv/bin/python benchmarks/calibration.py --vary assets --seeds 5 --out benchmarks/calibration_assets.json
 
 Three anchors per task, scored exactly as a run's normalisation scores them
 (`hidden/calibration.json`):
@@ -28,7 +28,9 @@ issue 16 asks of every task (do_nothing below the baseline by 3 combined SEM or
 invalid; reference above the baseline by max(10% of it, 5 combined SEM); one scored
 item worth at most 2 normalised points; baseline SEM at most 5 normalised points).
 Prints the same as a table. Figures depend on the machine's floating-point kernels,
-so compare only runs on one kind of machine.
+so compare only runs on one kind of machine. Each task's entry also records where and
+how it was measured ("measured"); then benchmarks/RESULTS.md is written again when
+`--out` is one of its files (benchmarks/calibration.json or calibration_assets.json).
 """
 
 from __future__ import annotations
@@ -114,7 +116,8 @@ def checks(anchors: dict, items: int, score_unit: float) -> dict:
     noise = base["sem"] is not None and ref["sem"] is not None
     out = {
         "reference_beats_baseline": gap > max(0.1 * abs(base["mean"]), 5 * math.hypot(ref["sem"], base["sem"]))
-        if noise else None,
+        if noise
+        else None,
         "item_worth_normalised_points": 100 * score_unit / items / gap if gap > 0 else None,
         "baseline_sem_normalised_points": 100 * base["sem"] / gap if gap > 0 and noise else None,
     }
@@ -268,13 +271,16 @@ def main() -> None:
         parser.error(f"{key}: {exc}" if isinstance(exc, ConfigError) else str(exc))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    import results as results_page  # beside this file; here, as tests load this module by its path
+
+    measured = results_page.provenance()  # as it starts: the load average is the start's
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     calibrate = calibrate_over_runs if args.vary == "runs" else calibrate_over_assets
     for key in keys:  # each task is written as soon as it is done, so a long run can be resumed
-        results[key] = calibrate(key, args.seeds, args.cache_dir.expanduser(), overrides)
+        results[key] = {**calibrate(key, args.seeds, args.cache_dir.expanduser(), overrides), "measured": measured}
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(table({k: results[k] for k in keys}))
-    print(f"written to {args.out}", file=sys.stderr)
+    print(f"written to {results_page.update(args.out)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """What the harness itself costs per run, next to the imports it cannot do without.
 
     .venv/bin/python benchmarks/overhead.py [--repeats 5] [--cache-dir DIR] [--only noop|default]
-        [--before DIR | --before-python PYTHON]
+        [--before DIR | --before-python PYTHON] [--out benchmarks/overhead.json]
 
 Two runs, each timed beside its floor, in rounds (floor, run, floor, run...) so
 that both see the same load on the machine:
@@ -43,11 +43,16 @@ floor and the difference in memory, per round (median); and the time of each sta
 the run from its `stage_time_s.<stage>` metrics (mlrb/timeline.py; `compose` counts from
 the process's start), with `other` the rest of the wall time (set-up between stages,
 the run's last writes, Hydra's end and the process's end).
+
+The figures go to `--out` (default benchmarks/overhead.json) as one entry per run timed,
+`noop` and `default`, each with where and how it was measured; an entry the run did not
+time is kept. Then benchmarks/RESULTS.md is written again (when `--out` is its file).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -57,11 +62,11 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+import results as results_page  # noqa: E402  (beside this file)
 from fake_llm_server import FakeLlmServer, reply, tool  # noqa: E402
 
 STAGES = ("compose", "assets", "sandbox_start", "agent", "scoring", "recording")
@@ -91,7 +96,7 @@ def tree_rss_mib(root: int) -> float:
     return total_kib / 1024
 
 
-def measure(argv: List[str], cwd: Path, env: Dict[str, str]) -> Tuple[float, float, float]:
+def measure(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
     """(wall seconds, peak MiB, sampled peak of the tree's sum in MiB) of one process tree;
     raise with its output if it fails. The sum is read every SAMPLE_S, so a peak shorter
     than that can be missed."""
@@ -118,7 +123,7 @@ def measure(argv: List[str], cwd: Path, env: Dict[str, str]) -> Tuple[float, flo
     return wall, usage.ru_maxrss / 1024, max(sums)  # ru_maxrss: KiB on Linux
 
 
-def stage_times(store: Path) -> Dict[str, float]:
+def stage_times(store: Path) -> dict[str, float]:
     """The stage times of the store's latest run."""
     from mlflow.tracking import MlflowClient
 
@@ -128,8 +133,92 @@ def stage_times(store: Path) -> Dict[str, float]:
     return {s: run.data.metrics[f"stage_time_s.{s}"] for s in STAGES if f"stage_time_s.{s}" in run.data.metrics}
 
 
-def summary(values: List[float], unit: str, digits: int = 2) -> str:
+def summary(values: list[float], unit: str, digits: int = 2) -> str:
     return f"{statistics.median(values):.{digits}f} {unit} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
+
+
+def stage_medians(wall: list[float], times: list[dict[str, float]]) -> dict[str, float]:
+    """Median seconds of each stage, `other` (the wall time less the stages) and the wall time."""
+    medians = {s: statistics.median(t.get(s, 0.0) for t in times) for s in STAGES}
+    medians["other"] = statistics.median(w - sum(t.values()) for w, t in zip(wall, times, strict=True))
+    medians["wall"] = statistics.median(wall)
+    return medians
+
+
+def checkout_commit(folder: Path) -> str | None:
+    done = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def before_version(before: str | None, before_python: str | None) -> dict | None:
+    """The earlier version timed beside this one: how it was given, and its checkout's commit."""
+    if before:
+        return {"option": "--before", "path": before, "commit": checkout_commit(Path(before))}
+    if before_python:
+        where = subprocess.run([before_python, "-c", "import mlrb, pathlib; print(pathlib.Path(mlrb.__file__).parent)"],
+                               capture_output=True, text=True)  # fmt: skip
+        package = Path(where.stdout.strip()).resolve()
+        top = subprocess.run(
+            ["git", "-C", str(package), "rev-parse", "--show-toplevel"], capture_output=True, text=True
+        )
+        # only a checkout installed in place (-e) tells its commit; a copy in site-packages does not
+        commit = (
+            checkout_commit(package) if where.returncode == 0 and Path(top.stdout.strip()) / "mlrb" == package else None
+        )
+        return {"option": "--before-python", "path": before_python, "commit": commit}
+    return None
+
+
+def entries(kinds: list[str], versions: list[str], wall: dict[str, list[float]], peak: dict[str, list[float]],
+            tree: dict[str, list[float]], stages: dict[str, list[dict[str, float]]], repeats: int,
+            measured: dict, before: dict | None) -> dict[str, dict]:  # fmt: skip
+    """overhead.json's entries for the runs timed: {"noop": ..., "default": ...}. Figures are
+    {"median", "min", "max"} over the rounds; `versions` are the result keys' suffixes ("", " before")."""
+
+    def row(key: str) -> dict:
+        return {"wall_s": stats(wall[key]), "peak_mib": stats(peak[key]), "tree_mib": stats(tree[key])}
+
+    def above(key: str, floor: str, figures: dict[str, list[float]]) -> dict[str, float]:
+        return stats([n - f for n, f in zip(figures[key], figures[floor], strict=True)])
+
+    name = {"": "run", " before": "run_before"}
+    out: dict[str, dict] = {}
+    for kind in kinds:
+        entry: dict = {"measured": measured, "repeats": repeats, "before": before, "rows": {}, "per_round": {}}
+        if kind == "noop":
+            entry["rows"] = {"floor": row("floor"), "store_floor": row("store_floor")}
+            entry["per_round"]["store_floor"] = {
+                "ratio": stats([s / f for s, f in zip(wall["store_floor"], wall["floor"], strict=True)]),
+                "peak_above_floor_mib": above("store_floor", "floor", peak),
+            }
+        else:
+            entry["rows"] = {"harness_floor": row("hfloor"), "scorer_floor": row("sfloor")}
+        for v in versions:
+            key = kind + v
+            entry["rows"][name[v]] = row(key)
+            if kind == "noop":
+                entry["per_round"][name[v]] = {
+                    "ratio": stats([n / f for n, f in zip(wall[key], wall["floor"], strict=True)]),
+                    "peak_above_floor_mib": above(key, "floor", peak),
+                    "tree_above_floor_mib": above(key, "floor", tree),
+                }
+            else:
+                beyond = [d - h - s for d, h, s in zip(wall[key], wall["hfloor"], wall["sfloor"], strict=True)]
+                entry["per_round"][name[v]] = {"beyond_imports_s": stats(beyond)}
+        entry["stages_s"] = {name[v]: stage_medians(wall[kind + v], stages[kind + v]) for v in versions}
+        out[kind] = entry
+    return out
+
+
+def write_entries(out: Path, new: dict[str, dict]) -> None:
+    """Add or replace the timed runs' entries in `out`, keep the others, and write RESULTS.md again."""
+    kept = json.loads(out.read_text()) if out.exists() else {}
+    out.write_text(json.dumps({**kept, **new}, indent=2) + "\n")
+    print(f"written to {results_page.update(out)}", file=sys.stderr)
 
 
 def main() -> None:
@@ -137,20 +226,29 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="rounds (each: every floor and every run once)")
     parser.add_argument("--cache-dir", default=None, help="task asset cache (default: the harness's)")
     parser.add_argument("--only", choices=("noop", "default"), default=None, help="time only this run and its floor")
-    parser.add_argument("--before", metavar="DIR", default=None,
-                        help="also time both runs, in the same rounds, with the harness's mlrb package "
-                             "taken from DIR (put first on PYTHONPATH), e.g. a checkout of an earlier commit; "
-                             "the default run's scorer does not take it (see --before-python)")
+    parser.add_argument(
+        "--before",
+        metavar="DIR",
+        default=None,
+        help="also time both runs, in the same rounds, with the harness's mlrb package "
+        "taken from DIR (put first on PYTHONPATH), e.g. a checkout of an earlier commit; "
+        "the default run's scorer does not take it (see --before-python)",
+    )
     parser.add_argument("--before-python", metavar="PYTHON", default=None,
                         help="also time both runs, in the same rounds, with this interpreter: a venv in which an "
                              "earlier checkout is installed, so that the default run's scorer (in its sandbox, "
                              "from the venv) runs that checkout too")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "overhead.json",
+                        help="write the figures here (JSON; the entries of runs not timed are kept) and "
+                             "benchmarks/RESULTS.md from it")  # fmt: skip
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.before and args.before_python:
         parser.error("--before and --before-python are two ways to time one earlier version: give one")
 
+    measured = results_page.provenance()  # as the rounds start: the load average is the start's
+    before = before_version(args.before, args.before_python)
     python = sys.executable
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "ANTHROPIC_API_KEY": "sk-ant-benchmark"}
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -161,7 +259,7 @@ def main() -> None:
         root = Path(tmp)
         env["ANTHROPIC_BASE_URL"] = server.anthropic_url
 
-        def mlrb(kind: str, run: str, interpreter: str, *overrides: str) -> List[str]:
+        def mlrb(kind: str, run: str, interpreter: str, *overrides: str) -> list[str]:
             """A run recording into its kind's store (made by its warm-up run: as a user's ./mlruns,
             the store exists; creating one takes seconds, once)."""
             return [interpreter, "-m", "mlrb", *overrides, f"tracking.dir={root / kind / 'mlruns'}",
@@ -181,8 +279,8 @@ def main() -> None:
                 measure(mlrb("noop" + v, "warmup", v_python, "agent=claude"), root, v_env)
             if "default" in kinds:
                 measure(mlrb("default" + v, "warmup", v_python), root, v_env)
-        results: Dict[str, List[Tuple[float, float, float]]] = defaultdict(list)
-        stages: Dict[str, List[Dict[str, float]]] = defaultdict(list)
+        results: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+        stages: dict[str, list[dict[str, float]]] = defaultdict(list)
         for i in range(args.repeats):
             print(f"round {i + 1}/{args.repeats}", flush=True)
             for v, (v_python, v_env) in versions.items() if "noop" in kinds else ():
@@ -219,30 +317,29 @@ def main() -> None:
 
     for v in versions:
         if "noop" in kinds:
-            ratios = [n / f for n, f in zip(wall["noop" + v], wall["floor"])]
-            extra_mib = [n - f for n, f in zip(peak["noop" + v], peak["floor"])]
+            ratios = [n / f for n, f in zip(wall["noop" + v], wall["floor"], strict=True)]
+            extra_mib = [n - f for n, f in zip(peak["noop" + v], peak["floor"], strict=True)]
             extra_tree = [n - f for n, f in zip(tree["noop" + v], tree["floor"], strict=True)]
             print(f"  no-op{v} / its floor, per round: {summary(ratios, 'x')} (target <= 1.2 x); "
                   f"peak above the floor's: {summary(extra_mib, 'MiB', 0)} (target <= 50 MiB); "
                   f"its processes summed, above the floor's: {summary(extra_tree, 'MiB', 0)}")  # fmt: skip
             if not v:
-                store = [s / f for s, f in zip(wall["store_floor"], wall["floor"])]
-                store_mib = [s - f for s, f in zip(peak["store_floor"], peak["floor"])]
+                store = [s / f for s, f in zip(wall["store_floor"], wall["floor"], strict=True)]
+                store_mib = [s - f for s, f in zip(peak["store_floor"], peak["floor"], strict=True)]
                 print(f"  of which the SQL store's module alone, per round: {summary(store, 'x')} the floor, "
                       f"{summary(store_mib, 'MiB', 0)} above its peak")  # fmt: skip
         if "default" not in kinds:
             continue
-        beyond = [d - h - s for d, h, s in zip(wall["default" + v], wall["hfloor"], wall["sfloor"])]
+        beyond = [d - h - s for d, h, s in zip(wall["default" + v], wall["hfloor"], wall["sfloor"], strict=True)]
         print(f"  default run{v} beyond its processes' imports (run - harness floor - scorer floor): "
               f"{summary(beyond, 's')}")  # fmt: skip
 
     print("\nStages (median seconds; mlrb/timeline.py says what each holds; other = wall - their sum):")
     print("  " + f"{'':15s}" + "".join(f"{s:>14s}" for s in STAGES + ("other", "wall")))
     for key in [k + v for k in kinds for v in versions]:
-        per_stage = [statistics.median(t.get(s, 0.0) for t in stages[key]) for s in STAGES]
-        other = statistics.median(w - sum(t.values()) for w, t in zip(wall[key], stages[key]))
-        cells = per_stage + [other, statistics.median(wall[key])]
+        cells = stage_medians(wall[key], stages[key]).values()
         print("  " + f"{key:15s}" + "".join(f"{c:14.2f}" for c in cells))
+    write_entries(args.out, entries(kinds, list(versions), wall, peak, tree, stages, args.repeats, measured, before))
 
 
 if __name__ == "__main__":

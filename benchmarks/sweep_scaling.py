@@ -1,6 +1,7 @@
 """How well sweeps scale, and what the harness costs per job.
 
     .venv/bin/python benchmarks/sweep_scaling.py [--jobs 12] [--slots 2] [--agent-seconds 10]
+        [--out benchmarks/sweep_scaling.json]
 
 Runs a trivial task (the default task with an agent that sleeps, then hands in an
 empty submission: every stage of the harness runs, the scorer included, in its own
@@ -16,7 +17,9 @@ process or fresh container, but there is no model to evaluate) and prints:
   score being recorded in MLflow.
 
 Everything is written into a temporary folder; the task's assets come from the
-usual cache (built on first use).
+usual cache (built on first use). The figures go to `--out` (default
+benchmarks/sweep_scaling.json) with where and how they were measured, and then
+benchmarks/RESULTS.md is written again (when `--out` is its file).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import results as results_page  # beside this file
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -75,9 +80,48 @@ def single_run_overhead(root: Path, common: list[str], sandbox: str) -> tuple[fl
     folder = root / f"single-{sandbox}"
     folder.mkdir()
     launched_at = time.time()
-    wall = mlrb([f"sandbox={sandbox}", f"tracking.dir={folder / 'mlruns'}", f"hydra.run.dir={folder / 'run'}", *common], folder)
+    wall = mlrb(
+        [f"sandbox={sandbox}", f"tracking.dir={folder / 'mlruns'}", f"hydra.run.dir={folder / 'run'}", *common], folder
+    )
     (run,) = runs(folder / "mlruns")
     return (wall, *overheads(run, launched_at))
+
+
+def figures(args: argparse.Namespace, measured: dict, one: float, many: float, single: dict, job_times: list) -> dict:
+    """sweep_scaling.json: the sweep's figures (seconds, efficiencies in percent) and, per sandbox,
+    one plain run's wall time and harness overhead (or why it was not measured)."""
+    plain = single["bwrap"][0]
+    fixed = one - plain  # paid once by a sweep, not by a plain run
+    ideal = args.jobs * one / args.slots
+    sandboxes = {}
+    for sandbox, result in single.items():
+        if isinstance(result, str):
+            sandboxes[sandbox] = {"not_measured": f"no usable Docker engine or image ({result})"}
+            continue
+        wall, before, after = result
+        sandboxes[sandbox] = {"wall_s": round(wall, 2), "to_first_action_s": round(before, 2),
+                              "after_last_action_s": round(after, 2)}  # fmt: skip
+    return {
+        "measured": measured,
+        "jobs": args.jobs,
+        "slots": args.slots,
+        "agent_seconds": args.agent_seconds,
+        "one_job_s": round(one, 2),
+        "sweep_s": round(many, 2),
+        "ideal_s": round(ideal, 2),
+        "efficiency_pct": round(100 * ideal / many, 1),
+        "fixed_cost_s": round(fixed, 2),
+        "plain_run_sandbox": "bwrap",
+        "plain_run_s": round(plain, 2),
+        "efficiency_without_fixed_cost_pct": round(100 * (args.jobs * plain / args.slots) / (many - fixed), 1),
+        "median_job_s": round(statistics.median(job_times), 2),
+        "sandboxes": sandboxes,
+    }
+
+
+def write(out: Path, result: dict) -> None:
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written to {results_page.update(out)}", file=sys.stderr)
 
 
 def main() -> None:
@@ -86,7 +130,10 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--agent-seconds", type=float, default=10.0, help="how long each job's agent works (sleeps)")
     parser.add_argument("--cache-dir", default=None, help="task asset cache (default: the harness's)")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "sweep_scaling.json",
+                        help="write the figures here (JSON) and benchmarks/RESULTS.md from it")  # fmt: skip
     args = parser.parse_args()
+    measured = results_page.provenance()  # as it starts: the load average is the start's
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -141,6 +188,7 @@ def main() -> None:
                 continue
             wall, before, after = figures
             print(f"  {sandbox:10s} {wall:7.1f}s {before:23.1f}s {after:30.1f}s")
+        write(args.out, figures(args, measured, one, many, single, job_times))
 
 
 if __name__ == "__main__":
