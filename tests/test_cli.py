@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from conftest import mlflow_client, run_cli
+from conftest import run_cli
 
 
 def test_help_lists_groups_and_choices(tmp_path):
@@ -158,29 +157,3 @@ def test_an_unknown_flag_is_one_line_naming_it(tmp_path):
     result = run_cli("seed=1", "--multrun", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == ["mlrb: error: unrecognized arguments: --multrun"]
-
-
-@pytest.mark.slow
-def test_the_command_users_type_first_sweeps_three_seeds(tmp_path, built_cache):
-    """`python -m mlrb task=llm_merging agent=claude -m seed=1,2,3`, word for word, against a
-    local stand-in for the Anthropic API: three FINISHED runs under one sweep parent."""
-    from fake_llm_server import FakeLlmServer, reply, tool
-
-    script = [reply(tool("bash", command="ls"), usage=(900, 30)), reply(tool("submit", summary="nothing"), usage=(950, 20))] * 3
-    with FakeLlmServer(script) as server:
-        result = run_cli(
-            "task=llm_merging", "agent=claude", "-m", "seed=1,2,3",
-            cwd=tmp_path, timeout=900,
-            env={"ANTHROPIC_API_KEY": "sk-ant-fake-for-tests", "ANTHROPIC_BASE_URL": server.anthropic_url,
-                 "MLRB_CACHE_DIR": str(built_cache)},
-        )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert len(server.requests) == 6
-    client = mlflow_client(tmp_path)  # the default store: ./mlruns
-    runs = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
-    (parent,) = [r for r in runs if r.data.tags.get("mlrb.role") == "sweep"]
-    children = [r for r in runs if r.data.tags.get("mlrb.role") != "sweep"]
-    assert sorted(r.data.tags["mlrb.seed"] for r in children) == ["1", "2", "3"]
-    for run in children:
-        assert run.info.status == "FINISHED" and run.data.tags["mlrb.agent"] == "claude"
-        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id

@@ -89,6 +89,12 @@ def test_the_readme_quick_start_works_from_a_fresh_clone(clone):
     assert run.info.status == "FINISHED" and run.info.run_name == "llm_merging/baseline/smoke/0"
     assert (home / ".cache" / "mlrb" / "llm_merging").is_dir()  # built into the new user's cache
 
+    # The command users type first, word for word, from the clone's root (`python` is the venv's,
+    # as the README says), against a local stand-in for the Anthropic API.
+    assert FIRST_COMMAND in (repo / "README.md").read_text()
+    swept = sweep_of_three_seeds(repo, home)
+    assert not swept["unfinished"], swept
+
     # The test command, minus the recursion: the line as written, pytest narrowed to a few quick
     # files by PYTEST_ADDOPTS (the whole suite is what CI runs from its own clone).
     quick = "tests/test_mount_order.py tests/test_lock.py -p no:cacheprovider"
@@ -96,3 +102,35 @@ def test_the_readme_quick_start_works_from_a_fresh_clone(clone):
     assert tested.returncode == 0, (tested.stdout + tested.stderr)[-4000:]
     closing = tested.stdout.strip().splitlines()[-1]
     assert re.search(r"\d+ passed", closing) and not re.search(r"failed|error|skipped", closing), closing
+
+
+FIRST_COMMAND = "python -m mlrb task=llm_merging agent=claude -m seed=1,2,3"
+
+
+def sweep_of_three_seeds(repo: Path, home: Path) -> dict:
+    """FIRST_COMMAND run as written: three FINISHED runs of the claude agent under one sweep parent."""
+    from fake_llm_server import FakeLlmServer, reply, tool
+    from mlflow.tracking import MlflowClient
+
+    script = [
+        reply(tool("bash", command="ls"), usage=(900, 30)),
+        reply(tool("submit", summary="nothing"), usage=(950, 20)),
+    ] * 3
+    with FakeLlmServer(script) as server:
+        result = as_newcomer(
+            FIRST_COMMAND, repo, home, PATH=f"{repo / '.venv' / 'bin'}:{os.environ['PATH']}",
+            ANTHROPIC_API_KEY="sk-ant-fake-for-tests", ANTHROPIC_BASE_URL=server.anthropic_url,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert len(server.requests) == 6
+    client = MlflowClient(f"sqlite:///{repo / 'mlruns' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("mlrb.role") == "sweep"]
+    # The store also holds the quick start's baseline run.
+    children = [
+        r for r in runs if r.data.tags.get("mlrb.agent") == "claude" and r.data.tags.get("mlrb.role") != "sweep"
+    ]
+    assert sorted(r.data.tags["mlrb.seed"] for r in children) == ["1", "2", "3"]
+    assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in children)
+    return {"unfinished": [r.info.run_name for r in children if r.info.status != "FINISHED"]}
