@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import compose_config, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
 from test_bwrap_sandbox import host_processes, needs_namespaces
@@ -52,6 +51,26 @@ def attempts(hidden: Path, question: str, cache: Path, home_file: Path, api_port
         "write_cache": f"touch {cache}/pwned",
         "write_home": f"touch {home_file}",
         "connect_model_api": f"python -c \"import socket; socket.create_connection(('127.0.0.1', {api_port}), timeout=3)\"",
+        **harness_attempts(),
+    }
+
+
+# Text that only mlrb's files hold: its asset builders' code, its modules' names (in code and in
+# its installed metadata), its editable install's finder, its package metadata.
+HARNESS_MARKS = ("def ensure_assets", "mlrb.sandbox", "mlrb/sandbox", "__editable___mlrb", "Name: mlrb")
+
+
+def harness_attempts() -> dict[str, str]:
+    """Reaching the harness itself (which would rebuild the hidden sets): importing it, reading
+    its metadata, or its text in any file that could hold it (the sandbox's own exec server in
+    /run/sandbox aside). The names of its hidden files and folders stay visible, empty; a package
+    of it shows only an __init__.py that refuses to import."""
+    not_kernel = "-path /proc -prune -o -path /sys -prune -o -path /dev -prune -o -path /run/sandbox -prune -o"
+    return {
+        "import_harness": "python -c 'import mlrb'",
+        "harness_metadata": "python -c \"import importlib.metadata as m, sys; sys.exit(not m.distribution('mlrb').read_text('METADATA'))\"",
+        "harness_text": f"find / {not_kernel} -type f \\( -name '*.py' -o -name '*.pth' -o -name '*.yaml' -o -name RECORD "
+        f"-o -name METADATA \\) -print0 | xargs -0 grep -lsF {' '.join(f'-e {m!r}' for m in HARNESS_MARKS)} | grep -q .",
     }
 
 
@@ -68,7 +87,12 @@ def test_a_claude_agent_that_tries_every_escape_gets_nowhere(kind, overrides, tm
         tries = attempts(hidden, question, built_cache, home_file, server.port)
         server.script = [
             *(reply(tool("bash", command=guarded(name, command), timeout_s=120)) for name, command in tries.items()),
-            reply(tool("bash", command="nohup sleep 86381 >/dev/null 2>&1 & setsid nohup sleep 86382 >/dev/null 2>&1 & echo left")),
+            reply(
+                tool(
+                    "bash",
+                    command="nohup sleep 86381 >/dev/null 2>&1 & setsid nohup sleep 86382 >/dev/null 2>&1 & echo left",
+                )
+            ),
             reply(tool("bash", command='python merge.py --data "$MLRB_DATA" --output submission', timeout_s=600)),
             reply(tool("submit", summary="averaged, after looking around")),
         ]
@@ -168,4 +192,3 @@ def test_the_scorer_sees_the_submission_and_hidden_data_but_not_the_workspace_or
         assert expected in log, log
     assert "agent's workspace" not in log and "API_KEY" not in log
     assert (run_dir / "scoring" / "report.json").exists()
-

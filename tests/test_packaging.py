@@ -4,14 +4,15 @@ profiles, task starters and the sweep launchers all come from the installed pack
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, mlflow_client
+from test_confinement import guarded, harness_attempts
 
 # What a wheel is built from: the repository's files, without what runs leave behind.
 NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "mlruns", "outputs", "multirun", "build", "dist", "*.egg-info",
@@ -49,21 +50,31 @@ def test_a_wheel_in_a_fresh_venv_runs_the_benchmark_from_any_folder(tmp_path, bu
                            capture_output=True, text=True)  # fmt: skip
     assert where.stdout.startswith(str(venv)), where.stdout + where.stderr
 
-    help_text = subprocess.run([str(python), "-m", "mlrb", "--help"], cwd=elsewhere, env=env, capture_output=True, text=True)
+    help_text = subprocess.run(
+        [str(python), "-m", "mlrb", "--help"], cwd=elsewhere, env=env, capture_output=True, text=True
+    )
     assert "task: baby_lm, edge_llm_compression" in help_text.stdout, help_text.stderr[-2000:]
 
-    run = subprocess.run([str(python), "-m", "mlrb"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [str(python), "-m", "mlrb"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "llm_merging/baseline/smoke/0: score" in run.stdout
     client = mlflow_client(elsewhere)
     (recorded,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert recorded.info.status == "FINISHED" and recorded.data.tags["mlrb.valid"] == "True"
 
-    # A sweep goes through the installed launchers (hydra_plugins) and cluster profiles.
-    sweep = subprocess.run([str(python), "-m", "mlrb", "-m", "seed=7", "task.scales.tiny.baseline_command='echo hi'"],
+    # A sweep goes through the installed launchers (hydra_plugins) and cluster profiles. Its
+    # agent tries to reach the harness, which this venv holds whole: it is hidden from the sandbox.
+    probe = "\n".join(guarded(name, command) for name, command in harness_attempts().items())
+    probe = base64.b64encode(probe.encode()).decode()
+    sweep = subprocess.run([str(python), "-m", "mlrb", "-m", "seed=7",
+                            f"task.scales.tiny.baseline_command='echo {probe} | base64 -d | bash'"],
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
     assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-3000:]
     assert "[sweep " in sweep.stdout and "parent run 'sweep llm_merging/baseline/smoke'" in sweep.stdout
+    tried = "".join(trajectory.read_text() for trajectory in elsewhere.rglob("trajectory.jsonl"))
+    assert "ESCAPED" not in tried and all(f"blocked-{name}" in tried for name in harness_attempts()), tried[-3000:]
     profile = subprocess.run([str(python), "-c", "from mlrb.sweep import load_profile; print(load_profile('local_single_node')['partition'])"],
                              cwd=elsewhere, env=env, capture_output=True, text=True)  # fmt: skip
     assert profile.stdout.strip() == "debug", profile.stderr[-2000:]

@@ -19,6 +19,7 @@ Errors, as the agent loop sees them:
 from __future__ import annotations
 
 import abc
+import functools
 import os
 import signal
 import subprocess
@@ -70,11 +71,13 @@ M = TypeVar("M")
 
 @dataclass
 class Mount:
-    """A host folder or file shown inside a sandbox (at the same path unless `inside` is set)."""
+    """A host folder or file shown inside a sandbox (at the same path unless `inside` is set);
+    or, with `hides`, a folder or file of an earlier mount made empty and read-only there."""
 
     host: Path
     inside: str = ""
     writable: bool = False
+    hides: bool = False
 
     @property
     def target(self) -> str:
@@ -209,6 +212,58 @@ def python_mounts() -> list[Mount]:
     return [Mount(Path(p)) for p in sorted({sys.prefix, sys.base_prefix})]
 
 
+def harness_hidden() -> list[Mount]:
+    """mlrb's own files in the venv that python_mounts shows, hidden from the agent: with
+    `pip install .` the venv holds the whole harness (the asset builders would rebuild the
+    hidden sets), with an editable one its finder, .pth and metadata. Only the scorer needs it."""
+    return [Mount(Path(path), hides=True) for path in sorted(installed_harness())]
+
+
+def shown_instead(mount: Mount) -> str | None:
+    """What a hiding mount shows in place of what it hides: /dev/null for a file, for a package
+    one whose import fails (an empty folder would import as a namespace package), None for
+    another folder (an empty one, read-only)."""
+    if not mount.host.is_dir():
+        return os.devnull
+    return str(BLOCKED_PACKAGE) if (mount.host / "__init__.py").exists() else None
+
+
+BLOCKED_PACKAGE = Path(__file__).with_name("blocked_package")
+
+
+@functools.cache
+def installed_harness() -> frozenset[str]:
+    """The highest folders and files of mlrb's installed distribution that hold nothing else
+    (mlrb/ whole; in hydra_plugins/, a namespace it shares, only its own launcher's folder)."""
+    import sysconfig
+    from importlib import metadata
+
+    # Installed in the venv, not a source tree's egg-info that the current folder may put first.
+    venv_sites = sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")})
+    dist = next(iter(metadata.distributions(name="mlrb", path=venv_sites)), None)
+    if dist is None:
+        return frozenset()
+    site = os.path.normpath(str(dist.locate_file("")))
+    owned = {os.path.normpath(str(dist.locate_file(f))) for f in dist.files or ()}
+    roots = set()
+    for path in owned:  # a compiled cache beside other packages' (site-packages/__pycache__) alone
+        in_site = path.startswith(site + os.sep) and "__pycache__" not in path
+        roots.add(highest_owned(path, site, owned) if in_site else path)
+    return frozenset(r for r in roots if not any(r.startswith(other + os.sep) for other in roots))
+
+
+def highest_owned(path: str, site: str, owned: set[str]) -> str:
+    """The highest folder between site-packages and `path` whose files are all in `owned`
+    (compiled caches aside), else `path` itself."""
+    parts = Path(path).relative_to(site).parts
+    for depth in range(1, len(parts)):
+        folder = os.path.join(site, *parts[:depth])
+        files = (os.path.join(root, name) for root, _, names in os.walk(folder) for name in names)
+        if all(f in owned or "__pycache__" in f for f in files):
+            return folder
+    return path
+
+
 def resolve_inside(root: Path, path: str, alias: str = "") -> Path:
     """Host path of `path` (relative, or absolute under `alias`, the workspace as the
     agent sees it); anything that leaves the workspace, links included, is refused."""
@@ -288,9 +343,10 @@ class Sandbox(abc.ABC):
 
     def confined_layout(self) -> tuple[list[Mount], dict[str, str]]:
         """For a sandbox that shows the agent paths of its own (bwrap, Docker): the workspace at
-        WORKSPACE (writable) and the data at DATA, as mounts, and the agent's environment there."""
+        WORKSPACE (writable) and the data at DATA, as mounts (the harness's own files in the venv
+        hidden), and the agent's environment there."""
         self.workspace, self.data_dir = WORKSPACE, DATA
-        mounts = [Mount(self.root, WORKSPACE, writable=True), Mount(self.host_data_dir, DATA)]
+        mounts = [Mount(self.root, WORKSPACE, writable=True), Mount(self.host_data_dir, DATA), *harness_hidden()]
         return mounts, agent_environment(WORKSPACE, DATA, self.seed)
 
     def read_file(self, path: str) -> str:

@@ -47,6 +47,7 @@ from mlrb.sandbox.base import (
     kill_group,
     least_specific_first,
     python_mounts,
+    shown_instead,
 )
 from mlrb.sandbox.cgroup import Cgroup, joined
 
@@ -60,7 +61,7 @@ ETC_ALLOWED = (
 ETC_NETWORK = ("resolv.conf", "hosts")
 START_TIMEOUT_S = 60
 EXEC_SERVER = Path(__file__).with_name("exec_server.py")
-SERVER_INSIDE = "/run/mlrb/exec_server.py"
+SERVER_INSIDE = "/run/sandbox/exec_server.py"
 
 
 @dataclass
@@ -151,8 +152,17 @@ def mount_args(options: BwrapOptions, limits: Limits, mounts: list[Mount], ident
     fixed += [("/tmp", ["--size", str(options.tmp_size_mb << 20), "--tmpfs", "/tmp"])]
     fixed += gpu_args(limits)
     shown = [Mount(Path(path)) for path in options.ro_paths] + python_mounts() + mounts
-    fixed += [(m.target, ["--bind" if m.writable else "--ro-bind", str(m.host), m.target]) for m in shown]
+    fixed += [(m.target, bind_args(m)) for m in shown]
     return [arg for _, args in least_specific_first(fixed, lambda mount: mount[0]) for arg in args]
+
+
+def bind_args(mount: Mount) -> list[str]:
+    if not mount.hides:
+        return ["--bind" if mount.writable else "--ro-bind", str(mount.host), mount.target]
+    instead = shown_instead(mount)
+    if instead is None:  # an empty folder in its place, read-only
+        return ["--tmpfs", mount.target, "--remount-ro", mount.target]
+    return ["--ro-bind", instead, mount.target]
 
 
 def bwrap_argv(binary: str, options: BwrapOptions, limits: Limits, mounts: list[Mount], workdir: str,

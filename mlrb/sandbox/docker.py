@@ -34,6 +34,7 @@ from mlrb.sandbox.base import (
     least_specific_first,
     python_mounts,
     resolve_inside,
+    shown_instead,
 )
 
 # Docker labels on mlrb's containers: which run made one, and which harness process on which
@@ -106,10 +107,16 @@ def bind_mounts(mounts: list[Mount]) -> list[Any]:
     for is then the order applied), as Mount objects: a path may hold a colon or a space."""
     from docker.types import Mount as DockerMount
 
-    return [
-        DockerMount(target=m.target, source=str(m.host), type="bind", read_only=not m.writable)
-        for m in least_specific_first(mounts, lambda m: m.target)
-    ]
+    return [docker_mount(DockerMount, m) for m in least_specific_first(mounts, lambda m: m.target)]
+
+
+def docker_mount(DockerMount: Any, mount: Mount) -> Any:
+    if not mount.hides:
+        return DockerMount(target=mount.target, source=str(mount.host), type="bind", read_only=not mount.writable)
+    instead = shown_instead(mount)
+    if instead is None:  # an empty folder in its place, read-only
+        return DockerMount(target=mount.target, source=None, type="tmpfs", read_only=True)
+    return DockerMount(target=mount.target, source=instead, type="bind", read_only=True)
 
 
 def gpu_request(cfg: SandboxConfig, limits: Limits, visible: str | None) -> list[Any]:
