@@ -5,7 +5,7 @@ open such an experiment on its runs table rather than guessing (an experiment wi
 traces, which LLM agents log, would be guessed GenAI). MLflow 3.17's UI does not read
 it: its sidebar switch (GenAI / Model training, remembered by the browser, GenAI at
 first) or an address's `?workflowType=machine_learning` decides, so the addresses mlrb
-prints carry that parameter (mlrb/sweep_summary.py) and the README says where the
+prints carry that parameter (mlrb/sweep_summary.py) and docs/sweeps.md says where the
 switch is. tests/test_mlflow_ui.py checks both in a browser.
 """
 

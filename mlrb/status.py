@@ -1,5 +1,5 @@
 """How a run ended: the one vocabulary the harness writes (the `mlrb.status` tag)
-and the report reads. See README, "How runs count".
+and the report reads. See docs/reports.md, "How runs count".
 
 Who is to blame decides how a run counts:
 

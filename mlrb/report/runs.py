@@ -1,7 +1,7 @@
 """mlrb's runs, read out of the tracking store as plain rows.
 
 Each row says what became of its run (`kind`): its recorded status (mlrb/status.py;
-see README, "How runs count"), or, for a run with none yet, `running` or `crashed`.
+see docs/reports.md, "How runs count"), or, for a run with none yet, `running` or `crashed`.
 
 - an *attempt* is a run whose status is the agent's doing (ok, invalid,
   no_submission, budget_exhausted, agent_error): the agent had its chance and the
