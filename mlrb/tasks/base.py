@@ -310,7 +310,7 @@ class Task(abc.ABC):
             anchor: getattr(self.spec, anchor) if getattr(self.spec, anchor) is not None else measured.get(anchor)
             for anchor in ("baseline_score", "reference_score")
         }
-        problem = anchor_problem(anchors["baseline_score"], anchors["reference_score"])
+        problem = anchor_problem(anchors["baseline_score"], anchors["reference_score"], self.higher_is_better)
         if problem:  # a scale on which the reference does not beat the baseline means nothing
             import logging
 
@@ -319,8 +319,12 @@ class Task(abc.ABC):
         return anchors
 
 
-def anchor_problem(baseline: float | None, reference: float | None) -> str:
-    """Why the normalised scale (0 = baseline, 100 = reference) cannot be used, or ""."""
-    if baseline is not None and reference is not None and reference <= baseline:
+def anchor_problem(baseline: float | None, reference: float | None, higher_is_better: bool = True) -> str:
+    """Why the normalised scale (0 = baseline, 100 = reference) cannot be used, or "": the
+    reference must beat the baseline in the task's direction (a loss: be lower)."""
+    if baseline is None or reference is None:
+        return ""
+    beats = reference > baseline if higher_is_better else reference < baseline
+    if not beats:
         return f"the reference ({reference:.4g}) does not beat the baseline ({baseline:.4g})"
     return ""
