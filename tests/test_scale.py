@@ -105,3 +105,103 @@ def test_a_stated_do_nothing_score_wins_over_the_measured_one(tmp_path):
     assert tiny_llm_merging().calibration(tmp_path) == ANCHORS
     task = task_from_config("llm_merging", do_nothing_score=0.25)
     assert task.calibration(tmp_path)["do_nothing_score"] == 0.25
+
+
+# ---- nothing beats the baseline by failing -------------------------------------------
+
+
+def attempt(kind: str, name: str, report, **fields):
+    """A report row for an attempt whose run recorded what mlrb.run.summarise records for `report`."""
+    from mlrb.report.runs import RunRow
+    from mlrb.run import summarise
+
+    values = {"task": "t", "agent": "baseline", "budget": "smoke", "model": "", **fields}
+    return RunRow(run_id=name, name=name, experiment="e", scale="tiny", seed="0", sweep_id="", mlflow_status="FINISHED",
+                  kind=kind, detail="", valid=report.valid, metrics=summarise(report, ANCHORS), sandbox="bwrap",
+                  confinement="confined", assets="aaaa", **values)  # fmt: skip
+
+
+def test_an_agent_that_submits_nothing_never_ranks_above_one_that_submits_weak_work():
+    from mlrb.report import aggregate, render
+    from mlrb.scoring.report import ScoreReport
+
+    nothing = ScoreReport.invalid("no submission: the agent left nothing at 'submission' in its workspace")
+    weak = ScoreReport(valid=True, reason="", score=0.35)  # below the baseline (0.55), above doing nothing (0.30)
+    awful = ScoreReport(valid=True, reason="", score=0.05)  # worse than doing nothing
+    rows = [attempt("no_submission", f"quitter/{seed}", nothing, agent="quitter") for seed in range(3)]
+    rows += [attempt("ok", f"honest/{seed}", weak, agent="honest") for seed in range(3)]
+    rows += [attempt("ok", f"clumsy/{seed}", awful, agent="clumsy") for seed in range(3)]
+    stats = {s.agent: s for s in aggregate.summarise(rows)}
+    quitter, honest, clumsy = stats["quitter"], stats["honest"], stats["clumsy"]
+
+    # Failing counts as doing nothing, exactly: never above it, and below the baseline (0).
+    assert quitter.counted_mean == pytest.approx(ANCHORS["do_nothing_score"]) and quitter.valid == 0
+    assert (
+        quitter.counted_normalised_mean == pytest.approx(DO_NOTHING_NORMALISED) and quitter.counted_normalised_mean < 0
+    )
+    # Honest work that falls short of the baseline ranks above failing ...
+    assert honest.counted_normalised_mean == pytest.approx(-50.0)
+    assert honest.counted_normalised_mean > quitter.counted_normalised_mean
+    # ... and work worse than doing nothing ties with it, never below.
+    assert clumsy.counted_normalised_mean == quitter.counted_normalised_mean and clumsy.valid == 3
+    assert clumsy.score_mean == pytest.approx(0.05)  # its raw score is still there, over its valid submissions
+
+    # The report's table shows the counted means, and how many attempts were valid.
+    table = render.results_table(list(stats.values()))
+    cells = {row[table.headers.index("agent")]: row for row in table.rows}
+    assert cells["quitter"][table.headers.index("counted normalised")] == "-62.5 ± 0.0 (n=3)"
+    assert cells["quitter"][table.headers.index("valid")] == "0% (0/3)"
+    assert cells["honest"][table.headers.index("counted normalised")] == "-50.0 ± 0.0 (n=3)"
+
+
+def test_a_group_with_a_failure_averages_it_in_as_doing_nothing():
+    from mlrb.report import aggregate
+    from mlrb.scoring.report import ScoreReport
+
+    good = ScoreReport(valid=True, reason="", score=0.75)  # normalised 50
+    failed = ScoreReport.invalid("the submission cannot be loaded")
+    (stats,) = aggregate.summarise([attempt("ok", "a", good), attempt("invalid", "b", failed)])
+    assert stats.counted_mean == pytest.approx((0.75 + 0.30) / 2)
+    assert stats.counted_normalised_mean == pytest.approx((50.0 + DO_NOTHING_NORMALISED) / 2)
+    assert stats.score_mean == 0.75 and stats.valid == 1 and stats.valid_rate == 0.5
+
+
+# ---- no pooling across unlike runs ----------------------------------------------------
+
+
+def test_two_models_of_one_agent_are_two_rows():
+    from mlrb.report import aggregate, render
+    from mlrb.scoring.report import ScoreReport
+
+    rows = [attempt("ok", f"{model}/{seed}", ScoreReport(valid=True, reason="", score=score), agent="llm", model=model)
+            for model, score in (("gpt-x", 0.75), ("claude-y", 0.95)) for seed in range(2)]  # fmt: skip
+    stats = aggregate.summarise(rows)
+    assert sorted((s.model, s.attempts, s.counted_normalised_mean) for s in stats) == [
+        ("claude-y", 2, pytest.approx(100.0)), ("gpt-x", 2, pytest.approx(50.0)),
+    ]  # fmt: skip
+    table = render.results_table(stats)
+    assert table.headers[:3] == ["task", "agent", "model"]
+    assert sorted(row[2] for row in table.rows) == ["claude-y", "gpt-x"]
+
+
+def test_a_sweep_of_two_budgets_logs_one_aggregate_per_budget_on_its_parent():
+    from mlrb.scoring.report import ScoreReport
+    from mlrb.sweep_summary import parent_metrics
+
+    good, failed = ScoreReport(valid=True, reason="", score=0.95), ScoreReport.invalid("no submission")
+    rows = [attempt("ok", "1h/1", good, budget="1h"), attempt("ok", "1h/2", good, budget="1h"),
+            attempt("no_submission", "smoke/1", failed, budget="smoke"),
+            attempt("ok", "smoke/2", good, budget="smoke")]  # fmt: skip
+    for r in rows:
+        r.metrics["cost_usd"] = 1.0
+    metrics = parent_metrics(rows)
+    assert metrics["budget-1h/counted_normalised_score_mean"] == pytest.approx(100.0)
+    assert metrics["budget-smoke/counted_normalised_score_mean"] == pytest.approx((100.0 + DO_NOTHING_NORMALISED) / 2)
+    assert (metrics["budget-1h/n"], metrics["budget-smoke/n"], metrics["budget-smoke/n_valid"]) == (2, 2, 1)
+    # nothing pooled over both budgets; the sweep's cost is a total, which does pool
+    assert not any(key.startswith("counted") or key in ("n", "score_mean") for key in metrics)
+    assert metrics["cost_usd_total"] == 4.0
+
+    # A sweep of one configuration keeps plain names.
+    one = parent_metrics(rows[:2])
+    assert one["n"] == 2 and one["counted_normalised_score_mean"] == pytest.approx(100.0) and one["score_mean"] == 0.95
