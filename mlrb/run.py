@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 from mlrb import assets as assets_lib
 from mlrb import (
     console,
+    counting,
     events,
     instructions,
     interrupts,
@@ -394,6 +395,7 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
                 Tag.VALID: report.valid,
                 Tag.INVALID_REASON: "" if report.valid else report.reason,
                 Tag.READ_ONLY_RESTORED: ", ".join(restored),
+                **counted_tags(report, calibration, task.higher_is_better),
             }
         )
     guard.release()
@@ -420,24 +422,31 @@ def record_assets(recorder, fingerprint: str) -> None:
 
 def summarise(report: ScoreReport, calibration: dict[str, float | None], higher_is_better: bool = True,
               normalisation: str = "gap") -> dict[str, float]:  # fmt: skip
-    """Score, its normalised form and MLAgentBench's success flag. Normalised: "gap", 0 = baseline,
-    100 = reference; "improvement" (MLAgentBench), percent better than the baseline."""
+    """Score, its normalised form, MLAgentBench's success flag, and how the attempt counts in
+    means (mlrb/counting.py). Normalised: "gap", 0 = baseline, 100 = reference; "improvement"
+    (MLAgentBench), percent better than the baseline."""
     baseline, reference = calibration.get("baseline_score"), calibration.get("reference_score")
     metrics: dict[str, float] = {"valid": float(report.valid)}
-    if baseline is not None:
-        metrics["baseline_score"] = baseline
-    if reference is not None:
-        metrics["reference_score"] = reference
+    for anchor in ("do_nothing_score", "baseline_score", "reference_score"):
+        value = calibration.get(anchor)
+        if value is not None:
+            metrics[anchor] = value
+    metrics.update(counting.count(report.valid, report.score, calibration, higher_is_better, normalisation).metrics())
     if not report.valid or report.score is None:
         return metrics
     metrics["score"] = report.score
-    if normalisation == "gap" and baseline is not None and reference is not None and reference != baseline:
-        metrics["normalised_score"] = 100.0 * (report.score - baseline) / (reference - baseline)
+    normalised = counting.normalise(report.score, baseline, reference, higher_is_better, normalisation)
+    if normalised is not None:
+        metrics["normalised_score"] = normalised
     if baseline:
         direction = 1.0 if higher_is_better else -1.0
         improvement = direction * (report.score - baseline) / abs(baseline)
         metrics["improvement"] = improvement
         metrics["success"] = float(improvement > SUCCESS_IMPROVEMENT)
-        if normalisation == "improvement":
-            metrics["normalised_score"] = 100.0 * improvement
     return metrics
+
+
+def counted_tags(report: ScoreReport, calibration: dict[str, float | None], higher_is_better: bool = True) -> dict:
+    """How the attempt counts in means, and why (the `mlrb.counted_as` and `mlrb.counted_reason` tags)."""
+    counted = counting.count(report.valid, report.score, calibration, higher_is_better)
+    return {Tag.COUNTED_AS: counted.counted_as, Tag.COUNTED_REASON: counted.reason}

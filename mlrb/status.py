@@ -5,7 +5,7 @@ Who is to blame decides how a run counts:
 
 - the agent's doing (`ok`, `invalid`, `no_submission`, `budget_exhausted`,
   `agent_error`): an *attempt*; it enters every mean and rate, a run without a
-  valid submission as a failure (0 on the normalised scale);
+  valid submission as a failure that counts as doing nothing (mlrb/counting.py);
 - not the agent's doing (`infra_error`, `killed`): kept out of every mean and rate,
   and run again when its sweep is launched again.
 """

@@ -3,12 +3,14 @@ configuration, the failures by kind, and where to see it all in MLflow.
 
 The figures are read back from the tracking store (the jobs ran in other
 processes) and computed as `python -m mlrb.report` computes them, so the two
-always agree; the sweep's totals are also logged as its parent run's metrics,
-so sweeps compare side by side in the MLflow UI.
+always agree. Each configuration's aggregates (one per report row: runs unlike in
+task, scale, agent, model, budget, sandbox or assets never pool) are also logged as
+its parent run's metrics, so sweeps compare side by side in the MLflow UI.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,27 +36,54 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def runs_table(rows: Sequence[RunRow]) -> str:
-    headers = ["run", "task", "agent", "budget", "seed", "status", "score", "normalised"]
+    """Each run's raw score (valid submissions only) and what it counts as in means."""
+    headers = ["run", "task", "agent", "budget", "seed", "status", "score", "normalised", "counted",
+               "counted normalised"]  # fmt: skip
     body = [
         [r.name, r.task, r.agent, r.budget, r.seed, render.KIND_LABELS[r.kind],
-         render.number(r.score) or "-", render.number(r.normalised, ".1f") or "-"]
+         render.number(r.score) or "-", render.number(r.normalised, ".1f") or "-",
+         render.number(r.counted_score) or "-", render.number(r.counted_normalised, ".1f") or "-"]
         for r in sorted(rows, key=lambda r: r.name)
     ]  # fmt: skip
     return text_table(headers, body)
 
 
-def parent_metrics(rows: Sequence[RunRow]) -> dict[str, float]:
-    """The sweep's aggregates over all its attempts (not-counted runs excluded, as in reports)."""
-    whole = aggregate.summarise_group(list(rows))
-    costs = aggregate.present(r.metric("cost_usd") for r in rows)
+def group_metrics(stats: aggregate.GroupStats) -> dict[str, float]:
+    """One configuration's aggregates over its attempts (not-counted runs excluded, as in reports):
+    counted scores over every attempt, the raw score over the valid submissions."""
     values = {
-        "n": whole.attempts, "n_valid": whole.valid,
-        "score_mean": whole.score_mean, "score_sem": whole.score_sem,
-        "normalised_score_mean": whole.normalised_mean, "normalised_score_sem": whole.normalised_sem,
-        "success_rate": whole.success_rate, "valid_rate": whole.valid_rate,
-        "cost_usd_total": sum(costs) if costs else None,
+        "n": stats.attempts, "n_valid": stats.valid,
+        "counted_score_mean": stats.counted_mean, "counted_score_sem": stats.counted_sem,
+        "counted_normalised_score_mean": stats.counted_normalised_mean,
+        "counted_normalised_score_sem": stats.counted_normalised_sem,
+        "score_mean": stats.score_mean, "score_sem": stats.score_sem,
+        "success_rate": stats.success_rate, "valid_rate": stats.valid_rate,
     }  # fmt: skip
     return {k: float(v) for k, v in values.items() if v is not None}
+
+
+def metric_prefix(stats: aggregate.GroupStats, varying: Sequence[str]) -> str:
+    """What sets a configuration apart from the sweep's others, as a metric key prefix the
+    MLflow UI shows in full ("budget-smoke/", "agent-claude/model-claude-x/"); "" when the
+    sweep has one configuration. MLflow keys allow letters, digits, _ - . / and spaces."""
+    values = [re.sub(r"[^\w.\- ]", "_", str(getattr(stats, name)) or "none") for name in varying]
+    return "".join(f"{name}-{value}/" for name, value in zip(varying, values, strict=True))
+
+
+def parent_metrics(rows: Sequence[RunRow]) -> dict[str, float]:
+    """The sweep's aggregates, one set per configuration (as the report's rows: never pooled
+    across unlike runs), each key prefixed by what sets its configuration apart; and the cost
+    of the whole sweep (a total, not an average: it pools)."""
+    stats = aggregate.summarise(rows)
+    varying = aggregate.varying_fields(stats)
+    metrics: dict[str, float] = {}
+    for group in stats:
+        prefix = metric_prefix(group, varying)
+        metrics.update({prefix + key: value for key, value in group_metrics(group).items()})
+    costs = aggregate.present(r.metric("cost_usd") for r in rows)
+    if costs:
+        metrics["cost_usd_total"] = float(sum(costs))
+    return metrics
 
 
 def open_command(tracking_uri: str, experiment_id: str, parent_run_id: str) -> str:
@@ -82,7 +111,9 @@ def summarise(
     if rows:
         parts += [runs_table(rows), ""]
         results = render.results_table(stats)
-        parts += ["Per configuration (mean ± SEM over seeds; success: more than 10% over the baseline):",
+        parts += ["Per configuration (counted: mean ± SEM over every attempt, one without a valid submission or "
+                  "scoring worse than doing nothing as the task's do-nothing anchor; valid score: over the valid "
+                  "submissions alone; success: more than 10% over the baseline):",
                   text_table(results.headers, results.rows), ""]  # fmt: skip
     if causes:
         failures = render.causes_table(causes, stats)

@@ -40,6 +40,10 @@ def test_default_run_is_recorded_finished_with_score_config_and_patch(tmp_path, 
     # The baseline agent runs the baseline, so it scores the calibrated baseline score: 0 on the normalised scale.
     assert metrics["score"] == pytest.approx(metrics["baseline_score"], abs=1e-6)
     assert metrics["normalised_score"] == pytest.approx(0.0, abs=1e-4)
+    # It beats doing nothing (the untouched base model), so it counts as it scored.
+    assert metrics["do_nothing_score"] < metrics["baseline_score"]
+    assert (metrics["counted_score"], metrics["counted_normalised_score"]) == (metrics["score"], metrics["normalised_score"])
+    assert tags["mlrb.counted_as"] == "score" and tags["mlrb.counted_reason"] == ""
     assert metrics["success"] == 0.0
     assert metrics["steps"] == 1 and metrics["prepare_time_s"] >= 0
     # the run's own time: agent and scoring, not finding or building the task's assets
@@ -90,7 +94,15 @@ def test_a_failing_agent_is_recorded_with_its_status_and_no_submission(tmp_path,
     assert "exited 3: giving up at seed 5" in run.data.tags["mlrb.agent_message"]
     assert run.data.tags["mlrb.valid"] == "False"
     assert "no submission" in run.data.tags["mlrb.invalid_reason"]
-    assert run.data.metrics["valid"] == 0.0 and "score" not in run.data.metrics
+    metrics = run.data.metrics
+    assert metrics["valid"] == 0.0 and "score" not in metrics and "normalised_score" not in metrics
+    # It counts as doing nothing, on both scales: below the baseline's 0, never above doing nothing.
+    do_nothing, baseline, reference = metrics["do_nothing_score"], metrics["baseline_score"], metrics["reference_score"]
+    assert metrics["counted_score"] == do_nothing
+    assert metrics["counted_normalised_score"] == pytest.approx(100 * (do_nothing - baseline) / (reference - baseline))
+    assert metrics["counted_normalised_score"] < 0
+    assert run.data.tags["mlrb.counted_as"] == "do_nothing"
+    assert run.data.tags["mlrb.counted_reason"] == "no valid submission"
 
 
 def test_the_wall_clock_budget_stops_the_agent_and_its_work_is_still_scored(tmp_path, cache_dir):

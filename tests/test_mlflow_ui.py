@@ -53,8 +53,8 @@ SCRIPT = [
 NOT_YET = (NoSuchElementException, StaleElementReferenceException, ElementClickInterceptedException,
            ElementNotInteractableException, ValueError, IndexError)  # fmt: skip
 # The sweep's aggregates on its parent run, and the params its runs are compared by.
-AGGREGATES = ["n", "score_mean", "score_sem", "normalised_score_mean", "normalised_score_sem", "success_rate",
-              "cost_usd_total"]  # fmt: skip
+AGGREGATES = ["n", "score_mean", "score_sem", "counted_normalised_score_mean", "counted_normalised_score_sem",
+              "success_rate", "cost_usd_total"]  # fmt: skip
 COMPARED_BY = ["task.name", "agent.name", "agent.options.model", "budget.name", "seed", "sandbox.kind",
                "assets.fingerprint"]  # fmt: skip
 

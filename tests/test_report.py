@@ -66,7 +66,10 @@ def expected(runs, budget: str, assets: str) -> dict:
     attempts = [r for r in group if r.info.status == "FINISHED"]
     valid = [r for r in attempts if r.data.tags["mlrb.valid"] == "True"]
     scores = [r.data.metrics["score"] for r in valid]
-    normalised = [r.data.metrics["normalised_score"] if r in valid else 0.0 for r in attempts]
+    counted = [r.data.metrics["counted_score"] for r in attempts]
+    normalised = [r.data.metrics["counted_normalised_score"] for r in attempts]
+    # an attempt without a valid submission counted as doing nothing
+    assert all(r.data.metrics["counted_score"] == r.data.metrics["do_nothing_score"] for r in attempts if r not in valid)
     success = [r.data.metrics["success"] if r in valid else 0.0 for r in attempts]
     return {
         "runs": len(group),
@@ -74,8 +77,10 @@ def expected(runs, budget: str, assets: str) -> dict:
         "valid": len(valid),
         "score_mean": statistics.mean(scores),
         "score_sem": statistics.stdev(scores) / math.sqrt(len(scores)),
-        "normalised_mean": statistics.mean(normalised),
-        "normalised_sem": statistics.stdev(normalised) / math.sqrt(len(normalised)),
+        "counted_mean": statistics.mean(counted),
+        "counted_sem": statistics.stdev(counted) / math.sqrt(len(counted)),
+        "counted_normalised_mean": statistics.mean(normalised),
+        "counted_normalised_sem": statistics.stdev(normalised) / math.sqrt(len(normalised)),
         "success_rate": statistics.mean(success),
         "valid_rate": len(valid) / len(attempts),
         "cost_usd_mean": statistics.mean(r.data.metrics["cost_usd"] for r in attempts),
@@ -207,11 +212,15 @@ def row(kind: str, name: str, budget: str = "smoke", valid: bool = False, **metr
                   budget_wall_time_s=600.0)  # fmt: skip
 
 
-def test_invalid_attempts_count_as_zero_and_infrastructure_runs_not_at_all():
+def test_invalid_attempts_count_as_they_were_counted_and_infrastructure_runs_not_at_all():
     rows = [
-        row("ok", "s1", valid=True, score=0.5, normalised_score=10.0, success=1.0, cost_usd=2.0, wall_time_s=10.0, **CALIBRATION),
-        row("budget_exhausted", "s2", valid=True, score=0.7, normalised_score=50.0, success=1.0, cost_usd=4.0, wall_time_s=30.0, **CALIBRATION),
-        row("invalid", "bad", cost_usd=3.0, wall_time_s=20.0, **CALIBRATION),
+        row("ok", "s1", valid=True, score=0.5, normalised_score=10.0, counted_score=0.5, counted_normalised_score=10.0,
+            success=1.0, cost_usd=2.0, wall_time_s=10.0, **CALIBRATION),
+        row("budget_exhausted", "s2", valid=True, score=0.7, normalised_score=50.0, counted_score=0.7,
+            counted_normalised_score=50.0, success=1.0, cost_usd=4.0, wall_time_s=30.0, **CALIBRATION),
+        # counted as doing nothing, as its run recorded (0.3: -30 on the normalised scale)
+        row("invalid", "bad", counted_score=0.3, counted_normalised_score=-30.0, cost_usd=3.0, wall_time_s=20.0,
+            **CALIBRATION),
         row("infra_error", "broken"),
         row("running", "busy"),
         row("crashed", "gone"),
@@ -219,8 +228,9 @@ def test_invalid_attempts_count_as_zero_and_infrastructure_runs_not_at_all():
     (stats,) = aggregate.summarise(rows)
     assert (stats.runs, stats.attempts, stats.valid) == (6, 3, 2)
     assert stats.score_mean == pytest.approx(0.6) and stats.score_sem == pytest.approx(0.1)
-    assert stats.normalised_mean == pytest.approx(20.0)
-    assert stats.normalised_sem == pytest.approx(statistics.stdev([10.0, 50.0, 0.0]) / math.sqrt(3))
+    assert stats.counted_mean == pytest.approx(0.5) and stats.uncounted == 0
+    assert stats.counted_normalised_mean == pytest.approx(10.0)
+    assert stats.counted_normalised_sem == pytest.approx(statistics.stdev([10.0, 50.0, -30.0]) / math.sqrt(3))
     assert stats.success_rate == pytest.approx(2 / 3) and stats.valid_rate == pytest.approx(2 / 3)
     assert stats.cost_usd_mean == pytest.approx(3.0) and stats.wall_time_s_mean == pytest.approx(20.0)
     assert stats.outcomes == {"ok": 1, "budget_exhausted": 1, "invalid": 1, "infra_error": 1, "running": 1, "crashed": 1}
@@ -235,7 +245,11 @@ def test_invalid_attempts_count_as_zero_and_infrastructure_runs_not_at_all():
 def test_one_run_has_no_error_bar_and_an_uncalibrated_task_no_normalised_score():
     (stats,) = aggregate.summarise([row("ok", "only", valid=True, score=0.5), row("agent_error", "quit")])
     assert stats.score_mean == 0.5 and stats.score_sem is None
-    assert stats.normalised_mean is None and stats.success_rate is None  # no baseline known: nothing to compare with
+    assert stats.success_rate is None  # no baseline known: nothing to compare with
+    # no counted score recorded (no do-nothing anchor): no counted mean, rather than one over the valid run alone
+    assert (stats.counted_mean, stats.counted_normalised_mean, stats.uncounted) == (None, None, 2)
+    table = render.results_table([stats])
+    assert table.rows[0][table.headers.index("counted score")] == "- (2 of 2 uncounted)"
     assert stats.valid_rate == 0.5
     assert aggregate.sem([]) is None and aggregate.mean([]) is None
 
@@ -297,10 +311,10 @@ def test_unconfined_runs_and_runs_on_other_assets_are_never_pooled():
     assert sorted((s.confinement, s.assets, s.runs, s.score_mean) for s in stats) == [
         ("confined", "aaaa", 2, 0.5), ("confined", "bbbb", 1, 0.9), ("unconfined", "aaaa", 1, 1.0),
     ]  # fmt: skip
-    assert key_columns(stats) == ["task", "agent", "confinement", "assets"]
+    assert key_columns(stats) == ["task", "agent", "sandbox", "confinement", "assets"]
     table = results_table(stats)
-    assert sorted(tuple(cells[2:4]) for cells in table.rows) == [
-        ("confined", "aaaa"), ("confined", "bbbb"), ("unconfined", "aaaa"),
+    assert sorted(tuple(cells[2:5]) for cells in table.rows) == [
+        ("bwrap", "confined", "aaaa"), ("docker", "confined", "bbbb"), ("unconfined", "unconfined", "aaaa"),
     ]  # fmt: skip
     # one kind alone still says when it is unconfined
     (alone,) = aggregate.summarise([unconfined])
@@ -320,7 +334,7 @@ def test_rows_say_what_their_normalised_score_is_when_tasks_normalise_differentl
     mlrc.task, mlrc.normalised_as = "mlrc-mini", "human_gap"
     table = results_table(aggregate.summarise([built_in, mlab, mlrc]))
     column = table.headers.index("normalised as")
-    assert table.headers[column - 1] == "normalised"
+    assert table.headers[column - 1] == "counted normalised"
     named = {cells[0]: cells[column] for cells in table.rows}
     assert named == {"t": "% of baseline-to-reference gap closed",
                      "house-price": "MLAgentBench improvement over baseline, %",

@@ -234,7 +234,7 @@ def test_a_sweep_ends_with_a_summary_that_matches_the_store(tmp_path, built_cach
                            for seed in (1, 2) for command in (MERGE, "echo nothing"))  # fmt: skip
     assert parent.info.run_name == f"sweep llm_merging/baseline/smoke: seed=1,2 task.scales.tiny.baseline_command='{MERGE}','echo nothing'"
 
-    # One line per run: its status, score and normalised score as the store holds them.
+    # One line per run: its status, raw and counted scores as the store holds them.
     table = out[out.index("[sweep ") :]
     for run in children:
         (line,) = [line for line in table.splitlines() if line.startswith(run.info.run_name + " ")]
@@ -242,19 +242,25 @@ def test_a_sweep_ends_with_a_summary_that_matches_the_store(tmp_path, built_cach
             assert " ok " in line
             assert f"{run.data.metrics['score']:.4g}" in line and f"{run.data.metrics['normalised_score']:.1f}" in line
         else:
-            assert " no submission " in line and line.rstrip().endswith("0.0")  # no score; normalised counts 0
+            # no score; counted as doing nothing, below the baseline's 0
+            do_nothing = run.data.metrics["counted_normalised_score"]
+            assert do_nothing < 0 and run.data.tags["mlrb.counted_as"] == "do_nothing"
+            assert " no submission " in line and line.rstrip().endswith(f"{do_nothing:.1f}")
 
-    # The parent carries the sweep's aggregates: mean ± SEM over every attempt (an invalid one is 0).
+    # The parent carries the configuration's aggregates (the two commands are one configuration:
+    # they differ in no field the report groups by): counted scores over every attempt.
     valid = [r for r in children if r.data.tags["mlrb.valid"] == "True"]
     assert len(valid) == 2
     scores = [r.data.metrics["score"] for r in valid]
-    normalised = [r.data.metrics["normalised_score"] for r in valid] + [0.0, 0.0]
+    normalised = [r.data.metrics["counted_normalised_score"] for r in children]
+    assert sorted(normalised)[:2] == [do_nothing, do_nothing]
     mean = sum(normalised) / 4
     sem = (sum((v - mean) ** 2 for v in normalised) / 3 / 4) ** 0.5
     metrics = client.get_run(parent.info.run_id).data.metrics
     assert (metrics["n"], metrics["n_valid"], metrics["jobs_done"]) == (4, 2, 4)
     assert metrics["score_mean"] == pytest.approx(sum(scores) / 2)
-    assert metrics["normalised_score_mean"] == pytest.approx(mean) and metrics["normalised_score_sem"] == pytest.approx(sem)
+    assert metrics["counted_normalised_score_mean"] == pytest.approx(mean)
+    assert metrics["counted_normalised_score_sem"] == pytest.approx(sem)
     assert metrics["success_rate"] == pytest.approx(sum(r.data.metrics["success"] for r in valid) / 4)
     assert f"{mean:.1f} ± {sem:.1f} (n=4)" in out  # the per-configuration line
     assert "no submission  2" in out  # failures by kind, with the reason

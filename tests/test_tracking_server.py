@@ -34,11 +34,12 @@ ARTIFACTS = ["config.yaml", "instructions.md", "score_report.json", "snapshots",
 ARTIFACT_FILES = ["config.yaml", "instructions.md", "score_report.json", "steps.jsonl", "trajectory.jsonl",
                   "workspace.patch"]  # fmt: skip
 STAGES = ["agent", "assets", "compose", "recording", "sandbox_start", "scoring"]
-METRICS = sorted(["agent_time_s", "baseline_score", "cost_usd", "input_tokens", "output_tokens", "prepare_time_s",
+METRICS = sorted(["agent_time_s", "baseline_score", "cost_usd", "counted_normalised_score", "counted_score",
+                  "do_nothing_score", "input_tokens", "output_tokens", "prepare_time_s",
                   "reference_score", "score_time_s", "steps", "valid", "wall_time_s",
                   *(f"stage_time_s.{stage}" for stage in STAGES)])  # fmt: skip
 TAGS = ["mlflow.parentRunId", "mlflow.runName", "mlrb.agent", "mlrb.agent_message", "mlrb.assets_fingerprint",
-        "mlrb.attempt", "mlrb.budget", "mlrb.confined", "mlrb.invalid_reason", "mlrb.network",
+        "mlrb.attempt", "mlrb.budget", "mlrb.confined", "mlrb.counted_as", "mlrb.counted_reason", "mlrb.invalid_reason", "mlrb.network",
         "mlrb.normalised_as", "mlrb.read_only_restored", "mlrb.run_dir", "mlrb.run_key", "mlrb.sandbox", "mlrb.scale", "mlrb.seed",
         "mlrb.status", "mlrb.stop_reason", "mlrb.sweep_id", "mlrb.task", "mlrb.valid"]  # fmt: skip
 

@@ -1,8 +1,13 @@
-"""Per task x scale x agent x budget statistics, as the papers report them.
+"""Per task x scale x agent x model x budget x sandbox x assets statistics, as the papers
+report them; runs that differ in any of these are never pooled (RunRow.group).
 
+- counted score, raw and normalised (MLRC-Bench's share of the baseline-to-reference
+  gap, 0..100): mean +- SEM over every attempt, each as its run counted it
+  (mlrb/counting.py): an attempt without a valid submission, or scoring worse than
+  doing nothing, as the task's do-nothing anchor. A group with an attempt that has
+  no counted score (a task without a do-nothing anchor, a run recorded before runs
+  recorded one) has no counted mean: leaving such attempts out would count successes only;
 - raw score: mean +- SEM over the valid submissions (an invalid one has no score);
-- normalised score (MLRC-Bench's share of the baseline-to-reference gap, 0..100):
-  mean +- SEM over every attempt, an attempt without a valid submission counted as 0;
 - success rate (MLAgentBench: more than 10% over the baseline) and valid-submission
   rate: over every attempt, as MLE-bench's medal and valid-submission rates are;
 - cost, tokens, wall time: means over the attempts that recorded them.
@@ -48,11 +53,13 @@ class GroupStats:
     runs: int
     attempts: int
     valid: int
-    score_mean: float | None
+    score_mean: float | None  # raw, over the valid submissions
     score_sem: float | None
-    normalised_mean: float | None
-    normalised_sem: float | None
-    normalised_n: int
+    counted_mean: float | None  # over every attempt, as counted; None unless every attempt has a counted score
+    counted_sem: float | None
+    counted_normalised_mean: float | None
+    counted_normalised_sem: float | None
+    uncounted: int  # attempts without a counted score
     success_rate: float | None
     success_n: int
     valid_rate: float | None
@@ -68,19 +75,31 @@ class GroupStats:
     confinement: str = CONFINED
     assets: str = ""
     normalised_as: str = "gap"  # a task's runs share it (see RunRow.normalised_as)
+    model: str = ""
+    sandbox: str = "?"
 
 
 def group_key_order(row_or_stats) -> tuple:
     wall = row_or_stats.budget_wall_time_s
-    return (row_or_stats.task, row_or_stats.scale, row_or_stats.agent, wall if wall is not None else math.inf,
-            row_or_stats.budget, row_or_stats.confinement, row_or_stats.assets)  # fmt: skip
+    return (row_or_stats.task, row_or_stats.scale, row_or_stats.agent, row_or_stats.model,
+            wall if wall is not None else math.inf, row_or_stats.budget, row_or_stats.sandbox,
+            row_or_stats.confinement, row_or_stats.assets)  # fmt: skip
+
+
+def over_every_attempt(values: list[float | None]) -> tuple[float | None, float | None]:
+    """(mean, SEM) of values that every attempt has; (None, None) when any lacks one."""
+    if not values or any(v is None or math.isnan(v) for v in values):
+        return None, None
+    counted = [v for v in values if v is not None]
+    return mean(counted), sem(counted)
 
 
 def summarise_group(rows: list[RunRow]) -> GroupStats:
     attempts = [r for r in rows if r.is_attempt]
     scored = [r for r in attempts if r.scored]
     scores = present(r.score for r in scored)
-    normalised = present(r.normalised for r in attempts)
+    counted_mean, counted_sem = over_every_attempt([r.counted_score for r in attempts])
+    normalised_mean, normalised_sem = over_every_attempt([r.counted_normalised for r in attempts])
     successes = present(r.success for r in attempts)
     first = rows[0]
     return GroupStats(
@@ -93,9 +112,11 @@ def summarise_group(rows: list[RunRow]) -> GroupStats:
         valid=len(scored),
         score_mean=mean(scores),
         score_sem=sem(scores),
-        normalised_mean=mean(normalised),
-        normalised_sem=sem(normalised),
-        normalised_n=len(normalised),
+        counted_mean=counted_mean,
+        counted_sem=counted_sem,
+        counted_normalised_mean=normalised_mean,
+        counted_normalised_sem=normalised_sem,
+        uncounted=sum(r.counted_score is None for r in attempts),
         success_rate=mean(successes),
         success_n=len(successes),
         valid_rate=len(scored) / len(attempts) if attempts else None,
@@ -111,6 +132,8 @@ def summarise_group(rows: list[RunRow]) -> GroupStats:
         confinement=first.confinement,
         assets=first.assets,
         normalised_as=first.normalised_as,
+        model=first.model,
+        sandbox=first.sandbox,
     )
 
 
@@ -134,6 +157,8 @@ class Cause:
     runs: list[str]  # run names (seed included) for finding them in MLflow
     confinement: str = CONFINED
     assets: str = ""
+    model: str = ""
+    sandbox: str = "?"
 
     @property
     def count(self) -> int:
@@ -150,14 +175,24 @@ def why_not_scored(rows: Iterable[RunRow]) -> list[Cause]:
         detail = "" if row.kind in (RUNNING, CRASHED) else row.detail
         key = (*row.group, row.kind, detail)
         if key not in found:
-            found[key] = Cause(
-                row.task, row.scale, row.agent, row.budget, row.kind, detail, [], row.confinement, row.assets
-            )
+            found[key] = Cause(row.task, row.scale, row.agent, row.budget, row.kind, detail, [], row.confinement,
+                               row.assets, row.model, row.sandbox)  # fmt: skip
         found[key].runs.append(row.name)
     order = {kind: i for i, kind in enumerate(CAUSES)}
     return sorted(
         found.values(),
-        key=lambda c: (c.task, c.scale, c.agent, c.budget, c.confinement, c.assets, order[c.kind], -c.count),
+        key=lambda c: (
+            c.task,
+            c.scale,
+            c.agent,
+            c.model,
+            c.budget,
+            c.sandbox,
+            c.confinement,
+            c.assets,
+            order[c.kind],
+            -c.count,
+        ),  # fmt: skip
     )
 
 
@@ -169,3 +204,12 @@ def not_counted(rows: Iterable[RunRow]) -> list[RunRow]:
 
 def varying(stats: Sequence[GroupStats], attribute: str) -> bool:
     return len({getattr(s, attribute) for s in stats}) > 1
+
+
+# What tells groups apart (RunRow.group), as GroupStats attributes.
+GROUP_FIELDS = ("task", "scale", "agent", "model", "budget", "sandbox", "confinement", "assets")
+
+
+def varying_fields(stats: Sequence[GroupStats]) -> list[str]:
+    """The group fields whose values differ between these groups."""
+    return [name for name in GROUP_FIELDS if varying(stats, name)]

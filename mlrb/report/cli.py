@@ -29,9 +29,10 @@ class ReportError(Exception):
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m mlrb.report",
-        description="Paper-style tables and plots of mlrb's runs: per task x agent (x budget), mean ± SEM of the "
-        "raw and normalised scores, success and valid-submission rates, cost, tokens and wall time, why runs did "
-        "not score, and which runs were not counted (infrastructure errors, killed, running, crashed).",
+        description="Paper-style tables and plots of mlrb's runs: per task x agent (x model, budget), mean ± SEM "
+        "of the counted scores (a failed attempt counts as doing nothing) and of the valid submissions' raw scores, "
+        "success and valid-submission rates, cost, tokens and wall time, why runs did not score, and which runs "
+        "were not counted (infrastructure errors, killed, running, crashed).",
         epilog="Filters take one value or several (repeat the flag or separate with commas). Example: "
         "python -m mlrb.report --sweep 935e10cdca64 --html",
     )

@@ -54,8 +54,13 @@ def anchors(ax, stats: Sequence[GroupStats]) -> None:
         ax.axhline(reference, color="green", linestyle="--", linewidth=1, label="task reference (normalised 100)")
 
 
+def who(s) -> str:
+    """The agent, with its model when it has one (two models of one agent are two lines)."""
+    return f"{s.agent} ({s.model})" if s.model else s.agent
+
+
 def label(s, show_budget: bool) -> str:
-    return f"{s.agent} / {s.budget}" if show_budget else s.agent
+    return f"{who(s)} / {s.budget}" if show_budget else who(s)
 
 
 def save(fig, path: Path) -> Path:
@@ -97,8 +102,8 @@ def score_vs_budget(stats: Sequence[GroupStats], path: Path) -> Path:
     show_scale = varying(stats, "scale")
     for key, ax in axes.items():
         group = [s for s in stats if task_key(s) == key and s.score_mean is not None and s.budget_wall_time_s]
-        for agent in sorted({s.agent for s in group}):
-            points = sorted((s for s in group if s.agent == agent), key=lambda s: s.budget_wall_time_s or 0)
+        for agent in sorted({who(s) for s in group}):
+            points = sorted((s for s in group if who(s) == agent), key=lambda s: s.budget_wall_time_s or 0)
             ax.errorbar([(s.budget_wall_time_s or 0) / 3600 for s in points], [s.score_mean for s in points],
                         yerr=[s.score_sem or 0.0 for s in points], marker="o", capsize=4, label=agent)  # fmt: skip
         ticks = {(s.budget_wall_time_s or 0) / 3600: s.budget for s in group}

@@ -35,13 +35,18 @@ HOW_TO_READ = (
     "*runs (attempts)*: attempts are the runs whose outcome is the agent's doing (ok, invalid, no submission, "
     "budget exhausted, agent error); infrastructure errors, killed, running and crashed runs are not attempts "
     "and enter no mean or rate (listed below). "
-    "*score*: raw score, mean ± SEM over valid submissions (n). "
-    "*normalised*: share of the baseline-to-reference gap closed (0 = baseline, 100 = reference, as "
-    "MLRC-Bench), mean ± SEM over attempts, an attempt without a valid submission counted as 0. "
+    "*counted score*: raw score, mean ± SEM over all attempts (n), each as counted: an attempt without a "
+    "valid submission, or scoring worse than doing nothing, counts as the task's do-nothing anchor (the "
+    "starting point submitted unchanged), so failing never beats honest work that falls short; '-' when an "
+    "attempt has no counted score (uncounted: the task has no do-nothing anchor, or the run was recorded "
+    "before runs recorded one). "
+    "*counted normalised*: the same on the normalised scale: share of the baseline-to-reference gap closed "
+    "(0 = baseline, 100 = reference, as MLRC-Bench; doing nothing is usually below 0). "
     "*normalised as*, shown when tasks normalise differently: what a row's normalised score is, by the "
     "benchmark's own name. "
     "*success*: more than 10% over the baseline (MLAgentBench), over attempts. "
-    "*valid*: attempts with a valid submission. Cost, tokens (in / out) and wall time: means over attempts."
+    "*valid*: attempts with a valid submission; *valid score*: raw score, mean ± SEM over those alone. "
+    "Cost, tokens (in / out) and wall time: means over attempts."
 )
 
 
@@ -99,14 +104,18 @@ def tokens(stats: GroupStats) -> str:
 
 
 def key_columns(stats: Sequence[GroupStats]) -> list[str]:
-    """task and agent always; scale, budget and assets only when they vary; confinement when
-    it varies or any run was unconfined (such rows must say so)."""
+    """task and agent always; model when an agent has one; scale, budget, sandbox and assets
+    only when they vary; confinement when it varies or any run was unconfined (such rows must say so)."""
     columns = ["task"]
     if varying(stats, "scale"):
         columns.append("scale")
     columns.append("agent")
+    if any(s.model for s in stats):
+        columns.append("model")
     if varying(stats, "budget"):
         columns.append("budget")
+    if varying(stats, "sandbox"):
+        columns.append("sandbox")
     if varying(stats, "confinement") or any(s.confinement != CONFINED for s in stats):
         columns.append("confinement")
     if varying(stats, "assets"):
@@ -122,11 +131,19 @@ NORMALISED_AS = {
 }
 
 
+def counted(mean: float | None, sem: float | None, s: GroupStats, spec: str = ".4g", sem_spec: str = ".2g") -> str:
+    """A counted mean over every attempt, or why there is none."""
+    if mean is None and s.uncounted:
+        return f"- ({s.uncounted} of {s.attempts} uncounted)"
+    return mean_sem(mean, sem, s.attempts, spec, sem_spec)
+
+
 def results_table(stats: Sequence[GroupStats]) -> Table:
     keys = key_columns(stats)
     named = any(s.normalised_as != "gap" for s in stats)  # else every row reads as the legend says
-    headers = keys + ["runs (attempts)", "score", "normalised", *(["normalised as"] if named else []), "success",
-                      "valid", "cost", "tokens in / out", "wall time", "not counted"]  # fmt: skip
+    headers = keys + ["runs (attempts)", "counted score", "counted normalised", *(["normalised as"] if named else []),
+                      "success", "valid", "valid score", "cost", "tokens in / out", "wall time",
+                      "not counted"]  # fmt: skip
     rows = []
     for s in stats:
         excluded = ", ".join(
@@ -136,11 +153,12 @@ def results_table(stats: Sequence[GroupStats]) -> Table:
             [getattr(s, k) for k in keys]
             + [
                 f"{s.runs} ({s.attempts})",
-                mean_sem(s.score_mean, s.score_sem, s.valid),
-                mean_sem(s.normalised_mean, s.normalised_sem, s.normalised_n, ".1f", ".1f"),
+                counted(s.counted_mean, s.counted_sem, s),
+                counted(s.counted_normalised_mean, s.counted_normalised_sem, s, ".1f", ".1f"),
                 *([NORMALISED_AS.get(s.normalised_as, s.normalised_as)] if named else []),
                 rate(s.success_rate, s.success_n),
                 rate(s.valid_rate, s.attempts),
+                mean_sem(s.score_mean, s.score_sem, s.valid),
                 dollars(s.cost_usd_mean),
                 tokens(s),
                 duration(s.wall_time_s_mean),
@@ -171,19 +189,19 @@ def excluded_table(rows: Sequence[RunRow]) -> Table:
 
 
 SUMMARY_FIELDS = [
-    "task", "scale", "agent", "budget", "confinement", "assets", "budget_wall_time_s", "runs", "attempts", "valid",
-    "score_mean", "score_sem", "normalised_mean", "normalised_sem", "normalised_n", "normalised_as", "success_rate",
-    "success_n",
+    "task", "scale", "agent", "model", "budget", "sandbox", "confinement", "assets", "budget_wall_time_s", "runs",
+    "attempts", "valid", "counted_mean", "counted_sem", "counted_normalised_mean", "counted_normalised_sem",
+    "uncounted", "score_mean", "score_sem", "normalised_as", "success_rate", "success_n",
     "valid_rate", "cost_usd_mean", "input_tokens_mean", "output_tokens_mean", "wall_time_s_mean",
     "baseline_score", "reference_score",
     *KIND_LABELS,
 ]  # fmt: skip
 
 RUN_FIELDS = [
-    "run_id", "name", "experiment", "task", "scale", "agent", "budget", "seed", "sweep_id", "sandbox", "confinement",
-    "assets", "mlflow_status",
-    "kind", "counted", "detail", "score", "normalised_score", "normalised_as", "success", "baseline_score",
-    "reference_score", "cost_usd", "input_tokens", "output_tokens", "wall_time_s",
+    "run_id", "name", "experiment", "task", "scale", "agent", "model", "budget", "seed", "sweep_id", "sandbox",
+    "confinement", "assets", "mlflow_status",
+    "kind", "counted", "detail", "score", "normalised_score", "counted_score", "counted_normalised_score",
+    "normalised_as", "success", "do_nothing_score", "baseline_score", "reference_score", "cost_usd", "input_tokens", "output_tokens", "wall_time_s",
 ]  # fmt: skip
 
 
@@ -217,10 +235,11 @@ def run_records(rows: Sequence[RunRow]) -> list[dict[str, object]]:
     """One line per run, with the values the summary counted (score only when valid)."""
     return [
         {"run_id": r.run_id, "name": r.name, "experiment": r.experiment, "task": r.task, "scale": r.scale,
-         "agent": r.agent, "budget": r.budget, "seed": r.seed, "sweep_id": r.sweep_id, "sandbox": r.sandbox,
+         "agent": r.agent, "model": r.model, "budget": r.budget, "seed": r.seed, "sweep_id": r.sweep_id, "sandbox": r.sandbox,
          "confinement": r.confinement, "assets": r.assets, "mlflow_status": r.mlflow_status, "kind": r.kind, "counted": r.is_attempt, "detail": r.detail,
-         "score": r.score, "normalised_score": r.normalised, "normalised_as": r.normalised_as, "success": r.success,
-         **{name: r.metric(name) for name in ("baseline_score", "reference_score", "cost_usd", "input_tokens",
+         "score": r.score, "normalised_score": r.normalised, "counted_score": r.counted_score,
+         "counted_normalised_score": r.counted_normalised, "normalised_as": r.normalised_as, "success": r.success,
+         **{name: r.metric(name) for name in ("do_nothing_score", "baseline_score", "reference_score", "cost_usd", "input_tokens",
                                               "output_tokens", "wall_time_s")}}
         for r in rows
     ]  # fmt: skip
@@ -228,7 +247,7 @@ def run_records(rows: Sequence[RunRow]) -> list[dict[str, object]]:
 
 def cause_records(causes: Sequence[Cause]) -> list[dict[str, object]]:
     return [
-        {"task": c.task, "scale": c.scale, "agent": c.agent, "budget": c.budget, "cause": c.kind,
+        {"task": c.task, "scale": c.scale, "agent": c.agent, "model": c.model, "budget": c.budget, "cause": c.kind,
          "runs": c.count, "reason": c.detail, "which": " ".join(sorted(c.runs))}
         for c in causes
     ]  # fmt: skip
@@ -303,7 +322,8 @@ class Report:
         written = [
             write_csv(out / "summary.csv", SUMMARY_FIELDS, summary_records(self.stats)),
             write_csv(out / "runs.csv", RUN_FIELDS, run_records(self.rows)),
-            write_csv(out / "not_scored.csv", ["task", "scale", "agent", "budget", "cause", "runs", "reason", "which"],
+            write_csv(out / "not_scored.csv", ["task", "scale", "agent", "model", "budget", "cause", "runs", "reason",
+                                               "which"],
                       cause_records(self.causes)),
         ]  # fmt: skip
         (out / "summary.md").write_text(self.markdown())

@@ -5,7 +5,9 @@ see docs/reports.md, "How runs count"), or, for a run with none yet, `running` o
 
 - an *attempt* is a run whose status is the agent's doing (ok, invalid,
   no_submission, budget_exhausted, agent_error): the agent had its chance and the
-  scorer had its say. It scored when its workspace held a valid submission;
+  scorer had its say. It scored when its workspace held a valid submission; in means
+  it counts as its run recorded (`counted_score`, mlrb/counting.py): one without a
+  valid submission, or scoring worse than doing nothing, as doing nothing;
 - everything else is not the agent's doing and is never counted as a score:
   infrastructure errors, killed runs, runs still going, and runs left RUNNING by a
   process that died (crashed).
@@ -34,6 +36,9 @@ NOT_COUNTED = (Status.INFRA_ERROR.value, Status.KILLED.value, CRASHED, RUNNING)
 # Why a run did not score, most telling first (an `ok` run always scored).
 CAUSES = tuple(s.value for s in (Status.BUDGET_EXHAUSTED, Status.INVALID, Status.NO_SUBMISSION, Status.AGENT_ERROR,
                                  Status.INFRA_ERROR, Status.KILLED)) + (CRASHED, RUNNING)  # fmt: skip
+
+# The param that names an LLM agent's model: runs of one agent with two models never pool.
+MODEL_PARAM = "agent.options.model"
 
 # A run with no parent sweep still RUNNING this long after its budget ran out is
 # taken for crashed: assets, scoring and recording never take that long.
@@ -93,6 +98,8 @@ class RunRow:
     assets: str = ""
     # What its normalised score means (Task.normalised_as); runs recorded before the tag: "gap".
     normalised_as: str = "gap"
+    # The LLM agent's model (the `agent.options.model` param; "" for scripted agents).
+    model: str = ""
 
     @property
     def is_attempt(self) -> bool:
@@ -100,7 +107,8 @@ class RunRow:
 
     @property
     def group(self) -> tuple:
-        return (self.task, self.scale, self.agent, self.budget, self.confinement, self.assets)
+        """What never pools: runs of one group are alike in all of these."""
+        return (self.task, self.scale, self.agent, self.model, self.budget, self.sandbox, self.confinement, self.assets)
 
     def metric(self, name: str) -> float | None:
         return self.metrics.get(name)
@@ -117,13 +125,21 @@ class RunRow:
 
     @property
     def normalised(self) -> float | None:
-        """0 = the baseline, 100 = the reference. An attempt without a valid
-        submission closed none of the gap: 0, when the task is calibrated."""
-        if self.scored:
-            return self.metric("normalised_score")
-        if self.is_attempt and self.calibrated:
-            return 0.0
-        return None
+        """The raw normalised score (0 = the baseline, 100 = the reference): only a valid submission has one."""
+        return self.metric("normalised_score") if self.scored else None
+
+    @property
+    def counted_score(self) -> float | None:
+        """What the attempt counts as in means (mlrb/counting.py): its score, or the do-nothing
+        anchor's when it has no valid one or one worse than doing nothing. None for runs that
+        are not attempts, for tasks without a do-nothing anchor, and for runs recorded before
+        runs recorded it."""
+        return self.metric("counted_score") if self.is_attempt else None
+
+    @property
+    def counted_normalised(self) -> float | None:
+        """The counted score on the normalised scale."""
+        return self.metric("counted_normalised_score") if self.is_attempt else None
 
     @property
     def success(self) -> float | None:
@@ -134,11 +150,6 @@ class RunRow:
         if self.is_attempt and self.metric("baseline_score"):
             return 0.0
         return None
-
-    @property
-    def calibrated(self) -> bool:
-        baseline, reference = self.metric("baseline_score"), self.metric("reference_score")
-        return baseline is not None and reference is not None and baseline != reference
 
 
 def classify(run: Any, parent_status: str | None, now_s: float) -> tuple:
@@ -203,6 +214,7 @@ def to_row(run: Any, experiment: str, parent_status: str | None, now_s: float) -
         confinement=confinement(tags),
         assets=tags.get(Tag.ASSETS_FINGERPRINT, ""),
         normalised_as=tags.get(Tag.NORMALISED_AS, "gap"),
+        model=params.get(MODEL_PARAM) or "",
     )
 
 

@@ -69,7 +69,10 @@ class ScaleSpec:
     # an untrained model), scored at asset build for the record: it must score below the
     # baseline or be invalid, else doing nothing would beat the baseline.
     do_nothing_command: str = ""
-    # Normalisation anchors; None means measured on the built assets.
+    # Normalisation anchors; None means measured on the built assets. do_nothing_score is the
+    # floor a failed attempt counts as (mlrb/counting.py): state it where doing nothing cannot
+    # be measured (no do_nothing_command, or its submission is invalid), say chance accuracy.
+    do_nothing_score: float | None = None
     baseline_score: float | None = None
     reference_score: float | None = None
     reference_name: str = ""
@@ -301,16 +304,16 @@ class Task(abc.ABC):
         return scores
 
     def calibration(self, assets: Path) -> dict[str, float | None]:
-        """Baseline and reference scores for normalisation; config values win."""
+        """Do-nothing, baseline and reference scores for counting and normalisation; config values win."""
         import json
 
         measured_file = assets / "hidden" / "calibration.json"
         measured = json.loads(measured_file.read_text()) if measured_file.exists() else {}
         anchors = {
             anchor: getattr(self.spec, anchor) if getattr(self.spec, anchor) is not None else measured.get(anchor)
-            for anchor in ("baseline_score", "reference_score")
+            for anchor in ("do_nothing_score", "baseline_score", "reference_score")
         }
-        problem = anchor_problem(anchors["baseline_score"], anchors["reference_score"])
+        problem = anchor_problem(anchors["baseline_score"], anchors["reference_score"], self.higher_is_better)
         if problem:  # a scale on which the reference does not beat the baseline means nothing
             import logging
 
@@ -319,8 +322,12 @@ class Task(abc.ABC):
         return anchors
 
 
-def anchor_problem(baseline: float | None, reference: float | None) -> str:
-    """Why the normalised scale (0 = baseline, 100 = reference) cannot be used, or ""."""
-    if baseline is not None and reference is not None and reference <= baseline:
+def anchor_problem(baseline: float | None, reference: float | None, higher_is_better: bool = True) -> str:
+    """Why the normalised scale (0 = baseline, 100 = reference) cannot be used, or "": the
+    reference must beat the baseline in the task's direction (a loss: be lower)."""
+    if baseline is None or reference is None:
+        return ""
+    beats = reference > baseline if higher_is_better else reference < baseline
+    if not beats:
         return f"the reference ({reference:.4g}) does not beat the baseline ({baseline:.4g})"
     return ""

@@ -184,7 +184,13 @@ class FolderTask(Task):
             logging.getLogger(__name__).warning("%s: the reference (%s) does not beat the baseline (%s): "
                                                 "no normalised score", self.name, reference, baseline)  # fmt: skip
             reference = None
-        return {"baseline_score": baseline, "reference_score": reference}
+        # A folder has no do-nothing command: only a stated do_nothing_score gives its attempts a
+        # counted score (mlrb/counting.py); without one, none is counted.
+        return {
+            "do_nothing_score": self.spec.do_nothing_score,
+            "baseline_score": baseline,
+            "reference_score": reference,
+        }
 
     @property
     def direction(self) -> float:

@@ -97,7 +97,7 @@ class LlmMerging(Task):
         else:  # full scale: the best single expert, which may not beat averaging
             ceiling = max(result["accuracy"] for result in per_expert.values())
         scores["reference_score"] = ceiling
-        problem = anchor_problem(scores["baseline_score"], ceiling)
+        problem = anchor_problem(scores["baseline_score"], ceiling, self.higher_is_better)
         if problem:  # Task.calibration then gives no reference: no normalised score
             scores["normalisation_refused"] = problem
         shutil.rmtree(scratch)
