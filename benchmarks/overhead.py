@@ -67,6 +67,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import results as results_page  # noqa: E402  (beside this file)
+
 from fake_llm_server import FakeLlmServer, reply, tool  # noqa: E402
 
 STAGES = ("compose", "assets", "sandbox_start", "agent", "scoring", "recording")

@@ -16,34 +16,39 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 
-def tool(name: str, **arguments: Any) -> Dict[str, Any]:
+def tool(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 
 
-def reply(*tool_calls: Dict[str, Any], text: str = "", usage=(1000, 100), delay_s: float = 0.0) -> Dict[str, Any]:
+def reply(*tool_calls: dict[str, Any], text: str = "", usage=(1000, 100), delay_s: float = 0.0) -> dict[str, Any]:
     """A model turn: some text and tool calls, with the usage the server reports (None: none)."""
     return {"kind": "reply", "text": text, "tool_calls": list(tool_calls), "usage": usage, "delay_s": delay_s}
 
 
-def error(status: int, message: str = "scripted failure") -> Dict[str, Any]:
+def error(status: int, message: str = "scripted failure") -> dict[str, Any]:
     return {"kind": "error", "status": status, "message": message}
 
 
-def hang(seconds: float) -> Dict[str, Any]:
+def hang(seconds: float) -> dict[str, Any]:
     """No answer for `seconds`, then a turn that submits (if the client still listens)."""
     return {**reply(tool("submit", summary="late")), "delay_s": seconds}
 
 
-ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error", 429: "rate_limit_error", 500: "api_error"}
+ANTHROPIC_ERRORS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    429: "rate_limit_error",
+    500: "api_error",
+}
 
 
 class FakeLlmServer:
-    def __init__(self, script: List[Dict[str, Any]], port: int = 0):
+    def __init__(self, script: list[dict[str, Any]], port: int = 0):
         self.script = list(script)
-        self.requests: List[Dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), self.handler_class())
         self.server.daemon_threads = True
@@ -66,13 +71,13 @@ class FakeLlmServer:
         self.server.shutdown()
         self.server.server_close()
 
-    def __enter__(self) -> "FakeLlmServer":
+    def __enter__(self) -> FakeLlmServer:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def next_turn(self, request: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    def next_turn(self, request: dict[str, Any]) -> dict[str, Any] | None:
         with self.lock:
             self.requests.append(request)
             return self.script.pop(0) if self.script else None
@@ -88,7 +93,9 @@ class FakeLlmServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                turn = fake.next_turn({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+                turn = fake.next_turn(
+                    {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
+                )
                 anthropic = self.path.endswith("/v1/messages")
                 if not anthropic and not self.path.endswith("/chat/completions"):
                     return self.send(404, {"error": {"type": "not_found", "message": self.path}})
@@ -101,7 +108,7 @@ class FakeLlmServer:
                 render = anthropic_reply if anthropic else openai_reply
                 self.send(200, render(turn, body.get("model", "fake"), len(fake.requests)))
 
-            def send(self, status: int, payload: Dict[str, Any]) -> None:
+            def send(self, status: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(status)
@@ -115,18 +122,18 @@ class FakeLlmServer:
         return Handler
 
 
-def error_body(anthropic: bool, status: int, message: str) -> Dict[str, Any]:
+def error_body(anthropic: bool, status: int, message: str) -> dict[str, Any]:
     kind = ANTHROPIC_ERRORS.get(status, "api_error")
     if anthropic:
         return {"type": "error", "error": {"type": kind, "message": message}}
     return {"error": {"message": message, "type": kind, "code": None, "param": None}}
 
 
-def anthropic_reply(turn: Dict[str, Any], model: str, n: int) -> Dict[str, Any]:
-    content: List[Dict[str, Any]] = [{"type": "text", "text": turn["text"]}] if turn["text"] else []
+def anthropic_reply(turn: dict[str, Any], model: str, n: int) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": turn["text"]}] if turn["text"] else []
     for i, call in enumerate(turn["tool_calls"]):
         content.append({"type": "tool_use", "id": f"toolu_{n}_{i}", "name": call["name"], "input": call["arguments"]})
-    out: Dict[str, Any] = {
+    out: dict[str, Any] = {
         "id": f"msg_{n}",
         "type": "message",
         "role": "assistant",
@@ -142,8 +149,8 @@ def anthropic_reply(turn: Dict[str, Any], model: str, n: int) -> Dict[str, Any]:
     return out
 
 
-def openai_reply(turn: Dict[str, Any], model: str, n: int) -> Dict[str, Any]:
-    message: Dict[str, Any] = {"role": "assistant", "content": turn["text"] or None}
+def openai_reply(turn: dict[str, Any], model: str, n: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": turn["text"] or None}
     if turn["tool_calls"]:
         message["tool_calls"] = [
             {
@@ -153,7 +160,7 @@ def openai_reply(turn: Dict[str, Any], model: str, n: int) -> Dict[str, Any]:
             }
             for i, call in enumerate(turn["tool_calls"])
         ]
-    out: Dict[str, Any] = {
+    out: dict[str, Any] = {
         "id": f"chatcmpl-{n}",
         "object": "chat.completion",
         "created": 0,

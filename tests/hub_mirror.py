@@ -25,8 +25,8 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, List
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"  # one fake commit for every stand-in repository
 
@@ -40,7 +40,7 @@ def sentence(rng: random.Random, n: int = 8) -> str:
 
 # ---- models ---------------------------------------------------------------------------
 # repo id -> (family, tokenizer kind); families are built by `_model`, tokenizers by `_tokenizer`.
-MODELS: Dict[str, tuple] = {
+MODELS: dict[str, tuple] = {
     "gpt2": ("gpt2", "byte_level"),
     "distilgpt2": ("gpt2", "byte_level"),
     "microsoft/phi-2": ("phi", "codegen"),
@@ -100,8 +100,11 @@ def _model(family: str, vocab: int, out: Path) -> None:
     small = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
     if family == "gpt2":
-        model = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=256,
-                                                   bos_token_id=0, eos_token_id=0))  # <|endoftext|>
+        model = tf.GPT2LMHeadModel(
+            tf.GPT2Config(
+                vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=256, bos_token_id=0, eos_token_id=0
+            )
+        )  # <|endoftext|>
     elif family == "phi":
         model = tf.PhiForCausalLM(tf.PhiConfig(**{**small, "num_key_value_heads": 4})).to(torch.float16)
     elif family == "mistral":
@@ -164,41 +167,84 @@ def add_adapters(hf_home: Path) -> None:
 
 
 # ---- datasets -------------------------------------------------------------------------
-def _rows(fields: str, n: int, rng: random.Random) -> List[dict]:
+def _rows(fields: str, n: int, rng: random.Random) -> list[dict]:
     """Rows of the shape each dataset has (the fields the tasks and lm-eval read)."""
     out = []
     for i in range(n):
         s = lambda k=8: sentence(rng, k)  # noqa: E731
         row = {
-            "babylm": lambda: {"filename": f"file{i}.train", "content": "\n".join(s() for _ in range(20))},
-            "text": lambda: {"text": " ".join(s() for _ in range(10))},
-            "alpaca": lambda: {"output": s(), "input": s(), "instruction": s()},
-            "dolly": lambda: {"instruction": s(), "context": s(), "response": s(), "category": "open_qa"},
-            "autoformalization": lambda: {"name": f"problem_{i}", "informal_statement": s(), "informal_proof": s(),
-                                          "formal_proof": f"theorem problem_{i} : (2 : ℕ) + {i} = {i} + 2 := by simp"},
-            "mmlu": lambda: {"question": s(), "subject": "", "choices": [s(3) for _ in range(4)],
-                             "answer": rng.randrange(4)},
-            "blimp": lambda: {"sentence_good": s(), "sentence_bad": s(), "field": "syntax", "linguistics_term": "",
-                              "UID": "", "simple_LM_method": True, "one_prefix_method": False,
-                              "two_prefix_method": False, "lexically_identical": False, "pair_id": i},
-            "boolq": lambda: {"question": s(), "passage": s(20), "idx": i, "label": rng.randrange(2)},
-            "cb": lambda: {"premise": s(), "hypothesis": s(), "idx": i, "label": rng.randrange(3)},
-            "copa": lambda: {"premise": s(), "choice1": s(), "choice2": s(), "question": rng.choice(["cause", "effect"]),
-                             "idx": i, "label": rng.randrange(2)},
-            "multirc": lambda: {"paragraph": s(20), "question": s(), "answer": s(4),
-                                "idx": {"paragraph": 0, "question": i // 2, "answer": i}, "label": rng.randrange(2)},
-            "rte": lambda: {"premise": s(), "hypothesis": s(), "idx": i, "label": rng.randrange(2)},
-            "wic": lambda: {"word": "cat", "sentence1": "The cat sees a dog.", "sentence2": "A cat runs.",
-                            "start1": 4, "start2": 2, "end1": 7, "end2": 5, "idx": i, "label": rng.randrange(2)},
-            "wsc.fixed": lambda: {"text": "The cat sees the dog because it is big.", "span1_index": 1,
-                                  "span2_index": 6, "span1_text": "cat", "span2_text": "it", "idx": i,
-                                  "label": rng.randrange(2)},
+            "babylm": lambda i=i, s=s: {"filename": f"file{i}.train", "content": "\n".join(s() for _ in range(20))},
+            "text": lambda i=i, s=s: {"text": " ".join(s() for _ in range(10))},
+            "alpaca": lambda i=i, s=s: {"output": s(), "input": s(), "instruction": s()},
+            "dolly": lambda i=i, s=s: {"instruction": s(), "context": s(), "response": s(), "category": "open_qa"},
+            "autoformalization": lambda i=i, s=s: {
+                "name": f"problem_{i}",
+                "informal_statement": s(),
+                "informal_proof": s(),
+                "formal_proof": f"theorem problem_{i} : (2 : ℕ) + {i} = {i} + 2 := by simp",
+            },
+            "mmlu": lambda i=i, s=s: {
+                "question": s(),
+                "subject": "",
+                "choices": [s(3) for _ in range(4)],
+                "answer": rng.randrange(4),
+            },
+            "blimp": lambda i=i, s=s: {
+                "sentence_good": s(),
+                "sentence_bad": s(),
+                "field": "syntax",
+                "linguistics_term": "",
+                "UID": "",
+                "simple_LM_method": True,
+                "one_prefix_method": False,
+                "two_prefix_method": False,
+                "lexically_identical": False,
+                "pair_id": i,
+            },
+            "boolq": lambda i=i, s=s: {"question": s(), "passage": s(20), "idx": i, "label": rng.randrange(2)},
+            "cb": lambda i=i, s=s: {"premise": s(), "hypothesis": s(), "idx": i, "label": rng.randrange(3)},
+            "copa": lambda i=i, s=s: {
+                "premise": s(),
+                "choice1": s(),
+                "choice2": s(),
+                "question": rng.choice(["cause", "effect"]),
+                "idx": i,
+                "label": rng.randrange(2),
+            },
+            "multirc": lambda i=i, s=s: {
+                "paragraph": s(20),
+                "question": s(),
+                "answer": s(4),
+                "idx": {"paragraph": 0, "question": i // 2, "answer": i},
+                "label": rng.randrange(2),
+            },
+            "rte": lambda i=i, s=s: {"premise": s(), "hypothesis": s(), "idx": i, "label": rng.randrange(2)},
+            "wic": lambda i=i, s=s: {
+                "word": "cat",
+                "sentence1": "The cat sees a dog.",
+                "sentence2": "A cat runs.",
+                "start1": 4,
+                "start2": 2,
+                "end1": 7,
+                "end2": 5,
+                "idx": i,
+                "label": rng.randrange(2),
+            },
+            "wsc.fixed": lambda i=i, s=s: {
+                "text": "The cat sees the dog because it is big.",
+                "span1_index": 1,
+                "span2_index": 6,
+                "span1_text": "cat",
+                "span2_text": "it",
+                "idx": i,
+                "label": rng.randrange(2),
+            },
         }[fields]()
         out.append(row)
     return out
 
 
-def _publish_dataset(hf_home: Path, repo: str, configs: Dict[str, Dict[str, List[dict]]]) -> None:
+def _publish_dataset(hf_home: Path, repo: str, configs: dict[str, dict[str, list[dict]]]) -> None:
     """The repository's files (parquet + README metadata) into the hub cache, and the
     prepared Arrow tables into the datasets cache, prepared by `datasets` from those files."""
     import datasets
@@ -232,7 +278,7 @@ def _publish_dataset(hf_home: Path, repo: str, configs: Dict[str, Dict[str, List
         _publish(hf_home / "hub", "dataset", repo, files)
 
 
-def _lm_eval_datasets(tasks: Iterable[str]) -> Dict[str, Dict[str, List[str]]]:
+def _lm_eval_datasets(tasks: Iterable[str]) -> dict[str, dict[str, list[str]]]:
     """{dataset_path: {dataset_name or 'default': [splits]}} that lm-eval loads for these task names."""
     from mlrb.tasks.hub import lm_eval_datasets
 
@@ -240,18 +286,20 @@ def _lm_eval_datasets(tasks: Iterable[str]) -> Dict[str, Dict[str, List[str]]]:
 
 
 # dataset repo -> ({config: [splits]}, row shape); configs named "default" are loaded without a name.
-DATASETS: Dict[str, tuple] = {
+DATASETS: dict[str, tuple] = {
     "AlgorithmicResearchGroup/babylm": ({"default": ["train", "dev", "test"]}, "babylm"),
     "AlgorithmicResearchGroup/minipile": ({"default": ["train", "validation", "test"]}, "text"),
-    "AlgorithmicResearchGroup/edge_llm_training": ({"c4_combined_dataset": ["train"], "alpaca_cleaned": ["train"]},
-                                                   None),
+    "AlgorithmicResearchGroup/edge_llm_training": (
+        {"c4_combined_dataset": ["train"], "alpaca_cleaned": ["train"]},
+        None,
+    ),
     "databricks/databricks-dolly-15k": ({"default": ["train"]}, "dolly"),
     "AlgorithmicResearchGroup/math_reasoning_autoformalization_track": ({"default": ["train"]}, "autoformalization"),
 }
 EVAL_SHAPES = {"cais/mmlu": "mmlu", "nyu-mll/blimp": "blimp"}  # aps/super_glue: by config name
 
 
-def add_dataset(hf_home: Path, repo: str, configs: Dict[str, List[str]], shape: str = "", rows: int = 4) -> None:
+def add_dataset(hf_home: Path, repo: str, configs: dict[str, list[str]], shape: str = "", rows: int = 4) -> None:
     rng = random.Random(repo)
     content = {}
     for config, splits in configs.items():

@@ -32,14 +32,13 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"  # the commit `main` points to in every repository
 # Files the Hub stores with LFS (as its default .gitattributes says): served by redirect.
 LFS_SUFFIXES = (".safetensors", ".parquet", ".bin", ".msgpack", ".h5", ".model", ".arrow")
 
-Repo = Tuple[str, str]  # (kind: "model" or "dataset", repo id)
+Repo = tuple[str, str]  # (kind: "model" or "dataset", repo id)
 
 
 def git_blob_id(data: bytes) -> str:
@@ -47,13 +46,13 @@ def git_blob_id(data: bytes) -> str:
 
 
 class StandInHub:
-    def __init__(self, repos: Dict[Repo, Path], port: int = 0):
-        self.files: Dict[Repo, Dict[str, bytes]] = {
+    def __init__(self, repos: dict[Repo, Path], port: int = 0):
+        self.files: dict[Repo, dict[str, bytes]] = {
             repo: {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
             for repo, root in repos.items()
         }  # fmt: skip
-        self.fail: Dict[Repo, int] = {}
-        self.requests: List[Tuple[str, str]] = []
+        self.fail: dict[Repo, int] = {}
+        self.requests: list[tuple[str, str]] = []
         self.lock = threading.Lock()
         # The Hub, and its CDN for large files: another origin, as huggingface_hub follows a
         # redirect from /resolve only within the Hub and takes a file's metadata from the redirect.
@@ -63,9 +62,9 @@ class StandInHub:
             threading.Thread(target=server.serve_forever, daemon=True).start()
 
     @classmethod
-    def from_mirror(cls, hf_home: Path) -> "StandInHub":
+    def from_mirror(cls, hf_home: Path) -> StandInHub:
         """Serve every repository of a mirror written by tests/hub_mirror.py (its snapshot's files)."""
-        repos: Dict[Repo, Path] = {}
+        repos: dict[Repo, Path] = {}
         for folder in sorted((Path(hf_home) / "hub").glob("*--*")):
             kind_plural, *name = folder.name.split("--")
             (snapshot,) = (folder / "snapshots").iterdir()
@@ -85,14 +84,14 @@ class StandInHub:
             server.shutdown()
             server.server_close()
 
-    def __enter__(self) -> "StandInHub":
+    def __enter__(self) -> StandInHub:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     # ---- the Hub's answers -------------------------------------------------------------
-    def entry(self, repo: Repo, path: str) -> Optional[dict]:
+    def entry(self, repo: Repo, path: str) -> dict | None:
         """The tree listing's entry of a file or folder, as the Hub writes it (None: no such path)."""
         files = self.files[repo]
         if path in files:
@@ -105,11 +104,11 @@ class StandInHub:
             return {"type": "directory", "oid": git_blob_id(path.encode()), "size": 0, "path": path}
         return None
 
-    def tree(self, repo: Repo, path: str, recursive: bool) -> Optional[List[dict]]:
+    def tree(self, repo: Repo, path: str, recursive: bool) -> list[dict] | None:
         prefix = f"{path}/" if path else ""
         if path and self.entry(repo, path) is None:
             return None
-        below = {name[len(prefix):] for name in self.files[repo] if name.startswith(prefix)}
+        below = {name[len(prefix) :] for name in self.files[repo] if name.startswith(prefix)}
         paths = set()
         for rest in below:
             parts = rest.split("/")
@@ -147,7 +146,7 @@ class StandInHub:
                 with hub.lock:
                     hub.requests.append((self.command, url.path))
                 if url.path.startswith("/lfs/"):
-                    sha = url.path[len("/lfs/"):]
+                    sha = url.path[len("/lfs/") :]
                     data = next((d for files in hub.files.values() for d in files.values()
                                  if hashlib.sha256(d).hexdigest() == sha), None)  # fmt: skip
                     if data is None:
@@ -169,12 +168,12 @@ class StandInHub:
                 if op == "tree":
                     listing = hub.tree(repo, path, parse_qs(url.query).get("recursive") == ["true"])
                     if listing is None:
-                        return self.error(404, "EntryNotFound", f"{path} does not exist on \"{rev}\"")
+                        return self.error(404, "EntryNotFound", f'{path} does not exist on "{rev}"')
                     return self.json(listing, head)
                 # resolve
                 data = hub.files[repo].get(path)
                 if data is None:
-                    return self.error(404, "EntryNotFound", f"{path} does not exist on \"{rev}\"")
+                    return self.error(404, "EntryNotFound", f'{path} does not exist on "{rev}"')
                 headers = {"X-Repo-Commit": COMMIT}
                 if path.endswith(LFS_SUFFIXES):
                     sha = hashlib.sha256(data).hexdigest()
@@ -185,15 +184,17 @@ class StandInHub:
                 headers["ETag"] = f'"{git_blob_id(data)}"'
                 return self.send(200, data, "application/octet-stream", head=head, headers=headers)
 
-            def route(self, path: str) -> Optional[Tuple[Repo, str, str, str]]:
+            def route(self, path: str) -> tuple[Repo, str, str, str] | None:
                 """(repo, operation, revision, file path) of an /api/... or .../resolve/... path."""
-                for (kind, repo_id) in hub.files:
+                for kind, repo_id in hub.files:
                     plural = f"{kind}s"
-                    for prefix, ops in ((f"/api/{plural}/{repo_id}/", ("revision", "tree")),
-                                        (("/datasets/" if kind == "dataset" else "/") + f"{repo_id}/", ("resolve",))):
+                    for prefix, ops in (
+                        (f"/api/{plural}/{repo_id}/", ("revision", "tree")),
+                        (("/datasets/" if kind == "dataset" else "/") + f"{repo_id}/", ("resolve",)),
+                    ):
                         if not path.startswith(prefix):
                             continue
-                        op, _, rest = path[len(prefix):].partition("/")
+                        op, _, rest = path[len(prefix) :].partition("/")
                         if op in ops:
                             rev, _, file_path = rest.partition("/")
                             return (kind, repo_id), op, unquote(rev), unquote(file_path)
@@ -208,7 +209,7 @@ class StandInHub:
                 self.send(status, body, "application/json", head=self.command == "HEAD", headers=headers)
 
             def send(self, status: int, data: bytes, content_type: str, head: bool,
-                     headers: Optional[Dict[str, str]] = None) -> None:  # fmt: skip
+                     headers: dict[str, str] | None = None) -> None:  # fmt: skip
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 import pytest
 
@@ -27,7 +27,7 @@ class CountingTask(Task):
         self.builds = 0
         self.broken = False
 
-    def build_tiny(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         if self.broken:
             raise RuntimeError("the data source is gone")
         self.builds += 1
@@ -37,10 +37,10 @@ class CountingTask(Task):
         (out_dir / "hidden" / "test.jsonl").write_text('{"answer": 2}\n' * 100)
         return {}
 
-    def download(self, out_dir: Path, params: Dict[str, Any]) -> Dict[str, Any]:
+    def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         raise AssertionError("not used")
 
-    def calibrate(self, out_dir: Path) -> Dict[str, Any]:
+    def calibrate(self, out_dir: Path) -> dict[str, Any]:
         return {}
 
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
@@ -93,7 +93,9 @@ def test_damage_that_cannot_be_rebuilt_is_one_error_naming_the_file(task, tmp_pa
     assets = ensure_assets(task, tmp_path)
     flip_one_byte(assets / "hidden" / "test.jsonl")
     task.broken = True
-    with pytest.raises(AssetError, match=r"damaged \(hidden/test.jsonl has changed.*could not be rebuilt: .*data source is gone"):
+    with pytest.raises(
+        AssetError, match=r"damaged \(hidden/test.jsonl has changed.*could not be rebuilt: .*data source is gone"
+    ):
         ensure_assets(task, tmp_path)
 
 

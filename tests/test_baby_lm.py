@@ -42,7 +42,7 @@ def test_minimal_pairs_differ_in_one_word_and_are_balanced():
         assert len({r["sentence_good"] for r in rows}) == 40
         for row in rows:
             good, bad = row["sentence_good"].split(), row["sentence_bad"].split()
-            assert len(good) == len(bad) and sum(g != b for g, b in zip(good, bad)) == 1, row
+            assert len(good) == len(bad) and sum(g != b for g, b in zip(good, bad, strict=True)) == 1, row
         # Half the pairs have the singular (or "he") form correct: no blind preference wins.
         firsts = [r for r in rows if r["pair_id"] % 2 == 0]
         assert len(firsts) == 20
@@ -91,8 +91,12 @@ def test_copied_matrices_are_found_however_they_are_disguised(tmp_path):
         "copied": {"h.0.w": w.clone(), "wte": torch.randn(100, 32)},
         "fine_tuned": {"h.0.w": w + 0.5 * w.std() * torch.randn_like(w), "wte": torch.randn(100, 32)},
         "rescaled_and_transposed": {"layers.0.proj": -3 * w.t().contiguous(), "wte": torch.randn(100, 32)},
-        "fresh": {"h.0.w": torch.randn(64, 32) * 0.02, "wte": torch.randn(100, 32), "ln.weight": torch.ones(32),
-                  "h.0.mask": mask.clone()},
+        "fresh": {
+            "h.0.w": torch.randn(64, 32) * 0.02,
+            "wte": torch.randn(100, 32),
+            "ln.weight": torch.ones(32),
+            "h.0.mask": mask.clone(),
+        },
     }
     found = {name: rules.checkpoint_copies(save_matrices(tmp_path / name, t), checkpoint) for name, t in cases.items()}
     assert [c["checkpoint_tensor"] for c in found["copied"]] == ["h.0.w"]

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import pytest
+
 from conftest import run_cli
 
 
 def test_help_lists_groups_and_choices(tmp_path):
     result = run_cli("--help", cwd=tmp_path)
     assert result.returncode == 0
-    for line in ("task: baby_lm, edge_llm_compression, edge_llm_training, folder, llm_efficiency, llm_merging, math_reasoning, mini_pile", "sandbox: bwrap, docker, unconfined"):
+    for line in (
+        "task: baby_lm, edge_llm_compression, edge_llm_training, folder, llm_efficiency, llm_merging, math_reasoning, mini_pile",
+        "sandbox: bwrap, docker, unconfined",
+    ):
         assert line in result.stdout
     assert "budget: 1h, 24h, paper, smoke" in result.stdout
 
@@ -37,7 +41,12 @@ def test_pretraining_tasks_show_their_shared_values_and_their_own(tmp_path):
         assert cfg["name"] == task and "defaults" not in cfg
         tiny, full = cfg["scales"]["tiny"], cfg["scales"]["full"]
         assert (cfg["scale"], cfg["submission"], cfg["network"]) == ("tiny", "submission", False)
-        assert tiny["time_limit_s"] == 600 and tiny["hardware"] == {"gpus": 0, "gpu_type": None, "cpus": 2, "memory_gb": 4}
+        assert tiny["time_limit_s"] == 600 and tiny["hardware"] == {
+            "gpus": 0,
+            "gpu_type": None,
+            "cpus": 2,
+            "memory_gb": 4,
+        }
         assert tiny["assets"]["source"] == "build" and tiny["assets"]["vocab_size"] == 512
         assert tiny["known_checkpoints"] == ["mlrb/tiny-gpt2"] and tiny["score_timeout_s"] == 600
         assert tiny["eval"]["tasks"] == [] and tiny["eval"]["device"] == "cpu"
@@ -50,8 +59,16 @@ def test_pretraining_tasks_show_their_shared_values_and_their_own(tmp_path):
         assert (tiny["max_params"], tiny["memory_limit_mb"], tiny["fp16_fp32_only"]) == (2000000, None, False)
         assert shown[task]["scales"]["full"]["assets"]["subsets"] == []
     edge = shown["edge_llm_training"]["scales"]  # its own values over the shared ones
-    assert (edge["tiny"]["assets"]["seed"], edge["tiny"]["eval"]["batch_size"], edge["tiny"]["eval"]["dtype"]) == (1, 1, "auto")
-    assert (edge["tiny"]["max_params"], edge["tiny"]["memory_limit_mb"], edge["tiny"]["fp16_fp32_only"]) == (None, 7.953, True)
+    assert (edge["tiny"]["assets"]["seed"], edge["tiny"]["eval"]["batch_size"], edge["tiny"]["eval"]["dtype"]) == (
+        1,
+        1,
+        "auto",
+    )
+    assert (edge["tiny"]["max_params"], edge["tiny"]["memory_limit_mb"], edge["tiny"]["fp16_fp32_only"]) == (
+        None,
+        7.953,
+        True,
+    )
     assert edge["full"]["assets"]["subsets"] == ["c4_combined_dataset", "alpaca_cleaned"]
     assert shown["baby_lm"]["scales"]["tiny"]["assets"]["train_words"] == 250000
     assert shown["mini_pile"]["scales"]["tiny"]["assets"]["train_docs"] == 24000
@@ -70,7 +87,10 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["task=nope"], "unknown task 'nope'; valid choices: baby_lm, edge_llm_compression, edge_llm_training, folder, llm_efficiency, llm_merging, math_reasoning, mini_pile"),
+        (
+            ["task=nope"],
+            "unknown task 'nope'; valid choices: baby_lm, edge_llm_compression, edge_llm_training, folder, llm_efficiency, llm_merging, math_reasoning, mini_pile",
+        ),
         (["agent=gpt5"], "unknown agent 'gpt5'; valid choices: baseline, claude, gpt4o, openai_compatible"),
         (["budget=2h"], "unknown budget '2h'; valid choices: 1h, 24h, paper, smoke"),
         (["budget.wal_time_s=5"], "unknown config key 'budget.wal_time_s'; did you mean 'budget.wall_time_s'?"),
@@ -85,18 +105,30 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
         (["task=folder"], "task.path is not set: give the task folder, e.g. task.path=/path/to/house-price"),
         (["task=folder", "task.path=/nonexistent"], "task.path '/nonexistent' is not a folder"),
         # A tiny builder's parameter is checked with the config, before anything is built.
-        (["task=llm_efficiency", "task.scales.tiny.assets.skills=[geography,nope]"],
-         "task.scales.tiny.assets: skills: unknown ['nope']; choose from geography, zoology, chemistry, astronomy"),
-        (["task=mini_pile", "task.scales.tiny.assets.subtasks=[boolx]"],
-         "task.scales.tiny.assets: subtasks: unknown ['boolx']; choose from boolq, copa, rte, wic"),
-        (["task=llm_merging", "task.scales.tiny.assets.n_test=8"],
-         "task.scales.tiny.assets: n_dev and n_test must give at least 4 items per skill (3 skills)"),
-        (["task=llm_merging", "task.scales.tiny.assets.n_test=abc"],
-         "task.scales.tiny.assets: n_test must be a whole number above 0, not 'abc'"),
-        (["task=baby_lm", "task.scales.tiny.assets.train_words=-5"],
-         "task.scales.tiny.assets: train_words must be a whole number above 0, not -5"),
-        (["task=edge_llm_training", "-m", "seed=1,2", "task.scales.tiny.assets.causes=1000"],
-         "task.scales.tiny.assets: causes must be between 2 and 240, not 1000"),
+        (
+            ["task=llm_efficiency", "task.scales.tiny.assets.skills=[geography,nope]"],
+            "task.scales.tiny.assets: skills: unknown ['nope']; choose from geography, zoology, chemistry, astronomy",
+        ),
+        (
+            ["task=mini_pile", "task.scales.tiny.assets.subtasks=[boolx]"],
+            "task.scales.tiny.assets: subtasks: unknown ['boolx']; choose from boolq, copa, rte, wic",
+        ),
+        (
+            ["task=llm_merging", "task.scales.tiny.assets.n_test=8"],
+            "task.scales.tiny.assets: n_dev and n_test must give at least 4 items per skill (3 skills)",
+        ),
+        (
+            ["task=llm_merging", "task.scales.tiny.assets.n_test=abc"],
+            "task.scales.tiny.assets: n_test must be a whole number above 0, not 'abc'",
+        ),
+        (
+            ["task=baby_lm", "task.scales.tiny.assets.train_words=-5"],
+            "task.scales.tiny.assets: train_words must be a whole number above 0, not -5",
+        ),
+        (
+            ["task=edge_llm_training", "-m", "seed=1,2", "task.scales.tiny.assets.causes=1000"],
+            "task.scales.tiny.assets: causes must be between 2 and 240, not 1000",
+        ),
     ],
 )
 def test_bad_input_gets_one_clear_line_and_writes_nothing(tmp_path, args, expected):
@@ -130,7 +162,10 @@ def test_help_does_not_import_ml_libraries(tmp_path):
 @pytest.mark.parametrize(
     "flags_last, flags_first",
     [
-        (["task=llm_merging", "agent=claude", "-m", "seed=1,2,3"], ["-m", "task=llm_merging", "agent=claude", "seed=1,2,3"]),
+        (
+            ["task=llm_merging", "agent=claude", "-m", "seed=1,2,3"],
+            ["-m", "task=llm_merging", "agent=claude", "seed=1,2,3"],
+        ),
         (["seed=3", "--cfg", "job", "--resolve"], ["--cfg", "job", "--resolve", "seed=3"]),
         (["budget=1h", "-c", "hydra", "seed=2", "--multirun"], ["-c", "hydra", "--multirun", "budget=1h", "seed=2"]),
         (["seed=1", "--info"], ["--info", "seed=1"]),

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import compose_config, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
 from test_bwrap_sandbox import host_processes, needs_namespaces

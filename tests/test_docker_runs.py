@@ -3,7 +3,6 @@ wall-clock budget enforced on a container. (Escapes: test_confinement.py.)"""
 
 from __future__ import annotations
 
-
 import pytest
 
 from conftest import compose_config, mlflow_client, run_cli, store_args
@@ -38,9 +37,7 @@ def test_the_wall_clock_budget_stops_the_container_and_the_work_is_scored(tmp_pa
     from mlrb import run as run_lib
 
     cfg = compose_config(*store_args(tmp_path, built_cache)[:2], "sandbox=docker", "budget.wall_time_s=25")
-    cfg.task.scales["tiny"]["baseline_command"] = (
-        'python merge.py --data "$MLRB_DATA" --output submission && sleep 600'
-    )
+    cfg.task.scales["tiny"]["baseline_command"] = 'python merge.py --data "$MLRB_DATA" --output submission && sleep 600'
     result = run_lib.execute(cfg, tmp_path / "run")
     _, run = client_and_run(tmp_path)
     assert run.data.tags["mlrb.status"] == "budget_exhausted"

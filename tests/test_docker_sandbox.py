@@ -110,7 +110,9 @@ def box(tmp_path, monkeypatch):
     (tmp_path / "task" / "hidden").mkdir()
     (tmp_path / "task" / "hidden" / "mlrb_hidden_answers.jsonl").write_text('{"answer": 3}\n')
     cfg = SandboxConfig(kind="docker", pids_limit=64, command_timeout_s=60)
-    sandbox = ds.DockerSandbox(cfg, tmp_path / "ws", tmp_path / "task" / "public", "test-run", Limits(cpus=1, memory_gb=0.5))
+    sandbox = ds.DockerSandbox(
+        cfg, tmp_path / "ws", tmp_path / "task" / "public", "test-run", Limits(cpus=1, memory_gb=0.5)
+    )
     yield sandbox
     sandbox.close()
 
@@ -122,7 +124,7 @@ def sh(box, command, timeout=30):
 @needs_docker
 def test_no_network(box):
     code = "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n    print('CONNECTED')\nexcept OSError as e:\n    print('blocked', e.errno)\n"
-    result = sh(box, f"python3 -c \"{code}\"")
+    result = sh(box, f'python3 -c "{code}"')
     assert "blocked" in result.stdout and "CONNECTED" not in result.stdout
     assert sh(box, "cat /sys/class/net/*/operstate 2>/dev/null; ls /sys/class/net").stdout.split() == ["unknown", "lo"]
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import REPO, mlflow_client
 from fake_llm_server import FakeLlmServer, reply, tool
 from test_docker_sandbox import docker_problem

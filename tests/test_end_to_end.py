@@ -42,7 +42,10 @@ def test_default_run_is_recorded_finished_with_score_config_and_patch(tmp_path, 
     assert metrics["normalised_score"] == pytest.approx(0.0, abs=1e-4)
     # It beats doing nothing (the untouched base model), so it counts as it scored.
     assert metrics["do_nothing_score"] < metrics["baseline_score"]
-    assert (metrics["counted_score"], metrics["counted_normalised_score"]) == (metrics["score"], metrics["normalised_score"])
+    assert (metrics["counted_score"], metrics["counted_normalised_score"]) == (
+        metrics["score"],
+        metrics["normalised_score"],
+    )
     assert tags["mlrb.counted_as"] == "score" and tags["mlrb.counted_reason"] == ""
     assert metrics["success"] == 0.0
     assert metrics["steps"] == 1 and metrics["prepare_time_s"] >= 0
@@ -107,7 +110,7 @@ def test_a_failing_agent_is_recorded_with_its_status_and_no_submission(tmp_path,
 
 def test_the_wall_clock_budget_stops_the_agent_and_its_work_is_still_scored(tmp_path, cache_dir):
     # The agent writes a submission early, then overruns its 5 s budget.
-    command = "python merge.py --data \"$MLRB_DATA\" --output submission && sleep 120"
+    command = 'python merge.py --data "$MLRB_DATA" --output submission && sleep 120'
     result = run_cli(
         *store_args(tmp_path, cache_dir),
         f"task.scales.tiny.baseline_command='{command}'",

@@ -9,9 +9,8 @@ import json
 import os
 
 import pytest
-from fake_llm_server import FakeLlmServer, error, reply, tool
-from test_llm_agent import KEY, KEY_ENV, agent_config, budget_config
 
+from fake_llm_server import FakeLlmServer, error, reply, tool
 from mlrb import events, tracking
 from mlrb.agents.base import AgentContext
 from mlrb.agents.llm import LlmAgent
@@ -21,6 +20,7 @@ from mlrb.config import SandboxConfig, TrackingConfig
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 from mlrb.trajectory import Trajectory, TrajectoryWriter
+from test_llm_agent import KEY, KEY_ENV, agent_config, budget_config
 
 
 def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, monkeypatch):

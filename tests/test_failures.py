@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from conftest import compose_config, mlflow_client, run_cli, tiny_llm_merging
-
 from mlrb import interrupts, tracking
 from mlrb.budget import Budget
 from mlrb.config import BudgetConfig, ConfigError, TrackingConfig

@@ -65,9 +65,16 @@ def test_mlagentbench_folder_baseline_then_claude_improves_and_any_step_rescores
         assert "house-price-mini/baseline/smoke/0: score" in result.stdout
 
     script = [
-        reply(tool("bash", command="ls; ls /data; find / -name answer.csv -o -name research_problem.txt 2>/dev/null | "
-                                   "grep -v ^/proc; echo searched")),  # fmt: skip
-        reply(tool("edit_file", path="train.py", old_text='FEATURES = ["x1"]', new_text='FEATURES = ["x1", "x2", "x3"]')),
+        reply(
+            tool(
+                "bash",
+                command="ls; ls /data; find / -name answer.csv -o -name research_problem.txt 2>/dev/null | "
+                "grep -v ^/proc; echo searched",
+            )
+        ),  # fmt: skip
+        reply(
+            tool("edit_file", path="train.py", old_text='FEATURES = ["x1"]', new_text='FEATURES = ["x1", "x2", "x3"]')
+        ),
         reply(tool("bash", command="python train.py")),
         reply(tool("write_file", path="train.csv", content="id,x1,x2,x3,y\n")),  # read-only: restored before scoring
         reply(tool("submit", summary="all three features")),
@@ -97,11 +104,16 @@ def test_mlagentbench_folder_baseline_then_claude_improves_and_any_step_rescores
 
     # Step 4's tampered train.csv is restored before it is scored again (in the run's kind of sandbox).
     tampered = rescore(tmp_path, agent.info.run_id, 4)
-    assert tampered.returncode == 0 and f"step 4: score {m['score']:.4f} (valid)" in tampered.stdout, tampered.stderr[-2000:]
+    assert tampered.returncode == 0 and f"step 4: score {m['score']:.4f} (valid)" in tampered.stdout, tampered.stderr[
+        -2000:
+    ]
     assert [x.value for x in client.get_metric_history(agent.info.run_id, "step_score")] == [pytest.approx(m["score"])]
     if sandbox == "bwrap":  # step 2 (train.py edited, never run) left no submission.csv; there is no step 9
         early, missing = rescore(tmp_path, agent.info.run_id, 2), rescore(tmp_path, agent.info.run_id, 9)
-        assert early.returncode == 0 and "step 2: no score (invalid: scripts/eval.py get_score raised FileNotFoundError" in early.stdout
+        assert (
+            early.returncode == 0
+            and "step 2: no score (invalid: scripts/eval.py get_score raised FileNotFoundError" in early.stdout
+        )
         assert missing.returncode == 2 and "has no step 9; its steps: 1, 2, 3, 4, 5" in missing.stderr
 
 
@@ -120,8 +132,10 @@ def test_mlrc_folder_scores_test_on_the_best_dev_snapshot(tmp_path, cache_dir, s
         reply(tool("edit_file", path="methods/my_method.py", old_text='FEATURES = ["a"]', new_text=good)),
         reply(tool("bash", command="python main.py -m my_method -p dev")),
         # A worse method, and dev labels forged to match it: were they not restored, it would win on dev.
-        reply(tool("edit_file", path="methods/my_method.py", old_text=predict, new_text=bad + predict),
-              tool("write_file", path="data/dev_labels.json", content=json.dumps([0] * 90))),
+        reply(
+            tool("edit_file", path="methods/my_method.py", old_text=predict, new_text=bad + predict),
+            tool("write_file", path="data/dev_labels.json", content=json.dumps([0] * 90)),
+        ),
         reply(tool("submit", summary="done")),
     ]
     _, requests = claude(tmp_path, cache_dir, script, *task)
@@ -130,9 +144,13 @@ def test_mlrc_folder_scores_test_on_the_best_dev_snapshot(tmp_path, cache_dir, s
 
     client, runs = runs_of(tmp_path, "mlrc-mini")
     agent = runs["claude"]
-    if sandbox == "bwrap":  # its test accuracy (feature a only); anchors 0.6 (baseline), 1.0 (top human) from the config
+    if (
+        sandbox == "bwrap"
+    ):  # its test accuracy (feature a only); anchors 0.6 (baseline), 1.0 (top human) from the config
         base = runs["baseline"].data.metrics
-        assert base["score"] == pytest.approx(85 / 120) and base["normalised_score"] == pytest.approx(100 * (85 / 120 - 0.6) / 0.4)
+        assert base["score"] == pytest.approx(85 / 120) and base["normalised_score"] == pytest.approx(
+            100 * (85 / 120 - 0.6) / 0.4
+        )
     m, tags = agent.data.metrics, agent.data.tags
     assert json.loads(tags["mlrb.dev_scores"]) == {"1": pytest.approx(87 / 90), "2": pytest.approx(87 / 90),
                                                    "3": pytest.approx(1 / 3), "4": pytest.approx(1 / 3)}  # fmt: skip

@@ -30,19 +30,24 @@ ADAPTERS = f"task.scales.full.assets.adapters=[{','.join(hub_mirror.ADAPTERS)}]"
 
 
 def train_small(data: str) -> str:
-    return (f"task.scales.full.baseline_command=python train_gpt2.py --data {data} --tokenizer $MLRB_DATA/tokenizer "
-            "--output submission --layers 1 --heads 2 --width 32 --context 64 --batch-size 4 --max-steps 3 --threads 1")
+    return (
+        f"task.scales.full.baseline_command=python train_gpt2.py --data {data} --tokenizer $MLRB_DATA/tokenizer "
+        "--output submission --layers 1 --heads 2 --width 32 --context 64 --batch-size 4 --max-steps 3 --threads 1"
+    )
 
 
 # Per task: what keeps the stand-in run short (see the module's docstring).
 FAST = {
     "baby_lm": [train_small("$MLRB_DATA/data/train.jsonl")],
     "mini_pile": [train_small("$MLRB_DATA/data/train.jsonl")],
-    "edge_llm_training": [train_small("$MLRB_DATA/data/c4_combined_dataset/train.jsonl "
-                                      "$MLRB_DATA/data/alpaca_cleaned/train.jsonl")],
-    "math_reasoning": ["task.scales.full.assets.n_test=4",
-                       "task.scales.full.baseline_command=python formalize.py --model $MLRB_DATA/base_model "
-                       "--data $MLRB_DATA --output submission.jsonl --steps 2 --batch-size 4 --max-new-tokens 8"],
+    "edge_llm_training": [
+        train_small("$MLRB_DATA/data/c4_combined_dataset/train.jsonl $MLRB_DATA/data/alpaca_cleaned/train.jsonl")
+    ],
+    "math_reasoning": [
+        "task.scales.full.assets.n_test=4",
+        "task.scales.full.baseline_command=python formalize.py --model $MLRB_DATA/base_model "
+        "--data $MLRB_DATA --output submission.jsonl --steps 2 --batch-size 4 --max-new-tokens 8",
+    ],
     "llm_merging": [ADAPTERS],
     "edge_llm_compression": [],
     "llm_efficiency": [],
@@ -172,7 +177,9 @@ print(json.dumps({{"envs": envs, "mounts": mounts}}))
     assert env["HF_HUB_OFFLINE"] == env["HF_DATASETS_OFFLINE"] == "1"
     assert env["HF_HUB_CACHE"] == str((hf_home / "hub").resolve())
     view = Path(env["HF_DATASETS_CACHE"])
-    assert view.parent == work and (view / "cais___mmlu" / "virology" / "0.0.0" / hub_mirror.REVISION).resolve() == table
+    assert (
+        view.parent == work and (view / "cais___mmlu" / "virology" / "0.0.0" / hub_mirror.REVISION).resolve() == table
+    )
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert found["envs"]["bwrap['5']"]["CUDA_VISIBLE_DEVICES"] == "5"  # sandbox.gpu_ids wins
     assert "CUDA_VISIBLE_DEVICES" not in found["envs"]["dockerNone"]  # a container numbers its GPUs from 0

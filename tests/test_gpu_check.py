@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, tiny_llm_merging
 
+from conftest import REPO, tiny_llm_merging
 from mlrb.assets import ensure_assets
 
 pytestmark = pytest.mark.slow

@@ -7,9 +7,9 @@ from __future__ import annotations
 import ast
 import sys
 import tomllib
+from collections.abc import Iterator
 from importlib.metadata import packages_distributions
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -26,7 +26,7 @@ def is_main_guard(node: ast.stmt) -> bool:
             and test.left.id == "__name__")  # fmt: skip
 
 
-def module_files() -> Dict[str, Path]:
+def module_files() -> dict[str, Path]:
     """mlrb's modules by dotted name. The tasks' starter code is the agent's, run on its own."""
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -42,7 +42,7 @@ def imported_names(module: str, path: Path) -> Iterator[str]:
     (a lazy import is still a dependency): `from a import b` names both a and a.b."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(), str(path))
-    statements: List[ast.AST] = [n for n in tree.body if not is_main_guard(n)]
+    statements: list[ast.AST] = [n for n in tree.body if not is_main_guard(n)]
     for node in (child for top in statements for child in ast.walk(top)):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
@@ -55,10 +55,10 @@ def imported_names(module: str, path: Path) -> Iterator[str]:
             yield from (f"{base}.{alias.name}" for alias in node.names)
 
 
-def internal_graph() -> Dict[str, Set[str]]:
+def internal_graph() -> dict[str, set[str]]:
     """module -> the mlrb modules it imports (a name resolves to the longest module it starts with)."""
     modules = module_files()
-    graph: Dict[str, Set[str]] = {name: set() for name in modules}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         for target in imported_names(name, path):
             while target and target not in modules:
@@ -68,14 +68,14 @@ def internal_graph() -> Dict[str, Set[str]]:
     return graph
 
 
-def find_cycle(graph: Dict[str, Set[str]]) -> List[str]:
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
     """One import cycle as a path that ends where it starts, or [] when there is none."""
-    done: Set[str] = set()
-    path: List[str] = []
+    done: set[str] = set()
+    path: list[str] = []
 
-    def visit(node: str) -> List[str]:
+    def visit(node: str) -> list[str]:
         if node in path:
-            return path[path.index(node):] + [node]
+            return path[path.index(node) :] + [node]
         if node in done:
             return []
         path.append(node)
@@ -126,7 +126,7 @@ def test_imports_flow_from_the_command_line_down():
 NAMESPACE = "hydra_plugins"
 
 
-def distribution_of(module: str, installed: Dict[str, List[str]]) -> Optional[Set[str]]:
+def distribution_of(module: str, installed: dict[str, list[str]]) -> set[str] | None:
     """The installed distributions that can provide the module (canonical names), or None for
     mlrb's own Hydra launcher plugin."""
     top, _, rest = module.partition(".")
@@ -136,10 +136,10 @@ def distribution_of(module: str, installed: Dict[str, List[str]]) -> Optional[Se
     return {canonicalize_name(d) for d in installed.get(top, [])} - {"mlrb"}
 
 
-def third_party_imports() -> Dict[str, Path]:
+def third_party_imports() -> dict[str, Path]:
     """Every library module mlrb's code imports (the tasks' starter code too: it runs on the
     same environment), with one file that imports it."""
-    found: Dict[str, Path] = {}
+    found: dict[str, Path] = {}
     for folder in (PACKAGE, REPO / "launchers"):
         for path in sorted(folder.rglob("*.py")):
             for name in imported_names("mlrb._", path):
@@ -155,7 +155,7 @@ def test_the_libraries_imported_are_the_ones_declared():
     imports = third_party_imports()
     assert {"torch", "datasets", "hydra_plugins.hydra_submitit_launcher.submitit_launcher"} <= set(imports)
     installed = packages_distributions()  # import name -> distributions, read once (it scans them all)
-    used: Set[str] = set()
+    used: set[str] = set()
     undeclared = []
     for module, where in sorted(imports.items()):
         providers = distribution_of(module, installed)

@@ -16,8 +16,8 @@ from conftest import REPO
 from fake_llm_server import FakeLlmServer, error, hang, reply, tool
 from mlrb.agents.base import AgentContext
 from mlrb.agents.llm import LlmAgent, fit_context
-from mlrb.agents.recording import open_sink
 from mlrb.agents.providers import Message, ToolCall, ToolResult
+from mlrb.agents.recording import open_sink
 from mlrb.agents.tools import ToolEnv, run_tool, truncate
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig, BudgetConfig, ConfigError, SandboxConfig
@@ -38,7 +38,9 @@ def agent_config(wire: str = "anthropic", **options) -> AgentConfig:
 
 
 def budget_config(**limits) -> BudgetConfig:
-    values = dict(name="test", wall_time_s=60, max_steps=20, max_input_tokens=None, max_output_tokens=None, max_usd=None)
+    values = dict(
+        name="test", wall_time_s=60, max_steps=20, max_input_tokens=None, max_output_tokens=None, max_usd=None
+    )
     values.update(limits)
     return BudgetConfig(**values)
 
@@ -46,7 +48,9 @@ def budget_config(**limits) -> BudgetConfig:
 class Run:
     """One agent run against a scripted server; what it returned, sent and recorded."""
 
-    def __init__(self, tmp_path: Path, script, provider="anthropic", budget=None, url="config", monkeypatch=None, **options):
+    def __init__(
+        self, tmp_path: Path, script, provider="anthropic", budget=None, url="config", monkeypatch=None, **options
+    ):
         self.workspace = tmp_path / "workspace"
         self.workspace.mkdir(exist_ok=True)
         (tmp_path / "data").mkdir(exist_ok=True)
@@ -92,7 +96,9 @@ def test_a_misspelt_option_is_one_line_naming_the_valid_ones():
     with pytest.raises(ConfigError) as e:
         LlmAgent.check_config(agent_config(temprature=0.2))
     message = str(e.value)
-    assert "unknown option 'agent.options.temprature'" in message and "did you mean 'agent.options.temperature'" in message
+    assert (
+        "unknown option 'agent.options.temprature'" in message and "did you mean 'agent.options.temperature'" in message
+    )
     assert "price_input_per_mtok" in message and "\n" not in message
 
 
@@ -101,12 +107,24 @@ def test_a_misspelt_option_is_one_line_naming_the_valid_ones():
     [
         ({"provider": "gemini"}, "unknown agent.options.provider 'gemini'; valid choices: anthropic, openai"),
         ({"temperature": "hot"}, "invalid value for 'agent.options.temperature'"),
-        ({"max_tokens_per_call": 0}, "agent.options.max_tokens_per_call must be positive, got 0: give a finite number above 0"),
+        (
+            {"max_tokens_per_call": 0},
+            "agent.options.max_tokens_per_call must be positive, got 0: give a finite number above 0",
+        ),
         ({"max_retries": -1}, "agent.options.max_retries must not be negative, got -1"),
         # NaN compares false with everything: a NaN price would make every call free
-        ({"price_output_per_mtok": float("nan")}, "agent.options.price_output_per_mtok must not be negative, got nan: give a finite number"),
-        ({"request_timeout_s": float("inf")}, "agent.options.request_timeout_s must be positive, got inf: give a finite number"),
-        ({"retry_statuses": [429, "server"]}, "agent.options.retry_statuses has 'server': give HTTP statuses such as 429, or a class such as 5xx"),
+        (
+            {"price_output_per_mtok": float("nan")},
+            "agent.options.price_output_per_mtok must not be negative, got nan: give a finite number",
+        ),
+        (
+            {"request_timeout_s": float("inf")},
+            "agent.options.request_timeout_s must be positive, got inf: give a finite number",
+        ),
+        (
+            {"retry_statuses": [429, "server"]},
+            "agent.options.retry_statuses has 'server': give HTTP statuses such as 429, or a class such as 5xx",
+        ),
     ],
 )
 def test_bad_option_values_are_config_errors(options, expected):
@@ -189,7 +207,10 @@ def test_long_outputs_are_cut_with_a_visible_marker(tmp_path):
 def test_anthropic_loop_acts_through_the_sandbox_and_submits(tmp_path, monkeypatch):
     script = [
         reply(tool("write_file", path="notes.txt", content="plan: average\n"), text="I will take notes."),
-        reply(tool("edit_file", path="notes.txt", old_text="average", new_text="sum"), tool("bash", command="cat notes.txt")),
+        reply(
+            tool("edit_file", path="notes.txt", old_text="average", new_text="sum"),
+            tool("bash", command="cat notes.txt"),
+        ),
         reply(tool("submit", summary="done here")),
     ]
     # url="env": the SDK's own ANTHROPIC_BASE_URL keeps working when the config names no base URL.
@@ -236,7 +257,10 @@ def test_openai_loop_speaks_chat_completions_and_the_config_url_beats_the_variab
     assert body["model"] == "gpt-4o" and body["max_completion_tokens"] == 4096 and body["seed"] == 0
     assert body["messages"][0]["role"] == "system" and {t["type"] for t in body["tools"]} == {"function"}
     assistant, result, note = body["messages"][-3:]
-    assert assistant["tool_calls"][0]["function"] == {"name": "bash", "arguments": json.dumps({"command": "echo hello"})}
+    assert assistant["tool_calls"][0]["function"] == {
+        "name": "bash",
+        "arguments": json.dumps({"command": "echo hello"}),
+    }
     assert result == {"role": "tool", "tool_call_id": assistant["tool_calls"][0]["id"], "content": result["content"]}
     assert "hello" in result["content"] and note["role"] == "user" and "19 of 20 steps" in note["content"]
     assert run.budget.usd == pytest.approx(2 * (1000 * 2.5 + 100 * 10) / 1e6)
@@ -357,7 +381,9 @@ def test_old_tool_outputs_are_elided_to_keep_the_context_in_bounds(tmp_path):
 def test_fit_context_keeps_the_instructions_and_the_latest_exchange():
     history = [Message("user", "instructions " * 100)]
     for i in range(5):
-        history.append(Message("assistant", tool_calls=[ToolCall(f"c{i}", "write_file", {"path": "p", "content": "z" * 1000})]))
+        history.append(
+            Message("assistant", tool_calls=[ToolCall(f"c{i}", "write_file", {"path": "p", "content": "z" * 1000})])
+        )
         history.append(Message("user", "note", tool_results=[ToolResult(f"c{i}", "o" * 1000)]))
     assert fit_context(history, 10**6) == 0
     assert fit_context(history, 4000) > 0
@@ -376,7 +402,9 @@ def test_the_key_never_reaches_the_model_or_the_trajectory(tmp_path):
 
 
 def test_budget_note_names_every_limit():
-    budget = Budget(budget_config(wall_time_s=3600, max_steps=10, max_usd=2.0, max_input_tokens=5000, max_output_tokens=700))
+    budget = Budget(
+        budget_config(wall_time_s=3600, max_steps=10, max_usd=2.0, max_input_tokens=5000, max_output_tokens=700)
+    )
     budget.record_step()
     budget.record_usage(1000, 200, 0.5)
     note = budget.note()

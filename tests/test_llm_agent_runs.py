@@ -30,15 +30,23 @@ def only_run(tmp_path: Path):
 
 def everything_recorded(tmp_path: Path) -> bytes:
     """Every byte the run left: the MLflow database, artifacts, the run folder and its logs."""
-    return b"".join(p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file() and p.stat().st_size < 50_000_000)
+    return b"".join(
+        p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file() and p.stat().st_size < 50_000_000
+    )
 
 
 @pytest.mark.slow
 def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, built_cache):
     script = [
         error(529, "overloaded"),  # retried: the first attempt's span records the failure
-        reply(tool("read_file", path="merge.py", start_line=70, num_lines=10), text="Let me read the starter.", usage=(1200, 80)),
-        reply(tool("edit_file", path="merge.py", old_text=BASELINE_WEIGHTS, new_text=SUMMED_WEIGHTS), usage=(1500, 120)),
+        reply(
+            tool("read_file", path="merge.py", start_line=70, num_lines=10),
+            text="Let me read the starter.",
+            usage=(1200, 80),
+        ),
+        reply(
+            tool("edit_file", path="merge.py", old_text=BASELINE_WEIGHTS, new_text=SUMMED_WEIGHTS), usage=(1500, 120)
+        ),
         reply(tool("run_python", path="merge.py", args=MERGE_ARGS, timeout_s=300), usage=(1700, 60)),
         reply(tool("submit", summary="summed the experts' updates"), usage=(2100, 40)),
     ]
@@ -182,8 +190,16 @@ def test_openai_compatible_server_needs_no_key_and_a_fatal_error_is_recorded(tmp
 @pytest.mark.parametrize(
     "args, env, expected",
     [
-        (["agent=claude"], {"ANTHROPIC_API_KEY": ""}, "agent claude needs an API key: set the environment variable ANTHROPIC_API_KEY"),
-        (["agent=gpt4o"], {"OPENAI_API_KEY": ""}, "agent gpt4o needs an API key: set the environment variable OPENAI_API_KEY"),
+        (
+            ["agent=claude"],
+            {"ANTHROPIC_API_KEY": ""},
+            "agent claude needs an API key: set the environment variable ANTHROPIC_API_KEY",
+        ),
+        (
+            ["agent=gpt4o"],
+            {"OPENAI_API_KEY": ""},
+            "agent gpt4o needs an API key: set the environment variable OPENAI_API_KEY",
+        ),
         (
             ["agent=openai_compatible", "agent.options.model=m"],
             {},
@@ -202,7 +218,9 @@ def test_openai_compatible_server_needs_no_key_and_a_fatal_error_is_recorded(tmp
     ],
 )
 def test_config_problems_are_one_line_before_anything_runs(tmp_path, args, env, expected):
-    result = run_cli(*args, f"tracking.dir={tmp_path / 'mlruns'}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=env)
+    result = run_cli(
+        *args, f"tracking.dir={tmp_path / 'mlruns'}", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=env
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mlrb: error: "), result.stderr

@@ -55,7 +55,9 @@ def test_baseline_run_is_recorded_with_bleu_and_rouge(tmp_path, cache_dir, asset
     assert metrics["reference_score"] > metrics["baseline_score"] + 20
     assert 0 < metrics["rougeL"] <= 100
     assert "compile_rate" not in metrics  # no Lean on this machine: not measured, not 0
-    local = mlflow_client(tmp_path).download_artifacts(run.info.run_id, "score_report.json", str(tmp_path / "artifacts"))
+    local = mlflow_client(tmp_path).download_artifacts(
+        run.info.run_id, "score_report.json", str(tmp_path / "artifacts")
+    )
     assert "not measured: no Lean toolchain" in json.load(open(local))["details"]["compile"]
 
 
@@ -99,7 +101,7 @@ def test_the_compile_rate_is_measured_when_lean_is_on_the_path(assets, tmp_path,
     fake.write_text(
         "#!/bin/sh\n"
         'if grep -q BROKEN "$1"; then echo "$1:5:0: error: unknown identifier"; exit 1; fi\n'
-        "if grep -q sorry \"$1\"; then echo \"$1:5:8: warning: declaration uses 'sorry'\"; fi\n"
+        'if grep -q sorry "$1"; then echo "$1:5:8: warning: declaration uses \'sorry\'"; fi\n'
     )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
@@ -107,7 +109,9 @@ def test_the_compile_rate_is_measured_when_lean_is_on_the_path(assets, tmp_path,
     proofs = [r["formal_proof"] for r in refs]
     proofs[0] = proofs[0].replace("begin", "begin\n  sorry,")
     proofs[1] = proofs[1] + " BROKEN"
-    report = load_task().score(write(tmp_path, [entry(r["name"], p) for r, p in zip(refs, proofs)]), assets, tmp_path)
+    report = load_task().score(
+        write(tmp_path, [entry(r["name"], p) for r, p in zip(refs, proofs, strict=True)]), assets, tmp_path
+    )
     assert report.valid
     assert report.metrics["compile_rate"] == pytest.approx((len(refs) - 2) / len(refs))
     assert report.details["compile"].startswith("measured")

@@ -69,6 +69,7 @@ def test_text_states_causes_unevenly_and_the_hidden_rows_ask_them_evenly():
         assert stated[cause] > 0
     ranked = [count for _, count in stated.most_common()]
     assert ranked[0] > 20 * ranked[-1]  # a Zipf law: the head far more often than the tail
+
     # The hidden rows ask each cause about as often; the right choice is the world's law.
     def told(template: str, gender: str) -> str:  # as a choice reads: about "he" or "she"
         return superglue.capitalise(superglue._fill(template, gender, gender)) + "."

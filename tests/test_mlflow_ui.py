@@ -23,8 +23,13 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import (ElementClickInterceptedException, ElementNotInteractableException,
-                                        NoSuchElementException, StaleElementReferenceException, TimeoutException)
+from selenium.common.exceptions import (
+    ElementClickInterceptedException,
+    ElementNotInteractableException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
@@ -103,7 +108,9 @@ class Browser:
             return waiting.until(condition)
         except TimeoutException:
             shot = self.screenshot(f"timeout-{''.join(c if c.isalnum() else '_' for c in what)[:60]}.png")
-            raise AssertionError(f"waited {timeout:.0f} s for {what}; screenshot {shot}; page:\n{self.text()[:2000]}")
+            raise AssertionError(
+                f"waited {timeout:.0f} s for {what}; screenshot {shot}; page:\n{self.text()[:2000]}"
+            ) from None
 
     def click(self, what: str, find) -> None:
         """A real click on the element find(driver) returns, once it takes one (a node React just
@@ -120,7 +127,9 @@ class Browser:
     def close_assistant(self) -> None:
         """MLflow's assistant panel opens on a fresh profile and hides half the page (its close
         button itself may be under the page's header: clicked through the page's script)."""
-        for button in self.driver.find_elements(By.CSS_SELECTOR, "[data-component-id='mlflow.assistant.chat_panel.close']"):
+        for button in self.driver.find_elements(
+            By.CSS_SELECTOR, "[data-component-id='mlflow.assistant.chat_panel.close']"
+        ):
             self.driver.execute_script("arguments[0].click()", button)
 
     def quit(self) -> None:
@@ -211,7 +220,8 @@ def test_an_experiment_opens_on_its_runs_table_once_the_ui_is_set_to_model_train
     browser.go(f"{ui}/#/experiments")
     # The list's link (the sidebar also names the last experiment seen, linking to the list).
     experiment_link = lambda driver: driver.find_element(  # noqa: E731
-        By.CSS_SELECTOR, f"a[href$='#/experiments/{store['experiment_id']}']")
+        By.CSS_SELECTOR, f"a[href$='#/experiments/{store['experiment_id']}']"
+    )
     assert store["experiment_id"] != "0"  # not the Default experiment
     browser.click("the experiment in the list", experiment_link)
     # MLflow 3.17 ignores the experiment's kind tag: by default it opens the GenAI overview (the README says so).
@@ -220,7 +230,9 @@ def test_an_experiment_opens_on_its_runs_table_once_the_ui_is_set_to_model_train
     browser.screenshot("experiment_default_genai_overview.png")
     # Its tip about detecting issues dims the page until dismissed; then the sidebar's switch, as
     # the README tells (the browser remembers it).
-    browser.click("the tip's Got it", lambda driver: driver.find_element(By.XPATH, "//button[normalize-space(.)='Got it']"))
+    browser.click(
+        "the tip's Got it", lambda driver: driver.find_element(By.XPATH, "//button[normalize-space(.)='Got it']")
+    )
     browser.click("the sidebar's Model training switch",
                   lambda driver: driver.find_element(By.XPATH, "//div[@role='button'][normalize-space(.)='Model training']"))  # fmt: skip
     browser.go(f"{ui}/#/experiments")
@@ -261,7 +273,9 @@ def test_a_run_page_shows_the_score_the_params_runs_are_compared_by_and_the_work
     run = store["children"][0]
     page = f"{ui}/#/experiments/{store['experiment_id']}/runs/{run.info.run_id}"
     browser.go(page)
-    shown = browser.wait("the score metric on the run page", lambda driver: float(shown_after(browser.lines(), "score")))
+    shown = browser.wait(
+        "the score metric on the run page", lambda driver: float(shown_after(browser.lines(), "score"))
+    )
     assert shown == pytest.approx(run.data.metrics["score"], abs=1e-9)
     assert run.info.run_name in browser.lines()
     browser.close_assistant()
@@ -275,13 +289,18 @@ def test_a_run_page_shows_the_score_the_params_runs_are_compared_by_and_the_work
     for name, value in expected.items():  # each found as a researcher would, by the table's search box
         search.send_keys(Keys.CONTROL, "a")  # replaces what the box held (clear() bypasses React's state)
         search.send_keys(name)
-        browser.wait(f"the param {name} = {value}", lambda driver: shown_after(browser.lines(), name) == value)
+        browser.wait(
+            f"the param {name} = {value}",
+            lambda driver, name=name, value=value: shown_after(browser.lines(), name) == value,
+        )
     browser.screenshot("run_overview.png")
 
     browser.go(f"{page}/artifacts")
     patch_node = (By.CSS_SELECTOR, '[data-testid="artifact-tree-node"][artifact-name="workspace.patch"]')
     browser.click("workspace.patch in the artifact tree", lambda driver: driver.find_element(*patch_node))
-    browser.wait("the workspace.patch pane", lambda driver: "Path:" in browser.text() and "workspace.patch" in browser.text())
+    browser.wait(
+        "the workspace.patch pane", lambda driver: "Path:" in browser.text() and "workspace.patch" in browser.text()
+    )
     # MLflow does not preview .patch files, so read the diff the way the UI downloads it.
     patch = browser.driver.execute_async_script(
         "const done = arguments[arguments.length - 1]; fetch(arguments[0]).then(r => r.text()).then(done);",
@@ -296,7 +315,9 @@ def test_the_sweeps_parent_run_shows_the_report(store, ui, browser):
     page = f"{ui}/#/experiments/{store['experiment_id']}/runs/{parent.info.run_id}"
     browser.go(page)
     sweep_id = parent.data.tags["mlrb.sweep_id"]
-    browser.wait("the report as the run's description", lambda driver: f"mlrb report: sweep {sweep_id}" in browser.text())
+    browser.wait(
+        "the report as the run's description", lambda driver: f"mlrb report: sweep {sweep_id}" in browser.text()
+    )
 
     browser.go(f"{page}/artifacts")
     node = lambda name: lambda driver: driver.find_element(  # noqa: E731

@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 import pytest
-from conftest import REPO
 
 import mlrb
+from conftest import REPO
 from mlrb.config import SandboxConfig
 from mlrb.sandbox import bwrap as bw
 from mlrb.sandbox import docker as ds

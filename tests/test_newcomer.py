@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -109,8 +110,9 @@ FIRST_COMMAND = "python -m mlrb task=llm_merging agent=claude -m seed=1,2,3"
 
 def sweep_of_three_seeds(repo: Path, home: Path) -> dict:
     """FIRST_COMMAND run as written: three FINISHED runs of the claude agent under one sweep parent."""
-    from fake_llm_server import FakeLlmServer, reply, tool
     from mlflow.tracking import MlflowClient
+
+    from fake_llm_server import FakeLlmServer, reply, tool
 
     script = [
         reply(tool("bash", command="ls"), usage=(900, 30)),

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+
 from conftest import REPO, mlflow_client
 from test_confinement import guarded, harness_attempts
 

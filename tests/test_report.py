@@ -55,21 +55,27 @@ def runs_of(store: Path):
     client = mlflow_client(store)
     experiment = client.get_experiment_by_name("llm_merging")
     runs = client.search_runs([experiment.experiment_id])
-    return client, [r for r in runs if r.data.tags.get("mlrb.role") != "sweep"], [
-        r for r in runs if r.data.tags.get("mlrb.role") == "sweep"
-    ]
+    return (
+        client,
+        [r for r in runs if r.data.tags.get("mlrb.role") != "sweep"],
+        [r for r in runs if r.data.tags.get("mlrb.role") == "sweep"],
+    )
 
 
 def expected(runs, budget: str, assets: str) -> dict:
     """The group's numbers, computed straight from the runs' MLflow metrics and tags."""
-    group = [r for r in runs if r.data.tags["mlrb.budget"] == budget and r.data.tags["mlrb.assets_fingerprint"] == assets]
+    group = [
+        r for r in runs if r.data.tags["mlrb.budget"] == budget and r.data.tags["mlrb.assets_fingerprint"] == assets
+    ]
     attempts = [r for r in group if r.info.status == "FINISHED"]
     valid = [r for r in attempts if r.data.tags["mlrb.valid"] == "True"]
     scores = [r.data.metrics["score"] for r in valid]
     counted = [r.data.metrics["counted_score"] for r in attempts]
     normalised = [r.data.metrics["counted_normalised_score"] for r in attempts]
     # an attempt without a valid submission counted as doing nothing
-    assert all(r.data.metrics["counted_score"] == r.data.metrics["do_nothing_score"] for r in attempts if r not in valid)
+    assert all(
+        r.data.metrics["counted_score"] == r.data.metrics["do_nothing_score"] for r in attempts if r not in valid
+    )
     success = [r.data.metrics["success"] if r in valid else 0.0 for r in attempts]
     return {
         "runs": len(group),
@@ -112,7 +118,10 @@ def test_the_report_matches_the_runs_and_keeps_the_infrastructure_failure_out(st
     assert summary["smoke"]["invalid"] == "1"
     assert (broken["budget"], broken["runs"], broken["attempts"], broken["infra_error"]) == ("smoke", "1", "0", "1")
     assert (summary["1h"]["attempts"], summary["1h"]["agent_error"]) == ("3", "1")
-    assert float(summary["1h"]["budget_wall_time_s"]) == ONE_HOUR_S and float(summary["smoke"]["budget_wall_time_s"]) == SMOKE_S
+    assert (
+        float(summary["1h"]["budget_wall_time_s"]) == ONE_HOUR_S
+        and float(summary["smoke"]["budget_wall_time_s"]) == SMOKE_S
+    )
 
     per_run = {row["run_id"]: row for row in read_csv(out / "runs.csv")}
     assert len(per_run) == 7
@@ -127,11 +136,17 @@ def test_the_report_matches_the_runs_and_keeps_the_infrastructure_failure_out(st
     assert "ScorerError" in infra["reason"]
 
     markdown = (out / "summary.md").read_text()
-    smoke_row = next(line for line in markdown.splitlines() if line.startswith(f"| llm_merging | baseline | smoke | {good} |"))
+    smoke_row = next(
+        line for line in markdown.splitlines() if line.startswith(f"| llm_merging | baseline | smoke | {good} |")
+    )
     want = expected(runs, "smoke", good)
     assert f"| 3 (3) | {want['score_mean']:.4g} ± {want['score_sem']:.2g} (n=2) |" in smoke_row
     assert "| 67% (2/3) |" in smoke_row
-    broken_row = next(line for line in markdown.splitlines() if line.startswith(f"| llm_merging | baseline | smoke | {broken['assets']} |"))
+    broken_row = next(
+        line
+        for line in markdown.splitlines()
+        if line.startswith(f"| llm_merging | baseline | smoke | {broken['assets']} |")
+    )
     assert "1 infrastructure error" in broken_row
     not_counted = markdown.split("## Runs not counted", 1)[1]
     assert failed.info.run_id in not_counted and "ScorerError" in not_counted
@@ -147,7 +162,9 @@ def test_a_sweeps_report_is_logged_on_its_parent_run_with_a_self_contained_page(
     client, _, (parent,) = runs_of(store)
     sweep_id = parent.data.tags["mlrb.sweep_id"]
     out = tmp_path / "report"
-    result = report("--sweep", sweep_id, "--html", "--tracking-dir", str(store / "mlruns"), "--out", str(out), cwd=tmp_path)
+    result = report(
+        "--sweep", sweep_id, "--html", "--tracking-dir", str(store / "mlruns"), "--out", str(out), cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
     summary = read_csv(out / "summary.csv")
@@ -206,7 +223,9 @@ CALIBRATION = {"baseline_score": 0.45, "reference_score": 0.95}
 
 
 def row(kind: str, name: str, budget: str = "smoke", valid: bool = False, **metrics: float) -> RunRow:
-    status = {"infra_error": "FAILED", "killed": "KILLED", "running": "RUNNING", "crashed": "RUNNING"}.get(kind, "FINISHED")
+    status = {"infra_error": "FAILED", "killed": "KILLED", "running": "RUNNING", "crashed": "RUNNING"}.get(
+        kind, "FINISHED"
+    )
     return RunRow(run_id=name, name=name, experiment="e", task="t", agent="a", budget=budget, scale="tiny", seed="0",
                   sweep_id="", mlflow_status=status, kind=kind, detail=f"why {name}", valid=valid, metrics=metrics,
                   budget_wall_time_s=600.0)  # fmt: skip
@@ -214,13 +233,42 @@ def row(kind: str, name: str, budget: str = "smoke", valid: bool = False, **metr
 
 def test_invalid_attempts_count_as_they_were_counted_and_infrastructure_runs_not_at_all():
     rows = [
-        row("ok", "s1", valid=True, score=0.5, normalised_score=10.0, counted_score=0.5, counted_normalised_score=10.0,
-            success=1.0, cost_usd=2.0, wall_time_s=10.0, **CALIBRATION),
-        row("budget_exhausted", "s2", valid=True, score=0.7, normalised_score=50.0, counted_score=0.7,
-            counted_normalised_score=50.0, success=1.0, cost_usd=4.0, wall_time_s=30.0, **CALIBRATION),
+        row(
+            "ok",
+            "s1",
+            valid=True,
+            score=0.5,
+            normalised_score=10.0,
+            counted_score=0.5,
+            counted_normalised_score=10.0,
+            success=1.0,
+            cost_usd=2.0,
+            wall_time_s=10.0,
+            **CALIBRATION,
+        ),
+        row(
+            "budget_exhausted",
+            "s2",
+            valid=True,
+            score=0.7,
+            normalised_score=50.0,
+            counted_score=0.7,
+            counted_normalised_score=50.0,
+            success=1.0,
+            cost_usd=4.0,
+            wall_time_s=30.0,
+            **CALIBRATION,
+        ),
         # counted as doing nothing, as its run recorded (0.3: -30 on the normalised scale)
-        row("invalid", "bad", counted_score=0.3, counted_normalised_score=-30.0, cost_usd=3.0, wall_time_s=20.0,
-            **CALIBRATION),
+        row(
+            "invalid",
+            "bad",
+            counted_score=0.3,
+            counted_normalised_score=-30.0,
+            cost_usd=3.0,
+            wall_time_s=20.0,
+            **CALIBRATION,
+        ),
         row("infra_error", "broken"),
         row("running", "busy"),
         row("crashed", "gone"),
@@ -233,7 +281,14 @@ def test_invalid_attempts_count_as_they_were_counted_and_infrastructure_runs_not
     assert stats.counted_normalised_sem == pytest.approx(statistics.stdev([10.0, 50.0, -30.0]) / math.sqrt(3))
     assert stats.success_rate == pytest.approx(2 / 3) and stats.valid_rate == pytest.approx(2 / 3)
     assert stats.cost_usd_mean == pytest.approx(3.0) and stats.wall_time_s_mean == pytest.approx(20.0)
-    assert stats.outcomes == {"ok": 1, "budget_exhausted": 1, "invalid": 1, "infra_error": 1, "running": 1, "crashed": 1}
+    assert stats.outcomes == {
+        "ok": 1,
+        "budget_exhausted": 1,
+        "invalid": 1,
+        "infra_error": 1,
+        "running": 1,
+        "crashed": 1,
+    }
 
     assert [r.name for r in aggregate.not_counted(rows)] == ["broken", "gone", "busy"]
     causes = aggregate.why_not_scored(rows)
@@ -266,7 +321,9 @@ def mlflow_run(status: str, tags: dict, start_s: float, params: dict | None = No
 
     info = RunInfo(run_id="r1", experiment_id="1", user_id="u", status=status, start_time=int(start_s * 1000),
                    end_time=None, lifecycle_stage="active", run_name="t/a/0")  # fmt: skip
-    data = RunData(params=[Param(k, v) for k, v in (params or {}).items()], tags=[RunTag(k, v) for k, v in tags.items()])
+    data = RunData(
+        params=[Param(k, v) for k, v in (params or {}).items()], tags=[RunTag(k, v) for k, v in tags.items()]
+    )
     return Run(info, data)
 
 
@@ -320,7 +377,9 @@ def test_unconfined_runs_and_runs_on_other_assets_are_never_pooled():
     (alone,) = aggregate.summarise([unconfined])
     assert key_columns([alone]) == ["task", "agent", "confinement"]
     # runs recorded before the tag existed
-    assert confinement({"mlrb.sandbox": "local"}) == "unconfined" and confinement({"mlrb.sandbox": "docker"}) == "confined"
+    assert (
+        confinement({"mlrb.sandbox": "local"}) == "unconfined" and confinement({"mlrb.sandbox": "docker"}) == "confined"
+    )
     assert confinement({"mlrb.sandbox": "bwrap", "mlrb.confined": "true"}) == "confined"
 
 

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO, run_cli
 
 pytestmark = pytest.mark.slow

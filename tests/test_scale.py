@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import task_from_config, tiny_llm_merging
 
+from conftest import task_from_config, tiny_llm_merging
 from mlrb.tasks.base import anchor_problem
 
 

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, tiny_llm_merging
 
+from conftest import REPO, tiny_llm_merging
 from mlrb.assets import ensure_assets
 from mlrb.config import SandboxConfig
 from mlrb.scoring.runner import Scorer

@@ -53,7 +53,9 @@ def test_a_three_seed_sweep_on_slurm_gives_three_finished_runs_under_one_parent(
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     (warning,) = [line for line in result.stderr.splitlines() if line.startswith("mlrb: warning: launcher=slurm")]
-    assert "SQLite on a shared filesystem loses writes under concurrent jobs" in warning and "tracking=server" in warning
+    assert (
+        "SQLite on a shared filesystem loses writes under concurrent jobs" in warning and "tracking=server" in warning
+    )
     _, parents, children = runs_by_role(tmp_path)
     (parent,) = parents
     assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_done"] == 3
@@ -127,7 +129,7 @@ def wait_for_running_job(tmp_path, marker: str, timeout: float) -> int:
         ps = subprocess.run(["ps", "-ww", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
         rows = [line.split(None, 2) for line in ps.splitlines()[1:]]
         by_pid = {pid: (ppid, args) for pid, ppid, args in rows}
-        for pid, (ppid, args) in by_pid.items():
+        for pid, (_ppid, args) in by_pid.items():
             # bash runs a lone command in its own process (exec), so match either form
             if args in (marker, "/bin/bash -c " + marker):
                 # climb to the submitit job process that runs this command's harness
@@ -214,7 +216,7 @@ def release_when_requeued(job_id: str, timeout: float) -> None:
     raise AssertionError(f"SLURM job {job_id} was not requeued within {timeout} s")
 
 
-MERGE = "python merge.py --data \"$MLRB_DATA\" --output submission"
+MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
 
 
 @pytest.mark.slow
@@ -232,7 +234,10 @@ def test_a_sweep_ends_with_a_summary_that_matches_the_store(tmp_path, built_cach
     names = sorted(r.info.run_name for r in children)
     assert names == sorted(f"llm_merging/baseline/smoke/{seed} task.scales.tiny.baseline_command={command}"
                            for seed in (1, 2) for command in (MERGE, "echo nothing"))  # fmt: skip
-    assert parent.info.run_name == f"sweep llm_merging/baseline/smoke: seed=1,2 task.scales.tiny.baseline_command='{MERGE}','echo nothing'"
+    assert (
+        parent.info.run_name
+        == f"sweep llm_merging/baseline/smoke: seed=1,2 task.scales.tiny.baseline_command='{MERGE}','echo nothing'"
+    )
 
     # One line per run: its status, raw and counted scores as the store holds them.
     table = out[out.index("[sweep ") :]
@@ -270,7 +275,10 @@ def test_a_sweep_ends_with_a_summary_that_matches_the_store(tmp_path, built_cach
     assert f"parent run '{parent.info.run_name}' ({parent.info.run_id})" in out
     db = tmp_path / "mlruns" / "mlflow.db"
     assert f"{sys.executable} -m mlflow ui --backend-store-uri sqlite:///{db}" in out
-    assert f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{parent.info.run_id}?workflowType=machine_learning" in out
+    assert (
+        f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{parent.info.run_id}?workflowType=machine_learning"
+        in out
+    )
     # The experiment's kind is set (MLflow 3.17's UI ignores it: the address above names the view;
     # tests/test_mlflow_ui.py checks both ways of reaching the runs table in a browser).
     assert client.get_experiment(experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"

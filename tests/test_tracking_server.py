@@ -185,9 +185,10 @@ def test_a_sweep_through_the_server_loses_nothing_when_it_restarts_and_matches_s
     client = MlflowClient(server.uri)
     # Once the first jobs log, the server goes away for 10 s and comes back (a restart).
     deadline = time.monotonic() + 300
-    while not client.search_experiments(filter_string="name = 'llm_merging'") or len(
-        client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
-    ) < 3:  # the parent and two jobs' runs
+    while (
+        not client.search_experiments(filter_string="name = 'llm_merging'")
+        or len(client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])) < 3
+    ):  # the parent and two jobs' runs
         assert sweep.poll() is None and time.monotonic() < deadline, "the sweep did not start its jobs"
         time.sleep(0.5)
     server.stop()

@@ -50,7 +50,10 @@ def test_the_added_choices_are_validated_like_the_packaged_ones(tmp_path):
     (folder / "budget" / "broken.yaml").write_text(QUICK_BUDGET.replace("wall_time_s: 120", "wall_time_s: -1"))
     result = run_cli("budget=broken", "--config-dir", str(folder), cwd=tmp_path)
     assert result.returncode == 2
-    assert result.stderr.strip() == "mlrb: error: budget.wall_time_s must be positive, got -1.0: give a finite number above 0"
+    assert (
+        result.stderr.strip()
+        == "mlrb: error: budget.wall_time_s must be positive, got -1.0: give a finite number above 0"
+    )
     unknown = run_cli("budget=quik", "--config-dir", str(folder), cwd=tmp_path)
     assert unknown.returncode == 2 and "valid choices: 1h, 24h, broken, paper, quick, smoke" in unknown.stderr
 
