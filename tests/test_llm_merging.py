@@ -15,6 +15,7 @@ from mlrb.assets import ensure_assets
 from mlrb.config import SandboxConfig
 from mlrb.scoring.runner import score_submission
 from mlrb.tasks.base import Task
+from mlrb.tasks.rules import weight_stats
 
 pytestmark = pytest.mark.slow
 
@@ -192,7 +193,9 @@ def test_a_model_trained_instead_of_merged_is_invalid(task, assets, tmp_path):
     report = score(task, assets, save_changed_base(assets, tmp_path / "trained", train_mlps), tmp_path)
     assert not report.valid
     assert "not a merge of the given models" in report.reason
-    assert report.details["merge_check"]["cosine_with_experts_updates"] < 0.25
+    # Each MLP tensor: |cosine| 0.14-0.17 with the experts' span (a merge gives 0.5 or more).
+    assert report.details["merge_check"]["tensors_below_min_cosine"] == 6
+    assert report.details["merge_check"]["worst_cosine"] < 0.25
 
 
 def test_a_model_with_a_tensor_no_adapter_touches_changed_is_invalid(task, assets, tmp_path):
@@ -220,7 +223,80 @@ def test_a_dare_merge_counts_as_a_merge(task, assets, tmp_path):
 
     report = score(task, assets, save_changed_base(assets, tmp_path / "dare", dare), tmp_path)
     assert report.valid, report.reason
-    assert 0.25 < report.details["merge_check"]["cosine_with_experts_updates"] < 0.5
+    # Judged on the entries it keeps: |cosine| about 0.61 in each tensor (measured 0.60-0.62).
+    cosines = report.details["merge_check"]["cosines_with_experts_updates"]
+    assert len(cosines) == 6 and all(0.5 < c < 0.75 for c in cosines.values()), cosines
+
+
+def test_a_ties_merge_counts_as_a_merge(task, assets, tmp_path):
+    # TIES: trim each update to its top 20% magnitudes, elect each entry's sign by the summed
+    # update, average the trimmed updates that agree with it (zero where none does).
+    import torch
+
+    updates = adapter_updates(assets)
+
+    def ties(model):
+        params = dict(model.named_parameters())
+        for name in next(iter(updates.values())):
+            trimmed = []
+            for deltas in updates.values():
+                delta = deltas[name].clone()
+                delta[delta.abs() < delta.abs().quantile(0.8)] = 0
+                trimmed.append(delta)
+            stacked = torch.stack(trimmed)
+            agree = (torch.sign(stacked) == torch.sign(stacked.sum(0))) & (stacked != 0)
+            params[name] += (stacked * agree).sum(0) / agree.sum(0).clamp(min=1)
+
+    report = score(task, assets, save_changed_base(assets, tmp_path / "ties", ties), tmp_path)
+    assert report.valid, report.reason
+    assert report.details["merge_check"]["worst_cosine"] > 0.75  # measured 0.85
+
+
+def test_the_averaging_merge_plus_noise_is_not_a_merge(task, assets, tmp_path):
+    # The review's case: averaging, plus Gaussian noise of 3x the merge's own change in every
+    # tensor it touches. Pooled over tensors this gave |cosine| 0.317 and passed the old 0.25.
+    import torch
+
+    updates = adapter_updates(assets)
+    generator = torch.Generator().manual_seed(0)
+
+    def noisy_average(model):
+        params = dict(model.named_parameters())
+        for name in next(iter(updates.values())):
+            change = sum(deltas[name] for deltas in updates.values()) / len(updates)
+            noise = torch.randn(change.shape, generator=generator)
+            params[name] += change + 3 * change.norm() * noise / noise.norm()
+
+    report = score(task, assets, save_changed_base(assets, tmp_path / "noisy", noisy_average), tmp_path)
+    assert not report.valid and report.score is None
+    assert "is not a combination of the experts' updates (worst model.layers." in report.reason
+    check = report.details["merge_check"]
+    assert check["tensors_below_min_cosine"] == 6  # each tensor: 1/sqrt(1 + 3^2) = 0.32
+    assert 0.25 < check["worst_cosine"] < 0.4
+    assert f"|cosine| {check['worst_cosine']:.3f}" in report.reason and check["worst_tensor"] in report.reason
+
+
+def test_an_untouched_tensor_may_change_by_rounding_only(task, assets, merged, tmp_path):
+    # 1e-3 of each entry: far beyond FP32 rounding (the base's dtype), twice FP16's, well under
+    # the 1% of the tensor's norm the old check allowed.
+    def nudge(model):
+        model.model.norm.weight.mul_(1 + 1e-3)
+
+    report = score(task, assets, save_changed_base(assets, tmp_path / "nudged", nudge), tmp_path / "scored_nudged")
+    assert not report.valid
+    assert "tensors that no expert updates were changed (e.g. model.norm.weight: 64 of 64 entries" in report.reason
+    # The baseline merge re-saved in FP16: every tensor rounded, and still a merge.
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    fp16 = tmp_path / "fp16"
+    AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float16).save_pretrained(fp16)
+    for path in merged.glob("tokenizer*"):
+        shutil.copy(path, fp16)
+    assert {t.dtype for t in weight_stats(fp16).tensors} == {"F16"}
+    report = score(task, assets, fp16, tmp_path / "scored_fp16")
+    assert report.valid, report.reason
+    assert report.details["merge_check"]["worst_cosine"] > 0.99
 
 
 def test_a_reference_that_does_not_beat_the_baseline_gives_no_normalised_score(tmp_path):

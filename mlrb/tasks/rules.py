@@ -263,6 +263,57 @@ def share_toward(submission: Path, base_dir: Path, other_dir: Path) -> float | N
     return dot / norm_sq if norm_sq > 0 else None
 
 
+# Half an ulp relative to the value (unit roundoff) and smallest normal, per safetensors float dtype.
+_ROUNDING = {
+    "F64": (2.0**-53, 2.2250738585072014e-308),
+    "F32": (2.0**-24, 1.1754943508222875e-38),
+    "F16": (2.0**-11, 6.103515625e-05),
+    "BF16": (2.0**-8, 1.1754943508222875e-38),
+}
+
+
+def rounding_tolerance(reference, *dtypes: str):
+    """Entry-wise bound on what storing REFERENCE in the coarsest of DTYPES (safetensors
+    names, read from the headers before converting to double) can change: half an ulp,
+    relative to |reference|, plus the dtype's smallest normal as an absolute floor (for
+    subnormals and zeros). FP16: 4.9e-4 relative, floor 6.1e-5; BF16: 3.9e-3; FP32: 6e-8.
+    Dtypes it does not know (integers, FP8) get no tolerance: such entries must match exactly."""
+    relative, floor = max((_ROUNDING.get(d, (0.0, 0.0)) for d in dtypes), default=(0.0, 0.0))
+    return reference.abs() * relative + floor
+
+
+def shares_toward_by_tensor(submission: Path, base_dir: Path, other_dir: Path) -> dict[str, float] | None:
+    """`share_toward` judged per tensor: {tensor: <W - W_base, D> / ||D||^2 with D = W_other -
+    W_base}, for each tensor where the other model differs from the base beyond rounding
+    (`rounding_tolerance` of the stored dtypes; where it does not, there is no direction to
+    share). None when names or shapes differ.
+
+    The aggregate share weighs tensors by how much the other model changed them, so its
+    update copied into tensors holding a small part of that change (one layer's attention or
+    norms) barely moves it; per tensor the copy lies 100% of the way."""
+    from safetensors import safe_open
+
+    base = weight_stats(base_dir).tensors
+    ours_by = {t.name: t for t in weight_stats(submission).tensors}
+    other_by = {t.name: t for t in weight_stats(other_dir).tensors}
+    if not set(ours_by) == {t.name for t in base} == set(other_by):
+        return None
+    shares: dict[str, float] = {}
+    for t in base:
+        if ours_by[t.name].shape != t.shape or other_by[t.name].shape != t.shape:
+            return None
+        with safe_open(str(base_dir / t.file), framework="pt") as f:
+            reference = f.get_tensor(t.name).double()
+        with safe_open(str(other_dir / other_by[t.name].file), framework="pt") as f:
+            direction = f.get_tensor(t.name).double() - reference
+        if not bool((direction.abs() > rounding_tolerance(reference, t.dtype, other_by[t.name].dtype)).any()):
+            continue
+        with safe_open(str(submission / ours_by[t.name].file), framework="pt") as f:
+            step = f.get_tensor(t.name).double() - reference
+        shares[t.name] = float((step * direction).sum() / direction.pow(2).sum())
+    return shares
+
+
 def _tensor_index(model_dir: Path) -> dict[str, tuple[str, list[int]]]:
     return {t.name: (t.file, t.shape) for t in weight_stats(model_dir).tensors}
 

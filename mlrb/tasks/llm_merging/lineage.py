@@ -2,16 +2,28 @@
 given base model and experts (LoRA adapters, or full fine-tuned models), no training.
 
 A merge changes the base only where some expert changed it, and by a combination of the
-experts' updates: averaging, task arithmetic and layer-wise weights lie in the span of
-the experts' updates (per tensor); TIES trims and elects signs entry by entry, and DARE
-drops entries at random and rescales, which leaves the change correlated with that span
-(DARE dropping 90% keeps |cosine| about sqrt(0.1) = 0.32). Training moves the weights in
-a direction of its own, much less correlated with the experts' updates (at tiny scale,
-training the MLPs on the dev set's questions, which are about the experts' own skills,
-gives 0.16), and usually changes tensors no expert touched. So the check: every tensor no expert updates is the
-base's (up to FP16 rounding), and the change of the others has |cosine| of at least
-`min_cosine` with the span of the experts' updates. The base unchanged is a merge with
-all weights 0 (and scores as doing nothing).
+experts' updates, tensor by tensor: averaging, task arithmetic and layer-wise weights lie
+in the span of the experts' updates; TIES trims each update to its largest entries, elects
+a sign and averages what agrees, and DARE drops a share p of each update's entries at
+random and rescales the rest by 1/(1-p). Both leave the entries they drop exactly at the
+base's value, so the check looks, per tensor, only at the entries the submission changed
+beyond rounding (its support S), and asks how much of that change lies in the span of
+the experts' updates restricted to S: |cosine| between the change on S and its projection.
+
+Figures at tiny scale (3 LoRA experts on the MLPs; the worst of the 6 tensors): averaging,
+task arithmetic and the calibration's one-hot merges 1.000 (also re-saved in FP16), TIES
+(top 20% or 50%, elected sign, disjoint mean) 0.83-0.85, DARE p=0.5 0.76, p=0.9 0.60-0.61,
+p=0.99 0.55; the averaging merge plus Gaussian noise 1.5x its change in each tensor 0.54,
+3x 0.31 (noise lies outside the span: 1/sqrt(1 + 3^2)); training the MLPs on the dev set
+0.14. Hence a
+merge needs at least `min_cosine` (0.5) in EVERY touched tensor: the old rule, one cosine
+pooled over all tensors at 0.25, accepted the noisy merge (0.317), and noise or training
+confined to a few tensors would hide in the pool.
+
+Every tensor no expert updates must be the base's up to rounding, entry by entry
+(`rules.rounding_tolerance`: half an ulp of the coarser stored dtype, so an FP16 re-save
+passes and a 1e-3 relative nudge does not). The base unchanged is a merge with all
+weights 0 (and scores as doing nothing).
 """
 
 from __future__ import annotations
@@ -21,14 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlrb.tasks.rules import weight_stats
-
-# Relative change ||W - W_base|| / ||W_base|| that FP16/BF16 rounding of a base tensor stays under.
-ROUNDING = 1e-2
+from mlrb.tasks.rules import rounding_tolerance, weight_stats
 
 
-def _reader(model_dir: Path) -> dict[str, tuple[Path, list[int]]]:
-    return {t.name: (model_dir / t.file, t.shape) for t in weight_stats(model_dir).tensors}
+def _reader(model_dir: Path) -> dict[str, tuple[Path, list[int], str]]:
+    """{tensor name: (file, shape, stored dtype)}, from the headers."""
+    return {t.name: (model_dir / t.file, t.shape, t.dtype) for t in weight_stats(model_dir).tensors}
 
 
 def _load(path: Path, name: str):
@@ -38,7 +48,7 @@ def _load(path: Path, name: str):
         return f.get_tensor(name).double()
 
 
-def expert_updates(expert_dir: Path, base: dict[str, tuple[Path, list[int]]]) -> dict[str, Callable]:
+def expert_updates(expert_dir: Path, base: dict[str, tuple[Path, list[int], str]]) -> dict[str, Callable]:
     """{base tensor name: function returning the expert's update of it}, computed on demand:
     B @ A * scaling for a peft LoRA adapter, W_expert - W_base for a full model."""
     config_file = expert_dir / "adapter_config.json"
@@ -64,9 +74,9 @@ def expert_updates(expert_dir: Path, base: dict[str, tuple[Path, list[int]]]) ->
     return updates
 
 
-def check_is_merge(submission: Path, public: Path, min_cosine: float = 0.25) -> tuple[str, dict]:
+def check_is_merge(submission: Path, public: Path, min_cosine: float = 0.5) -> tuple[str, dict]:
     """(problem or "", facts): is the submission the base model plus a combination of the
-    experts' updates (see the module's docstring)?"""
+    experts' updates, in every tensor (see the module's docstring)?"""
     import torch
 
     base_dir = public / "base_model"
@@ -78,31 +88,43 @@ def check_is_merge(submission: Path, public: Path, min_cosine: float = 0.25) -> 
                 "a merge keeps the base's architecture"), {}  # fmt: skip
     experts = sorted(d for d in (public / "adapters").iterdir() if d.is_dir())
     updates = [expert_updates(d, base) for d in experts]
-    change_sq = explained_sq = 0.0
-    untouched_changed: list[tuple[str, float]] = []
-    for name, (path, _) in sorted(base.items()):
+    cosines: dict[str, float] = {}  # per touched tensor the submission changed
+    untouched_changed: dict[str, tuple] = {}  # name: (entries changed beyond rounding, entries, dtypes)
+    for name, (path, _, dtype) in sorted(base.items()):
         reference = _load(path, name)
         change = _load(ours[name][0], name) - reference
-        theirs = [u[name]().reshape(-1) for u in updates if name in u]
+        # Entries changed beyond what storing the base in either dtype can do.
+        beyond = change.abs() > rounding_tolerance(reference, dtype, ours[name][2])
+        theirs = [u[name]() for u in updates if name in u]
         if not theirs:
-            relative = float(change.norm() / reference.norm()) if reference.norm() > 0 else float(change.norm())
-            if relative > ROUNDING:
-                untouched_changed.append((name, relative))
+            if bool(beyond.any()):
+                untouched_changed[name] = (int(beyond.sum()), beyond.numel(), dtype, ours[name][2])
             continue
-        flat = change.reshape(-1)
-        span = torch.stack(theirs)  # experts x entries
+        if not bool(beyond.any()):
+            continue  # left at the base: a weight of 0
+        flat = change[beyond]
+        span = torch.stack([u.to(change.dtype)[beyond] for u in theirs])  # experts x entries of S
         gram, dots = span @ span.T, span @ flat
-        coefficients = torch.linalg.pinv(gram) @ dots
-        change_sq += float(flat @ flat)
-        explained_sq += float(dots @ coefficients)  # squared norm of the projection onto the span
-    cosine: float | None = (explained_sq / change_sq) ** 0.5 if change_sq > 0 else None
-    facts = {"experts": [d.name for d in experts], "cosine_with_experts_updates": cosine,
-             "untouched_tensors_changed": len(untouched_changed)}  # fmt: skip
+        explained_sq = float(dots @ (torch.linalg.pinv(gram) @ dots))  # squared norm of the projection
+        cosines[name] = min(1.0, max(0.0, explained_sq) / float(flat @ flat)) ** 0.5
+    failing = sorted(name for name, cosine in cosines.items() if cosine < min_cosine)
+    worst = min(cosines, key=lambda name: cosines[name]) if cosines else None
+    facts = {
+        "experts": [d.name for d in experts],
+        "cosines_with_experts_updates": {name: round(cosine, 4) for name, cosine in cosines.items()},
+        "worst_tensor": worst,
+        "worst_cosine": cosines[worst] if worst else None,
+        "tensors_below_min_cosine": len(failing),
+        "untouched_tensors_changed": len(untouched_changed),
+    }
     if untouched_changed:
-        name, relative = max(untouched_changed, key=lambda item: item[1])
+        name = max(untouched_changed, key=lambda n: untouched_changed[n][0])
+        changed, entries, theirs, mine = untouched_changed[name]
         return (f"not a merge of the given models: {len(untouched_changed)} tensors that no expert updates were "
-                f"changed (e.g. {name}, by {relative:.1%} of its norm)"), facts  # fmt: skip
-    if cosine is not None and cosine < min_cosine:
-        return (f"not a merge of the given models: the weight changes are not a combination of the experts' "
-                f"updates (|cosine| {cosine:.3f} with their span; a merge gives at least {min_cosine:g})"), facts  # fmt: skip
+                f"changed (e.g. {name}: {changed:,} of {entries:,} entries differ from the base's by more than "
+                f"{theirs if theirs == mine else theirs + '/' + mine} rounding can)"), facts  # fmt: skip
+    if worst is not None and failing:
+        return (f"not a merge of the given models: in {len(failing)} of {len(cosines)} tensors the weight change "
+                f"is not a combination of the experts' updates (worst {worst}: |cosine| {cosines[worst]:.3f} with "
+                f"their span on the entries it changes; a merge gives at least {min_cosine:g} in each)"), facts  # fmt: skip
     return "", facts

@@ -30,9 +30,10 @@ class LlmMergingScale(ScaleSpec):
     max_params: int = 8_000_000_000
     # Hugging Face `model_type`s a submission may declare.
     model_types: list[str] = field(default_factory=lambda: ["llama"])
-    # Least |cosine| between the submission's change of the base and the span of the
-    # experts' updates for it to count as a merge (see lineage.py).
-    min_merge_cosine: float = 0.25
+    # Least |cosine|, in EACH tensor the experts update, between the submission's change of
+    # the base (on the entries it changes) and the span of the experts' updates there, for it
+    # to count as a merge (see lineage.py: averaging 1, DARE p=0.9 about 0.6, noise 3x 0.32).
+    min_merge_cosine: float = 0.5
 
 
 class LlmMerging(Task):
