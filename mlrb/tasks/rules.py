@@ -282,38 +282,6 @@ def rounding_tolerance(reference, *dtypes: str):
     return reference.abs() * relative + floor
 
 
-def shares_toward_by_tensor(submission: Path, base_dir: Path, other_dir: Path) -> dict[str, float] | None:
-    """`share_toward` judged per tensor: {tensor: <W - W_base, D> / ||D||^2 with D = W_other -
-    W_base}, for each tensor where the other model differs from the base beyond rounding
-    (`rounding_tolerance` of the stored dtypes; where it does not, there is no direction to
-    share). None when names or shapes differ.
-
-    The aggregate share weighs tensors by how much the other model changed them, so its
-    update copied into tensors holding a small part of that change (one layer's attention or
-    norms) barely moves it; per tensor the copy lies 100% of the way."""
-    from safetensors import safe_open
-
-    base = weight_stats(base_dir).tensors
-    ours_by = {t.name: t for t in weight_stats(submission).tensors}
-    other_by = {t.name: t for t in weight_stats(other_dir).tensors}
-    if not set(ours_by) == {t.name for t in base} == set(other_by):
-        return None
-    shares: dict[str, float] = {}
-    for t in base:
-        if ours_by[t.name].shape != t.shape or other_by[t.name].shape != t.shape:
-            return None
-        with safe_open(str(base_dir / t.file), framework="pt") as f:
-            reference = f.get_tensor(t.name).double()
-        with safe_open(str(other_dir / other_by[t.name].file), framework="pt") as f:
-            direction = f.get_tensor(t.name).double() - reference
-        if not bool((direction.abs() > rounding_tolerance(reference, t.dtype, other_by[t.name].dtype)).any()):
-            continue
-        with safe_open(str(submission / ours_by[t.name].file), framework="pt") as f:
-            step = f.get_tensor(t.name).double() - reference
-        shares[t.name] = float((step * direction).sum() / direction.pow(2).sum())
-    return shares
-
-
 def _tensor_index(model_dir: Path) -> dict[str, tuple[str, list[int]]]:
     return {t.name: (t.file, t.shape) for t in weight_stats(model_dir).tensors}
 
