@@ -102,8 +102,13 @@ def mean_sem(values: list) -> dict:
     mean = sum(values) / n
     if n == 1:  # one seed says nothing about seed noise
         return {"mean": mean, "sem": None, "n": 1}
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return {"mean": mean, "sem": sd / math.sqrt(n), "n": n}
+    sd = sample_sd(values)
+    return {"mean": mean, "sem": sd / math.sqrt(n), "sd": sd, "n": n}
+
+
+def sample_sd(values: list) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def checks(anchors: dict, items: int, score_unit: float) -> dict:
@@ -220,27 +225,54 @@ def task_result(key: str, vary: str, items: int, seeds: int, build_s: list, anch
             **({"overrides": overrides} if overrides else {})}  # fmt: skip
 
 
-def fmt(anchor: dict) -> str:
+def fmt(anchor: dict, machines: list | None = None) -> str:
+    """An anchor's mean with its noise: over seeds, SEM and the per-run SD; for one that every run
+    on a machine scores alike, the spread across machines of one kind where it was seen
+    (`machines`: their values), never a SEM of 0."""
     if anchor["n"] == 0:
         return "invalid"
     if anchor.get("deterministic"):
-        return f"{anchor['mean']:.4f} (deterministic)"
-    if anchor["sem"] is None:
+        if not machines or len(machines) < 2:
+            return f"{anchor['mean']:.4f} (every run alike here; across machines not measured)"
+        return (f"{anchor['mean']:.4f} (every run alike here; across {len(machines)} machines "
+                f"{min(machines):.4f}-{max(machines):.4f}, SD {sample_sd(machines):.4f})")  # fmt: skip
+    if anchor["n"] == 1:
         return f"{anchor['mean']:.4f} (one seed)"
-    return f"{anchor['mean']:.4f} ± {anchor['sem']:.4f}"
+    sd = anchor.get("sd", sample_sd([v for v in anchor["values"] if v is not None]))
+    return f"{anchor['mean']:.4f} ± {anchor['sem']:.4f} (SD {sd:.4f})"
 
 
-def table(results: dict) -> str:
+def table(results: dict, machines: dict | None = None) -> str:
+    """Each task's anchors (mean ± SEM over seeds, with the per-run SD). `machines`: for anchors that
+    every run scores alike, {task: {anchor: [the values machines of one kind built]}}."""
+    machines = machines or {}
     lines = ["| task | items | do_nothing | baseline | reference | n | item worth (norm. pts) | baseline SEM (norm. pts) |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for key, r in results.items():
         a, c = r["anchors"], r["checks"]
-        worth, sem = c.get("item_worth_normalised_points"), c.get("baseline_sem_normalised_points")
+        seen = machines.get(key, {})
+        worth = c.get("item_worth_normalised_points")
+        cells = [
+            fmt(a[anchor], seen.get(anchor, {}).get("values")) for anchor in ("do_nothing", "baseline", "reference")
+        ]
         lines.append(
-            f"| {key} | {r['items']} | {fmt(a['do_nothing'])} | {fmt(a['baseline'])} | {fmt(a['reference'])} | "
-            f"{a['baseline']['n']} | {'-' if worth is None else f'{worth:.1f}'} | {'-' if sem is None else f'{sem:.1f}'} |"
+            f"| {key} | {r['items']} | {' | '.join(cells)} | "
+            f"{a['baseline']['n']} | {'-' if worth is None else f'{worth:.1f}'} | {baseline_noise(r, seen)} |"
         )  # fmt: skip
     return "\n".join(lines)
+
+
+def baseline_noise(result: dict, seen: dict) -> str:
+    """The baseline's SEM in normalised points; for one that every run scores alike, the SD of the
+    values machines built (in the same points) where known, not a SEM of 0."""
+    sem = result["checks"].get("baseline_sem_normalised_points")
+    base, ref = result["anchors"]["baseline"], result["anchors"]["reference"]
+    if not base.get("deterministic"):
+        return "-" if sem is None else f"{sem:.1f}"
+    machines = seen.get("baseline", {}).get("values") or []
+    if len(machines) < 2 or base["n"] == 0 or ref["n"] == 0 or ref["mean"] == base["mean"]:
+        return "- (one machine)"
+    return f"{100 * sample_sd(machines) / abs(ref['mean'] - base['mean']):.1f} (SD across machines)"
 
 
 def main() -> None:

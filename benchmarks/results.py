@@ -349,13 +349,15 @@ def stages(entry: dict) -> str:
 def calibration_section(bench_dir: Path) -> str:
     table_of = sibling("calibration").table  # the table the benchmark prints
     runs, assets = load(bench_dir, "calibration.json"), load(bench_dir, "calibration_assets.json")
+    machines = load(bench_dir, "machine_spread.json")
     return "\n\n".join([
         "## How far apart the anchors are",
         "A tiny task is worth running only if its numbers separate a good solution from a bad one by far more "
         "than seed noise. `benchmarks/calibration.py` scores each task's three anchors as a run's normalisation "
         "does: `do_nothing` (the starting point submitted unchanged, or \"invalid\" where the rules reject it), "
         "`baseline` (the starter as given: 0 on the normalised scale) and `reference` (100), each with seeds 0 to "
-        "N-1. It records per task and anchor the mean, the SEM over seeds and n, the number of scored items, and "
+        "N-1. It records per task and anchor the mean, the SEM over seeds, the per-run SD and n, the number of "
+        "scored items, and "
         "the checks: `do_nothing` below the baseline by 3 combined SEM (or invalid), the reference above the "
         "baseline by max(10%, 5 combined SEM), one scored item worth at most 2 normalised points, the baseline's "
         "SEM at most 5 normalised points.",
@@ -369,10 +371,12 @@ def calibration_section(bench_dir: Path) -> str:
         "each anchor run with the seed a sweep's run gets (`-m seed=0,1,2,3,4`): `$MLRB_SEED`, which the anchors' "
         "commands pass on as `--seed`. That is the noise a user sees between runs of one solution, and the bars "
         "are checked on it. Seed 0 is the asset build's own measurement, the one runs are normalised with. An "
-        "anchor that no seed reaches scores the same on every run and is measured once, SEM 0, "
-        "\"deterministic\".",
+        "anchor that no seed reaches scores alike on every run on one machine and is measured once; its noise "
+        "is between machines: the table gives the values that machines of this kind built, where they were "
+        "seen (`benchmarks/machine_spread.json`, collected from those machines' builds), and the baseline's "
+        "SD across them in normalised points where a SEM over seeds cannot be had.",
         f"Output: `benchmarks/calibration.json`. {calibration_where(runs)}",
-        table_of(runs),
+        table_of(runs, machines["anchors"]),
         bars(runs),
         "### Draws of the assets",
         "`--vary assets`: the assets built with `assets.seed=s`, a new draw of the task's synthetic world (its "
@@ -438,7 +442,7 @@ SECTIONS = [
     (build_times_section, ["build_times.json"]),
     (sweep_scaling_section, ["sweep_scaling.json"]),
     (overhead_section, ["overhead.json"]),
-    (calibration_section, ["calibration.json", "calibration_assets.json"]),
+    (calibration_section, ["calibration.json", "calibration_assets.json", "machine_spread.json"]),
 ]
 
 

@@ -24,11 +24,28 @@ def benchmark():
 
 def test_the_results_page_tables_are_the_committed_calibration_outputs():
     page = load("results").render(REPO / "benchmarks")  # RESULTS.md is this (tests/test_results_page.py)
-    for name, vary in (("calibration.json", "runs"), ("calibration_assets.json", "assets")):
+    machines = json.loads((REPO / "benchmarks" / "machine_spread.json").read_text())["anchors"]
+    for name, vary, seen in (("calibration.json", "runs", machines), ("calibration_assets.json", "assets", None)):
         results = json.loads((REPO / "benchmarks" / name).read_text())
         assert {r["vary"] for r in results.values()} == {vary}, name
         section = page.split(f"Output: `benchmarks/{name}`.", 1)[1]
-        assert section.split("\n\n", 2)[1] == benchmark().table(results), name  # the table after its provenance
+        assert section.split("\n\n", 2)[1] == benchmark().table(results, seen), name  # the table after its provenance
+
+
+def test_an_anchor_every_run_scores_alike_shows_its_spread_across_machines_not_a_sem_of_0():
+    module = benchmark()
+    alike = {"mean": 0.5625, "sem": 0.0, "n": 1, "values": [0.5625], "deterministic": True}
+    assert module.fmt(alike, [0.55, 0.5625, 0.5833]) == (
+        "0.5625 (every run alike here; across 3 machines 0.5500-0.5833, SD 0.0168)"
+    )
+    assert "± 0" not in module.fmt(alike) and "not measured" in module.fmt(alike)
+    seeded = module.mean_sem([0.70, 0.72, 0.74])
+    assert module.fmt({**seeded, "values": [0.70, 0.72, 0.74]}) == "0.7200 ± 0.0115 (SD 0.0200)"
+    # The baseline's noise in normalised points: the machines' SD over the anchors' gap (0.0168 / 0.4375).
+    result = {"anchors": {"baseline": alike, "reference": {"mean": 1.0, "n": 1, "deterministic": True}},
+              "checks": {"baseline_sem_normalised_points": 0.0}}  # fmt: skip
+    assert module.baseline_noise(result, {"baseline": {"values": [0.55, 0.5625, 0.5833]}}) == "3.8 (SD across machines)"
+    assert module.baseline_noise(result, {}) == "- (one machine)"
 
 
 def anchors(do_nothing, baseline, reference):
@@ -67,7 +84,7 @@ def test_an_anchor_no_seed_reaches_has_no_seed_noise():
     result = module.checks({**anchors([0.2, 0.25, 0.22], [0.5], [0.9, 0.91, 0.89]), "baseline": same}, 100, 1)
     assert result["baseline_sem_normalised_points"] == 0 and result["baseline_sem_at_most_5"] is True
     assert result["do_nothing_below_baseline"] is True and result["reference_beats_baseline"] is True
-    assert module.fmt(same) == "0.5000 (deterministic)"
+    assert module.fmt(same) == "0.5000 (every run alike here; across machines not measured)"
 
 
 def test_a_trial_design_changes_the_tiny_scale_and_a_typo_is_refused(tmp_path):
