@@ -44,8 +44,28 @@ def test_minimal_pairs_differ_in_one_word_and_are_balanced():
             good, bad = row["sentence_good"].split(), row["sentence_bad"].split()
             assert len(good) == len(bad) and sum(g != b for g, b in zip(good, bad, strict=True)) == 1, row
         # Half the pairs have the singular (or "he") form correct: no blind preference wins.
-        firsts = [r for r in rows if r["pair_id"] % 2 == 0]
-        assert len(firsts) == 20
+        assert sum(singular_is_correct(uid, row) for row in rows) == 20, uid
+
+
+def singular_is_correct(uid: str, row: dict) -> bool:
+    """Whether the word the pair's sentences differ in is the singular (or "he") form in the good one."""
+    from mlrb.tasks.from_scratch import grammar
+
+    good, bad = next(
+        (g.rstrip("."), b.rstrip("."))
+        for g, b in zip(row["sentence_good"].split(), row["sentence_bad"].split(), strict=True)
+        if g != b
+    )
+    if uid == "anaphor_gender_agreement":
+        return good == "himself"
+    if uid == "anaphor_number_agreement":
+        return bad == "themselves"
+    nouns = grammar.CREATURES + grammar.IRREGULAR_CREATURES + grammar.THINGS
+    verbs = grammar.INTRANSITIVE + grammar.TRANSITIVE + grammar.REFLEXIVE_VERBS
+    singular = {n.form(False) for n in nouns} | {v.agree(False) for v in verbs}
+    plural = {n.form(True) for n in nouns} | {v.agree(True) for v in verbs}
+    assert (good in singular and bad in plural) != (good in plural and bad in singular), row
+    return good in singular
 
 
 def test_made_up_names_are_used_unevenly_in_the_corpus_and_evenly_in_the_pairs():

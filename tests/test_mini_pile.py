@@ -34,6 +34,48 @@ SUPERGLUE_FIELDS = {
 }
 
 
+def true_answer(name: str, row: dict, world) -> int:
+    """The row's answer read from its text (and the world's laws), not from its label."""
+    from mlrb.tasks.from_scratch import superglue
+
+    if name == "boolq":  # "does tom have a red kite": yes if the passage says "Tom has a red kite."
+        statement = row["question"].removeprefix("does ").replace(" have a ", " has a ", 1)
+        return int(f"{statement}." in row["passage"].lower())
+    if name == "rte":  # 0 = entailment: the passage states the hypothesis
+        return 0 if row["hypothesis"] in row["premise"] else 1
+    if name == "wic":  # 1 = both sentences use the word in the same sense
+
+        def sense(sentence: str) -> int:
+            senses = superglue.SENSES[row["word"]]
+            return next(k for k in (0, 1) if any(t.format(w=row["word"]) == sentence for t in senses[k]))
+
+        return int(sense(row["sentence1"]) == sense(row["sentence2"]))
+    # copa: the choice that the world's law makes the cause (or effect) of the premise
+    lawful = [choice for choice in (row["choice1"], row["choice2"]) if copa_choice_is_law(row, choice, world)]
+    assert len(lawful) == 1, row
+    return [row["choice1"], row["choice2"]].index(lawful[0])
+
+
+def copa_choice_is_law(row: dict, choice: str, world) -> bool:
+    from mlrb.tasks.from_scratch import superglue
+
+    def told(template: str, gender: str) -> str:  # as a choice reads: about "he" or "she"
+        return superglue.capitalise(superglue._fill(template, gender, gender)) + "."
+
+    if row["question"] == "effect":  # the premise is the cause, told with a name
+        thing_done = row["premise"].split(" ", 1)[1].rstrip(".")
+        i = next(i for i, cause in enumerate(world.causes) if cause == "{s} " + thing_done)
+        return choice in (told(world.effects[i], "he"), told(world.effects[i], "she"))
+    # the choice is a cause; the premise must be that cause's effect
+    thing_done = choice.split(" ", 1)[1].rstrip(".")
+    i = next(i for i, cause in enumerate(world.causes) if cause == "{s} " + thing_done)
+    name = row["premise"].split(" ", 1)[0]
+    return any(
+        row["premise"] == superglue.capitalise(superglue._fill(world.effects[i], name, g, pronoun=name)) + "."
+        for g in ("he", "she")
+    )
+
+
 def test_sub_task_rows_have_superglue_fields_and_balanced_labels():
     from mlrb.tasks.from_scratch import superglue
 
@@ -42,7 +84,10 @@ def test_sub_task_rows_have_superglue_fields_and_balanced_labels():
     assert {name: fmt for name, (fmt, _) in suite.items()} == {n: n for n in SUPERGLUE_FIELDS}
     for name, (_, rows) in suite.items():
         assert all(set(row) == SUPERGLUE_FIELDS[name] for row in rows), name
-        assert sum(row["label"] for row in rows) == 20, name  # a blind answer scores 50%
+        # Each label is the answer its text gives, and half the answers are 1: a blind answer scores 50%.
+        answers = [true_answer(name, row, world) for row in rows]
+        assert answers == [row["label"] for row in rows], name
+        assert sum(answers) == 20, name
     for row in suite["wic"][1]:
         assert row["sentence1"][row["start1"] : row["end1"]] == row["word"]
         assert row["sentence2"][row["start2"] : row["end2"]] == row["word"]
