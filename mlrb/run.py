@@ -157,6 +157,7 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         Tag.CONFINED: str(sandbox_class.confined).lower(),
         Tag.NETWORK: str(cfg.task.network).lower(),
         Tag.NORMALISED_AS: task.normalised_as,
+        Tag.UNENFORCED_RULES: ",".join(task.spec.unenforced_rules),
         Tag.RUN_KEY: run_key(cfg),
         Tag.RUN_DIR: str(run_dir),
         **commit,

@@ -77,6 +77,10 @@ class GroupStats:
     normalised_as: str = "gap"  # a task's runs share it (see RunRow.normalised_as)
     model: str = ""
     sandbox: str = "?"
+    # The rules its runs' task states but nothing enforces (their score cannot vouch for them),
+    # and how many of its runs were recorded before runs recorded them.
+    unenforced_rules: tuple[str, ...] = ()
+    rules_unknown: int = 0
 
 
 def group_key_order(row_or_stats) -> tuple:
@@ -134,6 +138,8 @@ def summarise_group(rows: list[RunRow]) -> GroupStats:
         normalised_as=first.normalised_as,
         model=first.model,
         sandbox=first.sandbox,
+        unenforced_rules=tuple(sorted({i for r in rows for i in r.unenforced_rules or ()})),
+        rules_unknown=sum(r.unenforced_rules is None for r in rows),
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import html
 import re
 from collections.abc import Sequence
@@ -149,8 +150,11 @@ def results_table(stats: Sequence[GroupStats]) -> Table:
         excluded = ", ".join(
             f"{n} {KIND_LABELS[k]}" for k, n in sorted(s.outcomes.items()) if k in NOT_COUNTED
         )  # fmt: skip
+        keys_cells = [getattr(s, k) for k in keys]
+        if s.unenforced_rules:  # its score cannot vouch for these rules (the section below)
+            keys_cells[0] += f" {UNENFORCED_MARK}"
         rows.append(
-            [getattr(s, k) for k in keys]
+            keys_cells
             + [
                 f"{s.runs} ({s.attempts})",
                 counted(s.counted_mean, s.counted_sem, s),
@@ -166,6 +170,43 @@ def results_table(stats: Sequence[GroupStats]) -> Table:
             ]
         )
     return Table(headers, rows)
+
+
+UNENFORCED_MARK = "†"
+UNENFORCED_INTRO = (
+    f"A row marked {UNENFORCED_MARK} is of a task that states rules to the agent which no check enforces (or "
+    "has a known shortcut): its scores cannot vouch that the agent kept them. Each task's page lists them "
+    "(docs/tasks/, \"Rules not enforced\"); the reasons are today's packaged task configs'."
+)
+
+
+@functools.cache
+def rule_reasons(task: str, scale: str) -> dict[str, str]:
+    """id -> why, from the packaged task's config ({} for a task that is not packaged, a folder task)."""
+    from mlrb.config import packaged_task
+
+    try:
+        return dict(packaged_task(task)["scales"][scale].get("unenforced_rules") or {})
+    except Exception:  # not a packaged task (a folder task), or no such scale any more
+        return {}
+
+
+def unenforced_table(stats: Sequence[GroupStats]) -> Table | None:
+    """Per task and scale, the rules its runs recorded as not enforced, and why; None when no run
+    recorded any and every run recorded the tag."""
+    rules: dict[tuple[str, str], set[str]] = {}
+    unknown: dict[tuple[str, str], int] = {}
+    for s in stats:
+        rules.setdefault((s.task, s.scale), set()).update(s.unenforced_rules)
+        unknown[(s.task, s.scale)] = unknown.get((s.task, s.scale), 0) + s.rules_unknown
+    rows = []
+    for (task, scale), ids in sorted(rules.items()):
+        reasons = rule_reasons(task, scale) if ids else {}
+        rows += [[task, scale, rule, reasons.get(rule, "-")] for rule in sorted(ids)]
+        if unknown[(task, scale)]:  # recorded before runs said: not flagged, and not vouched for either
+            rows.append([task, scale, "unknown", f"{unknown[(task, scale)]} runs were recorded before runs "
+                         "recorded their task's unenforced rules: not flagged, see the task's page"])  # fmt: skip
+    return Table(["task", "scale", "rule not enforced", "why"], rows) if rows else None
 
 
 def causes_table(causes: Sequence[Cause], stats: Sequence[GroupStats]) -> Table:
@@ -201,7 +242,7 @@ RUN_FIELDS = [
     "run_id", "name", "experiment", "task", "scale", "agent", "model", "budget", "seed", "sweep_id", "sandbox",
     "confinement", "assets", "mlflow_status",
     "kind", "counted", "detail", "score", "normalised_score", "counted_score", "counted_normalised_score",
-    "normalised_as", "success", "do_nothing_score", "baseline_score", "reference_score", "cost_usd", "input_tokens", "output_tokens", "wall_time_s",
+    "normalised_as", "unenforced_rules", "success", "do_nothing_score", "baseline_score", "reference_score", "cost_usd", "input_tokens", "output_tokens", "wall_time_s",
 ]  # fmt: skip
 
 
@@ -238,7 +279,9 @@ def run_records(rows: Sequence[RunRow]) -> list[dict[str, object]]:
          "agent": r.agent, "model": r.model, "budget": r.budget, "seed": r.seed, "sweep_id": r.sweep_id, "sandbox": r.sandbox,
          "confinement": r.confinement, "assets": r.assets, "mlflow_status": r.mlflow_status, "kind": r.kind, "counted": r.is_attempt, "detail": r.detail,
          "score": r.score, "normalised_score": r.normalised, "counted_score": r.counted_score,
-         "counted_normalised_score": r.counted_normalised, "normalised_as": r.normalised_as, "success": r.success,
+         "counted_normalised_score": r.counted_normalised, "normalised_as": r.normalised_as,
+         "unenforced_rules": "unknown" if r.unenforced_rules is None else ",".join(r.unenforced_rules),
+         "success": r.success,
          **{name: r.metric(name) for name in ("do_nothing_score", "baseline_score", "reference_score", "cost_usd", "input_tokens",
                                               "output_tokens", "wall_time_s")}}
         for r in rows
@@ -273,6 +316,9 @@ class Report:
     def sections(self) -> list[tuple]:
         """(heading, intro, table or None) in reading order."""
         sections: list[tuple] = [("Results", HOW_TO_READ, results_table(self.stats))]
+        unenforced = unenforced_table(self.stats)
+        if unenforced is not None:
+            sections.append((f"{UNENFORCED_MARK} Rules not enforced", UNENFORCED_INTRO, unenforced))
         if self.causes:
             sections.append(("Why runs did not score", "Every run without a valid score, by cause and reason.",
                              causes_table(self.causes, self.stats)))  # fmt: skip

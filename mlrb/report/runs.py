@@ -100,6 +100,9 @@ class RunRow:
     normalised_as: str = "gap"
     # The LLM agent's model (the `agent.options.model` param; "" for scripted agents).
     model: str = ""
+    # The ids of the rules its task states but nothing enforces (tag mlrb.unenforced_rules);
+    # None: recorded before runs recorded them, so unknown.
+    unenforced_rules: tuple[str, ...] | None = None
 
     @property
     def is_attempt(self) -> bool:
@@ -215,7 +218,13 @@ def to_row(run: Any, experiment: str, parent_status: str | None, now_s: float) -
         assets=tags.get(Tag.ASSETS_FINGERPRINT, ""),
         normalised_as=tags.get(Tag.NORMALISED_AS, "gap"),
         model=params.get(MODEL_PARAM) or "",
+        unenforced_rules=rule_ids(tags.get(Tag.UNENFORCED_RULES)),
     )
+
+
+def rule_ids(tag: str | None) -> tuple[str, ...] | None:
+    """The tag's comma-separated ids; None for a run recorded before the tag existed."""
+    return None if tag is None else tuple(i for i in tag.split(",") if i)
 
 
 def confinement(tags: dict[str, str]) -> str:

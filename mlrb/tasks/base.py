@@ -77,6 +77,9 @@ class ScaleSpec:
     reference_score: float | None = None
     reference_name: str = ""
     score_timeout_s: float = 1800.0
+    # Rules the prompt states that no check enforces (and known shortcuts), id -> why: every run
+    # records the ids (tag mlrb.unenforced_rules) and the report marks its score with them.
+    unenforced_rules: dict[str, str] = field(default_factory=dict)
     prompt: PromptSpec = field(default_factory=PromptSpec)
 
 
