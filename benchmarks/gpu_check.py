@@ -26,7 +26,10 @@ machine without a GPU (its tiny part then compares cpu with cpu, pinning is skip
 
 Assets are built into `--cache-dir` (default `--work`/cache) and kept, as is the mirror:
 run the parts in several calls where one command may only run so long. Prints one table
-per part and writes every figure to `--out`. tests/test_gpu_check.py runs the dry run.
+per part and writes every figure to `--out`. Exits 1, naming each, when a check fails: a run
+not ok, cpu and device disagreeing on validity or on the score by more than `--tolerance`,
+the pinning run reaching the GPU, a full-scale run not ok and valid. tests/test_gpu_check.py
+runs the dry run and feeds `failed_checks` mismatching results.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasonin
          "edge_llm_training"]  # fmt: skip
 PARTS = ("tiny", "pinning", "full")
 MEMORY_METRICS = ("peak_memory_mb", "weight_memory_mb", "cuda_allocator_peak_mb")
+# How far the device's score may be from the cpu's: float kernels differ, so an item or two
+# on a near tie may flip (llm_merging's tiny test set: 240 items, 0.004 each). The tiny tasks'
+# scores are shares in [0, 1]; math_reasoning's BLEU is on 0-100 and gets 100 times this.
+TOLERANCE = 0.01
 
 
 def mlrb_run(overrides: list[str], folder: Path, env: dict[str, str], timeout_s: int = 3600) -> dict:
@@ -147,6 +154,33 @@ def full_part(tasks: list[str], device: str, gpu: str, work: Path, env: dict[str
     return results
 
 
+def failed_checks(results: dict, tolerance: float = TOLERANCE) -> list[str]:
+    """One line for each check the results fail; empty when the device agrees with the cpu."""
+    failed = []
+    for task, runs in results.get("tiny", {}).items():
+        for side in ("cpu", "device"):
+            if runs[side].get("status") != "ok":
+                failed.append(
+                    f"tiny {task} on {side}: status {runs[side].get('status') or 'exit ' + str(runs[side].get('exit'))}"
+                )
+        cpu, device = runs["cpu"], runs["device"]
+        if cpu.get("valid") != device.get("valid"):
+            failed.append(f"tiny {task}: valid {cpu.get('valid')} on cpu, {device.get('valid')} on the device")
+        allowed = tolerance * (100 if task == "math_reasoning" else 1)
+        diff = runs.get("score_difference")
+        if cpu.get("score") is not None or device.get("score") is not None:
+            if diff is None or diff > allowed:
+                failed.append(f"tiny {task}: score {cell(cpu.get('score'))} on cpu, {cell(device.get('score'))} "
+                              f"on the device (difference {cell(diff, 6)} > {allowed})")  # fmt: skip
+    pinning = results.get("pinning")
+    if pinning is not None and not pinning["scorer_kept_off_the_gpu"]:
+        failed.append("pinning: a run given no GPU reached one (or the run given one recorded no allocator peak)")
+    for task, record in results.get("full", {}).items():
+        if record.get("status") != "ok" or record.get("valid") != "True":
+            failed.append(f"full {task}: status {record.get('status')}, valid {record.get('valid')}")
+    return failed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated (default: all seven)")
@@ -156,6 +190,7 @@ def main() -> None:
     parser.add_argument("--work", default="gpu_check", help="runs, asset cache and mirror (kept between calls)")
     parser.add_argument("--cache-dir", default=None, help="tiny tasks' asset cache (default: WORK/cache)")
     parser.add_argument("--out", default=None, help="write every figure here as JSON")
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="largest score difference cpu/device")
     args = parser.parse_args()
     tasks, parts = args.tasks.split(","), args.parts.split(",")
     for name, chosen, valid in (("--tasks", tasks, TASKS), ("--parts", parts, PARTS)):
@@ -189,6 +224,11 @@ def main() -> None:
         results["full"] = full_part(tasks, args.device, args.gpu, work, env)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2))
+    failed = failed_checks(results, args.tolerance)
+    for line in failed:
+        print(f"FAILED: {line}", file=sys.stderr)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ the script is known to work when a GPU machine runs it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -14,9 +15,54 @@ import pytest
 from conftest import REPO, tiny_llm_merging
 from mlrb.assets import ensure_assets
 
-pytestmark = pytest.mark.slow
+
+def gpu_check_module():
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
+def tiny_pair(cpu_score, device_score, cpu_valid="True", device_valid="True") -> dict:
+    """One tiny task's two runs as the script records them."""
+    runs = {"cpu": {"status": "ok", "valid": cpu_valid, "score": cpu_score},
+            "device": {"status": "ok", "valid": device_valid, "score": device_score}}  # fmt: skip
+    scores = (cpu_score, device_score)
+    return {**runs, "score_difference": abs(scores[0] - scores[1]) if None not in scores else None}
+
+
+def test_a_device_that_disagrees_with_the_cpu_fails_the_check():
+    # A dry run compares cpu with cpu, so it cannot show a mismatch: fed one, the check must name it.
+    failed_checks = gpu_check_module().failed_checks
+    assert failed_checks({"tiny": {"llm_merging": tiny_pair(0.5625, 0.5625)}}) == []
+    assert failed_checks({"tiny": {"llm_merging": tiny_pair(0.5625, 0.5667)}}) == []  # one item flipped of 240
+    (line,) = failed_checks({"tiny": {"llm_merging": tiny_pair(0.5625, 0.45)}})
+    assert line.startswith("tiny llm_merging: score 0.5625 on cpu, 0.4500 on the device")
+    assert failed_checks({"tiny": {"math_reasoning": tiny_pair(31.0, 31.5)}}) == []  # BLEU: 0-100
+    assert failed_checks({"tiny": {"math_reasoning": tiny_pair(31.0, 33.0)}}) != []
+    invalid_on_device = failed_checks({"tiny": {"baby_lm": tiny_pair(0.6, None, device_valid="False")}})
+    assert "tiny baby_lm: valid True on cpu, False on the device" in invalid_on_device
+    failed = {"status": "infra_error", "valid": None, "score": None}
+    assert failed_checks({"tiny": {"baby_lm": {**tiny_pair(None, None), "device": failed}}})
+    assert failed_checks({"pinning": {"scorer_kept_off_the_gpu": False}})
+    assert failed_checks({"full": {"baby_lm": {"status": "ok", "valid": "False"}}})
+
+
+def test_the_gpu_check_exits_1_naming_a_mismatch(tmp_path, monkeypatch, capsys):
+    gpu_check = gpu_check_module()
+    # The tiny part's runs stood in for: the device scores well below the cpu.
+    monkeypatch.setattr(gpu_check, "tiny_part", lambda *args: {"llm_merging": tiny_pair(0.5625, 0.45)})
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--device", "cpu", "--parts", "tiny", "--tasks", "llm_merging",
+                                      "--work", str(tmp_path), "--out", str(tmp_path / "out.json")])  # fmt: skip
+    with pytest.raises(SystemExit) as exited:
+        gpu_check.main()
+    assert exited.value.code == 1
+    assert "FAILED: tiny llm_merging: score 0.5625 on cpu, 0.4500 on the device" in capsys.readouterr().err
+    assert json.loads((tmp_path / "out.json").read_text())["tiny"]["llm_merging"]["score_difference"] > 0.1
+
+
+@pytest.mark.slow
 def test_the_gpu_checks_dry_run_scores_both_sides_and_the_full_stand_in(built_cache, tmp_path):
     out = tmp_path / "gpu_check.json"
     proc = subprocess.run(
@@ -24,7 +70,8 @@ def test_the_gpu_checks_dry_run_scores_both_sides_and_the_full_stand_in(built_ca
          "--work", str(tmp_path / "work"), "--cache-dir", str(built_cache), "--out", str(out)],
         cwd=tmp_path, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # cpu against cpu: every check passes
+    assert "FAILED" not in proc.stderr
     found = json.loads(out.read_text())
     tiny = found["tiny"]["llm_merging"]
     for side in ("cpu", "device"):
@@ -42,6 +89,7 @@ def test_the_gpu_checks_dry_run_scores_both_sides_and_the_full_stand_in(built_ca
     assert f"{baseline:.4f}" in row
 
 
+@pytest.mark.slow
 def test_the_gpu_check_refuses_without_a_gpu_in_one_line(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--work", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
