@@ -106,9 +106,26 @@ def baseline_run(task_key: str, tmp_path: Path, cache_dir: Path):
     assert run.info.status == "FINISHED" and run.info.run_name == f"{task_key}/baseline/smoke/0"
     assert run.data.tags["mlrb.valid"] == "True" and run.data.tags["mlrb.scale"] == "tiny"
     metrics = run.data.metrics
-    assert metrics["score"] == pytest.approx(metrics["baseline_score"], abs=1e-6)
-    assert metrics["normalised_score"] == pytest.approx(0.0, abs=1e-4)
+    # The anchors as the asset build measured them, read from its file, not from the run.
+    calibration = anchors_of(task_key, cache_dir)
+    assert metrics["baseline_score"] == pytest.approx(calibration["baseline_score"], abs=1e-12)
+    assert metrics["reference_score"] == pytest.approx(calibration["reference_score"], abs=1e-12)
+    # The rerun reproduces the build's baseline run (the same command, seed 0), and is normalised on those anchors.
+    assert metrics["score"] == pytest.approx(calibration["baseline_score"], abs=1e-6)
+    baseline, reference = calibration["baseline_score"], calibration["reference_score"]
+    expected = 100 * (metrics["score"] - baseline) / (reference - baseline)
+    assert metrics["normalised_score"] == pytest.approx(expected, abs=1e-4)
     return run
+
+
+def anchors_of(task_key: str, cache_dir: Path) -> dict:
+    """hidden/calibration.json of the task's tiny assets in cache_dir (built already)."""
+    import json
+
+    from mlrb.assets import ensure_assets
+
+    assets = ensure_assets(task_from_config(task_key), cache_dir)
+    return json.loads((assets / "hidden" / "calibration.json").read_text())
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import broken_copy_of, mlflow_client, run_cli, store_args
+from conftest import anchors_of, broken_copy_of, mlflow_client, run_cli, store_args
 
 pytestmark = pytest.mark.slow
 
@@ -37,9 +37,14 @@ def test_default_run_is_recorded_finished_with_score_config_and_patch(tmp_path, 
 
     metrics = run.data.metrics
     assert 0.0 <= metrics["score"] <= 1.0
-    # The baseline agent runs the baseline, so it scores the calibrated baseline score: 0 on the normalised scale.
-    assert metrics["score"] == pytest.approx(metrics["baseline_score"], abs=1e-6)
-    assert metrics["normalised_score"] == pytest.approx(0.0, abs=1e-4)
+    # The baseline agent reruns the asset build's baseline (seed 0), so it scores the anchor the
+    # build measured, read here from its file; normalised on those anchors, that is 0.
+    calibration = anchors_of("llm_merging", cache_dir)
+    assert metrics["baseline_score"] == pytest.approx(calibration["baseline_score"], abs=1e-12)
+    assert metrics["score"] == pytest.approx(calibration["baseline_score"], abs=1e-6)
+    baseline, reference = calibration["baseline_score"], calibration["reference_score"]
+    expected = 100 * (metrics["score"] - baseline) / (reference - baseline)
+    assert metrics["normalised_score"] == pytest.approx(expected, abs=1e-4)
     # It beats doing nothing (the untouched base model), so it counts as it scored.
     assert metrics["do_nothing_score"] < metrics["baseline_score"]
     assert (metrics["counted_score"], metrics["counted_normalised_score"]) == (
@@ -100,8 +105,10 @@ def test_a_failing_agent_is_recorded_with_its_status_and_no_submission(tmp_path,
     metrics = run.data.metrics
     assert metrics["valid"] == 0.0 and "score" not in metrics and "normalised_score" not in metrics
     # It counts as doing nothing, on both scales: below the baseline's 0, never above doing nothing.
-    do_nothing, baseline, reference = metrics["do_nothing_score"], metrics["baseline_score"], metrics["reference_score"]
-    assert metrics["counted_score"] == do_nothing
+    # The anchors from the built assets' file, not the run's own metrics.
+    anchors = anchors_of("llm_merging", cache_dir)
+    do_nothing, baseline, reference = anchors["do_nothing_score"], anchors["baseline_score"], anchors["reference_score"]
+    assert metrics["counted_score"] == pytest.approx(do_nothing, abs=1e-12)
     assert metrics["counted_normalised_score"] == pytest.approx(100 * (do_nothing - baseline) / (reference - baseline))
     assert metrics["counted_normalised_score"] < 0
     assert run.data.tags["mlrb.counted_as"] == "do_nothing"

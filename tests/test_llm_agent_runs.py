@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, mlflow_client, run_cli, store_args
+from conftest import REPO, anchors_of, mlflow_client, run_cli, store_args, tiny_llm_merging
 from fake_llm_server import FakeLlmServer, error, reply, tool
 
 KEY = "sk-ant-e2e-secret-never-recorded-987"
@@ -33,6 +33,20 @@ def everything_recorded(tmp_path: Path) -> bytes:
     return b"".join(
         p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file() and p.stat().st_size < 50_000_000
     )
+
+
+def summed_merge_score(cache_dir: Path, folder: Path) -> float:
+    """The score of merge.py run with every weight 1.0 (as the scripted edit makes it), scored directly."""
+    from mlrb.assets import ensure_assets
+
+    task = tiny_llm_merging()
+    assets = ensure_assets(task, cache_dir)
+    experts = len([p for p in (assets / "public").rglob("adapter_config.json")])
+    command = f"python merge.py {MERGE_ARGS} --weights {' '.join(['1.0'] * experts)}"
+    workspace = task.run_solution(command, assets / "public", folder / "workspace")
+    report = task.score(workspace / "submission", assets, folder / "work")
+    assert report.valid, report.reason
+    return report.score
 
 
 @pytest.mark.slow
@@ -76,7 +90,9 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, bui
     assert run.info.status == "FINISHED" and run.info.run_name == "llm_merging/claude/smoke/0"
     tags, metrics = run.data.tags, run.data.metrics
     assert tags["mlrb.status"] == "ok" and tags["mlrb.agent_message"] == "summed the experts' updates"
-    assert tags["mlrb.valid"] == "True" and 0.0 <= metrics["score"] <= 1.0
+    assert tags["mlrb.valid"] == "True"
+    # The agent's edit (each expert's update at weight 1), replayed outside the harness, scores the same.
+    assert metrics["score"] == pytest.approx(summed_merge_score(built_cache, tmp_path / "replay"), abs=1e-6)
 
     # Budget totals from the API's usage, and cost = tokens x the config's prices ($3 / $15 per million).
     input_tokens, output_tokens = 1200 + 1500 + 1700 + 2100, 80 + 120 + 60 + 40
@@ -155,8 +171,10 @@ def test_gpt4o_runs_through_chat_completions_with_the_config_url(tmp_path, built
     client, run = only_run(tmp_path)
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok"
     assert run.data.tags["mlrb.valid"] == "True"
-    # Same merge as the baseline: the calibrated baseline score.
-    assert run.data.metrics["score"] == pytest.approx(run.data.metrics["baseline_score"], abs=1e-6)
+    # Same merge as the baseline: the baseline anchor the asset build measured.
+    assert run.data.metrics["score"] == pytest.approx(
+        anchors_of("llm_merging", built_cache)["baseline_score"], abs=1e-6
+    )
     assert run.data.metrics["cost_usd"] == pytest.approx((4500 * 2.5 + 80 * 10) / 1e6, abs=1e-6)
     traces = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id, flush=True)
     assert len(traces) == 2
