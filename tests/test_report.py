@@ -140,8 +140,9 @@ def test_the_report_matches_the_runs_and_keeps_the_infrastructure_failure_out(st
         line for line in markdown.splitlines() if line.startswith(f"| llm_merging | baseline | smoke | {good} |")
     )
     want = expected(runs, "smoke", good)
-    assert f"| 3 (3) | {want['score_mean']:.4g} ± {want['score_sem']:.2g} (n=2) |" in smoke_row
-    assert "| 67% (2/3) |" in smoke_row
+    # counted over all three attempts (the invalid one as doing nothing); the valid score over the two valid ones
+    assert f"| 3 (3) | {want['counted_mean']:.4g} ± {want['counted_sem']:.2g} (n=3) |" in smoke_row
+    assert f"| 67% (2/3) | {want['score_mean']:.4g} ± {want['score_sem']:.2g} (n=2) |" in smoke_row
     broken_row = next(
         line
         for line in markdown.splitlines()
