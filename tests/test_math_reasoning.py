@@ -50,8 +50,7 @@ def test_assets_have_the_real_datasets_fields_and_hide_the_references(assets):
 
 def test_baseline_run_is_recorded_with_bleu_and_rouge(tmp_path, cache_dir, assets):
     run = baseline_run("math_reasoning", tmp_path, cache_dir)
-    metrics = run.data.metrics
-    assert metrics["score"] == pytest.approx(metrics["bleu"])
+    metrics = run.data.metrics  # its score: the build's anchor (baseline_run checks it)
     assert metrics["reference_score"] > metrics["baseline_score"] + 20
     assert 0 < metrics["rougeL"] <= 100
     assert "compile_rate" not in metrics  # no Lean on this machine: not measured, not 0
@@ -67,6 +66,19 @@ def test_the_references_themselves_score_100(assets, tmp_path):
     assert report.valid
     assert report.score == pytest.approx(100.0) and report.metrics["rougeL"] == pytest.approx(100.0)
     assert report.metrics["lean3_form_share"] == 1.0
+
+
+def test_the_score_is_bleu_hand_checked_at_its_ends_and_halfway(assets, tmp_path):
+    refs = references(assets)
+    nothing_in_common = [entry(r["name"], "qqqq") for r in refs]  # no word any reference uses
+    report = load_task().score(write(tmp_path, nothing_in_common), assets, tmp_path)
+    assert report.valid and report.score == 0.0 and report.metrics["rougeL"] == 0.0
+    # Half the references, half nothing in common: ROUGE-L averages per problem (100 and 0), so
+    # the share of references; BLEU pools n-grams over the corpus, so it lands strictly between its ends.
+    half = [entry(r["name"], r["formal_proof"] if i % 2 else "qqqq") for i, r in enumerate(refs)]
+    report = load_task().score(write(tmp_path, half), assets, tmp_path)
+    assert report.metrics["rougeL"] == pytest.approx(100 * (len(refs) // 2) / len(refs))
+    assert 0.0 < report.score < 100.0 and report.score == report.metrics["bleu"]
 
 
 @pytest.mark.parametrize(
