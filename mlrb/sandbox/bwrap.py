@@ -145,8 +145,9 @@ def gpu_args(limits: Limits, dev: Path = Path("/dev")) -> list[MountArgs]:
 
 
 def mount_args(options: BwrapOptions, limits: Limits, mounts: list[Mount], identity_dir: Path) -> list[str]:
-    """Every mount of the sandbox, the least specific first: the system's, then the run's, each after any folder it lies in (a bind under /tmp after the
-    private /tmp, a writable run folder after a read-only source tree around it)."""
+    """Every mount of the sandbox, the system's and the run's, the least specific first: each after
+    any folder it lies in (a bind under /tmp after the private /tmp, a writable run folder after
+    a read-only source tree around it)."""
     fixed = system_args() + etc_args(limits.network, identity_dir)
     fixed += [("/proc", ["--proc", "/proc"]), ("/dev", ["--dev", "/dev"])]
     fixed += [("/tmp", ["--size", str(options.tmp_size_mb << 20), "--tmpfs", "/tmp"])]
