@@ -8,6 +8,7 @@ from PyPI: the test is of mlrb's install and first run, not of the network."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -59,12 +60,15 @@ def clone(tmp_path_factory):
     shutil.rmtree(root, ignore_errors=True)  # its venv is gigabytes
 
 
+@functools.cache
+def pip_cache() -> str:
+    """The developer's pip cache, asked of pip once."""
+    return subprocess.run(["python3", "-m", "pip", "cache", "dir"], capture_output=True, text=True).stdout.strip()
+
+
 def as_newcomer(command: str, clone: Path, home: Path, **extra: str) -> subprocess.CompletedProcess:
     """`command` in bash from the clone's root, with a new user's environment."""
-    pip_cache = subprocess.run(
-        ["python3", "-m", "pip", "cache", "dir"], capture_output=True, text=True
-    ).stdout.strip()  # fmt: skip
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "PIP_CACHE_DIR": pip_cache, **extra}
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "PIP_CACHE_DIR": pip_cache(), **extra}
     if os.environ.get("CI"):
         env["CI"] = os.environ["CI"]
     return subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=1800)

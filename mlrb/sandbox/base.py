@@ -219,6 +219,10 @@ def harness_hidden() -> list[Mount]:
     return [Mount(Path(path), hides=True) for path in sorted(installed_harness())]
 
 
+# What the agent's sandbox shows in place of a package of the harness: an __init__.py that refuses.
+BLOCKED_PACKAGE = Path(__file__).with_name("blocked_package")
+
+
 def shown_instead(mount: Mount) -> str | None:
     """What a hiding mount shows in place of what it hides: /dev/null for a file, for a package
     one whose import fails (an empty folder would import as a namespace package), None for
@@ -226,9 +230,6 @@ def shown_instead(mount: Mount) -> str | None:
     if not mount.host.is_dir():
         return os.devnull
     return str(BLOCKED_PACKAGE) if (mount.host / "__init__.py").exists() else None
-
-
-BLOCKED_PACKAGE = Path(__file__).with_name("blocked_package")
 
 
 @functools.cache
