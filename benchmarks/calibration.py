@@ -14,8 +14,8 @@ Three anchors per task, scored exactly as a run's normalisation scores them
 `--vary runs` (the default): the task's assets as everyone builds them (its YAML's
 `assets.seed`), and each anchor run with the seeds s = 0..N-1 that a sweep's runs get
 (`-m seed=0,1,...`: $MLRB_SEED, which the anchors' commands pass on as --seed). This is
-the noise a user sees between runs of one solution. Seed 0 is the asset build's own
-measurement; an anchor that takes no seed (a copy of the base, llm_merging's averaging)
+the noise a user sees between runs of one solution. Seeds 0..anchor_seeds-1 are the asset
+build's own measurements (the anchors are their means); an anchor that takes no seed (a copy of the base, llm_merging's averaging)
 gives the same score every run: measured once, SEM 0, marked deterministic.
 
 `--vary assets`: the assets built with `assets.seed = s` (data, models, and the anchors'
@@ -140,8 +140,9 @@ def checks(anchors: dict, items: int, score_unit: float) -> dict:
 
 
 def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict | None = None) -> dict:
-    """The shipped assets; each seeded anchor run again with $MLRB_SEED = 1..seeds-1, side by
-    side (one per core, each on one thread, as at asset build)."""
+    """The shipped assets; the seeds the asset build ran each anchor at (0..anchor_seeds-1: its
+    anchors are their means), and each seeded anchor run again with the seeds after those, up
+    to seeds-1, side by side (one per core, each on one thread, as at asset build)."""
     import shutil
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
@@ -158,7 +159,8 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
     seeded = [a for a in ANCHORS if "MLRB_SEED" in commands.get(a, "") and measured.get(f"{a}_score") is not None]
     scratch = Path(tempfile.mkdtemp(prefix=f"calibration-{key}-"))
 
-    jobs = [(anchor, seed) for seed in range(1, seeds) for anchor in seeded]
+    built = int(measured.get("anchor_seeds", 1))  # seeds 0..built-1 were run at build (older builds: seed 0)
+    jobs = [(anchor, seed) for seed in range(built, seeds) for anchor in seeded]
     results: dict[tuple[str, int], float | None] = {}
     # Scored on one torch thread, as at asset build (the same sums, and no contention with the
     # runs training beside it: with every core's thread it was a hundred times slower).
@@ -180,7 +182,8 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
             if measured.get(f"{anchor}_invalid"):
                 anchors[anchor].update(invalid=1, invalid_reason=measured[f"{anchor}_invalid"])
         elif anchor in seeded:
-            values = [first] + [results[(anchor, s)] for s in range(1, seeds)]
+            values = list(measured.get(f"{anchor}_seeds") or [first])[:seeds]
+            values += [results[(anchor, s)] for s in range(built, seeds)]
             anchors[anchor] = {**mean_sem([v for v in values if v is not None]), "values": values}
         else:  # no seed reaches it: every run scores the same
             anchors[anchor] = {"mean": first, "sem": 0.0, "n": 1, "values": [first], "deterministic": True}

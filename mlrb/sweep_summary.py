@@ -55,7 +55,8 @@ def group_metrics(stats: aggregate.GroupStats) -> dict[str, float]:
         "n": stats.attempts, "n_valid": stats.valid,
         "counted_score_mean": stats.counted_mean, "counted_score_sem": stats.counted_sem,
         "counted_normalised_score_mean": stats.counted_normalised_mean,
-        "counted_normalised_score_sem": stats.counted_normalised_sem,
+        "counted_normalised_score_sem": stats.counted_normalised_sem,  # the runs' and the anchors' together
+        "counted_normalised_score_anchor_sem": stats.counted_normalised_anchor_sem,
         "score_mean": stats.score_mean, "score_sem": stats.score_sem,
         "success_rate": stats.success_rate, "valid_rate": stats.valid_rate,
     }  # fmt: skip

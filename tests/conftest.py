@@ -17,10 +17,33 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 
 
+# The tests' asset cache, kept between test runs (MLRB_TEST_CACHE moves it). Assets are keyed by
+# everything that determines them, the code that builds and scores them included
+# (mlrb/tasks/sources.py), and checked file by file on each use: a later run of the same code
+# reuses them, changed code builds its own. Delete the folder to run the suite from cold.
+TEST_CACHE = Path(os.environ.get("MLRB_TEST_CACHE") or Path.home() / ".cache" / "mlrb-tests")
+UNUSED_FOR_DAYS = 7  # asset folders no test run has used for this long are deleted
+
+
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory) -> Path:
-    """One asset cache for the whole session: the first test that needs assets builds them."""
-    return tmp_path_factory.mktemp("mlrb-cache")
+def cache_dir() -> Path:
+    """The asset cache of every test run: the first test that needs a task's assets builds them."""
+    TEST_CACHE.mkdir(parents=True, exist_ok=True)
+    prune(TEST_CACHE)
+    return TEST_CACHE
+
+
+def prune(cache: Path) -> None:
+    """Delete the asset folders of code long gone, so the cache does not grow with every change."""
+    import shutil
+    import time
+
+    from mlrb.assets import MANIFEST
+
+    cutoff = time.time() - UNUSED_FOR_DAYS * 86400
+    for manifest in cache.glob(f"*/*/{MANIFEST}"):
+        if manifest.stat().st_atime < cutoff and manifest.stat().st_mtime < cutoff:
+            shutil.rmtree(manifest.parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -53,9 +76,10 @@ def broken_copy_of(cache_dir: Path, dest: Path) -> Path:
     import json
     import shutil
 
-    from mlrb.assets import MANIFEST, file_hashes, fingerprint_of
+    from mlrb.assets import MANIFEST, asset_dir, file_hashes, fingerprint_of
 
-    shutil.copytree(cache_dir, dest)
+    source = asset_dir(tiny_llm_merging(), cache_dir)
+    shutil.copytree(source, dest / source.relative_to(cache_dir))
     for test_set in dest.glob("llm_merging/*/hidden/test.jsonl"):
         test_set.write_text("{this is not json\n")
         folder = test_set.parent.parent
@@ -110,8 +134,17 @@ def baseline_run(task_key: str, tmp_path: Path, cache_dir: Path):
     calibration = anchors_of(task_key, cache_dir)
     assert metrics["baseline_score"] == pytest.approx(calibration["baseline_score"], abs=1e-12)
     assert metrics["reference_score"] == pytest.approx(calibration["reference_score"], abs=1e-12)
-    # The rerun reproduces the build's baseline run (the same command, seed 0), and is normalised on those anchors.
-    assert metrics["score"] == pytest.approx(calibration["baseline_score"], abs=1e-6)
+    # The anchors are means over the build's seeds 0, 1, 2, each seed's score kept with their SD and SEM.
+    seeds = calibration["baseline_seeds"]
+    assert calibration["anchor_seeds"] == len(seeds) == len(calibration["reference_seeds"]) == 3
+    assert calibration["baseline_score"] == pytest.approx(sum(seeds) / 3, abs=1e-12)
+    spread = (sum((s - calibration["baseline_score"]) ** 2 for s in seeds) / 2) ** 0.5
+    assert calibration["baseline_sd"] == pytest.approx(spread, abs=1e-12)
+    assert calibration["baseline_sem"] == pytest.approx(spread / 3**0.5, abs=1e-12)
+    assert metrics["baseline_score_sem"] == pytest.approx(calibration["baseline_sem"], abs=1e-12)
+    # The rerun reproduces the build's seed-0 baseline run (the same command and seed), and is
+    # normalised on the anchors.
+    assert metrics["score"] == pytest.approx(seeds[0], abs=1e-6)
     baseline, reference = calibration["baseline_score"], calibration["reference_score"]
     expected = 100 * (metrics["score"] - baseline) / (reference - baseline)
     assert metrics["normalised_score"] == pytest.approx(expected, abs=1e-4)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, tiny_llm_merging
+from mlrb.assets import asset_dir
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +40,8 @@ def test_a_path_with_spaces_through_a_link_with_the_cache_on_another_filesystem(
     cache = Path(tempfile.mkdtemp(prefix="mlrb cache ", dir=OTHER_FILESYSTEM))
     try:
         assert cache.stat().st_dev != cwd.stat().st_dev
-        shutil.copytree(built_cache / "llm_merging", cache / "llm_merging", symlinks=True)
+        assets = asset_dir(tiny_llm_merging(), built_cache)
+        shutil.copytree(assets, cache / assets.relative_to(built_cache), symlinks=True)
         result = run_cli(f"paths.cache_dir='{cache}'", cwd=cwd, env={"HOME": str(tmp_path)})
         assert_one_valid_finished_run(cwd, result)
     finally:

@@ -6,7 +6,9 @@ report them; runs that differ in any of these are never pooled (RunRow.group).
   (mlrb/counting.py): an attempt without a valid submission, or scoring worse than
   doing nothing, as the task's do-nothing anchor. A group with an attempt that has
   no counted score (a task without a do-nothing anchor, a run recorded before runs
-  recorded one) has no counted mean: leaving such attempts out would count successes only;
+  recorded one) has no counted mean: leaving such attempts out would count successes only.
+  The normalised mean's SEM also carries the anchors' own (they are means over seeds,
+  measured at asset build): every run of a group shares them, so more runs do not shrink it;
 - raw score: mean +- SEM over the valid submissions (an invalid one has no score);
 - success rate (MLAgentBench: more than 10% over the baseline) and valid-submission
   rate: over every attempt, as MLE-bench's medal and valid-submission rates are;
@@ -58,7 +60,8 @@ class GroupStats:
     counted_mean: float | None  # over every attempt, as counted; None unless every attempt has a counted score
     counted_sem: float | None
     counted_normalised_mean: float | None
-    counted_normalised_sem: float | None
+    counted_normalised_sem: float | None  # the runs' and the anchors' (below) together
+    counted_normalised_anchor_sem: float | None  # the anchors' share alone (None: not measured over seeds)
     uncounted: int  # attempts without a counted score
     success_rate: float | None
     success_n: int
@@ -98,12 +101,32 @@ def over_every_attempt(values: list[float | None]) -> tuple[float | None, float 
     return mean(counted), sem(counted)
 
 
+def anchor_sem(raw_mean: float | None, rows: list[RunRow]) -> float | None:
+    """The SEM that the anchors' own (`baseline_score_sem`, `reference_score_sem`: seed means)
+    give a mean normalised score of 100 (raw_mean - b) / (r - b), to first order; None unless
+    the runs recorded both anchors and an SEM for at least one."""
+    b, r = (
+        mean(present(x.metric("baseline_score") for x in rows)),
+        mean(present(x.metric("reference_score") for x in rows)),
+    )
+    sem_b = mean(present(x.metric("baseline_score_sem") for x in rows))
+    sem_r = mean(present(x.metric("reference_score_sem") for x in rows))
+    if raw_mean is None or b is None or r is None or r == b or (sem_b is None and sem_r is None):
+        return None
+    d_b = 100 * (raw_mean - r) / (r - b) ** 2  # d(normalised)/d(baseline)
+    d_r = -100 * (raw_mean - b) / (r - b) ** 2  # d(normalised)/d(reference)
+    return math.hypot(d_b * (sem_b or 0.0), d_r * (sem_r or 0.0))
+
+
 def summarise_group(rows: list[RunRow]) -> GroupStats:
     attempts = [r for r in rows if r.is_attempt]
     scored = [r for r in attempts if r.scored]
     scores = present(r.score for r in scored)
     counted_mean, counted_sem = over_every_attempt([r.counted_score for r in attempts])
     normalised_mean, normalised_sem = over_every_attempt([r.counted_normalised for r in attempts])
+    anchors_sem = anchor_sem(counted_mean, rows) if rows[0].normalised_as == "gap" else None
+    if normalised_sem is not None and anchors_sem is not None:
+        normalised_sem = math.hypot(normalised_sem, anchors_sem)
     successes = present(r.success for r in attempts)
     first = rows[0]
     return GroupStats(
@@ -120,6 +143,7 @@ def summarise_group(rows: list[RunRow]) -> GroupStats:
         counted_sem=counted_sem,
         counted_normalised_mean=normalised_mean,
         counted_normalised_sem=normalised_sem,
+        counted_normalised_anchor_sem=anchors_sem,
         uncounted=sum(r.counted_score is None for r in attempts),
         success_rate=mean(successes),
         success_n=len(successes),

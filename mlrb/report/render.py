@@ -42,7 +42,9 @@ HOW_TO_READ = (
     "attempt has no counted score (uncounted: the task has no do-nothing anchor, or the run was recorded "
     "before runs recorded one). "
     "*counted normalised*: the same on the normalised scale: share of the baseline-to-reference gap closed "
-    "(0 = baseline, 100 = reference, as MLRC-Bench; doing nothing is usually below 0). "
+    "(0 = baseline, 100 = reference, as MLRC-Bench; doing nothing is usually below 0); its ± also carries "
+    "the anchors' own SEM (each a mean over seeds, measured when the assets were built), which more runs "
+    "do not shrink. "
     "*normalised as*, shown when tasks normalise differently: what a row's normalised score is, by the "
     "benchmark's own name. "
     "*success*: more than 10% over the baseline (MLAgentBench), over attempts. "
@@ -232,7 +234,7 @@ def excluded_table(rows: Sequence[RunRow]) -> Table:
 SUMMARY_FIELDS = [
     "task", "scale", "agent", "model", "budget", "sandbox", "confinement", "assets", "budget_wall_time_s", "runs",
     "attempts", "valid", "counted_mean", "counted_sem", "counted_normalised_mean", "counted_normalised_sem",
-    "uncounted", "score_mean", "score_sem", "normalised_as", "success_rate", "success_n",
+    "counted_normalised_anchor_sem", "uncounted", "score_mean", "score_sem", "normalised_as", "success_rate", "success_n",
     "valid_rate", "cost_usd_mean", "input_tokens_mean", "output_tokens_mean", "wall_time_s_mean",
     "baseline_score", "reference_score",
     *KIND_LABELS,

@@ -18,6 +18,7 @@ from omegaconf import MISSING, OmegaConf
 from mlrb import registry
 from mlrb.config import ConfigError, TaskConfig, describe_omegaconf_error
 from mlrb.scoring.report import ScoreReport  # every task's scorer returns one
+from mlrb.tasks import sources
 
 
 @dataclass
@@ -163,6 +164,8 @@ class Task(abc.ABC):
             "assets": self.spec.assets,
             "eval": dataclasses.asdict(self.spec.eval),
             "anchors": self.anchor_commands(),
+            "anchor_seeds": self.anchor_seeds,
+            "sources": sources.digest(self.package_dir),  # the builder's and the scorer's code
         }
 
     def build_assets(self, out_dir: Path) -> dict[str, Any]:
@@ -176,6 +179,7 @@ class Task(abc.ABC):
         elsewhere (a task folder) overrides this method instead."""
         params = dict(self.spec.assets)
         source = params.pop("source", "build")
+        params.pop("anchor_seeds", None)  # the calibration's, not the builder's
         makers = {name: getattr(self, method) for name, method in (("build", "build_tiny"), ("hub", "download"))
                   if hasattr(self, method)}  # fmt: skip
         if source not in makers:
@@ -203,6 +207,12 @@ class Task(abc.ABC):
         recorded. The builder module's `check_params(params)` raises ValueError naming the bad
         key and what is valid."""
         params = dict(cls.scale_spec(cfg).assets)
+        seeds = params.pop("anchor_seeds", DEFAULT_ANCHOR_SEEDS)
+        if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+            raise ConfigError(
+                f"task.scales.{cfg.scale}.assets.anchor_seeds must be a whole number of seeds, at least 1 "
+                f"(default {DEFAULT_ANCHOR_SEEDS}); got {seeds!r}"
+            )
         if params.pop("source", "build") != "build":
             return
         try:
@@ -267,17 +277,25 @@ class Task(abc.ABC):
             raise RuntimeError(f"`{command}` exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
         return workspace
 
+    @property
+    def anchor_seeds(self) -> int:
+        """How many seeds (0, 1, ...) each anchor command runs at build: the anchors are their
+        means (`assets.anchor_seeds` of the scale, DEFAULT_ANCHOR_SEEDS unless set)."""
+        return int(self.spec.assets.get("anchor_seeds", DEFAULT_ANCHOR_SEEDS))
+
     def calibrate_by_commands(
         self, out_dir: Path, commands: dict[str, str], extra: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Write hidden/calibration.json: for each anchor ("baseline", "reference") not set in
-        the config, the score of its command's submission (plus that report's metrics), and
-        `extra` scores measured for reference (say the untouched base model's).
+        """Write hidden/calibration.json: for each anchor ("do_nothing", "baseline", "reference")
+        not set in the config, the mean score of its command's submissions over `anchor_seeds`
+        seeds (0, 1, ...), with their SD and SEM and each seed's score (`<anchor>_seeds`), the
+        mean of each report metric, and `extra` scores measured for the record (say the
+        untouched base model's).
 
-        The commands run side by side, as many at once as there are cores (each on one
-        thread, as `run_solution` sets, so each gives what it gives alone), and each is scored
-        as soon as it is done. An invalid submission is a build error, except for do_nothing's
-        (doing nothing may well be invalid, say over a memory limit: that is recorded)."""
+        The runs go side by side, as many at once as there are cores (each on one thread, as
+        `run_solution` sets, so each gives what it gives alone), and each is scored as soon as
+        it is done. An invalid submission is a build error, except for do_nothing's (doing
+        nothing may well be invalid, say over a memory limit: that is recorded)."""
         import json
         import os
         import shutil
@@ -286,21 +304,35 @@ class Task(abc.ABC):
         scores: dict[str, Any] = dict(extra or {})
         todo = {anchor: command for anchor, command in commands.items()
                 if getattr(self.spec, f"{anchor}_score", None) is None}  # fmt: skip
+        seeds = range(self.anchor_seeds)
         scratch = out_dir / "calibration"
-        with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
-            # The reference, usually the longest, starts first.
-            running = {anchor: pool.submit(self.run_solution, command, out_dir / "public", scratch / anchor / "workspace")
-                       for anchor, command in reversed(todo.items())}  # fmt: skip
-            for anchor in todo:
-                workspace = running[anchor].result()
-                report = self.score(workspace / self.cfg.submission, out_dir, scratch / anchor / "scoring")
-                if not report.valid:
-                    if anchor != "do_nothing":
-                        raise RuntimeError(f"calibration: `{todo[anchor]}` made an invalid submission: {report.reason}")
-                    scores[f"{anchor}_invalid"] = report.reason
-                    continue
-                scores[f"{anchor}_score"] = report.score
-                scores.update({f"{anchor}.{key}": value for key, value in report.metrics.items()})
+        # The reference, usually the longest, starts first.
+        jobs = [(anchor, seed) for anchor in reversed(todo) for seed in seeds]
+        reports: dict[tuple[str, int], ScoreReport] = {}
+        with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+            running = {(anchor, seed): pool.submit(self.run_solution, todo[anchor], out_dir / "public",
+                                                   scratch / anchor / f"seed-{seed}" / "workspace", seed)
+                       for anchor, seed in jobs}  # fmt: skip
+            for anchor, seed in jobs:
+                workspace = running[anchor, seed].result()
+                scoring = scratch / anchor / f"seed-{seed}" / "scoring"
+                reports[anchor, seed] = report = self.score(workspace / self.cfg.submission, out_dir, scoring)
+                if not report.valid and anchor != "do_nothing":
+                    raise RuntimeError(
+                        f"calibration: `{todo[anchor]}` made an invalid submission at seed {seed}: {report.reason}"
+                    )
+        for anchor in todo:
+            runs = [reports[anchor, seed] for seed in seeds]
+            invalid = [r.reason for r in runs if not r.valid]
+            if invalid:  # (do_nothing only: any other anchor raised above)
+                scores[f"{anchor}_invalid"] = invalid[0]
+                continue
+            scores.update(seed_statistics(anchor, [r.score for r in runs]))
+            for key in runs[0].metrics:
+                values = [r.metrics[key] for r in runs if isinstance(r.metrics.get(key), (int, float))]
+                if len(values) == len(runs):
+                    scores[f"{anchor}.{key}"] = sum(values) / len(values)
+        scores["anchor_seeds"] = len(seeds)
         shutil.rmtree(scratch, ignore_errors=True)
         (out_dir / "hidden").mkdir(parents=True, exist_ok=True)
         (out_dir / "hidden" / "calibration.json").write_text(json.dumps(scores, indent=2))
@@ -316,6 +348,10 @@ class Task(abc.ABC):
             anchor: getattr(self.spec, anchor) if getattr(self.spec, anchor) is not None else measured.get(anchor)
             for anchor in ("do_nothing_score", "baseline_score", "reference_score")
         }
+        # Each measured anchor's SEM over its seeds (a stated anchor has none).
+        for anchor in ("baseline", "reference"):
+            if getattr(self.spec, f"{anchor}_score") is None and measured.get(f"{anchor}_sem") is not None:
+                anchors[f"{anchor}_sem"] = measured[f"{anchor}_sem"]
         problem = anchor_problem(anchors["baseline_score"], anchors["reference_score"], self.higher_is_better)
         if problem:  # a scale on which the reference does not beat the baseline means nothing
             import logging
@@ -323,6 +359,25 @@ class Task(abc.ABC):
             logging.getLogger(__name__).warning("%s: no normalised score: %s", self.name, problem)
             anchors["reference_score"] = None
         return anchors
+
+
+DEFAULT_ANCHOR_SEEDS = 3
+
+
+def seed_statistics(anchor: str, values: list[float]) -> dict[str, Any]:
+    """An anchor's scores over seeds 0, 1, ...: `<anchor>_score` (their mean), `_sd` (the sample
+    SD of one run, None from one seed), `_sem` (SD / sqrt(n)) and `_seeds` (each seed's)."""
+    import math
+
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
+    return {
+        f"{anchor}_score": mean,
+        f"{anchor}_sd": sd,
+        f"{anchor}_sem": sd / math.sqrt(n) if sd is not None else None,
+        f"{anchor}_seeds": values,
+    }
 
 
 def anchor_problem(baseline: float | None, reference: float | None, higher_is_better: bool = True) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 from mlrb.config import ConfigError, TaskConfig
 from mlrb.sandbox.base import sandbox_environment
-from mlrb.tasks.base import PromptSpec, ScaleSpec, ScoreReport, Task
+from mlrb.tasks.base import PromptSpec, ScaleSpec, ScoreReport, Task, seed_statistics
 from mlrb.tasks.folder import layout
 
 PHASES = ("dev", "test")
@@ -157,19 +157,25 @@ class FolderTask(Task):
             )
 
     def calibrate(self, out_dir: Path) -> dict[str, Any]:
-        """Run the baseline on the prepared files and score it: its score is the anchor when the
-        config gives none, and a baseline or eval.py that fails here is the folder's fault."""
+        """Run the baseline on the prepared files at `anchor_seeds` seeds, one after another, and
+        score each: their mean is the anchor when the config gives none. A baseline or eval.py
+        that fails here is the folder's fault."""
         command = self.baseline_command()
         scratch = out_dir / "calibration"
-        try:
-            work = self.run_solution(command, out_dir / "public", scratch / "workspace")
-        except RuntimeError as e:
-            raise TaskFolderError(f"{self.folder}/env: the baseline `{command}` failed: {last_line(str(e))}") from None
-        report = self.score(work, out_dir, scratch / "scoring")
-        if not report.valid:
-            raise TaskFolderError(f"{self.folder}/scripts/eval.py could not score the baseline: {report.reason}")
+        values = []
+        for seed in range(self.anchor_seeds):
+            try:
+                work = self.run_solution(command, out_dir / "public", scratch / f"seed-{seed}" / "workspace", seed)
+            except RuntimeError as e:
+                raise TaskFolderError(
+                    f"{self.folder}/env: the baseline `{command}` failed at seed {seed}: {last_line(str(e))}"
+                ) from None
+            report = self.score(work, out_dir, scratch / f"seed-{seed}" / "scoring")
+            if not report.valid:
+                raise TaskFolderError(f"{self.folder}/scripts/eval.py could not score the baseline: {report.reason}")
+            values.append(report.score)
         shutil.rmtree(scratch, ignore_errors=True)
-        measured = {"baseline_score": report.score}
+        measured = {**seed_statistics("baseline", values), "anchor_seeds": len(values)}
         (out_dir / "hidden" / "calibration.json").write_text(json.dumps(measured, indent=2))
         return measured
 
@@ -186,11 +192,14 @@ class FolderTask(Task):
             reference = None
         # A folder has no do-nothing command: only a stated do_nothing_score gives its attempts a
         # counted score (mlrb/counting.py); without one, none is counted.
-        return {
+        anchors = {
             "do_nothing_score": self.spec.do_nothing_score,
             "baseline_score": baseline,
             "reference_score": reference,
         }
+        if self.spec.baseline_score is None and measured.get("baseline_sem") is not None:
+            anchors["baseline_sem"] = measured["baseline_sem"]
+        return anchors
 
     @property
     def direction(self) -> float:

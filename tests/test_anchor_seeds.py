@@ -1,0 +1,160 @@
+"""The normalised scale's anchors are means over seeds (issue 34): the asset build runs each
+anchor command at seeds 0..anchor_seeds-1 and keeps each seed's score with their SD and SEM;
+runs record the SEMs and the report carries them into its intervals. On every tiny task
+the baseline and the reference, run at a seed the build did not use, land on 0 and 100
+within 3 combined standard errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import yaml
+
+from conftest import task_from_config
+from mlrb.config import ConfigError, TaskConfig
+from mlrb.counting import normalise
+from mlrb.report.aggregate import anchor_sem
+from mlrb.report.runs import RunRow
+from mlrb.tasks.base import ScoreReport, Task, seed_statistics
+
+
+class SeedTask(Task):
+    """Its baseline answers its seed: the score is the seed, so the spread is known."""
+
+    name = "seeded"
+    starter = None  # an empty folder: the workspace it starts from
+
+    def starter_dir(self):
+        return self.starter
+
+    def build_tiny(self, out_dir, params):
+        (out_dir / "public").mkdir(parents=True, exist_ok=True)
+        return {}
+
+    def score(self, submission, assets, work_dir):
+        return ScoreReport(valid=True, reason="ok", score=float((submission / "answer.txt").read_text()))
+
+
+def seed_task(tmp_path, **assets) -> SeedTask:
+    raw = yaml.safe_load("""
+        name: seeded
+        title: Seeded
+        scales:
+          tiny:
+            description: answers its seed
+            time_limit_s: 60
+            baseline_command: mkdir -p submission && echo "$MLRB_SEED" > submission/answer.txt
+            reference_command: mkdir -p submission && echo "$((MLRB_SEED + 10))" > submission/answer.txt
+            prompt: {task: t, dataset: d, dataset_shape: s, models: m, result: r, evaluation: e}
+    """)
+    raw["scales"]["tiny"]["assets"] = assets
+    task = SeedTask(TaskConfig(**raw))
+    task.starter = tmp_path / "starter"
+    task.starter.mkdir(exist_ok=True)
+    return task
+
+
+def test_the_anchors_are_means_over_the_seeds_with_their_spread(tmp_path):
+    task = seed_task(tmp_path, anchor_seeds=4)
+    facts = task.build_assets(tmp_path / "assets")
+    stored = json.loads((tmp_path / "assets" / "hidden" / "calibration.json").read_text())
+    assert facts["calibration"] == stored
+    assert stored["anchor_seeds"] == 4
+    assert stored["baseline_seeds"] == [0.0, 1.0, 2.0, 3.0] and stored["baseline_score"] == 1.5
+    assert stored["reference_seeds"] == [10.0, 11.0, 12.0, 13.0] and stored["reference_score"] == 11.5
+    sd = math.sqrt((1.5**2 + 0.5**2 + 0.5**2 + 1.5**2) / 3)  # the sample SD of 0, 1, 2, 3
+    assert stored["baseline_sd"] == pytest.approx(sd) and stored["baseline_sem"] == pytest.approx(sd / 2)
+    anchors = task.calibration(tmp_path / "assets")
+    assert anchors["baseline_score"] == 1.5 and anchors["baseline_sem"] == pytest.approx(sd / 2)
+    assert anchors["reference_sem"] == pytest.approx(sd / 2)
+
+
+def test_three_seeds_by_default_and_a_stated_anchor_has_no_sem(tmp_path):
+    task = seed_task(tmp_path)
+    task.spec.reference_score = 20.0  # stated, as a paper's figure would be: not measured
+    task.build_assets(tmp_path / "assets")
+    stored = json.loads((tmp_path / "assets" / "hidden" / "calibration.json").read_text())
+    assert stored["baseline_seeds"] == [0.0, 1.0, 2.0] and "reference_seeds" not in stored
+    anchors = task.calibration(tmp_path / "assets")
+    assert anchors["reference_score"] == 20.0 and "reference_sem" not in anchors
+    assert anchors["baseline_sem"] == pytest.approx(1 / math.sqrt(3))
+    # A different number of seeds is other assets: the cache key says so.
+    assert seed_task(tmp_path).asset_key() != seed_task(tmp_path, anchor_seeds=5).asset_key()
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, "three", True])
+def test_a_bad_number_of_anchor_seeds_is_one_clear_error(bad, tmp_path):
+    cfg = seed_task(tmp_path).cfg
+    cfg.scales["tiny"]["assets"] = {"anchor_seeds": bad}
+    with pytest.raises(ConfigError, match=r"task\.scales\.tiny\.assets\.anchor_seeds must be a whole number"):
+        SeedTask.check_assets(cfg)
+
+
+def test_one_seed_has_no_spread():
+    assert seed_statistics("baseline", [0.25]) == {
+        "baseline_score": 0.25, "baseline_sd": None, "baseline_sem": None, "baseline_seeds": [0.25],
+    }  # fmt: skip
+
+
+def row(score: float, **metrics: float) -> RunRow:
+    base = {"score": score, "counted_score": score, "baseline_score": 0.5, "reference_score": 0.9}
+    return RunRow(run_id="r", name="t/a/b/0", experiment="t", task="t", agent="a", budget="b", scale="tiny",
+                  seed="0", sweep_id="", mlflow_status="FINISHED", kind="ok", detail="", valid=True,
+                  metrics={**base, **metrics})  # fmt: skip
+
+
+def test_the_reports_interval_carries_the_anchors_sem():
+    # Normalised 100 (x - b) / (r - b) at x = 0.7, b = 0.5, r = 0.9: moving b by its SEM (0.01)
+    # moves it by 100 * (0.7 - 0.9) / 0.4**2 * 0.01 = -1.25; r by 0.02: -100 * 0.2 / 0.16 * 0.02 = -2.5.
+    rows = [row(0.7, baseline_score_sem=0.01, reference_score_sem=0.02)]
+    assert anchor_sem(0.7, rows) == pytest.approx(math.hypot(1.25, 2.5))
+    # Checked against the normalisation itself, by finite differences.
+    h = 1e-6
+    d_b = (normalise(0.7, 0.5 + h, 0.9) - normalise(0.7, 0.5 - h, 0.9)) / (2 * h)
+    d_r = (normalise(0.7, 0.5, 0.9 + h) - normalise(0.7, 0.5, 0.9 - h)) / (2 * h)
+    assert anchor_sem(0.7, rows) == pytest.approx(math.hypot(d_b * 0.01, d_r * 0.02), rel=1e-4)
+    assert anchor_sem(0.7, [row(0.7)]) is None  # runs recorded before anchors had an SEM
+
+
+# The tasks whose anchors are commands run at build (llm_merging's are its merges, no seed reaches them).
+SEEDED = ["llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile", "edge_llm_training"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", SEEDED)
+def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100(key, cache_dir):
+    """Within 3 combined standard errors: the run's own seed noise (the anchor's per-run SD)
+    and the anchors' SEMs, to first order through the normalisation."""
+    from mlrb.assets import ensure_assets
+
+    task = task_from_config(key)
+    assets = ensure_assets(task, cache_dir)
+    c = json.loads((assets / "hidden" / "calibration.json").read_text())
+    seed = c["anchor_seeds"]  # the first seed the build did not run
+    b, r = c["baseline_score"], c["reference_score"]
+    commands = task.anchor_commands()
+    scratch = assets.parent / f"unseen-seed-{assets.name}"
+
+    def scored(anchor: str) -> float:
+        work = task.run_solution(commands[anchor], assets / "public", scratch / anchor / "workspace", seed)
+        report = task.score(work / task.cfg.submission, assets, scratch / anchor / "scoring")
+        assert report.valid, report.reason
+        return report.score
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        scores = dict(zip(["baseline", "reference"], pool.map(scored, ["baseline", "reference"]), strict=True))
+    for anchor, target in (("baseline", 0.0), ("reference", 100.0)):
+        x = scores[anchor]
+        normalised = normalise(x, b, r, task.higher_is_better)
+        combined = math.hypot(
+            100 / (r - b) * (c[f"{anchor}_sd"] or 0.0),  # the run's own noise
+            100 * (x - r) / (r - b) ** 2 * (c["baseline_sem"] or 0.0),
+            -100 * (x - b) / (r - b) ** 2 * (c["reference_sem"] or 0.0),
+        )
+        assert abs(normalised - target) <= 3 * combined + 1e-6, (
+            f"{key} {anchor} at seed {seed}: {x:.4g} normalises to {normalised:.1f}, "
+            f"not {target:.0f} within 3 x {combined:.2f}; seeds {c[f'{anchor}_seeds']}"
+        )
