@@ -161,6 +161,24 @@ def anchors_of(task_key: str, cache_dir: Path) -> dict:
     return json.loads((assets / "hidden" / "calibration.json").read_text())
 
 
+TIERS = ("fast", "integration", "system")  # pyproject.toml says what each holds
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: an unmarked test fails every selection
+def pytest_collection_modifyitems(config, items):
+    """Every test carries exactly one tier marker; a test without one (or with two) is refused."""
+    problems = []
+    for item in items:
+        tiers = sorted({mark.name for mark in item.iter_markers() if mark.name in TIERS})
+        if len(tiers) != 1:
+            problems.append(f"{item.nodeid}: {'no tier marker' if not tiers else 'tiers ' + ' and '.join(tiers)}")
+    if problems:
+        raise pytest.UsageError(
+            "every test carries exactly one tier marker, pytest.mark.fast, .integration or .system "
+            "(pyproject.toml says what each holds):\n  " + "\n  ".join(problems)
+        )
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Under CI every test must run: a skip there (say Docker or SLURM missing) is a failure."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -57,6 +57,7 @@ def seed_task(tmp_path, **assets) -> SeedTask:
     return task
 
 
+@pytest.mark.fast
 def test_the_anchors_are_means_over_the_seeds_with_their_spread(tmp_path):
     task = seed_task(tmp_path, anchor_seeds=4)
     facts = task.build_assets(tmp_path / "assets")
@@ -72,6 +73,7 @@ def test_the_anchors_are_means_over_the_seeds_with_their_spread(tmp_path):
     assert anchors["reference_sem"] == pytest.approx(sd / 2)
 
 
+@pytest.mark.fast
 def test_three_seeds_by_default_and_a_stated_anchor_has_no_sem(tmp_path):
     task = seed_task(tmp_path)
     task.spec.reference_score = 20.0  # stated, as a paper's figure would be: not measured
@@ -85,6 +87,7 @@ def test_three_seeds_by_default_and_a_stated_anchor_has_no_sem(tmp_path):
     assert seed_task(tmp_path).asset_key() != seed_task(tmp_path, anchor_seeds=5).asset_key()
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("bad", [0, -2, 1.5, "three", True])
 def test_a_bad_number_of_anchor_seeds_is_one_clear_error(bad, tmp_path):
     cfg = seed_task(tmp_path).cfg
@@ -93,6 +96,7 @@ def test_a_bad_number_of_anchor_seeds_is_one_clear_error(bad, tmp_path):
         SeedTask.check_assets(cfg)
 
 
+@pytest.mark.fast
 def test_one_seed_has_no_spread():
     assert seed_statistics("baseline", [0.25]) == {
         "baseline_score": 0.25, "baseline_sd": None, "baseline_sem": None, "baseline_seeds": [0.25],
@@ -106,6 +110,7 @@ def row(score: float, **metrics: float) -> RunRow:
                   metrics={**base, **metrics})  # fmt: skip
 
 
+@pytest.mark.fast
 def test_the_reports_interval_carries_the_anchors_sem():
     # Normalised 100 (x - b) / (r - b) at x = 0.7, b = 0.5, r = 0.9: moving b by its SEM (0.01)
     # moves it by 100 * (0.7 - 0.9) / 0.4**2 * 0.01 = -1.25; r by 0.02: -100 * 0.2 / 0.16 * 0.02 = -2.5.
@@ -123,7 +128,7 @@ def test_the_reports_interval_carries_the_anchors_sem():
 SEEDED = ["llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile", "edge_llm_training"]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("key", SEEDED)
 def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100(key, cache_dir):
     """Within 3 combined standard errors: the run's own seed noise (the anchor's per-run SD)

@@ -9,6 +9,7 @@ import json
 import re
 import sys
 
+import pytest
 import yaml
 
 from conftest import REPO
@@ -19,6 +20,8 @@ from mlrb.budget import Budget
 from mlrb.config import AgentConfig, BudgetConfig, SandboxConfig, TaskConfig
 from mlrb.sandbox.base import Limits, Sandbox
 from mlrb.sandbox.unconfined import UnconfinedSandbox
+
+pytestmark = pytest.mark.fast
 
 DOC = (REPO / "docs" / "ARCHITECTURE.md").read_text()
 

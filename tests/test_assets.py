@@ -60,6 +60,7 @@ def flip_one_byte(path: Path, offset: int = 5) -> None:
     path.write_bytes(bytes(data))
 
 
+@pytest.mark.fast
 def test_the_manifest_records_every_file_and_a_fingerprint(task, tmp_path):
     assets = ensure_assets(task, tmp_path)
     manifest = json.loads((assets / MANIFEST).read_text())
@@ -68,6 +69,7 @@ def test_the_manifest_records_every_file_and_a_fingerprint(task, tmp_path):
     assert ensure_assets(task, tmp_path) == assets and task.builds == 1  # a sound folder is reused
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "damage, named",
     [
@@ -89,6 +91,7 @@ def test_damage_is_detected_named_and_rebuilt(task, tmp_path, caplog, damage, na
     assert named in caplog.text and "rebuilding" in caplog.text
 
 
+@pytest.mark.fast
 def test_damage_that_cannot_be_rebuilt_is_one_error_naming_the_file(task, tmp_path):
     assets = ensure_assets(task, tmp_path)
     flip_one_byte(assets / "hidden" / "test.jsonl")
@@ -102,7 +105,7 @@ def test_damage_that_cannot_be_rebuilt_is_one_error_naming_the_file(task, tmp_pa
 HOUSE_PRICE = Path(__file__).parent / "folder_tasks" / "house-price-mini"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_assets_changed_during_a_run_are_rebuilt_before_scoring(tmp_path, caplog):
     """An unconfined agent can write the cache: scoring notices, rebuilds, and scores right.
     The checks are the same for every task; a small task folder keeps the rebuild quick."""

@@ -34,6 +34,7 @@ def checkpoint_copy(assets: Path, tmp_path: Path) -> Path:
 # ---- data and rules without assets ---------------------------------------------
 
 
+@pytest.mark.fast
 def test_minimal_pairs_differ_in_one_word_and_are_balanced():
     from mlrb.tasks.from_scratch import blimp
 
@@ -68,6 +69,7 @@ def singular_is_correct(uid: str, row: dict) -> bool:
     return good in singular
 
 
+@pytest.mark.fast
 def test_made_up_names_are_used_unevenly_in_the_corpus_and_evenly_in_the_pairs():
     from collections import Counter
 
@@ -100,6 +102,7 @@ def save_matrices(folder: Path, tensors: dict) -> Path:
     return folder
 
 
+@pytest.mark.fast
 def test_copied_matrices_are_found_however_they_are_disguised(tmp_path):
     import torch
 
@@ -128,6 +131,7 @@ def test_copied_matrices_are_found_however_they_are_disguised(tmp_path):
     assert "come from the public checkpoint org/ckpt" in problem and "trained from scratch" in problem
 
 
+@pytest.mark.fast
 def test_sub_task_scores_are_read_from_lm_eval_results_under_their_own_names():
     from mlrb.tasks.from_scratch.suites import subtask_scores
 
@@ -146,6 +150,7 @@ def test_sub_task_scores_are_read_from_lm_eval_results_under_their_own_names():
     }  # fmt: skip
 
 
+@pytest.mark.fast
 def test_full_scale_config_names_the_papers_setup(tmp_path):
     result = run_cli("--cfg", "job", "--resolve", "task=baby_lm", "task.scale=full", "budget=paper", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -158,7 +163,7 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
 # ---- the task ------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_assets_hide_the_pairs_and_the_baseline_beats_an_untrained_model(assets):
     public = {p.relative_to(assets / "public").as_posix() for p in (assets / "public").rglob("*") if p.is_file()}
     assert {"data/train.jsonl", "data/dev.jsonl", "data/test.jsonl", "tokenizer/tokenizer.json"} <= public
@@ -177,7 +182,7 @@ def test_assets_hide_the_pairs_and_the_baseline_beats_an_untrained_model(assets)
     assert calibration["reference_score"] > calibration["baseline_score"] + 0.25
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     metrics = baseline_run("baby_lm", tmp_path, cache_dir).data.metrics
     assert metrics["valid"] == 1.0 and metrics["success"] == 0.0
@@ -186,7 +191,7 @@ def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     assert len(subtasks) == 7
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_public_checkpoint_is_invalid_even_fine_tuned(assets, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -213,7 +218,7 @@ def test_a_public_checkpoint_is_invalid_even_fine_tuned(assets, tmp_path):
     assert not report.valid and "pretrained weights" in report.reason
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_an_honest_run_with_any_small_seed_is_trained_from_scratch(assets, tmp_path):
     # Seeds 0-2 are what agents pick; none may start from the hidden checkpoint's weights.
     task = load_task()
@@ -226,7 +231,7 @@ def test_an_honest_run_with_any_small_seed_is_trained_from_scratch(assets, tmp_p
         assert "copied_from" not in report.details["pretrained_check"]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_too_large_corrupt_or_empty_submissions_are_invalid(assets, tmp_path):
     big = load_task(max_params=1000).score(checkpoint_copy(assets, tmp_path), assets, tmp_path / "w1")
     assert not big.valid and "exceed the limit of 1,000" in big.reason

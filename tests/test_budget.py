@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import pytest
+
 from mlrb.budget import Budget
 from mlrb.config import BudgetConfig
+
+pytestmark = pytest.mark.fast
 
 
 class FakeClock:

@@ -22,6 +22,8 @@ from mlrb.config import ConfigError, SandboxConfig
 from mlrb.sandbox import bwrap as bw
 from mlrb.sandbox.base import Limits
 
+pytestmark = pytest.mark.fast
+
 
 def namespaces_problem() -> str:
     try:

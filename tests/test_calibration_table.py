@@ -8,6 +8,10 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from conftest import run_cli
 
+pytestmark = pytest.mark.fast
+
 
 def test_help_lists_groups_and_choices(tmp_path):
     result = run_cli("--help", cwd=tmp_path)

@@ -17,12 +17,10 @@ from fake_llm_server import FakeLlmServer, reply, tool
 from test_bwrap_sandbox import host_processes, needs_namespaces
 from test_docker_sandbox import needs_docker
 
-pytestmark = pytest.mark.slow
-
 KEY = "sk-ant-confinement-target-4711"
 SANDBOXES = [
-    pytest.param("bwrap", [], marks=needs_namespaces, id="default-bwrap"),
-    pytest.param("docker", ["sandbox=docker"], marks=needs_docker, id="docker"),
+    pytest.param("bwrap", [], marks=[needs_namespaces, pytest.mark.integration], id="default-bwrap"),
+    pytest.param("docker", ["sandbox=docker"], marks=[needs_docker, pytest.mark.system], id="docker"),
 ]
 
 
@@ -162,6 +160,7 @@ def test_a_submission_that_attacks_the_scorer_changes_nothing(kind, overrides, t
     assert "# tampered" not in (run_dir / "workspace" / "merge.py").read_text()
 
 
+@pytest.mark.integration
 @needs_namespaces
 def test_the_scorer_sees_the_submission_and_hidden_data_but_not_the_workspace_or_network(tmp_path):
     """The scoring sandbox of a default run, probed with a command in place of the scorer."""

@@ -18,6 +18,7 @@ PROBE = (
 )
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("users_setting, expected", [(None, "true"), ("false", "false")])
 def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(tmp_path, users_setting, expected):
     env = {k: v for k, v in __import__("os").environ.items() if k != "MLFLOW_DISABLE_TELEMETRY"}
@@ -27,7 +28,7 @@ def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(tmp_path, users_set
     assert f"TELEMETRY_DISABLED {expected}" in out.stdout, out.stderr[-2000:]
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_a_first_run_keeps_library_noise_in_its_log_file(tmp_path):
     # A fresh asset cache: the run builds the task's models and calibrates them with lm-eval,
     # in this process, from a folder that is not a git checkout (lm-eval asks git anyway).

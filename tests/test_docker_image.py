@@ -10,8 +10,9 @@ import pytest
 from conftest import mlflow_client, run_cli, store_args
 from test_docker_sandbox import needs_docker
 
+pytestmark = pytest.mark.system
 
-@pytest.mark.slow
+
 @needs_docker
 def test_the_first_docker_run_builds_the_missing_image_and_runs(tmp_path, built_cache):
     image = f"mlrb-sandbox-first-use-{os.getpid()}:latest"  # a name no other run uses: it is missing

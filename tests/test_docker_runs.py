@@ -8,7 +8,7 @@ import pytest
 from conftest import compose_config, mlflow_client, run_cli, store_args
 from test_docker_sandbox import needs_docker
 
-pytestmark = [pytest.mark.slow, needs_docker]
+pytestmark = [pytest.mark.system, needs_docker]
 
 
 def client_and_run(tmp_path):

@@ -6,6 +6,7 @@ those are missing (a laptop); under CI a skip fails the run (see conftest.py).
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from mlrb.sandbox.base import Limits
 IMAGE = "mlrb-sandbox:latest"
 
 
+@functools.cache  # asked once per test session
 def docker_problem() -> str:
     try:
         import docker
@@ -44,6 +46,7 @@ def options(limits: Limits, monkeypatch, visible=None, **cfg):
     return ds.container_options(SandboxConfig(kind="docker", **cfg), limits, "run1", "agent", [])
 
 
+@pytest.mark.fast
 def test_limits_and_lockdown_requested_of_docker(monkeypatch):
     opts = options(Limits(cpus=2, memory_gb=4, gpus=0, network=False), monkeypatch, pids_limit=100)
     assert opts["network_mode"] == "none"
@@ -58,10 +61,12 @@ def test_limits_and_lockdown_requested_of_docker(monkeypatch):
     assert all(mount["ReadOnly"] for mount in opts["mounts"])  # only the host Python so far
 
 
+@pytest.mark.fast
 def test_a_task_that_allows_network_gets_it(monkeypatch):
     assert options(Limits(network=True), monkeypatch)["network_mode"] == "bridge"
 
 
+@pytest.mark.fast
 def test_gpus_are_pinned_to_the_runs_allocation(monkeypatch):
     opts = options(Limits(gpus=1), monkeypatch, visible="2,3")
     (request,) = opts["device_requests"]
@@ -79,12 +84,14 @@ def test_gpus_are_pinned_to_the_runs_allocation(monkeypatch):
     assert options(Limits(gpus=0), monkeypatch, visible="0,1")["device_requests"] == []
 
 
+@pytest.mark.fast
 def test_a_dead_docker_daemon_is_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such.sock")
     with pytest.raises(ConfigError, match="cannot reach the Docker daemon .*no-such.sock.* or use sandbox=bwrap"):
         ds.connect(ds.DockerOptions())
 
 
+@pytest.mark.fast
 def test_cli_reports_a_dead_daemon_before_recording_anything(tmp_path):
     from conftest import run_cli
 
@@ -121,6 +128,7 @@ def sh(box, command, timeout=30):
     return box.exec(command, timeout_s=timeout)
 
 
+@pytest.mark.system
 @needs_docker
 def test_no_network(box):
     code = "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=3)\n    print('CONNECTED')\nexcept OSError as e:\n    print('blocked', e.errno)\n"
@@ -129,6 +137,7 @@ def test_no_network(box):
     assert sh(box, "cat /sys/class/net/*/operstate 2>/dev/null; ls /sys/class/net").stdout.split() == ["unknown", "lo"]
 
 
+@pytest.mark.system
 @needs_docker
 def test_non_root_and_no_privilege_escalation(box):
     assert sh(box, "id -u").stdout.strip() == "1000"
@@ -138,6 +147,7 @@ def test_non_root_and_no_privilege_escalation(box):
     assert "CapEff:\t0000000000000000" in status
 
 
+@pytest.mark.system
 @needs_docker
 def test_the_workspace_is_the_only_writable_place(box, tmp_path):
     assert sh(box, "echo hi > /workspace/ok.txt").exit_code == 0
@@ -147,6 +157,7 @@ def test_the_workspace_is_the_only_writable_place(box, tmp_path):
     assert sh(box, "cat /data/dev.jsonl").stdout == "{}\n"  # task data readable
 
 
+@pytest.mark.system
 @needs_docker
 def test_hidden_data_scorer_code_and_secrets_are_out_of_reach(box, tmp_path):
     hidden = tmp_path / "task" / "hidden" / "mlrb_hidden_answers.jsonl"
@@ -163,6 +174,7 @@ def test_hidden_data_scorer_code_and_secrets_are_out_of_reach(box, tmp_path):
     assert os.environ["ANTHROPIC_API_KEY"] == "sk-ant-docker-secret"
 
 
+@pytest.mark.system
 @needs_docker
 def test_memory_and_fork_bombs_are_contained(box, tmp_path):
     memory_bomb = sh(box, "python3 -c 'x = bytearray(2 * 1024**3); print(len(x))'", timeout=60)
@@ -183,12 +195,14 @@ def test_memory_and_fork_bombs_are_contained(box, tmp_path):
     assert subprocess.run(["true"]).returncode == 0
 
 
+@pytest.mark.system
 @needs_docker
 def test_a_timeout_kills_the_command(box):
     result = sh(box, "sleep 60; echo late", timeout=2)
     assert result.timed_out and result.duration_s < 15 and "late" not in result.stdout
 
 
+@pytest.mark.system
 @needs_docker
 def test_file_tools_see_the_workspace_as_the_agent_does(box, tmp_path):
     box.write_file("/workspace/sub/notes.md", "hello")
@@ -201,6 +215,7 @@ def test_file_tools_see_the_workspace_as_the_agent_does(box, tmp_path):
         box.write_file("../outside.txt", "x")
 
 
+@pytest.mark.system
 @needs_docker
 def test_containers_of_a_crashed_harness_are_removed_on_the_next_start(box):
     import docker
@@ -216,6 +231,7 @@ def test_containers_of_a_crashed_harness_are_removed_on_the_next_start(box):
     assert client.containers.list(filters={"label": "mlrb.run_id=test-run"})
 
 
+@pytest.mark.system
 @needs_docker
 def test_close_removes_the_container(box):
     import docker

@@ -128,6 +128,7 @@ def help_commands() -> list:
     return [re.sub(r"\s+", " ", c) for c in found]
 
 
+@pytest.mark.fast
 def test_every_bash_block_has_a_mark():
     assert len(BLOCKS) > 20  # the pages were found
     unmarked = [f"{b}" for b in BLOCKS if not b.mark]
@@ -140,6 +141,7 @@ def test_every_bash_block_has_a_mark():
         assert len(block.commands) == 1, f"{block}: a serve block holds one command"
 
 
+@pytest.mark.fast
 def test_commands_quoted_in_the_prose_are_in_a_marked_block():
     """`python -m mlrb ...` or `bash ...` in the text must be part of a checked block, or of the help."""
     checked = [c for b in BLOCKS for c in b.commands] + help_commands()
@@ -152,12 +154,14 @@ def test_commands_quoted_in_the_prose_are_in_a_marked_block():
     assert not missing, f"commands quoted in the text but in no marked block: {missing}"
 
 
+@pytest.mark.fast
 def test_the_helps_commands_are_in_marked_blocks():
     """`python -m mlrb --help` shows commands too: each must be in a page's checked block."""
     checked = {c for b in BLOCKS for c in b.commands}
     assert not sorted(set(help_commands()) - checked), "commands --help shows that no page's block checks"
 
 
+@pytest.mark.fast
 def test_the_readme_quick_start_and_session():
     """The two install lines first (tests/test_newcomer.py runs them), then the researcher's runs."""
     readme = [b for b in BLOCKS if b.page == "README.md"]
@@ -199,6 +203,7 @@ def run_block(block: Block, cwd: Path, env: dict | None = None) -> None:
     assert_prints_what_is_shown(block, result.stdout)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("block", [b for b in of_kind("run") if b.prints_only], ids=str)
 def test_printing_blocks_work_as_written(block, workdir):
     result = shell("set -e\n" + block.text, workdir)
@@ -208,6 +213,7 @@ def test_printing_blocks_work_as_written(block, workdir):
     assert not (workdir / "mlruns").exists() and not (workdir / "outputs").exists()  # nothing ran
 
 
+@pytest.mark.fast
 def test_each_tasks_page_prints_its_full_scale_setup():
     """Each task's page has a checked block printing that task's full-scale config."""
     printing = {c for b in of_kind("run") if b.prints_only for c in b.commands}
@@ -216,6 +222,7 @@ def test_each_tasks_page_prints_its_full_scale_setup():
         assert f"python -m mlrb --cfg job --resolve task={task} task.scale=full" in printing, task
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("block", of_kind("validate"), ids=str)
 def test_the_gpu_cluster_sweep_validates(block):
     from mlrb.cli import parse_command_line, precheck
@@ -238,6 +245,7 @@ def free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("block", of_kind("serve"), ids=str)
 def test_serving_blocks_answer_on_their_port(block, workdir):
     port = int(block.mark.split()[1])
@@ -267,7 +275,7 @@ def needs_docker(block: Block) -> bool:
     return any("sandbox=docker" in c for c in block.commands)
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_the_documented_runs_work_as_written(workdir, built_cache):
     """Every other "run" block, README first, then the pages in nav order, into one store: a
     later block's report reads the runs before it, and a sweep skips what an earlier one finished."""

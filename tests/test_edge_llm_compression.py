@@ -11,8 +11,6 @@ import pytest
 
 from conftest import baseline_run, task_from_config
 
-pytestmark = pytest.mark.slow
-
 
 def load_task(**overrides):
     return task_from_config("edge_llm_compression", **overrides)
@@ -37,6 +35,7 @@ def base_copy(assets: Path, tmp_path: Path, dtype: str = "float16") -> Path:
     return sub
 
 
+@pytest.mark.integration
 def test_doing_nothing_is_invalid_and_the_reference_compresses_within_the_limit(assets):
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
     assert "do_nothing_score" not in calibration
@@ -46,6 +45,7 @@ def test_doing_nothing_is_invalid_and_the_reference_compresses_within_the_limit(
     assert calibration["baseline_score"] < 0.35 < 0.6 < calibration["reference_score"]
 
 
+@pytest.mark.integration
 def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, assets):
     metrics = baseline_run("edge_llm_compression", tmp_path, cache_dir).data.metrics
     assert metrics["reference_score"] > metrics["baseline_score"]
@@ -57,6 +57,7 @@ def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, ass
     assert metrics["weight_memory_mb"] < 0.6
 
 
+@pytest.mark.integration
 def test_the_untouched_base_is_over_the_memory_limit_during_evaluation(assets, tmp_path):
     # The base as given (FP16): its weights alone fit under the limit, its evaluation does not.
     report = load_task().score(base_copy(assets, tmp_path), assets, tmp_path / "work")
@@ -65,11 +66,13 @@ def test_the_untouched_base_is_over_the_memory_limit_during_evaluation(assets, t
     assert report.metrics["peak_memory_mb"] > 1.9 > report.metrics["weight_memory_mb"]
 
 
+@pytest.mark.integration
 def test_weights_over_the_memory_limit_are_invalid_before_evaluation(assets, tmp_path):
     report = load_task().score(base_copy(assets, tmp_path, "float32"), assets, tmp_path / "work")
     assert not report.valid and "the weights alone take 2.18" in report.reason
 
 
+@pytest.mark.integration
 def test_the_reference_drops_a_layer_and_keeps_the_rest_unchanged(assets, tmp_path):
     task = load_task()
     workspace = task.run_solution(task.spec.reference_command, assets / "public", tmp_path / "reference")
@@ -100,6 +103,7 @@ def quantize(sub: Path, how: str) -> None:
     (sub / "config.json").write_text(json.dumps(config))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "how, reason",
     [
@@ -116,6 +120,7 @@ def test_quantized_submissions_are_invalid(assets, tmp_path, how, reason):
     assert not report.valid and reason in report.reason
 
 
+@pytest.mark.integration
 def test_empty_or_foreign_submissions_are_invalid(assets, tmp_path):
     (tmp_path / "empty").mkdir()
     assert "config.json is missing" in load_task().score(tmp_path / "empty", assets, tmp_path / "w").reason
@@ -130,6 +135,7 @@ def test_empty_or_foreign_submissions_are_invalid(assets, tmp_path):
     shutil.rmtree(sub)
 
 
+@pytest.mark.fast
 def test_peak_memory_traces_only_the_calls_that_can_set_the_peak():
     """Batches as lm-eval runs them: each batch's log-probabilities stay alive while the next
     batch runs. The meter skips calls an earlier traced call covers, and still finds the peak."""

@@ -11,8 +11,6 @@ import pytest
 
 from conftest import baseline_run, run_cli, task_from_config
 
-pytestmark = pytest.mark.slow
-
 
 def load_task(**overrides):
     return task_from_config("edge_llm_training", **overrides)
@@ -39,6 +37,7 @@ def copy_of(model: Path, tmp_path: Path) -> Path:
     return sub
 
 
+@pytest.mark.fast
 def test_full_scale_config_names_the_papers_setup(tmp_path):
     result = run_cli("--cfg", "job", "--resolve", "task=edge_llm_training", "task.scale=full", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -49,6 +48,7 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
         assert fact in out, fact
 
 
+@pytest.mark.integration
 def test_the_tiny_memory_limit_is_1gb_scaled_to_the_baseline(assets):
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
     baseline_params = calibration["baseline.weight_memory_mb"] * 1e6 / 4  # saved in FP32
@@ -56,6 +56,7 @@ def test_the_tiny_memory_limit_is_1gb_scaled_to_the_baseline(assets):
     assert calibration["baseline.peak_memory_mb"] < load_task().spec.memory_limit_mb
 
 
+@pytest.mark.integration
 def test_data_has_both_subsets_and_the_baseline_beats_an_untrained_model(assets):
     data = assets / "public" / "data"
     c4 = json.loads((data / "c4_combined_dataset" / "train.jsonl").read_text().splitlines()[0])
@@ -67,6 +68,7 @@ def test_data_has_both_subsets_and_the_baseline_beats_an_untrained_model(assets)
     assert c["reference_score"] > c["baseline_score"] + 0.1
 
 
+@pytest.mark.integration
 def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, assets):
     metrics = baseline_run("edge_llm_training", tmp_path, cache_dir).data.metrics  # scores the build's anchor
     # The score is the accuracy on the hidden copa rows: a whole number of them right.
@@ -76,6 +78,7 @@ def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, ass
     assert 0 < metrics["weight_memory_mb"] < metrics["peak_memory_mb"] <= load_task().spec.memory_limit_mb
 
 
+@pytest.mark.integration
 def test_over_the_memory_limit_is_invalid_before_or_during_evaluation(untrained, assets, tmp_path):
     weights_mb = sum(p.stat().st_size for p in untrained.glob("*.safetensors")) / 1e6
     report = load_task(memory_limit_mb=weights_mb / 2).score(copy_of(untrained, tmp_path), assets, tmp_path / "w1")
@@ -87,6 +90,7 @@ def test_over_the_memory_limit_is_invalid_before_or_during_evaluation(untrained,
     assert report.metrics["peak_memory_mb"] > weights_mb * 1.05 > report.metrics["weight_memory_mb"]
 
 
+@pytest.mark.integration
 def test_an_fp16_model_is_valid(untrained, assets, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -117,6 +121,7 @@ def quantize(sub: Path, how: str) -> None:
     (sub / "config.json").write_text(json.dumps(config))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "how, reason",
     [
@@ -132,6 +137,7 @@ def test_quantized_submissions_are_invalid(untrained, assets, tmp_path, how, rea
     assert not report.valid and reason in report.reason
 
 
+@pytest.mark.integration
 def test_the_public_checkpoint_is_invalid(assets, tmp_path):
     sub = copy_of(assets / "hidden" / "known_checkpoints" / "mlrb__tiny-gpt2", tmp_path)
     report = load_task().score(sub, assets, tmp_path / "work")

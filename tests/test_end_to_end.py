@@ -9,7 +9,7 @@ import pytest
 
 from conftest import anchors_of, broken_copy_of, mlflow_client, run_cli, store_args
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 def only_run(tmp_path):

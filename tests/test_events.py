@@ -22,6 +22,8 @@ from mlrb.sandbox.unconfined import UnconfinedSandbox
 from mlrb.trajectory import Trajectory, TrajectoryWriter
 from test_llm_agent import KEY, KEY_ENV, agent_config, budget_config
 
+pytestmark = pytest.mark.fast
+
 
 def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)

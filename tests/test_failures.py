@@ -45,6 +45,7 @@ def free_port() -> int:
 # ---- the status vocabulary -------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_each_status_counts_or_not_and_is_recorded_with_the_mlflow_status_a_resume_needs():
     assert [s.value for s in Status] == [
         "ok", "invalid", "no_submission", "budget_exhausted", "agent_error", "infra_error", "killed",
@@ -65,6 +66,7 @@ def test_each_status_counts_or_not_and_is_recorded_with_the_mlflow_status_a_resu
 # ---- 4. budgets and limits: finite and positive, or refused at compose time ----------------
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "override, expected",
     [
@@ -89,6 +91,7 @@ def test_bad_budgets_limits_and_paths_are_one_line_and_exit_2(tmp_path, override
     assert not (tmp_path / "run").exists() and not (tmp_path / "mlruns").exists()  # nothing half-written
 
 
+@pytest.mark.fast
 def test_a_nan_wall_time_in_a_sweep_is_refused_before_any_run_exists(tmp_path):
     result = run_cli("-m", "budget.wall_time_s=600,nan", f"tracking.dir={tmp_path / 'mlruns'}",
                      f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)  # fmt: skip
@@ -97,6 +100,7 @@ def test_a_nan_wall_time_in_a_sweep_is_refused_before_any_run_exists(tmp_path):
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.fast
 def test_a_nan_cost_stops_the_budget_instead_of_lifting_it():
     budget = Budget(BudgetConfig(name="b", wall_time_s=60, max_steps=10, max_usd=1.0))
     budget.record_usage(10, 10, 0.5)
@@ -105,6 +109,7 @@ def test_a_nan_cost_stops_the_budget_instead_of_lifting_it():
     assert budget.exhausted() == "usd"
 
 
+@pytest.mark.fast
 def test_the_typed_config_refuses_a_nan_budget_too():
     with pytest.raises(ConfigError, match="budget.max_usd must be positive, got nan"):
         compose_config("budget.max_usd=nan")
@@ -127,6 +132,7 @@ def read_only(path: Path):
         path.chmod(mode)
 
 
+@pytest.mark.fast
 def test_a_store_that_cannot_be_written_is_one_line_naming_it_and_leaves_no_run_folder(tmp_path):
     store = tmp_path / "mlruns"
     tracking.check_store(TrackingConfig(dir=str(store)))  # a new, good store
@@ -141,6 +147,7 @@ def test_a_store_that_cannot_be_written_is_one_line_naming_it_and_leaves_no_run_
     assert mlflow_client(tmp_path).search_experiments(filter_string="name = 'llm_merging'") == []
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "uri, expected",
     [
@@ -162,12 +169,14 @@ def test_a_dead_or_wrong_tracking_uri_is_one_line_within_seconds_password_masked
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.fast
 def test_a_server_that_answers_garbage_is_not_taken_for_a_store(tmp_path):
     with garbage_server() as url:
         with pytest.raises(ConfigError, match=r"tracking store 'http://127\.0\.0\.1:\d+' \(tracking.uri\): "):
             tracking.check_store(TrackingConfig(uri=url))
 
 
+@pytest.mark.integration
 def test_processes_creating_a_new_store_at_once_all_get_it(tmp_path):
     store = tmp_path / "mlruns"
     code = "import sys; from mlrb import tracking; from mlrb.config import TrackingConfig; " \
@@ -193,6 +202,7 @@ def limited_file_size(limit_bytes: int):
     return apply
 
 
+@pytest.mark.fast
 def test_a_store_creation_cut_short_by_a_full_disk_leaves_no_broken_store(tmp_path):
     store = tmp_path / "mlruns"
     code = "import sys; from mlrb import tracking; from mlrb.config import TrackingConfig; " \
@@ -208,6 +218,7 @@ def test_a_store_creation_cut_short_by_a_full_disk_leaves_no_broken_store(tmp_pa
     assert not (store / "mlflow.db.creating").exists()
 
 
+@pytest.mark.fast
 def test_a_store_that_mlflow_left_half_created_is_made_afresh_with_one_warning(tmp_path, caplog):
     # MLflow itself creating the store (as older mlrb did) when the disk fills up: a broken file remains.
     db = tmp_path / "half.db"
@@ -223,6 +234,7 @@ def test_a_store_that_mlflow_left_half_created_is_made_afresh_with_one_warning(t
     assert len(list(tmp_path.glob("half.db.broken-*"))) == 1  # kept aside, not deleted
 
 
+@pytest.mark.fast
 def test_uri_secrets_are_masked_wherever_the_config_is_written():
     cfg = TrackingConfig(uri="https://alice:s3cret@mlflow.example.org:5000/x?token=abc123&q=1")
     assert tracking.mask_uri(cfg.uri) == "https://alice:***@mlflow.example.org:5000/x?token=***&q=1"
@@ -244,6 +256,7 @@ def model_folder(path: Path) -> Path:
     return path
 
 
+@pytest.mark.fast
 def test_llm_merging_refuses_a_config_that_is_not_an_object_with_the_shared_rule(tmp_path):
     folder = model_folder(tmp_path / "model")
     (folder / "config.json").write_text("[1]")
@@ -251,6 +264,7 @@ def test_llm_merging_refuses_a_config_that_is_not_an_object_with_the_shared_rule
     assert problem == "config.json must hold a JSON object, not a list"
 
 
+@pytest.mark.fast
 def test_weights_that_do_not_fit_the_config_are_the_submissions_problem(tmp_path):
     from mlrb.scoring.worker import submission_problem
 
@@ -295,6 +309,7 @@ def chat_request() -> dict:
     return {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("body, content_type", [(b"<html>oops</html>", "text/html"), (b"{not json", "application/json"),
                                                 (b'{"id": "x"}', "application/json")])  # fmt: skip
 def test_a_200_that_is_not_an_api_reply_is_a_retried_api_error_naming_the_server(body, content_type):
@@ -309,6 +324,7 @@ def test_a_200_that_is_not_an_api_reply_is_a_retried_api_error_naming_the_server
             assert f"API at {url}" in str(caught.value) and "not an API reply" in str(caught.value)
 
 
+@pytest.mark.fast
 def test_a_connection_error_names_the_endpoint():
     from mlrb.agents.providers import ApiError, OpenAIProvider
 
@@ -320,6 +336,7 @@ def test_a_connection_error_names_the_endpoint():
 # ---- 3, 8. signals -----------------------------------------------------------------------
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_runs_the_cleanup_and_raises_an_interruption_then_handlers_are_restored(signum):
     # As in a terminal: the default disposition (under `nohup` SIGHUP is ignored, and stays so)
@@ -338,6 +355,7 @@ def test_a_signal_runs_the_cleanup_and_raises_an_interruption_then_handlers_are_
         signal.signal(signum, outer)
 
 
+@pytest.mark.fast
 def test_an_ignored_sighup_stays_ignored_as_nohup_asks():
     outer = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
@@ -349,6 +367,7 @@ def test_an_ignored_sighup_stays_ignored_as_nohup_asks():
         signal.signal(signal.SIGHUP, outer)
 
 
+@pytest.mark.fast
 def test_a_signal_while_the_outcome_is_recorded_waits_for_it():
     recorded = []
     with interrupts.guarded() as guard:
@@ -361,6 +380,7 @@ def test_a_signal_while_the_outcome_is_recorded_waits_for_it():
             guard.release()  # then the run stops
 
 
+@pytest.mark.fast
 def test_a_launchers_own_handler_is_left_alone():
     def launcher_handler(signum, frame):
         pass

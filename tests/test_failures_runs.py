@@ -23,7 +23,7 @@ import pytest
 from conftest import mlflow_client, printed, run_cli, store_args
 from test_failures import garbage_server
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
 

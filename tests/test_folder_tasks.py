@@ -25,8 +25,11 @@ KEY = "sk-ant-folder-task-secret"
 
 # Both sandboxes; docker where an engine runs (CI has one).
 SANDBOXES = [
-    "bwrap",
-    pytest.param("docker", marks=pytest.mark.skipif(bool(docker_problem()), reason=docker_problem() or "docker ok")),
+    pytest.param("bwrap", marks=pytest.mark.integration),
+    pytest.param(
+        "docker",
+        marks=[pytest.mark.skipif(bool(docker_problem()), reason=docker_problem() or "docker ok"), pytest.mark.system],
+    ),
 ]
 
 
@@ -55,7 +58,6 @@ def tool_results(request) -> str:
     return json.dumps(request["body"]["messages"][-1]["content"])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_mlagentbench_folder_baseline_then_claude_improves_and_any_step_rescores(tmp_path, cache_dir, sandbox):
     task = ["task=folder", f"task.path={HOUSE_PRICE}", "task.higher_is_better=false", f"sandbox={sandbox}"]
@@ -117,7 +119,6 @@ def test_mlagentbench_folder_baseline_then_claude_improves_and_any_step_rescores
         assert missing.returncode == 2 and "has no step 9; its steps: 1, 2, 3, 4, 5" in missing.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_mlrc_folder_scores_test_on_the_best_dev_snapshot(tmp_path, cache_dir, sandbox):
     task = ["task=folder", f"task.path={MLRC}", "task.scales.folder.baseline_score=0.6",
@@ -174,6 +175,7 @@ def test_mlrc_folder_scores_test_on_the_best_dev_snapshot(tmp_path, cache_dir, s
         assert "MLRC-Bench relative improvement to human" in (tmp_path / "reports" / "summary.md").read_text()
 
 
+@pytest.mark.fast
 def test_a_broken_task_folder_is_one_line_naming_the_file_and_nothing_is_recorded(tmp_path, cache_dir):
     missing = tmp_path / "no-eval"
     shutil.copytree(HOUSE_PRICE, missing)
@@ -198,7 +200,7 @@ def test_a_broken_task_folder_is_one_line_naming_the_file_and_nothing_is_recorde
     assert not [p for p in (cache_dir / "eval-raises").iterdir() if p.is_dir()]  # no half-built assets in the cache
 
 
-@pytest.mark.slow
+@pytest.mark.system
 @pytest.mark.skipif(bool(slurm_problem()), reason=slurm_problem() or "slurm ok")
 def test_a_folder_task_sweeps_on_slurm(tmp_path, cache_dir):
     result = run_cli("-m", "seed=1,2", "launcher=slurm", "tracking.allow_sqlite_on_slurm=true", "task=folder",

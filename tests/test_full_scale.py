@@ -87,7 +87,7 @@ def full_overrides(task: str, cache_dir: Path) -> list:
     return common + FAST[task]
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_prefetch_offline_reports_complete_then_missing(mirror, tmp_path):
     proc = run(["mlrb.prefetch", "task=llm_merging", "task.scale=full", ADAPTERS], mirror, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -119,7 +119,7 @@ def test_prefetch_offline_reports_complete_then_missing(mirror, tmp_path):
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "cache").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.system
 @pytest.mark.parametrize("task", TASKS)
 def test_full_scale_run_from_the_mirror(mirror, tmp_path, task):
     proc = run(["mlrb", *full_overrides(task, tmp_path / "cache")], mirror, tmp_path)
@@ -132,6 +132,7 @@ def test_full_scale_run_from_the_mirror(mirror, tmp_path, task):
     assert '"source": "hub"' in built.read_text()
 
 
+@pytest.mark.fast
 def test_sweep_asking_for_more_gpus_than_visible_is_refused_before_it_starts(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}  # the machine shows one GPU
     proc = subprocess.run(
@@ -147,6 +148,7 @@ def test_sweep_asking_for_more_gpus_than_visible_is_refused_before_it_starts(tmp
     assert not (tmp_path / "mlruns").exists()  # no sweep run was opened, so none is left RUNNING
 
 
+@pytest.mark.fast
 def test_scorer_environment_reads_the_users_caches_offline_on_the_runs_gpus(tmp_path):
     hf_home = tmp_path / "hf"
     table = hf_home / "datasets" / "cais___mmlu" / "virology" / "0.0.0" / hub_mirror.REVISION
@@ -188,6 +190,7 @@ print(json.dumps({{"envs": envs, "mounts": mounts}}))
     assert probe_with("")["envs"]["bwrapNone"]["CUDA_VISIBLE_DEVICES"] == ""  # a job given no GPU scores on none
 
 
+@pytest.mark.fast
 def test_peak_memory_counts_the_models_own_tensors_not_what_was_there_before():
     import torch
 

@@ -32,6 +32,7 @@ def tiny_pair(cpu_score, device_score, cpu_valid="True", device_valid="True") ->
     return {**runs, "score_difference": abs(scores[0] - scores[1]) if None not in scores else None}
 
 
+@pytest.mark.fast
 def test_a_device_that_disagrees_with_the_cpu_fails_the_check():
     # A dry run compares cpu with cpu, so it cannot show a mismatch: fed one, the check must name it.
     failed_checks = gpu_check_module().failed_checks
@@ -49,6 +50,7 @@ def test_a_device_that_disagrees_with_the_cpu_fails_the_check():
     assert failed_checks({"full": {"baby_lm": {"status": "ok", "valid": "False"}}})
 
 
+@pytest.mark.fast
 def test_the_gpu_check_exits_1_naming_a_mismatch(tmp_path, monkeypatch, capsys):
     gpu_check = gpu_check_module()
     # The tiny part's runs stood in for: the device scores well below the cpu.
@@ -62,7 +64,7 @@ def test_the_gpu_check_exits_1_naming_a_mismatch(tmp_path, monkeypatch, capsys):
     assert json.loads((tmp_path / "out.json").read_text())["tiny"]["llm_merging"]["score_difference"] > 0.1
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_the_gpu_checks_dry_run_scores_both_sides_and_the_full_stand_in(built_cache, tmp_path):
     out = tmp_path / "gpu_check.json"
     proc = subprocess.run(
@@ -89,7 +91,7 @@ def test_the_gpu_checks_dry_run_scores_both_sides_and_the_full_stand_in(built_ca
     assert f"{baseline:.4f}" in row
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_gpu_check_refuses_without_a_gpu_in_one_line(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--work", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)  # fmt: skip

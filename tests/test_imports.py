@@ -5,16 +5,21 @@ cycle; and the libraries they name are the ones pyproject.toml declares."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from conftest import REPO
+
+pytestmark = pytest.mark.fast
 
 PACKAGE = REPO / "mlrb"
 
@@ -168,3 +173,22 @@ def test_the_libraries_imported_are_the_ones_declared():
         used |= providers & declared
     assert not undeclared, "imported but not in pyproject.toml's dependencies: " + "; ".join(undeclared)
     assert not declared - used, f"declared in pyproject.toml but imported nowhere: {sorted(declared - used)}"
+
+
+def test_a_test_without_a_tier_marker_fails_collection(tmp_path):
+    """tests/conftest.py refuses to collect a test that has no tier marker, or two; a marked one passes."""
+    (tmp_path / "test_tiers.py").write_text(
+        "import pytest\n\n"
+        "def test_unmarked():\n    pass\n\n"
+        "@pytest.mark.fast\n@pytest.mark.system\ndef test_two_tiers():\n    pass\n\n"
+        "@pytest.mark.fast\ndef test_marked():\n    pass\n"
+    )
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+               "-m", "fast", "--rootdir", str(tmp_path), "-c", str(REPO / "pyproject.toml"), str(tmp_path)]  # fmt: skip
+    result = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "tests")}
+    )
+    assert result.returncode != 0
+    assert "test_tiers.py::test_unmarked: no tier marker" in result.stderr + result.stdout
+    assert "test_tiers.py::test_two_tiers: tiers fast and system" in result.stderr + result.stdout
+    assert "test_marked:" not in result.stderr + result.stdout

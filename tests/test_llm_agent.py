@@ -24,6 +24,8 @@ from mlrb.config import AgentConfig, BudgetConfig, ConfigError, SandboxConfig
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 
+pytestmark = pytest.mark.fast
+
 KEY = "sk-test-key-never-recorded-1234"
 KEY_ENV = "MLRB_TEST_LLM_KEY"
 AGENT_FILES = {"anthropic": "claude", "openai": "gpt4o"}

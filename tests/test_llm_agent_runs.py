@@ -49,7 +49,7 @@ def summed_merge_score(cache_dir: Path, folder: Path) -> float:
     return report.score
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, built_cache):
     script = [
         error(529, "overloaded"),  # retried: the first attempt's span records the failure
@@ -149,7 +149,7 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, bui
     assert KEY.encode() not in everything_recorded(tmp_path)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_gpt4o_runs_through_chat_completions_with_the_config_url(tmp_path, built_cache):
     key = "sk-proj-e2e-secret-never-recorded-654"
     script = [
@@ -181,7 +181,7 @@ def test_gpt4o_runs_through_chat_completions_with_the_config_url(tmp_path, built
     assert key.encode() not in everything_recorded(tmp_path)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_openai_compatible_server_needs_no_key_and_a_fatal_error_is_recorded(tmp_path, built_cache):
     script = [reply(tool("list_files"), usage=(300, 20)), error(401, "bad token")]
     with FakeLlmServer(script) as server:
@@ -205,6 +205,7 @@ def test_openai_compatible_server_needs_no_key_and_a_fatal_error_is_recorded(tmp
     assert run.data.metrics["cost_usd"] == 0.0 and run.data.metrics["steps"] == 2
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "args, env, expected",
     [

@@ -38,6 +38,7 @@ def model_copy(assets: Path, name: str, tmp_path: Path, declared) -> Path:
 # ---- rules without assets ------------------------------------------------------
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "name, instruction_tuned",
     [
@@ -53,6 +54,7 @@ def test_instruction_tuned_names_are_recognised(name, instruction_tuned):
     assert rules.looks_instruction_tuned(name) is instruction_tuned
 
 
+@pytest.mark.fast
 def test_the_base_model_rule_reads_the_approved_patterns():
     allowed = ["meta-llama/Llama-2-*-hf", "EleutherAI/pythia-*"]
     assert rules.check_base_model("EleutherAI/pythia-410m", allowed, []) == ""
@@ -64,6 +66,7 @@ def test_the_base_model_rule_reads_the_approved_patterns():
 # ---- the tiny world, without a build ---------------------------------------------
 
 
+@pytest.mark.fast
 def test_each_question_offers_the_subjects_other_attribute_as_a_wrong_choice():
     import random
 
@@ -84,6 +87,7 @@ def test_each_question_offers_the_subjects_other_attribute_as_a_wrong_choice():
                 assert values[1 - index] in row["choices"] and len(set(row["choices"])) == 4
 
 
+@pytest.mark.fast
 def test_the_web_text_states_facts_but_never_asks_about_one():
     import random
 
@@ -102,7 +106,7 @@ def test_the_web_text_states_facts_but_never_asks_about_one():
 # ---- the task ------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_assets_keep_the_test_set_hidden_and_offer_both_models(assets):
     public = {p.relative_to(assets / "public").as_posix() for p in (assets / "public").rglob("*")}
     assert {"instructions.jsonl", "dev.jsonl", "models/mlrb__tiny-llama-base/config.json"} <= public
@@ -126,7 +130,7 @@ def test_assets_keep_the_test_set_hidden_and_offer_both_models(assets):
     assert calibration["reference_score"] > calibration["baseline_score"] + 0.1
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     metrics = baseline_run("llm_efficiency", tmp_path, cache_dir).data.metrics
     assert metrics["reference_score"] > metrics["baseline_score"]
@@ -135,7 +139,7 @@ def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     assert {"score.geography", "score.zoology"} <= set(metrics)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "model, declared, reason",
     [
@@ -151,7 +155,7 @@ def test_base_model_rule_breakers_are_invalid(assets, tmp_path, model, declared,
     assert reason in report.reason
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_weights_of_another_architecture_do_not_pass_as_the_base(assets, tmp_path):
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -166,7 +170,7 @@ def test_weights_of_another_architecture_do_not_pass_as_the_base(assets, tmp_pat
     assert not report.valid and "do not derive from mlrb/tiny-llama-base" in report.reason
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_empty_and_oversized_submissions_are_invalid(assets, tmp_path):
     (tmp_path / "empty").mkdir()
     assert "config.json is missing" in load_task().score(tmp_path / "empty", assets, tmp_path / "w").reason
@@ -174,7 +178,7 @@ def test_empty_and_oversized_submissions_are_invalid(assets, tmp_path):
     assert not big.valid and "exceed the limit of 1,000" in big.reason
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("share", [0.49, 0.25])
 def test_a_blend_toward_the_instruction_tuned_sibling_is_invalid(assets, tmp_path, share):
     # base + share * (sibling - base) lies nearer the base than the sibling, yet carries its tuning.
@@ -195,7 +199,7 @@ def test_a_blend_toward_the_instruction_tuned_sibling_is_invalid(assets, tmp_pat
     assert report.details["lineage"]["share_toward"][INSTRUCT] == pytest.approx(share, abs=1e-3)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_honest_fine_tunes_lie_well_inside_the_limit_toward_the_sibling(assets):
     # Measured at asset build on the baseline's and the reference's own submissions: a few
     # percent of the way (the reference, fine-tuned on the same kind of data, the most).

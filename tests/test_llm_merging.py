@@ -17,7 +17,7 @@ from mlrb.scoring.runner import score_submission
 from mlrb.tasks.base import Task
 from mlrb.tasks.rules import weight_stats
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

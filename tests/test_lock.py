@@ -8,8 +8,11 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parents[1]
 

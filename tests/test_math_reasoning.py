@@ -10,7 +10,7 @@ import pytest
 
 from conftest import baseline_run, mlflow_client, task_from_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 def load_task():

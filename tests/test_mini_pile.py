@@ -76,6 +76,7 @@ def copa_choice_is_law(row: dict, choice: str, world) -> bool:
     )
 
 
+@pytest.mark.fast
 def test_sub_task_rows_have_superglue_fields_and_balanced_labels():
     from mlrb.tasks.from_scratch import superglue
 
@@ -98,6 +99,7 @@ def test_sub_task_rows_have_superglue_fields_and_balanced_labels():
     assert not any(doc.split("\nQuestion:")[0] in passages for doc in docs)
 
 
+@pytest.mark.fast
 def test_text_states_causes_unevenly_and_the_hidden_rows_ask_them_evenly():
     from collections import Counter
 
@@ -131,6 +133,7 @@ def test_text_states_causes_unevenly_and_the_hidden_rows_ask_them_evenly():
     assert len(asked) == 60 and max(asked.values()) < 4 * min(asked.values())
 
 
+@pytest.mark.fast
 def test_full_scale_config_names_the_papers_setup(tmp_path):
     result = run_cli("--cfg", "job", "--resolve", "task=mini_pile", "task.scale=full", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -143,7 +146,7 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
 # ---- the task ------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_assets_hide_the_suite_and_the_baseline_beats_an_untrained_model(assets):
     public = {p.relative_to(assets / "public").as_posix() for p in (assets / "public").rglob("*") if p.is_file()}
     assert {"data/train.jsonl", "data/validation.jsonl", "data/test.jsonl", "tokenizer/tokenizer.json"} <= public
@@ -159,7 +162,7 @@ def test_assets_hide_the_suite_and_the_baseline_beats_an_untrained_model(assets)
     assert c["reference_score"] > c["baseline_score"] + 0.05
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     metrics = baseline_run("mini_pile", tmp_path, cache_dir).data.metrics  # scores the build's anchor
     # The score is the accuracy on the hidden copa rows: a whole number of them right.
@@ -168,7 +171,7 @@ def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     assert "score.copa" in metrics and right == pytest.approx(round(right), abs=1e-6) and 0 < round(right) < len(rows)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_public_checkpoint_and_empty_submissions_are_invalid(assets, tmp_path):
     sub = tmp_path / "submission"
     shutil.copytree(assets / "hidden" / "known_checkpoints" / "mlrb__tiny-gpt2", sub)

@@ -64,7 +64,7 @@ COMPARED_BY = ["task.name", "agent.name", "agent.options.model", "budget.name", 
                "assets.fingerprint"]  # fmt: skip
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.system,
     pytest.mark.skipif(
         bool(MISSING),
         reason=f"needs Debian's headless Chromium ({', '.join(MISSING)} missing): apt-get install chromium chromium-driver",

@@ -19,6 +19,8 @@ from mlrb.sandbox import docker as ds
 from mlrb.sandbox.base import DATA, WORKSPACE, Limits, Mount
 from mlrb.scoring.runner import scorer_mounts
 
+pytestmark = pytest.mark.fast
+
 # bwrap's mount options and how many arguments each takes (the target is the last).
 BWRAP_MOUNTS = {"--bind": 2, "--ro-bind": 2, "--dev-bind": 2, "--symlink": 2, "--proc": 1, "--dev": 1, "--tmpfs": 1}
 

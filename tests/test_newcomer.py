@@ -19,8 +19,6 @@ import pytest
 
 from conftest import REPO
 
-pytestmark = pytest.mark.slow
-
 SCORE_LINE = re.compile(r"^llm_merging/baseline/smoke/0: score (\d\.\d+) \(valid\); status ok; mlflow run (\w+)$", re.M)
 
 
@@ -40,6 +38,7 @@ def promised_spread(section: str) -> tuple[float, float]:
     return float(spread.group(1)), float(spread.group(2))
 
 
+@pytest.mark.fast
 def test_quick_start_reading():
     commands, section = quick_start((REPO / "README.md").read_text())
     assert commands[:2] == [
@@ -74,6 +73,7 @@ def as_newcomer(command: str, clone: Path, home: Path, **extra: str) -> subproce
     return subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
 
 
+@pytest.mark.system
 def test_the_readme_quick_start_works_from_a_fresh_clone(clone):
     repo, home = clone
     commands, section = quick_start((repo / "README.md").read_text())

@@ -15,6 +15,8 @@ import pytest
 from conftest import REPO, mlflow_client
 from test_confinement import guarded, harness_attempts
 
+pytestmark = pytest.mark.system
+
 # What a wheel is built from: the repository's files, without what runs leave behind.
 NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "mlruns", "outputs", "multirun", "build", "dist", "*.egg-info",
                                      "__pycache__", ".pytest_cache", "reports", "test-artifacts")  # fmt: skip
@@ -26,7 +28,6 @@ def pip(python, *args, cwd):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-@pytest.mark.slow
 def test_a_wheel_in_a_fresh_venv_runs_the_benchmark_from_any_folder(tmp_path, built_cache):
     source = tmp_path / "source"
     shutil.copytree(REPO, source, ignore=NOT_SOURCES)

@@ -62,7 +62,7 @@ def prefetch(args, hf_home: Path, hub: StandInHub, offline: bool = False) -> sub
                           timeout=600)  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_prefetch_downloads_everything_then_a_compute_node_finds_it_offline(hub, tmp_path):
     hf_home = tmp_path / "hf_home"  # an empty cache: nothing downloaded yet
     proc = prefetch(TASK, hf_home, hub)
@@ -120,7 +120,7 @@ print(json.dumps({{
     assert len(hub.requests) == asked_before, "offline, yet the Hub was asked"
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_items_the_hub_refuses_are_one_line_each_and_a_rerun_fetches_only_them(hub, tmp_path):
     hf_home = tmp_path / "hf_home"
     hub.fail.update({("model", "distilgpt2"): 500, ("dataset", "aps/super_glue"): 404})
@@ -152,6 +152,7 @@ def test_items_the_hub_refuses_are_one_line_each_and_a_rerun_fetches_only_them(h
     assert "mini_pile (full): complete (6 items" in proc.stdout
 
 
+@pytest.mark.fast
 def test_an_unreachable_hub_is_one_line_and_nothing_is_tried(tmp_path):
     with socket.socket() as sock:  # a port nothing listens on: connections are refused
         sock.bind(("127.0.0.1", 0))

@@ -62,7 +62,7 @@ def start_long_run(tmp_path: Path, cache: Path, then: str = "true") -> tuple[sub
     return process, marker
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path, built_cache):
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "mlrb", *store_args(tmp_path, built_cache)],
@@ -81,7 +81,7 @@ def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path
     assert {"config.yaml", "instructions.md", "score_report.json", "workspace.patch"} <= artifacts
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_process_ends(tmp_path, built_cache):
     process, marker = start_long_run(tmp_path, built_cache)
     (recorder_pid,) = recording_processes_of(process.pid)
@@ -100,7 +100,7 @@ def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_pr
     assert running_with(marker) == []
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_recording_process_that_dies_is_one_line_naming_it(tmp_path, built_cache):
     process, marker = start_long_run(tmp_path, built_cache)
     (recorder_pid,) = recording_processes_of(process.pid)
@@ -115,6 +115,7 @@ def test_a_recording_process_that_dies_is_one_line_naming_it(tmp_path, built_cac
     assert "the recording process (MLflow) ended unexpectedly, exit code -9" in line
 
 
+@pytest.mark.fast
 def test_a_store_the_recording_process_refuses_is_the_harness_s_one_line_config_error(tmp_path):
     process = recording_process.RecordingProcess()
     try:
@@ -126,6 +127,7 @@ def test_a_store_the_recording_process_refuses_is_the_harness_s_one_line_config_
     assert process.process.returncode == 0
 
 
+@pytest.mark.fast
 def test_a_run_recorded_through_the_process_has_its_params_and_a_trace_ended_by_the_agent_s_error(tmp_path):
     from mlflow.tracking import MlflowClient
 

@@ -94,7 +94,7 @@ def expected(runs, budget: str, assets: str) -> dict:
     }
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_report_matches_the_runs_and_keeps_the_infrastructure_failure_out(store, tmp_path):
     out = tmp_path / "report"
     result = report("--out", str(out), cwd=store)  # the store found as the harness would: ./mlruns
@@ -158,7 +158,7 @@ def test_the_report_matches_the_runs_and_keeps_the_infrastructure_failure_out(st
     assert "not logged to MLflow" in result.stdout  # these runs are not all of one sweep
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_sweeps_report_is_logged_on_its_parent_run_with_a_self_contained_page(store, tmp_path):
     client, _, (parent,) = runs_of(store)
     sweep_id = parent.data.tags["mlrb.sweep_id"]
@@ -187,7 +187,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_bad_input_is_one_clear_line_and_a_failure(store, tmp_path):
     cases = {
         "unknown experiment 'nope'; experiments in the store: Default, llm_merging": ["--experiment", "nope"],
@@ -206,6 +206,7 @@ def test_bad_input_is_one_clear_line_and_a_failure(store, tmp_path):
     assert not (tmp_path / "missing").exists(), "a report never creates a store"
 
 
+@pytest.mark.fast
 def test_help_is_fast_and_imports_neither_mlflow_nor_matplotlib():
     probe = "import sys; from mlrb.report.cli import parser; parser(); print(sorted(m for m in ('mlflow', 'matplotlib') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
@@ -232,6 +233,7 @@ def row(kind: str, name: str, budget: str = "smoke", valid: bool = False, **metr
                   budget_wall_time_s=600.0)  # fmt: skip
 
 
+@pytest.mark.fast
 def test_invalid_attempts_count_as_they_were_counted_and_infrastructure_runs_not_at_all():
     rows = [
         row(
@@ -298,6 +300,7 @@ def test_invalid_attempts_count_as_they_were_counted_and_infrastructure_runs_not
     ]  # fmt: skip
 
 
+@pytest.mark.fast
 def test_one_run_has_no_error_bar_and_an_uncalibrated_task_no_normalised_score():
     (stats,) = aggregate.summarise([row("ok", "only", valid=True, score=0.5), row("agent_error", "quit")])
     assert stats.score_mean == 0.5 and stats.score_sem is None
@@ -310,6 +313,7 @@ def test_one_run_has_no_error_bar_and_an_uncalibrated_task_no_normalised_score()
     assert aggregate.sem([]) is None and aggregate.mean([]) is None
 
 
+@pytest.mark.fast
 def test_every_kind_is_either_an_attempt_or_not_counted():
     assert set(ATTEMPTS) | set(NOT_COUNTED) == set(CAUSES) | {"ok"}
     assert not set(ATTEMPTS) & set(NOT_COUNTED)
@@ -328,6 +332,7 @@ def mlflow_run(status: str, tags: dict, start_s: float, params: dict | None = No
     return Run(info, data)
 
 
+@pytest.mark.fast
 def test_runs_are_classified_from_their_status_and_tags():
     now = 1_000_000.0
     assert classify(mlflow_run("RUNNING", {}, now - 60), None, now)[0] == "running"
@@ -354,6 +359,7 @@ def test_runs_are_classified_from_their_status_and_tags():
     assert classify(mlflow_run("FINISHED", {**legacy, "mlrb.valid": "True"}, now), None, now) == ("ok", "", True)
 
 
+@pytest.mark.fast
 def test_unconfined_runs_and_runs_on_other_assets_are_never_pooled():
     from mlrb.report.render import key_columns, results_table
     from mlrb.report.runs import confinement
@@ -384,6 +390,7 @@ def test_unconfined_runs_and_runs_on_other_assets_are_never_pooled():
     assert confinement({"mlrb.sandbox": "bwrap", "mlrb.confined": "true"}) == "confined"
 
 
+@pytest.mark.fast
 def test_rows_say_what_their_normalised_score_is_when_tasks_normalise_differently():
     from mlrb.report.render import results_table
 

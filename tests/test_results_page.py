@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
 

@@ -12,6 +12,8 @@ import pytest
 
 from mlrb.retries import STORE_LOCKED, with_retries
 
+pytestmark = pytest.mark.fast
+
 
 def test_a_store_call_waits_while_another_writer_holds_the_sqlite_lock(tmp_path):
     db = tmp_path / "store.db"

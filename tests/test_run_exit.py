@@ -13,6 +13,8 @@ import pytest
 from conftest import mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
 
+pytestmark = pytest.mark.integration
+
 # A user's Hydra callback, run after mlrb's job returned: it logs a line and leaves a
 # thread (not a daemon) that writes a file half a second later.
 LATE_WRITER = """
@@ -42,7 +44,6 @@ def noop_run(tmp_path: Path, cache: Path, *extra: str, env: dict | None = None):
         )
 
 
-@pytest.mark.slow
 def test_a_run_that_ends_at_once_has_its_record_log_and_result_line_complete(tmp_path, built_cache):
     result = noop_run(tmp_path / "fast", built_cache)
     assert result.returncode == 0, result.stderr[-3000:]

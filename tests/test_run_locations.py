@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, run_cli, tiny_llm_merging
 from mlrb.assets import asset_dir
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 OTHER_FILESYSTEM = Path("/dev/shm")  # a tmpfs on Linux
 

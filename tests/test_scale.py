@@ -10,6 +10,8 @@ import pytest
 from conftest import task_from_config, tiny_llm_merging
 from mlrb.tasks.base import anchor_problem
 
+pytestmark = pytest.mark.fast
+
 
 def test_a_reference_worse_than_the_baseline_in_the_tasks_direction_is_a_problem():
     # Accuracy: higher is better; the reference must score more.

@@ -20,7 +20,7 @@ from mlrb.assets import ensure_assets
 from mlrb.config import SandboxConfig
 from mlrb.scoring.runner import Scorer
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

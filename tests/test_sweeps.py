@@ -3,6 +3,7 @@ resuming after a killed job, and many jobs writing into one SQLite store."""
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -34,16 +35,22 @@ def runs_by_role(tmp_path):
     return client, parents, children
 
 
+@functools.cache  # asked once: with the controller down, sinfo waits for it
 def slurm_problem() -> str:
     if not shutil.which("sinfo"):
         return "needs SLURM (sinfo not found): bash launchers/slurm/setup_single_node.sh"
-    state = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout
+    if not shutil.which("pgrep") or subprocess.run(["pgrep", "-x", "slurmctld"], capture_output=True).returncode:
+        return "needs SLURM's controller (slurmctld is not running): bash launchers/slurm/setup_single_node.sh"
+    try:
+        state = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30).stdout
+    except subprocess.TimeoutExpired:
+        return "needs SLURM's controller to answer (sinfo waited 30 s): bash launchers/slurm/setup_single_node.sh"
     if not any(s in state for s in ("idle", "mix", "alloc")):
         return f"needs a SLURM node up (sinfo says {state.strip()!r}): bash launchers/slurm/setup_single_node.sh"
     return ""
 
 
-@pytest.mark.slow
+@pytest.mark.system
 @pytest.mark.skipif(bool(slurm_problem()), reason=slurm_problem() or "slurm ok")
 def test_a_three_seed_sweep_on_slurm_gives_three_finished_runs_under_one_parent(tmp_path, built_cache):
     # SQLite on this one-node cluster's local disk: safe here, so the user insists
@@ -69,7 +76,7 @@ def test_a_three_seed_sweep_on_slurm_gives_three_finished_runs_under_one_parent(
     assert submitit_logs, "the jobs ran through SLURM (sbatch) via submitit"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_local_slots_get_distinct_gpus(tmp_path, built_cache):
     result = run_cli(
         "-m", "seed=1,2,3,4", QUICK, "task.scales.tiny.hardware.gpus=1",
@@ -92,6 +99,7 @@ def test_local_slots_get_distinct_gpus(tmp_path, built_cache):
                 assert a[2] != b[2]
 
 
+@pytest.mark.fast
 def test_more_slots_than_gpus_is_refused():
     assert slot_devices(2, 1, [0, 1]) == [[0], [1]]
     assert slot_devices(3, 0, []) == [[], [], []]
@@ -99,7 +107,7 @@ def test_more_slots_than_gpus_is_refused():
         slot_devices(2, 2, [0, 1, 2])
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_relaunched_sweep_finishes_only_what_is_missing(tmp_path, built_cache):
     # Three jobs, one at a time; the second is killed with SIGKILL while it runs.
     commands = "task.scales.tiny.baseline_command='sleep 1','sleep 15','sleep 2'"
@@ -154,6 +162,7 @@ def write_metrics(args):
     return recorder.run_id
 
 
+@pytest.mark.integration
 def test_eight_jobs_writing_to_one_sqlite_store_lose_nothing(tmp_path):
     store = str(tmp_path / "mlruns")
     write_metrics((store, -1))  # create the database first, as a sweep's first job would
@@ -167,7 +176,7 @@ def test_eight_jobs_writing_to_one_sqlite_store_lose_nothing(tmp_path):
         assert sorted(m.step for m in history) == list(range(40))
 
 
-@pytest.mark.slow
+@pytest.mark.system
 @pytest.mark.skipif(bool(slurm_problem()), reason=slurm_problem() or "slurm ok")
 def test_a_preempted_slurm_job_is_requeued_and_continues_its_run(tmp_path, built_cache):
     # The first attempt starts a long command; SLURM's pre-emption signal (USR2, as
@@ -219,7 +228,7 @@ def release_when_requeued(job_id: str, timeout: float) -> None:
 MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_sweep_ends_with_a_summary_that_matches_the_store(tmp_path, built_cache):
     # Two seeds x two commands: the baseline's merge (a valid submission) and one that hands in nothing.
     result = run_cli(
@@ -285,6 +294,7 @@ def test_a_sweep_ends_with_a_summary_that_matches_the_store(tmp_path, built_cach
     assert "ETA" in out  # progress said how long was left
 
 
+@pytest.mark.fast
 def test_run_names_are_unique_in_a_sweep_and_the_parent_says_what_varies(monkeypatch):
     from conftest import compose_config
     from mlrb.run_names import NAME_KEYS_VAR, extra_name_keys, run_name, sweep_name

@@ -173,7 +173,7 @@ def check_sweep(client, out: str) -> tuple:
     return parent, runs, children
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_a_sweep_through_the_server_loses_nothing_when_it_restarts_and_matches_sqlite(server, tmp_path, built_cache):
     from mlflow.tracking import MlflowClient
 
@@ -241,6 +241,7 @@ def read_csv(path: Path) -> list:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.fast
 def test_serve_refuses_in_one_line_when_postgresql_is_not_reachable(tmp_path):
     dead, http = free_port(), free_port()  # nothing listens on either
     started = time.monotonic()
@@ -257,6 +258,7 @@ def test_serve_refuses_in_one_line_when_postgresql_is_not_reachable(tmp_path):
     assert not (tmp_path / "artifacts").exists()
 
 
+@pytest.mark.fast
 def test_a_slurm_sweep_refuses_sqlite_in_one_line_and_names_the_server(tmp_path):
     result = run_cli("-m", "launcher=slurm", "seed=1,2", f"tracking.dir={tmp_path / 'mlruns'}",
                      f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)  # fmt: skip
@@ -269,6 +271,7 @@ def test_a_slurm_sweep_refuses_sqlite_in_one_line_and_names_the_server(tmp_path)
     assert not (tmp_path / "mlruns").exists()  # nor a store made
 
 
+@pytest.mark.fast
 def test_tracking_server_needs_its_address(tmp_path):
     result = run_cli("tracking=server", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path,
                      env={"MLFLOW_TRACKING_URI": ""})  # fmt: skip
@@ -278,7 +281,7 @@ def test_tracking_server_needs_its_address(tmp_path):
     assert not (tmp_path / "run").exists() and not (tmp_path / "mlruns").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_a_run_whose_server_stays_away_past_its_retries_is_an_infra_error(server, tmp_path, built_cache):
     """Runs last in this module: it stops the module's server for good."""
     import psycopg

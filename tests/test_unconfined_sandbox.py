@@ -13,6 +13,8 @@ from mlrb.config import SandboxConfig
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def sandbox(tmp_path, monkeypatch):

@@ -14,6 +14,8 @@ from mlrb.report.aggregate import summarise
 from mlrb.report.render import UNENFORCED_MARK, Report, results_table
 from mlrb.report.runs import RunRow
 
+pytestmark = pytest.mark.fast
+
 TESTS = Path(__file__).resolve().parent
 PACKAGED = sorted(name for name in TASKS if name != "folder")
 

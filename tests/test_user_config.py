@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import run_cli
+
+pytestmark = pytest.mark.fast
 
 SMALL_MERGING = """\
 # my_merging: llm_merging, scored on 20 questions only

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import pytest
+
 from mlrb import workspace
+
+pytestmark = pytest.mark.fast
 
 
 def test_patch_shows_text_edits_new_files_and_binaries(tmp_path):
