@@ -437,8 +437,45 @@ def calibration_where(results: dict) -> str:
     return " ".join(f"{', '.join(keys)}: {where(json.loads(measured))}" for measured, keys in groups.items())
 
 
+def suite_time_section(bench_dir: Path) -> str:
+    data = load(bench_dir, "suite_time.json")
+    targets = sibling("suite_time").TARGETS_MIN
+    rows, slowest, places = [], "", []
+    for kind in ("cold", "warm", "fast"):
+        entry = data.get(kind)
+        if not entry:
+            rows.append([kind, "not measured", f"{targets[kind]} min", "-"])
+            continue
+        tiers = ", ".join(
+            f"{tier} {t['tests']} tests {t['seconds'] / 60:.1f} min" for tier, t in entry["tiers"].items()
+        )
+        status = "" if entry.get("exit_status") == 0 else f" (pytest exited {entry.get('exit_status')})"
+        rows.append([kind, f"{entry['session_s'] / 60:.1f} min{status}", f"{targets[kind]} min", tiers])
+        places.append(f"{kind}: {where(entry.get('measured'))}")
+        if not slowest and entry.get("slowest"):
+            slowest = table(["slowest tests (" + kind + ")", "phase", "time"],
+                            [[f"`{r['test']}`", r["when"], f"{r['seconds']:.0f} s"] for r in entry["slowest"]])  # fmt: skip
+    return "\n\n".join(
+        part
+        for part in [
+            "## Test suite time",
+            "How long the README's test command takes, per tier (tests/conftest.py sums each test's setup, call "
+            "and teardown by its tier marker; the session's time includes collection). *cold*: every tier "
+            "with an empty asset cache; *warm*: every tier with the asset cache an earlier run of the same code "
+            "left; *fast*: `-m fast` alone. Services (Docker, SLURM, PostgreSQL) up, as `.ci/run` starts them.",
+            "Measured with:",
+            commands(*(f"benchmarks/suite_time.py {kind} --out benchmarks/suite_time.json" for kind in targets)),
+            "Output: `benchmarks/suite_time.json`. " + " ".join(places),
+            table(["run", "session", "target", "tiers (summed test time)"], rows),
+            slowest,
+        ]
+        if part
+    )
+
+
 # The page's sections, in order, and the JSON files each is written from.
 SECTIONS = [
+    (suite_time_section, ["suite_time.json"]),
     (build_times_section, ["build_times.json"]),
     (sweep_scaling_section, ["sweep_scaling.json"]),
     (overhead_section, ["overhead.json"]),

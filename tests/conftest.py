@@ -179,6 +179,58 @@ def pytest_collection_modifyitems(config, items):
         )
 
 
+# Where the time goes, per tier: summed from every test's setup, call and teardown, printed at the
+# end of the run and written as JSON to $MLRB_SUITE_TIMES when it is set (benchmarks/suite_time.py).
+TIER_SECONDS: dict[str, float] = {}
+TIER_TESTS: dict[str, set[str]] = {}
+SESSION_STARTED: list[float] = []
+
+
+def pytest_sessionstart(session):
+    import time
+
+    SESSION_STARTED.append(time.monotonic())
+
+
+def pytest_runtest_logreport(report):
+    tier = next((name for name in TIERS if name in report.keywords), "none")
+    TIER_SECONDS[tier] = TIER_SECONDS.get(tier, 0.0) + report.duration
+    TIER_TESTS.setdefault(tier, set()).add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    import json
+    import time
+
+    if not TIER_SECONDS:
+        return
+    wall = time.monotonic() - SESSION_STARTED[0] if SESSION_STARTED else None
+    terminalreporter.section("time per tier")
+    for tier in (*TIERS, "none"):
+        if tier in TIER_SECONDS:
+            seconds = TIER_SECONDS[tier]
+            terminalreporter.write_line(
+                f"{tier:12s} {len(TIER_TESTS[tier]):4d} tests {seconds:8.1f} s ({seconds / 60:.1f} min)"
+            )
+    if wall is not None:
+        terminalreporter.write_line(
+            f"{'session':12s} {'':10s} {wall:8.1f} s ({wall / 60:.1f} min, collection included)"
+        )
+    out = os.environ.get("MLRB_SUITE_TIMES")
+    if out:
+        slowest = sorted(terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []),
+                         key=lambda r: -r.duration)[:20]  # fmt: skip
+        figures = {
+            "tiers": {
+                tier: {"tests": len(TIER_TESTS[tier]), "seconds": round(TIER_SECONDS[tier], 1)} for tier in TIER_SECONDS
+            },  # fmt: skip
+            "session_s": None if wall is None else round(wall, 1),
+            "exit_status": int(exitstatus),
+            "slowest": [{"test": r.nodeid, "when": r.when, "seconds": round(r.duration, 1)} for r in slowest],
+        }
+        Path(out).write_text(json.dumps(figures, indent=2) + "\n")
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Under CI every test must run: a skip there (say Docker or SLURM missing) is a failure."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -1,0 +1,76 @@
+"""How long the test suite takes, per tier: the figures the next change is compared with.
+
+    .venv/bin/python benchmarks/suite_time.py cold [--out benchmarks/suite_time.json]
+    .venv/bin/python benchmarks/suite_time.py warm [--out benchmarks/suite_time.json]
+    .venv/bin/python benchmarks/suite_time.py fast [--out benchmarks/suite_time.json]
+
+Runs the README's test command, `.venv/bin/python -m pytest`, from the repository's root:
+
+- `cold`: every tier, with an empty asset cache (MLRB_TEST_CACHE set to a new temporary
+  folder), as on a machine that never ran the tests or after a change to every task's code;
+- `warm`: every tier, with the tests' own asset cache (~/.cache/mlrb-tests) as an earlier
+  run of the same code left it (run it twice: the first run fills it);
+- `fast`: the edit loop's tier alone (`-m fast`), warm.
+
+tests/conftest.py sums each test's setup, call and teardown by tier and writes them, the
+session's wall time and the 20 slowest tests to the file named by MLRB_SUITE_TIMES; this
+script records that under the kind's entry of `--out`, with where it was measured, and
+prints it against issue 35's targets (cold 25 min, warm 15 min, fast 5 min on 2 idle
+cores). Services (Docker, SLURM, PostgreSQL) must be up, as `.ci/run` starts them, or
+their tests are skipped and the figures mean less (a skip is recorded). With `--out`
+benchmarks/suite_time.json, benchmarks/RESULTS.md is written again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import results as results_page  # beside this file
+
+REPO = Path(__file__).resolve().parents[1]
+TARGETS_MIN = {"cold": 25, "warm": 15, "fast": 5}
+COMMANDS = {"cold": [], "warm": [], "fast": ["-m", "fast"]}
+
+
+def measure(kind: str) -> dict:
+    """Run the suite as `kind` says and return the figures conftest wrote."""
+    with tempfile.TemporaryDirectory(prefix="mlrb-suite-time-") as scratch:
+        env = {**os.environ, "MLRB_SUITE_TIMES": str(Path(scratch) / "times.json")}
+        if kind == "cold":
+            env["MLRB_TEST_CACHE"] = str(Path(scratch) / "cache")
+        command = [str(REPO / ".venv" / "bin" / "python"), "-m", "pytest", *COMMANDS[kind]]
+        done = subprocess.run(command, cwd=REPO, env=env)
+        times_file = Path(env["MLRB_SUITE_TIMES"])
+        if not times_file.exists():
+            raise SystemExit(f"pytest exited {done.returncode} without writing its times (collection failed?)")
+        return json.loads(times_file.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=list(TARGETS_MIN), help="cold, warm or fast (see above)")
+    parser.add_argument("--out", type=Path, default=None, help="record the figures under KIND in this JSON")
+    args = parser.parse_args()
+    measured = results_page.provenance()  # as it starts: the load average is the start's
+    figures = {**measure(args.kind), "measured": measured}
+    session_min = figures["session_s"] / 60
+    target = TARGETS_MIN[args.kind]
+    print(f"{args.kind}: {session_min:.1f} min (target {target} min)", flush=True)
+    for tier, entry in figures["tiers"].items():
+        print(f"  {tier:12s} {entry['tests']:4d} tests {entry['seconds'] / 60:6.1f} min")
+    if args.out:
+        data = json.loads(args.out.read_text()) if args.out.exists() else {}
+        data[args.kind] = figures
+        args.out.write_text(json.dumps(data, indent=2) + "\n")
+        print(results_page.update(args.out))
+    sys.exit(figures["exit_status"])
+
+
+if __name__ == "__main__":
+    main()
