@@ -73,14 +73,23 @@ def test_weights_over_the_memory_limit_are_invalid_before_evaluation(assets, tmp
 
 
 @pytest.mark.integration
-def test_the_reference_drops_a_layer_and_keeps_the_rest_unchanged(assets, tmp_path):
+def test_the_reference_removes_mlp_neurons_and_changes_no_weight(assets, tmp_path):
     task = load_task()
     workspace = task.run_solution(task.spec.reference_command, assets / "public", tmp_path / "reference")
     report = task.score(workspace / "submission", assets, tmp_path / "work")
     assert report.valid, report.reason
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
     assert report.score == pytest.approx(calibration["reference_score"], abs=1e-6)
-    assert report.metrics["weights_unchanged_share"] == 1.0  # every kept tensor is the base's
+    # Every kept weight is the base's: whole tensors, and whole rows and columns of the MLPs' (structured pruning).
+    assert report.metrics["weights_changed_share"] == 0.0
+    assert (
+        0.3
+        < report.metrics["weights_pruned_share"]
+        < 0.7
+        < report.metrics["weights_pruned_share"] + report.metrics["weights_unchanged_share"]
+    )
+    config = json.loads((workspace / "submission" / "config.json").read_text())
+    assert (config["num_hidden_layers"], config["intermediate_size"]) == (4, round(0.8 * 384))  # all layers kept
     assert "cannot be ruled out" in report.details["training_check"]
 
 
@@ -133,6 +142,23 @@ def test_empty_or_foreign_submissions_are_invalid(assets, tmp_path):
     report = load_task().score(sub, assets, tmp_path / "w3")
     assert not report.valid and "the model cannot be loaded with transformers: RuntimeError" in report.reason
     shutil.rmtree(sub)
+
+
+@pytest.mark.fast
+def test_kept_rows_or_columns_of_a_base_tensor_are_pruning_and_anything_else_is_a_change():
+    import torch
+
+    from mlrb.tasks.rules import selected_from
+
+    base = torch.arange(24, dtype=torch.float16).reshape(6, 4)
+    assert selected_from(base[[0, 2, 5]], base)  # neurons removed (rows)
+    assert selected_from(base[:, [1, 3]], base)  # their inputs removed (columns)
+    assert selected_from(base[[1, 4], 0], base[:, 0])  # a bias, shortened
+    assert not selected_from(base[[5, 0]], base)  # reordered: not what pruning leaves
+    changed = base[[0, 2]].clone()
+    changed[1, 1] += 1
+    assert not selected_from(changed, base)  # a changed weight
+    assert not selected_from(base, base)  # the same shape is the sampled comparison's
 
 
 @pytest.mark.fast

@@ -286,10 +286,35 @@ def _tensor_index(model_dir: Path) -> dict[str, tuple[str, list[int]]]:
     return {t.name: (t.file, t.shape) for t in weight_stats(model_dir).tensors}
 
 
+def selected_from(tensor, base) -> bool:
+    """Whether `tensor` is whole rows (or, for a matrix, whole columns) of `base` in their order,
+    up to FP16 rounding: what structured pruning (removing neurons, heads) leaves of a tensor."""
+    import torch
+
+    if tensor.dim() != base.dim() or tensor.dim() not in (1, 2) or tensor.shape == base.shape:
+        return False
+    mine, ref = tensor.to(torch.float16), base.to(torch.float16)
+    if mine.dim() == 2 and mine.shape[0] == ref.shape[0]:  # columns kept: compare as rows
+        mine, ref = mine.T, ref.T
+    if mine.dim() == 2 and mine.shape[1] != ref.shape[1]:
+        return False
+    rows = [bytes(row.contiguous().view(torch.uint8).numpy()) for row in (ref if ref.dim() == 2 else ref[:, None])]
+    wanted = [bytes(row.contiguous().view(torch.uint8).numpy()) for row in (mine if mine.dim() == 2 else mine[:, None])]
+    at = 0  # kept rows appear in the base's order (each base row used once)
+    for row in wanted:
+        while at < len(rows) and rows[at] != row:
+            at += 1
+        if at == len(rows):
+            return False
+        at += 1
+    return True
+
+
 def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> dict[str, float]:
     """Share of the submission's parameters that are (a) unchanged base weights, up to
     FP16 rounding, possibly with entries zeroed (pruning), possibly from another layer
-    (layer dropping renumbers layers; weight sharing repeats a tensor), or (b) changed.
+    (layer dropping renumbers layers; weight sharing repeats a tensor), possibly whole rows or
+    columns of the base's tensor of that name (structured pruning), or (b) changed.
 
     Compares a fixed sample of positions per tensor against every base tensor of the
     same shape, so it stays cheap for billions of parameters. Changed weights mean
@@ -316,6 +341,12 @@ def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> di
             positions[key] = torch.randperm(flat.numel(), generator=generator)[:n]
         return flat[positions[key]].to(torch.float16).float()
 
+    base_files = {t.name: t.file for t in weight_stats(base_dir).tensors}
+
+    def base_tensor(name: str):
+        with safe_open(str(base_dir / base_files[name]), framework="pt") as f:
+            return f.get_tensor(name)
+
     by_shape: dict[tuple, list] = {}
     for name, tensor in tensors(base_dir):
         by_shape.setdefault(tuple(tensor.shape), []).append((name, sample(tensor)))
@@ -332,6 +363,8 @@ def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> di
             if torch.equal(mine[kept], ref[kept]):
                 match = "unchanged" if torch.equal(mine, ref) else "pruned"
                 break
+        if match is None and name in base_files and selected_from(tensor, base_tensor(name)):
+            match = "pruned"  # structured pruning: whole rows or columns of the base's own tensor kept
         counts[match or "changed"] += n
     total = max(total, 1)
     return {

@@ -12,7 +12,7 @@ weights as `weights_changed_share`, for review.
 Calibration, at asset build: 0 = the baseline command (magnitude pruning, weight sharing
 and layer dropping; at tiny scale its naive sharing of the output head with the input
 embedding leaves it at about chance), 100 = the reference command (at tiny scale,
-dropping one middle layer, within a limit the untouched base does not meet; at full
+structured MLP pruning that keeps every layer, within a limit the untouched base does not meet; at full
 scale, as in the competition, phi-2 in FP16 fits 12 GB, so the reference is the
 uncompressed model and doing nothing scores 100).
 """
