@@ -49,6 +49,8 @@ def test_doing_nothing_is_invalid_and_the_reference_compresses_within_the_limit(
 def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, assets):
     metrics = baseline_run("edge_llm_compression", tmp_path, cache_dir).data.metrics
     assert metrics["reference_score"] > metrics["baseline_score"]
+    # Doing nothing is invalid, so a failure counts as the stated chance accuracy, below the baseline.
+    assert metrics["do_nothing_score"] == 0.25 < metrics["baseline_score"]
     assert 0 < metrics["weight_memory_mb"] < metrics["peak_memory_mb"] <= load_task().spec.memory_limit_mb
     # Pruning, sharing and dropping layers, no training: no weight changed beyond zeroing.
     assert metrics["weights_changed_share"] == 0.0 and metrics["weights_pruned_share"] > 0.5
