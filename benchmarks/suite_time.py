@@ -31,8 +31,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import results as results_page  # beside this file
-
 REPO = Path(__file__).resolve().parents[1]
 TARGETS_MIN = {"cold": 25, "warm": 15, "fast": 5}
 COMMANDS = {"cold": [], "warm": [], "fast": ["-m", "fast"]}
@@ -57,6 +55,8 @@ def main() -> None:
     parser.add_argument("kind", choices=list(TARGETS_MIN), help="cold, warm or fast (see above)")
     parser.add_argument("--out", type=Path, default=None, help="record the figures under KIND in this JSON")
     args = parser.parse_args()
+    import results as results_page  # beside this file (benchmarks/results.py loads this module by path)
+
     measured = results_page.provenance()  # as it starts: the load average is the start's
     figures = {**measure(args.kind), "measured": measured}
     session_min = figures["session_s"] / 60
