@@ -461,8 +461,8 @@ def suite_time_section(bench_dir: Path) -> str:
             "## Test suite time",
             "How long the README's test command takes, per tier (tests/conftest.py sums each test's setup, call "
             "and teardown by its tier marker; the session's time includes collection). *cold*: every tier "
-            "with an empty asset cache; *warm*: every tier with the asset cache an earlier run of the same code "
-            "left; *fast*: `-m fast` alone. Services (Docker, SLURM, PostgreSQL) up, as `.ci/run` starts them.",
+            "with the tests' asset cache emptied first; *warm*: every tier with the asset cache an earlier run of "
+            "the same code left; *fast*: `-m fast` alone. Services (Docker, SLURM, PostgreSQL) up, as `.ci/run` starts them.",
             "Measured with:",
             commands(*(f"benchmarks/suite_time.py {kind} --out benchmarks/suite_time.json" for kind in targets)),
             "Output: `benchmarks/suite_time.json`. " + " ".join(places),

@@ -6,10 +6,11 @@
 
 Runs the README's test command, `.venv/bin/python -m pytest`, from the repository's root:
 
-- `cold`: every tier, with an empty asset cache (MLRB_TEST_CACHE set to a new temporary
-  folder), as on a machine that never ran the tests or after a change to every task's code;
-- `warm`: every tier, with the tests' own asset cache (~/.cache/mlrb-tests) as an earlier
-  run of the same code left it (run it twice: the first run fills it);
+- `cold`: every tier, with the tests' asset cache (MLRB_TEST_CACHE, default
+  ~/.cache/mlrb-tests) emptied first, as on a machine that never ran the tests or after a
+  change to every task's code;
+- `warm`: every tier, with that cache as an earlier run of the same code left it (after
+  `cold`, or any full run);
 - `fast`: the edit loop's tier alone (`-m fast`), warm.
 
 tests/conftest.py sums each test's setup, call and teardown by tier and writes them, the
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,12 +38,17 @@ TARGETS_MIN = {"cold": 25, "warm": 15, "fast": 5}
 COMMANDS = {"cold": [], "warm": [], "fast": ["-m", "fast"]}
 
 
+def test_cache() -> Path:
+    """The tests' asset cache, as tests/conftest.py finds it."""
+    return Path(os.environ.get("MLRB_TEST_CACHE") or Path.home() / ".cache" / "mlrb-tests")
+
+
 def measure(kind: str) -> dict:
     """Run the suite as `kind` says and return the figures conftest wrote."""
     with tempfile.TemporaryDirectory(prefix="mlrb-suite-time-") as scratch:
         env = {**os.environ, "MLRB_SUITE_TIMES": str(Path(scratch) / "times.json")}
         if kind == "cold":
-            env["MLRB_TEST_CACHE"] = str(Path(scratch) / "cache")
+            shutil.rmtree(test_cache(), ignore_errors=True)
         command = [str(REPO / ".venv" / "bin" / "python"), "-m", "pytest", *COMMANDS[kind]]
         done = subprocess.run(command, cwd=REPO, env=env)
         times_file = Path(env["MLRB_SUITE_TIMES"])

@@ -434,8 +434,9 @@ def summarise(report: ScoreReport, calibration: dict[str, float | None], higher_
             metrics[anchor] = value
     # The measured anchors' SEM over their seeds: the report carries it into its intervals.
     for anchor in ("baseline", "reference"):
-        if calibration.get(f"{anchor}_sem") is not None and calibration.get(f"{anchor}_score") is not None:
-            metrics[f"{anchor}_score_sem"] = calibration[f"{anchor}_sem"]
+        sem = calibration.get(f"{anchor}_sem")
+        if sem is not None and calibration.get(f"{anchor}_score") is not None:
+            metrics[f"{anchor}_score_sem"] = sem
     metrics.update(counting.count(report.valid, report.score, calibration, higher_is_better, normalisation).metrics())
     if not report.valid or report.score is None:
         return metrics

@@ -329,7 +329,7 @@ class Task(abc.ABC):
             if invalid:  # (do_nothing only: any other anchor raised above)
                 scores[f"{anchor}_invalid"] = invalid[0]
                 continue
-            scores.update(seed_statistics(anchor, [r.score for r in runs]))
+            scores.update(seed_statistics(anchor, [float(r.score) for r in runs if r.score is not None]))
             for key in runs[0].metrics:
                 values = [r.metrics[key] for r in runs if isinstance(r.metrics.get(key), (int, float))]
                 if len(values) == len(runs):

@@ -171,7 +171,7 @@ class FolderTask(Task):
                     f"{self.folder}/env: the baseline `{command}` failed at seed {seed}: {last_line(str(e))}"
                 ) from None
             report = self.score(work, out_dir, scratch / f"seed-{seed}" / "scoring")
-            if not report.valid:
+            if not report.valid or report.score is None:
                 raise TaskFolderError(f"{self.folder}/scripts/eval.py could not score the baseline: {report.reason}")
             values.append(report.score)
         shutil.rmtree(scratch, ignore_errors=True)
