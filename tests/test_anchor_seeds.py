@@ -130,7 +130,7 @@ SEEDED = ["llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm",
 
 @pytest.mark.integration
 @pytest.mark.parametrize("key", SEEDED)
-def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100(key, cache_dir):
+def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100(key, cache_dir, tmp_path):
     """Within 3 combined standard errors: the run's own seed noise (the anchor's per-run SD)
     and the anchors' SEMs, to first order through the normalisation."""
     from mlrb.assets import ensure_assets
@@ -141,7 +141,7 @@ def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100
     seed = c["anchor_seeds"]  # the first seed the build did not run
     b, r = c["baseline_score"], c["reference_score"]
     commands = task.anchor_commands()
-    scratch = assets.parent / f"unseen-seed-{assets.name}"
+    scratch = tmp_path
 
     def scored(anchor: str) -> float:
         work = task.run_solution(commands[anchor], assets / "public", scratch / anchor / "workspace", seed)
