@@ -25,6 +25,21 @@ TEST_CACHE = Path(os.environ.get("MLRB_TEST_CACHE") or Path.home() / ".cache" / 
 UNUSED_FOR_DAYS = 7  # asset folders no test run has used for this long are deleted
 
 
+@pytest.fixture(autouse=True)
+def no_tracking_uri_leak():
+    """MLflow's process-wide tracking URI (set_tracking_uri also sets $MLFLOW_TRACKING_URI) as it was
+    before each test: a test that stops half-way must not send every later run to its store."""
+    yield
+    import sys
+
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    if "mlflow" in sys.modules:
+        import mlflow
+
+        mlflow.set_tracking_uri(None)
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+
 @pytest.fixture(scope="session")
 def cache_dir() -> Path:
     """The asset cache of every test run: the first test that needs a task's assets builds them."""

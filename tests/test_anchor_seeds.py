@@ -143,14 +143,16 @@ def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100
     commands = task.anchor_commands()
     scratch = tmp_path
 
-    def scored(anchor: str) -> float:
-        work = task.run_solution(commands[anchor], assets / "public", scratch / anchor / "workspace", seed)
+    def ran(anchor: str):
+        return task.run_solution(commands[anchor], assets / "public", scratch / anchor / "workspace", seed)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the two runs side by side, as at asset build
+        workspaces = dict(zip(["baseline", "reference"], pool.map(ran, ["baseline", "reference"]), strict=True))
+    scores = {}
+    for anchor, work in workspaces.items():  # scored in this thread: the scorers' lazy imports are not thread-safe
         report = task.score(work / task.cfg.submission, assets, scratch / anchor / "scoring")
         assert report.valid, report.reason
-        return report.score
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        scores = dict(zip(["baseline", "reference"], pool.map(scored, ["baseline", "reference"]), strict=True))
+        scores[anchor] = report.score
     for anchor, target in (("baseline", 0.0), ("reference", 100.0)):
         x = scores[anchor]
         normalised = normalise(x, b, r, task.higher_is_better)

@@ -142,8 +142,8 @@ def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path,
             stopped = e
         finally:
             sandbox.close()
-    assert isinstance(stopped, KeyboardInterrupt)
     sink.close(stopped)  # as the harness closes it when an interruption stops the agent
+    assert isinstance(stopped, KeyboardInterrupt)
     [trace] = recorder.client.search_traces(locations=[recorder.experiment_id], run_id=recorder.run_id)
     spans = sorted(trace.data.spans, key=lambda s: s.start_time_ns)
     # MLflow marks a span failed for an Exception only; an interruption (a KeyboardInterrupt,
