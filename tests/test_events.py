@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import pytest
 
@@ -120,7 +121,16 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
     recorder.finish("FINISHED")
 
 
-def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path, monkeypatch):
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt in this process, even when the suite runs in a script's
+    background (`pytest &`), where the shell starts it with SIGINT ignored and Python keeps that."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path, monkeypatch, ctrl_c_raises):
     """Ctrl-C while a command runs: the agent stops there, and the sink's close still ends the
     tool's span and its step's, so the step's trace reaches the store."""
     monkeypatch.setenv(KEY_ENV, KEY)
