@@ -115,13 +115,13 @@ def test_the_reports_interval_carries_the_anchors_sem():
     # Normalised 100 (x - b) / (r - b) at x = 0.7, b = 0.5, r = 0.9: moving b by its SEM (0.01)
     # moves it by 100 * (0.7 - 0.9) / 0.4**2 * 0.01 = -1.25; r by 0.02: -100 * 0.2 / 0.16 * 0.02 = -2.5.
     rows = [row(0.7, baseline_score_sem=0.01, reference_score_sem=0.02)]
-    assert anchor_sem(0.7, rows) == pytest.approx(math.hypot(1.25, 2.5))
+    assert anchor_sem(0.7, 0.5, 0.9, rows) == pytest.approx(math.hypot(1.25, 2.5))
     # Checked against the normalisation itself, by finite differences.
     h = 1e-6
     d_b = (normalise(0.7, 0.5 + h, 0.9) - normalise(0.7, 0.5 - h, 0.9)) / (2 * h)
     d_r = (normalise(0.7, 0.5, 0.9 + h) - normalise(0.7, 0.5, 0.9 - h)) / (2 * h)
-    assert anchor_sem(0.7, rows) == pytest.approx(math.hypot(d_b * 0.01, d_r * 0.02), rel=1e-4)
-    assert anchor_sem(0.7, [row(0.7)]) is None  # runs recorded before anchors had an SEM
+    assert anchor_sem(0.7, 0.5, 0.9, rows) == pytest.approx(math.hypot(d_b * 0.01, d_r * 0.02), rel=1e-4)
+    assert anchor_sem(0.7, 0.5, 0.9, [row(0.7)]) is None  # runs recorded before anchors had an SEM
 
 
 # The tasks whose anchors are commands run at build (llm_merging's are its merges, no seed reaches them).

@@ -101,14 +101,12 @@ def over_every_attempt(values: list[float | None]) -> tuple[float | None, float 
     return mean(counted), sem(counted)
 
 
-def anchor_sem(raw_mean: float | None, rows: list[RunRow]) -> float | None:
+def anchor_sem(raw_mean: float | None, baseline: float | None, reference: float | None,
+               rows: list[RunRow]) -> float | None:  # fmt: skip
     """The SEM that the anchors' own (`baseline_score_sem`, `reference_score_sem`: seed means)
     give a mean normalised score of 100 (raw_mean - b) / (r - b), to first order; None unless
     the runs recorded both anchors and an SEM for at least one."""
-    b, r = (
-        mean(present(x.metric("baseline_score") for x in rows)),
-        mean(present(x.metric("reference_score") for x in rows)),
-    )
+    b, r = baseline, reference
     sem_b = mean(present(x.metric("baseline_score_sem") for x in rows))
     sem_r = mean(present(x.metric("reference_score_sem") for x in rows))
     if raw_mean is None or b is None or r is None or r == b or (sem_b is None and sem_r is None):
@@ -124,7 +122,9 @@ def summarise_group(rows: list[RunRow]) -> GroupStats:
     scores = present(r.score for r in scored)
     counted_mean, counted_sem = over_every_attempt([r.counted_score for r in attempts])
     normalised_mean, normalised_sem = over_every_attempt([r.counted_normalised for r in attempts])
-    anchors_sem = anchor_sem(counted_mean, rows) if rows[0].normalised_as == "gap" else None
+    baseline = mean(present(r.metric("baseline_score") for r in rows))
+    reference = mean(present(r.metric("reference_score") for r in rows))
+    anchors_sem = anchor_sem(counted_mean, baseline, reference, rows) if rows[0].normalised_as == "gap" else None
     if normalised_sem is not None and anchors_sem is not None:
         normalised_sem = math.hypot(normalised_sem, anchors_sem)
     successes = present(r.success for r in attempts)
@@ -152,8 +152,8 @@ def summarise_group(rows: list[RunRow]) -> GroupStats:
         input_tokens_mean=mean(present(r.metric("input_tokens") for r in attempts)),
         output_tokens_mean=mean(present(r.metric("output_tokens") for r in attempts)),
         wall_time_s_mean=mean(present(r.metric("wall_time_s") for r in attempts)),
-        baseline_score=mean(present(r.metric("baseline_score") for r in rows)),
-        reference_score=mean(present(r.metric("reference_score") for r in rows)),
+        baseline_score=baseline,
+        reference_score=reference,
         budget_wall_time_s=next((r.budget_wall_time_s for r in rows if r.budget_wall_time_s is not None), None),
         outcomes=dict(Counter(r.kind for r in rows)),
         scores=scores,

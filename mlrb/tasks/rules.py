@@ -298,8 +298,11 @@ def selected_from(tensor, base) -> bool:
         mine, ref = mine.T, ref.T
     if mine.dim() == 2 and mine.shape[1] != ref.shape[1]:
         return False
-    rows = [bytes(row.contiguous().view(torch.uint8).numpy()) for row in (ref if ref.dim() == 2 else ref[:, None])]
-    wanted = [bytes(row.contiguous().view(torch.uint8).numpy()) for row in (mine if mine.dim() == 2 else mine[:, None])]
+
+    def as_rows(t) -> list[bytes]:
+        return [bytes(row.contiguous().view(torch.uint8).numpy()) for row in (t if t.dim() == 2 else t[:, None])]
+
+    rows, wanted = as_rows(ref), as_rows(mine)
     at = 0  # kept rows appear in the base's order (each base row used once)
     for row in wanted:
         while at < len(rows) and rows[at] != row:
@@ -341,10 +344,10 @@ def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> di
             positions[key] = torch.randperm(flat.numel(), generator=generator)[:n]
         return flat[positions[key]].to(torch.float16).float()
 
-    base_files = {t.name: t.file for t in weight_stats(base_dir).tensors}
+    base_files = _tensor_index(base_dir)
 
     def base_tensor(name: str):
-        with safe_open(str(base_dir / base_files[name]), framework="pt") as f:
+        with safe_open(str(base_dir / base_files[name][0]), framework="pt") as f:
             return f.get_tensor(name)
 
     by_shape: dict[tuple, list] = {}
