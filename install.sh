@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install mlrb into ./.venv (created if missing). Usage: bash install.sh [--dev]
-#   --dev   also install the test tools (pytest)
+#   --dev   also install the test tools (pytest, pytest-xdist)
 # torch is installed first and pinned, so that resolving the other packages never
 # replaces it: MLRB_TORCH overrides the requirement (e.g. a CUDA build on a GPU box).
 # Everything else is pinned by requirements.lock.

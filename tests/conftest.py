@@ -3,7 +3,9 @@ tracking store, and all tests of a session share one build of the task assets.""
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +61,9 @@ def prune(cache: Path) -> None:
     for manifest in cache.glob(f"*/*/{MANIFEST}"):
         if manifest.stat().st_atime < cutoff and manifest.stat().st_mtime < cutoff:
             shutil.rmtree(manifest.parent, ignore_errors=True)
+    for record in cache.glob("*/unseen-seed-*.json"):  # tests/test_anchor_seeds.py's, beside their assets
+        if not (record.parent / record.stem.removeprefix("unseen-seed-")).is_dir():
+            record.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")
@@ -119,12 +124,36 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600
 
 
 def store_args(tmp_path: Path, cache_dir: Path) -> list[str]:
-    """Overrides that keep a run's store, cache and files inside the test's folders."""
+    """Overrides that keep a run's store, cache and files inside the test's folders. The store
+    starts as a copy of an empty one this MLflow made (`empty_store`), as creating its tables
+    takes seconds of a test's time; tests of store creation itself give tracking.dir their own way."""
+    store = tmp_path / "mlruns" / "mlflow.db"
+    if not store.exists():
+        store.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(empty_store(), store)
     return [
         f"tracking.dir={tmp_path / 'mlruns'}",
         f"paths.cache_dir={cache_dir}",
         f"hydra.run.dir={tmp_path / 'run'}",
     ]
+
+
+@functools.cache
+def empty_store() -> Path:
+    """A SQLite store with MLflow's tables and nothing else, made once per MLflow version by the
+    harness's own `create_sqlite_store` and kept in the test cache."""
+    import mlflow
+
+    from mlrb.tracking import create_sqlite_store
+
+    folder = TEST_CACHE / "mlflow-stores"
+    db = folder / f"mlflow-{mlflow.__version__}.db"
+    if not db.exists():  # made under a name of this process's, then renamed: test processes may race
+        mine = folder / f"{db.stem}.{os.getpid()}.db"
+        create_sqlite_store(mine, (folder / "artifacts").as_uri())
+        os.replace(mine, db)
+        mine.with_name(mine.name + ".lock").unlink(missing_ok=True)
+    return db
 
 
 def mlflow_client(tmp_path: Path):
@@ -177,6 +206,15 @@ def anchors_of(task_key: str, cache_dir: Path) -> dict:
 
 
 TIERS = ("fast", "integration", "system")  # pyproject.toml says what each holds
+
+
+def pytest_xdist_auto_num_workers(config):
+    """How many test processes `-n auto` (pyproject.toml's addopts) starts: one per core and one
+    more, as tests also wait on subprocesses, servers and sleeps (measured on 2 cores: 3 kept both
+    busy); at most one per 4 GiB of memory, as a worker's runs load models. `-n 0` runs in one process."""
+    cores = len(os.sched_getaffinity(0))
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return max(1, min(cores + 1, int(memory_gib // 4)))
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: an unmarked test fails every selection
@@ -247,7 +285,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Under CI every test must run: a skip there (say Docker or SLURM missing) is a failure."""
+    """Under CI every test must run: a skip there (say Docker or SLURM missing) is a failure.
+    Judged where every test's report arrives: the one process, or xdist's controller."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker: it sees only its own share
+        return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter else []
     if os.environ.get("CI") and skipped and exitstatus == 0:

@@ -246,6 +246,7 @@ def free(port: int) -> bool:
 
 
 @pytest.mark.integration
+@pytest.mark.xdist_group("documented_ports")  # the blocks' fixed ports: one test at a time
 @pytest.mark.parametrize("block", of_kind("serve"), ids=str)
 def test_serving_blocks_answer_on_their_port(block, workdir):
     port = int(block.mark.split()[1])
@@ -276,6 +277,7 @@ def needs_docker(block: Block) -> bool:
 
 
 @pytest.mark.system
+@pytest.mark.xdist_group("documented_ports")  # port 8000, as the docs' openai_compatible command says
 def test_the_documented_runs_work_as_written(workdir, built_cache):
     """Every other "run" block, README first, then the pages in nav order, into one store: a
     later block's report reads the runs before it, and a sweep skips what an earlier one finished."""
