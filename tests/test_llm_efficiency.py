@@ -200,10 +200,40 @@ def test_a_blend_toward_the_instruction_tuned_sibling_is_invalid(assets, tmp_pat
 
 
 @pytest.mark.integration
+def test_the_siblings_update_copied_into_a_few_tensors_is_invalid(assets, tmp_path):
+    # The sibling's update copied whole into layer 0's attention: under 10% of the way over all
+    # tensors, so the blend check alone passes it, but those tensors are the sibling's.
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    models = assets / "public" / "models"
+    sub = model_copy(assets, BASE, tmp_path, BASE)
+    copied = AutoModelForCausalLM.from_pretrained(models / "mlrb__tiny-llama-base", dtype=torch.float32)
+    sibling = dict(AutoModelForCausalLM.from_pretrained(models / "mlrb__tiny-llama-base-instruct").named_parameters())
+    with torch.no_grad():
+        for name, param in copied.named_parameters():
+            if name.startswith("model.layers.0.self_attn."):
+                param.copy_(sibling[name])
+    copied.save_pretrained(sub, safe_serialization=True)
+    report = load_task().score(sub, assets, tmp_path / "work")
+    assert not report.valid and report.score is None
+    overall = report.details["lineage"]["share_toward"][INSTRUCT]
+    assert 0 < overall < load_task().spec.max_share_toward_instruction_tuned
+    tensor, share = report.details["lineage"]["worst_tensor_toward"][INSTRUCT]
+    assert tensor.startswith("model.layers.0.self_attn.") and share == pytest.approx(1.0, abs=1e-3)
+    assert f"tensor {tensor} carries the instruction-tuned {INSTRUCT}'s update" in report.reason
+
+
+@pytest.mark.integration
 def test_honest_fine_tunes_lie_well_inside_the_limit_toward_the_sibling(assets):
     # Measured at asset build on the baseline's and the reference's own submissions: a few
     # percent of the way (the reference, fine-tuned on the same kind of data, the most).
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
-    limit = load_task().spec.max_share_toward_instruction_tuned
+    spec = load_task().spec
     for anchor in ("baseline", "reference"):
-        assert abs(calibration[f"{anchor}.weight_share_toward.{INSTRUCT}"]) < 0.7 * limit, anchor
+        assert (
+            abs(calibration[f"{anchor}.weight_share_toward.{INSTRUCT}"]) < 0.7 * spec.max_share_toward_instruction_tuned
+        ), anchor
+        # and in each tensor, well nearer the base than the sibling
+        worst = calibration[f"{anchor}.weight_max_tensor_share_toward.{INSTRUCT}"]
+        assert worst < 0.8 * spec.max_tensor_share_toward_instruction_tuned, anchor

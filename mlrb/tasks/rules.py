@@ -10,7 +10,7 @@ headers only (no torch, no loading); comparing weights loads one tensor at a tim
 - `check_fp16_fp32`: FP16/FP32 weights only, no quantization config or modules.
 - `check_base_model`: the declared starting model is an allowed *base* model, not an
   instruction-tuned one; `weight_distances` tells which known model the weights
-  derive from, and `share_toward` how far they were blended toward another one.
+  derive from, and `shares_toward` how far they were blended toward another one.
 - `compare_to_base`: how the weights relate to a base model's (unchanged, pruned,
   shared, changed), for rules that forbid training.
 - `checkpoint_copies`: weight matrices copied (or fine-tuned) from a known checkpoint, for
@@ -234,21 +234,25 @@ def weight_distances(submission: Path, candidates: dict[str, Path]) -> dict[str,
     return distances
 
 
-def share_toward(submission: Path, base_dir: Path, other_dir: Path) -> float | None:
+def shares_toward(submission: Path, base_dir: Path, other_dir: Path) -> tuple[float, dict[str, float]] | None:
     """How far the submission lies along the straight line from a base model to another
-    model derived from it: <W - W_base, W_other - W_base> / ||W_other - W_base||^2 over all
-    tensors (0: no step toward the other model; 1: all the way; a blend
-    W_base + a * (W_other - W_base) gives a). None when names or shapes differ.
+    model derived from it: <W - W_base, W_other - W_base> / ||W_other - W_base||^2 (0: no
+    step toward the other model; 1: all the way; a blend W_base + a * (W_other - W_base)
+    gives a), over all tensors and per tensor. None when names or shapes differ.
 
     Fine-tuning the base moves its weights in a direction nearly orthogonal to another
     fine-tune's (their updates share little), so an honest submission scores near 0
-    even when it lies far from the base."""
+    even when it lies far from the base. The share over all tensors alone would let the
+    other model's update be copied into a few tensors that hold little of it, so each
+    tensor has its own; tensors holding under `MIN_TENSOR_WEIGHT` of the other model's
+    update are left out of the per-tensor shares (a ratio of two near-zero steps says nothing)."""
     from safetensors import safe_open
 
     ours, base, other = _tensor_index(submission), _tensor_index(base_dir), _tensor_index(other_dir)
     if not set(ours) == set(base) == set(other):
         return None
-    dot = norm_sq = 0.0
+    dots: dict[str, float] = {}
+    norms_sq: dict[str, float] = {}
     for key, (file, shape) in base.items():
         if ours[key][1] != shape or other[key][1] != shape:
             return None
@@ -258,9 +262,16 @@ def share_toward(submission: Path, base_dir: Path, other_dir: Path) -> float | N
             direction = f.get_tensor(key).double() - reference
         with safe_open(str(submission / ours[key][0]), framework="pt") as f:
             step = f.get_tensor(key).double() - reference
-        dot += float((step * direction).sum())
-        norm_sq += float(direction.pow(2).sum())
-    return dot / norm_sq if norm_sq > 0 else None
+        dots[key] = float((step * direction).sum())
+        norms_sq[key] = float(direction.pow(2).sum())
+    total = sum(norms_sq.values())
+    if total <= 0:
+        return None
+    per_tensor = {key: dots[key] / norms_sq[key] for key in dots if norms_sq[key] > MIN_TENSOR_WEIGHT * total}
+    return sum(dots.values()) / total, per_tensor
+
+
+MIN_TENSOR_WEIGHT = 1e-3  # share of the other model's squared update a tensor must hold to be judged alone
 
 
 # Half an ulp relative to the value (unit roundoff) and smallest normal, per safetensors float dtype.

@@ -14,8 +14,10 @@ the base-model rule, then lm-eval accuracy. The base-model rule has two parts:
   the weights in a direction unrelated to the sibling's, so it stays nearer the base;
   submitting the sibling, or fine-tuning it further, does not. Nor may the weights lie
   more than `max_share_toward_instruction_tuned` of the way from the base toward a
-  sibling (`rules.share_toward`): a blend base + a * (sibling - base) is nearer the base
-  for a < 0.5 but carries the sibling's tuning. Where the weights are
+  sibling (`rules.shares_toward`): a blend base + a * (sibling - base) is nearer the base
+  for a < 0.5 but carries the sibling's tuning. Each tensor alone may lie at most
+  `max_tensor_share_toward_instruction_tuned` of the way, so the sibling's update cannot be
+  copied whole into a few tensors that hold little of it. Where the weights are
   not in the assets (other approved models at full scale) the report says lineage was
   not checked.
 
@@ -52,6 +54,12 @@ class LlmEfficiencyScale(ScaleSpec):
     # submission may lie (`rules.share_toward`): honest fine-tunes stay near 0, a blend
     # base + a * (sibling - base) lies at a.
     max_share_toward_instruction_tuned: float = 0.1
+    # The same for each tensor alone (those holding a real part of the sibling's update), so the
+    # sibling's update cannot be copied whole into a few tensors that hold little of it (they lie
+    # at 1). Honest fine-tunes reach 24-56% in their worst tensor at tiny scale
+    # (benchmarks/lineage_shares.json): LoRA on the same kind of data moves some q/v tensors
+    # toward the sibling, so the limit sits above them.
+    max_tensor_share_toward_instruction_tuned: float = 0.8
 
 
 def model_dir(assets: Path, name: str) -> Path:
@@ -112,6 +120,8 @@ class LlmEfficiency(Task):
         for name, share in lineage.get("share_toward", {}).items():
             if share is not None:
                 metrics[f"weight_share_toward.{name}"] = share
+        for name, (_, tensor_share) in lineage.get("worst_tensor_toward", {}).items():
+            metrics[f"weight_max_tensor_share_toward.{name}"] = tensor_share
         details = {**facts, "n": result["n"], "lm_eval_version": result["lm_eval_version"], "lm_eval": result["raw"]}
         return ScoreReport(True, "ok", score=result["accuracy"], metrics=metrics, details=details)
 
@@ -141,20 +151,39 @@ class LlmEfficiency(Task):
                     facts,
                 )  # fmt: skip
         # Nearer the base is not enough: base + 0.49 * (sibling - base) is nearer the base too.
-        limit = self.spec.max_share_toward_instruction_tuned
+        # Nor is a small share over all tensors: the sibling's update copied into a few tensors
+        # that hold little of it. So each tensor is judged too.
+        limit, tensor_limit = (
+            self.spec.max_share_toward_instruction_tuned,
+            self.spec.max_tensor_share_toward_instruction_tuned,
+        )
         shares: dict[str, float | None] = {}
-        facts["share_toward"] = shares
+        worst_tensors: dict[str, list] = {}
+        facts["share_toward"], facts["worst_tensor_toward"] = shares, worst_tensors
         for name, path in candidates.items():
             if name == declared or distances[name] is None:
                 continue
-            share = rules.share_toward(submission, base_dir, path)
-            shares[name] = share
-            if share is not None and share > limit:
+            measured = rules.shares_toward(submission, base_dir, path)
+            shares[name] = None if measured is None else measured[0]
+            if measured is None:
+                continue
+            share, per_tensor = measured
+            if share > limit:
                 return (
                     f"the weights are a blend toward the instruction-tuned {name}: they lie {share:.0%} of the way "
                     f"from {declared} to it (at most {limit:.0%} allowed; fine-tuning the base stays within a few percent)",
                     facts,
                 )  # fmt: skip
+            if per_tensor:
+                tensor, tensor_share = max(per_tensor.items(), key=lambda item: item[1])
+                worst_tensors[name] = [tensor, tensor_share]
+                if tensor_share > tensor_limit:
+                    return (
+                        f"tensor {tensor} carries the instruction-tuned {name}'s update: it lies {tensor_share:.0%} "
+                        f"of the way from {declared} to it (each tensor at most {tensor_limit:.0%}; honest fine-tunes "
+                        f"stay near half that; {share:.1%} over all tensors)",
+                        facts,
+                    )  # fmt: skip
         return "", facts
 
 

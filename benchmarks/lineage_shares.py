@@ -1,0 +1,68 @@
+"""How far llm_efficiency's own anchor commands lie toward the forbidden instruction-tuned
+sibling, over all tensors and in their worst tensor: the margins of its lineage rule.
+
+    .venv/bin/python benchmarks/lineage_shares.py [--seeds 0,1,2,3] [--cache DIR] [--out benchmarks/lineage_shares.json]
+
+Builds (or reuses, in --cache) the tiny assets, runs the baseline and the reference
+command at each seed as the asset build does, and prints each run's share toward the
+sibling over all tensors (limit `max_share_toward_instruction_tuned`) and its largest
+per-tensor share with the tensor's name (limit `max_tensor_share_toward_instruction_tuned`).
+An honest fine-tune must stay well inside both, at every seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import results as results_page  # beside this file
+from calibration import load_task  # beside this file
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0,1,2,3")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "mlrb-tests")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    measured = results_page.provenance()
+
+    from mlrb.assets import ensure_assets
+    from mlrb.tasks import rules
+    from mlrb.tasks.llm_efficiency.task import model_dir
+
+    task = load_task("llm_efficiency")
+    assets = ensure_assets(task, args.cache)
+    spec = task.spec
+    base = model_dir(assets, spec.allowed_base_models[0])
+    sibling_name = spec.instruction_tuned_models[0]
+    sibling = model_dir(assets, sibling_name)
+    print(f"limits: {spec.max_share_toward_instruction_tuned:.0%} over all tensors, "
+          f"{spec.max_tensor_share_toward_instruction_tuned:.0%} per tensor")  # fmt: skip
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for anchor, command in task.anchor_commands().items():
+            if anchor == "do_nothing":
+                continue
+            for seed in (int(s) for s in args.seeds.split(",")):
+                work = task.run_solution(command, assets / "public", Path(scratch) / f"{anchor}-{seed}", seed)
+                shares = rules.shares_toward(work / task.cfg.submission, base, sibling)
+                assert shares is not None, "the submission's tensors differ from the base's"
+                overall, per_tensor = shares
+                worst = max(per_tensor, key=per_tensor.__getitem__)
+                rows.append({"anchor": anchor, "seed": seed, "share": round(overall, 4),
+                             "worst_tensor": worst, "worst_tensor_share": round(per_tensor[worst], 4)})  # fmt: skip
+                print(
+                    f"{anchor:9s} seed {seed}: {overall:6.1%} overall, worst tensor {per_tensor[worst]:6.1%} ({worst})"
+                )
+    if args.out:
+        limits = {"overall": spec.max_share_toward_instruction_tuned,
+                  "per_tensor": spec.max_tensor_share_toward_instruction_tuned}  # fmt: skip
+        figures = {"sibling": sibling_name, "limits": limits, "runs": rows, "measured": measured}
+        args.out.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
