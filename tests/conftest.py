@@ -265,9 +265,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.write_line(
                 f"{tier:12s} {len(TIER_TESTS[tier]):4d} tests {seconds:8.1f} s ({seconds / 60:.1f} min)"
             )
+    workers = getattr(config.option, "numprocesses", None) or 0  # xdist's, resolved from -n auto
     if wall is not None:
         terminalreporter.write_line(
-            f"{'session':12s} {'':10s} {wall:8.1f} s ({wall / 60:.1f} min, collection included)"
+            f"{'session':12s} {'':10s} {wall:8.1f} s ({wall / 60:.1f} min, collection included; "
+            f"{workers or 'no'} parallel test processes, whose tiers' times add up)"
         )
     out = os.environ.get("MLRB_SUITE_TIMES")
     if out:
@@ -278,6 +280,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                 tier: {"tests": len(TIER_TESTS[tier]), "seconds": round(TIER_SECONDS[tier], 1)} for tier in TIER_SECONDS
             },  # fmt: skip
             "session_s": None if wall is None else round(wall, 1),
+            "workers": workers,
             "exit_status": int(exitstatus),
             "slowest": [{"test": r.nodeid, "when": r.when, "seconds": round(r.duration, 1)} for r in slowest],
         }
