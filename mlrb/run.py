@@ -36,6 +36,7 @@ from mlrb import (
     instructions,
     interrupts,
     prefetch,
+    record,
     recording_process,
     registry,
     snapshots,
@@ -171,8 +172,10 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         tags[Tag.PARENT_RUN_ID] = parent_run_id
     with interrupts.guarded() as guard:
         with guard.hold(), clock.stage("recording"):  # a run is created whole or not at all
-            recorder = recording.open_run(
-                cfg.tracking, experiment_name(cfg), run_name(cfg), tags, resume_tags=resume_tags
+            recorder = record.RecordedRun(  # every call appended to the run folder's record.jsonl first
+                recording.open_run(cfg.tracking, experiment_name(cfg), run_name(cfg), tags, resume_tags=resume_tags),
+                run_dir,
+                tags,
             )
         log.info("run %s (%s) started; files in %s", run_name(cfg), recorder.run_id, run_dir)
         try:

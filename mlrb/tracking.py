@@ -541,11 +541,19 @@ def open_run(
             attempt = int(previous[0].data.tags.get(Tag.ATTEMPT, "1")) + 1
             with_retries(lambda: client.update_run(run_id, status=MlflowStatus.RUNNING))
             recorder = RunRecorder(client, run_id, exp_id, attempt)
-            recorder.set_tags({**tags, Tag.ATTEMPT: attempt, Tag.ERROR: ""})
+            recorder.set_tags(opening_tags(tags, attempt))
             return recorder
-    tags[Tag.ATTEMPT] = "1"
-    run = with_retries(lambda: client.create_run(exp_id, run_name=run_name, tags=tags))
+    run = with_retries(lambda: client.create_run(exp_id, run_name=run_name, tags=opening_tags(tags, 1)))
     return RunRecorder(client, run.info.run_id, exp_id)
+
+
+def opening_tags(tags: dict[str, Any], attempt: int) -> dict[str, str]:
+    """The tags a run is opened (or, for a retried sweep job, reopened) with: the caller's, its
+    attempt, and no error left from the attempt before."""
+    opened = {**{k: str(v) for k, v in tags.items()}, Tag.ATTEMPT: str(attempt)}
+    if attempt > 1:
+        opened[Tag.ERROR] = ""
+    return opened
 
 
 class Deferred:

@@ -192,7 +192,31 @@ def baseline_run(task_key: str, tmp_path: Path, cache_dir: Path):
     baseline, reference = calibration["baseline_score"], calibration["reference_score"]
     expected = 100 * (metrics["score"] - baseline) / (reference - baseline)
     assert metrics["normalised_score"] == pytest.approx(expected, abs=1e-4)
+    assert_record_matches_store(client, run)
     return run
+
+
+def assert_record_matches_store(client, run) -> dict:
+    """The run folder's record.jsonl (mlrb/record.py) holds what the store holds for RUN: its
+    params, its mlrb tags, every metric's history by step, its artifacts and its status.
+    Returns the folded record."""
+    from mlrb import record
+
+    state = record.fold(record.read(Path(run.data.tags["mlrb.run_dir"])))
+    assert state["run_id"] == run.info.run_id and state["status"] == run.info.status
+    assert state["params"] == run.data.params
+    ours = {k: v for k, v in run.data.tags.items() if k.startswith("mlrb.")}
+    assert {k: v for k, v in state["tags"].items() if k in ours or k.startswith("mlrb.")} == ours
+    for key, history in state["metrics"].items():
+        stored = sorted([m.step, m.value] for m in client.get_metric_history(run.info.run_id, key))
+        assert sorted(history) == stored, key
+    assert set(state["metrics"]) == set(run.data.metrics)
+    run_dir = Path(run.data.tags["mlrb.run_dir"])
+    logged = {Path(folder if is_dir else Path(folder or "") / Path(file).name).parts[0]  # at the artifacts' top
+              for file, folder, is_dir in state["artifacts"]
+              if not is_dir or any(p.is_file() for p in (run_dir / file).rglob("*"))}  # fmt: skip
+    assert logged == {a.path for a in client.list_artifacts(run.info.run_id)}
+    return state
 
 
 def anchors_of(task_key: str, cache_dir: Path) -> dict:

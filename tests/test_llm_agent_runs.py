@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, anchors_of, mlflow_client, run_cli, store_args, tiny_llm_merging
+from conftest import REPO, anchors_of, assert_record_matches_store, mlflow_client, run_cli, store_args, tiny_llm_merging
 from fake_llm_server import FakeLlmServer, error, reply, tool
 
 KEY = "sk-ant-e2e-secret-never-recorded-987"
@@ -91,6 +91,9 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, bui
     tags, metrics = run.data.tags, run.data.metrics
     assert tags["mlrb.status"] == "ok" and tags["mlrb.agent_message"] == "summed the experts' updates"
     assert tags["mlrb.valid"] == "True"
+    # The run folder's record holds what the store holds, the model calls' metrics at their steps too.
+    record = assert_record_matches_store(client, run)
+    assert [step for step, _ in record["metrics"]["llm.cost_usd"]] == [1, 2, 3, 4]
     # The agent's edit (each expert's update at weight 1), replayed outside the harness, scores the same.
     assert metrics["score"] == pytest.approx(summed_merge_score(built_cache, tmp_path / "replay"), abs=1e-6)
 

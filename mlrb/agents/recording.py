@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mlrb import events
 from mlrb.agents.tracing import TraceWriter
+from mlrb.record import RecordedRun
 from mlrb.recording_process import RemoteRecorder
 from mlrb.tracking import RunRecorder
 from mlrb.trajectory import Trajectory, TrajectoryWriter
@@ -16,7 +17,7 @@ class MetricsWriter:
     """The metrics' subscriber: each call's latency and the run's totals after it, at its step,
     in one write (the call's BudgetState follows its ModelCalled)."""
 
-    def __init__(self, recorder: RunRecorder | RemoteRecorder):
+    def __init__(self, recorder: RunRecorder | RemoteRecorder | RecordedRun):
         self.recorder = recorder
         self.pending: dict[str, float] = {}  # the last call's latency, until its totals come
 
@@ -37,11 +38,12 @@ class MetricsWriter:
         pass  # a call's metrics are written with its totals, which the loop emits right after it
 
 
-def open_sink(trajectory_file: Path, recorder: RunRecorder | RemoteRecorder | None) -> events.EventSink:
+def open_sink(trajectory_file: Path, recorder: RunRecorder | RemoteRecorder | RecordedRun | None) -> events.EventSink:
     """The run's sink: the trajectory file, then (when the run is tracked) the MLflow traces and metrics."""
     subscribers: list[events.Subscriber] = [TrajectoryWriter(Trajectory(trajectory_file))]
     if recorder is not None:
-        traces = (TraceWriter(recorder, session=recorder.run_id) if isinstance(recorder, RunRecorder)
-                  else recorder.trace_writer(session=recorder.run_id))  # written by the recording process  # fmt: skip
+        store = getattr(recorder, "inner", recorder)  # the store's recorder under the run folder's record
+        traces = (TraceWriter(store, session=store.run_id) if isinstance(store, RunRecorder)
+                  else store.trace_writer(session=store.run_id))  # written by the recording process  # fmt: skip
         subscribers += [traces, MetricsWriter(recorder)]
     return events.EventSink(subscribers)

@@ -1,0 +1,130 @@
+"""The run folder's record: every fact of a run that goes to the tracking store, appended to
+`<run folder>/record.jsonl` as it happens, before it is sent (issue 36).
+
+Each line is one JSON object with the format's version `v`, the time `t` (Unix seconds) and
+a `kind`:
+
+- `opened`: the store's `run_id`, `experiment_id` and `attempt`, and the `tags` the run was
+  opened with (a retried sweep job appends a second `opened` with the next attempt);
+- `params`: `params`, name -> value;
+- `tags`: `tags`, name -> value (a later value replaces an earlier one);
+- `metrics`: `metrics`, name -> value, at `step`;
+- `artifact`: a file or folder (`is_dir`) of the run folder (`file`, relative to it, or
+  absolute when it lies outside) logged under `artifact_path` (null: the artifacts' root; a
+  folder's files go under it, a file goes into it under its own name); texts the run
+  logs (the config, the instructions, the workspace's diff, the score report) are written
+  into `record/` first, so every artifact is a file in the run folder;
+- `status`: the run's end, `status` (FINISHED, FAILED or KILLED).
+
+The agent's events are in `trajectory.jsonl` beside it. `fold` turns the lines into what the
+store holds. For now the record is written beside MLflow; the next step (issue 36) writes
+MLflow from it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+VERSION = 1
+FILE = "record.jsonl"
+TEXTS = "record"  # the folder, in the run folder, of the texts a run logs as artifacts
+
+
+class RecordedRun:
+    """A run's recorder (tracking.RunRecorder, or the recording process's stand-in for it) that
+    appends each call to the run folder's record before making it."""
+
+    def __init__(self, inner: Any, run_dir: Path, tags: dict[str, Any]):
+        """`inner` was just opened with `tags` (tracking.open_run's)."""
+        from mlrb.tracking import opening_tags
+
+        self.inner = inner
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / FILE
+        self._append("opened", run_id=inner.run_id, experiment_id=getattr(inner, "experiment_id", None),
+                     attempt=inner.attempt, tags=opening_tags(tags, inner.attempt))  # fmt: skip
+
+    def __getattr__(self, name: str) -> Any:  # run_id, attempt, logged_params, trace_writer, ...
+        return getattr(self.inner, name)
+
+    def _append(self, kind: str, **fields: Any) -> None:
+        line = json.dumps({"v": VERSION, "t": round(time.time(), 3), "kind": kind, **fields}, default=str)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+    def _artifact(self, path: Path, folder: str | None, is_dir: bool = False) -> None:
+        path = Path(path)
+        file = str(path.relative_to(self.run_dir)) if path.is_relative_to(self.run_dir) else str(path)
+        self._append("artifact", file=file, artifact_path=folder, is_dir=is_dir)
+
+    def log_params(self, params: dict[str, str]) -> None:
+        self._append("params", params=params)
+        self.inner.log_params(params)
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        self._append("tags", tags={k: str(v) for k, v in tags.items()})
+        self.inner.set_tags(tags)
+
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        values = {k: float(v) for k, v in metrics.items() if v is not None}
+        self._append("metrics", metrics=values, step=step)
+        self.inner.log_metrics(metrics, step=step)
+
+    def log_text(self, text: str, name: str) -> None:
+        kept = self.run_dir / TEXTS / name
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(text, encoding="utf-8")
+        folder = str(Path(name).parent)
+        self._artifact(kept, None if folder == "." else folder)
+        self.inner.log_text(text, name)
+
+    def log_file(self, path: Path, folder: str | None = None) -> None:
+        if Path(path).exists():  # as the store's recorder: a file that is not there is not logged
+            self._artifact(Path(path), folder)
+        self.inner.log_file(path, folder)
+
+    def log_folder(self, path: Path, folder: str) -> None:
+        self._artifact(Path(path), folder, is_dir=True)
+        self.inner.log_folder(path, folder)
+
+    def finish(self, status: str) -> None:
+        self._append("status", status=status)
+        self.inner.finish(status)
+
+
+def read(run_dir: Path) -> list[dict]:
+    """The record's lines, in order."""
+    path = Path(run_dir) / FILE
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    newer = [line for line in lines if line.get("v") != VERSION]
+    if newer:
+        raise ValueError(f"{path}: record format version {newer[0].get('v')}, this mlrb reads {VERSION}")
+    return lines
+
+
+def fold(lines: list[dict]) -> dict[str, Any]:
+    """What the store holds after these lines: the last attempt's run_id and attempt, params,
+    tags (last value wins), each metric's history as [step, value] pairs, the artifacts as
+    (file, artifact_path, is_dir) and the status (None while the run is open)."""
+    state: dict[str, Any] = {"run_id": None, "attempt": None, "params": {}, "tags": {}, "metrics": {},
+                             "artifacts": [], "status": None}  # fmt: skip
+    for line in lines:
+        match line["kind"]:
+            case "opened":
+                state.update(run_id=line["run_id"], attempt=line["attempt"], status=None)
+                state["tags"].update(line["tags"])
+            case "params":
+                state["params"].update(line["params"])
+            case "tags":
+                state["tags"].update(line["tags"])
+            case "metrics":
+                for key, value in line["metrics"].items():
+                    state["metrics"].setdefault(key, []).append([line["step"], value])
+            case "artifact":
+                state["artifacts"].append((line["file"], line["artifact_path"], line["is_dir"]))
+            case "status":
+                state["status"] = line["status"]
+    return state
