@@ -4,8 +4,9 @@
 Each line is one JSON object with the format's version `v`, the time `t` (Unix seconds) and
 a `kind`:
 
-- `opened`: the store's `run_id`, `experiment_id` and `attempt`, and the `tags` the run was
-  opened with (a retried sweep job appends a second `opened` with the next attempt);
+- `opened`: the store's `run_id`, the `experiment`'s and the run's name (`run_name`), the
+  `attempt`, and the `tags` the run was opened with (a retried sweep job appends a second
+  `opened` with the next attempt);
 - `params`: `params`, name -> value;
 - `tags`: `tags`, name -> value (a later value replaces an earlier one);
 - `metrics`: `metrics`, name -> value, at `step`;
@@ -17,8 +18,8 @@ a `kind`:
 - `status`: the run's end, `status` (FINISHED, FAILED or KILLED).
 
 The agent's events are in `trajectory.jsonl` beside it. `fold` turns the lines into what the
-store holds. For now the record is written beside MLflow; the next step (issue 36) writes
-MLflow from it.
+store holds, and `python -m mlrb.sync` (mlrb/sync.py) puts it into a store. For now the
+record is written beside MLflow; the next step (issue 36) writes MLflow from it.
 """
 
 from __future__ import annotations
@@ -37,14 +38,14 @@ class RecordedRun:
     """A run's recorder (tracking.RunRecorder, or the recording process's stand-in for it) that
     appends each call to the run folder's record before making it."""
 
-    def __init__(self, inner: Any, run_dir: Path, tags: dict[str, Any]):
-        """`inner` was just opened with `tags` (tracking.open_run's)."""
+    def __init__(self, inner: Any, run_dir: Path, experiment: str, run_name: str, tags: dict[str, Any]):
+        """`inner` was just opened in EXPERIMENT as RUN_NAME with TAGS (tracking.open_run's)."""
         from mlrb.tracking import opening_tags
 
         self.inner = inner
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / FILE
-        self._append("opened", run_id=inner.run_id, experiment_id=getattr(inner, "experiment_id", None),
+        self._append("opened", run_id=inner.run_id, experiment=experiment, run_name=run_name,
                      attempt=inner.attempt, tags=opening_tags(tags, inner.attempt))  # fmt: skip
 
     def __getattr__(self, name: str) -> Any:  # run_id, attempt, logged_params, trace_writer, ...

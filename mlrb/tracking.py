@@ -383,6 +383,9 @@ def chunks(items: list, size: int = BATCH) -> Iterable[list]:
         yield items[i : i + size]
 
 
+PARAM_CHARS = 6000  # MLflow keeps a param's value up to this length
+
+
 class RunRecorder:
     """One MLflow run. Create with `open_run`; always end with `finish`."""
 
@@ -395,7 +398,7 @@ class RunRecorder:
     def log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(k, v[:6000]) for k, v in sorted(params.items())]
+        items = [Param(k, v[:PARAM_CHARS]) for k, v in sorted(params.items())]
         for batch in chunks(items):
             with_retries(self.client.log_batch, self.run_id, params=batch)
 

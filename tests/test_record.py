@@ -4,10 +4,14 @@ to <run folder>/record.jsonl first, in a versioned format that folds into what t
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import assert_record_matches_store, mlflow_client
+from conftest import assert_record_matches_store, mlflow_client, run_cli
 from mlrb import record, tracking
 from mlrb.config import TrackingConfig
 
@@ -21,7 +25,7 @@ def test_every_call_is_in_the_record_and_the_record_folds_into_what_the_store_ho
     (run_dir / "snapshots" / "step-1" / "train.py").write_text("print(1)\n")
     opened_with = {"mlrb.run_dir": str(run_dir), "mlrb.seed": 0}
     store = tracking.open_run(TrackingConfig(dir=str(tmp_path / "mlruns")), "record", "record/0", opened_with)
-    recorder = record.RecordedRun(store, run_dir, opened_with)
+    recorder = record.RecordedRun(store, run_dir, "record", "record/0", opened_with)
     recorder.log_params({"seed": "0", "task.name": "llm_merging"})
     recorder.set_tags({"mlrb.status": "running", "mlrb.valid": True})
     recorder.log_metrics({"llm.cost_usd": 0.01, "llm.latency_s": None}, step=1)  # None: not logged, as by MLflow
@@ -49,3 +53,122 @@ def test_a_record_of_another_format_version_is_refused_by_name(tmp_path):
     (tmp_path / "record.jsonl").write_text(json.dumps({"v": 2, "t": 0, "kind": "opened"}) + "\n")
     with pytest.raises(ValueError, match=r"record.jsonl: record format version 2, this mlrb reads 1"):
         record.read(tmp_path)
+
+
+def recorded_run(tmp_path, store_dir):
+    """A run recorded into STORE_DIR through the record, as a run does: its folder and run id."""
+    run_dir = tmp_path / "outputs" / "runs" / "run-0"
+    (run_dir / "snapshots" / "step-1").mkdir(parents=True)
+    (run_dir / "snapshots" / "step-1" / "train.py").write_text("print(1)\n")
+    (run_dir / "trajectory.jsonl").write_text('{"step": 1}\n')
+    opened_with = {"mlrb.run_dir": str(run_dir), "mlrb.task": "llm_merging"}
+    store = tracking.open_run(TrackingConfig(dir=str(store_dir)), "llm_merging", "llm_merging/claude/smoke/0",
+                              opened_with)  # fmt: skip
+    recorder = record.RecordedRun(store, run_dir, "llm_merging", "llm_merging/claude/smoke/0", opened_with)
+    recorder.log_params({"seed": "0", "long": "x" * 7000})  # longer than MLflow keeps
+    recorder.log_text("seed: 0\n", "config.yaml")
+    for step in (1, 2, 3):
+        recorder.log_metrics({"llm.cost_usd": 0.01 * step, "llm.latency_s": 1.0}, step=step)  # equal values at 3 steps
+    recorder.log_file(run_dir / "trajectory.jsonl")
+    recorder.log_folder(run_dir / "snapshots", "snapshots")
+    recorder.set_tags({"mlrb.status": "ok", "mlrb.valid": True})
+    recorder.log_metrics({"score": 0.55})
+    recorder.finish("FINISHED")
+    return run_dir, store.run_id
+
+
+def store_content(client, run) -> dict:
+    from mlrb.sync import artifact_files
+
+    history = {key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+               for key in run.data.metrics}  # fmt: skip
+    tags = {k: v for k, v in run.data.tags.items() if k.startswith("mlrb.") and k != "mlrb.synced_from"}
+    return {"name": run.info.run_name, "status": run.info.status, "params": run.data.params, "tags": tags,
+            "metrics": history, "artifacts": artifact_files(client, run.info.run_id)}  # fmt: skip
+
+
+@pytest.mark.fast
+def test_sync_puts_a_run_from_its_record_into_an_empty_store_once(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from mlrb import sync
+
+    run_dir, original_id = recorded_run(tmp_path, tmp_path / "live")
+    live = MlflowClient(f"sqlite:///{tmp_path / 'live' / 'mlflow.db'}")
+    expected = store_content(live, live.get_run(original_id))
+    assert expected["artifacts"] == {"config.yaml", "trajectory.jsonl", "snapshots/step-1/train.py"}
+
+    sync.main([str(run_dir), "--tracking-dir", str(tmp_path / "rebuilt")])
+    rebuilt = MlflowClient(f"sqlite:///{tmp_path / 'rebuilt' / 'mlflow.db'}")
+    (run,) = rebuilt.search_runs([rebuilt.get_experiment_by_name("llm_merging").experiment_id])
+    assert store_content(rebuilt, run) == expected  # what a run logged live holds
+    assert run.data.tags["mlrb.synced_from"] == original_id
+    assert "2 params, " in capsys.readouterr().out
+
+    sync.main(["--all", "--outputs", str(tmp_path / "outputs"), "--tracking-dir", str(tmp_path / "rebuilt")])
+    assert capsys.readouterr().out.strip() == f"{run_dir}: in sync, nothing to upload (run {run.info.run_id})"
+    assert store_content(rebuilt, rebuilt.get_run(run.info.run_id)) == expected  # nothing twice
+    sync.main([str(run_dir), "--tracking-dir", str(tmp_path / "live")])  # the run's own store: complete already
+    assert capsys.readouterr().out.strip() == f"{run_dir}: in sync, nothing to upload (run {original_id})"
+
+
+@pytest.mark.fast
+def test_a_sync_stopped_half_way_is_finished_by_the_next_without_duplicates(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from mlrb import sync
+
+    run_dir, original_id = recorded_run(tmp_path, tmp_path / "live")
+    live = MlflowClient(f"sqlite:///{tmp_path / 'live' / 'mlflow.db'}")
+    expected = store_content(live, live.get_run(original_id))
+    full = (run_dir / record.FILE).read_text()
+    lines = full.splitlines(keepends=True)
+    # As far as a sync had come when it was stopped: the record up to the second metric line.
+    (run_dir / record.FILE).write_text("".join(lines[:5]))
+    sync.main([str(run_dir), "--tracking-dir", str(tmp_path / "rebuilt")])
+    (run_dir / record.FILE).write_text(full)
+    sync.main([str(run_dir), "--tracking-dir", str(tmp_path / "rebuilt")])
+    rebuilt = MlflowClient(f"sqlite:///{tmp_path / 'rebuilt' / 'mlflow.db'}")
+    (run,) = rebuilt.search_runs([rebuilt.get_experiment_by_name("llm_merging").experiment_id])
+    assert store_content(rebuilt, run) == expected
+
+
+@pytest.mark.fast
+def test_sync_refuses_a_folder_without_a_record_in_one_line(tmp_path, capsys):
+    from mlrb import sync
+
+    with pytest.raises(SystemExit) as stop:
+        sync.main([str(tmp_path), "--tracking-dir", str(tmp_path / "store")])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"mlrb.sync: error: no record.jsonl in {tmp_path}: not a run folder of this mlrb"
+    assert not (tmp_path / "store").exists()  # nothing made
+
+
+@pytest.mark.integration
+def test_the_documented_rebuild_of_a_lost_store(tmp_path, built_cache):
+    """docs/runs.md's two lines, as written, after a run from the same folder."""
+    import subprocess
+
+    from mlflow.tracking import MlflowClient
+
+    done = run_cli("task=llm_merging", "agent=baseline", cwd=tmp_path, env={"MLRB_CACHE_DIR": str(built_cache)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    # Read through a copy: MLflow keeps a store's engine per URI in this process, which would
+    # still read the deleted file after `rm -rf mlruns`.
+    with sqlite3.connect(tmp_path / "mlruns" / "mlflow.db") as live_db, sqlite3.connect(tmp_path / "live.db") as copy:
+        live_db.backup(copy)  # with what is still in its write-ahead log
+    client = MlflowClient(f"sqlite:///{tmp_path / 'live.db'}")
+    (live,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    expected = store_content(client, live)
+    assert "score_report.json" in expected["artifacts"] and "score" in expected["metrics"]
+
+    block = "rm -rf mlruns\npython -m mlrb.sync --all\n"
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    result = subprocess.run(["bash", "-ec", block], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    (rebuilt,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert store_content(client, rebuilt) == expected
+    assert rebuilt.data.tags["mlrb.synced_from"] == live.info.run_id

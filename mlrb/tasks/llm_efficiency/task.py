@@ -51,7 +51,7 @@ class LlmEfficiencyScale(ScaleSpec):
     # Known instruction-tuned models (refused by name, and compared by weights when in the assets).
     instruction_tuned_models: list[str] = field(default_factory=list)
     # Largest share of the way from the base toward a known instruction-tuned model that a
-    # submission may lie (`rules.share_toward`): honest fine-tunes stay near 0, a blend
+    # submission may lie (`rules.shares_toward`): honest fine-tunes stay near 0, a blend
     # base + a * (sibling - base) lies at a.
     max_share_toward_instruction_tuned: float = 0.1
     # The same for each tensor alone (those holding a real part of the sibling's update), so the
@@ -181,7 +181,7 @@ class LlmEfficiency(Task):
                     return (
                         f"tensor {tensor} carries the instruction-tuned {name}'s update: it lies {tensor_share:.0%} "
                         f"of the way from {declared} to it (each tensor at most {tensor_limit:.0%}; honest fine-tunes "
-                        f"stay near half that; {share:.1%} over all tensors)",
+                        f"stay well below; {share:.1%} over all tensors)",
                         facts,
                     )  # fmt: skip
         return "", facts

@@ -1,0 +1,160 @@
+"""Put runs into a tracking store from their run folders' records (mlrb/record.py):
+
+    python -m mlrb.sync RUN_DIR [RUN_DIR ...] [--tracking-dir mlruns | --tracking-uri URI]
+    python -m mlrb.sync --all [--outputs outputs] [--tracking-dir mlruns | --tracking-uri URI]
+
+For each run folder, what the store lacks of the record is uploaded: params, tags, metric
+values (by step), artifacts and the end status. A run the store already holds (the record's
+run id, or a run synced from it before, tagged `mlrb.synced_from`) is completed; otherwise a
+run is created with the record's name in its experiment. Syncing again uploads nothing
+twice, and a sync stopped half-way is finished by the next. Use it to rebuild a lost or
+corrupt store from the run folders, or to copy runs into another store (say a team's
+server). The agents' traces are not in the record, so they are not synced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from mlrb import record
+from mlrb.config import ConfigError, TrackingConfig
+
+SYNCED_FROM = "mlrb.synced_from"  # the run id a synced run's record was written under
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mlrb.sync", description=__doc__.splitlines()[0])
+    p.add_argument("run_dirs", nargs="*", type=Path, help="run folders (outputs/runs/<run>), each with record.jsonl")
+    p.add_argument("--all", action="store_true", help="every run folder under --outputs")
+    p.add_argument("--outputs", type=Path, default=Path("outputs"), help="where --all looks (default: outputs)")
+    p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else SQLite in --tracking-dir")
+    p.add_argument("--tracking-dir", default="mlruns")
+    return p
+
+
+def run_dirs(args: argparse.Namespace) -> list[Path]:
+    folders = list(args.run_dirs)
+    if args.all:
+        folders += sorted(p.parent for p in (args.outputs / "runs").glob(f"*/{record.FILE}"))
+    if not folders:
+        raise ConfigError(f"no run folders: name some, or --all for those under {args.outputs}/runs")
+    missing = [str(f) for f in folders if not (f / record.FILE).is_file()]
+    if missing:
+        raise ConfigError(f"no {record.FILE} in {', '.join(missing)}: not a run folder of this mlrb")
+    return folders
+
+
+def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
+    """Upload what the store lacks of RUN_DIR's record; returns one line saying what was done."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    from mlrb import tracking
+
+    lines = record.read(run_dir)
+    opened = [line for line in lines if line["kind"] == "opened"]
+    if not opened:
+        raise ConfigError(f"{run_dir / record.FILE}: the run was never opened in a store")
+    state = record.fold(lines)
+    run = find_run(client, state["run_id"])
+    created = run is None
+    if run is None:
+        experiment = tracking.experiment_id(client, opened[-1]["experiment"], artifact_root)
+        opening = {**state["tags"], SYNCED_FROM: state["run_id"]}
+        run = tracking.with_retries(
+            lambda: client.create_run(experiment, run_name=opened[-1]["run_name"], tags=opening)
+        )
+        run = client.get_run(run.info.run_id)
+    run_id = run.info.run_id
+
+    wanted = {k: v[: tracking.PARAM_CHARS] for k, v in state["params"].items()}  # as the store keeps them
+    conflicts = sorted(k for k, v in wanted.items() if k in run.data.params and run.data.params[k] != v)
+    if conflicts:
+        raise ConfigError(f"{run_dir}: the store's run {run_id} has other values for params {conflicts}")
+    params = [Param(k, v) for k, v in wanted.items() if k not in run.data.params]
+    tags = [RunTag(k, v) for k, v in state["tags"].items() if run.data.tags.get(k) != v]
+    metrics = []
+    stamps: dict[tuple[str, int], int] = {}  # each metric line's time, so an uploaded value keeps when it was logged
+    for line in lines:
+        if line["kind"] == "metrics":
+            for key in line["metrics"]:
+                stamps.setdefault((key, line["step"]), int(line["t"] * 1000))
+    for key, history in state["metrics"].items():
+        stored = Counter((m.step, m.value) for m in client.get_metric_history(run_id, key))
+        for step, value in history:
+            if stored[(step, value)] > 0:
+                stored[(step, value)] -= 1
+            else:
+                metrics.append(Metric(key, value, stamps[(key, step)], step))
+    for batch in tracking.chunks(params):
+        tracking.with_retries(client.log_batch, run_id, params=batch)
+    for batch in tracking.chunks(tags):
+        tracking.with_retries(client.log_batch, run_id, tags=batch)
+    for batch in tracking.chunks(metrics, 1000):
+        tracking.with_retries(client.log_batch, run_id, metrics=batch)
+
+    stored_files = artifact_files(client, run_id)
+    uploaded = 0
+    for file, folder, is_dir in state["artifacts"]:
+        path = Path(file) if Path(file).is_absolute() else run_dir / file
+        for source in sorted(p for p in path.rglob("*") if p.is_file()) if is_dir else [path]:
+            inside = source.relative_to(path).parent if is_dir else Path()
+            target = str(Path(folder or "") / inside / source.name)
+            if target not in stored_files and source.is_file():
+                destination = str(Path(folder or "") / inside)
+                client.log_artifact(run_id, str(source), None if destination == "." else destination)
+                uploaded += 1
+
+    ended = state["status"] is not None and run.info.status != state["status"]
+    if ended:
+        tracking.with_retries(lambda: client.set_terminated(run_id, state["status"]))
+    what = [f"{len(params)} params", f"{len(tags)} tags", f"{len(metrics)} metric values", f"{uploaded} artifacts"]
+    if ended:
+        what.append(f"status {state['status']}")
+    done = ", ".join(what) if params or tags or metrics or uploaded or ended else "in sync, nothing to upload"
+    return f"{run_dir}: {done} ({'new run' if created else 'run'} {run_id})"
+
+
+def find_run(client: Any, run_id: str) -> Any:
+    """The store's run with this id, or the one synced from it; None when there is neither."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id)
+    except MlflowException:
+        pass
+    found = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], f"tags.`{SYNCED_FROM}` = '{run_id}'", max_results=2
+    )
+    return found[0] if found else None
+
+
+def artifact_files(client: Any, run_id: str, folder: str | None = None) -> set[str]:
+    files: set[str] = set()
+    for entry in client.list_artifacts(run_id, folder):
+        files |= artifact_files(client, run_id, entry.path) if entry.is_dir else {entry.path}
+    return files
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        from mlrb import tracking
+
+        folders = run_dirs(args)
+        cfg = TrackingConfig(uri=args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"), dir=args.tracking_dir)
+        tracking.check_store(cfg)
+        client, artifact_root = tracking.client_for(cfg)
+        for folder in folders:
+            print(sync_run(client, artifact_root, folder), flush=True)
+    except (ConfigError, ValueError) as e:
+        print(f"mlrb.sync: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
