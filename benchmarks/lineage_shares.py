@@ -62,6 +62,7 @@ def main() -> None:
                   "per_tensor": spec.max_tensor_share_toward_instruction_tuned}  # fmt: skip
         figures = {"sibling": sibling_name, "limits": limits, "runs": rows, "measured": measured}
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
+        print(results_page.update(args.out))
 
 
 if __name__ == "__main__":

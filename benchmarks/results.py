@@ -444,13 +444,14 @@ def suite_time_section(bench_dir: Path) -> str:
     for kind in ("cold", "warm", "fast"):
         entry = data.get(kind)
         if not entry:
-            rows.append([kind, "not measured", f"{targets[kind]} min", "-"])
+            rows.append([kind, "not measured", "-", f"{targets[kind]} min", "-"])
             continue
         tiers = ", ".join(
             f"{tier} {t['tests']} tests {t['seconds'] / 60:.1f} min" for tier, t in entry["tiers"].items()
         )
         status = "" if entry.get("exit_status") == 0 else f" (pytest exited {entry.get('exit_status')})"
-        rows.append([kind, f"{entry['session_s'] / 60:.1f} min{status}", f"{targets[kind]} min", tiers])
+        workers = f"{entry['workers']} processes" if entry.get("workers") else "one process"
+        rows.append([kind, f"{entry['session_s'] / 60:.1f} min{status}", workers, f"{targets[kind]} min", tiers])
         places.append(f"{kind}: {where(entry.get('measured'))}")
         if not slowest and entry.get("slowest"):
             slowest = table(["slowest tests (" + kind + ")", "phase", "time"],
@@ -466,11 +467,28 @@ def suite_time_section(bench_dir: Path) -> str:
             "Measured with:",
             commands(*(f"benchmarks/suite_time.py {kind} --out benchmarks/suite_time.json" for kind in targets)),
             "Output: `benchmarks/suite_time.json`. " + " ".join(places),
-            table(["run", "session", "target", "tiers (summed test time)"], rows),
+            table(["run", "session", "tests ran in", "target", "tiers (summed test time, over all processes)"], rows),
             slowest,
         ]
         if part
     )
+
+
+def lineage_section(bench_dir: Path) -> str:
+    data = load(bench_dir, "lineage_shares.json")
+    limits = data["limits"]
+    rows = [[r["anchor"], str(r["seed"]), f"{r['share']:.1%}", f"{r['worst_tensor_share']:.1%}", f"`{r['worst_tensor']}`"]
+            for r in data["runs"]]  # fmt: skip
+    return "\n\n".join([
+        "## llm_efficiency's lineage margins",
+        "How far the task's own anchor commands lie from the base toward the forbidden instruction-tuned "
+        f"sibling (`{data['sibling']}`), over all tensors (limit {limits['overall']:.0%}) and in their worst "
+        f"tensor (limit {limits['per_tensor']:.0%}): an honest fine-tune must stay well inside both at every seed.",
+        "Measured with:",
+        commands("benchmarks/lineage_shares.py --seeds 0,1,2,3 --out benchmarks/lineage_shares.json"),
+        f"Output: `benchmarks/lineage_shares.json`. {where(data.get('measured'))}",
+        table(["anchor", "seed", "over all tensors", "worst tensor", "which"], rows),
+    ])  # fmt: skip
 
 
 # The page's sections, in order, and the JSON files each is written from.
@@ -480,6 +498,7 @@ SECTIONS = [
     (sweep_scaling_section, ["sweep_scaling.json"]),
     (overhead_section, ["overhead.json"]),
     (calibration_section, ["calibration.json", "calibration_assets.json", "machine_spread.json"]),
+    (lineage_section, ["lineage_shares.json"]),
 ]
 
 
