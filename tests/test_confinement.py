@@ -82,6 +82,9 @@ def test_a_claude_agent_that_tries_every_escape_gets_nowhere(kind, overrides, tm
     hidden, question = hidden_files(built_cache)
     hidden_before = hidden.read_bytes()
     home_file = Path.home() / f"mlrb-pwned-{os.getpid()}"
+    # Left running by the agent, and looked for on the host afterwards: numbers of this test
+    # process's own, as the other sandbox's run of this test may be running beside it.
+    left = (2 * (10**7 + os.getpid()), 2 * (10**7 + os.getpid()) + 1)
     with FakeLlmServer([]) as server:
         tries = attempts(hidden, question, built_cache, home_file, server.port)
         server.script = [
@@ -89,7 +92,7 @@ def test_a_claude_agent_that_tries_every_escape_gets_nowhere(kind, overrides, tm
             reply(
                 tool(
                     "bash",
-                    command="nohup sleep 86381 >/dev/null 2>&1 & setsid nohup sleep 86382 >/dev/null 2>&1 & echo left",
+                    command=f"nohup sleep {left[0]} >/dev/null 2>&1 & setsid nohup sleep {left[1]} >/dev/null 2>&1 & echo left",
                 )
             ),
             reply(tool("bash", command='python merge.py --data "$MLRB_DATA" --output submission', timeout_s=600)),
@@ -107,7 +110,7 @@ def test_a_claude_agent_that_tries_every_escape_gets_nowhere(kind, overrides, tm
     for name in tries:
         assert f"blocked-{name}" in outputs, name  # each attempt ran, and failed
     assert hidden.read_bytes() == hidden_before and not (built_cache / "pwned").exists() and not home_file.exists()
-    assert not host_processes("sleep 86381") and not host_processes("sleep 86382")  # nothing outlived the run
+    assert not host_processes(f"sleep {left[0]}") and not host_processes(f"sleep {left[1]}")  # nothing outlived the run
 
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
