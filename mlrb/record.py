@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlrb.tracking import opening_tags
+
 VERSION = 1
 FILE = "record.jsonl"
 TEXTS = "record"  # the folder, in the run folder, of the texts a run logs as artifacts
@@ -40,8 +42,6 @@ class RecordedRun:
 
     def __init__(self, inner: Any, run_dir: Path, experiment: str, run_name: str, tags: dict[str, Any]):
         """`inner` was just opened in EXPERIMENT as RUN_NAME with TAGS (tracking.open_run's)."""
-        from mlrb.tracking import opening_tags
-
         self.inner = inner
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / FILE

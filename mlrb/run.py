@@ -172,12 +172,12 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         tags[Tag.PARENT_RUN_ID] = parent_run_id
     with interrupts.guarded() as guard:
         with guard.hold(), clock.stage("recording"):  # a run is created whole or not at all
-            name = run_name(cfg)
+            experiment, name = experiment_name(cfg), run_name(cfg)
             recorder = record.RecordedRun(  # every call appended to the run folder's record.jsonl first
-                recording.open_run(cfg.tracking, experiment_name(cfg), name, tags, resume_tags=resume_tags),
-                run_dir, experiment_name(cfg), name, tags,
+                recording.open_run(cfg.tracking, experiment, name, tags, resume_tags=resume_tags),
+                run_dir, experiment, name, tags,
             )  # fmt: skip
-        log.info("run %s (%s) started; files in %s", run_name(cfg), recorder.run_id, run_dir)
+        log.info("run %s (%s) started; files in %s", name, recorder.run_id, run_dir)
         try:
             guard.release()  # a signal that came while the run was created stops it now
             if recorder.attempt > 1:  # start the retried job afresh

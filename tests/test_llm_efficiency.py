@@ -178,21 +178,28 @@ def test_empty_and_oversized_submissions_are_invalid(assets, tmp_path):
     assert not big.valid and "exceed the limit of 1,000" in big.reason
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("share", [0.49, 0.25])
-def test_a_blend_toward_the_instruction_tuned_sibling_is_invalid(assets, tmp_path, share):
-    # base + share * (sibling - base) lies nearer the base than the sibling, yet carries its tuning.
+def moved_toward_sibling(assets, tmp_path, share_of):
+    """A submission of the base with each tensor moved `share_of(name)` of the way toward the
+    instruction-tuned sibling (0: the base's, 1: the sibling's), declaring the base."""
     import torch
     from transformers import AutoModelForCausalLM
 
     models = assets / "public" / "models"
     sub = model_copy(assets, BASE, tmp_path, BASE)
-    blend = AutoModelForCausalLM.from_pretrained(models / "mlrb__tiny-llama-base", dtype=torch.float32)
+    moved = AutoModelForCausalLM.from_pretrained(models / "mlrb__tiny-llama-base", dtype=torch.float32)
     sibling = dict(AutoModelForCausalLM.from_pretrained(models / "mlrb__tiny-llama-base-instruct").named_parameters())
     with torch.no_grad():
-        for name, param in blend.named_parameters():
-            param += share * (sibling[name] - param)
-    blend.save_pretrained(sub, safe_serialization=True)
+        for name, param in moved.named_parameters():
+            param += share_of(name) * (sibling[name] - param)
+    moved.save_pretrained(sub, safe_serialization=True)
+    return sub
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("share", [0.49, 0.25])
+def test_a_blend_toward_the_instruction_tuned_sibling_is_invalid(assets, tmp_path, share):
+    # base + share * (sibling - base) lies nearer the base than the sibling, yet carries its tuning.
+    sub = moved_toward_sibling(assets, tmp_path, lambda name: share)
     report = load_task().score(sub, assets, tmp_path / "work")
     assert not report.valid and report.score is None
     assert f"lie {share:.0%} of the way from mlrb/tiny-llama-base to it" in report.reason
@@ -203,18 +210,7 @@ def test_a_blend_toward_the_instruction_tuned_sibling_is_invalid(assets, tmp_pat
 def test_the_siblings_update_copied_into_a_few_tensors_is_invalid(assets, tmp_path):
     # The sibling's update copied whole into layer 0's attention: under 10% of the way over all
     # tensors, so the blend check alone passes it, but those tensors are the sibling's.
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    models = assets / "public" / "models"
-    sub = model_copy(assets, BASE, tmp_path, BASE)
-    copied = AutoModelForCausalLM.from_pretrained(models / "mlrb__tiny-llama-base", dtype=torch.float32)
-    sibling = dict(AutoModelForCausalLM.from_pretrained(models / "mlrb__tiny-llama-base-instruct").named_parameters())
-    with torch.no_grad():
-        for name, param in copied.named_parameters():
-            if name.startswith("model.layers.0.self_attn."):
-                param.copy_(sibling[name])
-    copied.save_pretrained(sub, safe_serialization=True)
+    sub = moved_toward_sibling(assets, tmp_path, lambda name: float(name.startswith("model.layers.0.self_attn.")))
     report = load_task().score(sub, assets, tmp_path / "work")
     assert not report.valid and report.score is None
     overall = report.details["lineage"]["share_toward"][INSTRUCT]
