@@ -191,12 +191,18 @@ def test_a_preempted_slurm_job_is_requeued_and_continues_its_run(tmp_path, built
          f"task.scales.tiny.baseline_command='{command}'", *sweep_args(tmp_path, built_cache)],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    wait_for_running_job(tmp_path, "sleep 300", timeout=240)
-    job_ids = subprocess.run(["squeue", "-h", "-n", "mlrb", "-o", "%i"], capture_output=True, text=True).stdout.split()
-    assert len(job_ids) == 1, job_ids
-    subprocess.run(["scancel", "--signal=USR2", job_ids[0]], check=True)
-    release_when_requeued(job_ids[0], timeout=120)
-    out, _ = sweep.communicate(timeout=600)
+    try:
+        wait_for_running_job(tmp_path, "sleep 300", timeout=240)
+        job_ids = own_slurm_jobs(tmp_path)
+        assert len(job_ids) == 1, job_ids
+        subprocess.run(["scancel", "--signal=USR2", job_ids[0]], check=True)
+        release_when_requeued(job_ids[0], timeout=120)
+        out, _ = sweep.communicate(timeout=600)
+    finally:  # a failed test leaves no sweep or job behind to hold the cluster's CPUs
+        if sweep.poll() is None:
+            sweep.kill()
+            for job in own_slurm_jobs(tmp_path):
+                subprocess.run(["scancel", job])
     assert sweep.returncode == 0, out[-3000:]
 
     client, parents, children = runs_by_role(tmp_path)
@@ -210,6 +216,12 @@ def test_a_preempted_slurm_job_is_requeued_and_continues_its_run(tmp_path, built
     logs = "".join(p.read_text() for pattern in ("*_log.err", "*_log.out", "mlrb.log")
                    for p in (tmp_path / "sweep").rglob(pattern))  # fmt: skip
     assert "preempted" in logs and "requeu" in logs.lower()
+
+
+def own_slurm_jobs(tmp_path) -> list[str]:
+    """The ids of the jobs submitted from this test's folder: other SLURM tests may run beside it."""
+    queue = subprocess.run(["squeue", "-h", "-n", "mlrb", "-o", "%i %Z"], capture_output=True, text=True).stdout
+    return [job for job, workdir in (line.split(None, 1) for line in queue.splitlines()) if workdir == str(tmp_path)]
 
 
 def release_when_requeued(job_id: str, timeout: float) -> None:
