@@ -22,6 +22,7 @@ import shutil
 import time
 from pathlib import Path
 
+from mlrb import environments
 from mlrb.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,9 @@ def asset_dir(task: Task, cache_dir: Path) -> Path:
 
 
 def ensure_assets(task: Task, cache_dir: Path) -> Path:
-    """The task's verified asset folder, built (or rebuilt, if damaged) when needed."""
+    """The task's verified asset folder, built (or rebuilt, if damaged) when needed; the
+    task's own Python environment first (its anchors run in it), set on `task`."""
+    task.environment = environments.ensure(task.name, task.requirements(), cache_dir)
     target = asset_dir(task, cache_dir)
     if not problems(target):
         return target

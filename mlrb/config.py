@@ -41,6 +41,10 @@ class TaskConfig:
     path: str | None = None
     format: str | None = None
     higher_is_better: bool = True
+    # pip requirements of the task's own Python environment (mlrb/environments.py), where the
+    # agent, the anchors and a folder's scripts run; empty: the harness's libraries, mlrb hidden.
+    # A task folder's requirements.txt adds to them.
+    requirements: list[str] = field(default_factory=list)
 
 
 @dataclass

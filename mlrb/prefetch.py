@@ -8,11 +8,16 @@ reached is one line before anything is tried. Offline (HF_HUB_OFFLINE=1, a compu
 or with `--check`, nothing is fetched: each missing item is one line, and the exit status
 is 1 when anything is missing. A full-scale run checks the same list before it starts
 (`refuse_if_missing`) and refuses, naming what is missing.
+
+A task with Python requirements of its own (mlrb/environments.py) also gets its environment
+built into the cache (`paths.cache_dir`), from the package index pip is configured with
+(whatever HF_HUB_OFFLINE says); with `--check`, only whether it is there.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from mlrb.config import ConfigError
@@ -48,6 +53,11 @@ def cache_location() -> str:
 def tasks_for(overrides: list[str]) -> list[Any]:
     """The tasks the command line names (`task=a,b`; all of them without `task=`), configured by
     its overrides. A task that cannot be configured is a string saying why."""
+    return [task for task, _ in configured_tasks(overrides)]
+
+
+def configured_tasks(overrides: list[str]) -> list[tuple[Any, Path]]:
+    """tasks_for's tasks, each with the cache folder its config names (paths.cache_dir)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -61,21 +71,44 @@ def tasks_for(overrides: list[str]) -> list[Any]:
     if unknown:
         raise ConfigError(f"unknown task '{unknown[0]}'; valid choices: {', '.join(sorted(registry.TASKS))}")
     rest = [o for o in overrides if not o.startswith("task=")]
-    tasks = []
+    tasks: list[tuple[Any, Path]] = []
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="mlrb_prefetch"):
             for name in names:
                 try:
                     cfg = to_typed(compose(config_name="config", overrides=[f"task={name}", *rest]))
-                    tasks.append(registry.load(registry.TASKS[name])(cfg.task))
+                    tasks.append((registry.load(registry.TASKS[name])(cfg.task), Path(cfg.paths.cache_dir)))
                 except Exception as e:  # Hydra and OmegaConf raise many types; all are config errors here
                     if named and len(names) == 1:
                         raise ConfigError(str(e).splitlines()[0]) from None
-                    tasks.append(f"{name}: cannot be configured: {str(e).splitlines()[0]}")
+                    tasks.append((f"{name}: cannot be configured: {str(e).splitlines()[0]}", Path()))
     finally:
         GlobalHydra.instance().clear()
     return tasks
+
+
+def prefetch_environment(task: Any, cache_dir: Path, check_only: bool) -> int:
+    """Build the task's own Python environment (mlrb/environments.py) into the cache, or with
+    `check_only` say whether it is there; how many are missing (0 or 1). Building needs the
+    package index, not the Hub, so HF_HUB_OFFLINE does not stop it."""
+    from mlrb import environments
+
+    requirements = task.requirements()
+    if not requirements:
+        return 0
+    where = environments.location(requirements, cache_dir)
+    if not environments.is_built(where) and not check_only:
+        print(f"{task.name}: building its Python environment ({', '.join(requirements)})", flush=True)
+        try:
+            environments.ensure(task.name, requirements, cache_dir)
+        except ConfigError as e:
+            print(f"mlrb.prefetch: error: {e}", file=sys.stderr, flush=True)
+    if not environments.is_built(where):
+        print(f"missing: {task.name}: its Python environment ({', '.join(requirements)}) in {where}")
+        return 1
+    print(f"{task.name}: its Python environment is built ({where})", flush=True)
+    return 0
 
 
 def one_line(error: BaseException) -> str:
@@ -122,17 +155,18 @@ def main(argv: list[str] | None = None) -> int:
         bad = next((a for a in overrides if "=" not in a), None)
         if bad:
             raise ConfigError(f"'{bad}' is not a config override (key=value); {USAGE}")
-        tasks = tasks_for(overrides)
+        tasks = configured_tasks(overrides)
     except ConfigError as e:
         print(f"mlrb.prefetch: error: {e}", file=sys.stderr)
         return 2
     missing_total = 0
     unreachable: str | None = None  # asked before the first download: why the Hub cannot be reached ("": it answers)
-    for task in tasks:
+    for task, cache_dir in tasks:
         if isinstance(task, str):
             print(f"missing: {task}")
             missing_total += 1
             continue
+        missing_total += prefetch_environment(task, cache_dir, check_only="--check" in args)
         needs = task_needs(task)
         if not needs:
             print(f"{task.name} ({task.cfg.scale}): nothing to fetch (its assets are built locally)")

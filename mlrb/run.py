@@ -297,6 +297,7 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
     prepare_time = clock.times["assets"]
     with clock.stage("recording"):
         record_assets(recorder, assets_lib.fingerprint(asset_path))
+        recorder.set_tags({Tag.ENVIRONMENT: task.environment.name if task.environment else "harness"})
     # wall time counts from here: building a task's assets is a one-off of whichever run
     # needs them first, and would make that run look slow next to its siblings.
     run_started = time.monotonic()
@@ -310,7 +311,8 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
             before = workspace.prepare(start_files, work)
             step_snapshots = snapshots.StepSnapshots(run_dir / "snapshots")
             limits = limits_for(task, cfg.sandbox)
-            sandbox = sandbox_class(cfg.sandbox, work, asset_path / "public", recorder.run_id, limits, seed=cfg.seed)
+            sandbox = sandbox_class(cfg.sandbox, work, asset_path / "public", recorder.run_id, limits, seed=cfg.seed,
+                                    task_environment=task.environment)  # fmt: skip
             guard.on_interrupt(sandbox.close)  # a signal stops the agent's processes at once
             prompt = instructions.render(task, cfg.budget, sandbox.workspace, sandbox.data_dir)
         with clock.stage("recording"):

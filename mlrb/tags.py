@@ -18,6 +18,8 @@ class Tag:
     NORMALISED_AS, RUN_KEY, RUN_DIR, SWEEP_ID = "mlrb.normalised_as", "mlrb.run_key", "mlrb.run_dir", "mlrb.sweep_id"
     # 1, then one more each time a resumed run starts again; the code and assets it ran on.
     ATTEMPT, GIT_DIRTY, ASSETS_FINGERPRINT = "mlrb.attempt", "mlrb.git_dirty", "mlrb.assets_fingerprint"
+    # The Python environment the agent ran in: "harness", or the task's own's key (mlrb/environments.py).
+    ENVIRONMENT = "mlrb.environment"
     # The ids of the rules the scale states but nothing enforces (comma-separated; "": none).
     UNENFORCED_RULES = "mlrb.unenforced_rules"
 

@@ -182,13 +182,17 @@ def limits_for(task, cfg: SandboxConfig) -> Limits:
     )
 
 
-def sandbox_environment(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+def sandbox_environment(
+    home: str, extra: dict[str, str] | None = None, task_environment: Path | None = None
+) -> dict[str, str]:
     """The whole environment of anything run in a sandbox, from an allow-list: no variable
-    of the harness (API keys, tokens, the tracking URI) reaches it."""
+    of the harness (API keys, tokens, the tracking URI) reaches it. `python` on its PATH is the
+    task's own environment's (mlrb/environments.py), else the harness's."""
     env = {name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ}
     env.setdefault("LANG", "C.UTF-8")
+    python_bin = Path(task_environment) / "bin" if task_environment else Path(sys.executable).parent
     env.update(
-        PATH=f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        PATH=f"{python_bin}:/usr/local/bin:/usr/bin:/bin",
         HOME=home,
         # The tiny tasks need nothing from the hub; full-scale assets are prepared beforehand.
         HF_HUB_OFFLINE="1",
@@ -199,17 +203,24 @@ def sandbox_environment(home: str, extra: dict[str, str] | None = None) -> dict[
     return env
 
 
-def agent_environment(workspace: str, data_dir: str, seed: int) -> dict[str, str]:
+def agent_environment(workspace: str, data_dir: str, seed: int, task_environment: Path | None = None) -> dict[str, str]:
     """MLRB_SEED is the run's seed, so that a script can draw its randomness from it (the
     tasks' baseline and reference commands pass it on as --seed): a sweep over seeds then
     measures their seed noise, as calibration does."""
-    return sandbox_environment(workspace, {"MLRB_WORKSPACE": workspace, "MLRB_DATA": data_dir, "MLRB_SEED": str(seed)})
+    variables = {"MLRB_WORKSPACE": workspace, "MLRB_DATA": data_dir, "MLRB_SEED": str(seed)}
+    return sandbox_environment(workspace, variables, task_environment)
 
 
 def python_mounts() -> list[Mount]:
     """The harness's interpreter and venv, read-only at the same paths, so the sandbox
     has the same ML stack without installing anything into it."""
     return [Mount(Path(p)) for p in sorted({sys.prefix, sys.base_prefix})]
+
+
+def task_environment_mounts(task_environment: Path | None) -> list[Mount]:
+    """A task's own venv, read-only at its own path (its interpreter links to the base one,
+    which python_mounts shows)."""
+    return [Mount(Path(task_environment))] if task_environment else []
 
 
 def harness_hidden() -> list[Mount]:
@@ -300,7 +311,8 @@ class Sandbox(abc.ABC):
     workspace: str
     data_dir: str
 
-    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0):
+    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
+                 task_environment: Path | None = None):  # fmt: skip
         self.cfg = cfg
         self.options = self.parse_options(cfg)
         self.root = Path(workspace).resolve()
@@ -308,6 +320,7 @@ class Sandbox(abc.ABC):
         self.run_id = run_id
         self.limits = limits
         self.seed = seed
+        self.task_environment = task_environment  # the task's own venv (read-only, first on PATH), or None
 
     @classmethod
     def parse_options(cls, cfg: SandboxConfig) -> Any:
@@ -348,7 +361,8 @@ class Sandbox(abc.ABC):
         hidden), and the agent's environment there."""
         self.workspace, self.data_dir = WORKSPACE, DATA
         mounts = [Mount(self.root, WORKSPACE, writable=True), Mount(self.host_data_dir, DATA), *harness_hidden()]
-        return mounts, agent_environment(WORKSPACE, DATA, self.seed)
+        mounts += task_environment_mounts(self.task_environment)
+        return mounts, agent_environment(WORKSPACE, DATA, self.seed, self.task_environment)
 
     def read_file(self, path: str) -> str:
         return resolve_inside(self.root, path, self.workspace).read_text(errors="replace")

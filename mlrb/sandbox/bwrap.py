@@ -209,8 +209,9 @@ class BwrapSandbox(Sandbox):
                 "sandbox=unconfined runs without any confinement"
             )
 
-    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0):
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed)
+    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
+                 task_environment: Path | None = None):  # fmt: skip
+        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment)
         mounts, env = self.confined_layout()
         mounts.append(Mount(EXEC_SERVER, SERVER_INSIDE))
         self.binary = find_bwrap(self.options.binary)

@@ -220,8 +220,9 @@ class DockerSandbox(Sandbox):
         ensure_image(options.image)
         connect(options)
 
-    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0):
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed)
+    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
+                 task_environment: Path | None = None):  # fmt: skip
+        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment)
         mounts, environment = self.confined_layout()
         self.client = connect(self.options)
         self.stale_removed = remove_stale(self.client)

@@ -40,10 +40,11 @@ class UnconfinedSandbox(Sandbox):
     confined = False
     options_class = UnconfinedOptions
 
-    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0):
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed)
+    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
+                 task_environment: Path | None = None):  # fmt: skip
+        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment)
         self.workspace, self.data_dir = str(self.root), str(self.host_data_dir)
-        self.env = agent_environment(self.workspace, self.data_dir, self.seed)
+        self.env = agent_environment(self.workspace, self.data_dir, self.seed, task_environment)
         self.running: set[int] = set()
 
     @classmethod

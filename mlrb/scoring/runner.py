@@ -16,7 +16,14 @@ from typing import Any, ClassVar, Protocol
 import mlrb
 from mlrb import registry
 from mlrb.config import SandboxConfig, TaskConfig
-from mlrb.sandbox.base import IsolatedCommand, IsolatedProcess, Mount, limits_for, sandbox_environment
+from mlrb.sandbox.base import (
+    IsolatedCommand,
+    IsolatedProcess,
+    Mount,
+    limits_for,
+    sandbox_environment,
+    task_environment_mounts,
+)
 from mlrb.scoring.report import ScoreReport
 
 
@@ -27,6 +34,7 @@ class ScoredTask(Protocol):
     cfg: TaskConfig
     spec: Any
     scorer_imports: ClassVar[tuple[str, ...]]
+    environment: Path | None
 
 
 class ScorerError(RuntimeError):
@@ -63,7 +71,7 @@ class Scorer:
         imports = ",".join(self.task.scorer_imports)
         self.job = IsolatedCommand(
             argv=[sys.executable, "-I", "-m", "mlrb.scoring.worker", str(self.request_file), imports],
-            mounts=scorer_mounts(self.assets, self.work_dir),
+            mounts=scorer_mounts(self.assets, self.work_dir) + task_environment_mounts(self.task.environment),
             workdir=str(self.work_dir),
             env=scorer_environment(self.work_dir, self.sandbox),
             timeout_s=self.task.spec.score_timeout_s,
@@ -103,6 +111,8 @@ class Scorer:
             "assets": str(self.assets),
             "work_dir": str(self.work_dir),
             "report": str(self.work_dir / "report.json"),
+            # where a task's own scripts run (a folder's eval.py): its environment, or null for the harness's
+            "environment": str(self.task.environment) if self.task.environment else None,
         }
         written = self.request_file.with_name(self.request_file.name + ".part")
         written.write_text(json.dumps(request, indent=2))

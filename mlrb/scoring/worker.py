@@ -36,6 +36,7 @@ def main(request_file: str) -> None:
     request = json.loads(Path(request_file).read_text())
     task_cfg = TaskConfig(**request["task"])
     task = registry.task_class(task_cfg)(task_cfg)
+    task.environment = Path(request["environment"]) if request.get("environment") else None
     if task_cfg.scales[task_cfg.scale].get("eval", {}).get("tasks"):
         import datasets
 

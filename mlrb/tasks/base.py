@@ -97,6 +97,20 @@ class Task(abc.ABC):
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg
         self.spec = self.scale_spec(cfg)
+        # The task's own Python environment (mlrb/environments.py), set once it is built
+        # (assets.ensure_assets); None: the harness's libraries.
+        self.environment: Path | None = None
+
+    def requirements(self) -> list[str]:
+        """The pip requirements of the task's own environment; none: the harness's libraries."""
+        return list(self.cfg.requirements)
+
+    @property
+    def python(self) -> str:
+        """The interpreter the task's own code runs on (its environment's, else the harness's)."""
+        import sys
+
+        return str(self.environment / "bin" / "python") if self.environment else sys.executable
 
     @classmethod
     def scale_spec(cls, cfg: TaskConfig) -> Any:
@@ -166,6 +180,8 @@ class Task(abc.ABC):
             "anchors": self.anchor_commands(),
             "anchor_seeds": self.anchor_seeds,
             "sources": sources.digest(self.package_dir),  # the builder's and the scorer's code
+            # the anchors run in the task's environment (absent when it has none: keys stay as they were)
+            **({"requirements": self.requirements()} if self.requirements() else {}),
         }
 
     def build_assets(self, out_dir: Path) -> dict[str, Any]:
@@ -259,7 +275,7 @@ class Task(abc.ABC):
         shutil.rmtree(workspace, ignore_errors=True)
         start = self.workspace_files(Path(public).parent)
         shutil.copytree(start, workspace, ignore=shutil.ignore_patterns("__pycache__"))
-        env = agent_environment(str(workspace), str(Path(public).resolve()), seed)
+        env = agent_environment(str(workspace), str(Path(public).resolve()), seed, self.environment)
         env.update(
             HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"),
             HF_DATASETS_OFFLINE=os.environ.get("HF_DATASETS_OFFLINE", "1"),

@@ -24,11 +24,11 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrb import environments
 from mlrb.config import ConfigError, TaskConfig
 from mlrb.sandbox.base import sandbox_environment
 from mlrb.tasks.base import PromptSpec, ScaleSpec, ScoreReport, Task, seed_statistics
@@ -109,6 +109,15 @@ class FolderTask(Task):
     def baseline_command(self) -> str:
         return self.spec.baseline_command
 
+    def requirements(self) -> list[str]:
+        """The folder's requirements.txt (at its top, or in scripts/ as MLRC-Bench keeps it), then
+        `task.requirements`: the task's own environment, where its code runs with its pins."""
+        lines = []
+        for path in (self.folder / "requirements.txt", self.folder / "scripts" / "requirements.txt"):
+            if path.is_file():
+                lines += environments.requirement_lines(path.read_text())
+        return list(dict.fromkeys(lines + list(self.cfg.requirements)))
+
     def anchor_commands(self) -> dict[str, str]:
         return {"baseline": self.baseline_command()}
 
@@ -144,7 +153,7 @@ class FolderTask(Task):
     def prepare(self, scripts: Path) -> None:
         """scripts/prepare.py, run once from scripts/ (it may write into ../env and into scripts/)."""
         try:
-            proc = subprocess.run([sys.executable, "prepare.py"], cwd=scripts, env=child_env(scripts),
+            proc = subprocess.run([self.python, "prepare.py"], cwd=scripts, env=self.child_env(scripts),
                                   stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   timeout=self.spec.prepare_timeout_s)  # fmt: skip
         except subprocess.TimeoutExpired:
@@ -235,7 +244,9 @@ class FolderTask(Task):
 
     def with_phase(self, phase: str) -> FolderTask:
         scales = {**self.cfg.scales, self.cfg.scale: {**self.cfg.scales[self.cfg.scale], "phase": phase}}
-        return FolderTask(dataclasses.replace(self.cfg, scales=scales))
+        task = FolderTask(dataclasses.replace(self.cfg, scales=scales))
+        task.environment = self.environment
+        return task
 
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
         hidden = assets / "hidden"
@@ -244,8 +255,8 @@ class FolderTask(Task):
             if problem:
                 return ScoreReport.invalid(problem)
         try:
-            proc = subprocess.run([sys.executable, "-c", GET_SCORE, str(hidden), str(submission.resolve())],
-                                  cwd=hidden, env=child_env(work_dir), stdin=subprocess.DEVNULL,
+            proc = subprocess.run([self.python, "-c", GET_SCORE, str(hidden), str(submission.resolve())],
+                                  cwd=hidden, env=self.child_env(work_dir), stdin=subprocess.DEVNULL,
                                   capture_output=True, text=True, timeout=self.spec.score_timeout_s)  # fmt: skip
         except subprocess.TimeoutExpired:
             return ScoreReport.invalid(f"scripts/eval.py took longer than {self.spec.score_timeout_s:g} s")
@@ -272,10 +283,10 @@ class FolderTask(Task):
             if (hidden / "test_constants.py").is_file():
                 shutil.copyfile(hidden / "test_constants.py", folder / "constants.py")
         shutil.rmtree(folder / "output", ignore_errors=True)  # results are the scorer's own, never left over
-        command = [sys.executable, "main.py", "-m", method, "-p", phase]
+        command = [self.python, "main.py", "-m", method, "-p", phase]
         shown = f"`python main.py -m {method} -p {phase}`"
         try:
-            proc = subprocess.run(command, cwd=folder, env=child_env(folder), stdin=subprocess.DEVNULL,
+            proc = subprocess.run(command, cwd=folder, env=self.child_env(folder), stdin=subprocess.DEVNULL,
                                   capture_output=True, text=True, timeout=self.spec.score_timeout_s)  # fmt: skip
         except subprocess.TimeoutExpired:
             return f"{shown} took longer than {self.spec.score_timeout_s:g} s"
@@ -294,21 +305,22 @@ class FolderTask(Task):
             metrics["relative_improvement_to_human"] = 100.0 * (score - baseline) / (reference - baseline)
         return metrics
 
-
-def child_env(home: Path) -> dict[str, str]:
-    """The environment of the task's own code (prepare.py, main.py, eval.py): the sandboxes'
-    allow-list (no secrets), fixed hashing and threads, and nothing written into the (read-only,
-    hashed) assets; the hub's offline flags stay the user's (a prepare.py may download)."""
-    return sandbox_environment(
-        str(home),
-        {
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONHASHSEED": "0",
-            "OMP_NUM_THREADS": "1",
-            "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-            "HF_DATASETS_OFFLINE": os.environ.get("HF_DATASETS_OFFLINE", "1"),
-        },
-    )
+    def child_env(self, home: Path) -> dict[str, str]:
+        """The environment of the task's own code (prepare.py, main.py, eval.py): the sandboxes'
+        allow-list (no secrets), the task's Python environment, fixed hashing and threads, and
+        nothing written into the (read-only, hashed) assets; the hub's offline flags stay the
+        user's (a prepare.py may download)."""
+        return sandbox_environment(
+            str(home),
+            {
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONHASHSEED": "0",
+                "OMP_NUM_THREADS": "1",
+                "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                "HF_DATASETS_OFFLINE": os.environ.get("HF_DATASETS_OFFLINE", "1"),
+            },
+            self.environment,
+        )
 
 
 def last_line(text: str) -> str:
