@@ -18,18 +18,27 @@ a `kind`:
 - `status`: the run's end, `status` (FINISHED, FAILED or KILLED).
 
 The agent's events are in `trajectory.jsonl` beside it. `fold` turns the lines into what the
-store holds, and `python -m mlrb.sync` (mlrb/sync.py) puts it into a store. For now the
-record is written beside MLflow; the next step (issue 36) writes MLflow from it.
+store holds, and `python -m mlrb.sync` (mlrb/sync.py) puts it into a store.
+
+When the store cannot be reached in the middle of a run (a server or database away past
+`tracking.retry_for_s`), the run goes on: its record stays complete, nothing more is sent to
+the store, and the run ends saying it is not yet in the store (`RecordedRun.store_error`);
+`python -m mlrb.sync`, or relaunching its sweep, uploads it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlrb.tracking import opening_tags
+from mlrb.messages import first_line
+from mlrb.tracking import opening_tags, store_unreachable
+
+log = logging.getLogger(__name__)
 
 VERSION = 1
 FILE = "record.jsonl"
@@ -45,6 +54,7 @@ class RecordedRun:
         self.inner = inner
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / FILE
+        self.store_error: str | None = None  # why the store could not be reached, once it could not
         self._append("opened", run_id=inner.run_id, experiment=experiment, run_name=run_name,
                      attempt=inner.attempt, tags=opening_tags(tags, inner.attempt))  # fmt: skip
 
@@ -56,6 +66,20 @@ class RecordedRun:
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
 
+    def _send(self, call: Callable[[], Any]) -> None:
+        """Make the store call, unless the store has been away: then the record alone goes on."""
+        if self.store_error is not None:
+            return
+        try:
+            call()
+        except Exception as e:
+            if not store_unreachable(e):
+                raise  # the store refused what was sent: a failure of the run, as before
+            self.store_error = first_line(e)
+            log.warning("the tracking store cannot be reached (%s); the run goes on and keeps its record in %s: "
+                        "`python -m mlrb.sync %s` uploads it once the store is back",
+                        self.store_error, self.path, self.run_dir)  # fmt: skip
+
     def _artifact(self, path: Path, folder: str | None, is_dir: bool = False) -> None:
         path = Path(path)
         file = str(path.relative_to(self.run_dir)) if path.is_relative_to(self.run_dir) else str(path)
@@ -63,16 +87,16 @@ class RecordedRun:
 
     def log_params(self, params: dict[str, str]) -> None:
         self._append("params", params=params)
-        self.inner.log_params(params)
+        self._send(lambda: self.inner.log_params(params))
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         self._append("tags", tags={k: str(v) for k, v in tags.items()})
-        self.inner.set_tags(tags)
+        self._send(lambda: self.inner.set_tags(tags))
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         values = {k: float(v) for k, v in metrics.items() if v is not None}
         self._append("metrics", metrics=values, step=step)
-        self.inner.log_metrics(metrics, step=step)
+        self._send(lambda: self.inner.log_metrics(metrics, step=step))
 
     def log_text(self, text: str, name: str) -> None:
         kept = self.run_dir / TEXTS / name
@@ -80,20 +104,20 @@ class RecordedRun:
         kept.write_text(text, encoding="utf-8")
         folder = str(Path(name).parent)
         self._artifact(kept, None if folder == "." else folder)
-        self.inner.log_text(text, name)
+        self._send(lambda: self.inner.log_text(text, name))
 
     def log_file(self, path: Path, folder: str | None = None) -> None:
         if Path(path).exists():  # as the store's recorder: a file that is not there is not logged
             self._artifact(Path(path), folder)
-        self.inner.log_file(path, folder)
+        self._send(lambda: self.inner.log_file(path, folder))
 
     def log_folder(self, path: Path, folder: str) -> None:
         self._artifact(Path(path), folder, is_dir=True)
-        self.inner.log_folder(path, folder)
+        self._send(lambda: self.inner.log_folder(path, folder))
 
     def finish(self, status: str) -> None:
         self._append("status", status=status)
-        self.inner.finish(status)
+        self._send(lambda: self.inner.finish(status))
 
 
 def read(run_dir: Path) -> list[dict]:

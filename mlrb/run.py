@@ -82,6 +82,9 @@ class RunResult:
     score: float | None
     normalised_score: float | None
     run_dir: str
+    # Why the tracking store could not be reached during the run (None: it holds the whole
+    # run); the run folder's record is complete either way, and `mlrb.sync` uploads it.
+    store_error: str | None = None
 
 
 # Set by the sweep launchers for their jobs (see mlrb/sweep.py).
@@ -223,6 +226,8 @@ def stopped(cfg: MlrbConfig, recorder, run_dir: Path, e: BaseException) -> BaseE
     except Exception as failure:  # the store itself failed: say so, in the same one line
         log.error("run %s: recording its end failed: %s", run_name(cfg), failure)
         message += f" (and recording it in the tracking store failed: {tracking.first_line(failure)})"
+    if getattr(recorder, "store_error", None):
+        message += f" (not yet in the tracking store: `python -m mlrb.sync {run_dir}` uploads its record)"
     if status == Status.INFRA_ERROR:
         return RunFailed(message, recorder.run_id, console.log_file())
     if isinstance(e, interrupts.Interrupted):
@@ -414,6 +419,7 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
         score=report.score,
         normalised_score=summary.get("normalised_score"),
         run_dir=str(run_dir),
+        store_error=recorder.store_error,
     )
 
 

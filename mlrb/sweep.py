@@ -135,10 +135,14 @@ class SweepLauncher(BaseSubmititLauncher):
         parent_name = run_names.sweep_name(job_overrides, jobs[0].name)
         parent = open_parent_run(client, jobs[0], sweep_id, parent_name, len(jobs))
         finished = {j.idx: find_finished(j) for j in jobs}
-        todo = [j for j in jobs if not finished[j.idx]]
         for job in jobs:
             if finished[job.idx]:
                 print(f"[sweep {sweep_id}] #{job.idx} {job.name}: finished before (run {finished[job.idx]}), skipped")
+            elif synced := sync_ended_offline(job):  # ended while the store was away: upload, do not run again
+                finished[job.idx] = synced
+                print(f"[sweep {sweep_id}] #{job.idx} {job.name}: finished before while the store was away; "
+                      f"its record synced (run {synced}), skipped")  # fmt: skip
+        todo = [j for j in jobs if not finished[j.idx]]
         os.environ[SWEEP_ID_VAR], os.environ[PARENT_RUN_VAR] = sweep_id, parent.run_id
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
 
@@ -234,6 +238,26 @@ def find_finished(job: SweepJob) -> str | None:
     exp = tracking.experiment_id(client, job.experiment, artifact_root)
     done = tracking.find_runs(client, exp, {Tag.RUN_KEY: job.key}, [MlflowStatus.FINISHED])
     return done[0].info.run_id if done else None
+
+
+def sync_ended_offline(job: SweepJob) -> str | None:
+    """A run of this job that the store holds unfinished but whose run folder's record ended
+    FINISHED (the store went away during it, mlrb/record.py): its record synced into the store;
+    its run id, or None when there is no such run."""
+    from mlrb import record, sync
+
+    client, artifact_root = tracking.client_for(job.tracking)
+    exp = tracking.experiment_id(client, job.experiment, artifact_root)
+    unfinished = [MlflowStatus.RUNNING, MlflowStatus.FAILED, MlflowStatus.KILLED]
+    for run in tracking.find_runs(client, exp, {Tag.RUN_KEY: job.key}, unfinished):
+        run_dir = Path(run.data.tags.get(Tag.RUN_DIR, ""))
+        if not (run_dir / record.FILE).is_file():
+            continue
+        state = record.fold(record.read(run_dir))
+        if state["run_id"] == run.info.run_id and state["status"] == MlflowStatus.FINISHED:
+            log.info(sync.sync_run(client, artifact_root, run_dir))
+            return run.info.run_id
+    return None
 
 
 def visible_devices(devices: list[Any] | None) -> list[int]:

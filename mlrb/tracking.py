@@ -550,6 +550,19 @@ def open_run(
     return RunRecorder(client, run.info.run_id, exp_id)
 
 
+# What a store call's error says when the store could not be reached at all (an MLflow server
+# or a database away past tracking.retry_for_s), as against a call the store refused.
+UNREACHABLE_SIGNS = ("failed with exception", "Max retries exceeded", "Connection refused", "OperationalError",
+                     "could not connect to server", "failed with error code 50")  # fmt: skip
+
+
+def store_unreachable(error: BaseException) -> bool:
+    """Whether a store call failed because the store was away, not because of what was sent
+    (the recording process hands errors over as RecordingError with the original's text)."""
+    text = f"{type(error).__name__}: {error}"
+    return any(sign in text for sign in UNREACHABLE_SIGNS)
+
+
 def opening_tags(tags: dict[str, Any], attempt: int) -> dict[str, str]:
     """The tags a run is opened (or, for a retried sweep job, reopened) with: the caller's, its
     attempt, and no error left from the attempt before."""

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -128,6 +129,38 @@ def test_a_relaunched_sweep_finishes_only_what_is_missing(tmp_path, built_cache)
     assert len(children) == 3 and all(r.info.status == "FINISHED" for r in children)  # one run per job
     (retried,) = [r for r in children if r.data.tags.get("mlrb.attempt") == "2"]
     assert retried.data.params["task.scales.tiny.baseline_command"] == "sleep 15"
+
+
+@pytest.mark.integration
+def test_a_relaunched_sweep_syncs_a_run_that_ended_while_the_store_was_away_instead_of_running_it_again(
+    tmp_path, built_cache
+):
+    # Two quick jobs; then the store is left as an outage leaves it (the server went away just after the
+    # second run started, tests/test_tracking_server.py): that run unfinished, without its end. Its run
+    # folder's record has the whole run.
+    args = ["-m", "task.scales.tiny.baseline_command='sleep 1','sleep 2'", *sweep_args(tmp_path, built_cache)]
+    first = run_cli(*args, cwd=tmp_path, timeout=600)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    client, _, children = runs_by_role(tmp_path)
+    (cut,) = [r for r in children if r.data.params["task.scales.tiny.baseline_command"] == "sleep 2"]
+    client.update_run(cut.info.run_id, status="RUNNING")
+    for tag in ("mlrb.status", "mlrb.valid", "mlrb.counted_as"):
+        client.delete_tag(cut.info.run_id, tag)
+    trajectory = Path(cut.data.tags["mlrb.run_dir"]) / "trajectory.jsonl"
+    ran_at = trajectory.stat().st_mtime_ns
+
+    second = run_cli(*args, cwd=tmp_path, timeout=600)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert second.stdout.count("finished before (run") == 1
+    assert f"finished before while the store was away; its record synced (run {cut.info.run_id}), skipped" in second.stdout
+    assert trajectory.stat().st_mtime_ns == ran_at  # the agent did not run again
+    _, _, children = runs_by_role(tmp_path)
+    assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
+    (synced,) = [r for r in children if r.info.run_id == cut.info.run_id]
+    assert synced.data.tags["mlrb.attempt"] == "1"
+    assert {t: synced.data.tags[t] for t in ("mlrb.status", "mlrb.valid", "mlrb.counted_as")} == {
+        t: cut.data.tags[t] for t in ("mlrb.status", "mlrb.valid", "mlrb.counted_as")
+    }
 
 
 def wait_for_running_job(tmp_path, marker: str, timeout: float) -> int:
