@@ -15,6 +15,8 @@ a `kind`:
   folder's files go under it, a file goes into it under its own name); texts the run
   logs (the config, the instructions, the workspace's diff, the score report) are written
   into `record/` first, so every artifact is a file in the run folder;
+- `trace`: one step's trace (`trace`: its step, session and spans, as
+  mlrb/agents/tracing.py builds them);
 - `status`: the run's end, `status` (FINISHED, FAILED or KILLED).
 
 The agent's events are in `trajectory.jsonl` beside it. `fold` turns the lines into what the
@@ -115,6 +117,10 @@ class RecordedRun:
         self._artifact(Path(path), folder, is_dir=True)
         self._send(lambda: self.inner.log_folder(path, folder))
 
+    def log_trace(self, trace: dict[str, Any]) -> None:
+        self._append("trace", trace=trace)
+        self._send(lambda: self.inner.log_trace(trace))
+
     def finish(self, status: str) -> None:
         self._append("status", status=status)
         self._send(lambda: self.inner.finish(status))
@@ -133,9 +139,9 @@ def read(run_dir: Path) -> list[dict]:
 def fold(lines: list[dict]) -> dict[str, Any]:
     """What the store holds after these lines: the last attempt's run_id and attempt, params,
     tags (last value wins), each metric's history as [step, value] pairs, the artifacts as
-    (file, artifact_path, is_dir) and the status (None while the run is open)."""
+    (file, artifact_path, is_dir), the traces and the status (None while the run is open)."""
     state: dict[str, Any] = {"run_id": None, "attempt": None, "params": {}, "tags": {}, "metrics": {},
-                             "artifacts": [], "status": None}  # fmt: skip
+                             "artifacts": [], "traces": [], "status": None}  # fmt: skip
     for line in lines:
         match line["kind"]:
             case "opened":
@@ -150,6 +156,8 @@ def fold(lines: list[dict]) -> dict[str, Any]:
                     state["metrics"].setdefault(key, []).append([line["step"], value])
             case "artifact":
                 state["artifacts"].append((line["file"], line["artifact_path"], line["is_dir"]))
+            case "trace":
+                state["traces"].append(line["trace"])
             case "status":
                 state["status"] = line["status"]
     return state

@@ -210,25 +210,8 @@ class RemoteRecorder:
     def finish(self, status: str) -> None:
         self._forward("finish", status)
 
-    def trace_writer(self, session: str) -> RemoteTraceWriter:
-        self.process.call("traces_open", session)
-        return RemoteTraceWriter(self.process)
-
-
-class RemoteTraceWriter:
-    """The run's traces' subscriber (mlrb/agents/tracing.py), in the recording process:
-    each event is sent as it comes, so each span starts and ends when its event happens."""
-
-    def __init__(self, process: RecordingProcess):
-        self.process = process
-
-    def handle(self, event: Any) -> None:
-        self.process.call("trace", event)
-
-    def close(self, error: BaseException | None) -> None:
-        """The open spans end with the error that stopped the agent, under its own type's name."""
-        named = (type(error).__name__, str(error)) if error is not None else None
-        self.process.call("traces_close", named)
+    def log_trace(self, trace: dict[str, Any]) -> None:
+        self._forward("log_trace", trace)
 
 
 def portable(error: BaseException) -> BaseException:
@@ -273,11 +256,10 @@ def stop() -> None:
 
 
 class Served:
-    """The recording process's state: the run's recorder and its trace writer."""
+    """The recording process's state: the run's recorder."""
 
     def __init__(self) -> None:
         self.recorder: Any = None
-        self.traces: Any = None
 
     def check_store(self, cfg: TrackingConfig, wait_for_server: bool) -> None:
         from mlrb import tracking
@@ -294,27 +276,12 @@ class Served:
     def recorder_call(self, method: str, args: tuple, kwargs: dict) -> Any:
         return getattr(self.recorder, method)(*args, **kwargs)
 
-    def traces_open(self, session: str) -> None:
-        from mlrb.agents.tracing import TraceWriter
-
-        self.traces = TraceWriter(self.recorder, session)
-
-    def trace(self, event: Any) -> None:
-        self.traces.handle(event)
-
-    def traces_close(self, error: tuple[str, str] | None) -> None:
-        traces, self.traces = self.traces, None
-        if traces is not None:  # the error as the spans record it: its type's name and its message
-            traces.close(type(error[0], (Exception,), {})(error[1]) if error else None)
 
 
 OPERATIONS: dict[str, Callable[..., Any]] = {
     "check_store": Served.check_store,
     "open_run": Served.open_run,
     "recorder": Served.recorder_call,
-    "traces_open": Served.traces_open,
-    "trace": Served.trace,
-    "traces_close": Served.traces_close,
 }
 
 

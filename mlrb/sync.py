@@ -4,12 +4,13 @@
     python -m mlrb.sync --all [--outputs outputs] [--tracking-dir mlruns | --tracking-uri URI]
 
 For each run folder, what the store lacks of the record is uploaded: params, tags, metric
-values (by step), artifacts and the end status. A run the store already holds (the record's
+values (by step), artifacts, the agent's traces (by step, with their own times) and the end
+status. A run the store already holds (the record's
 run id, or a run synced from it before, tagged `mlrb.synced_from`) is completed; otherwise a
 run is created with the record's name in its experiment. Syncing again uploads nothing
 twice, and a sync stopped half-way is finished by the next. Use it to rebuild a lost or
 corrupt store from the run folders, or to copy runs into another store (say a team's
-server). The agents' traces are not in the record, so they are not synced.
+server).
 """
 
 from __future__ import annotations
@@ -109,14 +110,38 @@ def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
                 client.log_artifact(run_id, str(source), None if destination == "." else destination)
                 uploaded += 1
 
+    traced = synced_traces(client, run, state["traces"])
     ended = state["status"] is not None and run.info.status != state["status"]
     if ended:
         tracking.with_retries(lambda: client.set_terminated(run_id, state["status"]))
-    what = [f"{len(params)} params", f"{len(tags)} tags", f"{len(metrics)} metric values", f"{uploaded} artifacts"]
+    what = [f"{len(params)} params", f"{len(tags)} tags", f"{len(metrics)} metric values", f"{uploaded} artifacts",
+            f"{traced} traces"]  # fmt: skip
     if ended:
         what.append(f"status {state['status']}")
-    done = ", ".join(what) if params or tags or metrics or uploaded or ended else "in sync, nothing to upload"
+    done = ", ".join(what) if params or tags or metrics or uploaded or traced or ended else "in sync, nothing to upload"
     return f"{run_dir}: {done} ({'new run' if created else 'run'} {run_id})"
+
+
+def synced_traces(client: Any, run: Any, traces: list[dict]) -> int:
+    """Export the record's step traces that the store lacks (a step's trace is one of the
+    run's traces tagged with its step); how many were exported."""
+    from mlrb import tracking
+    from mlrb.agents.tracing import export_trace
+    from mlrb.tags import Tag
+
+    if not traces:
+        return 0
+    experiment_id, run_id = run.info.experiment_id, run.info.run_id
+    stored = tracking.with_retries(lambda: client.search_traces(locations=[experiment_id], run_id=run_id))
+    steps = Counter(trace.info.tags.get(Tag.STEP) for trace in stored)
+    exported = 0
+    for trace in traces:
+        if steps[str(trace["step"])] > 0:
+            steps[str(trace["step"])] -= 1
+            continue
+        export_trace(client.tracking_uri, experiment_id, run_id, trace)
+        exported += 1
+    return exported
 
 
 def find_run(client: Any, run_id: str) -> Any:

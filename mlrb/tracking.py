@@ -431,6 +431,12 @@ class RunRecorder:
     def logged_params(self) -> dict[str, str]:
         return with_retries(lambda: self.client.get_run(self.run_id)).data.params
 
+    def log_trace(self, trace: dict[str, Any]) -> None:
+        """One step's trace (mlrb/agents/tracing.py), linked to the run."""
+        from mlrb.agents.tracing import export_trace
+
+        export_trace(self.client.tracking_uri, self.experiment_id, self.run_id, trace)
+
     def finish(self, status: str) -> None:
         """status: FINISHED, FAILED or KILLED."""
         with_retries(lambda: self.client.set_terminated(self.run_id, status))

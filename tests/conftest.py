@@ -198,7 +198,7 @@ def baseline_run(task_key: str, tmp_path: Path, cache_dir: Path):
 
 def assert_record_matches_store(client, run) -> dict:
     """The run folder's record.jsonl (mlrb/record.py) holds what the store holds for RUN: its
-    params, its mlrb tags, every metric's history by step, its artifacts and its status.
+    params, its mlrb tags, every metric's history by step, its artifacts, its traces and its status.
     Returns the folded record."""
     from mlrb import record
 
@@ -216,6 +216,10 @@ def assert_record_matches_store(client, run) -> dict:
               for file, folder, is_dir in state["artifacts"]
               if not is_dir or any(p.is_file() for p in (run_dir / file).rglob("*"))}  # fmt: skip
     assert logged == {a.path for a in client.list_artifacts(run.info.run_id)}
+    # the agent's traces: a step's in the record, a trace of the run tagged with that step in the store
+    stored = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)
+    assert sorted(str(t["step"]) for t in state["traces"]) == sorted(t.info.tags["mlrb.step"] for t in stored)
+    assert sorted(len(t["spans"]) for t in state["traces"]) == sorted(len(t.data.spans) for t in stored)
     return state
 
 

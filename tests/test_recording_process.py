@@ -21,6 +21,7 @@ import pytest
 
 from conftest import store_args
 from mlrb import events, recording_process
+from mlrb.agents.tracing import TraceWriter
 from mlrb.config import ConfigError, TrackingConfig
 from test_failures_runs import as_in_a_terminal, mlrb_lines, only_run, running_with, wait_for_file
 
@@ -140,7 +141,7 @@ def test_a_run_recorded_through_the_process_has_its_params_and_a_trace_ended_by_
         # MLflow's own error, in the recording process: the harness gets it as one of mlrb's, by name
         with pytest.raises(recording_process.RecordingError, match=r"^MlflowException: .*seed"):
             recorder.log_params({"seed": "4"})
-        traces = recorder.trace_writer(session=recorder.run_id)
+        traces = TraceWriter(recorder, session=recorder.run_id)  # its traces go through the process
         traces.handle(events.StepStarted(1, "10 steps left"))
 
         class APIConnectionError(Exception):  # an SDK's error, which the recording process cannot import

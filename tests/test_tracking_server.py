@@ -327,7 +327,7 @@ def test_a_run_whose_server_goes_away_finishes_and_sync_stores_it_as_a_live_run_
     synced = run_cli_module("mlrb.sync", run_dir, "--tracking-uri", server.uri, cwd=tmp_path)
     assert synced.returncode == 0, synced.stderr[-2000:]
     assert f"status FINISHED (run {run_id})" in synced.stdout
-    # the store now holds what a run logged live holds: params, tags, metrics with their steps, artifacts
+    # the store now holds what a run logged live holds: params, tags, metrics with their steps, artifacts, traces
     live_run, offline_run = (client.search_runs([experiment.experiment_id], f"tags.`mlrb.seed` = '{seed}'")[0]
                              for seed in (98, 99))  # fmt: skip
     assert offline_run.info.run_id == run_id and offline_run.info.status == live_run.info.status == "FINISHED"
@@ -346,6 +346,10 @@ def test_a_run_whose_server_goes_away_finishes_and_sync_stores_it_as_a_live_run_
         return sorted(f for e in entries for f in (files(run_id, e.path) if e.is_dir else [e.path]))
 
     assert files(run_id) == files(live_run.info.run_id)
+    # and its trace, which the store could not take live: the baseline's one step, with its own times
+    assert traces_of(client, experiment.experiment_id, run_id) == traces_of(client, experiment.experiment_id,
+                                                                           live_run.info.run_id)  # fmt: skip
+    assert traces_of(client, experiment.experiment_id, run_id) == [[("step 1", "AGENT"), ("shell", "TOOL")]]
     # a second sync finds nothing to do
     again = run_cli_module("mlrb.sync", run_dir, "--tracking-uri", server.uri, cwd=tmp_path)
     assert again.returncode == 0 and "in sync, nothing to upload" in again.stdout, again.stdout + again.stderr

@@ -42,8 +42,5 @@ def open_sink(trajectory_file: Path, recorder: RunRecorder | RemoteRecorder | Re
     """The run's sink: the trajectory file, then (when the run is tracked) the MLflow traces and metrics."""
     subscribers: list[events.Subscriber] = [TrajectoryWriter(Trajectory(trajectory_file))]
     if recorder is not None:
-        store = getattr(recorder, "inner", recorder)  # the store's recorder under the run folder's record
-        traces = (TraceWriter(store, session=store.run_id) if isinstance(store, RunRecorder)
-                  else store.trace_writer(session=store.run_id))  # written by the recording process  # fmt: skip
-        subscribers += [traces, MetricsWriter(recorder)]
+        subscribers += [TraceWriter(recorder, session=recorder.run_id), MetricsWriter(recorder)]
     return events.EventSink(subscribers)

@@ -1,52 +1,59 @@
 """MLflow traces of an agent's run: one trace per step, linked to the run, with
 the model call (CHAT_MODEL) and each tool call (TOOL) as child spans.
 
-One trace per step (not one per run) so each is exported as soon as its step
-ends: a long run shows up in the UI as it goes, and a crash loses one step at most.
+`TraceWriter` is the traces' subscriber to the run's events (mlrb/events.py): a starting
+event opens its span, its ending event closes it, each stamped with the time it happened.
+The spans are plain data, built without MLflow. When a step's root span ends, its whole
+trace goes to the recorder's `log_trace`: the run folder's record keeps it
+(mlrb/record.py), and the store gets it from there through `export_trace`, which
+`python -m mlrb.sync` uses too, so a trace synced later is the one a live run writes.
 
-`TraceWriter` is the traces' subscriber to the run's events (mlrb/events.py): a
-starting event opens its span, its ending event closes it. MLflow's tracing exports
-through the process-wide tracking URI, while the harness records through an explicit
-client; the writer points the process-wide URI at the run's store for the agent's
-lifetime and puts it back when it is closed.
-
-Traces are exported synchronously, as each step ends (MLFLOW_ENABLE_ASYNC_TRACE_LOGGING=false
-unless the user set it): a step's trace is a few rows in the store, and MLflow's
-asynchronous queue would cost more than that at the end of the run, where flushing
-it waits on its consumer's one-second poll (about 2 s per run).
+One trace per step (not one per run) so each is exported as soon as its step ends: a long
+run shows up in the UI as it goes, and a crash loses one step at most. Traces are exported
+synchronously (MLFLOW_ENABLE_ASYNC_TRACE_LOGGING=false unless the user set it): a step's
+trace is a few rows in the store, and MLflow's asynchronous queue would cost more than
+that at the end of the run, where flushing it waits on its consumer's one-second poll.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
-from typing import Any
+import time
+import traceback
+import uuid
+from typing import Any, Protocol
 
 from mlrb import events
 from mlrb.tags import Tag
-from mlrb.tracking import RunRecorder
 
 ASYNC_EXPORT_VAR = "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"
+SESSION_METADATA = "mlflow.trace.session"  # groups a run's steps in the UI's sessions view
+SOURCE_RUN_METADATA = "mlflow.sourceRun"
+
+
+class TraceRecorder(Protocol):
+    run_id: str
+
+    def log_trace(self, trace: dict[str, Any]) -> None: ...
 
 
 class TraceWriter:
-    def __init__(self, recorder: RunRecorder, session: str):
-        import mlflow
+    """Builds each step's trace from the events: {"step", "session", "spans"}, each span
+    {name, span_type, span_id, parent_id, start_time_ns, end_time_ns, inputs, outputs,
+    attributes, status, status_description, events}, in the order they ended."""
 
-        self.recorder: RunRecorder | None = recorder
+    def __init__(self, recorder: TraceRecorder, session: str):
+        self.recorder = recorder
         self.session = session
-        # The open spans, innermost last, each with the context that closes it.
-        self.open: list[tuple[contextlib.AbstractContextManager[Any], Any]] = []
-        self.previous_env = os.environ.get("MLFLOW_TRACKING_URI")
-        # Read when MLflow makes its exporter, which set_tracking_uri below resets.
-        os.environ.setdefault(ASYNC_EXPORT_VAR, "false")
-        mlflow.set_tracking_uri(recorder.client.tracking_uri)
+        self.open: list[dict[str, Any]] = []  # innermost last
+        self.ended: list[dict[str, Any]] = []
+        self.step_number = 0
 
     def handle(self, event: events.Event) -> None:
         match event:
             case events.StepStarted():
-                self.enter(self.step(event.step, {"step": event.step, "budget": event.budget}))
+                self.step_number = event.step
+                self.enter(f"step {event.step}", "AGENT", {"step": event.step, "budget": event.budget}, {})
             case events.ModelCallStarted():
                 attributes = {
                     "mlflow.llm.model": event.model,
@@ -54,12 +61,12 @@ class TraceWriter:
                     "attempt": event.attempt,
                     "timeout_s": round(event.timeout_s, 3),
                 }
-                self.enter(self.span(f"{event.provider} {event.model}", "CHAT_MODEL", event.request, attributes))
+                self.enter(f"{event.provider} {event.model}", "CHAT_MODEL", event.request, attributes)
             case events.ModelCalled():
                 cost = event.cost
-                span = self.innermost()
-                span.set_outputs({"text": event.text, "tool_calls": event.tool_calls, "stop_reason": event.stop_reason})
-                span.set_attributes(
+                span = self.open[-1]
+                span["outputs"] = {"text": event.text, "tool_calls": event.tool_calls, "stop_reason": event.stop_reason}
+                span["attributes"].update(
                     {
                         "mlflow.chat.tokenUsage": {
                             "input_tokens": cost.input_tokens,
@@ -76,70 +83,87 @@ class TraceWriter:
                 )
                 self.exit()
             case events.ModelCallFailed():
-                self.innermost().record_exception(event.error)
-                self.exit()
+                self.exit(failure("Exception", event.error, f"Exception: {event.error}"))
             case events.ToolStarted():
-                self.enter(self.span(event.tool, "TOOL", event.arguments, {"tool_call_id": event.id}))
+                self.enter(event.tool, "TOOL", event.arguments, {"tool_call_id": event.id})
             case events.ToolEnded():
-                span = self.innermost()
-                span.set_outputs(event.output)
-                span.set_attributes({"is_error": event.is_error, "exit_code": event.exit_code})
+                span = self.open[-1]
+                span["outputs"] = event.output
+                span["attributes"].update({"is_error": event.is_error, "exit_code": event.exit_code})
                 self.exit()
             case events.StepEnded():
-                self.innermost().set_outputs({"outcome": event.outcome})
+                self.open[-1]["outputs"] = {"outcome": event.outcome}
                 self.exit()
 
-    def enter(self, context: contextlib.AbstractContextManager[Any]) -> None:
-        self.open.append((context, context.__enter__()))
+    def enter(self, name: str, span_type: str, inputs: Any, attributes: dict[str, Any]) -> None:
+        self.open.append({
+            "name": name, "span_type": span_type, "span_id": uuid.uuid4().hex[:16],
+            "parent_id": self.open[-1]["span_id"] if self.open else None, "start_time_ns": time.time_ns(),
+            "end_time_ns": None, "inputs": inputs, "outputs": None, "attributes": attributes, "status": "OK",
+            "status_description": "", "events": [],
+        })  # fmt: skip
 
-    def innermost(self) -> Any:
-        return self.open[-1][1]
-
-    def exit(self, error: BaseException | None = None) -> None:
-        context, _ = self.open.pop()
-        context.__exit__(type(error) if error else None, error, error.__traceback__ if error else None)
-
-    @contextlib.contextmanager
-    def step(self, number: int, inputs: dict[str, Any]) -> Iterator[Any]:
-        """The root span of one step's trace."""
-        import mlflow
-        from mlflow.entities import SpanType
-        from mlflow.entities.trace_location import MlflowExperimentLocation
-
-        assert self.recorder is not None
-        with mlflow.start_span(
-            name=f"step {number}",
-            span_type=SpanType.AGENT,
-            run_id=self.recorder.run_id,
-            trace_destination=MlflowExperimentLocation(self.recorder.experiment_id),
-        ) as span:
-            span.set_inputs(inputs)
-            # The session groups a run's steps in the UI's sessions view.
-            mlflow.update_current_trace(metadata={"mlflow.trace.session": self.session}, tags={Tag.STEP: str(number)})
-            yield span
-
-    @contextlib.contextmanager
-    def span(self, name: str, span_type: str, inputs: Any, attributes: dict[str, Any]) -> Iterator[Any]:
-        """A child span of the current step (span_type: "CHAT_MODEL", "TOOL"...)."""
-        import mlflow
-
-        with mlflow.start_span(name=name, span_type=span_type, attributes=attributes) as span:
-            span.set_inputs(inputs)
-            yield span
+    def exit(self, error: dict[str, Any] | None = None) -> None:
+        """End the innermost span (with `error`: failed, as MLflow records an exception)."""
+        span = self.open.pop()
+        span["end_time_ns"] = max(time.time_ns(), span["start_time_ns"] + 1)
+        if error is not None:
+            span["status"], span["status_description"] = "ERROR", error.pop("description")
+            span["events"].append(error)
+        self.ended.append(span)
+        if not self.open:  # the step's root: its trace is whole
+            trace = {"step": self.step_number, "session": self.session, "spans": self.ended}
+            self.ended = []
+            self.recorder.log_trace(trace)
 
     def close(self, error: BaseException | None) -> None:
-        """End the spans still open (with the error that stopped the agent, as a `with` would),
-        write out every pending trace, then put the process-wide tracking URI back."""
-        if self.recorder is None:
-            return
-        import mlflow
+        """End the spans still open, with the error that stopped the agent, as a `with` of
+        MLflow's would: an Exception fails them, an interruption ends them as they stand."""
+        while self.open:
+            self.exit(exception_event(error) if isinstance(error, Exception) else None)
 
-        try:
-            while self.open:
-                self.exit(error)
-        finally:
-            mlflow.flush_trace_async_logging()  # nothing waits here unless the user turned async export on
-            mlflow.set_tracking_uri(None)  # back to MLflow's own resolution (this also resets its tracer)
-            if self.previous_env is not None:
-                os.environ["MLFLOW_TRACKING_URI"] = self.previous_env
-            self.recorder = None
+
+def failure(kind: str, message: str, stacktrace: str) -> dict[str, Any]:
+    """A span's exception event as MLflow records one, with the status description it sets."""
+    attributes = {"exception.message": message, "exception.type": kind, "exception.stacktrace": stacktrace}
+    return {"name": "exception", "timestamp": time.time_ns(), "attributes": attributes,
+            "description": f"{kind}: {message}"}  # fmt: skip
+
+
+def exception_event(error: BaseException) -> dict[str, Any]:
+    stack = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return failure(type(error).__name__, str(error), stack)
+
+
+def export_trace(tracking_uri: str, experiment_id: str, run_id: str, trace: dict[str, Any]) -> None:
+    """Write one step's trace into the store, with its spans' own times: the run's link, the
+    session, the step's tag, and each span's inputs, outputs, attributes, status and events."""
+    import mlflow
+    from mlflow.entities import SpanEvent, SpanStatus
+
+    os.environ.setdefault(ASYNC_EXPORT_VAR, "false")  # read when MLflow makes its exporter
+    previous = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(tracking_uri)  # MLflow's tracing exports through the process-wide URI
+    try:
+        started: dict[str, Any] = {}
+        for span in sorted(trace["spans"], key=lambda s: s["start_time_ns"]):  # a parent starts before its children
+            common = dict(name=span["name"], span_type=span["span_type"], inputs=span["inputs"],
+                          attributes=span["attributes"], start_time_ns=span["start_time_ns"])  # fmt: skip
+            if span["parent_id"] is None:  # the step's root
+                metadata = {SOURCE_RUN_METADATA: run_id, SESSION_METADATA: trace["session"]}
+                live = mlflow.start_span_no_context(**common, tags={Tag.STEP: str(trace["step"])}, metadata=metadata,
+                                                    experiment_id=experiment_id)  # fmt: skip
+            else:
+                live = mlflow.start_span_no_context(**common, parent_span=started[span["parent_id"]])
+            started[span["span_id"]] = live
+        for span in trace["spans"]:  # in the order they ended: children before their parents
+            live = started[span["span_id"]]
+            for event in span["events"]:
+                live.add_event(SpanEvent(event["name"], event["timestamp"], event["attributes"]))
+            status = SpanStatus(span["status"], span["status_description"] or "")
+            live.end(outputs=span["outputs"], status=status, end_time_ns=span["end_time_ns"])
+    finally:
+        mlflow.flush_trace_async_logging()  # nothing waits here unless the user turned async export on
+        mlflow.set_tracking_uri(None)  # back to MLflow's own resolution (this also resets its tracer)
+        if previous is not None:
+            os.environ["MLFLOW_TRACKING_URI"] = previous
