@@ -299,8 +299,10 @@ def job(cfg: DictConfig) -> dict | None:
     validity = "valid" if result.valid else f"invalid: {result.reason}"
     print(f"{result.name}: {score} ({validity}); status {result.status}; mlflow run {result.run_id}")
     if result.store_error:
-        print(f"{result.name}: not yet in the tracking store, which could not be reached ({result.store_error}); "
-              f"its record is complete in {result.run_dir}: `python -m mlrb.sync {result.run_dir}` uploads it")
+        print(
+            f"{result.name}: not yet in the tracking store, which could not be reached ({result.store_error}); "
+            f"its record is complete in {result.run_dir}: `python -m mlrb.sync {result.run_dir}` uploads it"
+        )
     return dict(vars(result))
 
 

@@ -277,7 +277,6 @@ class Served:
         return getattr(self.recorder, method)(*args, **kwargs)
 
 
-
 OPERATIONS: dict[str, Callable[..., Any]] = {
     "check_store": Served.check_store,
     "open_run": Served.open_run,

@@ -37,6 +37,7 @@ from omegaconf import OmegaConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from mlrb import experiment_view, run_names, sweep_summary, tracking
 from mlrb.config import ConfigError, TrackingConfig, to_typed
+from mlrb.messages import first_line
 from mlrb.run import PARENT_RUN_VAR, SWEEP_ID_VAR, experiment_name, run_key, run_name
 from mlrb.run_names import NAME_KEYS_VAR
 from mlrb.status import MlflowStatus
@@ -153,16 +154,23 @@ class SweepLauncher(BaseSubmititLauncher):
             parent.finish(MlflowStatus.FAILED if isinstance(e, Exception) else MlflowStatus.KILLED)
             raise
         failed = [idx for idx, (ok, _) in outcomes.items() if not ok]
-        parent.finish(MlflowStatus.FAILED if failed else MlflowStatus.FINISHED)
-        summary = sweep_summary.summarise(
-            client, parent.experiment_id, jobs[0].experiment, sweep_id, parent_name, parent.run_id,
-            tracking.store_location(jobs[0].tracking)[0], time.monotonic() - started,
-        )  # fmt: skip
-        parent.log_metrics(
-            {"jobs": len(jobs), "jobs_skipped": len(jobs) - len(todo), "jobs_failed": len(failed),
-             "jobs_done": len(todo) - len(failed), **summary.metrics}
-        )  # fmt: skip
-        print(summary.text, flush=True)
+        try:
+            parent.finish(MlflowStatus.FAILED if failed else MlflowStatus.FINISHED)
+            summary = sweep_summary.summarise(
+                client, parent.experiment_id, jobs[0].experiment, sweep_id, parent_name, parent.run_id,
+                tracking.store_location(jobs[0].tracking)[0], time.monotonic() - started,
+            )  # fmt: skip
+            parent.log_metrics(
+                {"jobs": len(jobs), "jobs_skipped": len(jobs) - len(todo), "jobs_failed": len(failed),
+                 "jobs_done": len(todo) - len(failed), **summary.metrics}
+            )  # fmt: skip
+            print(summary.text, flush=True)
+        except Exception as e:  # the runs' records are whole in their folders: nothing is lost
+            if not tracking.store_unreachable(e):
+                raise
+            print(f"[sweep {sweep_id}] the tracking store cannot be reached ({first_line(e)}); each run's record "
+                  f"is whole in its run folder: launch the sweep again once the store is back, and it uploads "
+                  f"them instead of running them again", flush=True)  # fmt: skip
 
         returns = []
         for job in jobs:

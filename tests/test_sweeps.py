@@ -152,7 +152,9 @@ def test_a_relaunched_sweep_syncs_a_run_that_ended_while_the_store_was_away_inst
     second = run_cli(*args, cwd=tmp_path, timeout=600)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     assert second.stdout.count("finished before (run") == 1
-    assert f"finished before while the store was away; its record synced (run {cut.info.run_id}), skipped" in second.stdout
+    assert (
+        f"finished before while the store was away; its record synced (run {cut.info.run_id}), skipped" in second.stdout
+    )
     assert trajectory.stat().st_mtime_ns == ran_at  # the agent did not run again
     _, _, children = runs_by_role(tmp_path)
     assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)

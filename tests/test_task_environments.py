@@ -115,7 +115,10 @@ def test_prefetch_builds_the_environment_ahead_and_check_says_whether_it_is_ther
 
     root = environments.location(["numpy==1.26.4"], cache)
     missing = prefetch("--check")
-    assert missing.returncode == 1 and f"missing: numpy1-mini: its Python environment (numpy==1.26.4) in {root}" in missing.stdout
+    assert (
+        missing.returncode == 1
+        and f"missing: numpy1-mini: its Python environment (numpy==1.26.4) in {root}" in missing.stdout
+    )
     built = prefetch()
     assert built.returncode == 0, built.stderr
     assert f"numpy1-mini: its Python environment is built ({root})" in built.stdout

@@ -283,6 +283,52 @@ def test_tracking_server_needs_its_address(tmp_path):
 
 
 @pytest.mark.system
+def test_a_sweep_whose_server_goes_away_ends_its_jobs_and_its_relaunch_uploads_them_without_running_them(
+    server, tmp_path, built_cache
+):
+    from mlflow.tracking import MlflowClient
+
+    command = [sys.executable, "-m", "mlrb", "-m", "seed=201,202", "task.scales.tiny.baseline_command='sleep 8'",
+               "hydra.launcher.slots=2", "tracking=server", f"tracking.uri={server.uri}", "tracking.retry_for_s=3",
+               f"paths.cache_dir={built_cache}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]  # fmt: skip
+    sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    client = MlflowClient(server.uri)
+    deadline = time.monotonic() + 240
+    while True:  # both jobs' runs are open: their agents work (8 s)
+        experiment = client.get_experiment_by_name("llm_merging")
+        runs = ([r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("mlrb.seed") in ("201", "202")]
+                if experiment else [])  # fmt: skip
+        if len(runs) == 2:
+            break
+        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()[0][-3000:]
+        time.sleep(0.5)
+    server.stop()
+    out, _ = sweep.communicate(timeout=300)
+    assert sweep.returncode == 0, out[-3000:]
+    assert "the tracking store cannot be reached" in out and "launch the sweep again once the store is back" in out
+    assert "2 done, 0 failed" in out, out[-3000:]  # the jobs ended as they would have
+    trajectories = {r.info.run_id: Path(r.data.tags["mlrb.run_dir"]) / "trajectory.jsonl" for r in runs}
+    ran_at = {run_id: path.stat().st_mtime_ns for run_id, path in trajectories.items()}
+
+    server.start()
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert again.stdout.count("finished before while the store was away; its record synced") == 2, again.stdout
+    assert {run_id: path.stat().st_mtime_ns for run_id, path in trajectories.items()} == ran_at  # not run again
+    runs = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("mlrb.seed") in ("201", "202")]
+    assert sorted(r.info.run_id for r in runs) == sorted(trajectories)  # the same two runs, no new ones
+    for run in runs:
+        assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "no_submission"
+        assert traces_of(client, experiment.experiment_id, run.info.run_id) == [
+            [("step 1", "AGENT"), ("shell", "TOOL")]
+        ]
+    (parent,) = [r for r in client.search_runs([experiment.experiment_id], "tags.`mlrb.role` = 'sweep'")
+                 if r.info.run_id == runs[0].data.tags["mlflow.parentRunId"]]  # fmt: skip
+    assert parent.info.status == "FINISHED" and parent.data.metrics["jobs_skipped"] == 2
+    assert "2 runs (2 no submission)" in again.stdout
+
+
+@pytest.mark.system
 def test_a_run_whose_server_goes_away_finishes_and_sync_stores_it_as_a_live_run_holds_it(server, tmp_path, built_cache):
     """Runs last in this module: it stops the module's server, and starts it again for the sync."""
     import psycopg
@@ -312,7 +358,7 @@ def test_a_run_whose_server_goes_away_finishes_and_sync_stores_it_as_a_live_run_
 
     # the run goes on and ends as it would have: exit 0, its result, and one line saying where its record is
     assert run.returncode == 0, err[-3000:]
-    assert f"llm_merging/baseline/smoke/99: no score (invalid: no submission" in out and f"mlflow run {run_id}" in out
+    assert "llm_merging/baseline/smoke/99: no score (invalid: no submission" in out and f"mlflow run {run_id}" in out
     (line,) = [line for line in out.splitlines() if "not yet in the tracking store" in line]
     run_dir = line.split("its record is complete in ")[1].split(":")[0]
     assert f"`python -m mlrb.sync {run_dir}` uploads it" in line
