@@ -9,6 +9,7 @@ the agent (mlrb/sandbox/base.py harness_hidden).
     <cache>/environments/<key>/               the venv (venvs cannot move: it is built in place)
     <cache>/environments/<key>/mlrb-environment.json   written last: the requirements, what pip
                                                          installed (pip freeze) and the interpreter
+    <cache>/environments/<key>.requirements.txt   what pip was asked to install
     <cache>/environments/<key>.log            pip's output of the last build
 
 The key is the requirements' text and the interpreter's version and platform: pinned

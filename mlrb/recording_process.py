@@ -5,10 +5,10 @@ anything else the harness does for a short run. Started as soon as `python -m ml
 read its command line, this process does that work on another core while the harness
 composes its config, loads the task and imports the agent's SDK; then it checks the store,
 creates the run and writes everything the run records (params, tags, metrics, artifacts,
-and the agent's traces, from the run's events). The harness process never imports MLflow.
+and each step's trace, which the harness builds from the run's events). The harness process
+never imports MLflow.
 
-What it runs is the in-process code, `mlrb.tracking` and `mlrb.agents.tracing`: the
-harness sends each call (its arguments pickled) and waits for its answer, so every
+What it runs is the in-process code, `mlrb.tracking`'s recorder: the harness sends each call (its arguments pickled) and waits for its answer, so every
 write is done when the call returns, as it would be in one process. One thread of the
 harness does the sending and receiving, so that a signal (which Python delivers to the
 main thread) never cuts a message in half; the main thread only waits for answers.

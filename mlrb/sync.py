@@ -5,12 +5,12 @@
 
 For each run folder, what the store lacks of the record is uploaded: params, tags, metric
 values (by step), artifacts, the agent's traces (by step, with their own times) and the end
-status. A run the store already holds (the record's
-run id, or a run synced from it before, tagged `mlrb.synced_from`) is completed; otherwise a
-run is created with the record's name in its experiment. Syncing again uploads nothing
-twice, and a sync stopped half-way is finished by the next. Use it to rebuild a lost or
-corrupt store from the run folders, or to copy runs into another store (say a team's
-server).
+status. A run the store already holds (the record's run id, or a run synced from it before,
+tagged `mlrb.synced_from`) is completed; otherwise a run is created with the record's name
+in its experiment. Syncing again uploads nothing twice, and a sync stopped half-way is
+finished by the next. Use it to upload a run whose store was away while it ran, to rebuild a
+lost or corrupt store from the run folders, or to copy runs into another store (say a
+team's server).
 """
 
 from __future__ import annotations
