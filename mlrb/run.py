@@ -226,7 +226,7 @@ def stopped(cfg: MlrbConfig, recorder, run_dir: Path, e: BaseException) -> BaseE
     except Exception as failure:  # the store itself failed: say so, in the same one line
         log.error("run %s: recording its end failed: %s", run_name(cfg), failure)
         message += f" (and recording it in the tracking store failed: {tracking.first_line(failure)})"
-    if getattr(recorder, "store_error", None):
+    if recorder.store_error:
         message += f" (not yet in the tracking store: `python -m mlrb.sync {run_dir}` uploads its record)"
     if status == Status.INFRA_ERROR:
         return RunFailed(message, recorder.run_id, console.log_file())

@@ -83,7 +83,7 @@ class TraceWriter:
                 )
                 self.exit()
             case events.ModelCallFailed():
-                self.exit(failure("Exception", event.error, f"Exception: {event.error}"))
+                self.exit(("Exception", event.error, f"Exception: {event.error}"))  # as MLflow records a str
             case events.ToolStarted():
                 self.enter(event.tool, "TOOL", event.arguments, {"tool_call_id": event.id})
             case events.ToolEnded():
@@ -103,13 +103,16 @@ class TraceWriter:
             "status_description": "", "events": [],
         })  # fmt: skip
 
-    def exit(self, error: dict[str, Any] | None = None) -> None:
-        """End the innermost span (with `error`: failed, as MLflow records an exception)."""
+    def exit(self, error: tuple[str, str, str] | None = None) -> None:
+        """End the innermost span; with `error` (its type's name, message and stack trace) failed,
+        with the status and the exception event MLflow records for one."""
         span = self.open.pop()
         span["end_time_ns"] = max(time.time_ns(), span["start_time_ns"] + 1)
         if error is not None:
-            span["status"], span["status_description"] = "ERROR", error.pop("description")
-            span["events"].append(error)
+            kind, message, stacktrace = error
+            span["status"], span["status_description"] = "ERROR", f"{kind}: {message}"
+            attributes = {"exception.message": message, "exception.type": kind, "exception.stacktrace": stacktrace}
+            span["events"].append({"name": "exception", "timestamp": time.time_ns(), "attributes": attributes})
         self.ended.append(span)
         if not self.open:  # the step's root: its trace is whole
             trace = {"step": self.step_number, "session": self.session, "spans": self.ended}
@@ -120,19 +123,13 @@ class TraceWriter:
         """End the spans still open, with the error that stopped the agent, as a `with` of
         MLflow's would: an Exception fails them, an interruption ends them as they stand."""
         while self.open:
-            self.exit(exception_event(error) if isinstance(error, Exception) else None)
+            self.exit(described(error) if isinstance(error, Exception) else None)
 
 
-def failure(kind: str, message: str, stacktrace: str) -> dict[str, Any]:
-    """A span's exception event as MLflow records one, with the status description it sets."""
-    attributes = {"exception.message": message, "exception.type": kind, "exception.stacktrace": stacktrace}
-    return {"name": "exception", "timestamp": time.time_ns(), "attributes": attributes,
-            "description": f"{kind}: {message}"}  # fmt: skip
-
-
-def exception_event(error: BaseException) -> dict[str, Any]:
+def described(error: BaseException) -> tuple[str, str, str]:
+    """An exception as a failed span records it: its type's name, its message, its stack trace."""
     stack = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    return failure(type(error).__name__, str(error), stack)
+    return type(error).__name__, str(error), stack
 
 
 def export_trace(tracking_uri: str, experiment_id: str, run_id: str, trace: dict[str, Any]) -> None:
