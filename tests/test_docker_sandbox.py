@@ -10,6 +10,7 @@ import functools
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -117,8 +118,10 @@ def box(tmp_path, monkeypatch):
     (tmp_path / "task" / "hidden").mkdir()
     (tmp_path / "task" / "hidden" / "mlrb_hidden_answers.jsonl").write_text('{"answer": 3}\n')
     cfg = SandboxConfig(kind="docker", pids_limit=64, command_timeout_s=60)
+    # A run id of its own: parallel test processes hold boxes of their own at the same time.
+    run_id = f"test-run-{uuid.uuid4().hex[:8]}"
     sandbox = ds.DockerSandbox(
-        cfg, tmp_path / "ws", tmp_path / "task" / "public", "test-run", Limits(cpus=1, memory_gb=0.5)
+        cfg, tmp_path / "ws", tmp_path / "task" / "public", run_id, Limits(cpus=1, memory_gb=0.5)
     )
     yield sandbox
     sandbox.close()
@@ -226,9 +229,10 @@ def test_containers_of_a_crashed_harness_are_removed_on_the_next_start(box):
     labels = {**ds.labels("crashed-run", "agent"), "mlrb.harness_pid": str(dead.pid)}
     orphan = client.containers.run(IMAGE, ["sleep", "infinity"], detach=True, labels=labels, network_mode="none")
     removed = ds.remove_stale(client)
-    assert orphan.name in removed
+    # Gone, by this call or by another test process's box starting at the same moment.
+    assert not client.containers.list(all=True, filters={"id": orphan.id})
     assert box.container.name not in removed  # a live run's container stays
-    assert client.containers.list(filters={"label": "mlrb.run_id=test-run"})
+    assert client.containers.list(filters={"label": f"mlrb.run_id={box.run_id}"})
 
 
 @pytest.mark.system
@@ -237,4 +241,4 @@ def test_close_removes_the_container(box):
     import docker
 
     box.close()
-    assert not docker.from_env().containers.list(all=True, filters={"label": "mlrb.run_id=test-run"})
+    assert not docker.from_env().containers.list(all=True, filters={"label": f"mlrb.run_id={box.run_id}"})

@@ -183,13 +183,21 @@ def container_options(
 
 def remove_stale(client) -> list[str]:
     """Remove mlrb containers whose harness process on this host is gone."""
+    from docker.errors import APIError
+
     removed = []
     host = socket.gethostname()
     for container in client.containers.list(all=True, filters={"label": f"{LABEL}=true"}):
         info = container.labels
         if info.get(HOST_LABEL) != host or pid_alive(int(info.get(PID_LABEL, "0"))):
             continue
-        container.remove(force=True)
+        try:
+            container.remove(force=True)
+        except APIError as error:
+            # Another run starting on this host beat us to it (404, or 409 while it removes).
+            if getattr(error, "status_code", None) not in (404, 409):
+                raise
+            continue
         removed.append(container.name)
     return removed
 
