@@ -22,6 +22,11 @@ a `kind`:
 The agent's events are in `trajectory.jsonl` beside it. `fold` turns the lines into what the
 store holds, and `python -m mlrb.sync` (mlrb/sync.py) puts it into a store.
 
+The store is written from the record: each line, once appended, is read back from the file
+and written by `export_lines`, the one place where a record line becomes an MLflow call. For
+a sweep's job it runs in the harness's process (`LocalStoreRun`); for a single run, in the
+recording process (mlrb/recording_process.py), which is told only where the new line lies.
+
 When the store cannot be reached in the middle of a run (a server or database away past
 `tracking.retry_for_s`), the run goes on: its record stays complete, nothing more is sent to
 the store, and the run ends saying it is not yet in the store (`RecordedRun.store_error`);
@@ -37,8 +42,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mlrb.config import TrackingConfig
 from mlrb.messages import first_line
-from mlrb.tracking import opening_tags, store_unreachable
+from mlrb.tracking import RunRecorder, check_store, open_run, opening_tags, store_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -48,32 +54,32 @@ TEXTS = "record"  # the folder, in the run folder, of the texts a run logs as ar
 
 
 class RecordedRun:
-    """A run's recorder (tracking.RunRecorder, or the recording process's stand-in for it) that
-    appends each call to the run folder's record before making it."""
+    """A run's recorder: each call is a line appended to the run folder's record, which the
+    store's run (`LocalStoreRun`, or the recording process's `RemoteStoreRun`) then exports."""
 
-    def __init__(self, inner: Any, run_dir: Path, experiment: str, run_name: str, tags: dict[str, Any]):
-        """`inner` was just opened in EXPERIMENT as RUN_NAME with TAGS (tracking.open_run's)."""
-        self.inner = inner
+    def __init__(self, store_run: Any, run_dir: Path, experiment: str, run_name: str, tags: dict[str, Any]):
+        """`store_run` was just opened in EXPERIMENT as RUN_NAME with TAGS."""
+        self.store_run = store_run
+        self.run_id: str = store_run.run_id
+        self.attempt: int = store_run.attempt
+        self.experiment_id: str = store_run.experiment_id
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / FILE
         self.store_error: str | None = None  # why the store could not be reached, once it could not
-        self._append("opened", run_id=inner.run_id, experiment=experiment, run_name=run_name,
-                     attempt=inner.attempt, tags=opening_tags(tags, inner.attempt))  # fmt: skip
-
-    def __getattr__(self, name: str) -> Any:  # run_id, attempt, logged_params, trace_writer, ...
-        return getattr(self.inner, name)
+        self._append("opened", run_id=self.run_id, experiment=experiment, run_name=run_name,
+                     attempt=self.attempt, tags=opening_tags(tags, self.attempt))  # fmt: skip
 
     def _append(self, kind: str, **fields: Any) -> None:
+        """Append one line, then have the store's run export it (unless the store has been away)."""
         line = json.dumps({"v": VERSION, "t": round(time.time(), 3), "kind": kind, **fields}, default=str)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-
-    def _send(self, call: Callable[[], Any]) -> None:
-        """Make the store call, unless the store has been away: then the record alone goes on."""
-        if self.store_error is not None:
-            return
+        data = (line + "\n").encode("utf-8")
+        with open(self.path, "ab") as f:
+            offset = f.tell()
+            f.write(data)
+        if kind == "opened" or self.store_error is not None:
+            return  # the store opened the run itself; a store that was away gets the record by sync
         try:
-            call()
+            self.store_run.export(self.path, offset, len(data))
         except Exception as e:
             if not store_unreachable(e):
                 raise  # the store refused what was sent: a failure of the run, as before
@@ -89,16 +95,12 @@ class RecordedRun:
 
     def log_params(self, params: dict[str, str]) -> None:
         self._append("params", params=params)
-        self._send(lambda: self.inner.log_params(params))
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         self._append("tags", tags={k: str(v) for k, v in tags.items()})
-        self._send(lambda: self.inner.set_tags(tags))
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        values = {k: float(v) for k, v in metrics.items() if v is not None}
-        self._append("metrics", metrics=values, step=step)
-        self._send(lambda: self.inner.log_metrics(metrics, step=step))
+        self._append("metrics", metrics={k: float(v) for k, v in metrics.items() if v is not None}, step=step)
 
     def log_text(self, text: str, name: str) -> None:
         kept = self.run_dir / TEXTS / name
@@ -106,24 +108,89 @@ class RecordedRun:
         kept.write_text(text, encoding="utf-8")
         folder = str(Path(name).parent)
         self._artifact(kept, None if folder == "." else folder)
-        self._send(lambda: self.inner.log_text(text, name))
 
     def log_file(self, path: Path, folder: str | None = None) -> None:
-        if Path(path).exists():  # as the store's recorder: a file that is not there is not logged
+        if Path(path).exists():  # a file that is not there is not logged
             self._artifact(Path(path), folder)
-        self._send(lambda: self.inner.log_file(path, folder))
 
     def log_folder(self, path: Path, folder: str) -> None:
         self._artifact(Path(path), folder, is_dir=True)
-        self._send(lambda: self.inner.log_folder(path, folder))
 
     def log_trace(self, trace: dict[str, Any]) -> None:
         self._append("trace", trace=trace)
-        self._send(lambda: self.inner.log_trace(trace))
+
+    def logged_params(self) -> dict[str, str]:
+        """The params the record holds, from every attempt of the run so far."""
+        return fold(read(self.run_dir))["params"]
 
     def finish(self, status: str) -> None:
         self._append("status", status=status)
-        self._send(lambda: self.inner.finish(status))
+
+
+def export_lines(recorder: RunRecorder, path: Path, offset: int, length: int) -> None:
+    """Write the record's lines in bytes [offset, offset + length) of PATH to the store's run:
+    the one place where a record line becomes a store call."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read(length)
+    run_dir = Path(path).parent
+    for text in data.decode("utf-8").splitlines():
+        line = json.loads(text)
+        match line["kind"]:
+            case "params":
+                recorder.log_params(line["params"])
+            case "tags":
+                recorder.set_tags(line["tags"])
+            case "metrics":
+                recorder.log_metrics(line["metrics"], step=line["step"], timestamp_ms=int(line["t"] * 1000))
+            case "artifact":
+                file = Path(line["file"]) if Path(line["file"]).is_absolute() else run_dir / line["file"]
+                if line["is_dir"]:
+                    recorder.log_folder(file, line["artifact_path"])
+                else:
+                    recorder.log_file(file, line["artifact_path"])
+            case "trace":
+                recorder.log_trace(line["trace"])
+            case "status":
+                recorder.finish(line["status"])
+
+
+class LocalStoreRun:
+    """A run in the store, written from this process: what a sweep's jobs use (their
+    processes live on after one run, or import MLflow anyway)."""
+
+    def __init__(self, recorder: RunRecorder):
+        self.recorder = recorder
+        self.run_id, self.experiment_id, self.attempt = recorder.run_id, recorder.experiment_id, recorder.attempt
+
+    def export(self, path: Path, offset: int, length: int) -> None:
+        export_lines(self.recorder, path, offset, length)
+
+
+class Deferred:
+    """A call made when its result is asked for."""
+
+    def __init__(self, call: Callable[[], Any]):
+        self.call = call
+
+    def result(self) -> Any:
+        return self.call()
+
+
+class LocalRecording:
+    """The store checked and the run opened in this process (a single run's harness hands both
+    to the recording process, mlrb/recording_process.py, with the same calls)."""
+
+    def start_check(self, cfg: TrackingConfig, wait_for_server: bool = False) -> Deferred:
+        """`tracking.check_store`, run when its result() is asked for."""
+        return Deferred(lambda: check_store(cfg, wait_for_server=wait_for_server))
+
+    def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
+                 resume_tags: dict[str, str] | None = None) -> LocalStoreRun:  # fmt: skip
+        return LocalStoreRun(open_run(cfg, experiment, run_name, tags, resume_tags=resume_tags))
+
+
+LOCAL = LocalRecording()
 
 
 def read(run_dir: Path) -> list[dict]:

@@ -3,15 +3,16 @@
 Importing MLflow and its SQL store takes a single run 2-3 s of Python work, more than
 anything else the harness does for a short run. Started as soon as `python -m mlrb` has
 read its command line, this process does that work on another core while the harness
-composes its config, loads the task and imports the agent's SDK; then it checks the store,
-creates the run and writes everything the run records (params, tags, metrics, artifacts,
-and each step's trace, which the harness builds from the run's events). The harness process
-never imports MLflow.
+composes its config, loads the task and imports the agent's SDK. Then it checks the store,
+opens the run and writes the run's record to it (mlrb/record.py): the harness appends each
+line to `record.jsonl` and tells the process where the line lies; the process reads it from
+the file and writes it with `record.export_lines`, as a sweep's job does in its own process.
+The harness process never imports MLflow.
 
-What it runs is the in-process code, `mlrb.tracking`'s recorder: the harness sends each call (its arguments pickled) and waits for its answer, so every
-write is done when the call returns, as it would be in one process. One thread of the
-harness does the sending and receiving, so that a signal (which Python delivers to the
-main thread) never cuts a message in half; the main thread only waits for answers.
+The process takes three calls: `check_store`, `open_run` and `export`. The harness waits for
+each answer, so a line is in the store when its call returns, as it would be in one process.
+One thread of the harness does the sending and receiving, so that a signal (which Python
+delivers to the main thread) never cuts a message in half; the main thread only waits.
 
 The process ignores SIGINT, SIGTERM and SIGHUP (a Ctrl-C or a closed terminal reaches the
 whole process group): the harness, which handles them, still records the run as killed
@@ -19,7 +20,7 @@ through it. It ends when the harness closes its end of the pipe, at the run's en
 the harness dies.
 
 Sweeps' jobs and `mlrb.cli.main()` called from Python record in their own process
-(`tracking.LOCAL`): their processes live on after one run, or import MLflow anyway.
+(`record.LOCAL`): their processes live on after one run, or import MLflow anyway.
 """
 
 from __future__ import annotations
@@ -169,13 +170,13 @@ class RecordingProcess:
         return self.submit("check_store", cfg, wait_for_server)
 
     def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
-                 resume_tags: dict[str, str] | None = None) -> RemoteRecorder:  # fmt: skip
+                 resume_tags: dict[str, str] | None = None) -> RemoteStoreRun:  # fmt: skip
         run_id, experiment_id, attempt = self.call("open_run", cfg, experiment, run_name, tags, resume_tags)
-        return RemoteRecorder(self, run_id, experiment_id, attempt)
+        return RemoteStoreRun(self, run_id, experiment_id, attempt)
 
 
-class RemoteRecorder:
-    """`tracking.RunRecorder`'s methods, run by the recording process's recorder."""
+class RemoteStoreRun:
+    """The run the recording process opened: it exports each new line of the run's record."""
 
     def __init__(self, process: RecordingProcess, run_id: str, experiment_id: str, attempt: int):
         self.process = process
@@ -183,35 +184,9 @@ class RemoteRecorder:
         self.experiment_id = experiment_id
         self.attempt = attempt
 
-    def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self.process.call("recorder", method, args, kwargs)
-
-    def log_params(self, params: dict[str, str]) -> None:
-        self._forward("log_params", params)
-
-    def set_tags(self, tags: dict[str, Any]) -> None:
-        self._forward("set_tags", tags)
-
-    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        self._forward("log_metrics", metrics, step)
-
-    def log_text(self, text: str, name: str) -> None:
-        self._forward("log_text", text, name)
-
-    def log_file(self, path: Path, folder: str | None = None) -> None:
-        self._forward("log_file", Path(path).resolve(), folder)
-
-    def log_folder(self, path: Path, folder: str) -> None:
-        self._forward("log_folder", Path(path).resolve(), folder)
-
-    def logged_params(self) -> dict[str, str]:
-        return self._forward("logged_params")
-
-    def finish(self, status: str) -> None:
-        self._forward("finish", status)
-
-    def log_trace(self, trace: dict[str, Any]) -> None:
-        self._forward("log_trace", trace)
+    def export(self, path: Path, offset: int, length: int) -> None:
+        """Have the process write the record's bytes [offset, offset + length) to the store."""
+        self.process.call("export", str(Path(path).resolve()), offset, length)
 
 
 def portable(error: BaseException) -> BaseException:
@@ -273,14 +248,16 @@ class Served:
         self.recorder = tracking.open_run(cfg, experiment, run_name, tags, resume_tags=resume_tags)
         return self.recorder.run_id, self.recorder.experiment_id, self.recorder.attempt
 
-    def recorder_call(self, method: str, args: tuple, kwargs: dict) -> Any:
-        return getattr(self.recorder, method)(*args, **kwargs)
+    def export(self, path: str, offset: int, length: int) -> None:
+        from mlrb.record import export_lines
+
+        export_lines(self.recorder, Path(path), offset, length)
 
 
 OPERATIONS: dict[str, Callable[..., Any]] = {
     "check_store": Served.check_store,
     "open_run": Served.open_run,
-    "recorder": Served.recorder_call,
+    "export": Served.export,
 }
 
 
@@ -340,7 +317,7 @@ def main(argv: list[str]) -> None:
     # The point of this process: these imports run while the harness composes its config.
     import mlflow  # noqa: F401
 
-    from mlrb import tracking  # noqa: F401
+    from mlrb import record, tracking  # noqa: F401
     from mlrb.agents import tracing  # noqa: F401
 
     serve(receiving, sending)

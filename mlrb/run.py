@@ -132,7 +132,7 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
     git = threading.Thread(target=lambda: commit.update(tracking.harness_commit()), name="git", daemon=True)
     git.start()
     # MLflow: in a process of its own for a single run's harness (started with it), else here
-    recording = recording_process.running() or tracking.LOCAL
+    recording = recording_process.running() or record.LOCAL
     try:
         sandbox_class.preflight(cfg.sandbox)  # e.g. no namespaces, a dead Docker daemon: one line, nothing recorded
         prefetch.refuse_if_missing(task)  # full scale: models or evaluation sets not in the HF cache
@@ -176,7 +176,7 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
     with interrupts.guarded() as guard:
         with guard.hold(), clock.stage("recording"):  # a run is created whole or not at all
             experiment, name = experiment_name(cfg), run_name(cfg)
-            recorder = record.RecordedRun(  # every call appended to the run folder's record.jsonl first
+            recorder = record.RecordedRun(  # every call a line of the run folder's record.jsonl, which the store is written from
                 recording.open_run(cfg.tracking, experiment, name, tags, resume_tags=resume_tags),
                 run_dir, experiment, name, tags,
             )  # fmt: skip

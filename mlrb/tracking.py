@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -409,10 +409,10 @@ class RunRecorder:
         for batch in chunks(items):
             with_retries(self.client.log_batch, self.run_id, tags=batch)
 
-    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int = 0, timestamp_ms: int | None = None) -> None:
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
+        now = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
         for batch in chunks(items, 1000):
             with_retries(self.client.log_batch, self.run_id, metrics=batch)
@@ -576,32 +576,6 @@ def opening_tags(tags: dict[str, Any], attempt: int) -> dict[str, str]:
     if attempt > 1:
         opened[Tag.ERROR] = ""
     return opened
-
-
-class Deferred:
-    """A call made when its result is asked for."""
-
-    def __init__(self, call: Callable[[], Any]):
-        self.call = call
-
-    def result(self) -> Any:
-        return self.call()
-
-
-class LocalRecording:
-    """Recording in the harness's own process: what a sweep's jobs do (a single run's
-    harness hands it to a process of its own, mlrb/recording_process.py, with the same calls)."""
-
-    def start_check(self, cfg: TrackingConfig, wait_for_server: bool = False) -> Deferred:
-        """`check_store`, run when its result() is asked for."""
-        return Deferred(lambda: check_store(cfg, wait_for_server=wait_for_server))
-
-    def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
-                 resume_tags: dict[str, str] | None = None) -> RunRecorder:  # fmt: skip
-        return open_run(cfg, experiment, run_name, tags, resume_tags=resume_tags)
-
-
-LOCAL = LocalRecording()
 
 
 if __name__ == "__main__":  # python -m mlrb.tracking serve: see mlrb/tracking_server.py

@@ -11,8 +11,9 @@ import signal
 
 import pytest
 
+from conftest import mlflow_client
 from fake_llm_server import FakeLlmServer, error, reply, tool
-from mlrb import events, tracking
+from mlrb import events, record
 from mlrb.agents.base import AgentContext
 from mlrb.agents.llm import LlmAgent
 from mlrb.agents.recording import MetricsWriter, open_sink
@@ -22,6 +23,14 @@ from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 from mlrb.trajectory import Trajectory, TrajectoryWriter
 from test_llm_agent import KEY, KEY_ENV, agent_config, budget_config
+
+
+def recorded_run(tmp_path, name: str) -> record.RecordedRun:
+    """A run recorded as the harness records one: through its folder's record into the store."""
+    (tmp_path / "run").mkdir()
+    store_run = record.LOCAL.open_run(TrackingConfig(dir=str(tmp_path / "mlruns")), "events", name, {})
+    return record.RecordedRun(store_run, tmp_path / "run", "events", name, {})
+
 
 pytestmark = pytest.mark.fast
 
@@ -36,7 +45,7 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
         reply(text="Thinking.", usage=(1500, 120)),  # no tool call: nudged
         reply(tool("submit", summary="done"), usage=(1700, 60)),
     ]
-    recorder = tracking.open_run(TrackingConfig(dir=str(tmp_path / "mlruns")), "events", "events/0", {})
+    recorder = recorded_run(tmp_path, "events/0")
     (tmp_path / "workspace").mkdir()
     (tmp_path / "data").mkdir()
     sandbox = UnconfinedSandbox(SandboxConfig(), tmp_path / "workspace", tmp_path / "data", "test", Limits())
@@ -75,7 +84,7 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
     )
 
     # The traces: one per step, its spans in the same order, with the same usage and outputs.
-    client = recorder.client
+    client = mlflow_client(tmp_path)
     traces = client.search_traces(locations=[recorder.experiment_id], run_id=recorder.run_id)
     by_step = {int(t.info.tags["mlrb.step"]): sorted(t.data.spans, key=lambda s: s.start_time_ns) for t in traces}
     assert sorted(by_step) == [1, 2, 3]
@@ -136,7 +145,7 @@ def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path,
     monkeypatch.setenv(KEY_ENV, KEY)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
-    recorder = tracking.open_run(TrackingConfig(dir=str(tmp_path / "mlruns")), "events", "events/1", {})
+    recorder = recorded_run(tmp_path, "events/1")
     (tmp_path / "workspace").mkdir()
     (tmp_path / "data").mkdir()
     sandbox = UnconfinedSandbox(SandboxConfig(), tmp_path / "workspace", tmp_path / "data", "test", Limits())
@@ -154,7 +163,7 @@ def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path,
             sandbox.close()
     sink.close(stopped)  # as the harness closes it when an interruption stops the agent
     assert isinstance(stopped, KeyboardInterrupt)
-    [trace] = recorder.client.search_traces(locations=[recorder.experiment_id], run_id=recorder.run_id)
+    [trace] = mlflow_client(tmp_path).search_traces(locations=[recorder.experiment_id], run_id=recorder.run_id)
     spans = sorted(trace.data.spans, key=lambda s: s.start_time_ns)
     # MLflow marks a span failed for an Exception only; an interruption (a KeyboardInterrupt,
     # as mlrb.interrupts.Interrupted is) ends it as it stands.

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import store_args
-from mlrb import events, recording_process
+from mlrb import events, record, recording_process
 from mlrb.agents.tracing import TraceWriter
 from mlrb.config import ConfigError, TrackingConfig
 from test_failures_runs import as_in_a_terminal, mlrb_lines, only_run, running_with, wait_for_file
@@ -136,7 +136,10 @@ def test_a_run_recorded_through_the_process_has_its_params_and_a_trace_ended_by_
     cfg = TrackingConfig(dir=str(tmp_path / "mlruns"))
     try:
         process.start_check(cfg).result()
-        recorder = process.open_run(cfg, "experiment", "a run", {"mlrb.task": "t"})
+        store_run = process.open_run(cfg, "experiment", "a run", {"mlrb.task": "t"})
+        (tmp_path / "run").mkdir()
+        # The harness appends each line to the run's record; the process reads it there and writes it.
+        recorder = record.RecordedRun(store_run, tmp_path / "run", "experiment", "a run", {"mlrb.task": "t"})
         recorder.log_params({"seed": "3"})
         # MLflow's own error, in the recording process: the harness gets it as one of mlrb's, by name
         with pytest.raises(recording_process.RecordingError, match=r"^MlflowException: .*seed"):

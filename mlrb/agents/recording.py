@@ -8,8 +8,6 @@ from pathlib import Path
 from mlrb import events
 from mlrb.agents.tracing import TraceWriter
 from mlrb.record import RecordedRun
-from mlrb.recording_process import RemoteRecorder
-from mlrb.tracking import RunRecorder
 from mlrb.trajectory import Trajectory, TrajectoryWriter
 
 
@@ -17,7 +15,7 @@ class MetricsWriter:
     """The metrics' subscriber: each call's latency and the run's totals after it, at its step,
     in one write (the call's BudgetState follows its ModelCalled)."""
 
-    def __init__(self, recorder: RunRecorder | RemoteRecorder | RecordedRun):
+    def __init__(self, recorder: RecordedRun):
         self.recorder = recorder
         self.pending: dict[str, float] = {}  # the last call's latency, until its totals come
 
@@ -38,7 +36,7 @@ class MetricsWriter:
         pass  # a call's metrics are written with its totals, which the loop emits right after it
 
 
-def open_sink(trajectory_file: Path, recorder: RunRecorder | RemoteRecorder | RecordedRun | None) -> events.EventSink:
+def open_sink(trajectory_file: Path, recorder: RecordedRun | None) -> events.EventSink:
     """The run's sink: the trajectory file, then (when the run is tracked) the MLflow traces and metrics."""
     subscribers: list[events.Subscriber] = [TrajectoryWriter(Trajectory(trajectory_file))]
     if recorder is not None:
