@@ -14,7 +14,6 @@ second signal comes).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import json
 import logging
@@ -24,9 +23,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from omegaconf import OmegaConf
 
 from mlrb import assets as assets_lib
 from mlrb import (
@@ -38,17 +34,18 @@ from mlrb import (
     prefetch,
     record,
     recording_process,
-    registry,
     snapshots,
     timeline,
     tracking,
     workspace,
 )
+from mlrb import (
+    plan as plans,
+)
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
 from mlrb.config import ConfigError, MlrbConfig
-from mlrb.sandbox.base import limits_for
 from mlrb.scoring.runner import Scorer
 from mlrb.status import Status, of_run
 from mlrb.tags import Tag
@@ -58,8 +55,6 @@ log = logging.getLogger(__name__)
 
 CLAIM_FILE = ".mlrb-run"  # in a run folder: a run has claimed it
 SUCCESS_IMPROVEMENT = 0.10  # MLAgentBench: success = more than 10% better than the baseline
-# Task keys only folder tasks set: left out of other tasks' identity, so their run keys stay as they were.
-FOLDER_TASK_KEYS = ("kind", "path", "format", "higher_is_better")
 ASSETS_PARAM = "assets.fingerprint"  # beside the config's params (task.name, agent.name, seed, sandbox.kind...)
 
 
@@ -87,61 +82,27 @@ class RunResult:
     store_error: str | None = None
 
 
-# Set by the sweep launchers for their jobs (see mlrb/sweep.py).
-SWEEP_ID_VAR, PARENT_RUN_VAR = "MLRB_SWEEP_ID", "MLRB_PARENT_RUN_ID"
-
-
-def experiment_name(cfg: MlrbConfig) -> str:
-    return cfg.tracking.experiment or cfg.task.name
-
-
-def run_name(cfg: MlrbConfig) -> str:
-    """task/agent/budget/seed, and the values of whatever else its sweep varies (see run_names)."""
-    from mlrb import run_names
-
-    return run_names.run_name(cfg)
-
-
-def identity(cfg: MlrbConfig) -> dict[str, Any]:
-    """What makes two runs the same experiment (paths and tracking excluded)."""
-    task = {key: value for key, value in dataclasses.asdict(cfg.task).items()
-            if cfg.task.kind or key not in FOLDER_TASK_KEYS}  # fmt: skip
-    task["scales"] = {cfg.task.scale: task["scales"][cfg.task.scale]}
-    return {
-        "task": task,
-        "agent": dataclasses.asdict(cfg.agent),
-        "budget": dataclasses.asdict(cfg.budget),
-        "sandbox": dataclasses.asdict(cfg.sandbox),
-        "seed": cfg.seed,
-    }
-
-
-def run_key(cfg: MlrbConfig) -> str:
-    return hashlib.sha256(json.dumps(identity(cfg), sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
     """Run once and record it. Raises ConfigError (nothing recorded, no run folder left),
     RunFailed (recorded as infra_error) or RunInterrupted (recorded as killed)."""
     clock = timeline.StageClock()
     clock.add("compose", timeline.since_process_start())
-    task: Task = registry.task_class(cfg.task)(cfg.task)
-    agent = registry.load(registry.AGENTS[cfg.agent.kind])(cfg.agent)
-    sandbox_class = registry.load(registry.SANDBOXES[cfg.sandbox.kind])
+    plan = plans.make(cfg)  # the config, resolved once: nothing below reads cfg
     commit: dict[str, str] = {}  # git runs in its own processes while the store is checked
     git = threading.Thread(target=lambda: commit.update(tracking.harness_commit()), name="git", daemon=True)
     git.start()
     # MLflow: in a process of its own for a single run's harness (started with it), else here
     recording = recording_process.running() or record.LOCAL
     try:
-        sandbox_class.preflight(cfg.sandbox)  # e.g. no namespaces, a dead Docker daemon: one line, nothing recorded
-        prefetch.refuse_if_missing(task)  # full scale: models or evaluation sets not in the HF cache
-        task.preflight(Path(cfg.paths.cache_dir))  # a folder task whose baseline or eval.py fails: the same
+        # e.g. no namespaces, a dead Docker daemon: one line, nothing recorded
+        plan.sandbox_class.preflight(plan.sandbox)
+        prefetch.refuse_if_missing(plan.task)  # full scale: models or evaluation sets not in the HF cache
+        plan.task.preflight(plan.cache_dir)  # a folder task whose baseline or eval.py fails: the same
         # a store that cannot take the run: the same (a sweep's job waits for a server that is away)
-        check = recording.start_check(cfg.tracking, wait_for_server=bool(os.environ.get(SWEEP_ID_VAR)))
+        check = recording.start_check(plan.tracking, wait_for_server=bool(plan.sweep_id))
         with clock.stage("sandbox_start"):
-            if hasattr(agent, "warm_up"):
-                agent.warm_up()  # e.g. an LLM agent imports its SDK on a thread while the store is checked
+            if hasattr(plan.agent, "warm_up"):
+                plan.agent.warm_up()  # e.g. an LLM agent imports its SDK on a thread while the store is checked
         with clock.stage("recording"):  # opening the store imports MLflow (here, or in the recording process)
             check.result()
     except ConfigError:
@@ -149,53 +110,30 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         raise
     git.join()
     run_dir = claim_run_dir(Path(run_dir).resolve())
-    scrub_hydra_files(Path(run_dir), tracking.secrets_in(cfg.tracking))
+    scrub_hydra_files(Path(run_dir), tracking.secrets_in(plan.tracking))
 
-    tags = {
-        Tag.TASK: cfg.task.name,
-        Tag.AGENT: cfg.agent.name,
-        Tag.BUDGET: cfg.budget.name,
-        Tag.SEED: cfg.seed,
-        Tag.SCALE: cfg.task.scale,
-        Tag.SANDBOX: cfg.sandbox.kind,
-        Tag.CONFINED: str(sandbox_class.confined).lower(),
-        Tag.NETWORK: str(cfg.task.network).lower(),
-        Tag.NORMALISED_AS: task.normalised_as,
-        Tag.UNENFORCED_RULES: ",".join(task.spec.unenforced_rules),
-        Tag.RUN_KEY: run_key(cfg),
-        Tag.RUN_DIR: str(run_dir),
-        **commit,
-    }
-    sweep_id, parent_run_id = os.environ.get(SWEEP_ID_VAR), os.environ.get(PARENT_RUN_VAR)
-    resume_tags: dict[str, str] | None = None
-    if sweep_id:  # a job of a sweep: a retry of it continues the job's run
-        tags[Tag.SWEEP_ID] = sweep_id
-        resume_tags = {Tag.RUN_KEY: str(tags[Tag.RUN_KEY]), Tag.SWEEP_ID: sweep_id}
-    if parent_run_id:
-        tags[Tag.PARENT_RUN_ID] = parent_run_id
+    tags = {**plan.tags, Tag.RUN_DIR: str(run_dir), **commit}
     with interrupts.guarded() as guard:
         with guard.hold(), clock.stage("recording"):  # a run is created whole or not at all
-            experiment, name = experiment_name(cfg), run_name(cfg)
-            recorder = record.RecordedRun(  # every call a line of the run folder's record.jsonl, which the store is written from
-                recording.open_run(cfg.tracking, experiment, name, tags, resume_tags=resume_tags),
-                run_dir, experiment, name, tags,
+            # every call a line of the run folder's record.jsonl, which the store is written from
+            recorder = record.RecordedRun(
+                recording.open_run(plan.tracking, plan.experiment, plan.name, tags, resume_tags=plan.resume_tags),
+                run_dir, plan.experiment, plan.name, tags,
             )  # fmt: skip
-        log.info("run %s (%s) started; files in %s", name, recorder.run_id, run_dir)
+        log.info("run %s (%s) started; files in %s", plan.name, recorder.run_id, run_dir)
         try:
             guard.release()  # a signal that came while the run was created stops it now
             if recorder.attempt > 1:  # start the retried job afresh
                 for leftover in ("workspace", "submission", "scoring", "snapshots", "dev"):
                     shutil.rmtree(run_dir / leftover, ignore_errors=True)
                 (run_dir / "trajectory.jsonl").unlink(missing_ok=True)
-            resolved = identity(cfg)
-            resolved["tracking"], resolved["paths"] = tracking.masked(cfg.tracking), dataclasses.asdict(cfg.paths)
             with clock.stage("recording"):
-                recorder.log_params(tracking.flatten(resolved))
-                recorder.log_text(OmegaConf.to_yaml(OmegaConf.create(resolved)), "config.yaml")
-            result = stages(cfg, task, agent, sandbox_class, recorder, run_dir, guard, clock)
+                recorder.log_params(plan.params)
+                recorder.log_text(plan.config_yaml, "config.yaml")
+            result = stages(plan, recorder, run_dir, guard, clock)
         except BaseException as e:
             with guard.hold():  # signals now come too late to change anything
-                replacement = stopped(cfg, recorder, run_dir, e)
+                replacement = stopped(plan, recorder, run_dir, e)
             if replacement is e:
                 raise
             raise replacement from e
@@ -206,10 +144,10 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
     return result
 
 
-def stopped(cfg: MlrbConfig, recorder, run_dir: Path, e: BaseException) -> BaseException:
+def stopped(plan: plans.RunPlan, recorder, run_dir: Path, e: BaseException) -> BaseException:
     """Record a run that ended early; the exception for the caller."""
     if isinstance(e, Exception):
-        log.error("run %s failed", run_name(cfg), exc_info=e, extra=console.LOG_FILE_ONLY)
+        log.error("run %s failed", plan.name, exc_info=e, extra=console.LOG_FILE_ONLY)
         message = f"{type(e).__name__}: {e}"
         status, tags = Status.INFRA_ERROR, {Tag.ERROR: message[:5000]}
     else:  # a signal, or a launcher's requeue (submitit exits the job): not the agent's doing, nor a failure
@@ -224,7 +162,7 @@ def stopped(cfg: MlrbConfig, recorder, run_dir: Path, e: BaseException) -> BaseE
         finally:
             recorder.finish(status.mlflow_status)
     except Exception as failure:  # the store itself failed: say so, in the same one line
-        log.error("run %s: recording its end failed: %s", run_name(cfg), failure)
+        log.error("run %s: recording its end failed: %s", plan.name, failure)
         message += f" (and recording it in the tracking store failed: {tracking.first_line(failure)})"
     if recorder.store_error:
         message += f" (not yet in the tracking store: `python -m mlrb.sync {run_dir}` uploads its record)"
@@ -295,10 +233,11 @@ def scrub_hydra_files(run_dir: Path, secrets: list[str]) -> None:
             path.write_text(clean)
 
 
-def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder, run_dir: Path,
-           guard: interrupts.Guard, clock: timeline.StageClock) -> RunResult:  # fmt: skip
+def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard,
+           clock: timeline.StageClock) -> RunResult:  # fmt: skip
+    task: Task = plan.task
     with clock.stage("assets"):
-        asset_path = assets_lib.ensure_assets(task, Path(cfg.paths.cache_dir))
+        asset_path = assets_lib.ensure_assets(task, plan.cache_dir)
     prepare_time = clock.times["assets"]
     with clock.stage("recording"):
         record_assets(recorder, assets_lib.fingerprint(asset_path))
@@ -308,37 +247,36 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
     run_started = time.monotonic()
 
     with clock.stage("sandbox_start"):  # the scorer's first, in its own: it imports while the agent works
-        scorer = Scorer(task, asset_path, run_dir / "scoring", cfg.sandbox, recorder.run_id)
+        scorer = Scorer(task, asset_path, run_dir / "scoring", plan.sandbox, recorder.run_id)
     with scorer:
         with clock.stage("sandbox_start"):
             work = run_dir / "workspace"
             start_files = task.workspace_files(asset_path)
             before = workspace.prepare(start_files, work)
             step_snapshots = snapshots.StepSnapshots(run_dir / "snapshots")
-            limits = limits_for(task, cfg.sandbox)
-            sandbox = sandbox_class(cfg.sandbox, work, asset_path / "public", recorder.run_id, limits, seed=cfg.seed,
-                                    task_environment=task.environment)  # fmt: skip
+            sandbox = plan.sandbox_class(plan.sandbox, work, asset_path / "public", recorder.run_id, plan.limits,
+                                         seed=plan.seed, task_environment=task.environment)  # fmt: skip
             guard.on_interrupt(sandbox.close)  # a signal stops the agent's processes at once
-            prompt = instructions.render(task, cfg.budget, sandbox.workspace, sandbox.data_dir)
+            prompt = instructions.render(task, plan.budget, sandbox.workspace, sandbox.data_dir)
         with clock.stage("recording"):
             recorder.log_text(prompt, "instructions.md")
 
-        budget = Budget(cfg.budget)
+        budget = Budget(plan.budget)
         agent_started = time.monotonic()
         sink: events.EventSink | None = None
         stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
         try:
             sink = open_sink(run_dir / "trajectory.jsonl", recorder)
-            sink.emit(events.RunStarted(run_name(cfg), dataclasses.asdict(cfg.budget)))
+            sink.emit(events.RunStarted(plan.name, dataclasses.asdict(plan.budget)))
             try:
-                outcome: AgentOutcome = agent.run(
+                outcome: AgentOutcome = plan.agent.run(
                     AgentContext(
                         task,
                         prompt,
                         sandbox,
                         budget,
                         sink,
-                        cfg.seed,
+                        plan.seed,
                         run_dir=run_dir,
                         on_step_end=lambda step: step_snapshots.take(step, work, before),
                     )
@@ -362,7 +300,7 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
             recorder.log_file(run_dir / "trajectory.jsonl")
             recorder.log_text(workspace.diff(before, work), "workspace.patch")
             recorder.log_folder(step_snapshots.root, "snapshots")
-        chosen = task.choose_snapshot(step_snapshots.root, asset_path, run_dir, cfg.sandbox, recorder.run_id)
+        chosen = task.choose_snapshot(step_snapshots.root, asset_path, run_dir, plan.sandbox, recorder.run_id)
         if chosen is not None:  # MLRC-Bench: the test split is scored on the snapshot with the best dev score
             snapshots.materialise(step_snapshots.root, chosen["entry"], start_files, work)
             recorder.log_metrics(chosen["metrics"])
@@ -372,9 +310,9 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
             log.warning("the agent changed read-only files, restored before scoring: %s", ", ".join(restored))
 
         with clock.stage("scoring"):
-            submitted = workspace.collect(work, cfg.task.submission, run_dir / "submission")
+            submitted = workspace.collect(work, plan.submission, run_dir / "submission")
             # Checked again: scoring against assets changed since the run began would be a silent wrong score.
-            asset_path = assets_lib.ensure_assets(task, Path(cfg.paths.cache_dir))
+            asset_path = assets_lib.ensure_assets(task, plan.cache_dir)
             report = scorer.score(run_dir / "submission")  # (restarted if those assets were rebuilt)
     score_time = clock.times["scoring"]
     if not submitted:
@@ -412,7 +350,7 @@ def stages(cfg: MlrbConfig, task: Task, agent: Any, sandbox_class: Any, recorder
     guard.release()
     return RunResult(
         run_id=recorder.run_id,
-        name=run_name(cfg),
+        name=plan.name,
         status=status,
         valid=report.valid,
         reason=report.reason,

@@ -38,7 +38,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmitit
 from mlrb import experiment_view, run_names, sweep_summary, tracking
 from mlrb.config import ConfigError, TrackingConfig, to_typed
 from mlrb.messages import first_line
-from mlrb.run import PARENT_RUN_VAR, SWEEP_ID_VAR, experiment_name, run_key, run_name
+from mlrb.plan import PARENT_RUN_VAR, SWEEP_ID_VAR, experiment_name, run_key, run_name
 from mlrb.run_names import NAME_KEYS_VAR
 from mlrb.status import MlflowStatus
 from mlrb.tags import SWEEP_ROLE, Tag

@@ -109,6 +109,7 @@ HOUSE_PRICE = Path(__file__).parent / "folder_tasks" / "house-price-mini"
 def test_assets_changed_during_a_run_are_rebuilt_before_scoring(tmp_path, caplog):
     """An unconfined agent can write the cache: scoring notices, rebuilds, and scores right.
     The checks are the same for every task; a small task folder keeps the rebuild quick."""
+    from mlrb import registry
     from mlrb import run as run_lib
 
     cache = tmp_path / "cache"
@@ -120,7 +121,7 @@ def test_assets_changed_during_a_run_are_rebuilt_before_scoring(tmp_path, caplog
     cfg.task.scales["folder"]["baseline_command"] = (
         f'python train.py && for f in {hidden}; do [ ! -f "$f" ] || printf X | dd of="$f" bs=1 seek=10 conv=notrunc; done'
     )
-    task = run_lib.registry.load(run_lib.registry.TASKS["folder"])(cfg.task)
+    task = registry.task_class(cfg.task)(cfg.task)
     with caplog.at_level(logging.WARNING, logger="mlrb.assets"):
         result = run_lib.execute(cfg, tmp_path / "run")
     assert "hidden/answer.csv has changed" in caplog.text and "rebuilding" in caplog.text

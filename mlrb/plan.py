@@ -1,0 +1,123 @@
+"""A run's plan: its config resolved once, before anything runs, into what the run's stages
+need (issue 36). `make(cfg)` names the run, keys it, loads its task, agent and sandbox
+classes, and works out its limits, tags and the params and config it records; `run.py`'s
+stages take the plan and read nothing else of the config.
+
+The naming functions (`experiment_name`, `run_name`, `run_key`) are light: a sweep uses
+them for each of its jobs before it launches any (mlrb/sweep.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlrb.config import BudgetConfig, MlrbConfig, SandboxConfig, TrackingConfig
+from mlrb.sandbox.base import Limits
+
+# Set by the sweep launchers for their jobs (see mlrb/sweep.py).
+SWEEP_ID_VAR, PARENT_RUN_VAR = "MLRB_SWEEP_ID", "MLRB_PARENT_RUN_ID"
+# Task keys only folder tasks set: left out of other tasks' identity, so their run keys stay as they were.
+FOLDER_TASK_KEYS = ("kind", "path", "format", "higher_is_better")
+
+
+def experiment_name(cfg: MlrbConfig) -> str:
+    return cfg.tracking.experiment or cfg.task.name
+
+
+def run_name(cfg: MlrbConfig) -> str:
+    """task/agent/budget/seed, and the values of whatever else its sweep varies (see run_names)."""
+    from mlrb import run_names
+
+    return run_names.run_name(cfg)
+
+
+def identity(cfg: MlrbConfig) -> dict[str, Any]:
+    """What makes two runs the same experiment (paths and tracking excluded)."""
+    task = {key: value for key, value in dataclasses.asdict(cfg.task).items()
+            if cfg.task.kind or key not in FOLDER_TASK_KEYS}  # fmt: skip
+    task["scales"] = {cfg.task.scale: task["scales"][cfg.task.scale]}
+    return {
+        "task": task,
+        "agent": dataclasses.asdict(cfg.agent),
+        "budget": dataclasses.asdict(cfg.budget),
+        "sandbox": dataclasses.asdict(cfg.sandbox),
+        "seed": cfg.seed,
+    }
+
+
+def run_key(cfg: MlrbConfig) -> str:
+    return hashlib.sha256(json.dumps(identity(cfg), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything a run does, decided before it starts."""
+
+    experiment: str  # the MLflow experiment
+    name: str  # the run's name (run_name)
+    key: str  # what makes two runs the same experiment (run_key), a tag
+    seed: int
+    task: Any  # mlrb.tasks.base.Task, configured
+    agent: Any  # the agent, configured
+    sandbox_class: Any  # the sandbox's class (mlrb/sandbox/)
+    sandbox: SandboxConfig
+    limits: Limits  # the agent's sandbox's: the task's hardware, unless the sandbox config says less
+    budget: BudgetConfig
+    tracking: TrackingConfig
+    cache_dir: Path  # where task assets and environments are built
+    submission: str  # the file or folder in the workspace that is scored
+    tags: dict[str, Any]  # the run's tags when it opens (its folder and the harness's commit are added then)
+    resume_tags: dict[str, str] | None  # a sweep's job: the tags by which a retry finds the job's run
+    params: dict[str, str]  # the resolved config, flattened, as MLflow params
+    config_yaml: str  # the same, as the run's config.yaml artifact
+    sweep_id: str | None
+
+
+def make(cfg: MlrbConfig) -> RunPlan:
+    """The run's plan; the task's, agent's and sandbox's classes are imported here."""
+    from omegaconf import OmegaConf
+
+    from mlrb import registry, tracking
+    from mlrb.sandbox.base import limits_for
+    from mlrb.tags import Tag
+
+    task = registry.task_class(cfg.task)(cfg.task)
+    agent = registry.load(registry.AGENTS[cfg.agent.kind])(cfg.agent)
+    sandbox_class = registry.load(registry.SANDBOXES[cfg.sandbox.kind])
+    key = run_key(cfg)
+    tags: dict[str, Any] = {
+        Tag.TASK: cfg.task.name,
+        Tag.AGENT: cfg.agent.name,
+        Tag.BUDGET: cfg.budget.name,
+        Tag.SEED: cfg.seed,
+        Tag.SCALE: cfg.task.scale,
+        Tag.SANDBOX: cfg.sandbox.kind,
+        Tag.CONFINED: str(sandbox_class.confined).lower(),
+        Tag.NETWORK: str(cfg.task.network).lower(),
+        Tag.NORMALISED_AS: task.normalised_as,
+        Tag.UNENFORCED_RULES: ",".join(task.spec.unenforced_rules),
+        Tag.RUN_KEY: key,
+    }
+    sweep_id, parent_run_id = os.environ.get(SWEEP_ID_VAR), os.environ.get(PARENT_RUN_VAR)
+    resume_tags: dict[str, str] | None = None
+    if sweep_id:  # a job of a sweep: a retry of it continues the job's run
+        tags[Tag.SWEEP_ID] = sweep_id
+        resume_tags = {Tag.RUN_KEY: key, Tag.SWEEP_ID: sweep_id}
+    if parent_run_id:
+        tags[Tag.PARENT_RUN_ID] = parent_run_id
+    resolved = identity(cfg)
+    resolved["tracking"], resolved["paths"] = tracking.masked(cfg.tracking), dataclasses.asdict(cfg.paths)
+    return RunPlan(
+        experiment=experiment_name(cfg), name=run_name(cfg), key=key, seed=cfg.seed,
+        task=task, agent=agent, sandbox_class=sandbox_class, sandbox=cfg.sandbox,
+        limits=limits_for(task, cfg.sandbox), budget=cfg.budget, tracking=cfg.tracking,
+        cache_dir=Path(cfg.paths.cache_dir), submission=cfg.task.submission, tags=tags, resume_tags=resume_tags,
+        params=tracking.flatten(resolved), config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
+        sweep_id=sweep_id,
+    )  # fmt: skip
