@@ -1,5 +1,6 @@
 """A scripted model server on loopback that speaks the Anthropic Messages API
-(POST /v1/messages) and OpenAI Chat Completions (POST /v1/chat/completions).
+(POST /v1/messages) and OpenAI Chat Completions (POST /v1/chat/completions), streaming
+(server-sent events, when the request says `"stream": true`) or not.
 
 It plays a list of scripted turns, one per request, in the wire format of the
 endpoint asked, and records every request (path, headers with lower-case names, JSON body) so tests
@@ -13,6 +14,7 @@ can assert on what the real SDK clients sent.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,9 +25,12 @@ def tool(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 
 
-def reply(*tool_calls: dict[str, Any], text: str = "", usage=(1000, 100), delay_s: float = 0.0) -> dict[str, Any]:
-    """A model turn: some text and tool calls, with the usage the server reports (None: none)."""
-    return {"kind": "reply", "text": text, "tool_calls": list(tool_calls), "usage": usage, "delay_s": delay_s}
+def reply(*tool_calls: dict[str, Any], text: str = "", usage=(1000, 100), delay_s: float = 0.0,
+          gap_s: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    """A model turn: some text and tool calls, with the usage the server reports (None: none).
+    Streamed, its first event comes at once and the rest `gap_s` later."""
+    return {"kind": "reply", "text": text, "tool_calls": list(tool_calls), "usage": usage, "delay_s": delay_s,
+            "gap_s": gap_s}  # fmt: skip
 
 
 def error(status: int, message: str = "scripted failure") -> dict[str, Any]:
@@ -88,6 +93,12 @@ class FakeLlmServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def setup(self) -> None:
+                super().setup()
+                # Headers and body go out in separate writes: without this, Nagle's algorithm holds
+                # the body until the client acknowledges the headers (about 40 ms per call).
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
             def log_message(self, *args) -> None:  # keep the test output quiet
                 pass
 
@@ -106,7 +117,23 @@ class FakeLlmServer:
                 if turn["delay_s"]:
                     time.sleep(turn["delay_s"])
                 render = anthropic_reply if anthropic else openai_reply
-                self.send(200, render(turn, body.get("model", "fake"), len(fake.requests)))
+                reply = render(turn, body.get("model", "fake"), len(fake.requests))
+                if body.get("stream"):
+                    events = anthropic_events(reply) if anthropic else openai_chunks(reply, body)
+                    return self.stream(events, turn.get("gap_s", 0.0))
+                self.send(200, reply)
+
+            def stream(self, events: list[bytes], gap_s: float) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i, event in enumerate(events):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    self.wfile.flush()
+                    if i == 0 and gap_s:
+                        time.sleep(gap_s)
+                self.wfile.write(b"0\r\n\r\n")
 
             def send(self, status: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()
@@ -171,3 +198,52 @@ def openai_reply(turn: dict[str, Any], model: str, n: int) -> dict[str, Any]:
         prompt, completion = turn["usage"]
         out["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
     return out
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+
+
+def anthropic_events(message: dict[str, Any]) -> list[bytes]:
+    """A Messages reply as the stream of events the API sends for it."""
+    usage = message["usage"] or {"input_tokens": 0, "output_tokens": 0}
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 1},
+    }
+    events = [sse({"type": "message_start", "message": start}, "message_start")]
+    for i, block in enumerate(message["content"]):
+        if block["type"] == "text":
+            opening, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+        else:
+            opening = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        events += [sse({"type": "content_block_start", "index": i, "content_block": opening}, "content_block_start"),
+                   sse({"type": "content_block_delta", "index": i, "delta": delta}, "content_block_delta"),
+                   sse({"type": "content_block_stop", "index": i}, "content_block_stop")]  # fmt: skip
+    events += [sse({"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                    "usage": {"output_tokens": usage["output_tokens"]}}, "message_delta"),
+               sse({"type": "message_stop"}, "message_stop")]  # fmt: skip
+    return events
+
+
+def openai_chunks(completion: dict[str, Any], request: dict[str, Any]) -> list[bytes]:
+    """A chat completion as the chunks the API streams for it (its usage last when asked for)."""
+    head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = completion["choices"][0]
+    message = choice["message"]
+    chunks = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
+    if message.get("content"):
+        chunks.append(
+            {**head, "choices": [{"index": 0, "delta": {"content": message["content"]}, "finish_reason": None}]}
+        )
+    for i, call in enumerate(message.get("tool_calls") or []):
+        delta = {"tool_calls": [{"index": i, **call}]}
+        chunks.append({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+    chunks.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+    if (request.get("stream_options") or {}).get("include_usage") and completion.get("usage"):
+        chunks.append({**head, "choices": [], "usage": completion["usage"]})
+    return [sse(chunk) for chunk in chunks] + [sse("[DONE]")]

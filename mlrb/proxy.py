@@ -1,0 +1,406 @@
+"""The metering proxy (issue 37): a run's one connection to the model APIs.
+
+An agent talks to the proxy as it would to the provider, with the run's token as its API
+key (worth nothing anywhere else):
+
+    <proxy>/anthropic/v1/messages           the Anthropic Messages API
+    <proxy>/openai/v1/chat/completions      OpenAI Chat Completions
+
+streaming or not. For each call the proxy
+
+- checks the token (a wrong one: 401, in the provider's error shape);
+- refuses the call once the run's budget is spent (`Meter.exhausted`), as the provider says
+  an account is out of credit: Anthropic's 400 `invalid_request_error`, OpenAI's 429
+  `insufficient_quota`; nothing goes upstream;
+- sends it upstream with the real key, retrying connection failures, 408, 409, 429 and
+  5xx with exponential backoff (a `retry-after` header wins), as the SDKs do;
+- passes the response back as it arrives: a stream is written to the agent chunk by chunk,
+  never held back;
+- reads the provider's own usage fields from the response (for a stream, from its events;
+  an OpenAI chat stream is asked for its usage, `stream_options.include_usage`) and charges
+  them to the meter at the configured prices;
+- hands the whole call (request, response, usage, cost, timings) to `on_call`.
+
+The real keys stay in this process: they are never sent back, and the agent's headers that
+carry a key are replaced, not forwarded.
+"""
+
+from __future__ import annotations
+
+import hmac
+import http.client
+import json
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
+
+ROUTES = {  # the proxy's path -> (provider, the upstream's path under its base URL)
+    "/anthropic/v1/messages": ("anthropic", "/v1/messages"),
+    "/openai/v1/chat/completions": ("openai", "/chat/completions"),
+}
+# Request headers never forwarded: hop-by-hop ones, the ones the proxy sets, and every header
+# that may carry the agent's key (it is the run's token, not a key upstream knows).
+DROPPED_HEADERS = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
+                   "upgrade", "proxy-authorization", "authorization", "x-api-key", "accept-encoding"}  # fmt: skip
+RESPONSE_DROPPED = {"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"}
+RETRIED_STATUSES = {408, 409, 429}  # and every 5xx
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where a provider's calls go, and the real key they carry."""
+
+    base_url: str  # e.g. https://api.anthropic.com (Anthropic), https://api.openai.com/v1 (OpenAI)
+    api_key: str
+    price_input_per_mtok: float = 0.0
+    price_output_per_mtok: float = 0.0
+
+
+@dataclass
+class Call:
+    """One call as the proxy saw it."""
+
+    provider: str
+    endpoint: str  # the proxy's path
+    model: str
+    stream: bool
+    status: int  # the status the agent got
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usd: float = 0.0
+    latency_s: float = 0.0  # from the request to the response's last byte
+    first_byte_s: float | None = None  # to the response's first byte (the stream's start)
+    attempts: int = 0  # upstream tries (0: refused by the proxy)
+    refused: str | None = None  # why the proxy answered itself (bad token, budget spent)
+    request: dict[str, Any] = field(default_factory=dict)
+    response: Any = None  # the JSON body, or a stream's events as a list
+
+
+class Meter:
+    """The run's spending as the proxy sees it, against limits (None: no limit)."""
+
+    def __init__(self, max_input_tokens: int | None = None, max_output_tokens: int | None = None,
+                 max_usd: float | None = None, deadline: Callable[[], bool] | None = None):  # fmt: skip
+        self.max_input_tokens, self.max_output_tokens, self.max_usd = max_input_tokens, max_output_tokens, max_usd
+        self.deadline = deadline  # True once the run's time is up
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.usd = 0.0
+        self.lock = threading.Lock()
+
+    def charge(self, input_tokens: int, output_tokens: int, usd: float) -> None:
+        with self.lock:
+            self.input_tokens += input_tokens
+            self.output_tokens += output_tokens
+            self.usd += usd
+
+    def exhausted(self) -> str | None:
+        """The first limit reached, or None. "not spent < limit": a NaN stops, never lifts, a limit."""
+        with self.lock:
+            if self.deadline is not None and self.deadline():
+                return "wall_time"
+            if self.max_input_tokens is not None and not self.input_tokens < self.max_input_tokens:
+                return "input_tokens"
+            if self.max_output_tokens is not None and not self.output_tokens < self.max_output_tokens:
+                return "output_tokens"
+            if self.max_usd is not None and not self.usd < self.max_usd:
+                return "usd"
+        return None
+
+
+def error_body(provider: str, status: int, kind: str, message: str, code: str | None = None) -> dict[str, Any]:
+    """An error as the provider writes one, so the agent's SDK raises its own error type."""
+    if provider == "anthropic":
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def refusal(provider: str, reason: str) -> tuple[int, dict[str, Any]]:
+    """The answer to a call made after the budget is spent: the provider's "out of credit"."""
+    message = f"mlrb: the run's budget is spent ({reason}); no more model calls are allowed"
+    if provider == "anthropic":
+        return 400, error_body(provider, 400, "invalid_request_error", message)
+    return 429, error_body(provider, 429, "insufficient_quota", message, code="insufficient_quota")
+
+
+def usage_of(provider: str, body: Any) -> tuple[int, int]:
+    """(input tokens, output tokens) from a whole JSON response; (0, 0) when it has none."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return 0, 0
+    if "prompt_tokens" in usage:  # Chat Completions
+        return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    inputs = int(usage.get("input_tokens") or 0)
+    if provider == "anthropic":  # cached prompt tokens are input too
+        inputs += int(usage.get("cache_creation_input_tokens") or 0) + int(usage.get("cache_read_input_tokens") or 0)
+    return inputs, int(usage.get("output_tokens") or 0)
+
+
+class StreamUsage:
+    """Reads a server-sent event stream as it passes and keeps its usage and events."""
+
+    def __init__(self, provider: str):
+        self.provider = provider
+        self.pending = b""
+        self.events: list[Any] = []
+        self.input_tokens = 0
+        self.output_tokens = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.pending += chunk
+        while b"\n\n" in self.pending:
+            raw, self.pending = self.pending.split(b"\n\n", 1)
+            self.event(raw)
+
+    def event(self, raw: bytes) -> None:
+        data = b"\n".join(line[5:].lstrip() for line in raw.splitlines() if line.startswith(b"data:"))
+        if not data or data == b"[DONE]":
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return
+        self.events.append(event)
+        if not isinstance(event, dict):
+            return
+        kind = event.get("type")
+        if kind == "message_start":  # Anthropic: the input, and the output so far
+            self.input_tokens, self.output_tokens = usage_of("anthropic", event.get("message"))
+        elif kind == "message_delta":  # Anthropic: the output so far (a running total)
+            self.output_tokens = int((event.get("usage") or {}).get("output_tokens") or self.output_tokens)
+        elif isinstance(event.get("usage"), dict):  # Chat Completions: the last chunk
+            self.input_tokens, self.output_tokens = usage_of(self.provider, event)
+
+
+class UpstreamConnections:
+    """Kept-alive connections to the upstreams, one per thread and host."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.local = threading.local()
+
+    def get(self, base_url: str) -> http.client.HTTPConnection:
+        pool = self.local.__dict__.setdefault("pool", {})
+        if base_url not in pool:
+            parts = urlsplit(base_url)
+            kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+            pool[base_url] = kind(parts.netloc, timeout=self.timeout_s)
+        return pool[base_url]
+
+    def drop(self, base_url: str) -> None:
+        connection = self.local.__dict__.get("pool", {}).pop(base_url, None)
+        if connection is not None:
+            connection.close()
+
+
+class MeteringProxy:
+    """The proxy, serving on 127.0.0.1 (a free port unless given) in threads of this process."""
+
+    def __init__(self, upstreams: dict[str, Upstream], token: str, meter: Meter,
+                 on_call: Callable[[Call], None] | None = None, port: int = 0, max_retries: int = 6,
+                 retry_base_delay_s: float = 1.0, retry_max_delay_s: float = 60.0,
+                 request_timeout_s: float = 600.0):  # fmt: skip
+        self.upstreams, self.token, self.meter = upstreams, token, meter
+        self.on_call = on_call or (lambda call: None)
+        self.max_retries, self.retry_base_delay_s, self.retry_max_delay_s = (
+            max_retries,
+            retry_base_delay_s,
+            retry_max_delay_s,
+        )
+        self.connections = UpstreamConnections(request_timeout_s)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self.handler_class())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name="metering-proxy", daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def base_url(self, provider: str) -> str:
+        """What an agent's SDK takes as its base URL for PROVIDER."""
+        return f"{self.url}/anthropic" if provider == "anthropic" else f"{self.url}/openai/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> MeteringProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- one call -------------------------------------------------------------------
+    def authorised(self, provider: str, headers: Any) -> bool:
+        given = headers.get("x-api-key") or ""
+        bearer = headers.get("authorization") or ""
+        if bearer.lower().startswith("bearer "):
+            given = given or bearer[7:].strip()
+        return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+
+    def forward(self, provider: str, path: str, headers: dict[str, str],
+                body: bytes) -> Iterator[tuple[http.client.HTTPResponse, int]]:  # fmt: skip
+        """Send the call upstream, retrying what is transient; yields the response to pass on
+        (with its attempt number) once, then closes it. Raises OSError when every try failed."""
+        upstream = self.upstreams[provider]
+        headers = {**headers, **({"x-api-key": upstream.api_key} if provider == "anthropic"
+                                 else {"authorization": f"Bearer {upstream.api_key}"})}  # fmt: skip
+        target = urlsplit(upstream.base_url).path.rstrip("/") + path
+        for attempt in range(1, self.max_retries + 2):
+            connection = self.connections.get(upstream.base_url)
+            try:
+                connection.request("POST", target, body=body, headers=headers)
+                response = connection.getresponse()
+            except (OSError, http.client.HTTPException):
+                self.connections.drop(upstream.base_url)
+                if attempt > self.max_retries:
+                    raise
+                time.sleep(self.delay(attempt, None))
+                continue
+            transient = response.status in RETRIED_STATUSES or response.status >= 500
+            if transient and attempt <= self.max_retries:
+                response.read()
+                time.sleep(self.delay(attempt, response.getheader("retry-after")))
+                continue
+            try:
+                yield response, attempt
+            finally:
+                if not response.isclosed():
+                    self.connections.drop(upstream.base_url)  # not read to its end: the connection is spent
+            return
+
+    def delay(self, attempt: int, retry_after: str | None) -> float:
+        try:
+            stated = float(retry_after) if retry_after is not None else math.nan
+        except ValueError:
+            stated = math.nan
+        if math.isfinite(stated) and stated >= 0:
+            return min(stated, self.retry_max_delay_s)
+        return min(self.retry_base_delay_s * 2 ** (attempt - 1), self.retry_max_delay_s)
+
+    def charge(self, call: Call) -> None:
+        upstream = self.upstreams[call.provider]
+        call.usd = (call.input_tokens * upstream.price_input_per_mtok
+                    + call.output_tokens * upstream.price_output_per_mtok) / 1e6  # fmt: skip
+        self.meter.charge(call.input_tokens, call.output_tokens, call.usd)
+
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                # Each response goes out in a few writes (headers, chunks): without this, Nagle's
+                # algorithm holds the next one back until the agent acknowledges (about 40 ms).
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def log_message(self, *args: Any) -> None:  # the run's events say what was called
+                pass
+
+            def do_POST(self) -> None:
+                started = time.monotonic()
+                route = ROUTES.get(self.path.split("?", 1)[0])
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if route is None or route[0] not in proxy.upstreams:
+                    known = ", ".join(p for p, (provider, _) in ROUTES.items() if provider in proxy.upstreams)
+                    return self.reply(404, error_body("openai", 404, "not_found", f"{self.path}: not served here; "
+                                                      f"the proxy serves {known}"))  # fmt: skip
+                provider, upstream_path = route
+                try:
+                    request = json.loads(body or b"{}")
+                except ValueError:
+                    request = None
+                if not isinstance(request, dict):
+                    return self.reply(
+                        400, error_body(provider, 400, "invalid_request_error", "the body is not a JSON object")
+                    )
+                call = Call(provider, self.path, str(request.get("model", "")), bool(request.get("stream")), 0,
+                            request=request)  # fmt: skip
+                try:
+                    self.handle_call(call, upstream_path, request, body, started)
+                finally:
+                    call.latency_s = time.monotonic() - started
+                    proxy.on_call(call)
+
+            def handle_call(self, call: Call, upstream_path: str, request: dict, body: bytes, started: float) -> None:
+                provider = call.provider
+                if not proxy.authorised(provider, self.headers):
+                    call.refused = "the API key is not this run's token"
+                    call.status = 401
+                    return self.reply(401, error_body(provider, 401, "authentication_error", "invalid x-api-key"
+                                                      if provider == "anthropic" else "Incorrect API key provided",
+                                                      code="invalid_api_key"))  # fmt: skip
+                spent = proxy.meter.exhausted()
+                if spent:
+                    call.refused = f"budget spent: {spent}"
+                    call.status, answer = refusal(provider, spent)
+                    return self.reply(call.status, answer)
+                if call.stream and provider == "openai" and upstream_path == "/chat/completions":
+                    options = request.get("stream_options") or {}
+                    if not options.get("include_usage"):  # the usage comes in the stream's last chunk
+                        request["stream_options"] = {**options, "include_usage": True}
+                        body = json.dumps(request).encode()
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in DROPPED_HEADERS}
+                headers["content-length"] = str(len(body))
+                try:
+                    for response, attempt in proxy.forward(provider, upstream_path, headers, body):
+                        call.attempts, call.status = attempt, response.status
+                        self.pass_on(call, response, started)
+                except (OSError, http.client.HTTPException) as e:
+                    call.status = 502
+                    message = f"mlrb proxy: the upstream could not be reached ({type(e).__name__}: {e})"
+                    self.reply(502, error_body(provider, 502, "api_error", message))
+
+            def pass_on(self, call: Call, response: http.client.HTTPResponse, started: float) -> None:
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() not in RESPONSE_DROPPED:
+                        self.send_header(key, value)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                streamed = "text/event-stream" in (response.getheader("content-type") or "")
+                reader = StreamUsage(call.provider) if streamed else None
+                whole = bytearray()
+                while chunk := response.read1(65536):
+                    if call.first_byte_s is None:
+                        call.first_byte_s = time.monotonic() - started
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                    if reader is not None:
+                        reader.feed(chunk)
+                    else:
+                        whole += chunk
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                if reader is not None:
+                    call.response = reader.events
+                    call.input_tokens, call.output_tokens = reader.input_tokens, reader.output_tokens
+                else:
+                    try:
+                        call.response = json.loads(bytes(whole) or b"null")
+                    except ValueError:
+                        call.response = bytes(whole).decode("utf-8", "replace")
+                    call.input_tokens, call.output_tokens = usage_of(call.provider, call.response)
+                proxy.charge(call)
+
+            def reply(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler

@@ -1,0 +1,137 @@
+"""The metering proxy (mlrb/proxy.py): the official Anthropic and OpenAI SDKs talk HTTP to
+it with the run's token, it talks to a scripted upstream (tests/fake_llm_server.py) with the
+real key, and it charges what the upstream reports."""
+
+from __future__ import annotations
+
+import time
+
+import anthropic
+import openai
+import pytest
+
+from fake_llm_server import FakeLlmServer, error, reply, tool
+from mlrb.proxy import Call, Meter, MeteringProxy, Upstream
+
+pytestmark = pytest.mark.fast
+
+TOKEN = "mlrb-run-token-1234"
+ANTHROPIC_KEY, OPENAI_KEY = "sk-ant-real-key", "sk-openai-real-key"
+MESSAGES = [{"role": "user", "content": "Solve."}]
+
+
+def proxy_for(server: FakeLlmServer, meter: Meter | None = None, calls: list[Call] | None = None) -> MeteringProxy:
+    upstreams = {
+        "anthropic": Upstream(
+            server.anthropic_url, ANTHROPIC_KEY, price_input_per_mtok=3.0, price_output_per_mtok=15.0
+        ),
+        "openai": Upstream(server.openai_url, OPENAI_KEY, price_input_per_mtok=2.5, price_output_per_mtok=10.0),
+    }
+    on_call = calls.append if calls is not None else None
+    return MeteringProxy(upstreams, TOKEN, meter or Meter(), on_call=on_call, retry_base_delay_s=0.01)
+
+
+def anthropic_client(proxy: MeteringProxy, key: str = TOKEN) -> anthropic.Anthropic:
+    return anthropic.Anthropic(api_key=key, base_url=proxy.base_url("anthropic"), max_retries=0)
+
+
+def openai_client(proxy: MeteringProxy, key: str = TOKEN) -> openai.OpenAI:
+    return openai.OpenAI(api_key=key, base_url=proxy.base_url("openai"), max_retries=0)
+
+
+def test_anthropic_calls_pass_through_streamed_or_not_and_are_charged_with_the_real_key_upstream():
+    calls: list[Call] = []
+    meter = Meter()
+    script = [
+        reply(tool("bash", command="ls"), text="Looking.", usage=(1200, 80)),
+        reply(text="Done.", usage=(1500, 120)),
+    ]
+    with FakeLlmServer(script) as server, proxy_for(server, meter, calls) as proxy:
+        client = anthropic_client(proxy)
+        message = client.messages.create(model="claude-test", max_tokens=100, messages=MESSAGES)
+        with client.messages.stream(model="claude-test", max_tokens=100, messages=MESSAGES) as stream:
+            streamed = stream.get_final_message()
+    assert [block.type for block in message.content] == ["text", "tool_use"]
+    assert message.content[1].name == "bash" and message.content[1].input == {"command": "ls"}
+    assert streamed.content[0].text == "Done." and streamed.usage.output_tokens == 120
+    # The upstream got the real key and never the run's token; the agent never sees the key.
+    assert [r["headers"].get("x-api-key") for r in server.requests] == [ANTHROPIC_KEY, ANTHROPIC_KEY]
+    assert not any(TOKEN in str(r["headers"]) for r in server.requests)
+    assert [(c.stream, c.status, c.attempts, c.input_tokens, c.output_tokens) for c in calls] == [
+        (False, 200, 1, 1200, 80),
+        (True, 200, 1, 1500, 120),
+    ]
+    assert (meter.input_tokens, meter.output_tokens) == (2700, 200)
+    assert meter.usd == pytest.approx((2700 * 3.0 + 200 * 15.0) / 1e6)
+    assert calls[1].response[0]["type"] == "message_start" and calls[1].response[-1]["type"] == "message_stop"
+
+
+def test_openai_chat_calls_pass_through_streamed_or_not_and_a_stream_is_asked_for_its_usage():
+    calls: list[Call] = []
+    meter = Meter()
+    script = [reply(tool("write_file", path="a.txt", content="x"), usage=(900, 40)), reply(text="Hi.", usage=(950, 60))]
+    with FakeLlmServer(script) as server, proxy_for(server, meter, calls) as proxy:
+        client = openai_client(proxy)
+        completion = client.chat.completions.create(model="gpt-test", messages=MESSAGES)
+        chunks = list(client.chat.completions.create(model="gpt-test", messages=MESSAGES, stream=True))
+    call = completion.choices[0].message.tool_calls[0]
+    assert call.function.name == "write_file" and completion.usage.prompt_tokens == 900
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hi."
+    assert [r["headers"].get("authorization") for r in server.requests] == [f"Bearer {OPENAI_KEY}"] * 2
+    assert server.requests[1]["body"]["stream_options"] == {"include_usage": True}  # added by the proxy
+    assert [(c.stream, c.input_tokens, c.output_tokens) for c in calls] == [(False, 900, 40), (True, 950, 60)]
+    assert meter.usd == pytest.approx(((900 + 950) * 2.5 + (40 + 60) * 10.0) / 1e6)
+
+
+def test_a_key_that_is_not_the_run_s_token_is_refused_in_the_provider_s_shape_and_nothing_goes_upstream():
+    calls: list[Call] = []
+    with FakeLlmServer([reply(text="never")]) as server, proxy_for(server, calls=calls) as proxy:
+        with pytest.raises(anthropic.AuthenticationError):
+            anthropic_client(proxy, key=ANTHROPIC_KEY).messages.create(model="m", max_tokens=10, messages=MESSAGES)
+        with pytest.raises(openai.AuthenticationError):
+            openai_client(proxy, key="sk-guess").chat.completions.create(model="m", messages=MESSAGES)
+    assert server.requests == []
+    assert [(c.status, c.refused) for c in calls] == [(401, "the API key is not this run's token")] * 2
+
+
+def test_once_the_budget_is_spent_calls_are_refused_as_out_of_credit_and_nothing_goes_upstream():
+    calls: list[Call] = []
+    meter = Meter(max_output_tokens=150)
+    with FakeLlmServer([reply(text="a", usage=(10, 100)), reply(text="b", usage=(10, 100))]) as server:
+        with proxy_for(server, meter, calls) as proxy:
+            client = anthropic_client(proxy)
+            for _ in range(2):  # 100 then 200 output tokens: the second call is the one that spends it
+                client.messages.create(model="m", max_tokens=10, messages=MESSAGES)
+            with pytest.raises(anthropic.BadRequestError, match=r"budget is spent \(output_tokens\)"):
+                client.messages.create(model="m", max_tokens=10, messages=MESSAGES)
+            with pytest.raises(openai.RateLimitError, match="budget is spent") as refused:
+                openai_client(proxy).chat.completions.create(model="m", messages=MESSAGES)
+    assert refused.value.code == "insufficient_quota"  # OpenAI's "out of credit", which agents do not retry
+    assert len(server.requests) == 2
+    assert [c.refused for c in calls] == [None, None, "budget spent: output_tokens", "budget spent: output_tokens"]
+
+
+def test_a_transient_upstream_failure_is_retried_by_the_proxy_and_the_agent_sees_one_answer():
+    calls: list[Call] = []
+    with FakeLlmServer([error(529, "overloaded"), error(500), reply(text="ok", usage=(5, 5))]) as server:
+        with proxy_for(server, calls=calls) as proxy:
+            message = anthropic_client(proxy).messages.create(model="m", max_tokens=10, messages=MESSAGES)
+    assert message.content[0].text == "ok"
+    assert len(server.requests) == 3 and [(c.status, c.attempts) for c in calls] == [(200, 3)]
+
+
+def test_a_stream_is_passed_on_as_it_arrives_not_held_back():
+    calls: list[Call] = []
+    with (
+        FakeLlmServer([reply(text="slow", usage=(5, 5), gap_s=1.5)]) as server,
+        proxy_for(server, calls=calls) as proxy,
+    ):
+        started = time.monotonic()
+        with anthropic_client(proxy).messages.stream(model="m", max_tokens=10, messages=MESSAGES) as stream:
+            first = next(iter(stream))
+            first_at = time.monotonic() - started
+            stream.get_final_message()
+        whole = time.monotonic() - started
+    assert first.type == "message_start"
+    assert first_at < 1.0 <= 1.5 <= whole  # the first event came before the upstream's pause ended
+    assert calls[0].first_byte_s is not None and calls[0].first_byte_s < 1.0
