@@ -23,6 +23,10 @@ streaming or not. For each call the proxy
 
 The real keys stay in this process: they are never sent back, and the agent's headers that
 carry a key are replaced, not forwarded.
+
+It listens on loopback (`url`) and, with `unix_socket=True`, on a unix socket too
+(`endpoint().socket`): a confined sandbox, which has no network, gets that socket mounted and
+reaches the proxy through it (mlrb/sandbox/model_bridge.py).
 """
 
 from __future__ import annotations
@@ -32,14 +36,21 @@ import http.client
 import json
 import logging
 import math
+import os
+import shutil
 import socket
+import socketserver
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from mlrb.sandbox.base import ModelEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +219,7 @@ class MeteringProxy:
     def __init__(self, upstreams: dict[str, Upstream], token: str, meter: Meter,
                  on_call: Callable[[Call], None] | None = None, port: int = 0, max_retries: int = 6,
                  retry_base_delay_s: float = 1.0, retry_max_delay_s: float = 60.0,
-                 request_timeout_s: float = 600.0):  # fmt: skip
+                 request_timeout_s: float = 600.0, unix_socket: bool = False):  # fmt: skip
         self.upstreams, self.token, self.meter = upstreams, token, meter
         self.on_call = on_call or (lambda call: None)
         self.max_retries, self.retry_base_delay_s, self.retry_max_delay_s = (
@@ -217,22 +228,38 @@ class MeteringProxy:
             retry_max_delay_s,
         )
         self.connections = UpstreamConnections(request_timeout_s)
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), self.handler_class())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="metering-proxy", daemon=True)
-        self.thread.start()
+        handler = self.handler_class()
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.servers: list[socketserver.BaseServer] = [self.server]
+        self.socket_dir: Path | None = None
+        if unix_socket:  # in a folder only this user can list; the socket itself any sandbox user may use
+            self.socket_dir = Path(tempfile.mkdtemp(prefix="mlrb-proxy-"))
+            self.servers.append(socketserver.ThreadingUnixStreamServer(str(self.socket_dir / "model.sock"), handler))
+            os.chmod(self.socket_dir / "model.sock", 0o666)
+        for server in self.servers:
+            server.daemon_threads = True  # type: ignore[attr-defined]
+            threading.Thread(target=server.serve_forever, name="metering-proxy", daemon=True).start()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def endpoint(self) -> ModelEndpoint:
+        """Where a sandbox reaches the proxy (the unix socket: `unix_socket=True`)."""
+        if self.socket_dir is None:
+            raise ValueError("the proxy was started without a unix socket (unix_socket=True)")
+        return ModelEndpoint(socket=self.socket_dir / "model.sock", url=self.url)
 
     def base_url(self, provider: str) -> str:
         """What an agent's SDK takes as its base URL for PROVIDER."""
         return f"{self.url}/anthropic" if provider == "anthropic" else f"{self.url}/openai/v1"
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     def __enter__(self) -> MeteringProxy:
         return self
@@ -304,7 +331,8 @@ class MeteringProxy:
                 super().setup()
                 # Each response goes out in a few writes (headers, chunks): without this, Nagle's
                 # algorithm holds the next one back until the agent acknowledges (about 40 ms).
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.connection.family == socket.AF_INET:
+                    self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def log_message(self, *args: Any) -> None:  # the run's events say what was called
                 pass

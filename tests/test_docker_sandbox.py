@@ -242,3 +242,12 @@ def test_close_removes_the_container(box):
 
     box.close()
     assert not docker.from_env().containers.list(all=True, filters={"label": f"mlrb.run_id={box.run_id}"})
+
+
+@pytest.mark.system
+@needs_docker
+def test_an_agent_in_docker_reaches_the_model_only_through_the_proxy(tmp_path):
+    from test_proxy import bridge_case
+
+    seen = bridge_case("docker", tmp_path)
+    assert seen["direct"] in ("ConnectionRefusedError", "OSError")  # no way to the host's loopback

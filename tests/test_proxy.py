@@ -4,6 +4,7 @@ real key, and it charges what the upstream reports."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import anthropic
@@ -12,6 +13,7 @@ import pytest
 
 from fake_llm_server import FakeLlmServer, error, reply, tool
 from mlrb.proxy import Call, Meter, MeteringProxy, Upstream
+from test_bwrap_sandbox import needs_namespaces
 
 pytestmark = pytest.mark.fast
 
@@ -135,3 +137,68 @@ def test_a_stream_is_passed_on_as_it_arrives_not_held_back():
     assert first.type == "message_start"
     assert first_at < 1.0 <= 1.5 <= whole  # the first event came before the upstream's pause ended
     assert calls[0].first_byte_s is not None and calls[0].first_byte_s < 1.0
+
+
+# ---- a sandbox's only way to a model: the proxy ---------------------------------------------
+# What an agent inside runs: a Messages call to its model URL with the run's token, then a try
+# at the upstream itself (the host's loopback port), printed as one JSON line.
+CLIENT = """
+import http.client, json, os, sys, urllib.parse
+url = urllib.parse.urlsplit(os.environ["MODEL_URL"])
+connection = http.client.HTTPConnection(url.netloc, timeout=20)
+body = json.dumps({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
+connection.request("POST", "/anthropic/v1/messages", body=body,
+                   headers={"x-api-key": os.environ["TOKEN"], "content-type": "application/json"})
+answer = json.loads(connection.getresponse().read())
+try:
+    http.client.HTTPConnection("127.0.0.1", int(os.environ["UPSTREAM_PORT"]), timeout=3).request("GET", "/")
+    direct = "reached"
+except OSError as e:
+    direct = type(e).__name__
+print(json.dumps({"text": answer["content"][0]["text"], "direct": direct, "keys": sorted(
+    k for k, v in os.environ.items() if "sk-ant-real" in v)}))
+"""
+
+
+def sandbox_of(kind: str, tmp_path, endpoint):
+    from mlrb.config import SandboxConfig
+    from mlrb.registry import SANDBOXES, load
+    from mlrb.sandbox.base import Limits
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "ws" / "client.py").write_text(CLIENT)
+    sandbox_class = load(SANDBOXES[kind])
+    return sandbox_class(SandboxConfig(kind=kind, command_timeout_s=60), tmp_path / "ws", tmp_path / "data",
+                         f"proxy-{kind}-{tmp_path.name[-8:]}", Limits(cpus=1, memory_gb=1), model_endpoint=endpoint)  # fmt: skip
+
+
+def bridge_case(kind: str, tmp_path):
+    calls: list[Call] = []
+    with FakeLlmServer([reply(text="through the proxy", usage=(7, 3))]) as server:
+        with MeteringProxy({"anthropic": Upstream(server.anthropic_url, ANTHROPIC_KEY)}, TOKEN, Meter(),
+                           on_call=calls.append, unix_socket=True) as proxy:  # fmt: skip
+            sandbox = sandbox_of(kind, tmp_path, proxy.endpoint())
+            try:
+                env = f"MODEL_URL={sandbox.model_url} TOKEN={TOKEN} UPSTREAM_PORT={server.port}"
+                result = sandbox.exec(f"{env} python client.py", timeout_s=60)
+            finally:
+                sandbox.close()
+    assert result.exit_code == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["text"] == "through the proxy" and seen["keys"] == []  # the real key is nowhere inside
+    assert [(c.status, c.input_tokens, c.output_tokens) for c in calls] == [(200, 7, 3)]
+    assert server.requests[0]["headers"]["x-api-key"] == ANTHROPIC_KEY
+    return seen
+
+
+# Docker's case is in test_docker_sandbox.py (a system test: it needs the engine).
+@needs_namespaces
+def test_an_agent_in_bwrap_reaches_the_model_only_through_the_proxy(tmp_path):
+    seen = bridge_case("bwrap", tmp_path)
+    assert seen["direct"] in ("ConnectionRefusedError", "OSError")  # no way to the host's loopback
+
+
+def test_an_unconfined_agent_gets_the_proxy_s_loopback_url(tmp_path):
+    seen = bridge_case("unconfined", tmp_path)
+    assert seen["direct"] == "reached"  # unconfined: nothing stops it, as the sandbox's page says

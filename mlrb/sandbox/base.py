@@ -106,6 +106,23 @@ class IsolatedCommand:
     run_id: str = ""
 
 
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """Where the run's metering proxy (mlrb/proxy.py) listens: a unix socket, which a confined
+    sandbox mounts (its only way out), and a loopback URL, which an unconfined one uses."""
+
+    socket: Path
+    url: str
+
+
+# Inside a confined sandbox: the proxy's socket, the bridge to it, and the bridge's port on the
+# sandbox's own loopback (mlrb/sandbox/model_bridge.py).
+MODEL_SOCKET = "/run/mlrb/model.sock"
+MODEL_BRIDGE = Path(__file__).with_name("model_bridge.py")
+BRIDGE_INSIDE = "/run/mlrb/model_bridge.py"
+BRIDGE_PORT = 8787
+
+
 class IsolatedProcess(abc.ABC):
     """A command started in a fresh sandbox (`Sandbox.start_isolated`). Closing it (also on
     leaving a `with` block) kills it if it still runs and frees what it held."""
@@ -311,8 +328,11 @@ class Sandbox(abc.ABC):
     workspace: str
     data_dir: str
 
+    #: Where agents inside reach the run's metering proxy (None: the sandbox was given none).
+    model_url: str | None = None
+
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
-                 task_environment: Path | None = None):  # fmt: skip
+                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None):  # fmt: skip
         self.cfg = cfg
         self.options = self.parse_options(cfg)
         self.root = Path(workspace).resolve()
@@ -321,6 +341,7 @@ class Sandbox(abc.ABC):
         self.limits = limits
         self.seed = seed
         self.task_environment = task_environment  # the task's own venv (read-only, first on PATH), or None
+        self.model_endpoint = model_endpoint
 
     @classmethod
     def parse_options(cls, cfg: SandboxConfig) -> Any:
@@ -362,7 +383,22 @@ class Sandbox(abc.ABC):
         self.workspace, self.data_dir = WORKSPACE, DATA
         mounts = [Mount(self.root, WORKSPACE, writable=True), Mount(self.host_data_dir, DATA), *harness_hidden()]
         mounts += task_environment_mounts(self.task_environment)
+        if self.model_endpoint is not None:
+            mounts += [Mount(self.model_endpoint.socket, MODEL_SOCKET), Mount(MODEL_BRIDGE, BRIDGE_INSIDE)]
         return mounts, agent_environment(WORKSPACE, DATA, self.seed, self.task_environment)
+
+    def start_model_bridge(self, python: str) -> None:
+        """In a confined sandbox given a model endpoint: start the bridge to it in the background
+        and set `model_url`; raise SandboxError when it does not come up."""
+        log = "/tmp/mlrb-model-bridge.log"
+        result = self.exec(
+            f"nohup {python} -I -S {BRIDGE_INSIDE} {MODEL_SOCKET} {BRIDGE_PORT} > {log} 2>&1 & "
+            f"for i in $(seq 200); do grep -q ready {log} 2>/dev/null && exit 0; sleep 0.05; done; cat {log}; exit 1",
+            timeout_s=30,
+        )  # fmt: skip
+        if result.exit_code != 0:
+            raise SandboxError(f"the model bridge did not start in the sandbox: {result.stdout.strip()[-300:]}")
+        self.model_url = f"http://127.0.0.1:{BRIDGE_PORT}"
 
     def read_file(self, path: str) -> str:
         return resolve_inside(self.root, path, self.workspace).read_text(errors="replace")

@@ -41,6 +41,7 @@ from mlrb.sandbox.base import (
     IsolatedCommand,
     IsolatedProcess,
     Limits,
+    ModelEndpoint,
     Mount,
     Sandbox,
     SandboxError,
@@ -210,8 +211,8 @@ class BwrapSandbox(Sandbox):
             )
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
-                 task_environment: Path | None = None):  # fmt: skip
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment)
+                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None):  # fmt: skip
+        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint)
         mounts, env = self.confined_layout()
         mounts.append(Mount(EXEC_SERVER, SERVER_INSIDE))
         self.binary = find_bwrap(self.options.binary)
@@ -229,6 +230,12 @@ class BwrapSandbox(Sandbox):
         if self._reply(START_TIMEOUT_S) != {"ready": True}:
             self.close()
             raise SandboxError(f"the bwrap sandbox did not start: {self._log_tail()}")
+        if model_endpoint is not None:
+            try:
+                self.start_model_bridge(sys.executable)
+            except SandboxError:
+                self.close()
+                raise
 
     def exec(self, command: str, timeout_s: float) -> ExecResult:
         timeout_s = max(0.001, min(timeout_s, self.cfg.command_timeout_s))

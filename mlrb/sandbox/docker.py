@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,10 @@ from mlrb.sandbox.base import (
     IsolatedCommand,
     IsolatedProcess,
     Limits,
+    ModelEndpoint,
     Mount,
     Sandbox,
+    SandboxError,
     capped,
     least_specific_first,
     python_mounts,
@@ -229,8 +232,8 @@ class DockerSandbox(Sandbox):
         connect(options)
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
-                 task_environment: Path | None = None):  # fmt: skip
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment)
+                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None):  # fmt: skip
+        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint)
         mounts, environment = self.confined_layout()
         self.client = connect(self.options)
         self.stale_removed = remove_stale(self.client)
@@ -241,6 +244,12 @@ class DockerSandbox(Sandbox):
         self.container = self.client.containers.run(
             command=["sleep", "infinity"], working_dir=WORKSPACE, environment=environment, **options,
         )  # fmt: skip
+        if model_endpoint is not None:
+            try:
+                self.start_model_bridge(sys.executable if self.options.mount_host_python else "python3")
+            except SandboxError:
+                self.close()
+                raise
 
     def exec(self, command: str, timeout_s: float) -> ExecResult:
         timeout_s = max(0.1, min(timeout_s, self.cfg.command_timeout_s))

@@ -1,0 +1,106 @@
+"""What the metering proxy (mlrb/proxy.py) adds to a model call, against calling the same
+scripted upstream directly, in the same process and run (issue 37's targets: at most 2 ms
+at the median per call, and a stream's first byte at most 5 ms after the upstream's).
+
+    .venv/bin/python benchmarks/proxy.py [--calls 300] [--out benchmarks/proxy.json]
+
+The upstream is tests/fake_llm_server.py (a loopback HTTP server). Each call is a plain
+HTTP/1.1 POST over a kept-alive connection, so what is measured is the proxy and not an
+SDK: a whole Messages reply (latency to its last byte), and a streamed one whose upstream
+pauses after its first event (latency to the first byte, which must not wait for the pause).
+Calls alternate between direct and proxied, so both see the same machine load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import results as results_page  # beside this file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the scripted upstream
+from fake_llm_server import FakeLlmServer, reply  # noqa: E402
+from mlrb.proxy import Meter, MeteringProxy, Upstream  # noqa: E402
+
+TARGET_MS = 2.0  # added at the median per call
+FIRST_BYTE_TARGET_MS = 5.0  # a stream's first byte after the upstream's
+PAUSE_S = 0.05  # a streamed upstream's pause after its first event
+TOKEN, KEY = "bench-token", "sk-ant-bench"
+
+
+def timed_call(connection: http.client.HTTPConnection, path: str, stream: bool) -> tuple[float, float]:
+    """(seconds to the first byte of the body, seconds to its end) of one POST."""
+    body = json.dumps({"model": "bench", "max_tokens": 10, "stream": stream,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
+    headers = {"content-type": "application/json", "x-api-key": TOKEN, "anthropic-version": "2023-06-01"}
+    started = time.perf_counter()
+    connection.request("POST", path, body=body, headers=headers)
+    response = connection.getresponse()
+    first = response.read1(1 << 16)
+    first_at = time.perf_counter() - started
+    rest = response.read()
+    ended = time.perf_counter() - started
+    if response.status != 200 or not (first + rest):
+        raise RuntimeError(f"{path}: status {response.status}: {(first + rest)[:200]!r}")
+    return first_at, ended
+
+
+def stat(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300, help="whole replies per side (streams: a tenth)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the figures here (JSON)")
+    args = parser.parse_args()
+    measured = results_page.provenance()
+    streams = max(5, args.calls // 10)
+    script = [reply(text="ok", usage=(10, 5))] * (2 * args.calls + 10)
+    script += [reply(text="ok", usage=(10, 5), gap_s=PAUSE_S)] * (2 * streams + 10)
+    with FakeLlmServer(script) as server:
+        upstream = Upstream(server.anthropic_url, KEY)
+        with MeteringProxy({"anthropic": upstream}, TOKEN, Meter()) as proxy:
+            direct = http.client.HTTPConnection(urlsplit(server.anthropic_url).netloc, timeout=30)
+            proxied = http.client.HTTPConnection(urlsplit(proxy.url).netloc, timeout=30)
+            for connection, path in ((direct, "/v1/messages"), (proxied, "/anthropic/v1/messages")):
+                for _ in range(5):  # warm: connections open, code paths run once
+                    timed_call(connection, path, stream=False)
+            added, first_bytes = [], []
+            for _ in range(args.calls):
+                alone = timed_call(direct, "/v1/messages", stream=False)[1]
+                through = timed_call(proxied, "/anthropic/v1/messages", stream=False)[1]
+                added.append((through - alone) * 1000)
+            for _ in range(streams):
+                alone = timed_call(direct, "/v1/messages", stream=True)[0]
+                through = timed_call(proxied, "/anthropic/v1/messages", stream=True)[0]
+                first_bytes.append((through - alone) * 1000)
+    figures = {
+        "calls": args.calls,
+        "streams": streams,
+        "added_ms": stat(added),
+        "first_byte_added_ms": stat(first_bytes),
+        "upstream_pause_s": PAUSE_S,
+        "targets_ms": {"added": TARGET_MS, "first_byte_added": FIRST_BYTE_TARGET_MS},
+        "measured": measured,
+    }
+    print(
+        f"added per whole call:   {figures['added_ms']['median']:.2f} ms at the median "
+        f"[{figures['added_ms']['min']:.2f}-{figures['added_ms']['max']:.2f}] (target <= {TARGET_MS} ms)"
+    )
+    print(f"added to a stream's first byte: {figures['first_byte_added_ms']['median']:.2f} ms at the median "
+          f"[{figures['first_byte_added_ms']['min']:.2f}-{figures['first_byte_added_ms']['max']:.2f}] "
+          f"(target <= {FIRST_BYTE_TARGET_MS} ms; the upstream pauses {PAUSE_S * 1000:.0f} ms after it)")  # fmt: skip
+    if args.out:
+        args.out.write_text(json.dumps(figures, indent=2) + "\n")
+        print(f"written to {results_page.update(args.out)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
