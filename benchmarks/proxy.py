@@ -26,7 +26,9 @@ import results as results_page  # beside this file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the scripted upstream
 from fake_llm_server import FakeLlmServer, reply  # noqa: E402
-from mlrb.proxy import Meter, MeteringProxy, Upstream  # noqa: E402
+from mlrb.budget import Budget  # noqa: E402
+from mlrb.config import BudgetConfig  # noqa: E402
+from mlrb.proxy import MeteringProxy, Upstream  # noqa: E402
 
 TARGET_MS = 2.0  # added at the median per call
 FIRST_BYTE_TARGET_MS = 5.0  # a stream's first byte after the upstream's
@@ -66,7 +68,9 @@ def main() -> None:
     script += [reply(text="ok", usage=(10, 5), gap_s=PAUSE_S)] * (2 * streams + 10)
     with FakeLlmServer(script) as server:
         upstream = Upstream(server.anthropic_url, KEY)
-        with MeteringProxy({"anthropic": upstream}, TOKEN, Meter()) as proxy:
+        with MeteringProxy(
+            {"anthropic": upstream}, TOKEN, Budget(BudgetConfig(name="bench", wall_time_s=3600, max_steps=1))
+        ) as proxy:
             direct = http.client.HTTPConnection(urlsplit(server.anthropic_url).netloc, timeout=30)
             proxied = http.client.HTTPConnection(urlsplit(proxy.url).netloc, timeout=30)
             for connection, path in ((direct, "/v1/messages"), (proxied, "/anthropic/v1/messages")):

@@ -491,6 +491,27 @@ def lineage_section(bench_dir: Path) -> str:
     ])  # fmt: skip
 
 
+def proxy_section(bench_dir: Path) -> str:
+    data = load(bench_dir, "proxy.json")
+    targets = data["targets_ms"]
+    rows = [
+        ["a whole reply (to its last byte)", spread(data["added_ms"], " ms"), f"<= {targets['added']:g} ms",
+         str(data["calls"])],
+        [f"a stream's first byte (the upstream pauses {data['upstream_pause_s'] * 1000:.0f} ms after it)",
+         spread(data["first_byte_added_ms"], " ms"), f"<= {targets['first_byte_added']:g} ms", str(data["streams"])],
+    ]  # fmt: skip
+    return "\n\n".join([
+        "## The metering proxy's cost",
+        "What a model call pays for going through the run's metering proxy (`mlrb/proxy.py`): the same "
+        "scripted upstream (tests/fake_llm_server.py) called directly and through the proxy, alternately, over "
+        "kept-alive HTTP/1.1 connections, so the figures are the proxy's and not an SDK's.",
+        "Measured with:",
+        commands("benchmarks/proxy.py --out benchmarks/proxy.json"),
+        f"Output: `benchmarks/proxy.json`. {where(data.get('measured'))}",
+        table(["added to", "median [min-max]", "target (issue 37)", "calls"], rows),
+    ])  # fmt: skip
+
+
 # The page's sections, in order, and the JSON files each is written from.
 SECTIONS = [
     (suite_time_section, ["suite_time.json"]),
@@ -499,6 +520,7 @@ SECTIONS = [
     (overhead_section, ["overhead.json"]),
     (calibration_section, ["calibration.json", "calibration_assets.json", "machine_spread.json"]),
     (lineage_section, ["lineage_shares.json"]),
+    (proxy_section, ["proxy.json"]),
 ]
 
 

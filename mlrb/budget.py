@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -18,6 +19,7 @@ class Budget:
         self.input_tokens = 0
         self.output_tokens = 0
         self.usd = 0.0
+        self.lock = threading.Lock()  # the metering proxy charges calls from its own threads
 
     def elapsed_s(self) -> float:
         return self.clock() - self.started
@@ -29,9 +31,12 @@ class Budget:
         self.steps += 1
 
     def record_usage(self, input_tokens: int, output_tokens: int, usd: float) -> None:
-        self.input_tokens += input_tokens
-        self.output_tokens += output_tokens
-        self.usd += usd
+        with self.lock:
+            self.input_tokens += input_tokens
+            self.output_tokens += output_tokens
+            self.usd += usd
+
+    charge = record_usage  # as the metering proxy (mlrb/proxy.py) calls it
 
     def exhausted(self) -> str | None:
         """The name of the first limit reached, or None while there is budget left."""

@@ -9,7 +9,7 @@ key (worth nothing anywhere else):
 streaming or not. For each call the proxy
 
 - checks the token (a wrong one: 401, in the provider's error shape);
-- refuses the call once the run's budget is spent (`Meter.exhausted`), as the provider says
+- refuses the call once the run's budget is spent (`meter.exhausted()`), as the provider says
   an account is out of credit: Anthropic's 400 `invalid_request_error`, OpenAI's 429
   `insufficient_quota`; nothing goes upstream;
 - sends it upstream with the real key, retrying connection failures, 408, 409, 429 and
@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from mlrb.sandbox.base import ModelEndpoint
@@ -96,36 +96,14 @@ class Call:
     response: Any = None  # the JSON body, or a stream's events as a list
 
 
-class Meter:
-    """The run's spending as the proxy sees it, against limits (None: no limit)."""
+class Meter(Protocol):
+    """What the proxy charges and asks before each call: the run's budget (mlrb/budget.py)."""
 
-    def __init__(self, max_input_tokens: int | None = None, max_output_tokens: int | None = None,
-                 max_usd: float | None = None, deadline: Callable[[], bool] | None = None):  # fmt: skip
-        self.max_input_tokens, self.max_output_tokens, self.max_usd = max_input_tokens, max_output_tokens, max_usd
-        self.deadline = deadline  # True once the run's time is up
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.usd = 0.0
-        self.lock = threading.Lock()
-
-    def charge(self, input_tokens: int, output_tokens: int, usd: float) -> None:
-        with self.lock:
-            self.input_tokens += input_tokens
-            self.output_tokens += output_tokens
-            self.usd += usd
+    def charge(self, input_tokens: int, output_tokens: int, usd: float) -> None: ...
 
     def exhausted(self) -> str | None:
-        """The first limit reached, or None. "not spent < limit": a NaN stops, never lifts, a limit."""
-        with self.lock:
-            if self.deadline is not None and self.deadline():
-                return "wall_time"
-            if self.max_input_tokens is not None and not self.input_tokens < self.max_input_tokens:
-                return "input_tokens"
-            if self.max_output_tokens is not None and not self.output_tokens < self.max_output_tokens:
-                return "output_tokens"
-            if self.max_usd is not None and not self.usd < self.max_usd:
-                return "usd"
-        return None
+        """The first limit reached, or None while there is budget left."""
+        ...
 
 
 def error_body(provider: str, status: int, kind: str, message: str, code: str | None = None) -> dict[str, Any]:
@@ -216,10 +194,12 @@ class UpstreamConnections:
 class MeteringProxy:
     """The proxy, serving on 127.0.0.1 (a free port unless given) in threads of this process."""
 
-    def __init__(self, upstreams: dict[str, Upstream], token: str, meter: Meter,
+    def __init__(self, upstreams: dict[str, Upstream], token: str, meter: Meter | None,
                  on_call: Callable[[Call], None] | None = None, port: int = 0, max_retries: int = 6,
                  retry_base_delay_s: float = 1.0, retry_max_delay_s: float = 60.0,
                  request_timeout_s: float = 600.0, unix_socket: bool = False):  # fmt: skip
+        # The meter may be set later (the run's budget starts when its agent does); until
+        # then every call is refused.
         self.upstreams, self.token, self.meter = upstreams, token, meter
         self.on_call = on_call or (lambda call: None)
         self.max_retries, self.retry_base_delay_s, self.retry_max_delay_s = (
@@ -319,7 +299,8 @@ class MeteringProxy:
         upstream = self.upstreams[call.provider]
         call.usd = (call.input_tokens * upstream.price_input_per_mtok
                     + call.output_tokens * upstream.price_output_per_mtok) / 1e6  # fmt: skip
-        self.meter.charge(call.input_tokens, call.output_tokens, call.usd)
+        if self.meter is not None:
+            self.meter.charge(call.input_tokens, call.output_tokens, call.usd)
 
     def handler_class(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
@@ -370,7 +351,7 @@ class MeteringProxy:
                     return self.reply(401, error_body(provider, 401, "authentication_error", "invalid x-api-key"
                                                       if provider == "anthropic" else "Incorrect API key provided",
                                                       code="invalid_api_key"))  # fmt: skip
-                spent = proxy.meter.exhausted()
+                spent = proxy.meter.exhausted() if proxy.meter is not None else "not started"
                 if spent:
                     call.refused = f"budget spent: {spent}"
                     call.status, answer = refusal(provider, spent)

@@ -26,6 +26,7 @@ TASKS: Mapping[str, str] = {
 AGENTS: Mapping[str, str] = {
     "baseline": "mlrb.agents.baseline:BaselineAgent",
     "llm": "mlrb.agents.llm:LlmAgent",
+    "command": "mlrb.agents.command:CommandAgent",
 }
 
 SANDBOXES: Mapping[str, str] = {

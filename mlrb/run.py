@@ -23,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mlrb import assets as assets_lib
 from mlrb import (
@@ -254,14 +255,18 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
             start_files = task.workspace_files(asset_path)
             before = workspace.prepare(start_files, work)
             step_snapshots = snapshots.StepSnapshots(run_dir / "snapshots")
+            model = model_proxy(plan.agent)
             sandbox = plan.sandbox_class(plan.sandbox, work, asset_path / "public", recorder.run_id, plan.limits,
-                                         seed=plan.seed, task_environment=task.environment)  # fmt: skip
+                                         seed=plan.seed, task_environment=task.environment,
+                                         model_endpoint=model.endpoint() if model else None)  # fmt: skip
             guard.on_interrupt(sandbox.close)  # a signal stops the agent's processes at once
             prompt = instructions.render(task, plan.budget, sandbox.workspace, sandbox.data_dir)
         with clock.stage("recording"):
             recorder.log_text(prompt, "instructions.md")
 
         budget = Budget(plan.budget)
+        if model is not None:
+            model.meter = budget  # the proxy charges the run's budget, and refuses calls once it is spent
         agent_started = time.monotonic()
         sink: events.EventSink | None = None
         stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
@@ -279,6 +284,7 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
                         plan.seed,
                         run_dir=run_dir,
                         on_step_end=lambda step: step_snapshots.take(step, work, before),
+                        model=model,
                     )
                 )
             except interrupts.Interrupted as e:  # the workspace is still scored (a second signal skips that)
@@ -291,6 +297,8 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
             raise
         finally:
             sandbox.close()
+            if model is not None:
+                model.close()
             if sink is not None:
                 sink.close(stopped_by)  # traces flushed, the trajectory file closed
             clock.add("agent", time.monotonic() - agent_started)
@@ -359,6 +367,19 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
         run_dir=str(run_dir),
         store_error=recorder.store_error,
     )
+
+
+def model_proxy(agent: Any) -> Any:
+    """The run's metering proxy (mlrb/proxy.py), for an agent that asks for one
+    (`model_upstreams()`: the providers it may call); None for the others."""
+    if not hasattr(agent, "model_upstreams"):
+        return None
+    import secrets
+
+    from mlrb.proxy import MeteringProxy
+
+    # The token the agent uses as its key: worth nothing outside this run's proxy.
+    return MeteringProxy(agent.model_upstreams(), secrets.token_urlsafe(24), meter=None, unix_socket=True)
 
 
 def record_assets(recorder, fingerprint: str) -> None:

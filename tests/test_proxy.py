@@ -12,7 +12,9 @@ import openai
 import pytest
 
 from fake_llm_server import FakeLlmServer, error, reply, tool
-from mlrb.proxy import Call, Meter, MeteringProxy, Upstream
+from mlrb.budget import Budget
+from mlrb.config import BudgetConfig
+from mlrb.proxy import Call, MeteringProxy, Upstream
 from test_bwrap_sandbox import needs_namespaces
 
 pytestmark = pytest.mark.fast
@@ -22,7 +24,12 @@ ANTHROPIC_KEY, OPENAI_KEY = "sk-ant-real-key", "sk-openai-real-key"
 MESSAGES = [{"role": "user", "content": "Solve."}]
 
 
-def proxy_for(server: FakeLlmServer, meter: Meter | None = None, calls: list[Call] | None = None) -> MeteringProxy:
+def budget(**limits) -> Budget:
+    """A run's budget: ten minutes, a hundred steps, and LIMITS (tokens, dollars)."""
+    return Budget(BudgetConfig(name="test", wall_time_s=600, max_steps=100, **limits))
+
+
+def proxy_for(server: FakeLlmServer, meter: Budget | None = None, calls: list[Call] | None = None) -> MeteringProxy:
     upstreams = {
         "anthropic": Upstream(
             server.anthropic_url, ANTHROPIC_KEY, price_input_per_mtok=3.0, price_output_per_mtok=15.0
@@ -30,7 +37,7 @@ def proxy_for(server: FakeLlmServer, meter: Meter | None = None, calls: list[Cal
         "openai": Upstream(server.openai_url, OPENAI_KEY, price_input_per_mtok=2.5, price_output_per_mtok=10.0),
     }
     on_call = calls.append if calls is not None else None
-    return MeteringProxy(upstreams, TOKEN, meter or Meter(), on_call=on_call, retry_base_delay_s=0.01)
+    return MeteringProxy(upstreams, TOKEN, meter or budget(), on_call=on_call, retry_base_delay_s=0.01)
 
 
 def anthropic_client(proxy: MeteringProxy, key: str = TOKEN) -> anthropic.Anthropic:
@@ -43,7 +50,7 @@ def openai_client(proxy: MeteringProxy, key: str = TOKEN) -> openai.OpenAI:
 
 def test_anthropic_calls_pass_through_streamed_or_not_and_are_charged_with_the_real_key_upstream():
     calls: list[Call] = []
-    meter = Meter()
+    meter = budget()
     script = [
         reply(tool("bash", command="ls"), text="Looking.", usage=(1200, 80)),
         reply(text="Done.", usage=(1500, 120)),
@@ -70,7 +77,7 @@ def test_anthropic_calls_pass_through_streamed_or_not_and_are_charged_with_the_r
 
 def test_openai_chat_calls_pass_through_streamed_or_not_and_a_stream_is_asked_for_its_usage():
     calls: list[Call] = []
-    meter = Meter()
+    meter = budget()
     script = [reply(tool("write_file", path="a.txt", content="x"), usage=(900, 40)), reply(text="Hi.", usage=(950, 60))]
     with FakeLlmServer(script) as server, proxy_for(server, meter, calls) as proxy:
         client = openai_client(proxy)
@@ -98,7 +105,7 @@ def test_a_key_that_is_not_the_run_s_token_is_refused_in_the_provider_s_shape_an
 
 def test_once_the_budget_is_spent_calls_are_refused_as_out_of_credit_and_nothing_goes_upstream():
     calls: list[Call] = []
-    meter = Meter(max_output_tokens=150)
+    meter = budget(max_output_tokens=150)
     with FakeLlmServer([reply(text="a", usage=(10, 100)), reply(text="b", usage=(10, 100))]) as server:
         with proxy_for(server, meter, calls) as proxy:
             client = anthropic_client(proxy)
@@ -176,7 +183,7 @@ def sandbox_of(kind: str, tmp_path, endpoint):
 def bridge_case(kind: str, tmp_path):
     calls: list[Call] = []
     with FakeLlmServer([reply(text="through the proxy", usage=(7, 3))]) as server:
-        with MeteringProxy({"anthropic": Upstream(server.anthropic_url, ANTHROPIC_KEY)}, TOKEN, Meter(),
+        with MeteringProxy({"anthropic": Upstream(server.anthropic_url, ANTHROPIC_KEY)}, TOKEN, budget(),
                            on_call=calls.append, unix_socket=True) as proxy:  # fmt: skip
             sandbox = sandbox_of(kind, tmp_path, proxy.endpoint())
             try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig
@@ -29,6 +29,9 @@ class AgentContext:
     run_dir: Path | None = None
     # Called with the step's number after each step (the harness snapshots the workspace).
     on_step_end: Callable[[int], object] | None = None  # what it returns is not used
+    # The run's metering proxy (mlrb/proxy.MeteringProxy), for an agent that asked for one
+    # (`model_upstreams()`); the sandbox's `model_url` is where it is reached from inside.
+    model: Any = None
 
     def step_ended(self, step: int) -> None:
         if self.on_step_end is not None:

@@ -1,0 +1,205 @@
+"""Bring your own agent (`agent=command`): any program that speaks the Anthropic Messages API
+or OpenAI Chat Completions, run in the sandbox on the task's prompt (issue 37).
+
+The harness runs the run's metering proxy (mlrb/proxy.py) and gives the program, in its
+environment, the proxy as its API's base URL and the run's token as its key:
+
+    ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY       OPENAI_BASE_URL, OPENAI_API_KEY
+    MLRB_PROMPT                                 the task's prompt (as the built-in agent gets it)
+
+The real keys stay with the proxy. The proxy meters every call and refuses calls once the
+budget's tokens or dollars are spent; the harness's clock kills the program at the wall-time
+limit. The run ends `ok` when the program exits 0, `budget_exhausted` when a limit stopped
+it (a refused call, or the clock), `agent_error` otherwise. Each model call is an event of
+the run (its trajectory, trace and metrics), as the proxy saw it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlrb import events
+from mlrb.agents.base import AgentContext, AgentOutcome
+from mlrb.agents.tools import describe_exec
+from mlrb.budget import Budget
+from mlrb.config import AgentConfig, ConfigError
+from mlrb.proxy import Call, Upstream
+from mlrb.status import Status
+from mlrb.trajectory import MAX_FIELD_CHARS
+
+TOOL, CALL_ID = "command", "command"
+DEFAULT_BASE_URLS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}
+BASE_URL_ENV = {"anthropic": "ANTHROPIC_BASE_URL", "openai": "OPENAI_BASE_URL"}
+
+
+@dataclass
+class ProviderOptions:
+    api_key_env: str
+    base_url: str | None = None  # None: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL, else the provider's
+    price_input_per_mtok: float = 0.0  # USD per million tokens: the budget's dollars are counted with these
+    price_output_per_mtok: float = 0.0
+
+
+@dataclass
+class CommandOptions:
+    command: str = ""
+    providers: dict[str, ProviderOptions] = field(default_factory=dict)
+
+
+def parse_options(cfg: AgentConfig) -> CommandOptions:
+    options = dict(cfg.options or {})
+    unknown = sorted(set(options) - {"command", "providers"})
+    if unknown:
+        raise ConfigError(f"unknown key agent.options.{unknown[0]} for agent kind 'command'; valid: command, providers")
+    command = options.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise ConfigError(
+            "agent=command needs the program to run: agent.options.command='python my_agent.py' "
+            "(it runs in the workspace, with the proxy's address and token in its environment)"
+        )
+    providers: dict[str, ProviderOptions] = {}
+    for name, values in (options.get("providers") or {}).items():
+        if name not in DEFAULT_BASE_URLS:
+            raise ConfigError(f"unknown provider agent.options.providers.{name}; valid: anthropic, openai")
+        try:
+            providers[name] = ProviderOptions(**dict(values))
+        except TypeError as e:
+            raise ConfigError(f"agent.options.providers.{name}: {e}") from None
+        for price in ("price_input_per_mtok", "price_output_per_mtok"):
+            value = getattr(providers[name], price)
+            if not isinstance(value, (int, float)) or not value >= 0:
+                raise ConfigError(f"agent.options.providers.{name}.{price} must be a price of 0 or more, not {value!r}")
+    return CommandOptions(command=command, providers=providers)
+
+
+def upstreams_of(options: CommandOptions) -> dict[str, Upstream]:
+    """The providers whose key is in the environment, with where their calls go."""
+    found = {}
+    for name, provider in options.providers.items():
+        key = os.environ.get(provider.api_key_env)
+        if key:
+            base_url = provider.base_url or os.environ.get(BASE_URL_ENV[name]) or DEFAULT_BASE_URLS[name]
+            found[name] = Upstream(base_url, key, provider.price_input_per_mtok, provider.price_output_per_mtok)
+    if not found:
+        names = " or ".join(f"${p.api_key_env}" for p in options.providers.values()) or "(no providers configured)"
+        raise ConfigError(f"agent=command: no API key for any provider: set {names} (the proxy holds it; "
+                          "the program gets the run's token instead)")  # fmt: skip
+    return found
+
+
+class CommandAgent:
+    def __init__(self, cfg: AgentConfig):
+        self.cfg = cfg
+        self.options = parse_options(cfg)
+        self.upstreams = upstreams_of(self.options)
+
+    @classmethod
+    def check_config(cls, cfg: AgentConfig) -> None:
+        upstreams_of(parse_options(cfg))
+
+    def model_upstreams(self) -> dict[str, Upstream]:
+        """What the run's metering proxy serves this agent (the harness starts it)."""
+        return self.upstreams
+
+    def run(self, ctx: AgentContext) -> AgentOutcome:
+        if ctx.model is None or ctx.sandbox.model_url is None:
+            raise RuntimeError("agent=command needs the run's metering proxy, and the run started none")
+        limit = ctx.budget.exhausted()
+        if limit:
+            return AgentOutcome(Status.BUDGET_EXHAUSTED, limit, "no budget left before the command started")
+        ctx.budget.record_step()
+        step = ctx.budget.steps
+        ctx.events.emit(events.StepStarted(step, ctx.budget.note()))
+        calls = CallEvents(ctx.events, step, ctx.budget)
+        ctx.model.on_call = calls.emit
+        url, token = ctx.sandbox.model_url, ctx.model.token
+        environment = {
+            "ANTHROPIC_BASE_URL": f"{url}/anthropic", "ANTHROPIC_API_KEY": token,
+            "OPENAI_BASE_URL": f"{url}/openai/v1", "OPENAI_API_KEY": token,
+            "MLRB_PROMPT": ctx.instructions,
+        }  # fmt: skip
+        exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in environment.items())
+        ctx.events.emit(events.ToolStarted(step, TOOL, CALL_ID, {"command": self.options.command}))
+        timeout_s = ctx.budget.remaining_s()
+        result = ctx.sandbox.exec(f"export {exports}; {self.options.command}", timeout_s=timeout_s)
+        output = describe_exec(result, timeout_s, MAX_FIELD_CHARS)
+        ctx.events.emit(
+            events.ToolEnded(step, TOOL, CALL_ID, output.is_error, result.exit_code, result.duration_s, output.text)
+        )
+        outcome = self.outcome(ctx, result.exit_code, result.timed_out, calls.refused, result.stderr)
+        if outcome.status == Status.OK:
+            ctx.events.emit(events.Submitted(step, outcome.message))
+        ctx.events.emit(events.StepEnded(step, dataclasses.asdict(outcome)))
+        ctx.step_ended(step)
+        return outcome
+
+    @staticmethod
+    def outcome(ctx: AgentContext, exit_code: int, timed_out: bool, refused: str | None, stderr: str) -> AgentOutcome:
+        if refused:
+            return AgentOutcome(Status.BUDGET_EXHAUSTED, refused, f"the proxy refused a model call: {refused}")
+        if timed_out and ctx.budget.exhausted():
+            return AgentOutcome(Status.BUDGET_EXHAUSTED, ctx.budget.exhausted(), "the command ran out of time")
+        if exit_code != 0:
+            tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
+            return AgentOutcome(Status.AGENT_ERROR, None, f"the command exited {exit_code}: {tail[:500]}")
+        return AgentOutcome(Status.OK, None, "the command finished")
+
+
+class CallEvents:
+    """The proxy's calls as the run's events, from the proxy's threads (one at a time)."""
+
+    def __init__(self, sink: events.EventSink, step: int, budget: Budget):
+        self.sink, self.step, self.budget = sink, step, budget
+        self.lock = threading.Lock()
+        self.refused: str | None = None  # the budget limit a refused call named
+
+    def emit(self, call: Call) -> None:
+        with self.lock:
+            if call.refused and call.refused.startswith("budget spent: "):
+                self.refused = self.refused or call.refused.removeprefix("budget spent: ")
+            attempt = max(call.attempts, 1)
+            self.sink.emit(events.ModelCallStarted(self.step, attempt, call.provider, call.model, 0.0,
+                                                   {"endpoint": call.endpoint, "stream": call.stream}))  # fmt: skip
+            if call.status != 200:
+                self.sink.emit(events.ModelCallFailed(self.step, attempt, call.refused or f"HTTP {call.status}"))
+                return
+            text, tool_calls, stop_reason = reply_of(call)
+            usd_in = call.usd * call.input_tokens / max(call.input_tokens + call.output_tokens, 1)
+            cost = events.Cost(call.input_tokens, call.output_tokens, False, usd_in, call.usd - usd_in)
+            self.sink.emit(events.ModelCalled(self.step, attempt, call.model, call.latency_s, text, tool_calls,
+                                              stop_reason, cost))  # fmt: skip
+            b = self.budget  # the proxy has charged it already
+            self.sink.emit(events.BudgetState(self.step, b.input_tokens, b.output_tokens, b.usd))
+
+
+def reply_of(call: Call) -> tuple[str, list[dict[str, Any]], str | None]:
+    """The text, tool calls and stop reason of a call's answer, whole or streamed."""
+    response = call.response
+    if call.stream and isinstance(response, list):
+        texts = []
+        stop = None
+        for event in response:
+            delta = event.get("delta") or {} if isinstance(event, dict) else {}
+            texts.append(delta.get("text") or "")  # Anthropic
+            for choice in event.get("choices") or [] if isinstance(event, dict) else []:
+                texts.append((choice.get("delta") or {}).get("content") or "")
+                stop = choice.get("finish_reason") or stop
+            stop = delta.get("stop_reason") or stop
+        return "".join(texts), [], stop
+    if not isinstance(response, dict):
+        return "", [], None
+    if "content" in response:  # Anthropic
+        blocks = response.get("content") or []
+        text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+        tools = [{"name": b.get("name"), "arguments": b.get("input")} for b in blocks if b.get("type") == "tool_use"]
+        return text, tools, response.get("stop_reason")
+    choice = (response.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    tools = [{"name": (t.get("function") or {}).get("name"), "arguments": (t.get("function") or {}).get("arguments")}
+             for t in message.get("tool_calls") or []]  # fmt: skip
+    return message.get("content") or "", tools, choice.get("finish_reason")

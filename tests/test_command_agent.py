@@ -1,0 +1,93 @@
+"""Bring your own agent (`agent=command`, mlrb/agents/command.py): a program in the sandbox that
+calls its model through the run's metering proxy, as `python -m mlrb` runs it, against a
+scripted upstream on loopback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import mlflow_client, run_cli, store_args
+from fake_llm_server import FakeLlmServer, reply
+
+KEY = "sk-ant-command-agent-real-key-555"
+
+# The agent: asks the model (the official SDK, configured only by its environment) until it is
+# told to merge, then runs the starter's merge; a refused call ends it with exit status 3.
+AGENT = """
+import os, subprocess, anthropic
+client = anthropic.Anthropic(max_retries=0)
+assert "sk-ant" not in " ".join(os.environ.values()), "a real key reached the sandbox"
+while True:
+    try:
+        text = client.messages.create(model="claude-test", max_tokens=100, messages=[
+            {"role": "user", "content": os.environ["MLRB_PROMPT"][:500]}]).content[0].text
+    except anthropic.BadRequestError as e:
+        print("refused:", e.message)
+        raise SystemExit(3)
+    print("model:", text)
+    if text == "merge":
+        break
+subprocess.run('python merge.py --data "$MLRB_DATA" --output submission', shell=True, check=True)
+"""
+
+
+def command_override(source: str) -> str:
+    """agent.options.command running SOURCE with python, with no quote a shell or Hydra would read."""
+    data = source.encode()
+    return f"agent.options.command='python -c \"exec(({int.from_bytes(data)}).to_bytes({len(data)}))\"'"
+
+
+def command_run(tmp_path, cache, script, *overrides):
+    with FakeLlmServer(script) as server:
+        result = run_cli(*store_args(tmp_path, cache), "agent=command", command_override(AGENT), *overrides,
+                         cwd=tmp_path, env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    return result, server, client, run
+
+
+@pytest.mark.integration
+def test_a_program_in_bwrap_calls_its_model_through_the_proxy_and_submits(tmp_path, built_cache):
+    script = [reply(text="look around", usage=(1000, 40)), reply(text="merge", usage=(1200, 20))]
+    result, server, client, run = command_run(tmp_path, built_cache, script)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "llm_merging/command/smoke/0: score" in result.stdout and "status ok" in result.stdout
+    assert run.data.tags["mlrb.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
+    # The upstream got the real key; the program had only the run's token.
+    assert [r["headers"]["x-api-key"] for r in server.requests] == [KEY, KEY]
+    assert run.data.metrics["llm.input_tokens"] == 2200 and run.data.metrics["llm.output_tokens"] == 60
+    assert run.data.metrics["llm.cost_usd"] == pytest.approx((2200 * 3.0 + 60 * 15.0) / 1e6)
+    trajectory = [json.loads(line) for line in (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()]
+    calls = [e for e in trajectory if e["event"] == "model_call"]
+    assert [(c["text"], c["input_tokens"]) for c in calls] == [("look around", 1000), ("merge", 1200)]
+    recorded = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    assert KEY.encode() not in recorded
+
+
+@pytest.mark.integration
+def test_once_its_tokens_are_spent_the_proxy_refuses_and_the_run_ends_budget_exhausted(tmp_path, built_cache):
+    script = [reply(text="think", usage=(100, 100))] * 5
+    result, server, client, run = command_run(tmp_path, built_cache, script, "budget.max_output_tokens=150")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(server.requests) == 2  # the third call was refused by the proxy, never sent
+    assert run.data.tags["mlrb.status"] == "budget_exhausted"
+    assert run.data.tags["mlrb.stop_reason"] == "output_tokens"
+    assert run.data.metrics["llm.output_tokens"] == 200
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("overrides", "env", "expected"),
+    [
+        ([], {"ANTHROPIC_API_KEY": KEY}, "agent=command needs the program to run: agent.options.command="),
+        (["agent.options.command=ls"], {}, "agent=command: no API key for any provider: set $ANTHROPIC_API_KEY or $OPENAI_API_KEY"),
+    ],
+)  # fmt: skip
+def test_a_command_agent_without_its_program_or_a_key_is_one_line(tmp_path, overrides, env, expected):
+    clean = {"ANTHROPIC_API_KEY": "", "OPENAI_API_KEY": "", **env}
+    result = run_cli(*store_args(tmp_path, tmp_path / "cache"), "agent=command", *overrides, cwd=tmp_path, env=clean)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr
