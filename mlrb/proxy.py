@@ -364,7 +364,9 @@ class MeteringProxy:
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in DROPPED_HEADERS}
                 headers["content-length"] = str(len(body))
                 try:
-                    for response, attempt in proxy.forward(provider, upstream_path, headers, body):
+                    query = self.path.partition("?")[2]  # say Claude Code's ?beta=true: passed on as it came
+                    target = f"{upstream_path}?{query}" if query else upstream_path
+                    for response, attempt in proxy.forward(provider, target, headers, body):
                         call.attempts, call.status = attempt, response.status
                         self.pass_on(call, response, started)
                 except (OSError, http.client.HTTPException) as e:

@@ -99,6 +99,8 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         plan.sandbox_class.preflight(plan.sandbox)
         prefetch.refuse_if_missing(plan.task)  # full scale: models or evaluation sets not in the HF cache
         plan.task.preflight(plan.cache_dir)  # a folder task whose baseline or eval.py fails: the same
+        if hasattr(plan.agent, "prepare"):
+            plan.agent.prepare(plan.cache_dir)  # say, an agent's program installed into the cache, or refused
         # a store that cannot take the run: the same (a sweep's job waits for a server that is away)
         check = recording.start_check(plan.tracking, wait_for_server=bool(plan.sweep_id))
         with clock.stage("sandbox_start"):
@@ -258,7 +260,8 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
             model = model_proxy(plan.agent)
             sandbox = plan.sandbox_class(plan.sandbox, work, asset_path / "public", recorder.run_id, plan.limits,
                                          seed=plan.seed, task_environment=task.environment,
-                                         model_endpoint=model.endpoint() if model else None)  # fmt: skip
+                                         model_endpoint=model.endpoint() if model else None,
+                                         agent_tools=getattr(plan.agent, "tools_dir", None))  # fmt: skip
             guard.on_interrupt(sandbox.close)  # a signal stops the agent's processes at once
             prompt = instructions.render(task, plan.budget, sandbox.workspace, sandbox.data_dir)
         with clock.stage("recording"):
@@ -308,6 +311,8 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
             recorder.log_file(run_dir / "trajectory.jsonl")
             recorder.log_text(workspace.diff(before, work), "workspace.patch")
             recorder.log_folder(step_snapshots.root, "snapshots")
+            if (run_dir / "agent").is_dir():  # what an outside agent printed: its transcript
+                recorder.log_folder(run_dir / "agent", "agent")
         chosen = task.choose_snapshot(step_snapshots.root, asset_path, run_dir, plan.sandbox, recorder.run_id)
         if chosen is not None:  # MLRC-Bench: the test split is scored on the snapshot with the best dev score
             snapshots.materialise(step_snapshots.root, chosen["entry"], start_files, work)

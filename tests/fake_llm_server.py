@@ -107,8 +107,9 @@ class FakeLlmServer:
                 turn = fake.next_turn(
                     {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
                 )
-                anthropic = self.path.endswith("/v1/messages")
-                if not anthropic and not self.path.endswith("/chat/completions"):
+                path = self.path.partition("?")[0]  # Claude Code asks /v1/messages?beta=true
+                anthropic = path.endswith("/v1/messages")
+                if not anthropic and not path.endswith("/chat/completions"):
                     return self.send(404, {"error": {"type": "not_found", "message": self.path}})
                 if turn is None:
                     return self.send(400, error_body(anthropic, 400, "fake server: the script is exhausted"))

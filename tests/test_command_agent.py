@@ -9,7 +9,8 @@ import json
 import pytest
 
 from conftest import mlflow_client, run_cli, store_args
-from fake_llm_server import FakeLlmServer, reply
+from fake_llm_server import FakeLlmServer, reply, tool
+from test_docker_sandbox import needs_docker
 
 KEY = "sk-ant-command-agent-real-key-555"
 
@@ -91,3 +92,49 @@ def test_a_command_agent_without_its_program_or_a_key_is_one_line(tmp_path, over
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+# ---- Claude Code, the real binary from npm ------------------------------------------------------
+MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("sandbox", ["bwrap", pytest.param("docker", marks=needs_docker)])
+def test_claude_code_runs_in_its_sandbox_through_the_proxy_edits_and_submits(tmp_path, built_cache, sandbox):
+    """agent=claude_code: its pinned binary installed into the cache, run on the task's prompt in
+    the sandbox; the scripted model has it run the merge with its Bash tool, then say it is done."""
+    script = [reply(tool("Bash", command=MERGE, description="merge the experts"), usage=(3000, 60)),
+              reply(text="Merged the experts into submission/.", usage=(3400, 20))]  # fmt: skip
+    with FakeLlmServer(script) as server:
+        result = run_cli(*store_args(tmp_path, built_cache), "agent=claude_code", f"sandbox={sandbox}", cwd=tmp_path,
+                         env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "llm_merging/claude_code/smoke/0" in result.stdout and "status ok" in result.stdout
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert run.data.tags["mlrb.valid"] == "True"
+    # Claude Code's own requests (streamed, its tools) went out through the proxy with the real key.
+    assert [(r["path"], r["body"]["stream"], r["headers"]["x-api-key"]) for r in server.requests] == [
+        ("/v1/messages?beta=true", True, KEY)] * 2  # fmt: skip
+    assert "Bash" in {t["name"] for t in server.requests[0]["body"]["tools"]}
+    assert run.data.metrics["llm.input_tokens"] == 6400 and run.data.metrics["llm.output_tokens"] == 80
+    transcript = (tmp_path / "run" / "agent" / "stdout.txt").read_text()
+    assert '"type":"result"' in transcript and "Merged the experts" in transcript
+    assert "agent/stdout.txt" in {a.path for a in client.list_artifacts(run.info.run_id, "agent")}
+    assert not list((tmp_path / "run" / "workspace").glob(".claude*"))  # its files stay out of the workspace
+    recorded = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    assert KEY.encode() not in recorded
+
+
+@pytest.mark.system
+def test_claude_code_out_of_tokens_is_refused_by_the_proxy_and_the_run_ends_budget_exhausted(tmp_path, built_cache):
+    script = [reply(tool("Bash", command="echo hi", description="say hi"), usage=(3000, 60))] * 3
+    with FakeLlmServer(script) as server:
+        result = run_cli(*store_args(tmp_path, built_cache), "agent=claude_code", "budget.max_output_tokens=50",
+                         cwd=tmp_path, env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(server.requests) == 1  # its next call was refused, never sent
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert (run.data.tags["mlrb.status"], run.data.tags["mlrb.stop_reason"]) == ("budget_exhausted", "output_tokens")
+    assert "budget is spent (output_tokens)" in (tmp_path / "run" / "agent" / "stdout.txt").read_text()

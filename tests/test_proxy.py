@@ -209,3 +209,10 @@ def test_an_agent_in_bwrap_reaches_the_model_only_through_the_proxy(tmp_path):
 def test_an_unconfined_agent_gets_the_proxy_s_loopback_url(tmp_path):
     seen = bridge_case("unconfined", tmp_path)
     assert seen["direct"] == "reached"  # unconfined: nothing stops it, as the sandbox's page says
+
+
+def test_a_query_string_goes_upstream_as_it_came():
+    with FakeLlmServer([reply(text="beta", usage=(1, 1))]) as server, proxy_for(server) as proxy:
+        client = anthropic.Anthropic(api_key=TOKEN, base_url=proxy.base_url("anthropic"), max_retries=0)
+        client.messages.create(model="m", max_tokens=10, messages=MESSAGES, extra_query={"beta": "true"})
+    assert server.requests[0]["path"] == "/v1/messages?beta=true"  # as Claude Code sends it

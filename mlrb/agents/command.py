@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shlex
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mlrb import events
@@ -46,16 +48,29 @@ class ProviderOptions:
 
 
 @dataclass
+class InstallOptions:
+    npm: str  # the package and its exact version, e.g. @anthropic-ai/claude-code@2.1.328
+    bin: dict[str, str]  # the program's name on the agent's PATH -> its file in the installed folder
+
+
+@dataclass
 class CommandOptions:
     command: str = ""
     providers: dict[str, ProviderOptions] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)  # more variables for the program
+    install: InstallOptions | None = None
+
+
+OPTION_KEYS = ("command", "providers", "environment", "install")
 
 
 def parse_options(cfg: AgentConfig) -> CommandOptions:
     options = dict(cfg.options or {})
-    unknown = sorted(set(options) - {"command", "providers"})
+    unknown = sorted(set(options) - set(OPTION_KEYS))
     if unknown:
-        raise ConfigError(f"unknown key agent.options.{unknown[0]} for agent kind 'command'; valid: command, providers")
+        raise ConfigError(
+            f"unknown key agent.options.{unknown[0]} for agent kind 'command'; valid: {', '.join(OPTION_KEYS)}"
+        )
     command = options.get("command")
     if not isinstance(command, str) or not command.strip():
         raise ConfigError(
@@ -74,7 +89,14 @@ def parse_options(cfg: AgentConfig) -> CommandOptions:
             value = getattr(providers[name], price)
             if not isinstance(value, (int, float)) or not value >= 0:
                 raise ConfigError(f"agent.options.providers.{name}.{price} must be a price of 0 or more, not {value!r}")
-    return CommandOptions(command=command, providers=providers)
+    install = None
+    if options.get("install"):
+        values = dict(options["install"])
+        if not isinstance(values.get("npm"), str) or not values.get("bin"):
+            raise ConfigError("agent.options.install needs npm (NAME@VERSION) and bin ({name: file in the package})")
+        install = InstallOptions(npm=values["npm"], bin={str(k): str(v) for k, v in dict(values["bin"]).items()})
+    environment = {str(k): str(v) for k, v in dict(options.get("environment") or {}).items()}
+    return CommandOptions(command=command, providers=providers, environment=environment, install=install)
 
 
 def upstreams_of(options: CommandOptions) -> dict[str, Upstream]:
@@ -97,10 +119,20 @@ class CommandAgent:
         self.cfg = cfg
         self.options = parse_options(cfg)
         self.upstreams = upstreams_of(self.options)
+        self.tools_dir: Path | None = None  # the installed program's folder, once `prepare` has it
 
     @classmethod
     def check_config(cls, cfg: AgentConfig) -> None:
         upstreams_of(parse_options(cfg))
+
+    def prepare(self, cache_dir: Path) -> None:
+        """Install the program (`agent.options.install`) into the cache if it is not there yet;
+        ConfigError in one line when it cannot be. The harness calls it before the run exists."""
+        install = self.options.install
+        if install is not None:
+            from mlrb.agents import installed
+
+            self.tools_dir = installed.ensure(self.cfg.name, install.npm, install.bin, cache_dir)
 
     def model_upstreams(self) -> dict[str, Upstream]:
         """What the run's metering proxy serves this agent (the harness starts it)."""
@@ -118,16 +150,24 @@ class CommandAgent:
         calls = CallEvents(ctx.events, step, ctx.budget)
         ctx.model.on_call = calls.emit
         url, token = ctx.sandbox.model_url, ctx.model.token
-        environment = {
+        given = {
             "ANTHROPIC_BASE_URL": f"{url}/anthropic", "ANTHROPIC_API_KEY": token,
             "OPENAI_BASE_URL": f"{url}/openai/v1", "OPENAI_API_KEY": token,
             "MLRB_PROMPT": ctx.instructions,
         }  # fmt: skip
-        exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in environment.items())
+        configured = dict(self.options.environment)  # these may refer to variables ($TMPDIR, $PATH)
+        if self.tools_dir is not None:
+            configured["PATH"] = f"{self.tools_dir / 'bin'}:$PATH"
+        exports = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in given.items()),
+                            *(f"{k}={expanding(v)}" for k, v in configured.items())])  # fmt: skip
         ctx.events.emit(events.ToolStarted(step, TOOL, CALL_ID, {"command": self.options.command}))
         timeout_s = ctx.budget.remaining_s()
         result = ctx.sandbox.exec(f"export {exports}; {self.options.command}", timeout_s=timeout_s)
         output = describe_exec(result, timeout_s, MAX_FIELD_CHARS)
+        if ctx.run_dir is not None:  # its transcript, whole (the trajectory keeps a cut copy)
+            (ctx.run_dir / "agent").mkdir(exist_ok=True)
+            (ctx.run_dir / "agent" / "stdout.txt").write_text(result.stdout)
+            (ctx.run_dir / "agent" / "stderr.txt").write_text(result.stderr)
         ctx.events.emit(
             events.ToolEnded(step, TOOL, CALL_ID, output.is_error, result.exit_code, result.duration_s, output.text)
         )
@@ -148,6 +188,14 @@ class CommandAgent:
             tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
             return AgentOutcome(Status.AGENT_ERROR, None, f"the command exited {exit_code}: {tail[:500]}")
         return AgentOutcome(Status.OK, None, "the command finished")
+
+
+def expanding(value: str) -> str:
+    """A shell word for a configured VALUE: double-quoted where it refers to variables ($NAME),
+    so they expand (`PATH: /tools/bin:$PATH`), else single-quoted."""
+    if re.search(r"\$[A-Za-z_{]", value) and not re.search(r'["`\\]', value):
+        return f'"{value}"'
+    return shlex.quote(value)
 
 
 class CallEvents:

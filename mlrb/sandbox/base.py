@@ -332,7 +332,8 @@ class Sandbox(abc.ABC):
     model_url: str | None = None
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
-                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None):  # fmt: skip
+                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
+                 agent_tools: Path | None = None):  # fmt: skip
         self.cfg = cfg
         self.options = self.parse_options(cfg)
         self.root = Path(workspace).resolve()
@@ -342,6 +343,7 @@ class Sandbox(abc.ABC):
         self.seed = seed
         self.task_environment = task_environment  # the task's own venv (read-only, first on PATH), or None
         self.model_endpoint = model_endpoint
+        self.agent_tools = agent_tools  # an agent's programs (mlrb/agents/installed.py): read-only, same path
 
     @classmethod
     def parse_options(cls, cfg: SandboxConfig) -> Any:
@@ -385,6 +387,8 @@ class Sandbox(abc.ABC):
         mounts += task_environment_mounts(self.task_environment)
         if self.model_endpoint is not None:
             mounts += [Mount(self.model_endpoint.socket, MODEL_SOCKET), Mount(MODEL_BRIDGE, BRIDGE_INSIDE)]
+        if self.agent_tools is not None:
+            mounts.append(Mount(Path(self.agent_tools)))
         return mounts, agent_environment(WORKSPACE, DATA, self.seed, self.task_environment)
 
     def start_model_bridge(self, python: str) -> None:

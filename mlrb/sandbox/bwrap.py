@@ -211,8 +211,9 @@ class BwrapSandbox(Sandbox):
             )
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
-                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None):  # fmt: skip
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint)
+                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
+                 agent_tools: Path | None = None):  # fmt: skip
+        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools)
         mounts, env = self.confined_layout()
         mounts.append(Mount(EXEC_SERVER, SERVER_INSIDE))
         self.binary = find_bwrap(self.options.binary)

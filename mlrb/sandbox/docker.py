@@ -232,8 +232,9 @@ class DockerSandbox(Sandbox):
         connect(options)
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
-                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None):  # fmt: skip
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint)
+                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
+                 agent_tools: Path | None = None):  # fmt: skip
+        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools)
         mounts, environment = self.confined_layout()
         self.client = connect(self.options)
         self.stale_removed = remove_stale(self.client)

@@ -42,8 +42,9 @@ class UnconfinedSandbox(Sandbox):
     options_class = UnconfinedOptions
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
-                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None):  # fmt: skip
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint)
+                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
+                 agent_tools: Path | None = None):  # fmt: skip
+        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools)
         self.workspace, self.data_dir = str(self.root), str(self.host_data_dir)
         self.model_url = model_endpoint.url if model_endpoint else None  # the host's loopback is its own
         self.env = agent_environment(self.workspace, self.data_dir, self.seed, task_environment)
