@@ -12,6 +12,10 @@ is 1 when anything is missing. A full-scale run checks the same list before it s
 A task with Python requirements of its own (mlrb/environments.py) also gets its environment
 built into the cache (`paths.cache_dir`), from the package index pip is configured with
 (whatever HF_HUB_OFFLINE says); with `--check`, only whether it is there.
+
+`agent=NAME` (say `agent=claude_code`) installs that agent's pinned program into the cache
+instead (mlrb/agents/installed.py, with npm), for compute nodes without the npm registry;
+with `--check`, only says whether it is there. No API key is needed for it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ from typing import Any
 from mlrb.config import ConfigError
 from mlrb.tasks.hub import HubItem, download, is_present, task_needs
 
-USAGE = "usage: python -m mlrb.prefetch [--check] [task=NAME[,NAME...]] [task.scale=full] [other config overrides]"
+USAGE = (
+    "usage: python -m mlrb.prefetch [--check] [task=NAME[,NAME...]] [task.scale=full] [other config overrides]"
+    " | [--check] agent=NAME"
+)
 
 
 def missing_items(task: Any) -> list[HubItem]:
@@ -111,6 +118,48 @@ def prefetch_environment(task: Any, cache_dir: Path, check_only: bool) -> int:
     return 0
 
 
+def prefetch_agent(overrides: list[str], check_only: bool) -> int:
+    """Install the program `agent=NAME` runs (its `agent.options.install`) into the cache, or with
+    `check_only` say whether it is there; the exit status (0: there, 1: missing, 2: refused)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from mlrb.agents import installed
+    from mlrb.config import CONF_DIR, register_schema
+
+    register_schema()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="mlrb_prefetch"):
+            # Not checked whole: the agent's check asks for its API key, which installing does not need.
+            cfg = compose(config_name="config", overrides=overrides)
+            options = OmegaConf.to_container(cfg.agent.get("options") or OmegaConf.create({}), resolve=True)
+            install = options.get("install") if isinstance(options, dict) else None
+            name, cache_dir = str(cfg.agent.name), Path(str(cfg.paths.cache_dir))
+    except Exception as e:  # Hydra and OmegaConf raise many types; all are config errors here
+        print(f"mlrb.prefetch: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    finally:
+        GlobalHydra.instance().clear()
+    if not install:
+        print(f"{name}: nothing to install (it runs in the harness, or a program you give it)")
+        return 0
+    spec, bins = str(install["npm"]), {str(k): str(v) for k, v in dict(install["bin"]).items()}
+    root = installed.location(cache_dir, spec)
+    if not installed.is_installed(root, bins) and not check_only:
+        print(f"{name}: installing {spec} with npm", flush=True)
+        try:
+            installed.ensure(name, spec, bins, cache_dir)
+        except ConfigError as e:
+            print(f"mlrb.prefetch: error: {e}", file=sys.stderr)
+    if not installed.is_installed(root, bins):
+        print(f"missing: {name}: {spec} in {root}")
+        return 1
+    print(f"{name}: {spec} is installed ({root})")
+    return 0
+
+
 def one_line(error: BaseException) -> str:
     """Why a download failed, in one line: the Hub's HTTP answer where one is behind the error
     (the libraries wrap it in errors of several lines), else the error's type and first line."""
@@ -155,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         bad = next((a for a in overrides if "=" not in a), None)
         if bad:
             raise ConfigError(f"'{bad}' is not a config override (key=value); {USAGE}")
+        if any(o.startswith("agent=") for o in overrides) and not any(o.startswith("task=") for o in overrides):
+            return prefetch_agent(overrides, check_only="--check" in args)
         tasks = configured_tasks(overrides)
     except ConfigError as e:
         print(f"mlrb.prefetch: error: {e}", file=sys.stderr)

@@ -93,7 +93,10 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
             ["task=nope"],
             "unknown task 'nope'; valid choices: baby_lm, edge_llm_compression, edge_llm_training, folder, llm_efficiency, llm_merging, math_reasoning, mini_pile",
         ),
-        (["agent=gpt5"], "unknown agent 'gpt5'; valid choices: baseline, claude, claude_code, command, gpt4o, openai_compatible"),
+        (
+            ["agent=gpt5"],
+            "unknown agent 'gpt5'; valid choices: baseline, claude, claude_code, command, gpt4o, openai_compatible",
+        ),
         (["budget=2h"], "unknown budget '2h'; valid choices: 1h, 24h, paper, smoke"),
         (["budget.wal_time_s=5"], "unknown config key 'budget.wal_time_s'; did you mean 'budget.wall_time_s'?"),
         (["sed=3"], "unknown config key 'sed'; did you mean 'seed'?"),

@@ -5,6 +5,7 @@ scripted upstream on loopback."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -138,3 +139,29 @@ def test_claude_code_out_of_tokens_is_refused_by_the_proxy_and_the_run_ends_budg
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert (run.data.tags["mlrb.status"], run.data.tags["mlrb.stop_reason"]) == ("budget_exhausted", "output_tokens")
     assert "budget is spent (output_tokens)" in (tmp_path / "run" / "agent" / "stdout.txt").read_text()
+
+
+@pytest.mark.integration
+def test_prefetch_installs_claude_code_for_offline_nodes_and_a_run_without_it_or_npm_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    def prefetch(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
+        env = {**os.environ, **({"PATH": path} if path else {})}
+        return subprocess.run([sys.executable, "-m", "mlrb.prefetch", *args, f"paths.cache_dir={tmp_path / 'cache'}"],
+                              capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
+
+    checked = prefetch("--check", "agent=claude_code")
+    assert checked.returncode == 1 and checked.stdout.startswith("missing: claude_code: @anthropic-ai/claude-code@")
+    no_npm = run_cli(*store_args(tmp_path, tmp_path / "cache"), "agent=claude_code", "sandbox=unconfined",
+                     cwd=tmp_path, env={"ANTHROPIC_API_KEY": KEY, "PATH": "/nonexistent"})  # fmt: skip
+    assert no_npm.returncode == 2, no_npm.stderr
+    (line,) = no_npm.stderr.strip().splitlines()
+    assert (
+        "needs @anthropic-ai/claude-code@2.1.328, which is not in the cache" in line
+        and "npm is not on the PATH" in line
+    )
+    assert not (tmp_path / "run").exists()  # refused before anything was recorded
+    assert prefetch("agent=claude_code").returncode == 0  # needs no API key
+    again = prefetch("--check", "agent=claude_code", path="/nonexistent")  # an offline node: no npm needed now
+    assert again.returncode == 0 and "is installed" in again.stdout
