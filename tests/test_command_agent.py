@@ -64,6 +64,10 @@ def test_a_program_in_bwrap_calls_its_model_through_the_proxy_and_submits(tmp_pa
     trajectory = [json.loads(line) for line in (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()]
     calls = [e for e in trajectory if e["event"] == "model_call"]
     assert [(c["text"], c["input_tokens"]) for c in calls] == [("look around", 1000), ("merge", 1200)]
+    (trace,) = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)
+    spans = [s for s in trace.data.spans if s.span_type == "CHAT_MODEL"]
+    assert [s.outputs["text"] for s in spans] == ["look around", "merge"]
+    assert spans[0].inputs["messages"][0]["role"] == "user"  # the whole request, as the program sent it
     recorded = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
     assert KEY.encode() not in recorded
 

@@ -211,8 +211,8 @@ class CallEvents:
             if call.refused and call.refused.startswith("budget spent: "):
                 self.refused = self.refused or call.refused.removeprefix("budget spent: ")
             attempt = max(call.attempts, 1)
-            self.sink.emit(events.ModelCallStarted(self.step, attempt, call.provider, call.model, 0.0,
-                                                   {"endpoint": call.endpoint, "stream": call.stream}))  # fmt: skip
+            # Emitted once the call is over, whole: the program may call from several threads at once.
+            self.sink.emit(events.ModelCallStarted(self.step, attempt, call.provider, call.model, 0.0, call.request))
             if call.status != 200:
                 self.sink.emit(events.ModelCallFailed(self.step, attempt, call.refused or f"HTTP {call.status}"))
                 return
