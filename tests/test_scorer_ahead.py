@@ -46,6 +46,17 @@ def processes_using(path: Path) -> list[int]:
     return found
 
 
+def started_within(seconds: float, path: Path) -> bool:
+    """Whether processes naming `path` appear within SECONDS: until the scorer's process has
+    exec'd, its command line is still the harness's (a loaded machine stretches that)."""
+    deadline = time.monotonic() + seconds
+    while not processes_using(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def gone_within(seconds: float, path: Path) -> bool:
     deadline = time.monotonic() + seconds
     while processes_using(path):
@@ -68,7 +79,7 @@ def test_an_agent_that_works_longer_than_the_scoring_limit_is_still_scored(asset
 def test_a_scorer_that_is_never_handed_a_submission_is_stopped(assets, tmp_path):
     scoring = tmp_path / "scoring"
     scorer = Scorer(tiny_llm_merging(), assets, scoring, SandboxConfig())
-    assert processes_using(scoring)  # bwrap and the scorer inside it
+    assert started_within(10, scoring)  # bwrap and the scorer inside it
     report = scorer.score(tmp_path / "nothing here")
     assert not report.valid and "no submission" in report.reason
     assert gone_within(5, scoring), processes_using(scoring)
@@ -99,7 +110,7 @@ def test_a_waiting_scorer_goes_with_a_harness_that_is_killed(assets, tmp_path, k
         cwd=REPO, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert harness.stdout is not None and harness.stdout.readline().strip() == "started"
-    assert processes_using(scoring)
+    assert started_within(10, scoring)
     # bwrap arms its --die-with-parent a moment after it starts; a harness killed within those
     # milliseconds leaves it behind (bubblewrap 0.8). A harness lives for seconds at least.
     time.sleep(1)
