@@ -5,6 +5,7 @@ key (worth nothing anywhere else):
 
     <proxy>/anthropic/v1/messages           the Anthropic Messages API
     <proxy>/openai/v1/chat/completions      OpenAI Chat Completions
+    <proxy>/openai/v1/responses             OpenAI Responses
 
 streaming or not. For each call the proxy
 
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 ROUTES = {  # the proxy's path -> (provider, the upstream's path under its base URL)
     "/anthropic/v1/messages": ("anthropic", "/v1/messages"),
     "/openai/v1/chat/completions": ("openai", "/chat/completions"),
+    "/openai/v1/responses": ("openai", "/responses"),
 }
 # Request headers never forwarded: hop-by-hop ones, the ones the proxy sets, and every header
 # that may carry the agent's key (it is the run's token, not a key upstream knows).
@@ -166,6 +168,8 @@ class StreamUsage:
             self.input_tokens, self.output_tokens = usage_of("anthropic", event.get("message"))
         elif kind == "message_delta":  # Anthropic: the output so far (a running total)
             self.output_tokens = int((event.get("usage") or {}).get("output_tokens") or self.output_tokens)
+        elif kind == "response.completed":  # Responses: the whole response, its usage in it
+            self.input_tokens, self.output_tokens = usage_of(self.provider, event.get("response"))
         elif isinstance(event.get("usage"), dict):  # Chat Completions: the last chunk
             self.input_tokens, self.output_tokens = usage_of(self.provider, event)
 

@@ -1,6 +1,7 @@
 """A scripted model server on loopback that speaks the Anthropic Messages API
-(POST /v1/messages) and OpenAI Chat Completions (POST /v1/chat/completions), streaming
-(server-sent events, when the request says `"stream": true`) or not.
+(POST /v1/messages), OpenAI Chat Completions (POST /v1/chat/completions) and OpenAI
+Responses (POST /v1/responses), streaming (server-sent events, when the request says
+`"stream": true`) or not.
 
 It plays a list of scripted turns, one per request, in the wire format of the
 endpoint asked, and records every request (path, headers with lower-case names, JSON body) so tests
@@ -108,8 +109,8 @@ class FakeLlmServer:
                     {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
                 )
                 path = self.path.partition("?")[0]  # Claude Code asks /v1/messages?beta=true
-                anthropic = path.endswith("/v1/messages")
-                if not anthropic and not path.endswith("/chat/completions"):
+                anthropic, responses = path.endswith("/v1/messages"), path.endswith("/v1/responses")
+                if not (anthropic or responses or path.endswith("/chat/completions")):
                     return self.send(404, {"error": {"type": "not_found", "message": self.path}})
                 if turn is None:
                     return self.send(400, error_body(anthropic, 400, "fake server: the script is exhausted"))
@@ -117,10 +118,13 @@ class FakeLlmServer:
                     return self.send(turn["status"], error_body(anthropic, turn["status"], turn["message"]))
                 if turn["delay_s"]:
                     time.sleep(turn["delay_s"])
-                render = anthropic_reply if anthropic else openai_reply
+                render = anthropic_reply if anthropic else responses_reply if responses else openai_reply
                 reply = render(turn, body.get("model", "fake"), len(fake.requests))
                 if body.get("stream"):
-                    events = anthropic_events(reply) if anthropic else openai_chunks(reply, body)
+                    if anthropic:
+                        events = anthropic_events(reply)
+                    else:
+                        events = responses_events(reply) if responses else openai_chunks(reply, body)
                     return self.stream(events, turn.get("gap_s", 0.0))
                 self.send(200, reply)
 
@@ -248,3 +252,40 @@ def openai_chunks(completion: dict[str, Any], request: dict[str, Any]) -> list[b
     if (request.get("stream_options") or {}).get("include_usage") and completion.get("usage"):
         chunks.append({**head, "choices": [], "usage": completion["usage"]})
     return [sse(chunk) for chunk in chunks] + [sse("[DONE]")]
+
+
+def responses_reply(turn: dict[str, Any], model: str, n: int) -> dict[str, Any]:
+    """A turn as an OpenAI Responses response: a message item, then a function_call item per tool call."""
+    output: list[dict[str, Any]] = []
+    if turn["text"]:
+        output.append({"type": "message", "id": f"msg_{n}", "status": "completed", "role": "assistant",
+                       "content": [{"type": "output_text", "text": turn["text"], "annotations": []}]})  # fmt: skip
+    for i, call in enumerate(turn["tool_calls"]):
+        output.append({"type": "function_call", "id": f"fc_{n}_{i}", "call_id": f"call_{n}_{i}", "name": call["name"],
+                       "arguments": json.dumps(call["arguments"]), "status": "completed"})  # fmt: skip
+    out: dict[str, Any] = {"id": f"resp_{n}", "object": "response", "created_at": 0, "status": "completed",
+                           "model": model, "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
+                           "tools": []}  # fmt: skip
+    if turn["usage"] is not None:
+        prompt, completion = turn["usage"]
+        out["usage"] = {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion,
+                        "input_tokens_details": {"cached_tokens": 0},
+                        "output_tokens_details": {"reasoning_tokens": 0}}  # fmt: skip
+    return out
+
+
+def responses_events(response: dict[str, Any]) -> list[bytes]:
+    """A Responses response as the events the API streams for it, the whole response last."""
+    started = {**response, "status": "in_progress", "output": [], "usage": None}
+    events = [{"type": "response.created", "response": started}]
+    for index, item in enumerate(response["output"]):
+        events.append(
+            {"type": "response.output_item.added", "output_index": index, "item": {**item, "status": "in_progress"}}
+        )
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            events.append({"type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
+                           "content_index": 0, "delta": text})  # fmt: skip
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": response})
+    return [sse({**event, "sequence_number": i}, event["type"]) for i, event in enumerate(events)]

@@ -169,3 +169,27 @@ def test_prefetch_installs_claude_code_for_offline_nodes_and_a_run_without_it_or
     assert prefetch("agent=claude_code").returncode == 0  # needs no API key
     again = prefetch("--check", "agent=claude_code", path="/nonexistent")  # an offline node: no npm needed now
     assert again.returncode == 0 and "is installed" in again.stdout
+
+
+@pytest.mark.fast
+def test_a_call_s_reply_is_read_from_every_api_s_shape():
+    """What the run's trajectory and trace show of a call: its text, tool calls and stop reason."""
+    from fake_llm_server import anthropic_events, anthropic_reply, openai_reply, responses_events, responses_reply
+    from mlrb.agents.command import reply_of
+    from mlrb.proxy import Call, StreamUsage
+
+    turn = reply(tool("bash", command="ls"), text="Looking.")
+
+    def streamed(events: list[bytes]) -> list:
+        reader = StreamUsage("anthropic")
+        reader.feed(b"".join(events))
+        return reader.events
+
+    whole = {"anthropic": anthropic_reply(turn, "m", 1), "chat": openai_reply(turn, "m", 1),
+             "responses": responses_reply(turn, "m", 1)}  # fmt: skip
+    for api, body in whole.items():
+        text, tools, _ = reply_of(Call("p", "/", "m", False, 200, response=body))
+        assert (text, [t["name"] for t in tools]) == ("Looking.", ["bash"]), api
+    for events in (anthropic_events(whole["anthropic"]), responses_events(whole["responses"])):
+        text, _, stop = reply_of(Call("p", "/", "m", True, 200, response=streamed(events)))
+        assert text == "Looking." and stop in ("tool_use", "completed")

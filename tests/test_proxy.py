@@ -92,6 +92,25 @@ def test_openai_chat_calls_pass_through_streamed_or_not_and_a_stream_is_asked_fo
     assert meter.usd == pytest.approx(((900 + 950) * 2.5 + (40 + 60) * 10.0) / 1e6)
 
 
+def test_openai_responses_calls_pass_through_streamed_or_not_and_are_charged():
+    calls: list[Call] = []
+    meter = budget()
+    script = [
+        reply(tool("shell", command="ls"), text="Listing.", usage=(700, 30)),
+        reply(text="Done.", usage=(800, 20)),
+    ]
+    with FakeLlmServer(script) as server, proxy_for(server, meter, calls) as proxy:
+        client = openai_client(proxy)
+        response = client.responses.create(model="gpt-test", input="Solve.")
+        events = list(client.responses.create(model="gpt-test", input="Solve.", stream=True))
+    assert response.output_text == "Listing." and response.output[1].name == "shell"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Done."
+    assert events[-1].type == "response.completed" and events[-1].response.usage.output_tokens == 20
+    assert [r["path"] for r in server.requests] == ["/v1/responses"] * 2
+    assert [(c.stream, c.input_tokens, c.output_tokens) for c in calls] == [(False, 700, 30), (True, 800, 20)]
+    assert meter.usd == pytest.approx(((700 + 800) * 2.5 + (30 + 20) * 10.0) / 1e6)
+
+
 def test_a_key_that_is_not_the_run_s_token_is_refused_in_the_provider_s_shape_and_nothing_goes_upstream():
     calls: list[Call] = []
     with FakeLlmServer([reply(text="never")]) as server, proxy_for(server, calls=calls) as proxy:

@@ -1,5 +1,5 @@
 """Bring your own agent (`agent=command`): any program that speaks the Anthropic Messages API
-or OpenAI Chat Completions, run in the sandbox on the task's prompt (issue 37).
+or OpenAI Chat Completions or Responses, run in the sandbox on the task's prompt (issue 37).
 
 The harness runs the run's metering proxy (mlrb/proxy.py) and gives the program, in its
 environment, the proxy as its API's base URL and the run's token as its key:
@@ -229,6 +229,11 @@ def reply_of(call: Call) -> tuple[str, list[dict[str, Any]], str | None]:
     """The text, tool calls and stop reason of a call's answer, whole or streamed."""
     response = call.response
     if call.stream and isinstance(response, list):
+        finished = [
+            e.get("response") for e in response if isinstance(e, dict) and e.get("type") == "response.completed"
+        ]
+        if finished and isinstance(finished[-1], dict):  # Responses: the stream ends with the whole response
+            return responses_reply(finished[-1])
         texts = []
         stop = None
         for event in response:
@@ -241,6 +246,8 @@ def reply_of(call: Call) -> tuple[str, list[dict[str, Any]], str | None]:
         return "".join(texts), [], stop
     if not isinstance(response, dict):
         return "", [], None
+    if "output" in response:  # Responses
+        return responses_reply(response)
     if "content" in response:  # Anthropic
         blocks = response.get("content") or []
         text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
@@ -251,3 +258,13 @@ def reply_of(call: Call) -> tuple[str, list[dict[str, Any]], str | None]:
     tools = [{"name": (t.get("function") or {}).get("name"), "arguments": (t.get("function") or {}).get("arguments")}
              for t in message.get("tool_calls") or []]  # fmt: skip
     return message.get("content") or "", tools, choice.get("finish_reason")
+
+
+def responses_reply(response: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str | None]:
+    """The text, function calls and status of an OpenAI Responses response."""
+    items = [item for item in response.get("output") or [] if isinstance(item, dict)]
+    text = "".join(part.get("text", "") for item in items if item.get("type") == "message"
+                   for part in item.get("content") or [] if part.get("type") == "output_text")  # fmt: skip
+    tools = [{"name": item.get("name"), "arguments": item.get("arguments")} for item in items
+             if item.get("type") == "function_call"]  # fmt: skip
+    return text, tools, response.get("status")
