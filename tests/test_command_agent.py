@@ -193,3 +193,29 @@ def test_a_call_s_reply_is_read_from_every_api_s_shape():
     for events in (anthropic_events(whole["anthropic"]), responses_events(whole["responses"])):
         text, _, stop = reply_of(Call("p", "/", "m", True, 200, response=streamed(events)))
         assert text == "Looking." and stop in ("tool_use", "completed")
+
+
+# ---- Codex CLI, the real binary from npm ---------------------------------------------------------
+@pytest.mark.system
+@pytest.mark.parametrize("sandbox", ["bwrap", pytest.param("docker", marks=needs_docker)])
+def test_codex_runs_in_its_sandbox_through_the_proxy_edits_and_submits(tmp_path, built_cache, sandbox):
+    """agent=codex: `codex exec` on the task's prompt, with the proxy as a model provider of its
+    own (Responses API); the scripted model has it run the merge with its exec_command tool (a
+    login shell, whose PATH must still find the harness's python), then say it is done."""
+    script = [reply(tool("exec_command", cmd=MERGE), usage=(3000, 60)), reply(text="Merged.", usage=(3400, 20))]
+    with FakeLlmServer(script) as server:
+        result = run_cli(*store_args(tmp_path, built_cache), "agent=codex", f"sandbox={sandbox}", cwd=tmp_path,
+                         env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.openai_url})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "llm_merging/codex/smoke/0" in result.stdout
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert run.data.tags["mlrb.valid"] == "True", (tmp_path / "run" / "agent" / "stdout.txt").read_text()[-2000:]
+    assert [(r["path"], r["body"]["stream"], r["headers"]["authorization"]) for r in server.requests] == [
+        ("/v1/responses", True, f"Bearer {KEY}")] * 2  # fmt: skip
+    output = server.requests[1]["body"]["input"][-1]
+    assert output["type"] == "function_call_output" and "merged" in str(output["output"])
+    assert run.data.metrics["llm.input_tokens"] == 6400 and run.data.metrics["llm.output_tokens"] == 80
+    assert '"type":"turn.completed"' in (tmp_path / "run" / "agent" / "stdout.txt").read_text()
+    recorded = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    assert KEY.encode() not in recorded

@@ -217,6 +217,7 @@ def sandbox_environment(
         PYTHONUNBUFFERED="1",
     )
     env.update(extra or {})
+    env["MLRB_PATH"] = env["PATH"]  # what a login shell restores (docker/Dockerfile's /etc/profile.d)
     return env
 
 
