@@ -301,3 +301,25 @@ def test_memory_and_fork_bombs_are_contained(tmp_path):
         box.close()
     assert all(not folder.exists() for folder in box.cgroup.folders)  # nothing left behind
     assert subprocess.run(["echo", "host fine"], capture_output=True, text=True).stdout == "host fine\n"
+
+
+@needs_namespaces
+@pytest.mark.parametrize("kind", ["bwrap", "unconfined"])
+def test_an_agent_s_whole_run_is_bounded_by_the_budget_not_by_the_command_timeout(tmp_path, kind):
+    """The baseline's script or an outside agent's program is the whole run: a 1-second
+    command_timeout_s cuts a model's command, not that (only the budget's wall time does)."""
+    from mlrb.registry import SANDBOXES, load
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "data").mkdir()
+    cfg = SandboxConfig(kind=kind, command_timeout_s=1)
+    sandbox = load(SANDBOXES[kind])(cfg, tmp_path / "ws", tmp_path / "data", f"whole-{kind}", Limits())
+    try:
+        cut = sandbox.exec("sleep 2; echo done", timeout_s=30)
+        whole = sandbox.exec("sleep 2; echo done", timeout_s=30, whole_run=True)
+        budget = sandbox.exec("sleep 5; echo done", timeout_s=1, whole_run=True)
+    finally:
+        sandbox.close()
+    assert cut.timed_out and "done" not in cut.stdout
+    assert not whole.timed_out and whole.stdout.strip() == "done"
+    assert budget.timed_out and "done" not in budget.stdout

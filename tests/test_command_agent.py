@@ -88,7 +88,7 @@ def test_once_its_tokens_are_spent_the_proxy_refuses_and_the_run_ends_budget_exh
     ("overrides", "env", "expected"),
     [
         ([], {"ANTHROPIC_API_KEY": KEY}, "agent=command needs the program to run: agent.options.command="),
-        (["agent.options.command=ls"], {}, "agent=command: no API key for any provider: set $ANTHROPIC_API_KEY or $OPENAI_API_KEY"),
+        (["agent.options.command=ls"], {}, "agent command needs an API key: set $ANTHROPIC_API_KEY or $OPENAI_API_KEY"),
     ],
 )  # fmt: skip
 def test_a_command_agent_without_its_program_or_a_key_is_one_line(tmp_path, overrides, env, expected):

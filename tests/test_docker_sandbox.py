@@ -251,3 +251,18 @@ def test_an_agent_in_docker_reaches_the_model_only_through_the_proxy(tmp_path):
 
     seen = bridge_case("docker", tmp_path)
     assert seen["direct"] in ("ConnectionRefusedError", "OSError")  # no way to the host's loopback
+
+
+@pytest.mark.system
+@needs_docker
+def test_an_agent_s_whole_run_in_docker_is_bounded_by_the_budget_not_by_the_command_timeout(tmp_path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "data").mkdir()
+    cfg = SandboxConfig(kind="docker", command_timeout_s=1)
+    box = ds.DockerSandbox(cfg, tmp_path / "ws", tmp_path / "data", f"whole-{uuid.uuid4().hex[:8]}", Limits())
+    try:
+        cut = box.exec("sleep 2; echo done", timeout_s=30)
+        whole = box.exec("sleep 2; echo done", timeout_s=30, whole_run=True)
+    finally:
+        box.close()
+    assert cut.timed_out and not whole.timed_out and whole.stdout.strip() == "done"

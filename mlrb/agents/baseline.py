@@ -32,7 +32,7 @@ class BaselineAgent:
         ctx.events.emit(events.StepStarted(step, ctx.budget.note()))
         ctx.events.emit(events.ToolStarted(step, TOOL, CALL_ID, {"command": command}))
         timeout_s = ctx.budget.remaining_s()
-        result = ctx.sandbox.exec(command, timeout_s=timeout_s)
+        result = ctx.sandbox.exec(command, timeout_s=timeout_s, whole_run=True)  # the whole run is this script
         output = describe_exec(result, timeout_s, MAX_FIELD_CHARS)
         ctx.events.emit(
             events.ToolEnded(step, TOOL, CALL_ID, output.is_error, result.exit_code, result.duration_s, output.text)

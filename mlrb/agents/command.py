@@ -99,7 +99,7 @@ def parse_options(cfg: AgentConfig) -> CommandOptions:
     return CommandOptions(command=command, providers=providers, environment=environment, install=install)
 
 
-def upstreams_of(options: CommandOptions) -> dict[str, Upstream]:
+def upstreams_of(agent: str, options: CommandOptions) -> dict[str, Upstream]:
     """The providers whose key is in the environment, with where their calls go."""
     found = {}
     for name, provider in options.providers.items():
@@ -109,7 +109,7 @@ def upstreams_of(options: CommandOptions) -> dict[str, Upstream]:
             found[name] = Upstream(base_url, key, provider.price_input_per_mtok, provider.price_output_per_mtok)
     if not found:
         names = " or ".join(f"${p.api_key_env}" for p in options.providers.values()) or "(no providers configured)"
-        raise ConfigError(f"agent=command: no API key for any provider: set {names} (the proxy holds it; "
+        raise ConfigError(f"agent {agent} needs an API key: set {names} (the run's proxy holds it; "
                           "the program gets the run's token instead)")  # fmt: skip
     return found
 
@@ -118,12 +118,12 @@ class CommandAgent:
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
         self.options = parse_options(cfg)
-        self.upstreams = upstreams_of(self.options)
+        self.upstreams = upstreams_of(cfg.name, self.options)
         self.tools_dir: Path | None = None  # the installed program's folder, once `prepare` has it
 
     @classmethod
     def check_config(cls, cfg: AgentConfig) -> None:
-        upstreams_of(parse_options(cfg))
+        upstreams_of(cfg.name, parse_options(cfg))
 
     def prepare(self, cache_dir: Path) -> None:
         """Install the program (`agent.options.install`) into the cache if it is not there yet;
@@ -162,7 +162,8 @@ class CommandAgent:
                             *(f"{k}={expanding(v)}" for k, v in configured.items())])  # fmt: skip
         ctx.events.emit(events.ToolStarted(step, TOOL, CALL_ID, {"command": self.options.command}))
         timeout_s = ctx.budget.remaining_s()
-        result = ctx.sandbox.exec(f"export {exports}; {self.options.command}", timeout_s=timeout_s)
+        # The program is the agent: the budget's wall time bounds it, not a single command's limit.
+        result = ctx.sandbox.exec(f"export {exports}; {self.options.command}", timeout_s=timeout_s, whole_run=True)
         output = describe_exec(result, timeout_s, MAX_FIELD_CHARS)
         if ctx.run_dir is not None:  # its transcript, whole (the trajectory keeps a cut copy)
             (ctx.run_dir / "agent").mkdir(exist_ok=True)

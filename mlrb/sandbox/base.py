@@ -376,8 +376,10 @@ class Sandbox(abc.ABC):
             return process.wait(job.timeout_s)
 
     @abc.abstractmethod
-    def exec(self, command: str, timeout_s: float) -> ExecResult:
-        """Run a shell command in the workspace; kill it (and its children) at the timeout."""
+    def exec(self, command: str, timeout_s: float, whole_run: bool = False) -> ExecResult:
+        """Run a shell command in the workspace; kill it (and its children) at the timeout, which
+        `sandbox.command_timeout_s` caps unless the command is the agent's `whole_run` (the
+        baseline's script, an outside agent's program: only the budget's wall time bounds it)."""
 
     def confined_layout(self) -> tuple[list[Mount], dict[str, str]]:
         """For a sandbox that shows the agent paths of its own (bwrap, Docker): the workspace at

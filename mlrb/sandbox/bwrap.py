@@ -238,8 +238,8 @@ class BwrapSandbox(Sandbox):
                 self.close()
                 raise
 
-    def exec(self, command: str, timeout_s: float) -> ExecResult:
-        timeout_s = max(0.001, min(timeout_s, self.cfg.command_timeout_s))
+    def exec(self, command: str, timeout_s: float, whole_run: bool = False) -> ExecResult:
+        timeout_s = max(0.001, timeout_s if whole_run else min(timeout_s, self.cfg.command_timeout_s))
         started = time.monotonic()
         try:
             self.requests.write((json.dumps({"command": command, "timeout_s": timeout_s}) + "\n").encode())

@@ -252,8 +252,8 @@ class DockerSandbox(Sandbox):
                 self.close()
                 raise
 
-    def exec(self, command: str, timeout_s: float) -> ExecResult:
-        timeout_s = max(0.1, min(timeout_s, self.cfg.command_timeout_s))
+    def exec(self, command: str, timeout_s: float, whole_run: bool = False) -> ExecResult:
+        timeout_s = max(0.1, timeout_s if whole_run else min(timeout_s, self.cfg.command_timeout_s))
         api = self.client.api
         started = time.monotonic()
         # `timeout` kills the command's whole process group inside the container at the limit.

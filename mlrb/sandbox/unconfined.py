@@ -54,8 +54,8 @@ class UnconfinedSandbox(Sandbox):
     def preflight(cls, cfg: SandboxConfig) -> None:
         cls.parse_options(cfg)
 
-    def exec(self, command: str, timeout_s: float) -> ExecResult:
-        timeout_s = min(timeout_s, self.cfg.command_timeout_s)
+    def exec(self, command: str, timeout_s: float, whole_run: bool = False) -> ExecResult:
+        timeout_s = timeout_s if whole_run else min(timeout_s, self.cfg.command_timeout_s)
         started = time.monotonic()
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(
