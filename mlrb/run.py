@@ -40,9 +40,7 @@ from mlrb import (
     tracking,
     workspace,
 )
-from mlrb import (
-    plan as plans,
-)
+from mlrb import plan as plans
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
