@@ -6,6 +6,7 @@ command and output are in the trajectory and in the run's trace."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from mlrb import events
 from mlrb.agents.base import AgentContext, AgentOutcome
@@ -27,22 +28,7 @@ class BaselineAgent:
         limit = ctx.budget.exhausted()
         if limit:
             return AgentOutcome(Status.BUDGET_EXHAUSTED, limit, "no budget left before the first step")
-        ctx.budget.record_step()
-        step = ctx.budget.steps
-        ctx.events.emit(events.StepStarted(step, ctx.budget.note()))
-        ctx.events.emit(events.ToolStarted(step, TOOL, CALL_ID, {"command": command}))
-        timeout_s = ctx.budget.remaining_s()
-        result = ctx.sandbox.exec(command, timeout_s=timeout_s, whole_run=True)  # the whole run is this script
-        output = describe_exec(result, timeout_s, MAX_FIELD_CHARS)
-        ctx.events.emit(
-            events.ToolEnded(step, TOOL, CALL_ID, output.is_error, result.exit_code, result.duration_s, output.text)
-        )
-        outcome = self.outcome(ctx, result)
-        if outcome.status == Status.OK:
-            ctx.events.emit(events.Submitted(step, outcome.message))
-        ctx.events.emit(events.StepEnded(step, dataclasses.asdict(outcome)))
-        ctx.step_ended(step)
-        return outcome
+        return one_command_step(ctx, TOOL, CALL_ID, {"command": command}, command, lambda r: self.outcome(ctx, r))
 
     @staticmethod
     def outcome(ctx: AgentContext, result: ExecResult) -> AgentOutcome:
@@ -52,3 +38,33 @@ class BaselineAgent:
             tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
             return AgentOutcome(Status.AGENT_ERROR, None, f"baseline command exited {result.exit_code}: {tail}")
         return AgentOutcome(Status.OK, None, "baseline finished")
+
+
+def one_command_step(ctx: AgentContext, tool: str, call_id: str, arguments: dict, command: str,
+                     outcome_of: Callable[[ExecResult], AgentOutcome],
+                     on_start: Callable[[int], None] | None = None,
+                     on_result: Callable[[ExecResult], None] | None = None) -> AgentOutcome:  # fmt: skip
+    """An agent that is one command for the whole run (the baseline's script, an outside agent's
+    program): one step with one tool call, bounded by the budget's wall time alone, its events
+    emitted as a model's step's are. `on_start` gets the step's number before the command runs,
+    `on_result` the result before its events."""
+    ctx.budget.record_step()
+    step = ctx.budget.steps
+    ctx.events.emit(events.StepStarted(step, ctx.budget.note()))
+    if on_start is not None:
+        on_start(step)
+    ctx.events.emit(events.ToolStarted(step, tool, call_id, arguments))
+    timeout_s = ctx.budget.remaining_s()
+    result = ctx.sandbox.exec(command, timeout_s=timeout_s, whole_run=True)  # the whole run is this command
+    if on_result is not None:
+        on_result(result)
+    output = describe_exec(result, timeout_s, MAX_FIELD_CHARS)
+    ctx.events.emit(
+        events.ToolEnded(step, tool, call_id, output.is_error, result.exit_code, result.duration_s, output.text)
+    )
+    outcome = outcome_of(result)
+    if outcome.status == Status.OK:
+        ctx.events.emit(events.Submitted(step, outcome.message))
+    ctx.events.emit(events.StepEnded(step, dataclasses.asdict(outcome)))
+    ctx.step_ended(step)
+    return outcome

@@ -16,7 +16,6 @@ the run (its trajectory, trace and metrics), as the proxy saw it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shlex
@@ -27,12 +26,12 @@ from typing import Any
 
 from mlrb import events
 from mlrb.agents.base import AgentContext, AgentOutcome
-from mlrb.agents.tools import describe_exec
+from mlrb.agents.baseline import one_command_step
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig, ConfigError
 from mlrb.proxy import Call, Upstream
+from mlrb.sandbox.base import ExecResult
 from mlrb.status import Status
-from mlrb.trajectory import MAX_FIELD_CHARS
 
 TOOL, CALL_ID = "command", "command"
 DEFAULT_BASE_URLS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}
@@ -144,10 +143,7 @@ class CommandAgent:
         limit = ctx.budget.exhausted()
         if limit:
             return AgentOutcome(Status.BUDGET_EXHAUSTED, limit, "no budget left before the command started")
-        ctx.budget.record_step()
-        step = ctx.budget.steps
-        ctx.events.emit(events.StepStarted(step, ctx.budget.note()))
-        calls = CallEvents(ctx.events, step, ctx.budget)
+        calls = CallEvents(ctx.events, ctx.budget)
         ctx.model.on_call = calls.emit
         url, token = ctx.sandbox.model_url, ctx.model.token
         given = {
@@ -160,34 +156,28 @@ class CommandAgent:
             configured["PATH"] = f"{self.tools_dir / 'bin'}:$PATH"
         exports = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in given.items()),
                             *(f"{k}={expanding(v)}" for k, v in configured.items())])  # fmt: skip
-        ctx.events.emit(events.ToolStarted(step, TOOL, CALL_ID, {"command": self.options.command}))
-        timeout_s = ctx.budget.remaining_s()
-        # The program is the agent: the budget's wall time bounds it, not a single command's limit.
-        result = ctx.sandbox.exec(f"export {exports}; {self.options.command}", timeout_s=timeout_s, whole_run=True)
-        output = describe_exec(result, timeout_s, MAX_FIELD_CHARS)
-        if ctx.run_dir is not None:  # its transcript, whole (the trajectory keeps a cut copy)
-            (ctx.run_dir / "agent").mkdir(exist_ok=True)
-            (ctx.run_dir / "agent" / "stdout.txt").write_text(result.stdout)
-            (ctx.run_dir / "agent" / "stderr.txt").write_text(result.stderr)
-        ctx.events.emit(
-            events.ToolEnded(step, TOOL, CALL_ID, output.is_error, result.exit_code, result.duration_s, output.text)
-        )
-        outcome = self.outcome(ctx, result.exit_code, result.timed_out, calls.refused, result.stderr)
-        if outcome.status == Status.OK:
-            ctx.events.emit(events.Submitted(step, outcome.message))
-        ctx.events.emit(events.StepEnded(step, dataclasses.asdict(outcome)))
-        ctx.step_ended(step)
-        return outcome
+
+        def keep_transcript(result: ExecResult) -> None:  # whole (the trajectory keeps a cut copy)
+            if ctx.run_dir is not None:
+                (ctx.run_dir / "agent").mkdir(exist_ok=True)
+                (ctx.run_dir / "agent" / "stdout.txt").write_text(result.stdout)
+                (ctx.run_dir / "agent" / "stderr.txt").write_text(result.stderr)
+
+        return one_command_step(
+            ctx, TOOL, CALL_ID, {"command": self.options.command}, f"export {exports}; {self.options.command}",
+            lambda result: self.outcome(ctx, result, calls.refused),
+            on_start=calls.start, on_result=keep_transcript,
+        )  # fmt: skip
 
     @staticmethod
-    def outcome(ctx: AgentContext, exit_code: int, timed_out: bool, refused: str | None, stderr: str) -> AgentOutcome:
+    def outcome(ctx: AgentContext, result: ExecResult, refused: str | None) -> AgentOutcome:
         if refused:
             return AgentOutcome(Status.BUDGET_EXHAUSTED, refused, f"the proxy refused a model call: {refused}")
-        if timed_out and ctx.budget.exhausted():
+        if result.timed_out and ctx.budget.exhausted():
             return AgentOutcome(Status.BUDGET_EXHAUSTED, ctx.budget.exhausted(), "the command ran out of time")
-        if exit_code != 0:
-            tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
-            return AgentOutcome(Status.AGENT_ERROR, None, f"the command exited {exit_code}: {tail[:500]}")
+        if result.exit_code != 0:
+            tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+            return AgentOutcome(Status.AGENT_ERROR, None, f"the command exited {result.exit_code}: {tail[:500]}")
         return AgentOutcome(Status.OK, None, "the command finished")
 
 
@@ -202,10 +192,14 @@ def expanding(value: str) -> str:
 class CallEvents:
     """The proxy's calls as the run's events, from the proxy's threads (one at a time)."""
 
-    def __init__(self, sink: events.EventSink, step: int, budget: Budget):
-        self.sink, self.step, self.budget = sink, step, budget
+    def __init__(self, sink: events.EventSink, budget: Budget):
+        self.sink, self.budget = sink, budget
+        self.step = 0  # the command's step, once it starts
         self.lock = threading.Lock()
         self.refused: str | None = None  # the budget limit a refused call named
+
+    def start(self, step: int) -> None:
+        self.step = step
 
     def emit(self, call: Call) -> None:
         with self.lock:
