@@ -42,11 +42,19 @@ class Budget:
         """The name of the first limit reached, or None while there is budget left."""
         # "not spent < limit" rather than "spent >= limit": a NaN on either side (a price
         # or usage a server got wrong) stops the run instead of lifting the limit.
+        if not self.remaining_s() > 0:
+            return "wall_time"
+        if not self.steps < self.cfg.max_steps:
+            return "steps"
+        return self.spent()
+
+    def spent(self) -> str | None:
+        """The first limit a model call may not go past (wall time, tokens, dollars), or None:
+        what the metering proxy asks before each call. Steps are not among them: the step
+        that is under way makes its call."""
         cfg = self.cfg
         if not self.remaining_s() > 0:
             return "wall_time"
-        if not self.steps < cfg.max_steps:
-            return "steps"
         if cfg.max_input_tokens is not None and not self.input_tokens < cfg.max_input_tokens:
             return "input_tokens"
         if cfg.max_output_tokens is not None and not self.output_tokens < cfg.max_output_tokens:

@@ -66,6 +66,8 @@ class ModelCallStarted:
     model: str
     timeout_s: float
     request: dict[str, Any]  # what is new in this call (not the whole conversation again)
+    # When the call began (time.time_ns()): the metering proxy reports a call once it is over.
+    started_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -188,10 +190,16 @@ class Subscriber(Protocol):
 class EventSink:
     """Hands each event to every subscriber, in the order given. A subscriber that fails
     does not keep the others from the event; its error is raised once they all have it,
-    and stops the run as any recording failure does."""
+    and stops the run as any recording failure does. An event emitted where no one can stop
+    the run (the metering proxy's threads) hands its error to `defer`: the next emit, from the
+    agent, or the close raises it."""
 
     def __init__(self, subscribers: list[Subscriber]):
         self.subscribers = subscribers
+        self.deferred: BaseException | None = None
+
+    def defer(self, error: BaseException) -> None:
+        self.deferred = self.deferred or error
 
     def emit(self, event: Event) -> None:
         self.each(lambda s: s.handle(event))
@@ -200,7 +208,7 @@ class EventSink:
         self.each(lambda s: s.close(error))
 
     def each(self, action: Callable[[Subscriber], None]) -> None:
-        failure: BaseException | None = None
+        failure, self.deferred = self.deferred, None
         for subscriber in self.subscribers:
             try:
                 action(subscriber)

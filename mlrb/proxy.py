@@ -10,7 +10,7 @@ key (worth nothing anywhere else):
 streaming or not. For each call the proxy
 
 - checks the token (a wrong one: 401, in the provider's error shape);
-- refuses the call once the run's budget is spent (`meter.exhausted()`), as the provider says
+- refuses the call once the run's budget is spent (`meter.spent()`), as the provider says
   an account is out of credit: Anthropic's 400 `invalid_request_error`, OpenAI's 429
   `insufficient_quota`; nothing goes upstream;
 - sends it upstream with the real key, retrying connection failures, 408, 409, 429 and
@@ -20,7 +20,15 @@ streaming or not. For each call the proxy
 - reads the provider's own usage fields from the response (for a stream, from its events;
   an OpenAI chat stream is asked for its usage, `stream_options.include_usage`) and charges
   them to the meter at the configured prices;
-- hands the whole call (request, response, usage, cost, timings) to `on_call`.
+- hands the whole call (request, response, usage, cost, timings) to `on_call` before the
+  response's last bytes go out: once an agent has its answer, the call is charged and recorded.
+  A server that reports no usage (some local ones) is charged an estimate, about 4 characters
+  a token, and the call says so (`estimated`).
+
+An agent may send, with each call, how long it will wait (`x-mlrb-timeout-s`: the proxy then
+gives up upstream first, answering 504, so the call is still recorded in its place) and which
+try of its own this is (`x-mlrb-attempt`, for an agent that retries by itself and has the proxy
+started with `max_retries=0`: the built-in loop). Neither header goes upstream.
 
 The real keys stay in this process: they are never sent back, and the agent's headers that
 carry a key are replaced, not forwarded.
@@ -63,9 +71,15 @@ ROUTES = {  # the proxy's path -> (provider, the upstream's path under its base 
 # Request headers never forwarded: hop-by-hop ones, the ones the proxy sets, and every header
 # that may carry the agent's key (it is the run's token, not a key upstream knows).
 DROPPED_HEADERS = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
-                   "upgrade", "proxy-authorization", "authorization", "x-api-key", "accept-encoding"}  # fmt: skip
+                   "upgrade", "proxy-authorization", "authorization", "x-api-key", "accept-encoding",
+                   "x-mlrb-timeout-s", "x-mlrb-attempt"}  # fmt: skip
+TIMEOUT_HEADER, ATTEMPT_HEADER = "x-mlrb-timeout-s", "x-mlrb-attempt"
+CHARS_PER_TOKEN = 4  # the estimate for a server that reports no usage
 RESPONSE_DROPPED = {"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"}
 RETRIED_STATUSES = {408, 409, 429}  # and every 5xx
+PROVIDERS = ("anthropic", "openai")
+DEFAULT_BASE_URLS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}
+BASE_URL_ENV = {"anthropic": "ANTHROPIC_BASE_URL", "openai": "OPENAI_BASE_URL"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,12 @@ class Upstream:
     api_key: str
     price_input_per_mtok: float = 0.0
     price_output_per_mtok: float = 0.0
+
+
+def upstream_url(provider: str, configured: str | None) -> str:
+    """Where PROVIDER's calls go: the configured base URL, else the SDK's own variable
+    ($ANTHROPIC_BASE_URL, $OPENAI_BASE_URL), else the provider's API."""
+    return configured or os.environ.get(BASE_URL_ENV[provider]) or DEFAULT_BASE_URLS[provider]
 
 
 @dataclass
@@ -94,6 +114,10 @@ class Call:
     first_byte_s: float | None = None  # to the response's first byte (the stream's start)
     attempts: int = 0  # upstream tries (0: refused by the proxy)
     refused: str | None = None  # why the proxy answered itself (bad token, budget spent)
+    estimated: bool = False  # the server reported no usage: the tokens are an estimate
+    timeout_s: float | None = None  # how long the agent said it would wait (x-mlrb-timeout-s)
+    agent_attempt: int | None = None  # the agent's own try (x-mlrb-attempt)
+    started_ns: int = 0  # wall time the request arrived (time.time_ns())
     request: dict[str, Any] = field(default_factory=dict)
     response: Any = None  # the JSON body, or a stream's events as a list
 
@@ -103,8 +127,8 @@ class Meter(Protocol):
 
     def charge(self, input_tokens: int, output_tokens: int, usd: float) -> None: ...
 
-    def exhausted(self) -> str | None:
-        """The first limit reached, or None while there is budget left."""
+    def spent(self) -> str | None:
+        """The first limit a call may not go past, or None while there is budget left."""
         ...
 
 
@@ -123,11 +147,11 @@ def refusal(provider: str, reason: str) -> tuple[int, dict[str, Any]]:
     return 429, error_body(provider, 429, "insufficient_quota", message, code="insufficient_quota")
 
 
-def usage_of(provider: str, body: Any) -> tuple[int, int]:
-    """(input tokens, output tokens) from a whole JSON response; (0, 0) when it has none."""
+def usage_of(provider: str, body: Any) -> tuple[int, int] | None:
+    """(input tokens, output tokens) from a whole JSON response; None when it has none."""
     usage = body.get("usage") if isinstance(body, dict) else None
     if not isinstance(usage, dict):
-        return 0, 0
+        return None
     if "prompt_tokens" in usage:  # Chat Completions
         return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     inputs = int(usage.get("input_tokens") or 0)
@@ -145,6 +169,7 @@ class StreamUsage:
         self.events: list[Any] = []
         self.input_tokens = 0
         self.output_tokens = 0
+        self.reported = False  # whether the stream carried any usage
 
     def feed(self, chunk: bytes) -> None:
         self.pending += chunk
@@ -165,13 +190,38 @@ class StreamUsage:
             return
         kind = event.get("type")
         if kind == "message_start":  # Anthropic: the input, and the output so far
-            self.input_tokens, self.output_tokens = usage_of("anthropic", event.get("message"))
+            self.take(usage_of("anthropic", event.get("message")))
         elif kind == "message_delta":  # Anthropic: the output so far (a running total)
             self.output_tokens = int((event.get("usage") or {}).get("output_tokens") or self.output_tokens)
         elif kind == "response.completed":  # Responses: the whole response, its usage in it
-            self.input_tokens, self.output_tokens = usage_of(self.provider, event.get("response"))
+            self.take(usage_of(self.provider, event.get("response")))
         elif isinstance(event.get("usage"), dict):  # Chat Completions: the last chunk
-            self.input_tokens, self.output_tokens = usage_of(self.provider, event)
+            self.take(usage_of(self.provider, event))
+
+    def take(self, usage: tuple[int, int] | None) -> None:
+        if usage is not None:
+            self.input_tokens, self.output_tokens = usage
+            self.reported = True
+
+
+def positive(value: str | None) -> float | None:
+    try:
+        number = float(value) if value is not None else math.nan
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+def whole(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def estimated_usage(call: Call) -> tuple[int, int]:
+    """Tokens of a call whose server reported none: about 4 characters a token, of the request
+    and of what the model wrote (its text and its tool calls' arguments)."""
+    text, tool_calls, _ = reply_of(call)
+    written = text + json.dumps([t.get("arguments") for t in tool_calls])
+    return len(json.dumps(call.request)) // CHARS_PER_TOKEN, len(written) // CHARS_PER_TOKEN
 
 
 class UpstreamConnections:
@@ -212,6 +262,7 @@ class MeteringProxy:
             retry_max_delay_s,
         )
         self.connections = UpstreamConnections(request_timeout_s)
+        self.refused: str | None = None  # the first budget limit a refused call named
         handler = self.handler_class()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.servers: list[socketserver.BaseServer] = [self.server]
@@ -239,6 +290,7 @@ class MeteringProxy:
         return f"{self.url}/anthropic" if provider == "anthropic" else f"{self.url}/openai/v1"
 
     def close(self) -> None:
+        self.on_call = lambda call: None  # a call still being answered is not the run's any more
         for server in self.servers:
             server.shutdown()
             server.server_close()
@@ -259,29 +311,38 @@ class MeteringProxy:
             given = given or bearer[7:].strip()
         return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
 
-    def forward(self, provider: str, path: str, headers: dict[str, str],
-                body: bytes) -> Iterator[tuple[http.client.HTTPResponse, int]]:  # fmt: skip
+    def forward(self, provider: str, path: str, headers: dict[str, str], body: bytes,
+                timeout_s: float | None = None) -> Iterator[tuple[http.client.HTTPResponse, int]]:  # fmt: skip
         """Send the call upstream, retrying what is transient; yields the response to pass on
-        (with its attempt number) once, then closes it. Raises OSError when every try failed."""
+        (with its attempt number) once, then closes it. Raises OSError when every try failed,
+        TimeoutError once `timeout_s` (the agent's wait) is spent."""
         upstream = self.upstreams[provider]
         headers = {**headers, **({"x-api-key": upstream.api_key} if provider == "anthropic"
                                  else {"authorization": f"Bearer {upstream.api_key}"})}  # fmt: skip
         target = urlsplit(upstream.base_url).path.rstrip("/") + path
+        deadline = time.monotonic() + timeout_s if timeout_s is not None else math.inf
         for attempt in range(1, self.max_retries + 2):
             connection = self.connections.get(upstream.base_url)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no time left of the agent's wait")
+            connection.timeout = min(left, self.connections.timeout_s)  # for a new socket; a kept one is set here
+            if connection.sock is not None:
+                connection.sock.settimeout(connection.timeout)
             try:
                 connection.request("POST", target, body=body, headers=headers)
                 response = connection.getresponse()
-            except (OSError, http.client.HTTPException):
+            except (OSError, http.client.HTTPException) as e:
                 self.connections.drop(upstream.base_url)
-                if attempt > self.max_retries:
+                if attempt > self.max_retries or isinstance(e, TimeoutError) and time.monotonic() >= deadline:
                     raise
-                time.sleep(self.delay(attempt, None))
+                time.sleep(min(self.delay(attempt, None), max(0.0, deadline - time.monotonic())))
                 continue
             transient = response.status in RETRIED_STATUSES or response.status >= 500
             if transient and attempt <= self.max_retries:
                 response.read()
-                time.sleep(self.delay(attempt, response.getheader("retry-after")))
+                time.sleep(min(self.delay(attempt, response.getheader("retry-after")),
+                               max(0.0, deadline - time.monotonic())))  # fmt: skip
                 continue
             try:
                 yield response, attempt
@@ -323,7 +384,8 @@ class MeteringProxy:
                 pass
 
             def do_POST(self) -> None:
-                started = time.monotonic()
+                self.started = time.monotonic()
+                started_ns = time.time_ns()
                 route = ROUTES.get(self.path.split("?", 1)[0])
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if route is None or route[0] not in proxy.upstreams:
@@ -340,26 +402,39 @@ class MeteringProxy:
                         400, error_body(provider, 400, "invalid_request_error", "the body is not a JSON object")
                     )
                 call = Call(provider, self.path, str(request.get("model", "")), bool(request.get("stream")), 0,
-                            request=request)  # fmt: skip
+                            request=request, timeout_s=positive(self.headers.get(TIMEOUT_HEADER)),
+                            agent_attempt=whole(self.headers.get(ATTEMPT_HEADER)), started_ns=started_ns)  # fmt: skip
+                self.reported = False
                 try:
-                    self.handle_call(call, upstream_path, request, body, started)
+                    self.handle_call(call, upstream_path, request, body)
                 finally:
-                    call.latency_s = time.monotonic() - started
-                    proxy.on_call(call)
+                    self.report(call)  # a call cut short (the agent went away) is recorded too
 
-            def handle_call(self, call: Call, upstream_path: str, request: dict, body: bytes, started: float) -> None:
+            def report(self, call: Call) -> None:
+                """Hand the call to `on_call`, once."""
+                if self.reported:
+                    return
+                self.reported = True
+                call.latency_s = time.monotonic() - self.started
+                try:
+                    proxy.on_call(call)
+                except Exception:  # recording a call must not fail the agent's call
+                    log.exception("recording a model call failed")
+
+            def handle_call(self, call: Call, upstream_path: str, request: dict, body: bytes) -> None:
                 provider = call.provider
                 if not proxy.authorised(provider, self.headers):
                     call.refused = "the API key is not this run's token"
                     call.status = 401
                     return self.reply(401, error_body(provider, 401, "authentication_error", "invalid x-api-key"
                                                       if provider == "anthropic" else "Incorrect API key provided",
-                                                      code="invalid_api_key"))  # fmt: skip
-                spent = proxy.meter.exhausted() if proxy.meter is not None else "not started"
+                                                      code="invalid_api_key"), call)  # fmt: skip
+                spent = proxy.meter.spent() if proxy.meter is not None else "not started"
                 if spent:
                     call.refused = f"budget spent: {spent}"
+                    proxy.refused = proxy.refused or spent
                     call.status, answer = refusal(provider, spent)
-                    return self.reply(call.status, answer)
+                    return self.reply(call.status, answer, call)
                 if call.stream and provider == "openai" and upstream_path == "/chat/completions":
                     options = request.get("stream_options") or {}
                     if not options.get("include_usage"):  # the usage comes in the stream's last chunk
@@ -367,18 +442,29 @@ class MeteringProxy:
                         body = json.dumps(request).encode()
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in DROPPED_HEADERS}
                 headers["content-length"] = str(len(body))
+                where = proxy.upstreams[provider].base_url
                 try:
                     query = self.path.partition("?")[2]  # say Claude Code's ?beta=true: passed on as it came
                     target = f"{upstream_path}?{query}" if query else upstream_path
-                    for response, attempt in proxy.forward(provider, target, headers, body):
+                    for response, attempt in proxy.forward(provider, target, headers, body, call.timeout_s):
                         call.attempts, call.status = attempt, response.status
-                        self.pass_on(call, response, started)
+                        self.pass_on(call, response)
+                except TimeoutError:
+                    if call.status:  # the answer had begun: it cannot be replaced now
+                        raise
+                    call.status = 504
+                    message = (
+                        f"mlrb proxy: {where} did not answer within the {call.timeout_s or 0:.0f} s the agent waits"
+                    )
+                    self.reply(504, error_body(provider, 504, "timeout_error", message), call)
                 except (OSError, http.client.HTTPException) as e:
+                    if call.status:
+                        raise
                     call.status = 502
-                    message = f"mlrb proxy: the upstream could not be reached ({type(e).__name__}: {e})"
-                    self.reply(502, error_body(provider, 502, "api_error", message))
+                    message = f"mlrb proxy: the upstream {where} is unreachable ({type(e).__name__}: {e})"
+                    self.reply(502, error_body(provider, 502, "api_error", message), call)
 
-            def pass_on(self, call: Call, response: http.client.HTTPResponse, started: float) -> None:
+            def pass_on(self, call: Call, response: http.client.HTTPResponse) -> None:
                 self.send_response(response.status)
                 for key, value in response.getheaders():
                     if key.lower() not in RESPONSE_DROPPED:
@@ -390,27 +476,33 @@ class MeteringProxy:
                 whole = bytearray()
                 while chunk := response.read1(65536):
                     if call.first_byte_s is None:
-                        call.first_byte_s = time.monotonic() - started
+                        call.first_byte_s = time.monotonic() - self.started
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
                     if reader is not None:
                         reader.feed(chunk)
                     else:
                         whole += chunk
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
                 if reader is not None:
                     call.response = reader.events
-                    call.input_tokens, call.output_tokens = reader.input_tokens, reader.output_tokens
+                    usage = (reader.input_tokens, reader.output_tokens) if reader.reported else None
                 else:
                     try:
                         call.response = json.loads(bytes(whole) or b"null")
                     except ValueError:
                         call.response = bytes(whole).decode("utf-8", "replace")
-                    call.input_tokens, call.output_tokens = usage_of(call.provider, call.response)
+                    usage = usage_of(call.provider, call.response)
+                if usage is None and response.status == 200:
+                    usage, call.estimated = estimated_usage(call), True
+                call.input_tokens, call.output_tokens = usage or (0, 0)
                 proxy.charge(call)
+                self.report(call)  # before the last bytes: an agent that has its answer finds it charged
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
 
-            def reply(self, status: int, payload: dict[str, Any]) -> None:
+            def reply(self, status: int, payload: dict[str, Any], call: Call | None = None) -> None:
+                if call is not None:
+                    self.report(call)
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -419,3 +511,48 @@ class MeteringProxy:
                 self.wfile.write(data)
 
         return Handler
+
+
+def reply_of(call: Call) -> tuple[str, list[dict[str, Any]], str | None]:
+    """The text, tool calls and stop reason of a call's answer, whole or streamed."""
+    response = call.response
+    if call.stream and isinstance(response, list):
+        finished = [
+            e.get("response") for e in response if isinstance(e, dict) and e.get("type") == "response.completed"
+        ]
+        if finished and isinstance(finished[-1], dict):  # Responses: the stream ends with the whole response
+            return responses_reply(finished[-1])
+        texts = []
+        stop = None
+        for event in response:
+            delta = event.get("delta") or {} if isinstance(event, dict) else {}
+            texts.append(delta.get("text") or "")  # Anthropic
+            for choice in event.get("choices") or [] if isinstance(event, dict) else []:
+                texts.append((choice.get("delta") or {}).get("content") or "")
+                stop = choice.get("finish_reason") or stop
+            stop = delta.get("stop_reason") or stop
+        return "".join(texts), [], stop
+    if not isinstance(response, dict):
+        return "", [], None
+    if "output" in response:  # Responses
+        return responses_reply(response)
+    if "content" in response:  # Anthropic
+        blocks = response.get("content") or []
+        text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+        tools = [{"name": b.get("name"), "arguments": b.get("input")} for b in blocks if b.get("type") == "tool_use"]
+        return text, tools, response.get("stop_reason")
+    choice = (response.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    tools = [{"name": (t.get("function") or {}).get("name"), "arguments": (t.get("function") or {}).get("arguments")}
+             for t in message.get("tool_calls") or []]  # fmt: skip
+    return message.get("content") or "", tools, choice.get("finish_reason")
+
+
+def responses_reply(response: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str | None]:
+    """The text, function calls and status of an OpenAI Responses response."""
+    items = [item for item in response.get("output") or [] if isinstance(item, dict)]
+    text = "".join(part.get("text", "") for item in items if item.get("type") == "message"
+                   for part in item.get("content") or [] if part.get("type") == "output_text")  # fmt: skip
+    tools = [{"name": item.get("name"), "arguments": item.get("arguments")} for item in items
+             if item.get("type") == "function_call"]  # fmt: skip
+    return text, tools, response.get("status")

@@ -23,7 +23,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from mlrb import assets as assets_lib
 from mlrb import (
@@ -32,6 +31,7 @@ from mlrb import (
     events,
     instructions,
     interrupts,
+    metering,
     prefetch,
     record,
     recording_process,
@@ -255,7 +255,7 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
             start_files = task.workspace_files(asset_path)
             before = workspace.prepare(start_files, work)
             step_snapshots = snapshots.StepSnapshots(run_dir / "snapshots")
-            model = model_proxy(plan.agent)
+            model = metering.start(plan.agent)
             sandbox = plan.sandbox_class(plan.sandbox, work, asset_path / "public", recorder.run_id, plan.limits,
                                          seed=plan.seed, task_environment=task.environment,
                                          model_endpoint=model.endpoint() if model else None,
@@ -266,13 +266,13 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
             recorder.log_text(prompt, "instructions.md")
 
         budget = Budget(plan.budget)
-        if model is not None:
-            model.meter = budget  # the proxy charges the run's budget, and refuses calls once it is spent
         agent_started = time.monotonic()
         sink: events.EventSink | None = None
         stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
         try:
             sink = open_sink(run_dir / "trajectory.jsonl", recorder)
+            if model is not None:  # the proxy charges the budget and emits each model call as the run's events
+                metering.attach(model, budget, sink)
             sink.emit(events.RunStarted(plan.name, dataclasses.asdict(plan.budget)))
             try:
                 outcome: AgentOutcome = plan.agent.run(
@@ -370,19 +370,6 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
         run_dir=str(run_dir),
         store_error=recorder.store_error,
     )
-
-
-def model_proxy(agent: Any) -> Any:
-    """The run's metering proxy (mlrb/proxy.py), for an agent that asks for one
-    (`model_upstreams()`: the providers it may call); None for the others."""
-    if not hasattr(agent, "model_upstreams"):
-        return None
-    import secrets
-
-    from mlrb.proxy import MeteringProxy
-
-    # The token the agent uses as its key: worth nothing outside this run's proxy.
-    return MeteringProxy(agent.model_upstreams(), secrets.token_urlsafe(24), meter=None, unix_socket=True)
 
 
 def record_assets(recorder, fingerprint: str) -> None:

@@ -67,7 +67,8 @@ def test_a_program_in_bwrap_calls_its_model_through_the_proxy_and_submits(tmp_pa
     (trace,) = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)
     spans = [s for s in trace.data.spans if s.span_type == "CHAT_MODEL"]
     assert [s.outputs["text"] for s in spans] == ["look around", "merge"]
-    assert spans[0].inputs["messages"][0]["role"] == "user"  # the whole request, as the program sent it
+    # The first call's whole conversation, as the program sent it; the next call's new turns only.
+    assert [m["role"] for m in spans[0].inputs["new_messages"]] == ["user"] and "new_messages" in spans[1].inputs
     recorded = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
     assert KEY.encode() not in recorded
 
@@ -175,8 +176,7 @@ def test_prefetch_installs_claude_code_for_offline_nodes_and_a_run_without_it_or
 def test_a_call_s_reply_is_read_from_every_api_s_shape():
     """What the run's trajectory and trace show of a call: its text, tool calls and stop reason."""
     from fake_llm_server import anthropic_events, anthropic_reply, openai_reply, responses_events, responses_reply
-    from mlrb.agents.command import reply_of
-    from mlrb.proxy import Call, StreamUsage
+    from mlrb.proxy import Call, StreamUsage, reply_of
 
     turn = reply(tool("bash", command="ls"), text="Looking.")
 
@@ -202,7 +202,10 @@ def test_codex_runs_in_its_sandbox_through_the_proxy_edits_and_submits(tmp_path,
     """agent=codex: `codex exec` on the task's prompt, with the proxy as a model provider of its
     own (Responses API); the scripted model has it run the merge with its exec_command tool (a
     login shell, whose PATH must still find the harness's python), then say it is done."""
-    script = [reply(tool("exec_command", cmd=MERGE), usage=(3000, 60)), reply(text="Merged.", usage=(3400, 20))]
+    # yield_time_ms: Codex hands a command's output back after 10 s by default, the command still running;
+    # under load the merge takes longer, and Codex then ends with it unfinished.
+    script = [reply(tool("exec_command", cmd=MERGE, yield_time_ms=300_000), usage=(3000, 60)),
+              reply(text="Merged.", usage=(3400, 20))]  # fmt: skip
     with FakeLlmServer(script) as server:
         result = run_cli(*store_args(tmp_path, built_cache), "agent=codex", f"sandbox={sandbox}", cwd=tmp_path,
                          env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.openai_url})  # fmt: skip

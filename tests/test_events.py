@@ -13,16 +13,17 @@ import pytest
 
 from conftest import mlflow_client
 from fake_llm_server import FakeLlmServer, error, reply, tool
-from mlrb import events, record
+from mlrb import events, metering, record
 from mlrb.agents.base import AgentContext
 from mlrb.agents.llm import LlmAgent
 from mlrb.agents.recording import MetricsWriter, open_sink
 from mlrb.budget import Budget
 from mlrb.config import SandboxConfig, TrackingConfig
+from mlrb.proxy import Call
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 from mlrb.trajectory import Trajectory, TrajectoryWriter
-from test_llm_agent import KEY, KEY_ENV, agent_config, budget_config
+from test_llm_agent import KEY, KEY_ENV, agent_config, budget_config, metered
 
 
 def recorded_run(tmp_path, name: str) -> record.RecordedRun:
@@ -42,7 +43,7 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
     script = [
         error(529, "overloaded"),  # retried: two tries of the first call
         reply(tool("bash", command="echo one"), tool("write_file", path="a.txt", content="x"), usage=(1200, 80)),
-        reply(text="Thinking.", usage=(1500, 120)),  # no tool call: nudged
+        reply(text="Thinking.", usage=(1500, 120), delay_s=0.3),  # no tool call: nudged
         reply(tool("submit", summary="done"), usage=(1700, 60)),
     ]
     recorder = recorded_run(tmp_path, "events/0")
@@ -54,7 +55,8 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
     with FakeLlmServer(script) as server:
         agent = LlmAgent(agent_config(base_url=server.anthropic_url))
         try:
-            outcome = agent.run(AgentContext(None, "Solve.", sandbox, budget, sink, seed=0))
+            with metered(agent, budget, sink) as proxy:
+                outcome = agent.run(AgentContext(None, "Solve.", sandbox, budget, sink, seed=0, model=proxy))
         finally:
             sandbox.close()
             sink.close()
@@ -101,6 +103,15 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
     )
     assert [s.attributes["attempt"] for s in spans if s.span_type == "CHAT_MODEL"] == [1, 2, 1, 1]
     assert [s.outputs["text"] for s in chat] == [c["text"] for c in calls]
+    # A call's span lasts as long as the call did (the proxy reports it once it is over), within its step.
+    step_2, call_2 = by_step[2]
+    assert 0.3e9 <= call_2.end_time_ns - call_2.start_time_ns <= step_2.end_time_ns - step_2.start_time_ns
+    # Each call's span records the settings and what is new in the conversation, not all of it again.
+    first_try = next(s for s in spans if s.span_type == "CHAT_MODEL")
+    assert "tools" in first_try.inputs and "system" in first_try.inputs and chat[0].inputs == first_try.inputs
+    assert "tools" not in call_2.inputs and "messages" not in call_2.inputs
+    assert [m["role"] for m in call_2.inputs["new_messages"]] == ["assistant", "user"]
+    assert call_2.inputs["conversation"]["turns"] == 3
     tool_spans = [s for s in spans if s.span_type == "TOOL"]
     assert [(s.name, s.outputs) for s in tool_spans] == [(t["tool"], t["output"]) for t in tools]
     assert by_step[3][0].outputs == {"outcome": {"status": "ok", "stop_reason": None, "message": "done"}}
@@ -130,6 +141,27 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
     recorder.finish("FINISHED")
 
 
+def test_a_recording_failure_in_a_model_call_s_events_reaches_the_agent_at_its_next_event(tmp_path):
+    """The proxy reports a call from its own thread, where no one could stop the run: the sink
+    keeps the error and raises it at the agent's next event, which stops the run."""
+
+    class Broken:
+        def handle(self, event):
+            if isinstance(event, events.ModelCalled):
+                raise OSError("the store went away")
+
+        def close(self, error):
+            pass
+
+    sink = events.EventSink([Broken()])
+    calls = metering.CallEvents(sink, Budget(budget_config()))
+    answer = {"content": [{"type": "text", "text": "hi"}], "usage": {"input_tokens": 1, "output_tokens": 1}}
+    calls.emit(Call("anthropic", "/anthropic/v1/messages", "m", False, 200, response=answer))  # no error here
+    with pytest.raises(OSError, match="the store went away"):
+        sink.emit(events.StepEnded(1, None))
+    sink.emit(events.StepEnded(2, None))  # raised once
+
+
 @pytest.fixture
 def ctrl_c_raises():
     """Ctrl-C raises KeyboardInterrupt in this process, even when the suite runs in a script's
@@ -155,8 +187,10 @@ def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path,
     with FakeLlmServer(script) as server:
         agent = LlmAgent(agent_config(base_url=server.anthropic_url))
         stopped: BaseException | None = None
+        budget = Budget(budget_config())
         try:
-            agent.run(AgentContext(None, "Solve.", sandbox, Budget(budget_config()), sink, 0))
+            with metered(agent, budget, sink) as proxy:
+                agent.run(AgentContext(None, "Solve.", sandbox, budget, sink, 0, model=proxy))
         except KeyboardInterrupt as e:
             stopped = e
         finally:

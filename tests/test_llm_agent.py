@@ -3,10 +3,12 @@ on loopback, acting through an unconfined sandbox on a temporary workspace."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import yaml
 
 from conftest import REPO
 from fake_llm_server import FakeLlmServer, error, hang, reply, tool
+from mlrb import metering
 from mlrb.agents.base import AgentContext
 from mlrb.agents.llm import LlmAgent, fit_context
 from mlrb.agents.providers import Message, ToolCall, ToolResult
@@ -21,6 +24,7 @@ from mlrb.agents.recording import open_sink
 from mlrb.agents.tools import ToolEnv, run_tool, truncate
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig, BudgetConfig, ConfigError, SandboxConfig
+from mlrb.proxy import MeteringProxy
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 
@@ -47,6 +51,17 @@ def budget_config(**limits) -> BudgetConfig:
     return BudgetConfig(**values)
 
 
+@contextlib.contextmanager
+def metered(agent: LlmAgent, budget: Budget, sink) -> Iterator[MeteringProxy]:
+    """The run's metering proxy, as the harness starts it for the agent: it charges the budget
+    and emits the model calls' events into the sink."""
+    proxy = metering.start(agent)
+    assert proxy is not None
+    metering.attach(proxy, budget, sink)
+    with proxy:
+        yield proxy
+
+
 class Run:
     """One agent run against a scripted server; what it returned, sent and recorded."""
 
@@ -66,10 +81,12 @@ class Run:
         self.budget = Budget(budget or budget_config())
         sink = open_sink(tmp_path / "trajectory.jsonl", recorder=None)  # the trajectory only: no store
         sandbox = UnconfinedSandbox(SandboxConfig(), self.workspace, tmp_path / "data", "test", Limits())
-        ctx = AgentContext(None, "Solve the task.", sandbox, self.budget, sink, seed=0)
+        agent = LlmAgent(agent_config(provider, **options))
         started = time.monotonic()
         try:
-            self.outcome = LlmAgent(agent_config(provider, **options)).run(ctx)
+            with metered(agent, self.budget, sink) as proxy:
+                self.outcome = agent.run(AgentContext(None, "Solve the task.", sandbox, self.budget, sink, 0,
+                                                      model=proxy))  # fmt: skip
         finally:
             self.seconds = time.monotonic() - started
             sink.close()
@@ -222,7 +239,9 @@ def test_anthropic_loop_acts_through_the_sandbox_and_submits(tmp_path, monkeypat
     assert outcome.status == "ok" and outcome.message == "done here"
     assert (workspace / "notes.txt").read_text() == "plan: sum\n"
     assert len(requests) == 3 and all(r["path"] == "/v1/messages" for r in requests)
-    assert all(r["headers"].get("authorization") == f"Bearer {KEY}" for r in requests)
+    # The real key goes upstream from the proxy; the harness's own headers do not.
+    assert all(r["headers"].get("x-api-key") == KEY and "authorization" not in r["headers"] for r in requests)
+    assert not any(h.startswith("x-mlrb") for r in requests for h in r["headers"])
     first = requests[0]["body"]
     assert first["model"] == "claude-3-5-sonnet-20240620" and first["max_tokens"] == 4096
     assert "Your working directory is your workspace" in first["system"]

@@ -77,9 +77,9 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, bui
     assert result.returncode == 0, result.stderr[-3000:]
     assert "llm_merging/claude/smoke/0: score" in result.stdout and "status ok" in result.stdout
 
-    # What the model was sent: the key only in the Authorization header, tool results, the budget.
+    # What the model was sent: the key only in its header (from the run's proxy), tool results, the budget.
     requests = server.requests
-    assert len(requests) == 5 and all(r["headers"]["authorization"] == f"Bearer {KEY}" for r in requests)
+    assert len(requests) == 5 and all(r["headers"]["x-api-key"] == KEY for r in requests)
     assert all(KEY not in json.dumps(r["body"]) for r in requests)
     run_result = requests[4]["body"]["messages"][-1]["content"]
     assert run_result[0]["type"] == "tool_result" and "exit code 0" in run_result[0]["content"]
@@ -120,7 +120,8 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, bui
     # Each call's span shows what was new in it: the instructions, then the tool results.
     assert ok_chat[0].inputs["new_messages"][0]["content"][0]["text"].startswith("# Task: LLM Merging")
     assert "Your working directory" in ok_chat[0].inputs["system"]
-    assert ok_chat[1].inputs["new_messages"][0]["content"][0]["type"] == "tool_result"
+    assert [m["role"] for m in ok_chat[1].inputs["new_messages"]] == ["assistant", "user"]
+    assert ok_chat[1].inputs["new_messages"][1]["content"][0]["type"] == "tool_result"
     assert ok_chat[0].outputs["tool_calls"][0]["name"] == "read_file"
     assert sum(s.attributes["mlflow.chat.tokenUsage"]["input_tokens"] for s in ok_chat) == input_tokens
     assert all(s.attributes["mlflow.llm.model"] == "claude-3-5-sonnet-20240620" for s in ok_chat)

@@ -11,7 +11,7 @@ import anthropic
 import openai
 import pytest
 
-from fake_llm_server import FakeLlmServer, error, reply, tool
+from fake_llm_server import FakeLlmServer, error, hang, reply, tool
 from mlrb.budget import Budget
 from mlrb.config import BudgetConfig
 from mlrb.proxy import Call, MeteringProxy, Upstream
@@ -146,6 +146,41 @@ def test_a_transient_upstream_failure_is_retried_by_the_proxy_and_the_agent_sees
             message = anthropic_client(proxy).messages.create(model="m", max_tokens=10, messages=MESSAGES)
     assert message.content[0].text == "ok"
     assert len(server.requests) == 3 and [(c.status, c.attempts) for c in calls] == [(200, 3)]
+
+
+def test_the_last_step_s_call_goes_through_and_only_tokens_dollars_and_time_refuse_calls():
+    """The steps limit ends a run between steps, never the call of the step under way (a
+    command agent's whole run is one step: with max_steps 1 it must still reach its model)."""
+    meter = Budget(BudgetConfig(name="test", wall_time_s=600, max_steps=1))
+    meter.record_step()
+    assert meter.exhausted() == "steps" and meter.spent() is None
+    with FakeLlmServer([reply(text="still mine", usage=(5, 5))]) as server, proxy_for(server, meter) as proxy:
+        message = anthropic_client(proxy).messages.create(model="m", max_tokens=10, messages=MESSAGES)
+    assert message.content[0].text == "still mine"
+
+
+def test_an_agent_s_wait_bounds_the_upstream_the_proxy_answers_504_first_and_records_the_call():
+    calls: list[Call] = []
+    with FakeLlmServer([hang(30)]) as server, proxy_for(server, calls=calls) as proxy:
+        client = anthropic_client(proxy)
+        started = time.monotonic()
+        with pytest.raises(anthropic.APIStatusError, match="did not answer within the 1 s the agent waits") as e:
+            client.messages.create(model="m", max_tokens=10, messages=MESSAGES, timeout=10,
+                                   extra_headers={"x-mlrb-timeout-s": "1", "x-mlrb-attempt": "3"})  # fmt: skip
+        waited = time.monotonic() - started
+    assert e.value.status_code == 504 and 1.0 <= waited < 5.0
+    assert [(c.status, c.timeout_s, c.agent_attempt) for c in calls] == [(504, 1.0, 3)]
+    assert not any(h.startswith("x-mlrb") for h in server.requests[0]["headers"])  # the harness's own headers
+
+
+def test_a_server_that_reports_no_usage_is_charged_an_estimate_and_the_call_says_so():
+    calls: list[Call] = []
+    meter = budget()
+    with FakeLlmServer([reply(text="x" * 400, usage=None)]) as server, proxy_for(server, meter, calls) as proxy:
+        openai_client(proxy).chat.completions.create(model="m", messages=MESSAGES)
+    [call] = calls
+    assert call.estimated and call.output_tokens >= 100 and call.input_tokens > 0  # about 4 characters a token
+    assert (meter.input_tokens, meter.output_tokens) == (call.input_tokens, call.output_tokens)
 
 
 def test_a_stream_is_passed_on_as_it_arrives_not_held_back():

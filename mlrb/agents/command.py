@@ -11,7 +11,7 @@ The real keys stay with the proxy. The proxy meters every call and refuses calls
 budget's tokens or dollars are spent; the harness's clock kills the program at the wall-time
 limit. The run ends `ok` when the program exits 0, `budget_exhausted` when a limit stopped
 it (a refused call, or the clock), `agent_error` otherwise. Each model call is an event of
-the run (its trajectory, trace and metrics), as the proxy saw it.
+the run (its trajectory, trace and metrics), as the proxy saw it (mlrb/metering.py).
 """
 
 from __future__ import annotations
@@ -19,23 +19,17 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from mlrb import events
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.baseline import one_command_step
-from mlrb.budget import Budget
 from mlrb.config import AgentConfig, ConfigError
-from mlrb.proxy import Call, Upstream
+from mlrb.proxy import PROVIDERS, Upstream, upstream_url
 from mlrb.sandbox.base import ExecResult
 from mlrb.status import Status
 
 TOOL, CALL_ID = "command", "command"
-DEFAULT_BASE_URLS = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com/v1"}
-BASE_URL_ENV = {"anthropic": "ANTHROPIC_BASE_URL", "openai": "OPENAI_BASE_URL"}
 
 
 @dataclass
@@ -78,7 +72,7 @@ def parse_options(cfg: AgentConfig) -> CommandOptions:
         )
     providers: dict[str, ProviderOptions] = {}
     for name, values in (options.get("providers") or {}).items():
-        if name not in DEFAULT_BASE_URLS:
+        if name not in PROVIDERS:
             raise ConfigError(f"unknown provider agent.options.providers.{name}; valid: anthropic, openai")
         try:
             providers[name] = ProviderOptions(**dict(values))
@@ -104,8 +98,8 @@ def upstreams_of(agent: str, options: CommandOptions) -> dict[str, Upstream]:
     for name, provider in options.providers.items():
         key = os.environ.get(provider.api_key_env)
         if key:
-            base_url = provider.base_url or os.environ.get(BASE_URL_ENV[name]) or DEFAULT_BASE_URLS[name]
-            found[name] = Upstream(base_url, key, provider.price_input_per_mtok, provider.price_output_per_mtok)
+            found[name] = Upstream(upstream_url(name, provider.base_url), key, provider.price_input_per_mtok,
+                                   provider.price_output_per_mtok)  # fmt: skip
     if not found:
         names = " or ".join(f"${p.api_key_env}" for p in options.providers.values()) or "(no providers configured)"
         raise ConfigError(f"agent {agent} needs an API key: set {names} (the run's proxy holds it; "
@@ -143,8 +137,6 @@ class CommandAgent:
         limit = ctx.budget.exhausted()
         if limit:
             return AgentOutcome(Status.BUDGET_EXHAUSTED, limit, "no budget left before the command started")
-        calls = CallEvents(ctx.events, ctx.budget)
-        ctx.model.on_call = calls.emit
         url, token = ctx.sandbox.model_url, ctx.model.token
         given = {
             "ANTHROPIC_BASE_URL": f"{url}/anthropic", "ANTHROPIC_API_KEY": token,
@@ -165,8 +157,7 @@ class CommandAgent:
 
         return one_command_step(
             ctx, TOOL, CALL_ID, {"command": self.options.command}, f"export {exports}; {self.options.command}",
-            lambda result: self.outcome(ctx, result, calls.refused),
-            on_start=calls.start, on_result=keep_transcript,
+            lambda result: self.outcome(ctx, result, ctx.model.refused), on_result=keep_transcript,
         )  # fmt: skip
 
     @staticmethod
@@ -187,79 +178,3 @@ def expanding(value: str) -> str:
     if re.search(r"\$[A-Za-z_{]", value) and not re.search(r'["`\\]', value):
         return f'"{value}"'
     return shlex.quote(value)
-
-
-class CallEvents:
-    """The proxy's calls as the run's events, from the proxy's threads (one at a time)."""
-
-    def __init__(self, sink: events.EventSink, budget: Budget):
-        self.sink, self.budget = sink, budget
-        self.step = 0  # the command's step, once it starts
-        self.lock = threading.Lock()
-        self.refused: str | None = None  # the budget limit a refused call named
-
-    def start(self, step: int) -> None:
-        self.step = step
-
-    def emit(self, call: Call) -> None:
-        with self.lock:
-            if call.refused and call.refused.startswith("budget spent: "):
-                self.refused = self.refused or call.refused.removeprefix("budget spent: ")
-            attempt = max(call.attempts, 1)
-            # Emitted once the call is over, whole: the program may call from several threads at once.
-            self.sink.emit(events.ModelCallStarted(self.step, attempt, call.provider, call.model, 0.0, call.request))
-            if call.status != 200:
-                self.sink.emit(events.ModelCallFailed(self.step, attempt, call.refused or f"HTTP {call.status}"))
-                return
-            text, tool_calls, stop_reason = reply_of(call)
-            usd_in = call.usd * call.input_tokens / max(call.input_tokens + call.output_tokens, 1)
-            cost = events.Cost(call.input_tokens, call.output_tokens, False, usd_in, call.usd - usd_in)
-            self.sink.emit(events.ModelCalled(self.step, attempt, call.model, call.latency_s, text, tool_calls,
-                                              stop_reason, cost))  # fmt: skip
-            b = self.budget  # the proxy has charged it already
-            self.sink.emit(events.BudgetState(self.step, b.input_tokens, b.output_tokens, b.usd))
-
-
-def reply_of(call: Call) -> tuple[str, list[dict[str, Any]], str | None]:
-    """The text, tool calls and stop reason of a call's answer, whole or streamed."""
-    response = call.response
-    if call.stream and isinstance(response, list):
-        finished = [
-            e.get("response") for e in response if isinstance(e, dict) and e.get("type") == "response.completed"
-        ]
-        if finished and isinstance(finished[-1], dict):  # Responses: the stream ends with the whole response
-            return responses_reply(finished[-1])
-        texts = []
-        stop = None
-        for event in response:
-            delta = event.get("delta") or {} if isinstance(event, dict) else {}
-            texts.append(delta.get("text") or "")  # Anthropic
-            for choice in event.get("choices") or [] if isinstance(event, dict) else []:
-                texts.append((choice.get("delta") or {}).get("content") or "")
-                stop = choice.get("finish_reason") or stop
-            stop = delta.get("stop_reason") or stop
-        return "".join(texts), [], stop
-    if not isinstance(response, dict):
-        return "", [], None
-    if "output" in response:  # Responses
-        return responses_reply(response)
-    if "content" in response:  # Anthropic
-        blocks = response.get("content") or []
-        text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
-        tools = [{"name": b.get("name"), "arguments": b.get("input")} for b in blocks if b.get("type") == "tool_use"]
-        return text, tools, response.get("stop_reason")
-    choice = (response.get("choices") or [{}])[0]
-    message = choice.get("message") or {}
-    tools = [{"name": (t.get("function") or {}).get("name"), "arguments": (t.get("function") or {}).get("arguments")}
-             for t in message.get("tool_calls") or []]  # fmt: skip
-    return message.get("content") or "", tools, choice.get("finish_reason")
-
-
-def responses_reply(response: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str | None]:
-    """The text, function calls and status of an OpenAI Responses response."""
-    items = [item for item in response.get("output") or [] if isinstance(item, dict)]
-    text = "".join(part.get("text", "") for item in items if item.get("type") == "message"
-                   for part in item.get("content") or [] if part.get("type") == "output_text")  # fmt: skip
-    tools = [{"name": item.get("name"), "arguments": item.get("arguments")} for item in items
-             if item.get("type") == "function_call"]  # fmt: skip
-    return text, tools, response.get("status")

@@ -2,11 +2,15 @@
 the output, iterates and submits, through native tool calling.
 
 The loop runs in the harness process. Each step is one model call, then the
-tool calls it asked for, executed in the run's sandbox. The harness enforces the
-budget around every call: the remaining wall time is the call's timeout, the
-remaining output tokens cap its length, and any limit reached stops the run
-cleanly. The loop emits what happens as events (mlrb/events.py) to the run's sink,
-whose subscribers write the trajectory, the MLflow traces and the metrics.
+tool calls it asked for, executed in the run's sandbox. Its calls go through the run's
+metering proxy (mlrb/metering.py), as every agent's do: the proxy holds the real key,
+charges the budget from the API's reported usage and emits each call as the run's events.
+The loop bounds every call by the budget: the remaining wall time is the call's timeout
+(the proxy gives up upstream at it), the remaining output tokens cap its length, and any
+limit reached stops the run cleanly. It retries failed calls by its config's policy (the
+proxy, started with `proxy_retries = 0`, does not) and emits its steps, retries and tool
+calls as events (mlrb/events.py) to the run's sink, whose subscribers write the trajectory,
+the MLflow traces and the metrics.
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ from mlrb.agents.providers import NO_KEY, ApiError, Message, Reply, ToolCall, To
 from mlrb.agents.tools import SUBMIT, TOOLS, ToolEnv, ToolOutput, run_tool
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig, ConfigError, check_positive, describe_omegaconf_error
+from mlrb.proxy import ATTEMPT_HEADER, PROVIDERS, TIMEOUT_HEADER, Upstream, upstream_url
 from mlrb.retries import Backoff, RetryState
 from mlrb.status import Status
 
 log = logging.getLogger(__name__)
 
-PROVIDERS = ("anthropic", "openai")  # each is also the name of its SDK's module
+# The proxy answers a call it gave up on (504) this long before the SDK would give up itself.
+PROXY_GRACE_S = 5.0
 MAX_TOKENS_PARAMS = ("max_completion_tokens", "max_tokens")
 # Tool outputs and arguments shorter than this are never elided: the gain would be nil.
 ELIDE_MIN_CHARS = 200
@@ -206,18 +212,9 @@ def fit_context(history: list[Message], limit: int) -> int:
     return elided
 
 
-def usage(request: dict, reply: Reply) -> tuple[int, int, bool]:
-    """(input tokens, output tokens, estimated): the API's reported usage; estimated at about
-    4 characters a token only when a server reports none (some local servers)."""
-    if reply.input_tokens is not None and reply.output_tokens is not None:
-        return reply.input_tokens, reply.output_tokens, False
-    written = reply.text + json.dumps([c.arguments for c in reply.tool_calls])
-    input_tokens = reply.input_tokens if reply.input_tokens is not None else len(json.dumps(request)) // 4
-    output_tokens = reply.output_tokens if reply.output_tokens is not None else len(written) // 4
-    return input_tokens, output_tokens, True
-
-
 class LlmAgent:
+    proxy_retries = 0  # the loop retries each call itself (its config's policy, each try an event)
+
     def __init__(self, cfg: AgentConfig):
         """Check the options and read the key now: this runs before the MLflow run exists."""
         self.cfg = cfg
@@ -244,17 +241,27 @@ class LlmAgent:
 
         threading.Thread(target=load, name=f"import {self.options.provider}", daemon=True).start()
 
-    def make_provider(self, seed: int) -> Any:
+    def model_upstreams(self) -> dict[str, Upstream]:
+        """What the run's metering proxy serves this agent: its provider, with the real key."""
+        o = self.options
+        return {o.provider: Upstream(upstream_url(o.provider, o.base_url), self._api_key or NO_KEY,
+                                     o.price_input_per_mtok, o.price_output_per_mtok)}  # fmt: skip
+
+    def make_provider(self, base_url: str, token: str, seed: int) -> Any:
         from mlrb.agents import providers
 
-        o, key = self.options, self._api_key or NO_KEY
+        o = self.options
         if o.provider == "anthropic":
-            return providers.AnthropicProvider(key, o.base_url, o.temperature)
-        return providers.OpenAIProvider(key, o.base_url, o.temperature, o.max_tokens_param, seed)
+            return providers.AnthropicProvider(token, base_url, o.temperature)
+        return providers.OpenAIProvider(token, base_url, o.temperature, o.max_tokens_param, seed)
 
     def run(self, ctx: AgentContext) -> AgentOutcome:
         o, sink = self.options, ctx.events
-        provider = self.make_provider(ctx.seed)
+        if ctx.model is None:
+            raise RuntimeError(
+                "the LLM agent calls its model through the run's metering proxy, and the run started none"
+            )
+        provider = self.make_provider(ctx.model.base_url(o.provider), ctx.model.token, ctx.seed)
         env = ToolEnv(ctx.sandbox, ctx.budget.remaining_s, o.command_timeout_s, o.tool_output_chars)
         system = system_prompt(ctx)
         history = [Message("user", ctx.instructions + "\n\n" + ctx.budget.note())]
@@ -281,16 +288,7 @@ class LlmAgent:
             sink.emit(events.ContextElided(step, elided))
         max_tokens = self.max_tokens(ctx.budget)
         request = provider.request(self.options.model, system, history, TOOLS, max_tokens)
-        # The trace shows what is new in this call (the conversation's latest turn), not the whole
-        # conversation again: traces then grow with the run, not with its square.
-        traced = {
-            "model": self.options.model,
-            "max_tokens": max_tokens,
-            **({"system": system} if step == 1 else {}),
-            "new_messages": provider.wire(history[-1]),
-            "conversation": {"turns": len(history), "chars": sum(message_chars(m) for m in history)},
-        }
-        reply = self.call_model(ctx, sink, provider, request, traced, step)
+        reply = self.call_model(ctx, sink, provider, request, step)
         if isinstance(reply, AgentOutcome):
             return reply
         history.append(Message("assistant", reply.text, tool_calls=reply.tool_calls))
@@ -330,7 +328,7 @@ class LlmAgent:
             return error.transient
         return any(status_matches(error.status, pattern) for pattern in self.options.retry_statuses)
 
-    def call_model(self, ctx, sink, provider, request, traced, step) -> Reply | AgentOutcome:
+    def call_model(self, ctx, sink, provider, request, step) -> Reply | AgentOutcome:
         """One model call, retried on the errors the config names, each try bounded by the
         remaining wall time and reported (each try; a retry and its pause; giving up)."""
         policy = self.retry_policy()
@@ -355,7 +353,7 @@ class LlmAgent:
             for attempt_manager in policy.retrying(retried, pause_s, note_retry):
                 with attempt_manager:
                     attempt = attempt_manager.retry_state.attempt_number
-                    return self.try_call(ctx, sink, provider, request, traced, step, attempt)
+                    return self.try_call(ctx, provider, request, step, attempt)
         except NoTimeLeft:
             return AgentOutcome(Status.BUDGET_EXHAUSTED, "wall_time", "no wall time left for a model call")
         except ApiError as error:
@@ -371,44 +369,19 @@ class LlmAgent:
             return AgentOutcome(Status.AGENT_ERROR, None, message)
         raise AssertionError("tenacity's Retrying ended without a result or an error")  # unreachable: it re-raises
 
-    def try_call(self, ctx, sink, provider, request, traced, step: int, attempt: int) -> Reply:
-        """One try of a model call, charged to the budget when it returns; raises ApiError when it fails."""
-        o = self.options
-        timeout_s = min(o.request_timeout_s, ctx.budget.remaining_s())
+    def try_call(self, ctx, provider, request, step: int, attempt: int) -> Reply:
+        """One try of a model call; raises ApiError when it fails. The proxy charges it to the
+        budget and reports it (request, reply, usage, cost) as the run's events before the reply
+        is whole, so they come before this step's tool calls."""
+        timeout_s = min(self.options.request_timeout_s, ctx.budget.remaining_s())
         if timeout_s <= 0:
             raise NoTimeLeft()
-        started = time.monotonic()
-        sink.emit(events.ModelCallStarted(step, attempt, provider.name, o.model, timeout_s, traced))
-        try:
-            reply = provider.call(request, timeout_s)
-        except ApiError as e:  # reported redacted, and raised once the call is reported ended
-            sink.emit(events.ModelCallFailed(step, attempt, self.redact(str(e))))
-            raise
-        cost = self.charge(ctx.budget, request, reply)
-        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls]
-        latency_s = time.monotonic() - started
-        sink.emit(events.ModelCalled(step, attempt, o.model, latency_s, reply.text, calls, reply.stop_reason, cost))
+        headers = {TIMEOUT_HEADER: f"{timeout_s:.3f}", ATTEMPT_HEADER: str(attempt)}
+        reply = provider.call(request, timeout_s + PROXY_GRACE_S, headers)
         b = ctx.budget
-        sink.emit(events.BudgetState(step, b.input_tokens, b.output_tokens, b.usd))
-        log.info(
-            "step %d: %s (%d in / %d out tokens%s; $%.4f so far)",
-            step,
-            ", ".join(c.name for c in reply.tool_calls) or "no tool call",
-            cost.input_tokens,
-            cost.output_tokens,
-            ", estimated" if cost.estimated else "",
-            b.usd,
-        )
+        log.info("step %d: %s (%d in / %d out tokens so far; $%.4f)", step,
+                 ", ".join(c.name for c in reply.tool_calls) or "no tool call", b.input_tokens, b.output_tokens, b.usd)  # fmt: skip
         return reply
-
-    def charge(self, budget: Budget, request: dict, reply: Reply) -> events.Cost:
-        """Charge the call to the budget, from the API's reported usage and the config's prices."""
-        o = self.options
-        input_tokens, output_tokens, estimated = usage(request, reply)
-        input_usd = input_tokens * o.price_input_per_mtok / 1e6
-        output_usd = output_tokens * o.price_output_per_mtok / 1e6
-        budget.record_usage(input_tokens, output_tokens, input_usd + output_usd)
-        return events.Cost(input_tokens, output_tokens, estimated, input_usd, output_usd)
 
     def use_tool(self, sink: events.EventSink, env: ToolEnv, call: ToolCall, step: int) -> ToolOutput:
         sink.emit(events.ToolStarted(step, call.name, call.id, call.arguments))

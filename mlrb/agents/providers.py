@@ -168,12 +168,13 @@ class AnthropicProvider:
             content.append({"type": "text", "text": m.text})
         return [{"role": "user", "content": content}]
 
-    def call(self, request: dict, timeout_s: float) -> Reply:
+    def call(self, request: dict, timeout_s: float, headers: dict[str, str]) -> Reply:
         # This SDK has no `temperature` argument any more; older models still take it in the body.
         extra = {"temperature": self.temperature} if self.temperature is not None else None
         endpoint = endpoint_of(self.client)
         try:
-            response = self.client.messages.create(**request, timeout=timeout_s, extra_body=extra)
+            response = self.client.messages.create(**request, timeout=timeout_s, extra_body=extra,
+                                                   extra_headers=headers)  # fmt: skip
         except self.sdk.APIError as e:
             raise api_error(self.name, endpoint, e, self.sdk.APIStatusError, self.sdk.APIConnectionError) from None
         except ValueError as e:  # a body that is not JSON, with a JSON content type
@@ -257,10 +258,10 @@ class OpenAIProvider:
             out.append({"role": "user", "content": m.text})
         return out
 
-    def call(self, request: dict, timeout_s: float) -> Reply:
+    def call(self, request: dict, timeout_s: float, headers: dict[str, str]) -> Reply:
         endpoint = endpoint_of(self.client)
         try:
-            response = self.client.chat.completions.create(**request, timeout=timeout_s)
+            response = self.client.chat.completions.create(**request, timeout=timeout_s, extra_headers=headers)
         except self.sdk.APIError as e:
             raise api_error(self.name, endpoint, e, self.sdk.APIStatusError, self.sdk.APIConnectionError) from None
         except ValueError as e:  # a body that is not JSON, with a JSON content type

@@ -61,7 +61,8 @@ class TraceWriter:
                     "attempt": event.attempt,
                     "timeout_s": round(event.timeout_s, 3),
                 }
-                self.enter(f"{event.provider} {event.model}", "CHAT_MODEL", event.request, attributes)
+                self.enter(f"{event.provider} {event.model}", "CHAT_MODEL", event.request, attributes,
+                           started_ns=event.started_ns)  # fmt: skip
             case events.ModelCalled():
                 cost = event.cost
                 span = self.open[-1]
@@ -95,10 +96,15 @@ class TraceWriter:
                 self.open[-1]["outputs"] = {"outcome": event.outcome}
                 self.exit()
 
-    def enter(self, name: str, span_type: str, inputs: Any, attributes: dict[str, Any]) -> None:
+    def enter(self, name: str, span_type: str, inputs: Any, attributes: dict[str, Any], started_ns: int = 0) -> None:
+        """Open a span, begun now or at `started_ns` (a call reported once it is over), never
+        before its parent."""
+        start = time.time_ns()
+        if started_ns:
+            start = max(min(started_ns, start), self.open[-1]["start_time_ns"] if self.open else 0)
         self.open.append({
             "name": name, "span_type": span_type, "span_id": uuid.uuid4().hex[:16],
-            "parent_id": self.open[-1]["span_id"] if self.open else None, "start_time_ns": time.time_ns(),
+            "parent_id": self.open[-1]["span_id"] if self.open else None, "start_time_ns": start,
             "end_time_ns": None, "inputs": inputs, "outputs": None, "attributes": attributes, "status": "OK",
             "status_description": "", "events": [],
         })  # fmt: skip

@@ -1,0 +1,118 @@
+"""The run's model connection (issue 37): the metering proxy (mlrb/proxy.py) started for an
+agent that calls models, charging the run's budget, and its calls as the run's events.
+
+Every agent's model calls go through it, the built-in loop's as an outside program's, so there
+is one account of tokens and dollars and one source of the model-call events (the trajectory's
+`model_call` lines, the traces' CHAT_MODEL spans, the `llm.*` metrics): the harness's, not the
+agent's.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from typing import Any
+
+from mlrb import events
+from mlrb.budget import Budget
+from mlrb.proxy import Call, MeteringProxy, reply_of
+
+PROXY_RETRIES = 6  # upstream tries after the first, for an agent that does not retry by itself
+
+
+def start(agent: Any) -> MeteringProxy | None:
+    """The run's proxy, for an agent that asks for one (`model_upstreams()`: the providers it may
+    call); None for the others. An agent that retries by itself (`proxy_retries = 0`) gets a proxy
+    that does not, so each try is one call of its own."""
+    if not hasattr(agent, "model_upstreams"):
+        return None
+    # The token the agent uses as its key: worth nothing outside this run's proxy.
+    return MeteringProxy(agent.model_upstreams(), secrets.token_urlsafe(24), meter=None, unix_socket=True,
+                         max_retries=getattr(agent, "proxy_retries", PROXY_RETRIES))  # fmt: skip
+
+
+def attach(proxy: MeteringProxy, budget: Budget, sink: events.EventSink) -> CallEvents:
+    """Charge the run's budget (the proxy refuses calls once it is spent) and emit each call as
+    the run's events. Until this, every call is refused."""
+    calls = CallEvents(sink, budget, keys=[u.api_key for u in proxy.upstreams.values()])
+    proxy.on_call = calls.emit
+    proxy.meter = budget
+    return calls
+
+
+class CallEvents:
+    """The proxy's calls as the run's events, from the proxy's threads (one at a time), at the
+    step the budget has counted. A call is emitted whole once it is over: a program may call
+    from several threads at once, and the proxy reports each call before its answer completes,
+    so an agent that waits on its answer sees its events in their place."""
+
+    def __init__(self, sink: events.EventSink, budget: Budget, keys: list[str] | None = None):
+        self.sink, self.budget = sink, budget
+        self.keys = [k for k in keys or [] if len(k) >= 8]  # the real keys: an upstream's error may quote one
+        self.lock = threading.Lock()
+        self.previous: dict[str, Any] = {}  # the last answered request of each endpoint, to record what is new
+
+    def emit(self, call: Call) -> None:
+        """The call's events; a recording failure is raised to the agent at its next event."""
+        with self.lock:
+            try:
+                self.events_of(call)
+            except BaseException as e:
+                self.sink.defer(e)
+
+    def events_of(self, call: Call) -> None:
+        step = self.budget.steps
+        attempt = call.agent_attempt or max(call.attempts, 1)
+        request = new_in(call.request, self.previous.get(call.endpoint))
+        if call.status == 200:  # a retry records what its failed try did
+            self.previous[call.endpoint] = call.request
+        self.sink.emit(events.ModelCallStarted(step, attempt, call.provider, call.model, call.timeout_s or 0.0,
+                                               request, started_ns=call.started_ns))  # fmt: skip
+        if call.status != 200:
+            self.sink.emit(events.ModelCallFailed(step, attempt, self.redact(failure(call))))
+            return
+        text, tool_calls, stop_reason = reply_of(call)
+        usd_in = call.usd * call.input_tokens / max(call.input_tokens + call.output_tokens, 1)
+        cost = events.Cost(call.input_tokens, call.output_tokens, call.estimated, usd_in, call.usd - usd_in)
+        self.sink.emit(events.ModelCalled(step, attempt, call.model, call.latency_s, self.redact(text), tool_calls,
+                                          stop_reason, cost))  # fmt: skip
+        b = self.budget  # the proxy has charged it already
+        self.sink.emit(events.BudgetState(step, b.input_tokens, b.output_tokens, b.usd))
+
+    def redact(self, text: str) -> str:
+        for key in self.keys:
+            text = text.replace(key, "***")
+        return text
+
+
+def failure(call: Call) -> str:
+    """What went wrong with a call, as the agent was told it."""
+    if call.refused:
+        return call.refused
+    error = call.response.get("error") if isinstance(call.response, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return f"HTTP {call.status}: {message}" if message else f"HTTP {call.status}"
+
+
+# The conversation's fields, per API: an agent sends the whole conversation with every call.
+CONVERSATION_KEYS = ("messages", "input")
+
+
+def new_in(request: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """What a trace records of a call: its settings, and of the conversation only the turns that
+    are new since the previous call (when that call's turns begin this one's), with its size.
+    Traces then grow with the run, not with its square. Unchanged instructions and tool
+    schemas are left out after the first call."""
+    recorded: dict[str, Any] = {}
+    for key, value in request.items():
+        before = previous.get(key) if previous is not None else None
+        if key in CONVERSATION_KEYS and isinstance(value, list):
+            kept = before if isinstance(before, list) and value[: len(before)] == before else []
+            recorded["new_" + key] = value[len(kept) :]
+            recorded["conversation"] = {"turns": len(value), "chars": len(json.dumps(value))}
+        elif key in ("system", "instructions", "tools") and value == before:
+            continue  # the same as the previous call's
+        else:
+            recorded[key] = value
+    return recorded
