@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -222,3 +223,32 @@ def test_codex_runs_in_its_sandbox_through_the_proxy_edits_and_submits(tmp_path,
     assert '"type":"turn.completed"' in (tmp_path / "run" / "agent" / "stdout.txt").read_text()
     recorded = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
     assert KEY.encode() not in recorded
+
+
+@pytest.mark.fast
+def test_codex_is_told_to_send_nothing_but_its_model_calls(tmp_path):
+    """agent=codex's command writes Codex's config before it starts: its own provider (the proxy),
+    and its update check, analytics, feedback and OpenTelemetry export off, and no history file.
+    Run as written, with a stand-in `codex` that prints the config it would read (the real binary
+    validates these keys: a misspelt value is an error there, checked by hand with 0.169.0)."""
+    import tomllib
+
+    import yaml
+
+    from conftest import REPO
+
+    command = yaml.safe_load((REPO / "mlrb" / "conf" / "agent" / "codex.yaml").read_text())["options"]["command"]
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "codex").write_text('#!/bin/sh\ncat "$CODEX_HOME/config.toml"\n')
+    (tmp_path / "bin" / "codex").chmod(0o755)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "CODEX_HOME": str(tmp_path / "home"),
+           "OPENAI_BASE_URL": "http://127.0.0.1:8787/openai/v1", "MLRB_PROMPT": "Solve."}  # fmt: skip
+    done = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=30)
+    config = tomllib.loads(done.stdout)
+    assert (
+        config["model_provider"] == "mlrb" and config["model_providers"]["mlrb"]["base_url"] == env["OPENAI_BASE_URL"]
+    )
+    assert config["check_for_update_on_startup"] is False
+    assert config["analytics"]["enabled"] is False and config["feedback"]["enabled"] is False
+    assert {config["otel"][k] for k in ("exporter", "trace_exporter", "metrics_exporter")} == {"none"}
+    assert config["history"]["persistence"] == "none"
