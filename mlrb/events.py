@@ -141,6 +141,9 @@ class ToolStarted:
     tool: str
     id: str
     arguments: dict[str, Any]
+    # When the tool was asked for (time.time_ns()), for a call the harness saw only once it was
+    # answered (an outside agent's, from its model calls): 0 when it starts now.
+    started_ns: int = 0
 
 
 @dataclass(frozen=True)

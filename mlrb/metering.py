@@ -15,8 +15,9 @@ import threading
 from typing import Any
 
 from mlrb import events
+from mlrb.api_shapes import reply_of, tool_results_of
 from mlrb.budget import Budget
-from mlrb.proxy import Call, MeteringProxy, reply_of
+from mlrb.proxy import Call, MeteringProxy
 
 PROXY_RETRIES = 6  # upstream tries after the first, for an agent that does not retry by itself
 
@@ -32,10 +33,11 @@ def start(agent: Any) -> MeteringProxy | None:
                          max_retries=getattr(agent, "proxy_retries", PROXY_RETRIES))  # fmt: skip
 
 
-def attach(proxy: MeteringProxy, budget: Budget, sink: events.EventSink) -> CallEvents:
+def attach(proxy: MeteringProxy, budget: Budget, sink: events.EventSink, tools: bool = False) -> CallEvents:
     """Charge the run's budget (the proxy refuses calls once it is spent) and emit each call as
-    the run's events. Until this, every call is refused."""
-    calls = CallEvents(sink, budget, keys=[u.api_key for u in proxy.upstreams.values()])
+    the run's events; with `tools`, the tool calls seen in them too, for an agent that does not
+    emit its own. Until this, every call is refused."""
+    calls = CallEvents(sink, budget, keys=[u.api_key for u in proxy.upstreams.values()], tools=tools)
     proxy.on_call = calls.emit
     proxy.meter = budget
     return calls
@@ -45,10 +47,18 @@ class CallEvents:
     """The proxy's calls as the run's events, from the proxy's threads (one at a time), at the
     step the budget has counted. A call is emitted whole once it is over: a program may call
     from several threads at once, and the proxy reports each call before its answer completes,
-    so an agent that waits on its answer sees its events in their place."""
+    so an agent that waits on its answer sees its events in their place.
 
-    def __init__(self, sink: events.EventSink, budget: Budget, keys: list[str] | None = None):
-        self.sink, self.budget = sink, budget
+    With `tools`, each tool call the model asks for is an event too, seen from the calls alone:
+    asked in one call's answer (its id, name and arguments), answered in a later call's request
+    (its output, and whether it failed). Both are emitted when the answer comes, just before the
+    call that carries it, the span starting when the tool was asked for. The exit code is not
+    seen; a tool whose result never comes back (the agent ended first) is only in its call's
+    `tool_calls`."""
+
+    def __init__(self, sink: events.EventSink, budget: Budget, keys: list[str] | None = None, tools: bool = False):
+        self.sink, self.budget, self.tools = sink, budget, tools
+        self.asked: dict[str, tuple[dict[str, Any], int]] = {}  # tool call id -> (the call, when it was asked for)
         self.keys = [k for k in keys or [] if len(k) >= 8]  # the real keys: an upstream's error may quote one
         self.lock = threading.Lock()
         self.previous: dict[str, Any] = {}  # the last answered request of each endpoint, to record what is new
@@ -64,7 +74,10 @@ class CallEvents:
     def events_of(self, call: Call) -> None:
         step = self.budget.steps
         attempt = call.agent_attempt or max(call.attempts, 1)
-        request = new_in(call.request, self.previous.get(call.endpoint))
+        previous = self.previous.get(call.endpoint)
+        if self.tools:
+            self.answered(step, call, previous)
+        request = new_in(call.request, previous)
         if call.status == 200:  # a retry records what its failed try did
             self.previous[call.endpoint] = call.request
         self.sink.emit(events.ModelCallStarted(step, attempt, call.provider, call.model, call.timeout_s or 0.0,
@@ -72,13 +85,34 @@ class CallEvents:
         if call.status != 200:
             self.sink.emit(events.ModelCallFailed(step, attempt, self.redact(failure(call))))
             return
-        text, tool_calls, stop_reason = reply_of(call)
+        text, tool_calls, stop_reason = reply_of(call.response, call.stream)
         usd_in = call.usd * call.input_tokens / max(call.input_tokens + call.output_tokens, 1)
         cost = events.Cost(call.input_tokens, call.output_tokens, call.estimated, usd_in, call.usd - usd_in)
         self.sink.emit(events.ModelCalled(step, attempt, call.model, call.latency_s, self.redact(text), tool_calls,
                                           stop_reason, cost))  # fmt: skip
         b = self.budget  # the proxy has charged it already
         self.sink.emit(events.BudgetState(step, b.input_tokens, b.output_tokens, b.usd))
+        if self.tools:
+            answered_ns = call.started_ns + int(call.latency_s * 1e9)
+            self.asked.update({t["id"]: (t, answered_ns) for t in tool_calls if t["id"]})
+
+    def answered(self, step: int, call: Call, previous: dict[str, Any] | None) -> None:
+        """The tool calls this call's request answers, each as a tool call and its result."""
+        for key in CONVERSATION_KEYS:
+            turns = call.request.get(key)
+            if not isinstance(turns, list):
+                continue
+            before = previous.get(key) if previous is not None else None
+            if isinstance(before, list) and turns[: len(before)] == before:
+                turns = turns[len(before) :]  # what is new; an id answered before is not asked any more anyway
+            for call_id, output, failed in tool_results_of(turns):
+                if call_id not in self.asked:
+                    continue
+                asked, asked_ns = self.asked.pop(call_id)
+                duration_s = max(0.0, (call.started_ns - asked_ns) / 1e9)
+                self.sink.emit(events.ToolStarted(step, asked["name"], call_id, asked["arguments"], asked_ns))
+                self.sink.emit(events.ToolEnded(step, asked["name"], call_id, failed, None, duration_s,
+                                                self.redact(output)))  # fmt: skip
 
     def redact(self, text: str) -> str:
         for key in self.keys:

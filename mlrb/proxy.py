@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from mlrb.api_shapes import reply_of
 from mlrb.sandbox.base import ModelEndpoint
 
 log = logging.getLogger(__name__)
@@ -219,7 +220,7 @@ def whole(value: str | None) -> int | None:
 def estimated_usage(call: Call) -> tuple[int, int]:
     """Tokens of a call whose server reported none: about 4 characters a token, of the request
     and of what the model wrote (its text and its tool calls' arguments)."""
-    text, tool_calls, _ = reply_of(call)
+    text, tool_calls, _ = reply_of(call.response, call.stream)
     written = text + json.dumps([t.get("arguments") for t in tool_calls])
     return len(json.dumps(call.request)) // CHARS_PER_TOKEN, len(written) // CHARS_PER_TOKEN
 
@@ -511,48 +512,3 @@ class MeteringProxy:
                 self.wfile.write(data)
 
         return Handler
-
-
-def reply_of(call: Call) -> tuple[str, list[dict[str, Any]], str | None]:
-    """The text, tool calls and stop reason of a call's answer, whole or streamed."""
-    response = call.response
-    if call.stream and isinstance(response, list):
-        finished = [
-            e.get("response") for e in response if isinstance(e, dict) and e.get("type") == "response.completed"
-        ]
-        if finished and isinstance(finished[-1], dict):  # Responses: the stream ends with the whole response
-            return responses_reply(finished[-1])
-        texts = []
-        stop = None
-        for event in response:
-            delta = event.get("delta") or {} if isinstance(event, dict) else {}
-            texts.append(delta.get("text") or "")  # Anthropic
-            for choice in event.get("choices") or [] if isinstance(event, dict) else []:
-                texts.append((choice.get("delta") or {}).get("content") or "")
-                stop = choice.get("finish_reason") or stop
-            stop = delta.get("stop_reason") or stop
-        return "".join(texts), [], stop
-    if not isinstance(response, dict):
-        return "", [], None
-    if "output" in response:  # Responses
-        return responses_reply(response)
-    if "content" in response:  # Anthropic
-        blocks = response.get("content") or []
-        text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
-        tools = [{"name": b.get("name"), "arguments": b.get("input")} for b in blocks if b.get("type") == "tool_use"]
-        return text, tools, response.get("stop_reason")
-    choice = (response.get("choices") or [{}])[0]
-    message = choice.get("message") or {}
-    tools = [{"name": (t.get("function") or {}).get("name"), "arguments": (t.get("function") or {}).get("arguments")}
-             for t in message.get("tool_calls") or []]  # fmt: skip
-    return message.get("content") or "", tools, choice.get("finish_reason")
-
-
-def responses_reply(response: dict[str, Any]) -> tuple[str, list[dict[str, Any]], str | None]:
-    """The text, function calls and status of an OpenAI Responses response."""
-    items = [item for item in response.get("output") or [] if isinstance(item, dict)]
-    text = "".join(part.get("text", "") for item in items if item.get("type") == "message"
-                   for part in item.get("content") or [] if part.get("type") == "output_text")  # fmt: skip
-    tools = [{"name": item.get("name"), "arguments": item.get("arguments")} for item in items
-             if item.get("type") == "function_call"]  # fmt: skip
-    return text, tools, response.get("status")

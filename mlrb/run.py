@@ -271,8 +271,9 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
         stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
         try:
             sink = open_sink(run_dir / "trajectory.jsonl", recorder)
-            if model is not None:  # the proxy charges the budget and emits each model call as the run's events
-                metering.attach(model, budget, sink)
+            if model is not None:  # the proxy charges the budget and emits each model call as the run's events,
+                # and the tool calls seen in them for an agent that does not emit its own
+                metering.attach(model, budget, sink, tools=not getattr(plan.agent, "emits_tool_events", False))
             sink.emit(events.RunStarted(plan.name, dataclasses.asdict(plan.budget)))
             try:
                 outcome: AgentOutcome = plan.agent.run(

@@ -73,8 +73,9 @@ class TrajectoryWriter:
                 )
             case events.ApiGaveUp():
                 record("api_error", **dataclasses.asdict(event))
-            case events.ToolStarted():
-                record("tool_call", **dataclasses.asdict(event))
+            case events.ToolStarted():  # when it was asked for, if not now
+                fields = dataclasses.asdict(event)
+                record("tool_call", **{k: v for k, v in fields.items() if v or k != "started_ns"})
             case events.ToolEnded():  # the event's fields, in its order, the duration rounded
                 record("tool_result", **{**dataclasses.asdict(event), "duration_s": round(event.duration_s, 3)})
             case events.Submitted():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import pytest
 
@@ -19,7 +20,7 @@ from mlrb.agents.llm import LlmAgent
 from mlrb.agents.recording import MetricsWriter, open_sink
 from mlrb.budget import Budget
 from mlrb.config import SandboxConfig, TrackingConfig
-from mlrb.proxy import Call
+from mlrb.proxy import Call, MeteringProxy, Upstream
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 from mlrb.trajectory import Trajectory, TrajectoryWriter
@@ -211,3 +212,35 @@ def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path,
     kinds = [json.loads(line)["event"] for line in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
     assert kinds == ["agent", "model_call", "tool_call"]  # the command never returned a result
     recorder.finish("KILLED")
+
+
+def test_an_outside_agent_s_tool_calls_are_seen_in_its_model_calls(tmp_path):
+    """For an agent that does not emit its own tool events, the harness reads them from the calls
+    (mlrb/metering.py): asked in an answer, answered in the next request, over a streamed OpenAI
+    chat conversation here as a program would hold one."""
+    import openai
+
+    script = [reply(tool("bash", command="ls"), usage=(50, 5), delay_s=0.2), reply(text="done", usage=(60, 5))]
+    sink = open_sink(tmp_path / "trajectory.jsonl", recorder=None)
+    budget = Budget(budget_config())
+    budget.record_step()
+    with FakeLlmServer(script) as server:
+        upstream = {"openai": Upstream(server.openai_url, "sk-real")}
+        with MeteringProxy(upstream, "token", None) as proxy:
+            metering.attach(proxy, budget, sink, tools=True)
+            client = openai.OpenAI(api_key="token", base_url=proxy.base_url("openai"), max_retries=0)
+            messages: list = [{"role": "user", "content": "Solve."}]
+            chunks = list(client.chat.completions.create(model="m", messages=messages, stream=True))
+            call = next(c.choices[0].delta.tool_calls[0] for c in chunks if c.choices and c.choices[0].delta.tool_calls)
+            messages += [{"role": "assistant", "tool_calls": [{"id": call.id, "type": "function", "function":
+                          {"name": "bash", "arguments": call.function.arguments}}]},
+                         {"role": "tool", "tool_call_id": call.id, "content": "a.txt"}]  # fmt: skip
+            time.sleep(0.3)  # the command runs
+            client.chat.completions.create(model="m", messages=messages)
+    sink.close()
+    lines = [json.loads(line) for line in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in lines] == ["model_call", "tool_call", "tool_result", "model_call"]
+    asked, result = lines[1], lines[2]
+    assert (asked["tool"], asked["id"], asked["arguments"]) == ("bash", call.id, {"command": "ls"})
+    assert asked["started_ns"] > 0 and result["output"] == "a.txt" and result["exit_code"] is None
+    assert 0.3 <= result["duration_s"] < 5

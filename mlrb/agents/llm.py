@@ -214,6 +214,7 @@ def fit_context(history: list[Message], limit: int) -> int:
 
 class LlmAgent:
     proxy_retries = 0  # the loop retries each call itself (its config's policy, each try an event)
+    emits_tool_events = True  # it runs the tools: the harness need not read them from its calls
 
     def __init__(self, cfg: AgentConfig):
         """Check the options and read the key now: this runs before the MLflow run exists."""

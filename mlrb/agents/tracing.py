@@ -86,7 +86,7 @@ class TraceWriter:
             case events.ModelCallFailed():
                 self.exit(("Exception", event.error, f"Exception: {event.error}"))  # as MLflow records a str
             case events.ToolStarted():
-                self.enter(event.tool, "TOOL", event.arguments, {"tool_call_id": event.id})
+                self.enter(event.tool, "TOOL", event.arguments, {"tool_call_id": event.id}, started_ns=event.started_ns)
             case events.ToolEnded():
                 span = self.open[-1]
                 span["outputs"] = event.output
