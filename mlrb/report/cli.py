@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.messages import first_line_of
-from mlrb.report.runs import Filters
+from mlrb.report.runs import Filters, Selection, load
 from mlrb.tags import Tag
 
 NOTE_MARKER = "<!-- written by python -m mlrb.report -->"
@@ -24,6 +24,10 @@ NOTE_MARKER = "<!-- written by python -m mlrb.report -->"
 
 class ReportError(Exception):
     """A user-facing problem, reported as one line."""
+
+
+class NoStore(ReportError):
+    """No SQLite store where the runs were looked for."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -36,12 +40,25 @@ def parser() -> argparse.ArgumentParser:
         epilog="Filters take one value or several (repeat the flag or separate with commas). Example: "
         "python -m mlrb.report --sweep 935e10cdca64 --html",
     )
+    add_run_arguments(p)
+    output = p.add_argument_group("what to write")
+    output.add_argument("--out", default="reports", type=Path, help="output folder; default: reports")
+    output.add_argument("--html", action="store_true", help="also write report.html, self-contained (plots inlined)")
+    output.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib)")
+    output.add_argument("--no-log", action="store_true", help="do not log the files onto the sweep's parent run")
+    return p
+
+
+def add_run_arguments(p: argparse.ArgumentParser, agents: bool = True) -> None:
+    """The filters and the store's whereabouts, shared with `python -m mlrb.compare` (which names
+    its agents otherwise: `agents=False`)."""
     filters = p.add_argument_group("which runs")
     filters.add_argument(
         "--experiment", action="append", default=[], metavar="NAME", help="MLflow experiment(s); default: all"
     )
     filters.add_argument("--task", action="append", default=[], help="task(s), e.g. llm_merging")
-    filters.add_argument("--agent", action="append", default=[], help="agent(s), e.g. baseline")
+    if agents:
+        filters.add_argument("--agent", action="append", default=[], help="agent(s), e.g. baseline")
     filters.add_argument("--budget", action="append", default=[], help="budget(s), e.g. smoke")
     filters.add_argument("--scale", action="append", default=[], help="task scale(s): tiny, full")
     filters.add_argument(
@@ -52,12 +69,6 @@ def parser() -> argparse.ArgumentParser:
                        "the SQLite store in --tracking-dir")  # fmt: skip
     store.add_argument("--tracking-dir", default="mlruns", help="folder of the SQLite store (as the harness's "
                        "tracking.dir); default: mlruns")  # fmt: skip
-    output = p.add_argument_group("what to write")
-    output.add_argument("--out", default="reports", type=Path, help="output folder; default: reports")
-    output.add_argument("--html", action="store_true", help="also write report.html, self-contained (plots inlined)")
-    output.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib)")
-    output.add_argument("--no-log", action="store_true", help="do not log the files onto the sweep's parent run")
-    return p
 
 
 def split(values: list[str]) -> list[str]:
@@ -76,13 +87,13 @@ def tracking_uri(args: argparse.Namespace) -> str:
     if not uri:
         db = Path(args.tracking_dir).expanduser().resolve() / "mlflow.db"
         if not db.is_file():
-            raise ReportError(f"no tracking store at {db} (run from the folder you ran mlrb in, or pass "
+            raise NoStore(f"no tracking store at {db} (run from the folder you ran mlrb in, or pass "
                               f"--tracking-dir or --tracking-uri)")  # fmt: skip
         return f"sqlite:///{db}"
     if uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///") :])
         if not db.is_file():
-            raise ReportError(f"no tracking store at {db}")
+            raise NoStore(f"no tracking store at {db}")
     return uri
 
 
@@ -124,23 +135,33 @@ def experiments(client: Any, names: list[str]) -> dict[str, str]:
     return {by_name[n]: n for n in names}
 
 
-def build(args: argparse.Namespace) -> int:
-    from mlrb.report import aggregate, render, runs
-
-    filters = Filters(
-        experiments=split(args.experiment), tasks=split(args.task), agents=split(args.agent),
+def filters_of(args: argparse.Namespace) -> Filters:
+    return Filters(
+        experiments=split(args.experiment), tasks=split(args.task), agents=split(getattr(args, "agent", [])),
         budgets=split(args.budget), scales=split(args.scale), sweep_ids=split(args.sweep),
     )  # fmt: skip
+
+
+def read(args: argparse.Namespace, filters: Filters) -> tuple[Any, Selection, str]:
+    """(client, the runs that pass the filters, the store's URI as shown) of the store the
+    arguments name; a store that is missing or does not answer is a ReportError."""
     uri = tracking_uri(args)
     shown_uri = hide_credentials(uri)
     try:
         client = connect(uri)
         chosen = experiments(client, filters.experiments)
-        selection = runs.load(client, chosen, filters)
+        return client, load(client, chosen, filters), shown_uri
     except ReportError:
         raise
     except Exception as e:  # MlflowException, SQLAlchemy and connection errors all mean the same here
         raise ReportError(f"cannot read the tracking store {shown_uri}: {why(e)}") from None
+
+
+def build(args: argparse.Namespace) -> int:
+    from mlrb.report import aggregate, render
+
+    filters = filters_of(args)
+    client, selection, shown_uri = read(args, filters)
     rows = selection.rows
     if not rows:
         raise ReportError(f"no runs match (filters: {filters.describe()}) in {shown_uri}")
