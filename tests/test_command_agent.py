@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import mlflow_client, run_cli, store_args
+from conftest import REPO, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
 from test_docker_sandbox import needs_docker
 
@@ -89,6 +89,36 @@ def test_a_program_in_bwrap_calls_its_model_through_the_proxy_and_submits(tmp_pa
     assert [m["role"] for m in spans[0].inputs["new_messages"]] == ["user"] and "new_messages" in spans[1].inputs
     recorded = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
     assert KEY.encode() not in recorded
+
+
+# The worked example of docs/agents.md, as it shows it (its key aside), run from a clone's root.
+EXAMPLE = ("task=llm_merging", "agent=command", "agent.options.program_dir=examples/agents",
+           "agent.options.command=python $MLRB_AGENT_DIR/shell_agent.py")  # fmt: skip
+
+
+@pytest.mark.integration
+def test_the_docs_worked_example_a_shell_agent_of_your_own_edits_runs_and_submits(tmp_path, built_cache):
+    """examples/agents/shell_agent.py: the scripted model has it run the merge with its bash tool,
+    then stops calling tools; the program reads nothing of mlrb but its environment."""
+    (tmp_path / "examples").symlink_to(REPO / "examples")  # the clone's root, as the docs run it
+    script = [reply(tool("bash", command=MERGE), usage=(900, 30)), reply(text="Merged.", usage=(1100, 10))]
+    with FakeLlmServer(script) as server:
+        result = run_cli(*EXAMPLE, *store_args(tmp_path, built_cache), cwd=tmp_path,
+                         env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "llm_merging/command/smoke/0: score" in result.stdout and "(valid); status ok" in result.stdout
+    assert [r["body"]["tools"][0]["name"] for r in server.requests] == ["bash", "bash"]
+    assert_tool_seen(tmp_path, "bash", {"command": MERGE}, "exit status 0")
+    assert "$ python merge.py" in (tmp_path / "run" / "agent" / "stdout.txt").read_text()
+
+
+@pytest.mark.fast
+def test_a_program_dir_that_is_not_there_is_one_line(tmp_path):
+    result = run_cli("agent=command", "agent.options.program_dir=no/such/folder", "agent.options.command=python a.py",
+                     cwd=tmp_path, env={"ANTHROPIC_API_KEY": KEY})  # fmt: skip
+    assert result.returncode == 2 and not (tmp_path / "outputs").exists()
+    (line,) = result.stderr.strip().splitlines()
+    assert "agent.options.program_dir no/such/folder is not a folder on this machine" in line
 
 
 @pytest.mark.integration

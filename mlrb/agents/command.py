@@ -6,6 +6,7 @@ environment, the proxy as its API's base URL and the run's token as its key:
 
     ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY       OPENAI_BASE_URL, OPENAI_API_KEY
     MLRB_PROMPT                                 the task's prompt (as the built-in agent gets it)
+    MLRB_AGENT_DIR                              agent.options.program_dir: your program's files (read-only)
 
 The real keys stay with the proxy. The proxy meters every call and refuses calls once the
 budget's tokens or dollars are spent; the harness's clock kills the program at the wall-time
@@ -52,9 +53,10 @@ class CommandOptions:
     providers: dict[str, ProviderOptions] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)  # more variables for the program
     install: InstallOptions | None = None
+    program_dir: Path | None = None  # your program's files on this machine: read-only in the sandbox, $MLRB_AGENT_DIR
 
 
-OPTION_KEYS = ("command", "providers", "environment", "install")
+OPTION_KEYS = ("command", "providers", "environment", "install", "program_dir")
 
 
 def parse_options(cfg: AgentConfig) -> CommandOptions:
@@ -89,7 +91,17 @@ def parse_options(cfg: AgentConfig) -> CommandOptions:
             raise ConfigError("agent.options.install needs npm (NAME@VERSION) and bin ({name: file in the package})")
         install = InstallOptions(npm=values["npm"], bin={str(k): str(v) for k, v in dict(values["bin"]).items()})
     environment = {str(k): str(v) for k, v in dict(options.get("environment") or {}).items()}
-    return CommandOptions(command=command, providers=providers, environment=environment, install=install)
+    program_dir = None
+    if options.get("program_dir"):
+        program_dir = Path(str(options["program_dir"])).expanduser().resolve()
+        if not program_dir.is_dir():
+            raise ConfigError(f"agent.options.program_dir {options['program_dir']} is not a folder on this machine: "
+                              "give the folder holding your program's files")  # fmt: skip
+        if install is not None:
+            raise ConfigError("agent.options.program_dir and agent.options.install cannot both be given: "
+                              "the sandbox mounts one folder of the agent's programs")  # fmt: skip
+    return CommandOptions(command=command, providers=providers, environment=environment, install=install,
+                          program_dir=program_dir)  # fmt: skip
 
 
 def upstreams_of(agent: str, options: CommandOptions) -> dict[str, Upstream]:
@@ -112,7 +124,9 @@ class CommandAgent:
         self.cfg = cfg
         self.options = parse_options(cfg)
         self.upstreams = upstreams_of(cfg.name, self.options)
-        self.tools_dir: Path | None = None  # the installed program's folder, once `prepare` has it
+        # The agent's programs, read-only in the sandbox at the same path: the installed
+        # program's folder, once `prepare` has it, or the user's own (program_dir).
+        self.tools_dir: Path | None = self.options.program_dir
 
     @classmethod
     def check_config(cls, cfg: AgentConfig) -> None:
@@ -142,9 +156,10 @@ class CommandAgent:
             "ANTHROPIC_BASE_URL": f"{url}/anthropic", "ANTHROPIC_API_KEY": token,
             "OPENAI_BASE_URL": f"{url}/openai/v1", "OPENAI_API_KEY": token,
             "MLRB_PROMPT": ctx.instructions,
+            **({"MLRB_AGENT_DIR": str(self.options.program_dir)} if self.options.program_dir else {}),
         }  # fmt: skip
         configured = dict(self.options.environment)  # these may refer to variables ($TMPDIR, $PATH)
-        if self.tools_dir is not None:
+        if self.options.install is not None and self.tools_dir is not None:
             configured["PATH"] = f"{self.tools_dir / 'bin'}:$PATH"
         exports = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in given.items()),
                             *(f"{k}={expanding(v)}" for k, v in configured.items())])  # fmt: skip
