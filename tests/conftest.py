@@ -264,6 +264,7 @@ def pytest_collection_modifyitems(config, items):
 # end of the run and written as JSON to $MLRB_SUITE_TIMES when it is set (benchmarks/suite_time.py).
 TIER_SECONDS: dict[str, float] = {}
 TIER_TESTS: dict[str, set[str]] = {}
+FILE_SECONDS: dict[str, float] = {}  # per test file: where to look first for time to save
 SESSION_STARTED: list[float] = []
 
 
@@ -277,6 +278,8 @@ def pytest_runtest_logreport(report):
     tier = next((name for name in TIERS if name in report.keywords), "none")
     TIER_SECONDS[tier] = TIER_SECONDS.get(tier, 0.0) + report.duration
     TIER_TESTS.setdefault(tier, set()).add(report.nodeid)
+    test_file = report.nodeid.split("::", 1)[0]
+    FILE_SECONDS[test_file] = FILE_SECONDS.get(test_file, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -299,6 +302,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             f"{'session':12s} {'':10s} {wall:8.1f} s ({wall / 60:.1f} min, collection included; "
             f"{workers or 'no'} parallel test processes, whose tiers' times add up)"
         )
+    files = sorted(FILE_SECONDS.items(), key=lambda item: -item[1])
+    terminalreporter.section("time per test file (the 15 longest)")
+    for test_file, seconds in files[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {test_file}")
     out = os.environ.get("MLRB_SUITE_TIMES")
     if out:
         slowest = sorted(terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []),
@@ -311,6 +318,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             "workers": workers,
             "exit_status": int(exitstatus),
             "slowest": [{"test": r.nodeid, "when": r.when, "seconds": round(r.duration, 1)} for r in slowest],
+            "files": {test_file: round(seconds, 1) for test_file, seconds in files},
         }
         Path(out).write_text(json.dumps(figures, indent=2) + "\n")
 
