@@ -27,6 +27,7 @@ AGENTS: Mapping[str, str] = {
     "baseline": "mlrb.agents.baseline:BaselineAgent",
     "llm": "mlrb.agents.llm:LlmAgent",
     "command": "mlrb.agents.command:CommandAgent",
+    "human": "mlrb.agents.human:HumanAgent",
 }
 
 SANDBOXES: Mapping[str, str] = {

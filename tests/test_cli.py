@@ -95,7 +95,7 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
         ),
         (
             ["agent=gpt5"],
-            "unknown agent 'gpt5'; valid choices: baseline, claude, claude_code, codex, command, gpt4o, openai_compatible",
+            "unknown agent 'gpt5'; valid choices: baseline, claude, claude_code, codex, command, gpt4o, human, openai_compatible",
         ),
         (["budget=2h"], "unknown budget '2h'; valid choices: 1h, 24h, paper, smoke"),
         (["budget.wal_time_s=5"], "unknown config key 'budget.wal_time_s'; did you mean 'budget.wall_time_s'?"),

@@ -5,7 +5,8 @@ A sandbox holds one run's agent: `exec` runs a shell command in its workspace,
 agent started. `preflight` says before a run is recorded whether the kind can
 work on this machine. `start_isolated` starts one command (the scorer) in a fresh
 sandbox of the same kind that sees only the folders it is given (`run_isolated`:
-started and waited for).
+started and waited for). `interactive_argv`, where a kind has it, is the command line of a
+person's shell inside (agent=human).
 
 Errors, as the agent loop sees them:
 - a command that fails or times out is an `ExecResult`, never an exception;
@@ -380,6 +381,14 @@ class Sandbox(abc.ABC):
         """Run a shell command in the workspace; kill it (and its children) at the timeout, which
         `sandbox.command_timeout_s` caps unless the command is the agent's `whole_run` (the
         baseline's script, an outside agent's program: only the budget's wall time bounds it)."""
+
+    def interactive_argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
+        """The command line that, run on this host in a terminal (agent=human's tmux pane), runs
+        `argv` inside the sandbox on that terminal: in the workspace, confined and with the
+        environment as `exec`'s commands are, plus `env`. No timeout bounds it: whoever started it
+        ends it, and closing the sandbox ends what it started inside (the unconfined kind aside).
+        Optional for a kind: SandboxError where it has none, or cannot give one here."""
+        raise SandboxError(f"sandbox={self.kind} has no interactive shell for a person (agent=human)")
 
     def confined_layout(self) -> tuple[list[Mount], dict[str, str]]:
         """For a sandbox that shows the agent paths of its own (bwrap, Docker): the workspace at

@@ -168,13 +168,15 @@ def bind_args(mount: Mount) -> list[str]:
 
 
 def bwrap_argv(binary: str, options: BwrapOptions, limits: Limits, mounts: list[Mount], workdir: str,
-               env: dict, identity_dir: Path) -> list[str]:  # fmt: skip
-    """The whole bwrap command line before the command itself (kept pure so it can be checked)."""
+               env: dict, identity_dir: Path, new_session: bool = True) -> list[str]:  # fmt: skip
+    """The whole bwrap command line before the command itself (kept pure so it can be checked).
+    `new_session` detaches what runs inside from the caller's terminal (so it cannot push input
+    into it); only a person's shell, whose terminal is its own tmux pane, keeps it."""
     argv = [binary, "--unshare-all", "--unshare-user", "--disable-userns"]
     if limits.network:
         argv.append("--share-net")
     argv += ["--uid", str(AGENT_UID), "--gid", str(AGENT_UID), "--hostname", "mlrb-sandbox"]
-    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    argv += ["--die-with-parent", *(["--new-session"] if new_session else []), "--cap-drop", "ALL", "--clearenv"]
     argv += mount_args(options, limits, mounts, identity_dir)
     # The sandbox's own root (where the folders above were made) read-only too: the
     # workspace and /tmp stay the only writable places.
@@ -215,10 +217,12 @@ class BwrapSandbox(Sandbox):
                  agent_tools: Path | None = None):  # fmt: skip
         super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools)
         mounts, env = self.confined_layout()
+        self.layout = (list(mounts), env)  # for a person's shell (interactive_argv)
         mounts.append(Mount(EXEC_SERVER, SERVER_INSIDE))
         self.binary = find_bwrap(self.options.binary)
         self.scratch = Path(tempfile.mkdtemp(prefix="mlrb-bwrap-"))
-        argv = bwrap_argv(self.binary, self.options, limits, mounts, WORKSPACE, env, identity(self.scratch))
+        self.identity_dir = identity(self.scratch)
+        argv = bwrap_argv(self.binary, self.options, limits, mounts, WORKSPACE, env, self.identity_dir)
         argv += ["--as-pid-1", sys.executable, "-I", "-S", SERVER_INSIDE, WORKSPACE]
         self.cgroup = Cgroup.create(cgroup_name(run_id), limits, cfg.pids_limit)
         self.stderr_log = open(self.scratch / "bwrap.log", "w+b")
@@ -252,6 +256,15 @@ class BwrapSandbox(Sandbox):
             raise SandboxError(f"the bwrap sandbox stopped answering: {self._log_tail()}")
         reply["duration_s"] = time.monotonic() - started
         return ExecResult(**reply)
+
+    def interactive_argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
+        """A namespace of its own beside the one `exec` runs in: the same mounts, environment and
+        cgroup (its limits, and closing the sandbox kills what is left in it); it ends, and every
+        process in it, when `argv` does or its terminal goes. The model bridge runs only in `exec`'s."""
+        mounts, environment = self.layout
+        inner = bwrap_argv(self.binary, self.options, self.limits, mounts, WORKSPACE, {**environment, **env},
+                           self.identity_dir, new_session=False)  # fmt: skip
+        return joined(inner + argv, self.cgroup)
 
     def _reply(self, timeout_s: float) -> dict | None:
         ready, _, _ = select.select([self.replies], [], [], timeout_s)

@@ -13,6 +13,7 @@ found and removed when the next run starts.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 import time
@@ -273,6 +274,17 @@ class DockerSandbox(Sandbox):
             duration_s=duration,
             timed_out=exit_code == 137 and duration >= timeout_s - 0.05,
         )
+
+    def interactive_argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
+        """`docker exec -it` into the run's container, as its user, in the workspace (the container
+        has the sandbox's environment already); closing the sandbox removes the container and
+        whatever still runs in it."""
+        client = shutil.which("docker")
+        if client is None:
+            raise SandboxError("a shell in the docker sandbox needs Docker's command-line client, `docker`, on PATH")
+        host = ["-H", os.environ["DOCKER_HOST"]] if os.environ.get("DOCKER_HOST") else []
+        variables = [arg for name, value in env.items() for arg in ("-e", f"{name}={value}")]
+        return [client, *host, "exec", "-it", "-u", self.user, "-w", WORKSPACE, *variables, self.container.id, *argv]
 
     def write_file(self, path: str, content: str) -> None:
         target = resolve_inside(self.root, path, WORKSPACE)

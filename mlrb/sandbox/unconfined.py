@@ -79,6 +79,12 @@ class UnconfinedSandbox(Sandbox):
                 proc.returncode, read_capped(out), read_capped(err), time.monotonic() - started, timed_out
             )
 
+    def interactive_argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
+        """`argv` in the workspace with the scrubbed environment; what it leaves running detached
+        (nohup, setsid) may outlive the run, as nothing confines it."""
+        variables = [f"{name}={value}" for name, value in {**self.env, **env}.items()]
+        return ["/usr/bin/env", "-i", f"--chdir={self.workspace}", *variables, *argv]
+
     def close(self) -> None:
         for pid in list(self.running):
             kill_group(pid)
