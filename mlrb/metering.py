@@ -61,7 +61,7 @@ class CallEvents:
         self.asked: dict[str, tuple[dict[str, Any], int]] = {}  # tool call id -> (the call, when it was asked for)
         self.keys = [k for k in keys or [] if len(k) >= 8]  # the real keys: an upstream's error may quote one
         self.lock = threading.Lock()
-        self.previous: dict[str, Any] = {}  # the last answered request of each endpoint, to record what is new
+        self.previous: dict[str, Any] = {}  # the last answered request of each conversation, to record what is new
 
     def emit(self, call: Call) -> None:
         """The call's events; a recording failure is raised to the agent at its next event."""
@@ -74,12 +74,13 @@ class CallEvents:
     def events_of(self, call: Call) -> None:
         step = self.budget.steps
         attempt = call.agent_attempt or max(call.attempts, 1)
-        previous = self.previous.get(call.endpoint)
+        conversation = conversation_of(call)
+        previous = self.previous.get(conversation)
         if self.tools:
             self.answered(step, call, previous)
         request = new_in(call.request, previous)
         if call.status == 200:  # a retry records what its failed try did
-            self.previous[call.endpoint] = call.request
+            self.previous[conversation] = call.request
         self.sink.emit(events.ModelCallStarted(step, attempt, call.provider, call.model, call.timeout_s or 0.0,
                                                request, started_ns=call.started_ns))  # fmt: skip
         if call.status != 200:
@@ -131,6 +132,13 @@ def failure(call: Call) -> str:
 
 # The conversation's fields, per API: an agent sends the whole conversation with every call.
 CONVERSATION_KEYS = ("messages", "input")
+
+
+def conversation_of(call: Call) -> str:
+    """Which conversation a call continues: its endpoint and its first turn (an agent may hold
+    several at once, as Claude Code's side calls and subagents do)."""
+    turns = next((call.request[k] for k in CONVERSATION_KEYS if isinstance(call.request.get(k), list)), None)
+    return call.endpoint + "\n" + json.dumps(turns[0] if turns else None, sort_keys=True)
 
 
 def new_in(request: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:

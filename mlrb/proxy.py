@@ -71,10 +71,10 @@ ROUTES = {  # the proxy's path -> (provider, the upstream's path under its base 
 }
 # Request headers never forwarded: hop-by-hop ones, the ones the proxy sets, and every header
 # that may carry the agent's key (it is the run's token, not a key upstream knows).
+TIMEOUT_HEADER, ATTEMPT_HEADER = "x-mlrb-timeout-s", "x-mlrb-attempt"  # the harness's own: never forwarded
 DROPPED_HEADERS = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
                    "upgrade", "proxy-authorization", "authorization", "x-api-key", "accept-encoding",
-                   "x-mlrb-timeout-s", "x-mlrb-attempt"}  # fmt: skip
-TIMEOUT_HEADER, ATTEMPT_HEADER = "x-mlrb-timeout-s", "x-mlrb-attempt"
+                   TIMEOUT_HEADER, ATTEMPT_HEADER}  # fmt: skip
 CHARS_PER_TOKEN = 4  # the estimate for a server that reports no usage
 RESPONSE_DROPPED = {"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"}
 RETRIED_STATUSES = {408, 409, 429}  # and every 5xx
@@ -450,17 +450,14 @@ class MeteringProxy:
                     for response, attempt in proxy.forward(provider, target, headers, body, call.timeout_s):
                         call.attempts, call.status = attempt, response.status
                         self.pass_on(call, response)
-                except TimeoutError:
-                    if call.status:  # the answer had begun: it cannot be replaced now
-                        raise
-                    call.status = 504
-                    message = (
-                        f"mlrb proxy: {where} did not answer within the {call.timeout_s or 0:.0f} s the agent waits"
-                    )
-                    self.reply(504, error_body(provider, 504, "timeout_error", message), call)
                 except (OSError, http.client.HTTPException) as e:
-                    if call.status:
-                        raise
+                    if call.status:  # the answer had begun (the agent went away, or the upstream did): it stands
+                        return
+                    if isinstance(e, TimeoutError):
+                        wait = call.timeout_s or proxy.connections.timeout_s
+                        call.status = 504
+                        message = f"mlrb proxy: {where} did not answer within {wait:.0f} s"
+                        return self.reply(504, error_body(provider, 504, "timeout_error", message), call)
                     call.status = 502
                     message = f"mlrb proxy: the upstream {where} is unreachable ({type(e).__name__}: {e})"
                     self.reply(502, error_body(provider, 502, "api_error", message), call)

@@ -168,7 +168,7 @@ class AnthropicProvider:
             content.append({"type": "text", "text": m.text})
         return [{"role": "user", "content": content}]
 
-    def call(self, request: dict, timeout_s: float, headers: dict[str, str]) -> Reply:
+    def call(self, request: dict, timeout_s: float, headers: dict[str, str] | None = None) -> Reply:
         # This SDK has no `temperature` argument any more; older models still take it in the body.
         extra = {"temperature": self.temperature} if self.temperature is not None else None
         endpoint = endpoint_of(self.client)
@@ -258,7 +258,7 @@ class OpenAIProvider:
             out.append({"role": "user", "content": m.text})
         return out
 
-    def call(self, request: dict, timeout_s: float, headers: dict[str, str]) -> Reply:
+    def call(self, request: dict, timeout_s: float, headers: dict[str, str] | None = None) -> Reply:
         endpoint = endpoint_of(self.client)
         try:
             response = self.client.chat.completions.create(**request, timeout=timeout_s, extra_headers=headers)
