@@ -237,6 +237,28 @@ def test_noise_comes_from_the_runs_at_hand_or_from_the_calibration():
     assert {n.task for n in noise_of_calibration(repo_calibration) if n.sd_diff} >= {"llm_efficiency", "baby_lm"}
 
 
+@pytest.mark.fast
+def test_the_report_compares_per_budget_the_agents_or_an_agent_s_models():
+    from mlrb.report.compare import report_sections, report_sides
+
+    rows = (side("a", {"t0": [50.0, 55.0, 60.0, 52.0, 58.0, 51.0]}) + side("b", {"t0": [10.0, 15.0, 20.0, 12.0, 8.0, 9.0]})
+            + [row("solo", "t0", 1, 5.0, budget="1h")]
+            + [row("c", "t0", s, v, model=m, budget="24h") for s, v, m in ((1, 5.0, "x"), (1, 9.0, "y"))])  # fmt: skip
+    assert set(report_sides([r for r in rows if r.budget == "24h"])) == {"x", "y"}
+    sections = report_sections(rows)
+    assert [heading for heading, _, _ in sections] == [
+        "Paired comparisons (budget 24h)",
+        "Paired comparisons (budget smoke)",
+    ]
+    _, intro, table = sections[1]
+    assert (
+        "Verdict: a beats b: ahead on 1 of 1 tasks" in intro and "`python -m mlrb.compare a b --budget smoke`" in intro
+    )
+    assert table.rows[-1][0] == "overall (1 tasks)"
+    assert sections[0][1].startswith("Runs of two agents pair") and sections[0][2] is not None  # x against y
+    assert report_sections([r for r in rows if r.agent == "a"]) == []  # one agent: nothing to compare
+
+
 # ---- the command line ----------------------------------------------------------------------
 
 
@@ -269,14 +291,14 @@ def test_help_is_fast_and_bad_arguments_are_one_line(tmp_path):
         assert lines[0].startswith("mlrb.compare: error: ") and message in lines[0], (args, lines)
 
 
-SWEEP_ID = "5eed0c1a0de1"
+SWEEP_ID, BASELINE_SWEEP = "5eed0c1a0de1", "ba5e11e5eed0"
 
 
 def fill(store: Path) -> None:
-    """Runs as the harness records them, in two tasks' experiments: baseline, claude (model
-    sonnet-x, all in one sweep) and gpt4o (model 4o-x), seeds 1-6; claude and gpt4o about 25
-    points above the baseline. Left unpaired: claude's seed 7 of llm_merging, and the baseline's
-    seed 6 of math_reasoning, an infrastructure error."""
+    """Runs as the harness records them, in two tasks' experiments, seeds 1-6: a sweep of claude
+    (model sonnet-x) and gpt4o (model 4o-x), about 25 points above a sweep of the baseline.
+    Left unpaired: claude's seed 7 of llm_merging, and the baseline's seed 6 of math_reasoning,
+    an infrastructure error."""
     import shutil
 
     from mlflow.entities import Metric, Param
@@ -288,30 +310,33 @@ def fill(store: Path) -> None:
     shutil.copyfile(empty_store(), store / "mlruns" / "mlflow.db")
     client = MlflowClient(f"sqlite:///{store / 'mlruns' / 'mlflow.db'}")
     rng = np.random.default_rng(0)
-    parent = None
+    parents: dict[str, str] = {}
     for task, level in (("llm_merging", 10.0), ("math_reasoning", 30.0)):
         experiment = client.create_experiment(task)
-        if parent is None:
-            parent = client.create_run(experiment, tags={"mlrb.role": "sweep", "mlrb.sweep_id": SWEEP_ID}).info.run_id
+        for sweep in (SWEEP_ID, BASELINE_SWEEP):
+            if sweep not in parents:
+                parents[sweep] = client.create_run(
+                    experiment, tags={"mlrb.role": "sweep", "mlrb.sweep_id": sweep}
+                ).info.run_id
         for agent, model, gain in (("baseline", "", 0.0), ("claude", "sonnet-x", 25.0), ("gpt4o", "4o-x", 24.0)):
-            seeds = range(1, 8 if (agent, task) == ("claude", "llm_merging") else 7)
-            for seed in seeds:
+            sweep = BASELINE_SWEEP if agent == "baseline" else SWEEP_ID
+            for seed in range(1, 8 if (agent, task) == ("claude", "llm_merging") else 7):
                 failed = (agent, task, seed) == ("baseline", "math_reasoning", 6)
                 value = level + gain + rng.normal(0, 4)
                 tags = {"mlrb.task": task, "mlrb.agent": agent, "mlrb.budget": "smoke", "mlrb.scale": "tiny",
                         "mlrb.seed": str(seed), "mlrb.sandbox": "bwrap", "mlrb.confined": "true",
-                        "mlrb.status": "infra_error" if failed else "ok", "mlrb.valid": str(not failed)}  # fmt: skip
+                        "mlrb.status": "infra_error" if failed else "ok", "mlrb.valid": str(not failed),
+                        "mlrb.sweep_id": sweep, "mlflow.parentRunId": parents[sweep]}  # fmt: skip
                 if failed:
                     tags["mlrb.error"] = "ScorerError: the scorer crashed"
-                if agent == "claude":
-                    tags.update({"mlrb.sweep_id": SWEEP_ID, "mlflow.parentRunId": parent})
                 run = client.create_run(experiment, tags=tags, run_name=f"{task}/{agent}/smoke/{seed}").info.run_id
                 metrics = {} if failed else {"score": value / 100, "normalised_score": value, "counted_score": value / 100,
                                              "counted_normalised_score": value}  # fmt: skip
                 client.log_batch(run, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
                                  params=[Param("agent.options.model", model)] if model else [])  # fmt: skip
                 client.set_terminated(run, "FAILED" if failed else "FINISHED")
-    client.set_terminated(parent, "FINISHED")
+    for parent in parents.values():
+        client.set_terminated(parent, "FINISHED")
 
 
 @pytest.fixture(scope="module")
@@ -342,8 +367,10 @@ def test_the_command_line_compares_agents_models_and_sweeps_in_a_real_store(stor
     assert "| overall (2 tasks) | 11 | 2 |" in both.stdout
     assert compare_cli("baseline", "claude", cwd=store).stdout == both.stdout  # a fixed seed: the same output
     # A model and a sweep id name sides as an agent does.
-    by_name = compare_cli("4o-x", SWEEP_ID, "--tracking-dir", str(store / "mlruns"), cwd=store.parent)
-    assert verdict(by_name).startswith(f"cannot tell 4o-x from {SWEEP_ID} (the interval contains 0)")
+    by_name = compare_cli("4o-x", "sonnet-x", "--tracking-dir", str(store / "mlruns"), cwd=store.parent)
+    assert verdict(by_name).startswith("cannot tell 4o-x from sonnet-x (the interval contains 0)")
+    by_sweep = compare_cli(BASELINE_SWEEP, "sonnet-x", cwd=store)
+    assert verdict(by_sweep).startswith(f"sonnet-x beats {BASELINE_SWEEP}: ahead on 2 of 2 tasks")
     three = compare_cli("baseline", "claude", "gpt4o", cwd=store)
     groups = verdict(three)
     assert groups.startswith("statistically tied groups, best first: [") and groups.endswith(" [baseline]")
@@ -376,8 +403,35 @@ def test_bad_input_against_a_store_is_one_line(store):
         f"models 4o-x, sonnet-x; sweeps {SWEEP_ID}": ["claude", "codex"],
         "no runs match (filters: task nope)": ["claude", "gpt4o", "--task", "nope"],
         f"'claude' and '{SWEEP_ID}' share 13 runs": ["claude", SWEEP_ID],
-    }
+        f"{SWEEP_ID} has 2 counted runs of llm_merging with seed 1 (llm_merging/claude/smoke/1, "
+        "llm_merging/gpt4o/smoke/1; they differ in agent claude, gpt4o; model 4o-x, sonnet-x): narrow the runs": [
+            "baseline", SWEEP_ID,
+        ],
+    }  # fmt: skip
     for message, args in cases.items():
         result = compare_cli(*args, cwd=store)
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 1 and len(lines) == 1 and message in lines[0], (args, result.stderr)
+
+
+@pytest.mark.integration
+def test_the_report_of_a_sweep_of_two_agents_compares_them_and_logs_it_on_the_parent_run(store, tmp_path):
+    """python -m mlrb.report puts the same comparison in summary.md, report.html and, for one
+    sweep, the parent run's description and artifacts."""
+    from conftest import mlflow_client
+
+    out = tmp_path / "report"
+    result = subprocess.run([sys.executable, "-m", "mlrb.report", "--sweep", SWEEP_ID, "--html", "--no-plots",
+                             "--out", str(out)], cwd=store, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = (out / "summary.md").read_text()
+    assert "## Paired comparisons" in summary
+    assert "Verdict: cannot tell claude from gpt4o (the interval contains 0): claude ahead on " in summary
+    assert "`python -m mlrb.compare claude gpt4o` lists the runs left out" in summary
+    assert "| overall (2 tasks) | 12 | 1 |" in summary
+    assert "<h2>Paired comparisons</h2>" in (out / "report.html").read_text()
+    client = mlflow_client(store)
+    parent = next(r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+                  if r.data.tags.get("mlrb.role") == "sweep" and r.data.tags["mlrb.sweep_id"] == SWEEP_ID)  # fmt: skip
+    assert "## Paired comparisons" in parent.data.tags["mlflow.note.content"]
+    assert "report/summary.md" in {a.path for a in client.list_artifacts(parent.info.run_id, "report")}

@@ -158,7 +158,7 @@ def read(args: argparse.Namespace, filters: Filters) -> tuple[Any, Selection, st
 
 
 def build(args: argparse.Namespace) -> int:
-    from mlrb.report import aggregate, render
+    from mlrb.report import aggregate, compare, render
 
     filters = filters_of(args)
     client, selection, shown_uri = read(args, filters)
@@ -182,6 +182,7 @@ def build(args: argparse.Namespace) -> int:
                  f"filters: {filters.describe()}; {len(rows)} runs; "
                  f"written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."),
         stats=stats, causes=aggregate.why_not_scored(rows), excluded=aggregate.not_counted(rows), rows=rows, plots=plots,
+        comparisons=compare.report_sections(rows),
     )  # fmt: skip
     files = report.write(out, with_html=args.html)
 

@@ -48,7 +48,7 @@ METHOD = (
 CONDITIONS = (("budget", "budget"), ("scale", "scale"), ("sandbox", "sandbox"), ("confinement", "confinement"),
               ("assets", "assets"))  # fmt: skip
 # What tells two runs of one side at one task and seed apart, to say why they are ambiguous.
-DISTINCT = (("experiment", "experiment"), ("model", "model"), ("sweep_id", "sweep"), ("budget", "budget"),
+DISTINCT = (("agent", "agent"), ("experiment", "experiment"), ("model", "model"), ("sweep_id", "sweep"), ("budget", "budget"),
             ("sandbox", "sandbox"), ("confinement", "confinement"), ("assets", "assets"))  # fmt: skip
 
 
@@ -241,7 +241,7 @@ def only_counted(side: str, runs: list[RunRow], label: str, seed: str) -> tuple[
         differ = [f"{what} {', '.join(sorted({str(getattr(r, attr)) for r in counted}))}"
                   for attr, what in DISTINCT if len({getattr(r, attr) for r in counted}) > 1]  # fmt: skip
         raise CompareError(
-            f"{side} has {len(counted)} counted runs of {label} with seed {seed} ({', '.join(r.name for r in counted)}"
+            f"{side} has {len(counted)} counted runs of {label} with seed {seed} ({', '.join(sorted(r.name for r in counted))}"
             f"{'; they differ in ' + '; '.join(differ) if differ else ''}): narrow the runs with --budget, --scale, "
             "--sweep or --experiment, or name a model or a sweep"
         )
@@ -332,13 +332,14 @@ class Ranking:
         return False
 
     def table(self) -> Table:
-        headers = ["A", "B", "tasks", "pairs", "A − B", f"{LEVEL:.0%} interval", "p", "p (Holm)", "verdict"]
+        headers = ["A", "B", "tasks", "pairs", "seeds unpaired", "A − B", f"{LEVEL:.0%} interval", "p", "p (Holm)",
+                   "verdict"]  # fmt: skip
         rows = []
         for c in self.comparisons:
             adjusted = self.adjusted.get((c.a, c.b))
             outcome = significant(c.diff, c.interval, adjusted)
             verdict = f"{c.a} beats {c.b}" if outcome > 0 else f"{c.b} beats {c.a}" if outcome < 0 else "cannot tell"
-            rows.append([c.a, c.b, str(len(c.tasks)), str(c.pairs), "-" if c.diff is None else signed(c.diff),
+            rows.append([c.a, c.b, str(len(c.tasks)), str(c.pairs), str(c.left_out), "-" if c.diff is None else signed(c.diff),
                          span(c.interval), p_text(c.p), p_text(adjusted), verdict])  # fmt: skip
         return Table(headers, rows)
 
@@ -371,6 +372,58 @@ def rank(sides: dict[str, list[RunRow]], label: Callable[[tuple[str, str]], str]
             ranking.groups.append(order[i : j + 1])
             reach = j
     return ranking
+
+
+# ---- in the report --------------------------------------------------------------------------
+
+PAIRING = (
+    "Runs of two agents pair when they ran the same task with the same seed; each pair gives a difference in "
+    "counted normalised score (A − B; a failed attempt counts as doing nothing)."
+)
+
+
+def report_sides(rows: Sequence[RunRow]) -> dict[str, list[RunRow]]:
+    """The report's sides: its agents, or an agent's models when it ran with several."""
+    sides: dict[str, list[RunRow]] = {}
+    for agent in sorted({r.agent for r in rows}):
+        mine = [r for r in rows if r.agent == agent]
+        models = sorted({r.model for r in mine})
+        if len(models) > 1:
+            sides.update({model or agent: [r for r in mine if r.model == model] for model in models})
+        else:
+            sides[agent] = mine
+    return sides
+
+
+def report_sections(rows: Sequence[RunRow], resamples: int = RESAMPLES,
+                    seed: int = 0) -> list[tuple[str, str, Table | None]]:  # fmt: skip
+    """The report's "Paired comparisons": per budget that two agents (or models) or more ran,
+    as python -m mlrb.compare prints them, as (heading, intro, table) sections."""
+    budgets = sorted({r.budget for r in rows})
+    sections: list[tuple[str, str, Table | None]] = []
+    for budget in budgets:
+        chosen = [r for r in rows if r.budget == budget]
+        sides = report_sides(chosen)
+        if len(sides) < 2:
+            continue
+        heading = "Paired comparisons" + (f" (budget {budget})" if len(budgets) > 1 else "")
+        names = " ".join(sides)
+        command = f"python -m mlrb.compare {names}" + (f" --budget {budget}" if len(budgets) > 1 else "")
+        label = stratum_labeller(chosen)
+        try:
+            if len(sides) == 2:
+                (a, rows_a), (b, rows_b) = sides.items()
+                comparison = compare(a, rows_a, b, rows_b, label, resamples, seed)
+                said, table = comparison.verdict(), comparison.table() if comparison.tasks else None
+            else:
+                ranking = rank(sides, label, resamples, seed)
+                said, table = ranking.groups_line() + " (p Holm-adjusted)", ranking.table()
+        except CompareError as e:
+            sections.append((heading, f"Not compared: {e}.", None))
+            continue
+        intro = f"{PAIRING} Verdict: {said}. `{command}` lists the runs left out. {METHOD}"
+        sections.append((heading, intro, table))
+    return sections
 
 
 # ---- planning seeds ------------------------------------------------------------------------

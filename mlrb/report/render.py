@@ -12,7 +12,7 @@ import functools
 import html
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlrb.messages import duration
@@ -314,6 +314,8 @@ class Report:
     excluded: list[RunRow]
     rows: list[RunRow]
     plots: dict[str, Path]  # caption -> PNG file
+    # (heading, intro, table) of the paired comparisons (report/compare.py's report_sections), when 2+ agents ran
+    comparisons: list[tuple] = field(default_factory=list)
 
     def sections(self) -> list[tuple]:
         """(heading, intro, table or None) in reading order."""
@@ -321,6 +323,7 @@ class Report:
         unenforced = unenforced_table(self.stats)
         if unenforced is not None:
             sections.append((f"{UNENFORCED_MARK} Rules not enforced", UNENFORCED_INTRO, unenforced))
+        sections += self.comparisons
         if self.causes:
             sections.append(("Why runs did not score", "Every run without a valid score, by cause and reason.",
                              causes_table(self.causes, self.stats)))  # fmt: skip
