@@ -279,3 +279,18 @@ def test_codex_is_told_to_send_nothing_but_its_model_calls(tmp_path):
     assert config["analytics"]["enabled"] is False and config["feedback"]["enabled"] is False
     assert {config["otel"][k] for k in ("exporter", "trace_exporter", "metrics_exporter")} == {"none"}
     assert config["history"]["persistence"] == "none"
+
+
+@pytest.mark.system
+def test_codex_out_of_tokens_is_refused_by_the_proxy_and_the_run_ends_budget_exhausted(tmp_path, built_cache):
+    """OpenAI's "out of credit" (429 insufficient_quota), which Codex takes as final."""
+    script = [reply(tool("exec_command", cmd="echo hi"), usage=(3000, 60))] * 3
+    with FakeLlmServer(script) as server:
+        result = run_cli(*store_args(tmp_path, built_cache), "agent=codex", "budget.max_output_tokens=50",
+                         cwd=tmp_path, env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.openai_url})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(server.requests) == 1  # its next call was refused, never sent
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert (run.data.tags["mlrb.status"], run.data.tags["mlrb.stop_reason"]) == ("budget_exhausted", "output_tokens")
+    assert '"turn.failed"' in (tmp_path / "run" / "agent" / "stdout.txt").read_text()  # Codex: "Quota exceeded"
