@@ -4,8 +4,8 @@ A *side* is the runs of one agent, one model (`agent.options.model`) or one swee
 the user gave. Sides are compared on the report's counted normalised score (mlrb/counting.py: a
 failed attempt counts as doing nothing; 0 = baseline, 100 = reference), run against run: a run
 of A and a run of B *pair* when they ran the same task (and scale) with the same seed. Pairing
-takes out what the two runs share (the task's difficulty, its seed's data and anchors), so a
-difference needs fewer seeds to show than two unpaired means would.
+takes out what the two runs share (the task, its assets and anchors, the seed its commands get),
+so a difference needs fewer seeds to show than two unpaired means would.
 
 What does not pair is said, never dropped silently: a seed only one side ran, a run not
 counted (an infrastructure error, killed, still running), an attempt without a counted score.
@@ -44,12 +44,11 @@ METHOD = (
     f"exact up to {stats.EXACT_UP_TO} pairs, else 20,000 random flips). "
     f"A beats B when the interval excludes 0 and p < {ALPHA:g}."
 )
-# The conditions two sides may differ in beyond what names them; the pairs' values are noted.
-CONDITIONS = (("budget", "budget"), ("scale", "scale"), ("sandbox", "sandbox"), ("confinement", "confinement"),
-              ("assets", "assets"))  # fmt: skip
-# What tells two runs of one side at one task and seed apart, to say why they are ambiguous.
-DISTINCT = (("agent", "agent"), ("experiment", "experiment"), ("model", "model"), ("sweep_id", "sweep"), ("budget", "budget"),
-            ("sandbox", "sandbox"), ("confinement", "confinement"), ("assets", "assets"))  # fmt: skip
+# The conditions (RunRow attributes) two sides may differ in beyond what names them: noted.
+CONDITIONS = ("budget", "scale", "sandbox", "confinement", "assets")
+# What tells two runs of one side at one task and seed apart, to say why they are ambiguous: (attribute, as said).
+DISTINCT = (("agent", "agent"), ("experiment", "experiment"), ("model", "model"), ("sweep_id", "sweep"),
+            ("budget", "budget"), ("sandbox", "sandbox"), ("confinement", "confinement"), ("assets", "assets"))  # fmt: skip
 
 
 class CompareError(Exception):
@@ -304,11 +303,11 @@ def compare(a: str, rows_a: Sequence[RunRow], b: str, rows_b: Sequence[RunRow], 
 def condition_notes(a: str, b: str, tasks: Sequence[TaskResult]) -> list[str]:
     """The conditions the paired runs of A and B differ in (a budget, a sandbox...): what else the difference measures."""
     notes = []
-    for attr, what in CONDITIONS:
+    for attr in CONDITIONS:
         values_a = sorted({str(getattr(p.a, attr)) for t in tasks for p in t.pairs})
         values_b = sorted({str(getattr(p.b, attr)) for t in tasks for p in t.pairs})
         if values_a != values_b:
-            notes.append(f"the pairs differ in {what}: {a} {', '.join(values_a)}; {b} {', '.join(values_b)}")
+            notes.append(f"the pairs differ in {attr}: {a} {', '.join(values_a)}; {b} {', '.join(values_b)}")
     return notes
 
 
