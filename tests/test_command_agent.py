@@ -294,3 +294,24 @@ def test_codex_out_of_tokens_is_refused_by_the_proxy_and_the_run_ends_budget_exh
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert (run.data.tags["mlrb.status"], run.data.tags["mlrb.stop_reason"]) == ("budget_exhausted", "output_tokens")
     assert '"turn.failed"' in (tmp_path / "run" / "agent" / "stdout.txt").read_text()  # Codex: "Quota exceeded"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("machine, package, triple", [("x86_64", "linux-x64", "x86_64-unknown-linux-musl"),
+                                                       ("aarch64", "linux-arm64", "aarch64-unknown-linux-musl")])  # fmt: skip
+def test_codex_s_binary_is_found_for_the_machine_it_runs_on(monkeypatch, tmp_path, machine, package, triple):
+    """npm installs the build of the machine it runs on: on an Arm node (a GH200 cluster) Codex's
+    binary is @openai/codex-linux-arm64's aarch64 one (its path checked by hand in the 0.169.0
+    tarball), and the cache keeps each platform's install apart."""
+    import platform
+
+    import yaml
+
+    from mlrb.agents import installed
+
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    install = yaml.safe_load((REPO / "mlrb" / "conf" / "agent" / "codex.yaml").read_text())["options"]["install"]
+    assert installed.resolved(install["bin"]) == {
+        "codex": f"node_modules/@openai/codex-{package}/vendor/{triple}/bin/codex"
+    }
+    assert installed.location(tmp_path, install["npm"]).name == f"openai_codex@0.169.0-{package}"

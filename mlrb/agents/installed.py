@@ -1,8 +1,14 @@
-"""Agent programs from npm (Claude Code, Codex CLI), installed once per pinned version into
-the cache, `<paths.cache_dir>/agents/<package>@<version>/`, and mounted read-only into the
-run's sandbox with their `bin/` first on the agent's PATH.
+"""Agent programs from npm (Claude Code, Codex CLI), installed once per pinned version and
+platform into the cache, `<paths.cache_dir>/agents/<package>@<version>-<platform>/`, and mounted
+read-only into the run's sandbox with their `bin/` first on the agent's PATH.
 
     npm install --prefix <staging> <package>@<version>     then renamed into place
+
+npm installs the build for the machine it runs on (a package's optional dependency per
+platform), so the folder is per platform: a cache shared by x86-64 and Arm nodes holds both.
+A binary's path in the package may name the platform: `{platform}` is npm's name for it
+(linux-x64, linux-arm64, darwin-arm64...), `{triple}` the Rust target Codex is built for
+(x86_64-unknown-linux-musl, aarch64-unknown-linux-musl...).
 
 A folder in place is whole (the rename is the last step), so a second run, or a compute
 node given the cache, uses it without npm. npm reaches the registry it is configured with.
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import platform as platforms
 import re
 import shutil
 import subprocess
@@ -22,8 +29,27 @@ from mlrb.config import ConfigError
 NPM_TIMEOUT_S = 900
 
 
+ARCHES = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}  # machine -> npm's name
+TRIPLES = {("linux", "x64"): "x86_64-unknown-linux-musl", ("linux", "arm64"): "aarch64-unknown-linux-musl",
+           ("darwin", "x64"): "x86_64-apple-darwin", ("darwin", "arm64"): "aarch64-apple-darwin"}  # fmt: skip
+
+
+def this_platform() -> tuple[str, str]:
+    """(npm's platform name, the Rust target triple) of this machine."""
+    system = "darwin" if os.uname().sysname == "Darwin" else os.uname().sysname.lower()
+    arch = ARCHES.get(platforms.machine().lower(), platforms.machine().lower())
+    return f"{system}-{arch}", TRIPLES.get((system, arch), f"{arch}-unknown-{system}")
+
+
+def resolved(bins: dict[str, str]) -> dict[str, str]:
+    """The binaries' paths in the package on this machine ({platform} and {triple} filled in)."""
+    name, triple = this_platform()
+    return {program: path.replace("{platform}", name).replace("{triple}", triple) for program, path in bins.items()}
+
+
 def location(cache_dir: Path, spec: str) -> Path:
-    return Path(cache_dir) / "agents" / re.sub(r"[^A-Za-z0-9@._-]", "_", spec.lstrip("@"))
+    folder = re.sub(r"[^A-Za-z0-9@._-]", "_", spec.lstrip("@"))
+    return Path(cache_dir) / "agents" / f"{folder}-{this_platform()[0]}"
 
 
 def is_installed(root: Path, bins: dict[str, str]) -> bool:
@@ -60,7 +86,7 @@ def ensure(agent: str, spec: str, bins: dict[str, str], cache_dir: Path) -> Path
                 said = [line for line in (done.stderr + done.stdout).splitlines() if "ERR" in line] or ["no output"]
                 raise ConfigError(f"agent {agent}: npm could not install {spec}: {said[0].strip()[:300]}")
             (staging / "bin").mkdir()
-            for name, target in bins.items():
+            for name, target in resolved(bins).items():
                 if not (staging / target).is_file():
                     raise ConfigError(
                         f"agent {agent}: {spec} installed, but it has no {target} (the binary for {name})"
