@@ -182,18 +182,35 @@ def test_claude_code_runs_in_its_sandbox_through_the_proxy_edits_and_submits(tmp
     assert KEY.encode() not in recorded
 
 
+# Each program's last call refused as its provider says "out of credit": Anthropic's 400, which
+# Claude Code prints; OpenAI's 429 insufficient_quota, which Codex takes as final ("Quota exceeded").
+OUT_OF_TOKENS = {
+    "claude_code": (
+        "anthropic",
+        tool("Bash", command="echo hi", description="say hi"),
+        "budget is spent (output_tokens)",
+    ),
+    "codex": ("openai", tool("exec_command", cmd="echo hi"), '"turn.failed"'),
+}
+
+
 @pytest.mark.system
-def test_claude_code_out_of_tokens_is_refused_by_the_proxy_and_the_run_ends_budget_exhausted(tmp_path, built_cache):
-    script = [reply(tool("Bash", command="echo hi", description="say hi"), usage=(3000, 60))] * 3
+@pytest.mark.parametrize("agent", sorted(OUT_OF_TOKENS))
+def test_out_of_tokens_the_program_s_next_call_is_refused_and_the_run_ends_budget_exhausted(tmp_path, built_cache,
+                                                                                             agent):  # fmt: skip
+    provider, call, transcript_says = OUT_OF_TOKENS[agent]
+    script = [reply(call, usage=(3000, 60))] * 3
     with FakeLlmServer(script) as server:
-        result = run_cli(*store_args(tmp_path, built_cache), "agent=claude_code", "budget.max_output_tokens=50",
-                         cwd=tmp_path, env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+        url = server.anthropic_url if provider == "anthropic" else server.openai_url
+        env = {f"{provider.upper()}_API_KEY": KEY, f"{provider.upper()}_BASE_URL": url}
+        result = run_cli(*store_args(tmp_path, built_cache), f"agent={agent}", "budget.max_output_tokens=50",
+                         cwd=tmp_path, env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(server.requests) == 1  # its next call was refused, never sent
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert (run.data.tags["mlrb.status"], run.data.tags["mlrb.stop_reason"]) == ("budget_exhausted", "output_tokens")
-    assert "budget is spent (output_tokens)" in (tmp_path / "run" / "agent" / "stdout.txt").read_text()
+    assert transcript_says in (tmp_path / "run" / "agent" / "stdout.txt").read_text()
 
 
 @pytest.mark.integration
@@ -279,21 +296,6 @@ def test_codex_is_told_to_send_nothing_but_its_model_calls(tmp_path):
     assert config["analytics"]["enabled"] is False and config["feedback"]["enabled"] is False
     assert {config["otel"][k] for k in ("exporter", "trace_exporter", "metrics_exporter")} == {"none"}
     assert config["history"]["persistence"] == "none"
-
-
-@pytest.mark.system
-def test_codex_out_of_tokens_is_refused_by_the_proxy_and_the_run_ends_budget_exhausted(tmp_path, built_cache):
-    """OpenAI's "out of credit" (429 insufficient_quota), which Codex takes as final."""
-    script = [reply(tool("exec_command", cmd="echo hi"), usage=(3000, 60))] * 3
-    with FakeLlmServer(script) as server:
-        result = run_cli(*store_args(tmp_path, built_cache), "agent=codex", "budget.max_output_tokens=50",
-                         cwd=tmp_path, env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.openai_url})  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert len(server.requests) == 1  # its next call was refused, never sent
-    client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
-    assert (run.data.tags["mlrb.status"], run.data.tags["mlrb.stop_reason"]) == ("budget_exhausted", "output_tokens")
-    assert '"turn.failed"' in (tmp_path / "run" / "agent" / "stdout.txt").read_text()  # Codex: "Quota exceeded"
 
 
 @pytest.mark.fast
