@@ -103,6 +103,12 @@ class RunRow:
     # The ids of the rules its task states but nothing enforces (tag mlrb.unenforced_rules);
     # None: recorded before runs recorded them, so unknown.
     unenforced_rules: tuple[str, ...] | None = None
+    # Why its submission was not valid, how the agent stopped, and where its run folder was
+    # (tags mlrb.invalid_reason, mlrb.agent_message, mlrb.stop_reason, mlrb.run_dir): "" when unsaid.
+    invalid_reason: str = ""
+    agent_message: str = ""
+    stop_reason: str = ""
+    run_dir: str = ""
 
     @property
     def is_attempt(self) -> bool:
@@ -219,6 +225,10 @@ def to_row(run: Any, experiment: str, parent_status: str | None, now_s: float) -
         normalised_as=tags.get(Tag.NORMALISED_AS, "gap"),
         model=params.get(MODEL_PARAM) or "",
         unenforced_rules=rule_ids(tags.get(Tag.UNENFORCED_RULES)),
+        invalid_reason=tags.get(Tag.INVALID_REASON, ""),
+        agent_message=tags.get(Tag.AGENT_MESSAGE, ""),
+        stop_reason=tags.get(Tag.STOP_REASON, ""),
+        run_dir=tags.get(Tag.RUN_DIR, ""),
     )
 
 
