@@ -4,8 +4,10 @@ step can be scored after the run (`python -m mlrb.rescore RUN_ID --step N`).
 After each step the files that differ from the workspace's starting state are stored
 content-addressed (`objects/<sha256>`: a file unchanged since an earlier step, or
 identical to another, costs nothing more), and one line per step goes to
-`steps.jsonl`: `{"step": N, "changed": {path: sha256}, "deleted": [path], "too_large": {path: bytes}}`.
-A step's workspace is its starting files plus that line's changes.
+`steps.jsonl`: `{"step": N, "changed": {path: sha256}, "deleted": [path], "too_large": {path: bytes},
+"time": unix seconds}`. A step's workspace is its starting files plus that line's changes; its
+time (when the snapshot was taken, the step's end) places it on the anytime curves
+(mlrb/anytime.py). Lines written before times were kept have none.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import fnmatch
 import hashlib
 import json
 import shutil
+import time
 from pathlib import Path
 
 from mlrb.workspace import Snapshot, walk
@@ -59,6 +62,7 @@ class StepSnapshots:
             "changed": changed,
             "deleted": sorted(set(start.hashes) - present),
             "too_large": too_large,
+            "time": time.time(),
         }
         with open(self.root / STEPS, "a") as f:
             f.write(json.dumps(entry, sort_keys=True) + "\n")

@@ -158,7 +158,7 @@ def read(args: argparse.Namespace, filters: Filters) -> tuple[Any, Selection, st
 
 
 def build(args: argparse.Namespace) -> int:
-    from mlrb.report import aggregate, compare, render
+    from mlrb.report import aggregate, anytime, compare, render
 
     filters = filters_of(args)
     client, selection, shown_uri = read(args, filters)
@@ -171,20 +171,25 @@ def build(args: argparse.Namespace) -> int:
     sweep_id = sweep_ids[0] if len(sweep_ids) == 1 and sweep_ids[0] else None
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    try:  # the runs rescored step by step (python -m mlrb.rescore RUN_ID --all-steps)
+        curves, uncounted = anytime.read(client, rows)
+    except Exception as e:
+        raise ReportError(f"cannot read the anytime metrics from {shown_uri}: {why(e)}") from None
     plots = {}
     if not args.no_plots:
         from mlrb.report.plots import draw_all
 
         plots = draw_all(stats, rows, out)
+        plots.update(anytime.draw(curves, out / "anytime.png"))
     report = render.Report(
         title=f"mlrb report: sweep {sweep_id}" if sweep_id else "mlrb report",
         context=(f"Store {shown_uri}; experiments: {', '.join(sorted({r.experiment for r in rows}))}; "
                  f"filters: {filters.describe()}; {len(rows)} runs; "
                  f"written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."),
         stats=stats, causes=aggregate.why_not_scored(rows), excluded=aggregate.not_counted(rows), rows=rows, plots=plots,
-        comparisons=compare.report_sections(rows),
+        comparisons=compare.report_sections(rows), anytime=anytime.report_sections(curves, uncounted),
     )  # fmt: skip
-    files = report.write(out, with_html=args.html)
+    files = report.write(out, with_html=args.html) + anytime.write_csvs(curves, out)
 
     print(render.results_table(stats).markdown())
     print(f"\n{len(rows)} runs in {len(stats)} groups; files in {out}/: {', '.join(f.name for f in files)}")

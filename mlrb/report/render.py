@@ -316,6 +316,8 @@ class Report:
     plots: dict[str, Path]  # caption -> PNG file
     # (heading, intro, table) of the paired comparisons (report/compare.py's report_sections), when 2+ agents ran
     comparisons: list[tuple] = field(default_factory=list)
+    # (heading, intro, table) of the anytime curves (report/anytime.py's report_sections), when runs have them
+    anytime: list[tuple] = field(default_factory=list)
 
     def sections(self) -> list[tuple]:
         """(heading, intro, table or None) in reading order."""
@@ -324,6 +326,7 @@ class Report:
         if unenforced is not None:
             sections.append((f"{UNENFORCED_MARK} Rules not enforced", UNENFORCED_INTRO, unenforced))
         sections += self.comparisons
+        sections += self.anytime
         if self.causes:
             sections.append(("Why runs did not score", "Every run without a valid score, by cause and reason.",
                              causes_table(self.causes, self.stats)))  # fmt: skip
