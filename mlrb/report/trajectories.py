@@ -146,7 +146,10 @@ def read_one(client: Any, row: RunRow, scratch: Path) -> RunActivity | None:
     """The run's activity, or None when it has no trajectory to read."""
     local = local_trajectory(row)
     if local is not None:
-        return read_file(local)
+        try:
+            return read_file(local)
+        except OSError:  # gone or unreadable since it was found: the store's copy is the same file
+            pass
     if client is None:
         return None
     folder = scratch / row.run_id
