@@ -153,7 +153,7 @@ def test_the_report_matches_the_runs_and_keeps_the_infrastructure_failure_out(st
     assert failed.info.run_id in not_counted and "ScorerError" in not_counted
     assert result.stdout.count("| llm_merging |") == 3  # the table is printed too
 
-    for name in ("score_by_task.png", "score_vs_budget.png", "score_vs_cost.png"):
+    for name in ("score_by_task.png", "score_vs_budget.png", "score_vs_cost.png", "cost_score_pareto.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     assert "not logged to MLflow" in result.stdout  # these runs are not all of one sweep
 
@@ -177,7 +177,8 @@ def test_a_sweeps_report_is_logged_on_its_parent_run_with_a_self_contained_page(
     assert f"mlrb report: sweep {sweep_id}" in note and "| llm_merging | baseline | smoke | 2 (2) |" in note
 
     page = (out / "report.html").read_text()
-    assert page.count('src="data:image/png;base64,') == 3 and 'src="score' not in page  # plots inlined
+    # plots inlined: the three above and cost against score's
+    assert page.count('src="data:image/png;base64,') == 4 and 'src="score' not in page and 'src="cost' not in page
     assert "<td>llm_merging</td>" in page and f"sweep {sweep_id}" in page
 
 

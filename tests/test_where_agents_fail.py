@@ -7,7 +7,11 @@ seconds each), which checks this section and "Cost against score" (report/costs.
 
 from __future__ import annotations
 
+import csv
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -373,3 +377,173 @@ def test_the_section_s_tables_count_endings_time_and_flags_per_row():
     assert set(files) == {"attempt_endings.csv", "time_use.csv", "integrity_notes.csv", "trajectories.csv"}
     assert files["time_use.csv"][1]["share_running"] == pytest.approx(0.2)
     assert [r["trajectory"] for r in files["trajectories.csv"]] == [True, True, False, False, False, False]
+
+
+# ---- the command line, on a real store ---------------------------------------------------------
+
+SWEEP = "f00dfa11ed00"
+
+
+def trajectory_file(folder: Path, lines: list[dict]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "trajectory.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def agent_trajectory(agent: str, hidden: bool) -> list[dict]:
+    """A trajectory as the agent's run would record it: 100 s of wall time."""
+    tool, key = {"claude": ("bash", "command"), "gpt4o": ("bash", "command"), "baseline": ("shell", "command")}[agent]
+    lines = [event(0.0, "start", run=agent, budget={})]
+    if agent != "baseline":
+        lines += [event(20.0, "model_call", step=1, latency_s=20.0, tool_calls=[])]
+        lines += call(20.0, "read_file", "r", {"path": "train.py"}, 10.0)
+        lines += call(30.0, tool, "c", {key: "cat /hidden/test.jsonl" if hidden else "ls"}, 10.0)
+    lines += call(40.0, tool, "t", {key: "python train.py"}, 50.0)
+    return lines + [event(100.0, "end", status="ok")]
+
+
+def fill(root: Path) -> None:
+    """Two tasks, a sweep of three agents, seeds 1-3: the baseline ($0), claude ($1 a run, the best
+    score) and gpt4o ($3 a run, worse than claude: dominated). Their ends: claude's seed 3 of
+    llm_merging invalid (pickled weights); gpt4o's seed 2 of each task an agent error (HTTP 429),
+    its seed 3 of math_reasoning stopped by the wall time with nothing submitted; the baseline's
+    seed 3 of math_reasoning an infrastructure error. Trajectories: logged as artifacts, but the
+    baseline's seed 1 of llm_merging only in its run folder (tag mlrb.run_dir) and gpt4o's seed 1
+    of math_reasoning nowhere. claude's seed 1 of llm_merging read the hidden data."""
+    import shutil
+
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    from conftest import empty_store
+
+    (root / "mlruns").mkdir(parents=True)
+    shutil.copyfile(empty_store(), root / "mlruns" / "mlflow.db")
+    client = MlflowClient(f"sqlite:///{root / 'mlruns' / 'mlflow.db'}")
+    parent = None
+    for task, level in (("llm_merging", 10.0), ("math_reasoning", 30.0)):
+        experiment = client.create_experiment(task, artifact_location=(root / "artifacts" / task).as_uri())
+        if parent is None:
+            parent = client.create_run(experiment, tags={"mlrb.role": "sweep", "mlrb.sweep_id": SWEEP}).info.run_id
+        for agent, gain, usd in (("baseline", 0.0, 0.0), ("claude", 40.0, 1.0), ("gpt4o", 15.0, 3.0)):
+            for seed in (1, 2, 3):
+                status, valid, reason, message, stop = "ok", True, "", "", ""
+                if (agent, task, seed) == ("claude", "llm_merging", 3):
+                    status, valid, reason = "invalid", False, "pickled weights are not accepted (model.bin)"
+                elif agent == "gpt4o" and seed == 2:
+                    status, valid, message = "agent_error", False, "openai API error at http://x: HTTP 429: slow down"
+                    reason = "no submission: the agent left nothing at 'submission' in its workspace"
+                elif (agent, task, seed) == ("gpt4o", "math_reasoning", 3):
+                    status, valid, stop = "budget_exhausted", False, "wall_time"
+                    reason = "no submission: the agent left nothing at 'submission' in its workspace"
+                failed = (agent, task, seed) == ("baseline", "math_reasoning", 3)
+                run_dir = root / "runs" / f"{task}-{agent}-{seed}"
+                tags = {"mlrb.task": task, "mlrb.agent": agent, "mlrb.budget": "smoke", "mlrb.scale": "tiny",
+                        "mlrb.seed": str(seed), "mlrb.sandbox": "bwrap", "mlrb.confined": "true",
+                        "mlrb.status": "infra_error" if failed else status, "mlrb.valid": str(valid and not failed),
+                        "mlrb.invalid_reason": reason, "mlrb.agent_message": message, "mlrb.stop_reason": stop,
+                        "mlrb.sweep_id": SWEEP, "mlflow.parentRunId": parent, "mlrb.run_dir": str(run_dir)}  # fmt: skip
+                if failed:
+                    tags["mlrb.error"] = "ScorerError: the scorer crashed"
+                run = client.create_run(experiment, tags=tags, run_name=f"{task}/{agent}/smoke/{seed}").info.run_id
+                value = level + gain + seed if valid else -50.0
+                metrics = {} if failed else {"counted_score": value / 100, "counted_normalised_score": value,
+                                             "cost_usd": usd, **({"score": value / 100, "normalised_score": value}
+                                                                 if valid else {})}  # fmt: skip
+                if agent == "baseline":
+                    metrics.pop("cost_usd", None)  # a scripted agent: no cost recorded
+                client.log_batch(run, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()])
+                lines = agent_trajectory(agent, hidden=(agent, task, seed) == ("claude", "llm_merging", 1))
+                if (agent, task, seed) == ("baseline", "llm_merging", 1):  # in its run folder only
+                    trajectory_file(run_dir, lines)
+                    (run_dir / "record.jsonl").write_text(json.dumps({"v": 1, "kind": "opened", "run_id": run}) + "\n")
+                elif (agent, task, seed) != ("gpt4o", "math_reasoning", 1):
+                    client.log_artifact(run, str(trajectory_file(root / "made" / run, lines)))
+                client.set_terminated(run, "FAILED" if failed else "FINISHED")
+    client.set_terminated(parent, "FINISHED")
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def line_of(markdown: str, section: str, start: str) -> str:
+    body = markdown.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return next(line for line in body.splitlines() if line.startswith(start))
+
+
+@pytest.mark.integration
+def test_the_report_says_where_agents_fail_and_what_their_score_cost(tmp_path):
+    from conftest import mlflow_client
+
+    fill(tmp_path)
+    out = tmp_path / "report"
+    result = subprocess.run([sys.executable, "-m", "mlrb.report", "--sweep", SWEEP, "--html", "--out", str(out)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = (out / "summary.md").read_text()
+
+    ended = "Where agents fail: how attempts ended"
+    assert line_of(summary, ended, "| llm_merging | claude |") == (
+        "| llm_merging | claude | 3 | 2 | 1 | 0 | 0 | 0 | - | 1 wrong format | - |"
+    )
+    assert line_of(summary, ended, "| math_reasoning | gpt4o |") == (
+        "| math_reasoning | gpt4o | 3 | 1 | 0 | 0 | 1 (1 wall_time) | 1 | - | 2 no submission | 1 HTTP 429 |"
+    )
+    assert line_of(summary, ended, "| math_reasoning | baseline |").endswith("| 1 infrastructure error | - | - |")
+
+    # Shares of 100 s: model 20, reading 10 + 10 (ls, or cat of the hidden data), running 50, other 10.
+    spent = "Where agents fail: where the time went"
+    assert line_of(summary, spent, "| llm_merging | claude |") == (
+        "| llm_merging | claude | 3 | 100 s | 3 | 20% | 20% | 0% | 50% | 0% | 10% | 0 |"
+    )
+    # the baseline's seed 1 read from its run folder, the others downloaded; its infra error is no attempt
+    assert line_of(summary, spent, "| llm_merging | baseline |") == (
+        "| llm_merging | baseline | 3 | 100 s | 1 | 0% | 0% | 0% | 50% | 0% | 50% | 0 |"
+    )
+    assert line_of(summary, spent, "| math_reasoning | gpt4o |").endswith("| 1 |")  # seed 1: no trajectory
+
+    notes = "Where agents fail: integrity notes"
+    assert line_of(summary, notes, "| llm_merging | claude |") == (
+        "| llm_merging | claude | 3 of 3 | 1 (1 call) | 0 | 0 | llm_merging/claude/smoke/1: bash: cat /hidden/test.jsonl |"
+    )
+    assert (
+        line_of(summary, notes, "| math_reasoning | gpt4o |") == "| math_reasoning | gpt4o | 2 of 3 | 0 | 0 | 0 | - |"
+    )
+
+    # Cost: the baseline ($0, none recorded) and claude are the front; gpt4o costs more and scores less.
+    cost = "Cost against score"
+    assert line_of(summary, cost, "| llm_merging | baseline |") == (
+        "| llm_merging | baseline | 3 | $0.00 (none recorded) | 12.0 ± 0.6 | yes |"
+    )
+    assert line_of(summary, cost, "| llm_merging | claude |").endswith("| 3 | $1.00 | 17.7 ± 33.8 | yes |")
+    assert line_of(summary, cost, "| llm_merging | gpt4o |").endswith("| 3 | $3.00 | 1.3 ± 25.7 |  |")
+    assert line_of(summary, cost, "| overall | claude |").endswith("| 6 | $1.00 | 44.8 | yes |")
+    assert line_of(summary, cost, "| overall | gpt4o |").endswith("|  |")
+
+    costs = read_csv(out / "cost_score.csv")
+    assert [(r["panel"], r["agent"], r["pareto_front"]) for r in costs if r["panel"] == "overall"] == [
+        ("overall", "baseline", "True"), ("overall", "claude", "True"), ("overall", "gpt4o", "False")]  # fmt: skip
+    endings = read_csv(out / "attempt_endings.csv")
+    assert {(r["task"], r["agent"]): r["agent_errors"] for r in endings}[("llm_merging", "gpt4o")] == "1 HTTP 429"
+    runs = read_csv(out / "trajectories.csv")
+    assert len(runs) == 18 and sum(r["trajectory"] == "False" for r in runs) == 1
+    hidden = [r for r in runs if r["hidden_calls"] not in ("", "0")]
+    assert [r["name"] for r in hidden] == ["llm_merging/claude/smoke/1"]
+    assert {r["agent"]: float(r["share_model"]) for r in read_csv(out / "time_use.csv")
+            if r["task"] == "llm_merging"} == pytest.approx({"baseline": 0.0, "claude": 0.2, "gpt4o": 0.2})  # fmt: skip
+    assert (out / "cost_score_pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (out / "report.html").read_text()
+    assert "<h2>Cost against score</h2>" in page and "<h2>Where agents fail: integrity notes</h2>" in page
+
+    # Onto the sweep's parent run, with the rest of the report.
+    client = mlflow_client(tmp_path)
+    parent = next(r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+                  if r.data.tags.get("mlrb.role") == "sweep")  # fmt: skip
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {f"report/{name}" for name in ("cost_score.csv", "attempt_endings.csv", "time_use.csv",
+                                          "integrity_notes.csv", "trajectories.csv", "cost_score_pareto.png")} <= logged  # fmt: skip
+    note = parent.data.tags["mlflow.note.content"]
+    assert "## Where agents fail: how attempts ended" in note and "## Cost against score" in note

@@ -158,7 +158,7 @@ def read(args: argparse.Namespace, filters: Filters) -> tuple[Any, Selection, st
 
 
 def build(args: argparse.Namespace) -> int:
-    from mlrb.report import aggregate, anytime, compare, render
+    from mlrb.report import aggregate, anytime, compare, costs, failures, render, trajectories
 
     filters = filters_of(args)
     client, selection, shown_uri = read(args, filters)
@@ -181,6 +181,8 @@ def build(args: argparse.Namespace) -> int:
 
         plots = draw_all(stats, rows, out)
         plots.update(anytime.draw(curves, out / "anytime.png"))
+        plots.update(costs.draw(stats, out))
+    activities = trajectories.read_all(client, rows)  # each run's trajectory, read once
     report = render.Report(
         title=f"mlrb report: sweep {sweep_id}" if sweep_id else "mlrb report",
         context=(f"Store {shown_uri}; experiments: {', '.join(sorted({r.experiment for r in rows}))}; "
@@ -188,6 +190,8 @@ def build(args: argparse.Namespace) -> int:
                  f"written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."),
         stats=stats, causes=aggregate.why_not_scored(rows), excluded=aggregate.not_counted(rows), rows=rows, plots=plots,
         comparisons=compare.report_sections(rows), anytime=anytime.report_sections(curves, uncounted),
+        costs=costs.report_sections(stats), failures=failures.report_sections(stats, rows, activities),
+        csvs=costs.csv_files(stats) + failures.csv_files(stats, rows, activities),
     )  # fmt: skip
     files = report.write(out, with_html=args.html) + anytime.write_csvs(curves, out)
 

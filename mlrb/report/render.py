@@ -318,6 +318,11 @@ class Report:
     comparisons: list[tuple] = field(default_factory=list)
     # (heading, intro, table) of the anytime curves (report/anytime.py's report_sections), when runs have them
     anytime: list[tuple] = field(default_factory=list)
+    # (heading, intro, table) of "Cost against score" and "Where agents fail" (report/costs.py, report/failures.py)
+    costs: list[tuple] = field(default_factory=list)
+    failures: list[tuple] = field(default_factory=list)
+    # (file name, fields, records) of the CSV files those sections write beside the others
+    csvs: list[tuple] = field(default_factory=list)
 
     def sections(self) -> list[tuple]:
         """(heading, intro, table or None) in reading order."""
@@ -327,11 +332,13 @@ class Report:
             sections.append((f"{UNENFORCED_MARK} Rules not enforced", UNENFORCED_INTRO, unenforced))
         sections += self.comparisons
         sections += self.anytime
+        sections += self.costs
         if self.causes:
             sections.append(("Why runs did not score", "Every run without a valid score, by cause and reason.",
                              causes_table(self.causes, self.stats)))  # fmt: skip
         else:
             sections.append(("Why runs did not score", "Every run scored.", None))
+        sections += self.failures
         if self.excluded:
             sections.append(("Runs not counted", "Not the agent's doing: kept out of every mean and rate.",
                              excluded_table(self.excluded)))  # fmt: skip
@@ -380,6 +387,7 @@ class Report:
                                                "which"],
                       cause_records(self.causes)),
         ]  # fmt: skip
+        written += [write_csv(out / name, fields, records) for name, fields, records in self.csvs]
         (out / "summary.md").write_text(self.markdown())
         written.append(out / "summary.md")
         if with_html:
