@@ -83,6 +83,8 @@ SHELL = [
     ("lm_eval --model hf --tasks arc_easy", EVALUATING),
     ("bash -lc 'cd /workspace && python score.py'", EVALUATING),
     ("python retrieval.py", RUNNING),  # eval inside a word is not evaluating
+    ("if ( python check.py ) >/dev/null 2>&1; then echo ok; fi", RUNNING),
+    ("for f in runs/*; do tail -n 1 $f/log.txt; done", READING),
     ("cat eval.py", READING),  # reading the eval script is reading
     ("cat > train.py <<'EOF'\nimport torch\npython = 3\nEOF", EDITING),  # a here-document's body is no command
     ("echo 'lr = 1e-4' >> config.py", EDITING),

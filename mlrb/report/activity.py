@@ -101,13 +101,13 @@ WEB_TOOLS = {"WebFetch", "WebSearch"}  # Claude Code's own network tools: flagge
 
 # ---- command lines ------------------------------------------------------------------------
 
-# Words before the program that do not change what it is.
+# Words before the program that do not change what it is (the shell's `if ( python ... )` included).
 WRAPPERS = {"sudo", "nohup", "time", "env", "nice", "stdbuf", "exec", "command", "builtin", "srun", "ionice",
-            "xvfb-run", "then", "do", "else", "!", "{", "("}  # fmt: skip
+            "xvfb-run", "if", "elif", "while", "until", "then", "do", "else", "!", "{", "("}  # fmt: skip
 # Words that take the next one as their value (timeout 600 python ...).
 WRAPPERS_WITH_VALUE = {"timeout"}
-NEUTRAL = {"export", "set", "source", ".", "true", "false", "unset", "alias", "fi", "done", "}", ")", "if",
-           "for", "while", "ulimit", "trap", "umask", "exit", "return"}  # fmt: skip
+NEUTRAL = {"export", "set", "source", ".", "true", "false", "unset", "alias", "fi", "done", "}", ")", "for",
+           "case", "esac", "ulimit", "trap", "umask", "exit", "return"}  # fmt: skip
 RUNNERS = {"torchrun", "accelerate", "deepspeed", "make", "pytest", "lm_eval", "lm-eval", "julia", "Rscript", "node",
            "java", "cargo", "go", "sleep", "wait", "jupyter", "papermill", "nvcc", "gcc", "g++", "lean", "lake"}  # fmt: skip
 SHELL_PROGRAMS = {"bash", "sh", "zsh", "dash"}
