@@ -1,14 +1,15 @@
 """Anytime scores (issue 38): what a run's workspace scored after each of its steps, and when
 and at what cost, as the metrics from which the report draws its anytime curves.
 
-`python -m mlrb.rescore RUN_ID --all-steps` logs them to the run, at MLflow step N for the
-workspace after the agent's step N:
+`python -m mlrb.rescore RUN_ID --all-steps` logs them to the run afterwards, and a run with
+`scoring.every_steps` / `every_minutes` during itself (mlrb/step_scoring.py), at MLflow step N for
+the workspace after the agent's step N:
 
 - `anytime.valid`: 1 when the workspace then held a valid submission, else 0;
 - `anytime.score`, `anytime.normalised_score`: its raw and normalised score (valid only);
 - `anytime.counted_normalised_score`: what it counts as in means (mlrb/counting.py): doing
   nothing when it was not valid or scored worse than doing nothing;
-- `anytime.wall_s`: seconds from the agent's start to the step's end;
+- `anytime.wall_s`: seconds from the agent's start to the step's end, on its clock;
 - `anytime.usd`: what the run's model calls had cost by the step's end.
 
 Step 0 is the starting files, before the agent's first step: no submission yet, so it counts
@@ -50,10 +51,11 @@ def step_ends(trajectory: Sequence[dict], steps: Sequence[dict]) -> dict[int, tu
     """step -> (seconds from the agent's start to the step's end, dollars spent by then), for each
     snapshot line in `steps`, from the run's trajectory lines (mlrb/trajectory.py).
 
-    The agent started at the trajectory's `start` line. A step ended when its snapshot was taken
-    (the line's `time`); a snapshot line from before times were kept: at the step's last
-    trajectory line. The dollars are the model calls' (`model_call` lines' `cost_usd`) of that
-    step and the ones before it."""
+    The wall time is the agent's clock when the snapshot was taken (the line's `agent_s`: it
+    stands still while the harness scores mid-run). Lines without it: from the trajectory's
+    `start` line (the agent's start) to the snapshot's `time`, or, for a line from before times
+    were kept, to the step's last trajectory line. The dollars are the model calls'
+    (`model_call` lines' `cost_usd`) of that step and the ones before it."""
     start = next((line["time"] for line in trajectory if line.get("event") == "start"), None)
     last_line: dict[int, float] = {}
     calls: list[tuple[int, float]] = []
@@ -68,6 +70,8 @@ def step_ends(trajectory: Sequence[dict], steps: Sequence[dict]) -> dict[int, tu
     for entry in steps:
         step = entry["step"]
         end = entry.get("time", last_line.get(step))
-        wall = max(0.0, end - start) if start is not None and end is not None else None
+        wall = entry.get("agent_s")
+        if wall is None and start is not None and end is not None:
+            wall = max(0.0, end - start)
         ends[step] = (wall, sum(usd for at, usd in calls if at <= step))
     return ends

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from mlrb.config import BudgetConfig
 from mlrb.messages import time_left
@@ -23,6 +24,16 @@ class Budget:
 
     def elapsed_s(self) -> float:
         return self.clock() - self.started
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """The wall-time clock stands still inside: time the harness takes between the agent's
+        steps (scoring its workspace mid-run, scoring.every_steps) is not the agent's."""
+        began = self.clock()
+        try:
+            yield
+        finally:
+            self.started += self.clock() - began
 
     def remaining_s(self) -> float:
         return max(0.0, self.cfg.wall_time_s - self.elapsed_s())

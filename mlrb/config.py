@@ -107,6 +107,17 @@ MAX_RETRY_FOR_S = 1080
 
 
 @dataclass
+class ScoringConfig:
+    """Scoring the workspace during the run too, for the report's anytime curves (mlrb/step_scoring.py):
+    after every `every_steps` steps, or the first step that ends `every_minutes` or more after the
+    last scoring (on the agent's clock); null: not by that rule. Off the agent's clock, in the scorer's
+    own sandbox; the run's final score is unchanged."""
+
+    every_steps: int | None = None
+    every_minutes: float | None = None
+
+
+@dataclass
 class PathsConfig:
     # Built task assets (models, data) are cached here and shared between runs.
     cache_dir: str = "${oc.env:MLRB_CACHE_DIR,${oc.env:HOME,/tmp}/.cache/mlrb}"
@@ -119,6 +130,7 @@ class MlrbConfig:
     budget: BudgetConfig = MISSING
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     seed: int = 0
     verbose: bool = False  # libraries' progress bars and warnings on the console too (always in the run's log)
@@ -221,6 +233,10 @@ def check_rules(cfg: MlrbConfig) -> None:
         value = getattr(cfg.sandbox, key)
         if value is not None:
             check_positive(f"sandbox.{key}", value)
+    for key in ("every_steps", "every_minutes"):
+        value = getattr(cfg.scoring, key)
+        if value is not None:
+            check_positive(f"scoring.{key}", value)
     check_positive("tracking.retry_for_s", cfg.tracking.retry_for_s)
     if cfg.tracking.retry_for_s > MAX_RETRY_FOR_S:
         raise ConfigError(f"tracking.retry_for_s must be at most {MAX_RETRY_FOR_S} (MLflow's client retries a request "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrb.config import BudgetConfig, MlrbConfig, SandboxConfig, TrackingConfig
+from mlrb.config import BudgetConfig, MlrbConfig, SandboxConfig, ScoringConfig, TrackingConfig
 from mlrb.sandbox.base import Limits
 
 # Set by the sweep launchers for their jobs (see mlrb/sweep.py).
@@ -69,6 +69,7 @@ class RunPlan:
     sandbox: SandboxConfig
     limits: Limits  # the agent's sandbox's: the task's hardware, unless the sandbox config says less
     budget: BudgetConfig
+    scoring: ScoringConfig  # scoring the workspace during the run too (off unless asked)
     tracking: TrackingConfig
     cache_dir: Path  # where task assets and environments are built
     submission: str  # the file or folder in the workspace that is scored
@@ -113,10 +114,11 @@ def make(cfg: MlrbConfig) -> RunPlan:
         tags[Tag.PARENT_RUN_ID] = parent_run_id
     resolved = identity(cfg)
     resolved["tracking"], resolved["paths"] = tracking.masked(cfg.tracking), dataclasses.asdict(cfg.paths)
+    resolved["scoring"] = dataclasses.asdict(cfg.scoring)  # recorded, but not what makes the run (identity)
     return RunPlan(
         experiment=experiment_name(cfg), name=run_name(cfg), key=key, seed=cfg.seed,
         task=task, agent=agent, sandbox_class=sandbox_class, sandbox=cfg.sandbox,
-        limits=limits_for(task, cfg.sandbox), budget=cfg.budget, tracking=cfg.tracking,
+        limits=limits_for(task, cfg.sandbox), budget=cfg.budget, scoring=cfg.scoring, tracking=cfg.tracking,
         cache_dir=Path(cfg.paths.cache_dir), submission=cfg.task.submission, tags=tags, resume_tags=resume_tags,
         params=tracking.flatten(resolved), config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
         sweep_id=sweep_id,

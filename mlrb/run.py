@@ -36,6 +36,7 @@ from mlrb import (
     record,
     recording_process,
     snapshots,
+    step_scoring,
     timeline,
     tracking,
     workspace,
@@ -266,6 +267,9 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
             recorder.log_text(prompt, "instructions.md")
 
         budget = Budget(plan.budget)
+        # scoring.every_steps / every_minutes: the workspace scored mid-run too, off the agent's clock
+        during = step_scoring.StepScoring(plan.scoring, task, asset_path, work, start_files, step_snapshots.root,
+                                          plan.sandbox, recorder, run_dir, budget)  # fmt: skip
         agent_started = time.monotonic()
         sink: events.EventSink | None = None
         stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
@@ -285,7 +289,9 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
                         sink,
                         plan.seed,
                         run_dir=run_dir,
-                        on_step_end=lambda step: step_snapshots.take(step, work, before),
+                        on_step_end=lambda step: during.after(
+                            step_snapshots.take(step, work, before, budget.elapsed_s())
+                        ),
                         model=model,
                     )
                 )
@@ -305,7 +311,8 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
                 sink.close(stopped_by)  # traces flushed, the trajectory file closed
             clock.add("agent", time.monotonic() - agent_started)
         log.info("agent ended: %s %s", outcome.status, outcome.message)
-        step_snapshots.take(budget.steps, work, before)  # the final state (work left running may have changed it)
+        # the final state (work left running may have changed it)
+        step_snapshots.take(budget.steps, work, before, spent["agent_time_s"])
         with clock.stage("recording"):
             recorder.log_file(run_dir / "trajectory.jsonl")
             recorder.log_text(workspace.diff(before, work), "workspace.patch")
@@ -337,6 +344,7 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
 
         calibration = task.calibration(asset_path)
         summary = summarise(report, calibration, task.higher_is_better, task.normalisation)
+        during.ended(budget.steps, report, spent)  # a run scored mid-run: its curve ends at its own score
         recorder.log_metrics(
             {
                 **summary,

@@ -5,9 +5,10 @@ After each step the files that differ from the workspace's starting state are st
 content-addressed (`objects/<sha256>`: a file unchanged since an earlier step, or
 identical to another, costs nothing more), and one line per step goes to
 `steps.jsonl`: `{"step": N, "changed": {path: sha256}, "deleted": [path], "too_large": {path: bytes},
-"time": unix seconds}`. A step's workspace is its starting files plus that line's changes; its
-time (when the snapshot was taken, the step's end) places it on the anytime curves
-(mlrb/anytime.py). Lines written before times were kept have none.
+"time": unix seconds, "agent_s": seconds}`. A step's workspace is its starting files plus that
+line's changes; its times (when the snapshot was taken, the step's end, and where the agent's
+wall-time clock stood then) place it on the anytime curves (mlrb/anytime.py). Lines written
+before times were kept have none.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ class StepSnapshots:
         # path -> (size, mtime_ns, sha256): a file not touched since the last step is not read again
         self._seen: dict[str, tuple[int, int, str]] = {}
 
-    def take(self, step: int, workspace: Path, start: Snapshot) -> dict:
-        """Store what differs in `workspace` from its starting state `start`, as step `step`.
-        A step whose state equals the previous one's is written as well (cheap: no new object)."""
+    def take(self, step: int, workspace: Path, start: Snapshot, agent_s: float | None = None) -> dict:
+        """Store what differs in `workspace` from its starting state `start`, as step `step`, with
+        the agent's clock (`agent_s`, its budget's elapsed seconds) when given. A step whose state
+        equals the previous one's is written as well (cheap: no new object)."""
         (self.root / OBJECTS).mkdir(parents=True, exist_ok=True)
         changed: dict[str, str] = {}
         too_large: dict[str, int] = {}
@@ -64,6 +66,8 @@ class StepSnapshots:
             "too_large": too_large,
             "time": time.time(),
         }
+        if agent_s is not None:
+            entry["agent_s"] = agent_s
         with open(self.root / STEPS, "a") as f:
             f.write(json.dumps(entry, sort_keys=True) + "\n")
         return entry

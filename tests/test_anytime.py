@@ -9,6 +9,7 @@ rises at known steps, rescored and reported."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import subprocess
 import sys
@@ -185,6 +186,117 @@ def test_rescore_s_bad_input_is_one_line(tmp_path, capsys):
         assert lines[0].startswith(f"mlrb.rescore: error: {message}"), lines
 
 
+# ---- scoring during the run ---------------------------------------------------------------------------
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.fast
+def test_the_budget_s_clock_stands_still_while_paused():
+    from mlrb.budget import Budget
+    from mlrb.config import BudgetConfig
+
+    clock = Clock()
+    budget = Budget(BudgetConfig(name="t", wall_time_s=100, max_steps=5), clock=clock)
+    clock.now += 30
+    with budget.paused():
+        clock.now += 500  # the harness scoring the workspace: not the agent's time
+    clock.now += 10
+    assert budget.elapsed_s() == 40 and budget.remaining_s() == 60 and budget.exhausted() is None
+
+
+class Recorder:
+    run_id = "r1"
+
+    def __init__(self):
+        self.logged: dict[int, dict[str, float]] = {}
+
+    def log_metrics(self, metrics, step=0):
+        self.logged[step] = metrics
+
+
+@pytest.mark.fast
+def test_scoring_during_the_run_is_due_by_steps_or_minutes_off_the_agent_s_clock(tmp_path, monkeypatch):
+    """StepScoring on a real snapshot store, its scorer replaced by one that takes 60 s of the
+    harness's time: the steps whose turn it is are scored once per distinct workspace, logged
+    with the agent's clock (the scoring not counted) and its dollars, and the run's own score
+    ends the curve."""
+    from mlrb import snapshots, step_scoring, workspace
+    from mlrb.budget import Budget
+    from mlrb.config import BudgetConfig, SandboxConfig, ScoringConfig
+    from mlrb.scoring.report import ScoreReport
+
+    clock = Clock()
+    scored = []
+
+    def score_submission(task, submission, assets, work_dir, sandbox, run_id):
+        scored.append((submission / "answer.txt").read_text())
+        clock.now += 60
+        return ScoreReport(True, "ok", float((submission / "answer.txt").read_text()))
+
+    monkeypatch.setattr(step_scoring, "score_submission", score_submission)
+    task = SimpleNamespace(calibration=lambda assets: ANCHORS, read_only_globs=lambda assets: [],
+                           higher_is_better=True, normalisation="gap", cfg=SimpleNamespace(submission="submission"))  # fmt: skip
+    start, work = tmp_path / "start", tmp_path / "work"
+    start.mkdir()
+    before = workspace.prepare(start, work)
+    store = snapshots.StepSnapshots(tmp_path / "snapshots")
+
+    def run(cfg: ScoringConfig, answers: list[str | None]) -> tuple[Recorder, Budget]:
+        """A run of 100 s and $0.50 a step; an answer (None: none) written at each step."""
+        recorder, budget = Recorder(), Budget(BudgetConfig(name="t", wall_time_s=3600, max_steps=10), clock=clock)
+        during = step_scoring.StepScoring(cfg, task, tmp_path, work, start, store.root, SandboxConfig(), recorder,
+                                          tmp_path / "run", budget)  # fmt: skip
+        for step, answer in enumerate(answers, 1):
+            clock.now += 100
+            budget.usd += 0.5
+            if answer is not None:
+                (work / "submission").mkdir(exist_ok=True)
+                (work / "submission" / "answer.txt").write_text(answer)
+            during.after(store.take(step, work, before, budget.elapsed_s()))
+        during.ended(len(answers), ScoreReport(True, "ok", 0.65), budget.summary())
+        return recorder, budget
+
+    off, _ = run(ScoringConfig(), ["0.6"])
+    assert off.logged == {} and scored == []
+    by_steps, budget = run(ScoringConfig(every_steps=2), [None, "0.6", "0.6", "0.7"])
+    # Steps 2 and 4 were due; 60 s of scoring each, yet the agent's clock moved 100 s a step only.
+    assert scored == ["0.6", "0.7"] and budget.elapsed_s() == 400
+    assert sorted(by_steps.logged) == [0, 2, 4]
+    assert by_steps.logged[0] == {anytime.VALID: 0.0, anytime.COUNTED: pytest.approx(FLOOR), anytime.WALL_S: 0.0,
+                                  anytime.USD: 0.0}  # fmt: skip
+    assert by_steps.logged[2] == {anytime.VALID: 1.0, anytime.SCORE: 0.6, anytime.NORMALISED: pytest.approx(50.0),
+                                  anytime.COUNTED: pytest.approx(50.0), anytime.WALL_S: 200.0, anytime.USD: 1.0}  # fmt: skip
+    # The last step: the run's own score (0.65), at the agent's time and dollars when it ended.
+    assert by_steps.logged[4][anytime.SCORE] == 0.65 and by_steps.logged[4][anytime.WALL_S] == 400
+    # Every 5 minutes of the agent's clock: steps 3 and 6 (300 s, then 300 s after); step 6 left
+    # step 3's workspace, scored once.
+    scored.clear()
+    by_minutes, _ = run(ScoringConfig(every_minutes=5), ["0.55", None, None, None, None, None, "0.7"])
+    assert sorted(by_minutes.logged) == [0, 3, 6, 7] and scored == ["0.55"]
+    assert by_minutes.logged[3][anytime.SCORE] == by_minutes.logged[6][anytime.SCORE] == 0.55
+
+
+@pytest.mark.fast
+def test_the_scoring_intervals_are_checked_before_anything_runs():
+    from conftest import compose_config
+    from mlrb.config import ConfigError
+
+    assert compose_config("scoring.every_steps=5").scoring.every_steps == 5
+    for override, message in (("scoring.every_steps=0", "scoring.every_steps must be positive, got 0"),
+                              ("scoring.every_minutes=-1", "scoring.every_minutes must be positive, got -1")):  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            compose_config(override)
+
+
 # ---- the report, from a store -------------------------------------------------------------------
 
 
@@ -294,7 +406,9 @@ def rescore(run_id: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_a_scripted_agent_s_rise_at_known_steps_is_on_its_anytime_curve(tmp_path, built_cache):
     """Claude, scripted: step 1 reads (no submission), step 2 merges with the experts' weights summed (a
     valid submission, worse than the baseline), step 3 puts the baseline's averaging back and merges
-    again, step 4 submits. Rescored step by step, the best so far rises at steps 2 and 3."""
+    again, step 4 submits. The run scores its workspace during the run at step 3
+    (scoring.every_steps=3), off the agent's clock; rescored step by step afterwards, the best so far
+    rises at steps 2 and 3."""
     from conftest import mlflow_client, run_cli, store_args
     from fake_llm_server import FakeLlmServer, reply, tool
 
@@ -311,12 +425,26 @@ def test_a_scripted_agent_s_rise_at_known_steps_is_on_its_anytime_curve(tmp_path
         reply(tool("submit", summary="averaged after all")),
     ]
     with FakeLlmServer(script) as server:
-        result = run_cli(*store_args(tmp_path, built_cache), "agent=claude", cwd=tmp_path,
+        result = run_cli(*store_args(tmp_path, built_cache), "agent=claude", "scoring.every_steps=3", cwd=tmp_path,
                          env={"ANTHROPIC_API_KEY": "sk-ant-anytime", "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     client = mlflow_client(tmp_path)
     run = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])[0]
     run_id, final = run.info.run_id, run.data.metrics
+
+    def history(name: str) -> dict[int, float]:
+        return last_per_step(client.get_metric_history(run_id, name))
+
+    # During the run: the starting files, step 3 scored in the scorer's sandbox, and the run's own
+    # score at its last step. The scoring was inside the agent's stage but not on its clock.
+    during = {name: history(name) for name in anytime.METRICS}
+    assert during[anytime.VALID] == {0: 0.0, 3: 1.0, 4: 1.0}
+    assert during[anytime.NORMALISED][3] == during[anytime.NORMALISED][4] == pytest.approx(final["normalised_score"])
+    assert during[anytime.WALL_S][4] == final["agent_time_s"] and during[anytime.USD][4] == final["cost_usd"]
+    assert json.loads((Path(run.data.tags["mlrb.run_dir"]) / "anytime" / "step-3" / "score_report.json").read_text())[
+        "valid"
+    ]
+    assert final["stage_time_s.agent"] - final["agent_time_s"] > 3  # a scoring: a sandbox, torch, the eval
 
     rescored = rescore(run_id, "--all-steps", cwd=tmp_path)
     assert rescored.returncode == 0, rescored.stderr[-3000:]
@@ -326,9 +454,6 @@ def test_a_scripted_agent_s_rise_at_known_steps_is_on_its_anytime_curve(tmp_path
     assert lines[2].endswith("(invalid: no submission: the agent left nothing at 'submission' in its workspace)")
     assert lines[5].endswith("(the same workspace as step 3)")
     assert lines[-1] == "logged the anytime metrics at 5 steps (3 workspaces scored); python -m mlrb.report draws them"
-
-    def history(name: str) -> dict[int, float]:
-        return last_per_step(client.get_metric_history(run_id, name))
 
     valid, counted = history(anytime.VALID), history(anytime.COUNTED)
     floor = final["do_nothing_score"]
@@ -341,6 +466,7 @@ def test_a_scripted_agent_s_rise_at_known_steps_is_on_its_anytime_curve(tmp_path
     assert history(anytime.NORMALISED)[4] == pytest.approx(final["normalised_score"], abs=1e-6)
     # Wall times rise step by step within the agent's time; dollars as the model calls cost them.
     wall, usd = history(anytime.WALL_S), history(anytime.USD)
+    assert wall[3] == during[anytime.WALL_S][3] and history(anytime.SCORE)[3] == during[anytime.SCORE][3]
     assert wall[0] == 0 and all(wall[s] < wall[s + 1] for s in range(4))
     assert wall[3] <= final["agent_time_s"] < wall[4] + 1  # step 4: the final state, taken as the agent ended
     cost = {m.step: m.value for m in client.get_metric_history(run_id, "llm.cost_usd")}
@@ -352,7 +478,7 @@ def test_a_scripted_agent_s_rise_at_known_steps_is_on_its_anytime_curve(tmp_path
     every = rescore(run_id, "--every", "3", cwd=tmp_path)
     assert every.returncode == 0, every.stderr[-3000:]
     assert [line.split(",")[0] for line in every.stdout.splitlines()[1:-1]] == ["step 0", "step 3", "step 4"]
-    assert len(client.get_metric_history(run_id, anytime.COUNTED)) == 8
+    assert len(client.get_metric_history(run_id, anytime.COUNTED)) == 3 + 5 + 3  # during the run, then twice
     out = tmp_path / "report"
     report = subprocess.run([sys.executable, "-m", "mlrb.report", "--no-plots", "--out", str(out)], cwd=tmp_path,
                             capture_output=True, text=True, timeout=300)  # fmt: skip
