@@ -249,12 +249,13 @@ class LlmAgent:
                                      o.price_input_per_mtok, o.price_output_per_mtok)}  # fmt: skip
 
     def make_provider(self, base_url: str, token: str, seed: int) -> Any:
+        """The SDK client, talking to the run's proxy at BASE_URL; its errors name the upstream."""
         from mlrb.agents import providers
 
-        o = self.options
+        o, upstream = self.options, upstream_url(self.options.provider, self.options.base_url)
         if o.provider == "anthropic":
-            return providers.AnthropicProvider(token, base_url, o.temperature)
-        return providers.OpenAIProvider(token, base_url, o.temperature, o.max_tokens_param, seed)
+            return providers.AnthropicProvider(token, base_url, o.temperature, shown_as=upstream)
+        return providers.OpenAIProvider(token, base_url, o.temperature, o.max_tokens_param, seed, shown_as=upstream)
 
     def run(self, ctx: AgentContext) -> AgentOutcome:
         o, sink = self.options, ctx.events

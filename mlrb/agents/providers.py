@@ -136,7 +136,7 @@ class AnthropicProvider:
 
     name = "anthropic"
 
-    def __init__(self, api_key: str, base_url: str | None, temperature: float | None):
+    def __init__(self, api_key: str, base_url: str | None, temperature: float | None, shown_as: str | None = None):
         import anthropic
 
         self.sdk = anthropic
@@ -144,6 +144,8 @@ class AnthropicProvider:
         # Its own OpenTelemetry spans are off: MLflow traces every call already.
         self.client = anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, open_telemetry=False)
         self.temperature = temperature
+        # The endpoint errors name: the upstream's, when the client talks to it through the run's proxy.
+        self.shown_as = shown_as
 
     def request(self, model: str, system: str, history: list[Message], tools: list[Tool], max_tokens: int) -> dict:
         return {
@@ -171,7 +173,7 @@ class AnthropicProvider:
     def call(self, request: dict, timeout_s: float, headers: dict[str, str] | None = None) -> Reply:
         # This SDK has no `temperature` argument any more; older models still take it in the body.
         extra = {"temperature": self.temperature} if self.temperature is not None else None
-        endpoint = endpoint_of(self.client)
+        endpoint = self.shown_as or endpoint_of(self.client)
         try:
             response = self.client.messages.create(**request, timeout=timeout_s, extra_body=extra,
                                                    extra_headers=headers)  # fmt: skip
@@ -212,13 +214,16 @@ class OpenAIProvider:
 
     name = "openai"
 
-    def __init__(self, api_key: str, base_url: str | None, temperature: float | None, max_tokens_param: str, seed: int):
+    def __init__(self, api_key: str, base_url: str | None, temperature: float | None, max_tokens_param: str, seed: int,
+                 shown_as: str | None = None):  # fmt: skip
         import openai
 
         self.sdk = openai
         # base_url None: the SDK reads OPENAI_BASE_URL, else uses its default.
         self.client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=0)
         self.temperature = temperature
+        # The endpoint errors name: the upstream's, when the client talks to it through the run's proxy.
+        self.shown_as = shown_as
         self.max_tokens_param = max_tokens_param
         self.seed = seed
 
@@ -259,7 +264,7 @@ class OpenAIProvider:
         return out
 
     def call(self, request: dict, timeout_s: float, headers: dict[str, str] | None = None) -> Reply:
-        endpoint = endpoint_of(self.client)
+        endpoint = self.shown_as or endpoint_of(self.client)
         try:
             response = self.client.chat.completions.create(**request, timeout=timeout_s, extra_headers=headers)
         except self.sdk.APIError as e:
