@@ -435,3 +435,26 @@ def test_the_report_of_a_sweep_of_two_agents_compares_them_and_logs_it_on_the_pa
                   if r.data.tags.get("mlrb.role") == "sweep" and r.data.tags["mlrb.sweep_id"] == SWEEP_ID)  # fmt: skip
     assert "## Paired comparisons" in parent.data.tags["mlflow.note.content"]
     assert "report/summary.md" in {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+
+
+@pytest.mark.integration
+def test_a_sweep_of_an_agent_that_submits_the_baseline_and_one_that_submits_nothing_is_told_apart(
+    tmp_path, built_cache
+):
+    """End to end: real runs of two agents as one sweep at six seeds (the fewest pairs with which
+    the sign-flip test can say p < 0.05), then `python -m mlrb.compare` on their store: the agent
+    that hands in the baseline's merge beats the one that hands in nothing, its interval clear of 0."""
+    from conftest import run_cli, store_args
+    from fake_llm_server import FakeLlmServer, reply, tool
+
+    seeds = "1,2,3,4,5,6"
+    with FakeLlmServer([reply(tool("submit", summary="nothing"), usage=(500, 10))] * 6) as server:
+        swept = run_cli("-m", "agent=baseline,claude", f"seed={seeds}", "hydra.launcher.slots=2",
+                        *store_args(tmp_path, built_cache)[:2], cwd=tmp_path,
+                        env={"ANTHROPIC_API_KEY": "sk-ant-compare", "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    result = compare_cli("baseline", "claude", cwd=tmp_path)
+    line = verdict(result)
+    assert line.startswith("baseline beats claude: ahead on 1 of 1 tasks (significantly on 1); overall +"), line
+    low, high = (float(x) for x in line.split("[", 1)[1].split("]", 1)[0].split(", "))
+    assert 0 < low <= high and line.endswith("p = 0.03")  # 2 / 2**6: every sign pattern as far from 0
