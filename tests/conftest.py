@@ -247,13 +247,9 @@ def pytest_xdist_auto_num_workers(config):
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: an unmarked test fails every selection
 def pytest_collection_modifyitems(config, items):
-    """Every test carries exactly one tier marker; a test without one (or with two) is refused.
-    Tests that share a module's fixture (a store of real runs, a server) go to one test process
-    (`--dist loadgroup`), which builds it once: spread over the processes, each built its own."""
+    """Every test carries exactly one tier marker; a test without one (or with two) is refused."""
     problems = []
     for item in items:
-        if module_fixtures(item) and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
         tiers = sorted({mark.name for mark in item.iter_markers() if mark.name in TIERS})
         if len(tiers) != 1:
             problems.append(f"{item.nodeid}: {'no tier marker' if not tiers else 'tiers ' + ' and '.join(tiers)}")
@@ -262,15 +258,6 @@ def pytest_collection_modifyitems(config, items):
             "every test carries exactly one tier marker, pytest.mark.fast, .integration or .system "
             "(pyproject.toml says what each holds):\n  " + "\n  ".join(problems)
         )
-
-
-def module_fixtures(item) -> list[str]:
-    """The module-scoped fixtures of the test's own module that the test uses."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return []
-    return [name for name, defs in info.name2fixturedefs.items()
-            if defs and defs[-1].scope == "module" and defs[-1].baseid == item.nodeid.split("::", 1)[0]]  # fmt: skip
 
 
 # Where the time goes, per tier: summed from every test's setup, call and teardown, printed at the
