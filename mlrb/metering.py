@@ -75,10 +75,9 @@ class CallEvents:
         step = self.budget.steps
         attempt = call.agent_attempt or max(call.attempts, 1)
         conversation = conversation_of(call)
-        previous = self.previous.get(conversation)
-        if self.tools:
-            self.answered(step, call, previous)
-        request = new_in(call.request, previous)
+        request = new_in(call.request, self.previous.get(conversation))
+        if self.tools:  # the results among the conversation's new turns
+            self.answered(step, call, [turn for key in CONVERSATION_KEYS for turn in request.get("new_" + key, [])])
         if call.status == 200:  # a retry records what its failed try did
             self.previous[conversation] = call.request
         self.sink.emit(events.ModelCallStarted(step, attempt, call.provider, call.model, call.timeout_s or 0.0,
@@ -97,23 +96,16 @@ class CallEvents:
             answered_ns = call.started_ns + int(call.latency_s * 1e9)
             self.asked.update({t["id"]: (t, answered_ns) for t in tool_calls if t["id"]})
 
-    def answered(self, step: int, call: Call, previous: dict[str, Any] | None) -> None:
-        """The tool calls this call's request answers, each as a tool call and its result."""
-        for key in CONVERSATION_KEYS:
-            turns = call.request.get(key)
-            if not isinstance(turns, list):
+    def answered(self, step: int, call: Call, turns: list[Any]) -> None:
+        """The tool calls this call's new TURNS answer, each as a tool call and its result."""
+        for call_id, output, failed in tool_results_of(turns):
+            if call_id not in self.asked:
                 continue
-            before = previous.get(key) if previous is not None else None
-            if isinstance(before, list) and turns[: len(before)] == before:
-                turns = turns[len(before) :]  # what is new; an id answered before is not asked any more anyway
-            for call_id, output, failed in tool_results_of(turns):
-                if call_id not in self.asked:
-                    continue
-                asked, asked_ns = self.asked.pop(call_id)
-                duration_s = max(0.0, (call.started_ns - asked_ns) / 1e9)
-                self.sink.emit(events.ToolStarted(step, asked["name"], call_id, asked["arguments"], asked_ns))
-                self.sink.emit(events.ToolEnded(step, asked["name"], call_id, failed, None, duration_s,
-                                                self.redact(output)))  # fmt: skip
+            asked, asked_ns = self.asked.pop(call_id)
+            duration_s = max(0.0, (call.started_ns - asked_ns) / 1e9)
+            self.sink.emit(events.ToolStarted(step, asked["name"], call_id, asked["arguments"], asked_ns))
+            self.sink.emit(events.ToolEnded(step, asked["name"], call_id, failed, None, duration_s,
+                                            self.redact(output)))  # fmt: skip
 
     def redact(self, text: str) -> str:
         for key in self.keys:

@@ -344,11 +344,11 @@ def fill(root: Path) -> None:
 @pytest.mark.integration
 def test_the_report_draws_the_anytime_section_from_the_runs_metrics(tmp_path):
     from conftest import mlflow_client
+    from test_report import report
 
     fill(tmp_path)
     out = tmp_path / "report"
-    result = subprocess.run([sys.executable, "-m", "mlrb.report", "--sweep", SWEEP_ID, "--html", "--out", str(out)],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = report("--sweep", SWEEP_ID, "--html", "--out", str(out), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     summary = (out / "summary.md").read_text()
     section = summary.split("## Anytime curves", 1)[1].split("\n## ", 1)[0]

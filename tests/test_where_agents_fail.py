@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -479,11 +477,11 @@ def line_of(markdown: str, section: str, start: str) -> str:
 @pytest.mark.integration
 def test_the_report_says_where_agents_fail_and_what_their_score_cost(tmp_path):
     from conftest import mlflow_client
+    from test_report import report
 
     fill(tmp_path)
     out = tmp_path / "report"
-    result = subprocess.run([sys.executable, "-m", "mlrb.report", "--sweep", SWEEP, "--html", "--out", str(out)],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = report("--sweep", SWEEP, "--html", "--out", str(out), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     summary = (out / "summary.md").read_text()
 
