@@ -21,7 +21,8 @@ streaming or not. For each call the proxy
   an OpenAI chat stream is asked for its usage, `stream_options.include_usage`) and charges
   them to the meter at the configured prices;
 - hands the whole call (request, response, usage, cost, timings) to `on_call` before the
-  response's last bytes go out: once an agent has its answer, the call is charged and recorded.
+  response's last bytes (a stream's closing event) go out: once an agent has its answer,
+  the call is charged and recorded.
   A server that reports no usage (some local ones) is charged an estimate, about 4 characters
   a token, and the call says so (`estimated`).
 
@@ -161,6 +162,10 @@ def usage_of(provider: str, body: Any) -> tuple[int, int] | None:
     return inputs, int(usage.get("output_tokens") or 0)
 
 
+# The events after which an SDK may hand the agent its answer without reading on.
+CLOSING_EVENTS = {"message_stop", "error", "response.completed", "response.failed", "response.incomplete"}
+
+
 class StreamUsage:
     """Reads a server-sent event stream as it passes and keeps its usage and events."""
 
@@ -171,6 +176,7 @@ class StreamUsage:
         self.input_tokens = 0
         self.output_tokens = 0
         self.reported = False  # whether the stream carried any usage
+        self.ended = False  # whether the stream's closing event has passed
 
     def feed(self, chunk: bytes) -> None:
         self.pending += chunk
@@ -180,6 +186,8 @@ class StreamUsage:
 
     def event(self, raw: bytes) -> None:
         data = b"\n".join(line[5:].lstrip() for line in raw.splitlines() if line.startswith(b"data:"))
+        if data == b"[DONE]":  # Chat Completions: the OpenAI SDK stops reading here
+            self.ended = True
         if not data or data == b"[DONE]":
             return
         try:
@@ -190,6 +198,8 @@ class StreamUsage:
         if not isinstance(event, dict):
             return
         kind = event.get("type")
+        if kind in CLOSING_EVENTS:
+            self.ended = True
         if kind == "message_start":  # Anthropic: the input, and the output so far
             self.take(usage_of("anthropic", event.get("message")))
         elif kind == "message_delta":  # Anthropic: the output so far (a running total)
@@ -472,15 +482,19 @@ class MeteringProxy:
                 streamed = "text/event-stream" in (response.getheader("content-type") or "")
                 reader = StreamUsage(call.provider) if streamed else None
                 whole = bytearray()
+                held = bytearray()  # a stream's bytes from its closing event on: sent once the call is reported
                 while chunk := response.read1(65536):
                     if call.first_byte_s is None:
                         call.first_byte_s = time.monotonic() - self.started
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
                     if reader is not None:
                         reader.feed(chunk)
                     else:
                         whole += chunk
+                    if reader is not None and reader.ended:
+                        held += chunk
+                        continue
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
                 if reader is not None:
                     call.response = reader.events
                     usage = (reader.input_tokens, reader.output_tokens) if reader.reported else None
@@ -495,6 +509,8 @@ class MeteringProxy:
                 call.input_tokens, call.output_tokens = usage or (0, 0)
                 proxy.charge(call)
                 self.report(call)  # before the last bytes: an agent that has its answer finds it charged
+                if held:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(held), bytes(held)))
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
 

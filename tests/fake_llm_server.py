@@ -27,11 +27,12 @@ def tool(name: str, **arguments: Any) -> dict[str, Any]:
 
 
 def reply(*tool_calls: dict[str, Any], text: str = "", usage=(1000, 100), delay_s: float = 0.0,
-          gap_s: float = 0.0) -> dict[str, Any]:  # fmt: skip
+          gap_s: float = 0.0, linger_s: float = 0.0) -> dict[str, Any]:  # fmt: skip
     """A model turn: some text and tool calls, with the usage the server reports (None: none).
-    Streamed, its first event comes at once and the rest `gap_s` later."""
+    Streamed, its first event comes at once and the rest `gap_s` later; the stream closes
+    `linger_s` after its last event."""
     return {"kind": "reply", "text": text, "tool_calls": list(tool_calls), "usage": usage, "delay_s": delay_s,
-            "gap_s": gap_s}  # fmt: skip
+            "gap_s": gap_s, "linger_s": linger_s}  # fmt: skip
 
 
 def error(status: int, message: str = "scripted failure") -> dict[str, Any]:
@@ -125,10 +126,10 @@ class FakeLlmServer:
                         events = anthropic_events(reply)
                     else:
                         events = responses_events(reply) if responses else openai_chunks(reply, body)
-                    return self.stream(events, turn.get("gap_s", 0.0))
+                    return self.stream(events, turn.get("gap_s", 0.0), turn.get("linger_s", 0.0))
                 self.send(200, reply)
 
-            def stream(self, events: list[bytes], gap_s: float) -> None:
+            def stream(self, events: list[bytes], gap_s: float, linger_s: float) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -138,6 +139,7 @@ class FakeLlmServer:
                     self.wfile.flush()
                     if i == 0 and gap_s:
                         time.sleep(gap_s)
+                time.sleep(linger_s)
                 self.wfile.write(b"0\r\n\r\n")
 
             def send(self, status: int, payload: dict[str, Any]) -> None:

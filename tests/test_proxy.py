@@ -200,6 +200,36 @@ def test_a_stream_is_passed_on_as_it_arrives_not_held_back():
     assert calls[0].first_byte_s is not None and calls[0].first_byte_s < 1.0
 
 
+def anthropic_stream(proxy: MeteringProxy) -> None:
+    with anthropic_client(proxy).messages.stream(model="m", max_tokens=10, messages=MESSAGES) as stream:
+        stream.get_final_message()
+
+
+STREAMS = {
+    "anthropic": anthropic_stream,
+    "openai chat": lambda proxy: list(
+        openai_client(proxy).chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    ),
+    "openai responses": lambda proxy: list(openai_client(proxy).responses.create(model="m", input="Hi", stream=True)),
+}
+
+
+@pytest.mark.parametrize("api", STREAMS)
+def test_when_an_sdk_has_a_stream_s_answer_the_call_is_already_charged_and_recorded(api):
+    # An SDK may stop at a stream's closing event (the OpenAI one stops at [DONE]), not at the
+    # end of its bytes; the upstream here waits before it closes the stream.
+    calls: list[Call] = []
+    meter = budget()
+    with (
+        FakeLlmServer([reply(text="Hi.", usage=(50, 7), linger_s=0.5)]) as server,
+        proxy_for(server, meter, calls) as proxy,
+    ):
+        STREAMS[api](proxy)
+        seen = [(c.stream, c.input_tokens, c.output_tokens) for c in calls]
+        charged = meter.output_tokens
+    assert seen == [(True, 50, 7)] and charged == 7
+
+
 # ---- a sandbox's only way to a model: the proxy ---------------------------------------------
 # What an agent inside runs: a Messages call to its model URL with the run's token, then a try
 # at the upstream itself (the host's loopback port), printed as one JSON line.
