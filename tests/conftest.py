@@ -265,6 +265,7 @@ def pytest_collection_modifyitems(config, items):
 TIER_SECONDS: dict[str, float] = {}
 TIER_TESTS: dict[str, set[str]] = {}
 FILE_SECONDS: dict[str, float] = {}  # per test file: where to look first for time to save
+TEST_SECONDS: dict[str, float] = {}  # per test, setup and teardown included
 SESSION_STARTED: list[float] = []
 
 
@@ -280,6 +281,7 @@ def pytest_runtest_logreport(report):
     TIER_TESTS.setdefault(tier, set()).add(report.nodeid)
     test_file = report.nodeid.split("::", 1)[0]
     FILE_SECONDS[test_file] = FILE_SECONDS.get(test_file, 0.0) + report.duration
+    TEST_SECONDS[report.nodeid] = TEST_SECONDS.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -319,6 +321,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             "exit_status": int(exitstatus),
             "slowest": [{"test": r.nodeid, "when": r.when, "seconds": round(r.duration, 1)} for r in slowest],
             "files": {test_file: round(seconds, 1) for test_file, seconds in files},
+            "tests": {test: round(seconds, 1) for test, seconds in sorted(TEST_SECONDS.items(), key=lambda t: -t[1])},
         }
         Path(out).write_text(json.dumps(figures, indent=2) + "\n")
 
