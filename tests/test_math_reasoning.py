@@ -3,12 +3,14 @@ submissions against the scorer, and the compile check with a stand-in Lean."""
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from conftest import baseline_run, mlflow_client, task_from_config
+from conftest import anchors_of, baseline_run, mlflow_client, task_from_config
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +81,53 @@ def test_the_score_is_bleu_hand_checked_at_its_ends_and_halfway(assets, tmp_path
     report = load_task().score(write(tmp_path, half), assets, tmp_path)
     assert report.metrics["rougeL"] == pytest.approx(100 * (len(refs) // 2) / len(refs))
     assert 0.0 < report.score < 100.0 and report.score == report.metrics["bleu"]
+
+
+# Numbers and one-letter names: what the cheapest shortcut swaps.
+NUMBER_OR_NAME = re.compile(r"-?\d+|\b[a-z]\b")
+
+
+def masked(text: str) -> str:
+    return NUMBER_OR_NAME.sub(lambda m: "N" if m.group()[-1].isdigit() else "V", text)
+
+
+def formulas(statement: str) -> str:
+    return " ".join(re.findall(r"\$([^$]*)\$", statement))
+
+
+def copied_formalizations(train: list[dict], test: list[dict]) -> list[str]:
+    """The cheapest shortcut, no learning: for each held-out problem the formal proof of the
+    training problem whose formulas are most alike (numbers and names masked), its numbers
+    and names swapped, in order of appearance, for the held-out problem's."""
+    keys = [masked(formulas(r["informal_statement"])) for r in train]
+    copied = []
+    for row in test:
+        key = masked(formulas(row["informal_statement"]))
+        source = train[max(range(len(train)), key=lambda i: difflib.SequenceMatcher(None, keys[i], key).ratio())]
+        swaps = dict(zip(NUMBER_OR_NAME.findall(formulas(source["informal_statement"])),
+                         NUMBER_OR_NAME.findall(formulas(row["informal_statement"])), strict=False))  # fmt: skip
+        proof = NUMBER_OR_NAME.sub(lambda m, swaps=swaps: swaps.get(m.group(), m.group()), source["formal_proof"])
+        copied.append(proof.replace(source["name"], row["name"]))
+    return copied
+
+
+def test_copying_the_most_alike_training_proof_does_not_beat_the_reference(assets, tmp_path, cache_dir):
+    train = [json.loads(line) for line in (assets / "public" / "train.jsonl").read_text().splitlines()]
+    public_test = [json.loads(line) for line in (assets / "public" / "test.jsonl").read_text().splitlines()]
+
+    # No held-out problem has a training problem's shape: its Lean, numbers and names masked.
+    def shape(row: dict) -> str:
+        return masked(row["formal_proof"].split(" ", 2)[2])  # after "theorem <name> "
+
+    assert not {shape(r) for r in references(assets)} & {shape(r) for r in train}
+    copied = copied_formalizations(train, public_test)
+    report = load_task().score(write(tmp_path, [entry(r["name"], p) for r, p in zip(public_test, copied, strict=True)]),
+                               assets, tmp_path)  # fmt: skip
+    anchors = anchors_of("math_reasoning", cache_dir)
+    normalised = (
+        100 * (report.score - anchors["baseline_score"]) / (anchors["reference_score"] - anchors["baseline_score"])
+    )
+    assert report.valid and report.score < anchors["reference_score"], f"copying scores {normalised:.0f} normalised"
 
 
 @pytest.mark.parametrize(

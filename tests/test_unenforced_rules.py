@@ -184,7 +184,7 @@ RULES: dict[str, dict[str, dict[str, str | None]]] = {
 SHORTCUTS = {
     ("mini_pile", "tiny"): {"copa_facts_in_text"},
     ("edge_llm_training", "tiny"): {"copa_facts_in_text"},
-    ("math_reasoning", "tiny"): {"template_copying"},
+    ("math_reasoning", "tiny"): {"grammar_parsing"},
 }
 
 

@@ -8,8 +8,11 @@ into the task's files at both scales:
     public/test.jsonl    held-out problems: name, informal_statement, informal_proof
     hidden/test.jsonl    the same problems with their reference formal_proof
 
-At tiny scale `synthetic_rows` generates the rows from templates of simple algebra
-and number-theory problems (numbers, variable names and wording vary), and
+At tiny scale `synthetic_splits` generates linear-arithmetic problems from a small
+grammar (grammar.json): one to three hypotheses and a goal, with their numbers, variable
+names and wording drawn. The held-out problems have shapes (which hypotheses, in which
+order, and which goal) that no training problem has, so they are formalized by putting
+learned parts together, not by copying a same-worded training proof; and
 `build_tiny_model` makes a tiny BART (BartForConditionalGeneration, like the
 published baseline's BART-base) with a byte-level BPE tokenizer trained on the
 training text. The tiny BART is randomly initialised: there is no pretraining corpus
@@ -18,11 +21,10 @@ at this scale, so the tiny baseline trains it from scratch.
 
 from __future__ import annotations
 
+import itertools
 import json
 import pathlib
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from mlrb.tasks.tiny_models import check_counts, deterministic, read_jsonl, tiny_params, write_jsonl
 
@@ -30,117 +32,131 @@ from mlrb.tasks.tiny_models import check_counts, deterministic, read_jsonl, tiny
 PARAMS = ("seed", "n_rows", "n_test", "vocab_size", "d_model", "layers", "heads", "ffn_dim")
 
 _VARIABLES = ["x", "y", "z", "a", "b", "n", "m", "t", "k", "r"]
-_PROOF_END = ":=\nbegin\n  {tactic},\nend"
+_SUBSCRIPTS = "₀₁₂₃"
+MAX_HYPOTHESES = 3
+TEST_SHAPE_SHARE = 0.25  # of the problem shapes, held out: no training problem has one
 
 
-@dataclass(frozen=True)
-class Template:
-    """A family of problems: its numbers and names drawn by `draw(rng, v)` (v: the problem's
-    variable), then written into its statement, informal proof and Lean theorem."""
-
-    area: str  # in the problem's name, as miniF2F's names have it
-    draw: Callable[[random.Random, str], dict]
-    statement: str
-    proof: str
-    theorem: str  # {n}: the problem's name
-    tactic: str
-
-    def make(self, rng: random.Random, v: str, n: str) -> tuple[str, str, str]:
-        values = {"v": v, "n": n, **self.draw(rng, v)}
-        formal = self.theorem.format(**values) + " " + _PROOF_END.format(tactic=self.tactic)
-        return self.statement.format(**values), self.proof.format(**values), formal
+def grammar() -> dict:
+    """The problems' phrases, informal and Lean (grammar.json): hypotheses, goals and the
+    sentences that join them. Their numbers are drawn by `_hypothesis` and `_goal`."""
+    return json.loads((pathlib.Path(__file__).parent / "grammar.json").read_text(encoding="utf-8"))
 
 
-def _linear(rng, v):
-    a, c = rng.randint(2, 60), rng.randint(2, 60)
-    return {"a": a, "b": a + c, "c": c}
+def _pins(hypotheses: tuple[str, ...]) -> bool:
+    """Whether the hypotheses fix the value of the problem's variable."""
+    return bool({"shifted", "scaled"} & set(hypotheses)) or {"sum", "difference"} <= set(hypotheses)
 
 
-def _scaled(rng, v):
-    k, c = rng.randint(2, 12), rng.randint(2, 30)
-    return {"k": k, "c": c, "kc": k * c}
+def shapes() -> list[tuple[tuple[str, ...], str]]:
+    """Every problem shape: 1 to MAX_HYPOTHESES different hypotheses in order, and a goal they
+    prove (a value or its double needs the variable fixed; a bound, that or a lower bound)."""
+    words = grammar()
+    found = []
+    for count in range(1, MAX_HYPOTHESES + 1):
+        for hypotheses in itertools.permutations(words["hypotheses"], count):
+            for goal in words["goals"]:
+                if _pins(hypotheses) or (goal == "bound" and "above" in hypotheses):
+                    found.append((hypotheses, goal))
+    return found
 
 
-def _product(rng, v):
-    a, b = rng.randint(2, 40), rng.randint(2, 40)
-    return {"a": a, "b": b, "ab": a * b}
+def _hypothesis(kind: str, rng: random.Random, u: int, w: int) -> dict:
+    """The numbers of one hypothesis, true of the variables' values u and w."""
+    if kind == "shifted":
+        a = rng.randint(2, 60)
+        return {"a": a, "b": u + a}
+    if kind == "scaled":
+        k = rng.randint(2, 12)
+        return {"k": k, "m": k * u}
+    if kind == "above":
+        return {"low": u - rng.randint(1, 15)}
+    if kind == "below":
+        return {"high": u + rng.randint(1, 15)}
+    return {"s": u + w} if kind == "sum" else {"d": u - w}
 
 
-def _remainder(rng, v):
-    b, q = rng.randint(3, 12), rng.randint(2, 30)
-    r = rng.randint(0, b - 1)
-    return {"a": b * q + r, "b": b, "q": q, "r": r}
+def _goal(kind: str, rng: random.Random, u: int, pinned: bool, low: int | None) -> dict:
+    """The goal's numbers: what the hypotheses prove."""
+    if kind == "value":
+        return {"value": u}
+    if kind == "double":
+        return {"twice": 2 * u}
+    c = rng.randint(1, 40)
+    return {"c": c, "bound": u + c - rng.randint(1, 10) if pinned or low is None else low + c}
 
 
-def _sum(rng, v):
-    a, b, c = (rng.randint(-30, 60) for _ in range(3))
-    return {"a": a, "b": b, "c": c, "s": a + b + c}
+def _listed(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
-def _commute(rng, v):
-    return {"a": rng.randint(1, 50)}
+def problem(shape: tuple[tuple[str, ...], str], rng: random.Random, name: str) -> dict:
+    """One problem of SHAPE in the real dataset's format, its variables, numbers and wording drawn."""
+    words = grammar()
+    hypotheses, goal = shape
+    u, w = rng.sample(_VARIABLES, 2)
+    u_value, w_value = rng.randint(1, 30), rng.randint(1, 30)
+    two = bool({"sum", "difference"} & set(hypotheses))
+    drawn = [(words["hypotheses"][k], {"u": u, "w": w, **_hypothesis(k, rng, u_value, w_value)}) for k in hypotheses]
+    low = next((values["low"] for _, values in drawn if "low" in values), None)
+    goal_values = {"u": u, **_goal(goal, rng, u_value, _pins(hypotheses), low)}
+    informal = _listed([f"${phrase['informal'].format(**values)}$" for phrase, values in drawn])
+    goal_informal = f"${words['goals'][goal]['informal'].format(**goal_values)}$"
+    names = f"${u}$ and ${w}$" if two else f"${u}$"
+    statement = rng.choice(words["statements"]["two" if two else "one"]).format(
+        vars=names, hypotheses=informal, show=rng.choice(words["show"]), goal=goal_informal
+    )
+    proof = rng.choice(words["proofs"])
+    formal = words["theorem"].format(
+        name=name,
+        binders=f"({u} {w} : ℝ)" if two else f"({u} : ℝ)",
+        hypotheses=" ".join(
+            f"(h{_SUBSCRIPTS[i]} : {phrase['formal'].format(**values)})" for i, (phrase, values) in enumerate(drawn)
+        ),  # fmt: skip
+        goal=words["goals"][goal]["formal"].format(**goal_values),
+    )
+    return {"name": name, "informal_statement": statement, "informal_proof": proof, "formal_proof": formal}
 
 
-def _square(rng, v):
-    p, q = rng.sample(_VARIABLES, 2)
-    return {"p": p, "q": q}
-
-
-def _inequality(rng, v):
-    a, b = rng.randint(1, 40), rng.randint(1, 40)
-    return {"a": a, "b": b, "ab": a + b}
-
-
-def _divides(rng, v):
-    a, k = rng.randint(2, 15), rng.randint(2, 15)
-    return {"a": a, "ak": a * k, "k": k}
-
-
-def _system(rng, v):
-    w = rng.choice([u for u in _VARIABLES if u != v])
-    x, y = rng.randint(1, 30), rng.randint(1, 30)
-    return {"w": w, "x": x, "sum": x + y, "diff": x - y, "twice": 2 * x}
-
-
-# Each family's numbers and names, by the family's name in templates.json.
-DRAWS = {"linear": _linear, "scaled": _scaled, "sum": _sum, "square": _square, "inequality": _inequality,
-         "system": _system, "product": _product, "remainder": _remainder, "commute": _commute, "divides": _divides}  # fmt: skip
-
-
-def templates() -> list[Template]:
-    """The problem families, in templates.json's order (the builder draws one by position):
-    their texts are data, with {n} the problem's name, {v} its variable and the draw's values."""
-    texts = json.loads((pathlib.Path(__file__).parent / "templates.json").read_text(encoding="utf-8"))
-    return [Template(draw=DRAWS[name], **family) for name, family in texts.items()]
-
-
-def synthetic_rows(n: int, seed: int) -> list[dict]:
-    """n distinct problems in the real dataset's format, named like miniF2F's (synth_<area>_<i>)."""
+def synthetic_splits(n: int, n_test: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """n distinct problems, named like miniF2F's (synth_algebra_<i>), split into training and
+    held-out rows whose shapes differ: a held-out problem combines hypotheses and a goal that
+    no training problem combines, so copying a training proof with its numbers swapped does not
+    formalize it; a model must put together the parts it learned."""
     rng = random.Random(seed)
-    families = templates()
-    rows: list[dict] = []
+    every = shapes()
+    rng.shuffle(every)
+    held_out_shapes = every[: round(len(every) * TEST_SHAPE_SHARE)]
+    training_shapes = every[len(held_out_shapes) :]
+    held_out = [True] * n_test + [False] * (n - n_test)
+    rng.shuffle(held_out)
+    train: list[dict] = []
+    test: list[dict] = []
     seen = set()
-    while len(rows) < n:
-        template = rng.choice(families)
-        name = f"synth_{template.area}_{len(rows)}"
-        statement, proof, formal = template.make(rng, rng.choice(_VARIABLES), name)
-        if statement in seen:
-            continue
-        seen.add(statement)
-        rows.append({"name": name, "informal_statement": statement, "informal_proof": proof, "formal_proof": formal})
-    return rows
+    for i, is_test in enumerate(held_out):
+        while True:
+            row = problem(rng.choice(held_out_shapes if is_test else training_shapes), rng, f"synth_algebra_{i}")
+            if row["informal_statement"] not in seen:
+                break
+        seen.add(row["informal_statement"])
+        (test if is_test else train).append(row)
+    return train, test
 
 
-def write_splits(rows: list[dict], n_test: int, seed: int, out_dir: pathlib.Path) -> dict:
-    """Hold out n_test rows (seeded shuffle): inputs public, references hidden."""
-    rows = list(rows)
-    random.Random(seed).shuffle(rows)
-    test, train = rows[:n_test], rows[n_test:]
+def write_rows(train: list[dict], test: list[dict], out_dir: pathlib.Path) -> dict:
+    """The task's files: training rows whole, held-out inputs public, their references hidden."""
     write_jsonl(out_dir / "public" / "train.jsonl", train)
     write_jsonl(out_dir / "public" / "test.jsonl", [{k: r[k] for k in r if k != "formal_proof"} for r in test])
     write_jsonl(out_dir / "hidden" / "test.jsonl", test)
     return {"train": {"path": "public/train.jsonl", "n": len(train)},
             "test": {"inputs": "public/test.jsonl", "references": "hidden/test.jsonl", "n": len(test)}}  # fmt: skip
+
+
+def write_splits(rows: list[dict], n_test: int, seed: int, out_dir: pathlib.Path) -> dict:
+    """Full scale: hold out n_test of the competition's rows (seeded shuffle)."""
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    return write_rows(rows[n_test:], rows[:n_test], out_dir)
 
 
 def build_tiny_model(texts: list[str], p: dict, out: pathlib.Path) -> dict:
@@ -188,8 +204,7 @@ def check_params(params: dict) -> dict:
 def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
     p = check_params(params)
     out_dir = pathlib.Path(out_dir)
-    rows = synthetic_rows(p["n_rows"], p["seed"])
-    splits = write_splits(rows, p["n_test"], p["seed"], out_dir)
+    splits = write_rows(*synthetic_splits(p["n_rows"], p["n_test"], p["seed"]), out_dir)
     # The tokenizer sees only training text: held-out references stay unseen.
     train = read_jsonl(out_dir / "public" / "train.jsonl")
     texts = [r[k] for r in train for k in ("informal_statement", "informal_proof", "formal_proof")]
