@@ -17,6 +17,11 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.pop("MLFLOW_TRACKING_URI", None)
+# One thread per torch process, here and in the runs the tests start (the sandboxes pass these
+# on): the suite runs three test processes on two cores, and OpenMP threads that outnumber the
+# cores spin while they wait, so two torch processes side by side each took four times as long.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
 # The tests' asset cache, kept between test runs (MLRB_TEST_CACHE moves it). Assets are keyed by

@@ -81,6 +81,7 @@ def test_the_readme_quick_start_works_from_a_fresh_clone(clone):
     result = as_newcomer(install_and_run, repo, home)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "Traceback" not in result.stdout + result.stderr
+    assert_the_first_run_keeps_library_noise_in_its_log_file(repo, result)
     final = SCORE_LINE.findall(result.stdout)
     assert len(final) == 1, result.stdout[-2000:]
     score, run_id = float(final[0][0]), final[0][1]
@@ -107,6 +108,21 @@ def test_the_readme_quick_start_works_from_a_fresh_clone(clone):
     assert tested.returncode == 0, (tested.stdout + tested.stderr)[-4000:]
     closing = tested.stdout.strip().splitlines()[-1]
     assert re.search(r"\d+ passed", closing) and not re.search(r"failed|error|skipped", closing), closing
+
+
+def assert_the_first_run_keeps_library_noise_in_its_log_file(repo: Path, result: subprocess.CompletedProcess) -> None:
+    """The first run builds the task's models and calibrates them with lm-eval, which print
+    progress bars and warnings: the console shows mlrb's own lines, the run's log file the rest."""
+    run_lines = result.stdout.split("mlrb installed in ", 1)[1].splitlines()[1:]  # after install.sh's last line
+    noise = [line for line in run_lines[:-1] if "][mlrb." not in line]
+    assert noise == [], f"the console shows more than mlrb's own lines: {noise[:5]}"
+    for library_line in ("Running loglikelihood requests", "it/s]", "FutureWarning"):
+        assert library_line not in result.stdout + result.stderr  # stderr holds pip's lines only
+    (log,) = (repo / "outputs" / "runs").glob("*/mlrb.log")
+    text = log.read_text()
+    assert "Running loglikelihood requests" in text and "it/s]" in text  # lm-eval's progress bars
+    assert "FutureWarning" in text  # a library's deprecation warning
+    assert "building llm_merging assets" in text and "agent ended" in text  # mlrb's own lines too
 
 
 FIRST_COMMAND = "python -m mlrb task=llm_merging agent=claude -m seed=1,2,3"
