@@ -193,6 +193,14 @@ class LocalRecording:
 LOCAL = LocalRecording()
 
 
+def append_metrics(run_dir: Path, metrics: dict[str, float], step: int) -> None:
+    """Add metric values to a run's record after the run (a step rescored), in the line a run
+    writes; the caller logs them to the store, so that a later sync finds them there."""
+    line = {"v": VERSION, "t": round(time.time(), 3), "kind": "metrics", "metrics": metrics, "step": step}
+    with open(Path(run_dir) / FILE, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def read(run_dir: Path) -> list[dict]:
     """The record's lines, in order."""
     path = Path(run_dir) / FILE

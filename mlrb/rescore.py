@@ -8,6 +8,8 @@ step N; the task's read-only files are restored, and the submission is scored as
 run's own was (same task config, same kind of scoring sandbox, the cached assets).
 
 `--step N` prints the score and logs it to the run as the metric `step_score` at step N.
+What is logged goes to the store and, when the run's folder is on this machine, to its
+record (record.jsonl) too, as the run's own metrics do.
 `--all-steps` (`--every N`: every Nth step and the last) scores each step in turn, once per
 distinct workspace (a step that left the workspace as an earlier one did takes that step's
 score), and logs at each step the anytime metrics (mlrb/anytime.py): validity, raw,
@@ -74,6 +76,18 @@ class SnapshottedRun:
     @property
     def run_id(self) -> str:
         return self.run.info.run_id
+
+    def log(self, values: dict[str, float], step: int) -> None:
+        """Log metric values at STEP to the store, and to the run folder's record when it is here."""
+        from mlflow.entities import Metric
+
+        from mlrb import record
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step) for k, v in values.items()])
+        folder = self.run.data.tags.get(Tag.RUN_DIR)
+        if folder and (Path(folder) / record.FILE).is_file():
+            record.append_metrics(Path(folder), values, step)
 
     def entries(self) -> list[dict]:
         """Each step's snapshot line, the task's read-only files left out (they are restored)."""
@@ -151,7 +165,7 @@ def rescore(args: argparse.Namespace) -> str:
     report = loaded.score(entry)
     name = loaded.run.info.run_name
     if report.valid and report.score is not None and math.isfinite(report.score):
-        loaded.client.log_metric(args.run_id, "step_score", report.score, step=args.step)
+        loaded.log({"step_score": report.score}, args.step)
         return f"{name} step {args.step}: score {report.score:.4f} (valid)"
     return f"{name} step {args.step}: no score (invalid: {report.reason})"
 
@@ -174,8 +188,6 @@ def trajectory_lines(loaded: SnapshottedRun) -> list[dict]:
 
 def rescore_steps(args: argparse.Namespace, say: Callable[[str], None] = print) -> str:
     """--all-steps / --every N: score the steps, log the anytime metrics at each; says a line per step."""
-    from mlflow.entities import Metric
-
     if args.every is not None and args.every < 1:
         raise ConfigError(f"--every takes a number of steps of 1 or more, not {args.every}")
     loaded = load(args)
@@ -193,16 +205,12 @@ def rescore_steps(args: argparse.Namespace, say: Callable[[str], None] = print) 
     anchors = {name: metrics.get(name) for name in anytime.ANCHORS}
     task = loaded.task
 
-    def log(step: int, values: dict[str, float]) -> None:
-        now = int(time.time() * 1000)
-        loaded.client.log_batch(loaded.run_id, metrics=[Metric(k, v, now, step) for k, v in values.items()])
-
     name = loaded.run.info.run_name
     chosen = chosen_steps(entries, args.every)
     say(f"{name}: scoring {len(chosen)} of its {len(entries)} steps' workspaces (run {args.run_id})")
     if entries[0]["step"] > 0:  # the starting files: doing nothing, by that anchor's definition
         start = anytime.step_metrics(False, None, anchors, task.higher_is_better, task.normalisation, 0.0, 0.0)
-        log(0, start)
+        loaded.log(start, 0)
         say(line(0, start, "the starting files, no submission yet"))
     scored: dict[str, tuple[int, Any]] = {}  # a workspace's state -> the step that scored it, and its report
     for entry in chosen:
@@ -218,7 +226,7 @@ def rescore_steps(args: argparse.Namespace, say: Callable[[str], None] = print) 
         wall, usd = ends[step]
         values = anytime.step_metrics(report.valid, score, anchors, task.higher_is_better, task.normalisation,
                                       wall, usd)  # fmt: skip
-        log(step, values)
+        loaded.log(values, step)
         say(line(step, values, note or ("valid" if values[anytime.VALID] else f"invalid: {report.reason}")))
     return (f"logged the anytime metrics at {len(chosen) + (entries[0]['step'] > 0)} steps ({len(scored)} "
             f"workspaces scored); python -m mlrb.report draws them")  # fmt: skip

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 import scipy.stats
 
-from mlrb import anytime
+from mlrb import anytime, record
 from mlrb.report.anytime import GroupCurves, Point, RunCurve, band, budgets_table, curve_of, last_per_step
 from mlrb.report.runs import RunRow
 from mlrb.rescore import chosen_steps
@@ -456,6 +456,13 @@ def test_a_scripted_agent_s_rise_at_known_steps_is_on_its_anytime_curve(tmp_path
     assert lines[-1] == "logged the anytime metrics at 5 steps (3 workspaces scored); python -m mlrb.report draws them"
 
     valid, counted = history(anytime.VALID), history(anytime.COUNTED)
+    # The run folder's record holds them too: the store is in sync with it.
+    run_dir = Path(run.data.tags["mlrb.run_dir"])
+    kept = record.fold(record.read(run_dir))["metrics"]
+    assert {step: value for step, value in kept[anytime.COUNTED]} == counted
+    synced = subprocess.run([sys.executable, "-m", "mlrb.sync", str(run_dir), "--tracking-dir", "mlruns"], cwd=tmp_path,
+                            capture_output=True, text=True)  # fmt: skip
+    assert "in sync, nothing to upload" in synced.stdout, synced.stdout + synced.stderr[-2000:]
     floor = final["do_nothing_score"]
     assert valid == {0: 0.0, 1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0}
     assert counted[0] == counted[1] < counted[2] < counted[3] == counted[4]  # rises at steps 2 and 3
