@@ -21,6 +21,7 @@ at this scale, so the tiny baseline trains it from scratch.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import pathlib
@@ -37,6 +38,7 @@ MAX_HYPOTHESES = 3
 TEST_SHAPE_SHARE = 0.25  # of the problem shapes, held out: no training problem has one
 
 
+@functools.cache
 def grammar() -> dict:
     """The problems' phrases, informal and Lean (grammar.json): hypotheses, goals and the
     sentences that join them. Their numbers are drawn by `_hypothesis` and `_goal`."""
