@@ -71,8 +71,7 @@ class RecordedRun:
 
     def _append(self, kind: str, **fields: Any) -> None:
         """Append one line, then have the store's run export it (unless the store has been away)."""
-        line = json.dumps({"v": VERSION, "t": round(time.time(), 3), "kind": kind, **fields}, default=str)
-        data = (line + "\n").encode("utf-8")
+        data = line_of(kind, **fields).encode("utf-8")
         with open(self.path, "ab") as f:
             offset = f.tell()
             f.write(data)
@@ -193,12 +192,16 @@ class LocalRecording:
 LOCAL = LocalRecording()
 
 
+def line_of(kind: str, **fields: Any) -> str:
+    """One record line, its newline included: the format's version, the time, the kind, the fields."""
+    return json.dumps({"v": VERSION, "t": round(time.time(), 3), "kind": kind, **fields}, default=str) + "\n"
+
+
 def append_metrics(run_dir: Path, metrics: dict[str, float], step: int) -> None:
     """Add metric values to a run's record after the run (a step rescored), in the line a run
     writes; the caller logs them to the store, so that a later sync finds them there."""
-    line = {"v": VERSION, "t": round(time.time(), 3), "kind": "metrics", "metrics": metrics, "step": step}
     with open(Path(run_dir) / FILE, "a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
+        f.write(line_of("metrics", metrics=metrics, step=step))
 
 
 def read(run_dir: Path) -> list[dict]:
