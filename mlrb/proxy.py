@@ -188,7 +188,8 @@ class StreamUsage:
         data = b"\n".join(line[5:].lstrip() for line in raw.splitlines() if line.startswith(b"data:"))
         if data == b"[DONE]":  # Chat Completions: the OpenAI SDK stops reading here
             self.ended = True
-        if not data or data == b"[DONE]":
+            return
+        if not data:
             return
         try:
             event = json.loads(data)
@@ -486,13 +487,13 @@ class MeteringProxy:
                 while chunk := response.read1(65536):
                     if call.first_byte_s is None:
                         call.first_byte_s = time.monotonic() - self.started
-                    if reader is not None:
-                        reader.feed(chunk)
-                    else:
+                    if reader is None:
                         whole += chunk
-                    if reader is not None and reader.ended:
-                        held += chunk
-                        continue
+                    else:
+                        reader.feed(chunk)
+                        if reader.ended:
+                            held += chunk
+                            continue
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
                 if reader is not None:
