@@ -40,17 +40,17 @@ def assert_tool_seen(tmp_path, name: str, arguments: dict, in_output: str) -> No
     """The run's trajectory and trace show the agent's tool call, as the harness read it from the
     model's answer and the agent's next request (mlrb/metering.py): its arguments and its output."""
     trajectory = [json.loads(line) for line in (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()]
-    (asked,) = [e for e in trajectory if e["event"] == "tool_call" and e["tool"] == name]
+    (asked,) = [e for e in trajectory if e["event"] == "tool_call" and (e["tool"], e["arguments"]) == (name, arguments)]
     (result,) = [e for e in trajectory if e["event"] == "tool_result" and e["id"] == asked["id"]]
-    assert asked["arguments"] == arguments and in_output in result["output"] and result["duration_s"] > 0
+    assert in_output in result["output"] and result["duration_s"] > 0
     kinds = [e["event"] for e in trajectory]
     assert kinds.index("tool_result") < max(
         i for i, k in enumerate(kinds) if k == "model_call"
     )  # before the call that answers
     client = mlflow_client(tmp_path)
     (trace,) = client.search_traces(locations=[client.get_experiment_by_name("llm_merging").experiment_id])
-    (span,) = [s for s in trace.data.spans if s.span_type == "TOOL" and s.name == name]
-    assert span.inputs == arguments and span.end_time_ns - span.start_time_ns >= int(result["duration_s"] * 1e9) - 1e6
+    (span,) = [s for s in trace.data.spans if s.span_type == "TOOL" and (s.name, s.inputs) == (name, arguments)]
+    assert span.end_time_ns - span.start_time_ns >= int(result["duration_s"] * 1e9) - 1e6
 
 
 def command_override(source: str) -> str:
@@ -152,14 +152,23 @@ def test_a_command_agent_without_its_program_or_a_key_is_one_line(tmp_path, over
 MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
 
 
+def reach(port: int) -> str:
+    """A command that tries to reach the scripted upstream, the real API's stand-in, directly."""
+    return (
+        "python -c \"import socket; s = socket.socket(); s.settimeout(5); "
+        f"print('upstream', 'reached' if s.connect_ex(('127.0.0.1', {port})) == 0 else 'blocked')\""
+    )
+
+
 @pytest.mark.system
 @pytest.mark.parametrize("sandbox", ["bwrap", pytest.param("docker", marks=needs_docker)])
 def test_claude_code_runs_in_its_sandbox_through_the_proxy_edits_and_submits(tmp_path, built_cache, sandbox):
     """agent=claude_code: its pinned binary installed into the cache, run on the task's prompt in
     the sandbox; the scripted model has it run the merge with its Bash tool, then say it is done."""
-    script = [reply(tool("Bash", command=MERGE, description="merge the experts"), usage=(3000, 60)),
-              reply(text="Merged the experts into submission/.", usage=(3400, 20))]  # fmt: skip
-    with FakeLlmServer(script) as server:
+    with FakeLlmServer([]) as server:
+        server.script += [reply(tool("Bash", command=reach(server.port), description="try the API"), usage=(3000, 60)),
+                          reply(tool("Bash", command=MERGE, description="merge the experts"), usage=(3200, 60)),
+                          reply(text="Merged the experts into submission/.", usage=(3400, 20))]  # fmt: skip
         result = run_cli(*store_args(tmp_path, built_cache), "agent=claude_code", f"sandbox={sandbox}", cwd=tmp_path,
                          env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -169,9 +178,11 @@ def test_claude_code_runs_in_its_sandbox_through_the_proxy_edits_and_submits(tmp
     assert run.data.tags["mlrb.valid"] == "True"
     # Claude Code's own requests (streamed, its tools) went out through the proxy with the real key.
     assert [(r["path"], r["body"]["stream"], r["headers"]["x-api-key"]) for r in server.requests] == [
-        ("/v1/messages?beta=true", True, KEY)] * 2  # fmt: skip
+        ("/v1/messages?beta=true", True, KEY)] * 3  # fmt: skip
     assert "Bash" in {t["name"] for t in server.requests[0]["body"]["tools"]}
-    assert run.data.metrics["llm.input_tokens"] == 6400 and run.data.metrics["llm.output_tokens"] == 80
+    # A direct connection to anything but the proxy fails inside the sandbox: the API is out of reach.
+    assert_tool_seen(tmp_path, "Bash", {"command": reach(server.port), "description": "try the API"}, "upstream blocked")
+    assert run.data.metrics["llm.input_tokens"] == 9600 and run.data.metrics["llm.output_tokens"] == 140
     transcript = (tmp_path / "run" / "agent" / "stdout.txt").read_text()
     assert '"type":"result"' in transcript and "Merged the experts" in transcript
     assert "agent/stdout.txt" in {a.path for a in client.list_artifacts(run.info.run_id, "agent")}
@@ -248,9 +259,10 @@ def test_codex_runs_in_its_sandbox_through_the_proxy_edits_and_submits(tmp_path,
     login shell, whose PATH must still find the harness's python), then say it is done."""
     # yield_time_ms: Codex hands a command's output back after 10 s by default, the command still running;
     # under load the merge takes longer, and Codex then ends with it unfinished.
-    script = [reply(tool("exec_command", cmd=MERGE, yield_time_ms=300_000), usage=(3000, 60)),
-              reply(text="Merged.", usage=(3400, 20))]  # fmt: skip
-    with FakeLlmServer(script) as server:
+    with FakeLlmServer([]) as server:
+        server.script += [reply(tool("exec_command", cmd=reach(server.port)), usage=(3000, 60)),
+                          reply(tool("exec_command", cmd=MERGE, yield_time_ms=300_000), usage=(3200, 60)),
+                          reply(text="Merged.", usage=(3400, 20))]  # fmt: skip
         result = run_cli(*store_args(tmp_path, built_cache), "agent=codex", f"sandbox={sandbox}", cwd=tmp_path,
                          env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.openai_url})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -259,10 +271,12 @@ def test_codex_runs_in_its_sandbox_through_the_proxy_edits_and_submits(tmp_path,
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert run.data.tags["mlrb.valid"] == "True", (tmp_path / "run" / "agent" / "stdout.txt").read_text()[-2000:]
     assert [(r["path"], r["body"]["stream"], r["headers"]["authorization"]) for r in server.requests] == [
-        ("/v1/responses", True, f"Bearer {KEY}")] * 2  # fmt: skip
-    output = server.requests[1]["body"]["input"][-1]
+        ("/v1/responses", True, f"Bearer {KEY}")] * 3  # fmt: skip
+    output = server.requests[2]["body"]["input"][-1]
     assert output["type"] == "function_call_output" and "merged" in str(output["output"])
-    assert run.data.metrics["llm.input_tokens"] == 6400 and run.data.metrics["llm.output_tokens"] == 80
+    # A direct connection to anything but the proxy fails inside the sandbox: the API is out of reach.
+    assert_tool_seen(tmp_path, "exec_command", {"cmd": reach(server.port)}, "upstream blocked")
+    assert run.data.metrics["llm.input_tokens"] == 9600 and run.data.metrics["llm.output_tokens"] == 140
     assert '"type":"turn.completed"' in (tmp_path / "run" / "agent" / "stdout.txt").read_text()
     assert_tool_seen(tmp_path, "exec_command", {"cmd": MERGE, "yield_time_ms": 300_000}, "merged")
     recorded = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
