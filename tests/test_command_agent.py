@@ -155,7 +155,7 @@ MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
 def reach(port: int) -> str:
     """A command that tries to reach the scripted upstream, the real API's stand-in, directly."""
     return (
-        "python -c \"import socket; s = socket.socket(); s.settimeout(5); "
+        'python -c "import socket; s = socket.socket(); s.settimeout(5); '
         f"print('upstream', 'reached' if s.connect_ex(('127.0.0.1', {port})) == 0 else 'blocked')\""
     )
 
@@ -181,7 +181,9 @@ def test_claude_code_runs_in_its_sandbox_through_the_proxy_edits_and_submits(tmp
         ("/v1/messages?beta=true", True, KEY)] * 3  # fmt: skip
     assert "Bash" in {t["name"] for t in server.requests[0]["body"]["tools"]}
     # A direct connection to anything but the proxy fails inside the sandbox: the API is out of reach.
-    assert_tool_seen(tmp_path, "Bash", {"command": reach(server.port), "description": "try the API"}, "upstream blocked")
+    assert_tool_seen(
+        tmp_path, "Bash", {"command": reach(server.port), "description": "try the API"}, "upstream blocked"
+    )
     assert run.data.metrics["llm.input_tokens"] == 9600 and run.data.metrics["llm.output_tokens"] == 140
     transcript = (tmp_path / "run" / "agent" / "stdout.txt").read_text()
     assert '"type":"result"' in transcript and "Merged the experts" in transcript
