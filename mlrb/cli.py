@@ -1,107 +1,83 @@
-"""`python -m mlrb`: Hydra composes the run; this module reads the command line and checks it first.
+"""`python -m mlrb`: Hydra composes and runs the jobs; this module reads the command line
+and checks every job's config first.
 
-Hydra's flags (-m, --cfg, --help...) may come before or after the overrides: they are
-parsed here and handed to Hydra first, as its own parser requires.
+The command line is read by Hydra's own parser, with one difference: Hydra's flags (-m,
+--cfg, --help...) may come before or after the overrides, and are handed to `hydra.main`
+first, as its parser requires.
 
-Hydra's own errors for a bad choice or key are multi-line and end with a stack
-trace hint. A bad value is instead reported in one line naming it and what would
-be valid, with exit status 2 and before anything runs or is recorded:
-
-- a sweep (and --cfg): every job of the command (each combination) is composed and
-  validated here before the command line goes to Hydra;
-- a single run: the config Hydra composes for the run is validated by a Hydra
-  callback (`ConfigCheck`) before the run's folder is made, so it is composed once
-  (twice would cost a noticeable part of a short run). Hydra's own report of a config
-  it cannot compose is held back; in its place, the same check as for a sweep names
-  the bad value.
+One function checks the config of every command that runs a job or prints one, a single
+run and a sweep alike (`check_jobs`): each job of the command (each combination of a
+sweep) is composed and validated before the command line goes to Hydra. A bad value is
+reported in one line naming it and what would be valid, with exit status 2 and before
+anything runs or is recorded, where Hydra's own errors for a bad choice or key are
+multi-line and end with a stack trace hint.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import io
 import itertools
 import logging
 import os
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from mlrb.config import CONF_DIR, ConfigError, MlrbConfig, register_schema, to_typed
+from mlrb.config import CONF_DIR, ConfigError, register_schema, to_typed
 
 GROUPS = ("task", "agent", "budget", "sandbox", "launcher", "tracking")
-
-# Hydra's command-line flags: (long, short, takes, help). `takes` is None for a switch,
-# a list of choices, "value" for free text, or ("optional", choices, default) for --info.
-# Hydra's own parser takes flags only before the overrides; mlrb parses them anywhere
-# and hands Hydra the same command with the flags first.
-INFO_CHOICES = ["all", "config", "defaults", "defaults-tree", "plugins", "searchpath"]
-FLAGS = (
-    ("--help", "-h", None, "this help: config groups and their choices"),
-    ("--hydra-help", None, None, "Hydra's own help"),
-    ("--cfg", "-c", ["job", "hydra", "all"], "print the config instead of running"),
-    ("--resolve", None, None, "with --cfg: resolve interpolations before printing"),
-    ("--package", "-p", "value", "with --cfg: the config package to print"),
-    ("--run", "-r", None, "run one job (the default)"),
-    ("--multirun", "-m", None, "a sweep: one job per combination of comma-separated values"),
-    ("--shell-completion", "-sc", None, "install or uninstall shell completion"),
-    ("--config-path", "-cp", "value", "the primary config folder instead of mlrb's"),
-    ("--config-name", "-cn", "value", "the primary config's name (default: config)"),
-    ("--config-dir", "-cd", "value", "a folder of your own configs: its files add choices to mlrb's groups"),
-    ("--experimental-rerun", None, "value", "rerun a job from its config pickle"),
-    ("--info", "-i", ("optional", INFO_CHOICES, "all"), "print Hydra's information"),
-)
+INFO = ("--info", "-i")  # Hydra's flag whose choice is optional: `--info` alone means `--info all`
 
 log = logging.getLogger("mlrb")
 
 
-class CommandLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse prints usage and exits; mlrb's rule is one line
+@dataclass(frozen=True)
+class CommandLine:
+    args: argparse.Namespace  # as Hydra's parser reads the command
+    for_hydra: list[str]  # the same command, its flags first, as `hydra.main` reads sys.argv
+
+    @property
+    def runs_nothing(self) -> bool:
+        """Help, information or shell completion: no job is composed."""
+        a = self.args
+        return bool(a.help or a.hydra_help or a.info or a.shell_completion)
+
+    @property
+    def single_run(self) -> bool:
+        a = self.args
+        return not (self.runs_nothing or a.multirun or a.cfg or a.experimental_rerun)
+
+
+def is_override(token: str) -> bool:
+    return "=" in token or token[:1] in ("~", "+")
+
+
+def parse_command_line(argv: list[str]) -> CommandLine:
+    """Hydra's flags and the overrides, in any order, read by Hydra's own parser."""
+    from hydra._internal.utils import get_args_parser  # the parser hydra.main uses
+
+    def one_line(message: str) -> NoReturn:  # argparse prints usage and exits; mlrb's rule is one line
         raise ConfigError(message)
 
-
-def parse_command_line(argv: list[str]) -> argparse.Namespace:
-    """Hydra's flags and the overrides, in any order."""
-    import hydra
-
-    parser = CommandLineParser(prog="python -m mlrb", add_help=False)
-    parser.add_argument("--version", action="version", version=f"mlrb {version()} (Hydra {hydra.__version__})")
-    parser.add_argument("overrides", nargs="*")
-    for long, short, takes, text in FLAGS:
-        names = [long] + ([short] if short else [])
-        if takes is None:
-            parser.add_argument(*names, action="store_true", help=text)
-        elif takes == "value":
-            parser.add_argument(*names, help=text)
-        elif isinstance(takes, tuple):
-            parser.add_argument(*names, nargs="?", choices=takes[1], const=takes[2], help=text)
-        else:
-            parser.add_argument(*names, choices=takes, help=text)
-    # `--info` takes an optional choice: one not followed by a choice means `--info all`,
-    # so that an override after it is not taken for its value
+    parser = get_args_parser()
+    parser.prog = "python -m mlrb"
+    parser.error = one_line  # type: ignore[method-assign]
+    # `--info` followed by an override is `--info all`, not an --info choice named by the override
     argv = [
-        "--info=all" if arg in ("--info", "-i") and (i + 1 == len(argv) or argv[i + 1] not in INFO_CHOICES) else arg
+        "--info=all" if arg in INFO and (i + 1 == len(argv) or is_override(argv[i + 1])) else arg
         for i, arg in enumerate(argv)
     ]
-    return parser.parse_intermixed_args(argv)
-
-
-def hydra_command_line(args: argparse.Namespace) -> list[str]:
-    """The same command as Hydra's parser takes it: every flag before the overrides."""
-    flags: list[str] = []
-    for long, _, _takes, _ in FLAGS:
-        value = getattr(args, long.lstrip("-").replace("-", "_"))
-        if value is True:
-            flags.append(long)
-        elif value not in (None, False):
-            flags += [long, value]
-    return flags + list(args.overrides)
+    args = parser.parse_intermixed_args(argv)
+    flags = list(argv)
+    for override in args.overrides:  # what is left is the flags and their values, in their order
+        flags.remove(override)
+    return CommandLine(args, flags + list(args.overrides))
 
 
 def version() -> str:
@@ -133,8 +109,9 @@ def sweep_jobs(overrides: list[str]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*choices)]
 
 
-def precheck(args: argparse.Namespace) -> None:
-    """Compose and validate every job the command line asks for; raise ConfigError on the first bad one."""
+def check_jobs(args: argparse.Namespace) -> None:
+    """Compose and validate every job the command line asks for, one for a single run and each
+    combination of a sweep; raise ConfigError on the first bad one."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
@@ -217,56 +194,6 @@ def unknown_key_message(key: str, choices: list[str] | None = None) -> str:
     return f"unknown config key '{key}'{hint} Valid keys {scope}: {', '.join(valid)}"
 
 
-class SingleRunCheck:
-    """A single run's config, validated once Hydra has composed it and before the run's folder
-    is made; Hydra's console output is held back until then (see the module's docstring)."""
-
-    CALLBACK = "+hydra.callbacks.mlrb_config_check._target_=mlrb.cli.ConfigCheck"
-    active: SingleRunCheck | None = None
-
-    def __init__(self) -> None:
-        self.typed: MlrbConfig | None = None
-        self.composed = False
-        self.held = io.StringIO()
-        self.stderr: Any = None
-
-    def __enter__(self) -> SingleRunCheck:
-        SingleRunCheck.active = self
-        self.stderr, sys.stderr = sys.stderr, self.held
-        return self
-
-    @property
-    def holding(self) -> bool:
-        return self.stderr is not None
-
-    def release(self) -> None:
-        """Hydra composed the config: its output goes to the console again."""
-        if self.holding:
-            sys.stderr, self.stderr = self.stderr, None
-            sys.stderr.write(self.held.getvalue())
-
-    def __exit__(self, *exc: Any) -> None:
-        SingleRunCheck.active = None
-        if self.holding:  # Hydra stopped before composing the config: what it said is kept in `held`
-            sys.stderr, self.stderr = self.stderr, None
-
-
-class ConfigCheck(Callback):
-    """Hydra calls this with the composed config, before it makes the run's folder."""
-
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        check = SingleRunCheck.active
-        if check is None:
-            return
-        check.composed = True
-        check.release()
-        try:
-            check.typed = to_typed(config)
-        except ConfigError as e:
-            print(f"mlrb: error: {e}", file=sys.stderr)
-            sys.exit(2)
-
-
 def job(cfg: DictConfig) -> dict | None:
     """What Hydra runs for each job."""
     from hydra.core.hydra_config import HydraConfig
@@ -275,9 +202,8 @@ def job(cfg: DictConfig) -> dict | None:
     from mlrb import console, run
 
     hydra_cfg = HydraConfig.get()
-    checked = SingleRunCheck.active.typed if SingleRunCheck.active else None
     try:
-        typed = checked or to_typed(cfg)
+        typed = to_typed(cfg)
         with console.quiet(typed.verbose):
             result = run.execute(typed, Path(hydra_cfg.runtime.output_dir))
     except ConfigError as e:
@@ -329,57 +255,41 @@ def end_process(code: Any) -> NoReturn:
 
 def main(argv: list[str] | None = None, end_at_once: bool = False) -> None:
     """The command line. `end_at_once` (python -m mlrb): a single run's process ends
-    through `end_process` once its config was composed, whatever its exit status."""
+    through `end_process` once its jobs' configs were checked, whatever its exit status."""
     import hydra
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--version" in argv:  # mlrb's, then Hydra's
+        print(f"mlrb {version()} (Hydra {hydra.__version__})")
+        sys.exit(0)
     # MLflow reports usage to an outside host unless told not to: off unless the user set it.
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     register_schema()
+    ends_at_once = False
     try:
-        args = parse_command_line(argv)
-        single_run = not (args.multirun or args.cfg or args.help or args.hydra_help or args.info
-                          or args.shell_completion or args.experimental_rerun)  # fmt: skip
-        if single_run and args.config_dir and not Path(args.config_dir).is_dir():
-            raise ConfigError(f"--config-dir {args.config_dir}: no such folder")
-        if not single_run and not (
-            args.help or args.hydra_help or args.info or args.shell_completion
-        ):  # these run nothing
-            precheck(args)  # a sweep, --cfg: every job, before Hydra starts
-    except ConfigError as e:
-        print(f"mlrb: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    if single_run and end_at_once:
-        # MLflow's imports start now, in a process of their own, while Hydra composes the config.
-        from mlrb import recording_process
+        command = parse_command_line(argv)
+        ends_at_once = end_at_once and command.single_run
+        if ends_at_once:
+            # MLflow's imports start now, in a process of their own, while the config is composed.
+            from mlrb import recording_process
 
-        recording_process.start()
-    sys.argv = [sys.argv[0]] + hydra_command_line(args)  # hydra.main reads sys.argv
-    app = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(job)
-    if not single_run:
-        return app()
-    sys.argv.append(SingleRunCheck.CALLBACK)
-    check = SingleRunCheck()
-    try:
-        with check:
-            app()
-    except SystemExit as e:
-        if check.composed or e.code in (0, None):
-            if end_at_once and check.composed:
-                end_process(e.code)
-            raise  # the run ended, or its config was refused in one line already
-        hydra_stopped = e
-    else:
-        if end_at_once and check.composed:
-            end_process(0)
-        return
-    try:  # Hydra could not compose the config: name the bad value in one line
-        precheck(args)
+            recording_process.start()
+        if not command.runs_nothing:
+            check_jobs(command.args)
     except ConfigError as e:
         print(f"mlrb: error: {e}", file=sys.stderr)
+        if ends_at_once:
+            end_process(2)
         sys.exit(2)
-    sys.stderr.write(check.held.getvalue())  # not a value mlrb checks: Hydra's own report
-    raise hydra_stopped
+    sys.argv = [sys.argv[0]] + command.for_hydra  # hydra.main reads sys.argv
+    app = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(job)
+    if not ends_at_once:
+        return app()
+    try:
+        app()
+    except SystemExit as e:
+        end_process(e.code)
+    end_process(0)
 
 
 def command() -> None:

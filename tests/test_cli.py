@@ -178,12 +178,26 @@ def test_help_does_not_import_ml_libraries(tmp_path):
     ],
 )
 def test_hydra_flags_may_come_before_or_after_the_overrides(flags_last, flags_first):
-    from mlrb.cli import hydra_command_line, parse_command_line
+    """What goes to hydra.main means the same to Hydra's own parser (flags only before the
+    overrides) wherever the user put the flags, and ends with the overrides."""
+    from hydra._internal.utils import get_args_parser
 
-    handed_to_hydra = hydra_command_line(parse_command_line(flags_first))
-    assert hydra_command_line(parse_command_line(flags_last)) == handed_to_hydra
+    from mlrb.cli import parse_command_line
+
+    handed_to_hydra = parse_command_line(flags_last).for_hydra
+    as_hydra_reads_it = get_args_parser().parse_args(handed_to_hydra)
+    assert as_hydra_reads_it == get_args_parser().parse_args(parse_command_line(flags_first).for_hydra)
+    assert as_hydra_reads_it == parse_command_line(flags_last).args
     overrides = [a for a in flags_first if "=" in a]
     assert handed_to_hydra[-len(overrides) :] == overrides  # Hydra takes its flags first
+
+
+def test_version_names_mlrb_and_hydra(tmp_path):
+    import hydra
+
+    result = run_cli("seed=1", "--version", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith("mlrb ")
+    assert result.stdout.strip().endswith(f"(Hydra {hydra.__version__})")
 
 
 def test_cfg_after_the_overrides_prints_the_config(tmp_path):

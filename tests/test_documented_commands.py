@@ -225,15 +225,15 @@ def test_each_tasks_page_prints_its_full_scale_setup():
 @pytest.mark.fast
 @pytest.mark.parametrize("block", of_kind("validate"), ids=str)
 def test_the_gpu_cluster_sweep_validates(block):
-    from mlrb.cli import parse_command_line, precheck
+    from mlrb.cli import check_jobs, parse_command_line
     from mlrb.config import register_schema
     from mlrb.sweep import load_profile
 
     register_schema()
     for command in block.commands:
         assert command.startswith("python -m mlrb "), command
-        args = parse_command_line(command.split()[3:])
-        precheck(args)  # raises on a bad job
+        args = parse_command_line(command.split()[3:]).args
+        check_jobs(args)  # raises on a bad job
         assert args.multirun and len([o for o in args.overrides if "seed=" in o]) == 1
         cluster = re.search(r"hydra\.launcher\.cluster=(\S+)", command)
         if cluster:
