@@ -67,7 +67,7 @@ def load_task(key: str, seed: int | None = None, overrides: dict | None = None):
         place[leaf] = value
     if seed is not None:
         raw["scales"]["tiny"]["assets"]["seed"] = seed
-    return registry.load(registry.TASKS[key])(TaskConfig(**raw))
+    return registry.make_task(TaskConfig(**raw))
 
 
 def parse_overrides(pairs: list[str]) -> dict:

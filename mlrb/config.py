@@ -137,23 +137,44 @@ class MlrbConfig:
 
 
 def register_schema() -> None:
-    """Make the schema available to the root config's defaults list, and the resolver that
-    names a folder task after its folder (mlrb/conf/task/folder.yaml)."""
+    """Make the schema and every task's config (mlrb/registry.py: `task.yaml` in its folder)
+    available to Hydra, and the resolver that names a folder task after its folder
+    (mlrb/tasks/folder/task.yaml)."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name="mlrb_schema", node=MlrbConfig)
+    store = ConfigStore.instance()
+    store.store(name="mlrb_schema", node=MlrbConfig)
+    register_task_configs(store)
     if not OmegaConf.has_resolver("mlrb.folder_name"):
         OmegaConf.register_new_resolver("mlrb.folder_name", folder_name)
 
 
+def register_task_configs(store: Any) -> None:
+    """Each task folder's `task.yaml` as the choice `task=FOLDER` (its `name` the folder's unless
+    it sets one), and any other YAML file of a folder of tasks' packages as `task/FOLDER/FILE`:
+    values that tasks share (`from_scratch/shared@_here_` in a task's defaults list)."""
+    from mlrb import registry
+
+    for root in registry.TASK_PACKAGES.values():
+        for path in sorted(root.glob("*/*.yaml")):
+            node, folder = OmegaConf.load(path), path.parent.name
+            if path.name == registry.TASK_CONFIG:
+                if "name" not in node:
+                    node.name = folder
+                store.store(group="task", name=folder, node=node, provider="mlrb")
+            else:
+                store.store(group=f"task/{folder}", name=path.stem, node=node, provider="mlrb")
+
+
 def packaged_task(name: str) -> dict[str, Any]:
-    """mlrb/conf/task/NAME.yaml as a plain dict, composed (its defaults list applied, as
-    `python -m mlrb task=NAME` applies it: tasks compose shared values from task/from_scratch/)."""
+    """Task NAME's config (its folder's task.yaml) as a plain dict, composed (its defaults list
+    applied, as `python -m mlrb task=NAME` applies it: tasks compose shared values)."""
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=str(CONF_DIR / "task"), version_base="1.3"):
-        composed = compose(config_name=name)
-    return cast(dict[str, Any], OmegaConf.to_container(composed))
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        composed = compose(config_name="config", overrides=[f"task={name}"])
+    return cast(dict[str, Any], OmegaConf.to_container(composed.task))
 
 
 def folder_name(path: Any) -> str:

@@ -88,7 +88,7 @@ def make(cfg: MlrbConfig) -> RunPlan:
     from mlrb.sandbox.base import limits_for
     from mlrb.tags import Tag
 
-    task = registry.task_class(cfg.task)(cfg.task)
+    task = registry.make_task(cfg.task)
     agent = registry.load(registry.AGENTS[cfg.agent.kind])(cfg.agent)
     sandbox_class = registry.load(registry.SANDBOXES[cfg.sandbox.kind])
     key = run_key(cfg)

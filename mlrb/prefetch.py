@@ -73,10 +73,11 @@ def configured_tasks(overrides: list[str]) -> list[tuple[Any, Path]]:
 
     register_schema()
     named = [n for o in overrides if o.startswith("task=") for n in o.split("=", 1)[1].split(",")]
-    names = named or sorted(registry.TASKS)
-    unknown = [n for n in names if n not in registry.TASKS]
+    known = sorted(registry.task_folders())
+    names = named or known
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise ConfigError(f"unknown task '{unknown[0]}'; valid choices: {', '.join(sorted(registry.TASKS))}")
+        raise ConfigError(f"unknown task '{unknown[0]}'; valid choices: {', '.join(known)}")
     rest = [o for o in overrides if not o.startswith("task=")]
     tasks: list[tuple[Any, Path]] = []
     GlobalHydra.instance().clear()
@@ -85,7 +86,7 @@ def configured_tasks(overrides: list[str]) -> list[tuple[Any, Path]]:
             for name in names:
                 try:
                     cfg = to_typed(compose(config_name="config", overrides=[f"task={name}", *rest]))
-                    tasks.append((registry.load(registry.TASKS[name])(cfg.task), Path(cfg.paths.cache_dir)))
+                    tasks.append((registry.make_task(cfg.task), Path(cfg.paths.cache_dir)))
                 except Exception as e:  # Hydra and OmegaConf raise many types; all are config errors here
                     if named and len(names) == 1:
                         raise ConfigError(str(e).splitlines()[0]) from None

@@ -1,27 +1,34 @@
 """Names a config may use, mapped to the code behind them.
 
-Values are "module:attribute" strings so that looking a name up imports only
-the module that implements it, and only when it is needed.
+Agents and sandboxes are "module:attribute" strings, so that looking a name up imports
+only the module that implements it, and only when it is needed; a task is found by its
+folder, which is its name.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from mlrb.messages import ConfigError
 
-TASKS: Mapping[str, str] = {
-    "llm_merging": "mlrb.tasks.llm_merging.task:LlmMerging",
-    "llm_efficiency": "mlrb.tasks.llm_efficiency.task:LlmEfficiency",
-    "edge_llm_compression": "mlrb.tasks.edge_llm_compression.task:EdgeLlmCompression",
-    "math_reasoning": "mlrb.tasks.math_reasoning.task:MathReasoning",
-    "baby_lm": "mlrb.tasks.baby_lm.task:BabyLm",
-    "mini_pile": "mlrb.tasks.mini_pile.task:MiniPile",
-    "edge_llm_training": "mlrb.tasks.edge_llm_training.task:EdgeLlmTraining",
-    "folder": "mlrb.tasks.folder.task:FolderTask",
-}
+# Where tasks are: a package's folder (import name -> path). A task is a folder in one of them
+# holding a `task.yaml` (its config, Hydra's group `task`, the folder's name being the task's)
+# and a `task.py` that defines its `Task` class; nothing else lists tasks.
+TASK_PACKAGES: dict[str, Path] = {"mlrb.tasks": Path(__file__).resolve().parent / "tasks"}
+TASK_CONFIG = "task.yaml"
+
+
+def task_folders() -> dict[str, tuple[str, Path]]:
+    """Every task: its name -> (its module's package, its folder)."""
+    return {
+        config.parent.name: (package, config.parent)
+        for package, root in TASK_PACKAGES.items()
+        for config in sorted(root.glob(f"*/{TASK_CONFIG}"))
+    }
+
 
 AGENTS: Mapping[str, str] = {
     "baseline": "mlrb.agents.baseline:BaselineAgent",
@@ -37,16 +44,33 @@ SANDBOXES: Mapping[str, str] = {
 }
 
 
-def check_choice(what: str, name: str, choices: Mapping[str, str]) -> None:
+def check_choice(what: str, name: str, choices: Mapping[str, Any]) -> None:
     if name not in choices:
         raise ConfigError(f"unknown {what} '{name}'; valid choices: {', '.join(sorted(choices))}")
 
 
 def task_class(task_cfg: Any) -> Any:
-    """The class behind a task config: its `kind` if set (folder tasks), else its name."""
+    """The class behind a task config: the `Task` that its folder's task.py defines, the
+    folder being its `kind` if set (folder tasks), else its name."""
+    import inspect
+
     key = task_cfg.kind or task_cfg.name
-    check_choice("task", key, TASKS)
-    return load(TASKS[key])
+    folders = task_folders()
+    check_choice("task", key, folders)
+    module = importlib.import_module(f"{folders[key][0]}.{key}.task")
+    (found,) = [value for value in vars(module).values()
+                if inspect.isclass(value) and value.__module__ == module.__name__ and is_task(value)]  # fmt: skip
+    return found
+
+
+def is_task(cls: type) -> bool:
+    """A subclass of mlrb.tasks.base.Task (told by name: that module imports this one)."""
+    return any((base.__module__, base.__qualname__) == ("mlrb.tasks.base", "Task") for base in cls.__mro__[1:])
+
+
+def make_task(task_cfg: Any) -> Any:
+    """The task a task config describes, configured."""
+    return task_class(task_cfg)(task_cfg)
 
 
 def load(target: str) -> Any:

@@ -146,7 +146,7 @@ def load(args: argparse.Namespace) -> SnapshottedRun:
             f"run {args.run_id} has no step snapshots (runs recorded before they were kept have none)"
         ) from None
     task_cfg = TaskConfig(**config["task"])
-    task = registry.task_class(task_cfg)(task_cfg)
+    task = registry.make_task(task_cfg)
     cache_dir = Path(args.cache_dir or config["paths"]["cache_dir"]).expanduser()
     asset_path = assets_lib.ensure_assets(task, cache_dir)
     if assets_lib.fingerprint(asset_path) != run.data.tags.get(Tag.ASSETS_FINGERPRINT):

@@ -81,17 +81,17 @@ def built_cache(cache_dir) -> Path:
 
 
 def task_from_config(key: str, **tiny_overrides):
-    """Task KEY as mlrb/conf/task/KEY.yaml defines it (composed), tiny scale, with some tiny-scale values overridden."""
+    """Task KEY as mlrb/tasks/KEY/task.yaml defines it (composed), tiny scale, with some tiny-scale values overridden."""
     from mlrb import registry
     from mlrb.config import TaskConfig, packaged_task
 
     raw = packaged_task(key)
     raw["scales"]["tiny"].update(tiny_overrides)
-    return registry.load(registry.TASKS[key])(TaskConfig(**raw))
+    return registry.make_task(TaskConfig(**raw))
 
 
 def tiny_llm_merging():
-    """The llm_merging task as mlrb/conf/task/llm_merging.yaml defines it (tiny scale)."""
+    """The llm_merging task as mlrb/tasks/llm_merging/task.yaml defines it (tiny scale)."""
     return task_from_config("llm_merging")
 
 

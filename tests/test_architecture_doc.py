@@ -17,7 +17,7 @@ from mlrb import registry
 from mlrb.agents.base import AgentContext
 from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
-from mlrb.config import AgentConfig, BudgetConfig, SandboxConfig, TaskConfig
+from mlrb.config import AgentConfig, BudgetConfig, SandboxConfig
 from mlrb.sandbox.base import Limits, Sandbox
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 
@@ -33,18 +33,31 @@ def example(name: str) -> str:
 
 
 def test_the_agent_and_task_examples_run_and_score_through_the_registry(tmp_path, monkeypatch):
+    """The task is a folder as the page shows it (task.py, task.yaml, starter/), in a package of
+    tasks beside mlrb's: Hydra offers it as task=answer, named after its folder."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from mlrb.config import CONF_DIR, register_schema, to_typed
+
     package = tmp_path / "examples"
-    package.mkdir()
+    folder = package / "answer"
+    (folder / "starter").mkdir(parents=True)
     (package / "answer_agent.py").write_text(example("agent"))
-    (package / "answer_task.py").write_text(example("task"))
-    (package / "starter").mkdir()
-    (package / "starter" / "notes.md").write_text("Write your answer in submission/answer.txt.\n")
+    (folder / "task.py").write_text(example("task"))
+    (folder / "task.yaml").write_text(example("task-config"))
+    (folder / "starter" / "notes.md").write_text("Write your answer in submission/answer.txt.\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(registry.AGENTS, "answer", "examples.answer_agent:AnswerAgent")  # type: ignore[index]
-    monkeypatch.setitem(registry.TASKS, "answer", "examples.answer_task:AnswerTask")  # type: ignore[index]
+    monkeypatch.setitem(registry.TASK_PACKAGES, "examples", package)
 
-    task_cfg = TaskConfig(**yaml.safe_load(example("task-config")))
-    task = registry.task_class(task_cfg)(task_cfg)
+    register_schema()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        task_cfg = to_typed(compose(config_name="config", overrides=["task=answer"])).task
+    assert task_cfg.name == "answer" and "answer" in registry.task_folders()
+    task = registry.make_task(task_cfg)
+    assert type(task).__name__ == "AnswerTask" and task.name == "answer"
     assets = tmp_path / "assets"
     facts = task.build_assets(assets)  # build_tiny, as `assets.source: build` (the default) says
     assert (assets / "hidden" / "target.txt").read_text() == "42"

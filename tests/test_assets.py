@@ -121,7 +121,7 @@ def test_assets_changed_during_a_run_are_rebuilt_before_scoring(tmp_path, caplog
     cfg.task.scales["folder"]["baseline_command"] = (
         f'python train.py && for f in {hidden}; do [ ! -f "$f" ] || printf X | dd of="$f" bs=1 seek=10 conv=notrunc; done'
     )
-    task = registry.task_class(cfg.task)(cfg.task)
+    task = registry.make_task(cfg.task)
     with caplog.at_level(logging.WARNING, logger="mlrb.assets"):
         result = run_lib.execute(cfg, tmp_path / "run")
     assert "hidden/answer.csv has changed" in caplog.text and "rebuilding" in caplog.text

@@ -9,7 +9,7 @@ import pytest
 
 from mlrb import registry
 from mlrb.config import ConfigError, TaskConfig, packaged_task
-from mlrb.registry import TASKS
+from mlrb.registry import task_folders
 from mlrb.report.aggregate import summarise
 from mlrb.report.render import UNENFORCED_MARK, Report, results_table
 from mlrb.report.runs import RunRow
@@ -17,7 +17,7 @@ from mlrb.report.runs import RunRow
 pytestmark = pytest.mark.fast
 
 TESTS = Path(__file__).resolve().parent
-PACKAGED = sorted(name for name in TASKS if name != "folder")
+PACKAGED = sorted(name for name in task_folders() if name != "folder")
 
 # The tests that break each shared check.
 BUDGET = "test_end_to_end.py::test_the_wall_clock_budget_stops_the_agent_and_its_work_is_still_scored"

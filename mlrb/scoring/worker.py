@@ -35,7 +35,7 @@ POLL_S = 0.02  # how often a waiting scorer looks for its request
 def main(request_file: str) -> None:
     request = json.loads(Path(request_file).read_text())
     task_cfg = TaskConfig(**request["task"])
-    task = registry.task_class(task_cfg)(task_cfg)
+    task = registry.make_task(task_cfg)
     task.environment = Path(request["environment"]) if request.get("environment") else None
     if task_cfg.scales[task_cfg.scale].get("eval", {}).get("tasks"):
         import datasets

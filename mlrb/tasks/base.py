@@ -85,9 +85,8 @@ class ScaleSpec:
 
 
 class Task(abc.ABC):
-    """Base class. Subclasses set `name`, `scale_class` and implement the abstract hooks."""
+    """Base class. Subclasses set `scale_class` and implement the abstract hooks."""
 
-    name: str  # a class fact, except for folder tasks (each is named after its folder)
     scale_class: ClassVar[type] = ScaleSpec
     # Bump when the asset builder changes, so caches built by older code are not reused.
     assets_version: ClassVar[int] = 1
@@ -96,6 +95,7 @@ class Task(abc.ABC):
 
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg
+        self.name = cfg.name  # its folder's (mlrb/registry.py), or a folder task's folder's
         self.spec = self.scale_spec(cfg)
         # The task's own Python environment (mlrb/environments.py), set once it is built
         # (assets.ensure_assets); None: the harness's libraries.

@@ -3,8 +3,8 @@
 The calibration stored with the assets is measured by the task's builder and scorer,
 so assets built by other code are other assets: a changed builder, starter file or
 scorer gets them built again, without anyone remembering to bump `assets_version`.
-The code is the task's package folder (its starter files included) and, transitively,
-the task packages and modules of `mlrb.tasks` and `mlrb.scoring` that it imports.
+The code is the task's package folder (its starter files included, its config files not) and,
+transitively, the task packages and modules of `mlrb.tasks` and `mlrb.scoring` that it imports.
 """
 
 from __future__ import annotations
@@ -49,13 +49,21 @@ def closure(package_dir: Path) -> set[Path]:
         found = (
             [place]
             if place.is_file()
-            else [p for p in place.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+            else [
+                p for p in place.rglob("*") if p.is_file() and "__pycache__" not in p.parts and not is_config(p, place)
+            ]
         )
         files.update(found)
         for path in found:
             if path.suffix == ".py":
                 todo.extend(imported_places(path))
     return files
+
+
+def is_config(path: Path, package_dir: Path) -> bool:
+    """A task folder's config (task.yaml, shared values): its values that make the assets are in
+    their key already (the scale's spec), and the rest (a prompt, a time limit) makes none."""
+    return path.parent == package_dir and path.suffix == ".yaml"
 
 
 def imported_places(path: Path) -> list[Path]:

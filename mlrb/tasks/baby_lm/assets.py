@@ -31,7 +31,7 @@ from mlrb.tasks.tiny_models import check_counts, tiny_params, train_byte_level_t
 SOURCES = {"childes": 0.1, "bnc_spoken": 0.2, "gutenberg": 0.6, "open_subtitles": 0.2, "simple_wiki": 0.4,
            "switchboard": 0.2}  # fmt: skip
 SPLIT_SHARES = {"train": 1.0, "dev": 0.1, "test": 0.1}
-# The builder's parameters; their values are in mlrb/conf/task/baby_lm.yaml (scales.tiny.assets).
+# The builder's parameters; their values are in this folder's task.yaml (scales.tiny.assets).
 PARAMS = ("seed", "train_words", "vocab_size", "names", "zipf", "pairs_per_phenomenon", "checkpoint_command")
 
 

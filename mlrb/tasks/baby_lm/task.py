@@ -10,6 +10,5 @@ from mlrb.tasks.from_scratch.task import FromScratchTask
 
 
 class BabyLm(FromScratchTask):
-    name = "baby_lm"
     suite_group = "mlrb_blimp"
     assets_version = 2

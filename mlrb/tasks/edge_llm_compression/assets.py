@@ -28,7 +28,7 @@ from mlrb.tasks.tiny_models import (
     write_jsonl,
 )
 
-# The builder's parameters; their values are in mlrb/conf/task/edge_llm_compression.yaml (scales.tiny.assets).
+# The builder's parameters; their values are in this folder's task.yaml (scales.tiny.assets).
 PARAMS = (*BASE_MODEL_PARAMS, "batch_size", "n_dev", "n_test")
 
 

@@ -40,7 +40,6 @@ class EdgeCompressionScale(ScaleSpec):
 
 
 class EdgeLlmCompression(Task):
-    name = "edge_llm_compression"
     scale_class = EdgeCompressionScale
     assets_version = 2
     scorer_imports = lmeval.IMPORTS

@@ -11,6 +11,5 @@ from mlrb.tasks.from_scratch.task import FromScratchTask
 
 
 class EdgeLlmTraining(FromScratchTask):
-    name = "edge_llm_training"
     suite_group = "mlrb_superglue"
     assets_version = 2

@@ -73,14 +73,12 @@ class FolderScaleSpec(ScaleSpec):
 
 
 class FolderTask(Task):
-    name = "folder"
     scale_class = FolderScaleSpec
 
     def __init__(self, cfg: TaskConfig):
         # The format is settled here, so the scorer (which does not see the folder) gets it resolved.
         cfg = dataclasses.replace(cfg, format=cfg.format or layout.detect(Path(cfg.path or "").expanduser()))
-        super().__init__(cfg)
-        self.name = cfg.name  # the folder's name: experiments, the report and the cache go by it
+        super().__init__(cfg)  # its name is the folder's: experiments, the report and the cache go by it
         self.folder = Path(cfg.path or "").expanduser().resolve()
         self.format = cfg.format
         self.normalisation = "gap" if self.format == "mlrc" else "improvement"

@@ -52,7 +52,7 @@ BASE_NAME = "mlrb/tiny-llama-base"
 INSTRUCT_NAME = "mlrb/tiny-llama-base-instruct"
 CHAT_TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}\n{% endfor %}<|assistant|>"
 
-# The builder's parameters; their values are in mlrb/conf/task/llm_efficiency.yaml (scales.tiny.assets).
+# The builder's parameters; their values are in this folder's task.yaml (scales.tiny.assets).
 PARAMS = (*BASE_MODEL_PARAMS, "web_texts", "answers_per_skill", "instruct_steps", "instruct_lr", "batch_size",
           "n_train", "rows_per_fact", "n_dev", "n_test")  # fmt: skip
 

@@ -68,7 +68,6 @@ def model_dir(assets: Path, name: str) -> Path:
 
 
 class LlmEfficiency(Task):
-    name = "llm_efficiency"
     scale_class = LlmEfficiencyScale
     assets_version = 4
     scorer_imports = lmeval.IMPORTS

@@ -47,7 +47,7 @@ from mlrb.tasks.tiny_models import (
     write_jsonl,
 )
 
-# The builder's parameters; their values are in mlrb/conf/task/llm_merging.yaml (scales.tiny.assets).
+# The builder's parameters; their values are in this folder's task.yaml (scales.tiny.assets).
 PARAMS = (
     *BASE_MODEL_PARAMS,
     "lora_rank",
@@ -154,7 +154,7 @@ def check_params(params: dict) -> dict:
 def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
     """Build the tiny LLM-merging assets into `out_dir` and return a manifest dict.
 
-    params: every name in PARAMS, valued in mlrb/conf/task/llm_merging.yaml (scales.tiny.assets);
+    params: every name in PARAMS, valued in this folder's task.yaml (scales.tiny.assets);
     everything is derived from `seed`.
 
     Takes about a minute on 2 CPU cores (runs under `deterministic(seed)`: two builds give

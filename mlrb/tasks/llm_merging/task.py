@@ -37,7 +37,6 @@ class LlmMergingScale(ScaleSpec):
 
 
 class LlmMerging(Task):
-    name = "llm_merging"
     scale_class = LlmMergingScale
     assets_version = 3
     scorer_imports = lmeval.IMPORTS

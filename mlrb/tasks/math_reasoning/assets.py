@@ -29,7 +29,7 @@ import random
 
 from mlrb.tasks.tiny_models import check_counts, deterministic, read_jsonl, tiny_params, write_jsonl
 
-# The builder's parameters; their values are in mlrb/conf/task/math_reasoning.yaml (scales.tiny.assets).
+# The builder's parameters; their values are in this folder's task.yaml (scales.tiny.assets).
 PARAMS = ("seed", "n_rows", "n_test", "vocab_size", "d_model", "layers", "heads", "ffn_dim")
 
 _VARIABLES = ["x", "y", "z", "a", "b", "n", "m", "t", "k", "r"]

@@ -54,7 +54,6 @@ class MathReasoningScale(ScaleSpec):
 
 
 class MathReasoning(Task):
-    name = "math_reasoning"
     scale_class = MathReasoningScale
     assets_version = 2
 

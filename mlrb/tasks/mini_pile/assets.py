@@ -19,7 +19,7 @@ import pathlib
 from mlrb.tasks.from_scratch import superglue
 from mlrb.tasks.tiny_models import write_jsonl
 
-# The builder's parameters; their values are in mlrb/conf/task/mini_pile.yaml (scales.tiny.assets).
+# The builder's parameters; their values are in this folder's task.yaml (scales.tiny.assets).
 PARAMS = (*superglue.SUITE_PARAMS, "train_docs", "validation_docs", "test_docs")
 
 

@@ -10,6 +10,5 @@ from mlrb.tasks.from_scratch.task import FromScratchTask
 
 
 class MiniPile(FromScratchTask):
-    name = "mini_pile"
     suite_group = "mlrb_superglue"
     assets_version = 2
