@@ -157,3 +157,12 @@ def test_the_key_holds_the_code_that_builds_and_scores_the_assets(tmp_path):
     (tmp_path / "elsewhere.py").write_text("x = 1\n")  # beside the package, not in it
     sources._digest.cache_clear()
     assert sources.digest(package) == second
+    # The folder's config and page: the config's values that make assets are in the key as the
+    # scale's spec (a prompt or a time limit makes none), and a page makes none.
+    (package / "task.yaml").write_text("title: My task\n")
+    (package / "page.md").write_text("# My task\n")
+    sources._digest.cache_clear()
+    assert sources.digest(package) == second
+    (package / "starter" / "notes.md").write_text("A starter file the agent reads.\n")  # the workspace's: it counts
+    sources._digest.cache_clear()
+    assert sources.digest(package) != second

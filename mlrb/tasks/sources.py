@@ -3,7 +3,7 @@
 The calibration stored with the assets is measured by the task's builder and scorer,
 so assets built by other code are other assets: a changed builder, starter file or
 scorer gets them built again, without anyone remembering to bump `assets_version`.
-The code is the task's package folder (its starter files included, its config files not) and,
+The code is the task's package folder (its starter files included, its config and page not) and,
 transitively, the task packages and modules of `mlrb.tasks` and `mlrb.scoring` that it imports.
 """
 
@@ -50,7 +50,7 @@ def closure(package_dir: Path) -> set[Path]:
             [place]
             if place.is_file()
             else [
-                p for p in place.rglob("*") if p.is_file() and "__pycache__" not in p.parts and not is_config(p, place)
+                p for p in place.rglob("*") if p.is_file() and "__pycache__" not in p.parts and not is_config_or_page(p, place)
             ]
         )
         files.update(found)
@@ -60,10 +60,11 @@ def closure(package_dir: Path) -> set[Path]:
     return files
 
 
-def is_config(path: Path, package_dir: Path) -> bool:
-    """A task folder's config (task.yaml, shared values): its values that make the assets are in
-    their key already (the scale's spec), and the rest (a prompt, a time limit) makes none."""
-    return path.parent == package_dir and path.suffix == ".yaml"
+def is_config_or_page(path: Path, package_dir: Path) -> bool:
+    """A task folder's config (task.yaml, shared values) or its page (page.md): the config's values
+    that make the assets are in their key already (the scale's spec), and the rest (a prompt, a
+    time limit) makes none; nor does the page."""
+    return path.parent == package_dir and path.suffix in (".yaml", ".md")
 
 
 def imported_places(path: Path) -> list[Path]:
