@@ -50,7 +50,9 @@ def closure(package_dir: Path) -> set[Path]:
             [place]
             if place.is_file()
             else [
-                p for p in place.rglob("*") if p.is_file() and "__pycache__" not in p.parts and not is_config_or_page(p, place)
+                p
+                for p in place.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and not is_config_or_page(p, place)
             ]
         )
         files.update(found)
