@@ -37,7 +37,7 @@ class AssetError(RuntimeError):
 def asset_dir(task: Task, cache_dir: Path) -> Path:
     key = json.dumps(task.asset_key(), sort_keys=True, default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return Path(cache_dir).expanduser() / task.name / f"{task.cfg.scale}-{digest}"
+    return Path(cache_dir).expanduser() / task.name / f"{task.scale}-{digest}"
 
 
 def ensure_assets(task: Task, cache_dir: Path) -> Path:
@@ -71,7 +71,7 @@ def build(task: Task, target: Path) -> None:
     staging = target.parent / f"{target.name}.building"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    log.info("building %s assets (%s scale) in %s", task.name, task.cfg.scale, target)
+    log.info("building %s assets (%s scale) in %s", task.name, task.scale, target)
     started = time.monotonic()
     facts = build_facts(task, staging)
     make_readable(staging)
@@ -96,7 +96,7 @@ def build_facts(task: Task, staging: Path) -> dict:
     """Build (and calibrate) the assets. Calibration evaluates models on the scale's eval
     device; on a GPU that happens in a child process, so that this one (the harness, which
     lives for the whole run) never holds a CUDA context."""
-    if not task.spec.eval.device.startswith("cuda"):
+    if not task.eval_device.startswith("cuda"):
         return task.build_assets(staging)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor

@@ -23,21 +23,20 @@ def render(task: Task, budget: BudgetConfig, workspace: str, data_dir: str) -> s
     if own is not None:  # a folder task's research problem, then the run's environment
         return OWN_TEMPLATE.format(problem=own.strip(), budget=describe_budget(budget), workspace=workspace,
                                    data_dir=data_dir)  # fmt: skip
-    spec, prompt = task.spec, task.spec.prompt
-    hw = spec.hardware
+    prompt, hw = task.prompt, task.hardware
     compute = f"{hw.gpus} x {hw.gpu_type} GPU" if hw.gpus else "CPU only, no GPU"
     if hw.cpus:
         compute += f", {hw.cpus} CPU cores"
     if hw.memory_gb:
         compute += f", {hw.memory_gb:g} GB memory"
     fields = {
-        "title": task.cfg.title,
+        "title": task.title,
         "task": prompt.task,
         "dataset": prompt.dataset,
         "dataset_shape": prompt.dataset_shape,
         "models": prompt.models,
         "compute": compute,
-        "time_limit": f"The competition allows {time_limit(spec.time_limit_s)}",
+        "time_limit": f"The competition allows {time_limit(task.time_limit_s)}",
         "budget": describe_budget(budget),
         "result": prompt.result,
         "evaluation": prompt.evaluation,
@@ -45,7 +44,7 @@ def render(task: Task, budget: BudgetConfig, workspace: str, data_dir: str) -> s
         "additional_info": prompt.additional_info or "none",
         "workspace": workspace,
         "data_dir": data_dir,
-        "submission": task.cfg.submission,
+        "submission": task.submission,
     }
     return TEMPLATE.read_text().format_map(fields)
 

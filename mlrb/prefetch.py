@@ -45,9 +45,9 @@ def refuse_if_missing(task: Any) -> None:
         return
     more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
     raise ConfigError(
-        f"{task.name} at {task.cfg.scale} scale needs what is not in the Hugging Face cache ({cache_location()}): "
+        f"{task.name} at {task.scale} scale needs what is not in the Hugging Face cache ({cache_location()}): "
         f"{'; '.join(item.describe() for item in missing[:3])}{more}. Run `python -m mlrb.prefetch "
-        f"task={task.name} task.scale={task.cfg.scale}` on a machine with internet (same HF_HOME), then run again"
+        f"task={task.name} task.scale={task.scale}` on a machine with internet (same HF_HOME), then run again"
     )
 
 
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         missing_total += prefetch_environment(task, cache_dir, check_only="--check" in args)
         needs = task_needs(task)
         if not needs:
-            print(f"{task.name} ({task.cfg.scale}): nothing to fetch (its assets are built locally)")
+            print(f"{task.name} ({task.scale}): nothing to fetch (its assets are built locally)")
             continue
         missing = [item for item in needs if not is_present(item)]
         if missing and not check_only and unreachable is None:
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"missing: {task.name}: {item.describe()}")
         missing_total += len(missing)
         state = "complete" if not missing else f"{len(missing)} of {len(needs)} missing"
-        print(f"{task.name} ({task.cfg.scale}): {state} ({len(needs)} items in {cache_location()})", flush=True)
+        print(f"{task.name} ({task.scale}): {state} ({len(needs)} items in {cache_location()})", flush=True)
     if missing_total:
         offline = check_only or unreachable
         how = "run this again on a machine with internet (HF_HUB_OFFLINE unset)" if offline else "see above"

@@ -109,7 +109,7 @@ class SnapshottedRun:
         shutil.rmtree(submission, ignore_errors=True)  # from an earlier rescoring of the same step
         if submission.is_file():
             submission.unlink()
-        workspace.collect(work, self.task.cfg.submission, submission)
+        workspace.collect(work, self.task.submission, submission)
         try:
             report = score_submission(self.task, submission, self.asset_path, folder / "scoring",
                                       SandboxConfig(**self.config["sandbox"]), self.run_id)  # fmt: skip

@@ -80,7 +80,7 @@ class StepScoring:
             if (self.work / rel).is_file() and not any(fnmatch.fnmatch(rel, glob) for glob in read_only):
                 (work / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(self.work / rel, work / rel)
-        workspace.collect(work, self.task.cfg.submission, folder / "submission")
+        workspace.collect(work, self.task.submission, folder / "submission")
         try:
             report = score_submission(self.task, folder / "submission", self.asset_path, folder / "scoring",
                                       self.sandbox, self.recorder.run_id)  # fmt: skip

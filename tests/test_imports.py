@@ -154,6 +154,19 @@ def third_party_imports() -> dict[str, Path]:
     return found
 
 
+def test_only_a_task_reads_its_own_config():
+    """Outside mlrb/tasks/, modules take what they need of a task through its interface
+    (Task.scale, .submission, .hardware, .scorer_config()...), never its config (task.cfg, task.spec)."""
+    import re
+
+    reads = re.compile(r"\btask\.(cfg|spec)\b")
+    found = [f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+             for name, path in module_files().items() if not name.startswith("mlrb.tasks.")
+             for number, line in enumerate(path.read_text().splitlines(), 1) if reads.search(line)]  # fmt: skip
+    assert not found, found
+    assert reads.search("ctx.task.spec.baseline_command")  # (the pattern sees an attribute chain's reads)
+
+
 def test_the_libraries_imported_are_the_ones_declared():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     declared = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}

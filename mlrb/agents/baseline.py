@@ -24,7 +24,7 @@ class BaselineAgent:
         self.cfg = cfg
 
     def run(self, ctx: AgentContext) -> AgentOutcome:
-        command = ctx.task.spec.baseline_command
+        command = ctx.task.baseline_command()
         limit = ctx.budget.exhausted()
         if limit:
             return AgentOutcome(Status.BUDGET_EXHAUSTED, limit, "no budget left before the first step")

@@ -191,12 +191,12 @@ def kill_group(pid: int) -> None:
 
 
 def limits_for(task, cfg: SandboxConfig) -> Limits:
-    hw = task.spec.hardware
+    hw = task.hardware
     return Limits(
         cpus=cfg.cpus if cfg.cpus is not None else hw.cpus,
         memory_gb=cfg.memory_gb if cfg.memory_gb is not None else hw.memory_gb,
         gpus=hw.gpus,
-        network=task.cfg.network,
+        network=task.network,
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Protocol
 
 import mlrb
 from mlrb import registry
-from mlrb.config import SandboxConfig, TaskConfig
+from mlrb.config import SandboxConfig
 from mlrb.sandbox.base import (
     IsolatedCommand,
     IsolatedProcess,
@@ -28,13 +28,21 @@ from mlrb.scoring.report import ScoreReport
 
 
 class ScoredTask(Protocol):
-    """What scoring needs of a task (every mlrb.tasks.base.Task has it): its config, scale spec
-    and the modules its scorer imports. The scorer process builds the task itself, from the registry."""
+    """What scoring needs of a task (every mlrb.tasks.base.Task has it): the modules its scorer
+    imports, its limits and the config its scorer's process makes the task from (from the registry)."""
 
-    cfg: TaskConfig
-    spec: Any
     scorer_imports: ClassVar[tuple[str, ...]]
     environment: Path | None
+
+    @property
+    def submission(self) -> str: ...
+    @property
+    def score_timeout_s(self) -> float: ...
+    @property
+    def hardware(self) -> Any: ...
+    @property
+    def network(self) -> bool: ...
+    def scorer_config(self) -> dict[str, Any]: ...
 
 
 class ScorerError(RuntimeError):
@@ -74,7 +82,7 @@ class Scorer:
             mounts=scorer_mounts(self.assets, self.work_dir) + task_environment_mounts(self.task.environment),
             workdir=str(self.work_dir),
             env=scorer_environment(self.work_dir, self.sandbox),
-            timeout_s=self.task.spec.score_timeout_s,
+            timeout_s=self.task.score_timeout_s,
             log_file=self.work_dir / "scorer.log",
             limits=dataclasses.replace(limits_for(self.task, self.sandbox), network=False),
             run_id=self.run_id,
@@ -87,7 +95,7 @@ class Scorer:
         if not submission.exists():
             self.close()  # nothing to score: no need to wait for the run's end to stop it
             return ScoreReport.invalid(
-                f"no submission: the agent left nothing at '{self.task.cfg.submission}' in its workspace"
+                f"no submission: the agent left nothing at '{self.task.submission}' in its workspace"
             )
         # A scorer scores once (or was closed); and assets rebuilt since it started are a new folder
         # its sandbox does not show.
@@ -103,10 +111,8 @@ class Scorer:
             shutil.copy2(submission, fresh, follow_symlinks=False)
         self.process.hand_over(fresh)
 
-        task_cfg = dataclasses.asdict(self.task.cfg)
-        task_cfg["scales"] = {self.task.cfg.scale: task_cfg["scales"][self.task.cfg.scale]}  # the scorer needs no other
         request: dict[str, Any] = {
-            "task": task_cfg,
+            "task": self.task.scorer_config(),
             "submission": str(fresh),
             "assets": str(self.assets),
             "work_dir": str(self.work_dir),

@@ -101,6 +101,61 @@ class Task(abc.ABC):
         # (assets.ensure_assets); None: the harness's libraries.
         self.environment: Path | None = None
 
+    # What the harness reads of a task: these, not its config (`cfg`, `spec`), which is the task's own.
+    @property
+    def scale(self) -> str:
+        return self.cfg.scale
+
+    @property
+    def title(self) -> str:
+        return self.cfg.title
+
+    @property
+    def submission(self) -> str:
+        """The file or folder in the workspace that is scored."""
+        return self.cfg.submission
+
+    @property
+    def network(self) -> bool:
+        """Whether the agent's sandbox may reach the network."""
+        return self.cfg.network
+
+    @property
+    def hardware(self) -> HardwareSpec:
+        return self.spec.hardware
+
+    @property
+    def prompt(self) -> PromptSpec:
+        return self.spec.prompt
+
+    @property
+    def time_limit_s(self) -> float:
+        """The competition's own time limit (the prompt states it; the budget sets the run's)."""
+        return self.spec.time_limit_s
+
+    @property
+    def score_timeout_s(self) -> float:
+        return self.spec.score_timeout_s
+
+    @property
+    def eval_device(self) -> str:
+        return self.spec.eval.device
+
+    @property
+    def unenforced_rules(self) -> dict[str, str]:
+        return dict(self.spec.unenforced_rules)
+
+    def baseline_command(self) -> str:
+        """The shell command the scripted baseline agent runs in the workspace."""
+        return self.spec.baseline_command
+
+    def scorer_config(self) -> dict[str, Any]:
+        """The config the scorer's process makes the task from (mlrb/scoring/worker.py): this
+        one, with its own scale only."""
+        cfg = dataclasses.asdict(self.cfg)
+        cfg["scales"] = {self.scale: cfg["scales"][self.scale]}
+        return cfg
+
     def requirements(self) -> list[str]:
         """The pip requirements of the task's own environment; none: the harness's libraries."""
         return list(self.cfg.requirements)
@@ -247,7 +302,7 @@ class Task(abc.ABC):
     def anchor_commands(self) -> dict[str, str]:
         """Solutions measured at asset build: do_nothing (for the record), baseline (0 on the
         normalised scale), reference (100)."""
-        commands = {"do_nothing": self.spec.do_nothing_command, "baseline": self.spec.baseline_command,
+        commands = {"do_nothing": self.spec.do_nothing_command, "baseline": self.baseline_command(),
                     "reference": self.spec.reference_command}  # fmt: skip
         return {anchor: command for anchor, command in commands.items() if command}
 

@@ -104,9 +104,6 @@ class FolderTask(Task):
 
     # --- assets -------------------------------------------------------------------------
 
-    def baseline_command(self) -> str:
-        return self.spec.baseline_command
-
     def requirements(self) -> list[str]:
         """The folder's requirements.txt (at its top, or in scripts/ as MLRC-Bench keeps it), then
         `task.requirements`: the task's own environment, where its code runs with its pins."""
