@@ -46,7 +46,7 @@ from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
 from mlrb.config import ConfigError, MlrbConfig
-from mlrb.scoring.runner import Scorer
+from mlrb.scoring.runner import Scorer, score_submission
 from mlrb.status import Status, of_run
 from mlrb.tags import Tag
 from mlrb.tasks.base import ScoreReport, Task
@@ -97,7 +97,8 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         # e.g. no namespaces, a dead Docker daemon: one line, nothing recorded
         plan.sandbox_class.preflight(plan.sandbox)
         prefetch.refuse_if_missing(plan.task)  # full scale: models or evaluation sets not in the HF cache
-        plan.task.preflight(plan.cache_dir)  # a folder task whose baseline or eval.py fails: the same
+        if plan.task.builds_at_preflight:  # a folder task whose baseline or eval.py fails: the same
+            assets_lib.ensure_assets(plan.task, plan.cache_dir)
         if hasattr(plan.agent, "prepare"):
             plan.agent.prepare(plan.cache_dir)  # say, an agent's program installed into the cache, or refused
         # a store that cannot take the run: the same (a sweep's job waits for a server that is away)
@@ -319,7 +320,11 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
             recorder.log_folder(step_snapshots.root, "snapshots")
             if (run_dir / "agent").is_dir():  # what an outside agent printed: its transcript
                 recorder.log_folder(run_dir / "agent", "agent")
-        chosen = task.choose_snapshot(step_snapshots.root, asset_path, run_dir, plan.sandbox, recorder.run_id)
+
+        def score_folder(scored_task: Task, folder: Path, work_dir: Path) -> ScoreReport:  # as the run's scorer
+            return score_submission(scored_task, folder, asset_path, work_dir, plan.sandbox, recorder.run_id)
+
+        chosen = task.choose_snapshot(step_snapshots.root, asset_path, run_dir, score_folder)
         if chosen is not None:  # MLRC-Bench: the test split is scored on the snapshot with the best dev score
             snapshots.materialise(step_snapshots.root, chosen["entry"], start_files, work)
             recorder.log_metrics(chosen["metrics"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -100,6 +101,10 @@ class Task(abc.ABC):
         # The task's own Python environment (mlrb/environments.py), set once it is built
         # (assets.ensure_assets); None: the harness's libraries.
         self.environment: Path | None = None
+
+    # The assets are built (once) and checked before the run is recorded, so that a broken task
+    # is one line (a ConfigError of its builder) and no run: a task folder's own code may fail.
+    builds_at_preflight: ClassVar[bool] = False
 
     # What the harness reads of a task: these, not its config (`cfg`, `spec`), which is the task's own.
     @property
@@ -211,17 +216,15 @@ class Task(abc.ABC):
         """Workspace files restored before scoring."""
         return list(self.cfg.read_only_files)
 
-    def preflight(self, cache_dir: Path) -> None:  # noqa: B027 (an optional hook: most tasks need no check)
-        """Checks before the run is recorded; raise ConfigError (one line) for a bad task."""
-
     def own_instructions(self) -> str | None:
         """The task's own prompt text instead of MLRB's template fields (None: the template)."""
         return None
 
-    def choose_snapshot(self, snapshots_root: Path, assets: Path, run_dir: Path, sandbox: Any,
-                        run_id: str) -> dict[str, Any] | None:  # fmt: skip
+    def choose_snapshot(self, snapshots_root: Path, assets: Path, run_dir: Path,
+                        score: Callable[[Any, Path, Path], ScoreReport]) -> dict[str, Any] | None:  # fmt: skip
         """After the run: the step snapshot to score instead of the final workspace
-        ({"entry": its line, "metrics": {...}, "tags": {...}}), or None for the final workspace."""
+        ({"entry": its line, "metrics": {...}, "tags": {...}}), or None for the final workspace.
+        `score(task, folder, work_dir)` scores a folder as the run's scorer does (its sandbox)."""
         return None
 
     def asset_key(self) -> dict[str, Any]:

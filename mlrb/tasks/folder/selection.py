@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,11 @@ from mlrb import snapshots
 from mlrb.tags import Tag
 
 
-def best_dev_snapshot(task: Any, root: Path, assets: Path, run_dir: Path, sandbox: Any,
-                      run_id: str) -> dict[str, Any] | None:  # fmt: skip
-    """Score each distinct step state on dev in the scoring sandbox; the best step's entry with
-    the dev scores as metrics and tags, or None when no step scored on dev."""
-    from mlrb.scoring.runner import score_submission
-
+def best_dev_snapshot(task: Any, root: Path, assets: Path, run_dir: Path,
+                      score: Callable[[Any, Path, Path], Any]) -> dict[str, Any] | None:  # fmt: skip
+    """Score each distinct step state on dev with `score(task, folder, work_dir)` (the run's
+    scorer, in its sandbox); the best step's entry with the dev scores as metrics and tags, or
+    None when no step scored on dev."""
     dev_task = task.with_phase("dev")
     globs = task.read_only_globs(assets)
     by_state: dict[str, float | None] = {}
@@ -29,7 +29,7 @@ def best_dev_snapshot(task: Any, root: Path, assets: Path, run_dir: Path, sandbo
         if key not in by_state:
             scratch = run_dir / "dev" / f"step-{entry['step']}"
             folder = snapshots.materialise(root, entry, task.workspace_files(assets), scratch / "workspace")
-            report = score_submission(dev_task, folder, assets, scratch / "scoring", sandbox, run_id)
+            report = score(dev_task, folder, scratch / "scoring")
             by_state[key] = report.score if report.valid else None
             shutil.rmtree(scratch / "workspace", ignore_errors=True)
         dev = dev_scores[entry["step"]] = by_state[key]

@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,9 @@ except BaseException as e:
 """
 
 
-class TaskFolderError(RuntimeError):
-    """The task folder itself is broken (its prepare.py, baseline or eval.py fails)."""
+class TaskFolderError(ConfigError):
+    """The task folder itself is broken (its prepare.py, baseline or eval.py fails): found when
+    its assets are built, before a run is recorded (`builds_at_preflight`), it is one line."""
 
 
 @dataclass
@@ -74,6 +76,7 @@ class FolderScaleSpec(ScaleSpec):
 
 class FolderTask(Task):
     scale_class = FolderScaleSpec
+    builds_at_preflight = True  # a folder whose prepare.py, baseline or eval.py fails: one line, no run
 
     def __init__(self, cfg: TaskConfig):
         # The format is settled here, so the scorer (which does not see the folder) gets it resolved.
@@ -119,15 +122,6 @@ class FolderTask(Task):
     def asset_key(self) -> dict[str, Any]:
         return {**super().asset_key(), "format": self.format, "method": self.spec.method,
                 "folder": folder_digest(self.folder)}  # fmt: skip
-
-    def preflight(self, cache_dir: Path) -> None:
-        """Build (once) and check the assets now, so a broken folder is one line and no run."""
-        from mlrb import assets
-
-        try:
-            assets.ensure_assets(self, cache_dir)
-        except TaskFolderError as e:
-            raise ConfigError(str(e)) from None
 
     def build_assets(self, out_dir: Path) -> dict[str, Any]:
         try:
@@ -228,14 +222,14 @@ class FolderTask(Task):
             )
         return problem
 
-    def choose_snapshot(self, snapshots_root: Path, assets: Path, run_dir: Path, sandbox: Any,
-                        run_id: str) -> dict[str, Any] | None:  # fmt: skip
+    def choose_snapshot(self, snapshots_root: Path, assets: Path, run_dir: Path,
+                        score: Callable[[Any, Path, Path], ScoreReport]) -> dict[str, Any] | None:  # fmt: skip
         """MLRC-Bench: score every distinct step snapshot on the dev split; the best is scored on test."""
         if self.format != "mlrc":
             return None
         from mlrb.tasks.folder import selection
 
-        return selection.best_dev_snapshot(self, snapshots_root, assets, run_dir, sandbox, run_id)
+        return selection.best_dev_snapshot(self, snapshots_root, assets, run_dir, score)
 
     def with_phase(self, phase: str) -> FolderTask:
         scales = {**self.cfg.scales, self.cfg.scale: {**self.cfg.scales[self.cfg.scale], "phase": phase}}
