@@ -123,7 +123,9 @@ def test_imports_flow_from_the_command_line_down():
     # nor do the stages' packages into the run that drives them.
     upward = [(m, t) for m, targets in graph.items() for t in targets
               if (m.startswith("mlrb.scoring") and t.startswith("mlrb.tasks"))
-              or (m.startswith(("mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring")) and t in ("mlrb.run", "mlrb.sweep"))]  # fmt: skip
+              or (m.startswith(("mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring")) and t in ("mlrb.run", "mlrb.sweep"))
+              # a task is built and scored by the harness: it is handed what it needs of them, never imports them
+              or (m.startswith("mlrb.tasks") and t in ("mlrb.assets", "mlrb.scoring.runner", "mlrb.plan"))]  # fmt: skip
     assert not upward, upward
 
 
