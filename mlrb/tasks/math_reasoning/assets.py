@@ -33,8 +33,9 @@ from mlrb.tasks.tiny_models import check_counts, deterministic, read_jsonl, tiny
 PARAMS = ("seed", "n_rows", "n_test", "vocab_size", "d_model", "layers", "heads", "ffn_dim")
 
 _VARIABLES = ["x", "y", "z", "a", "b", "n", "m", "t", "k", "r"]
-_SUBSCRIPTS = "₀₁₂₃"
 MAX_HYPOTHESES = 3
+_SUBSCRIPTS = "".join(chr(ord("₀") + i) for i in range(MAX_HYPOTHESES))  # h₀, h₁... in the Lean statement
+TWO_VARIABLE_KINDS = frozenset({"sum", "difference"})  # hypotheses that bring in a second variable
 TEST_SHAPE_SHARE = 0.25  # of the problem shapes, held out: no training problem has one
 
 
@@ -47,7 +48,7 @@ def grammar() -> dict:
 
 def _pins(hypotheses: tuple[str, ...]) -> bool:
     """Whether the hypotheses fix the value of the problem's variable."""
-    return bool({"shifted", "scaled"} & set(hypotheses)) or {"sum", "difference"} <= set(hypotheses)
+    return bool({"shifted", "scaled"} & set(hypotheses)) or TWO_VARIABLE_KINDS <= set(hypotheses)
 
 
 def shapes() -> list[tuple[tuple[str, ...], str]]:
@@ -98,7 +99,7 @@ def problem(shape: tuple[tuple[str, ...], str], rng: random.Random, name: str) -
     hypotheses, goal = shape
     u, w = rng.sample(_VARIABLES, 2)
     u_value, w_value = rng.randint(1, 30), rng.randint(1, 30)
-    two = bool({"sum", "difference"} & set(hypotheses))
+    two = bool(TWO_VARIABLE_KINDS & set(hypotheses))
     drawn = [(words["hypotheses"][k], {"u": u, "w": w, **_hypothesis(k, rng, u_value, w_value)}) for k in hypotheses]
     low = next((values["low"] for _, values in drawn if "low" in values), None)
     goal_values = {"u": u, **_goal(goal, rng, u_value, _pins(hypotheses), low)}
