@@ -149,6 +149,9 @@ def register_schema() -> None:
         OmegaConf.register_new_resolver("mlrb.folder_name", folder_name)
 
 
+_REGISTERED_TASK_ROOTS: set[Path] = set()
+
+
 def register_task_configs(store: Any) -> None:
     """Each task folder's `task.yaml` as the choice `task=FOLDER` (its `name` the folder's unless
     it sets one), and any other YAML file of a folder of tasks' packages as `task/FOLDER/FILE`:
@@ -156,6 +159,9 @@ def register_task_configs(store: Any) -> None:
     from mlrb import registry
 
     for root in registry.TASK_PACKAGES.values():
+        if root in _REGISTERED_TASK_ROOTS:  # each file parsed once per process (report and prefetch ask often)
+            continue
+        _REGISTERED_TASK_ROOTS.add(root)
         for path in sorted(root.glob("*/*.yaml")):
             node, folder = OmegaConf.load(path), path.parent.name
             if path.name == registry.TASK_CONFIG:
@@ -173,7 +179,7 @@ def packaged_task(name: str) -> dict[str, Any]:
 
     register_schema()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        composed = compose(config_name="config", overrides=[f"task={name}"])
+        composed = compose(config_name=f"task/{name}")  # the task's config alone, as its file holds it
     return cast(dict[str, Any], OmegaConf.to_container(composed.task))
 
 
