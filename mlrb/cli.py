@@ -1,9 +1,11 @@
 """`python -m mlrb`: Hydra composes and runs the jobs; this module reads the command line
 and checks every job's config first.
 
-The command line is read by Hydra's own parser, with one difference: Hydra's flags (-m,
+The command line is read as Hydra's parser reads it, with one difference: Hydra's flags (-m,
 --cfg, --help...) may come before or after the overrides, and are handed to `hydra.main`
-first, as its parser requires.
+first, as its parser requires. Hydra keeps that parser in a private module, so its flags are
+declared here (HYDRA_FLAGS, names and what each takes) and tests/test_cli.py checks them
+against Hydra's own: a Hydra upgrade that changes a flag fails a test, not a user's command.
 
 One function checks the config of every command that runs a job or prints one, a single
 run and a sweep alike (`check_jobs`): each job of the command (each combination of a
@@ -32,7 +34,25 @@ from omegaconf import DictConfig
 from mlrb.config import CONF_DIR, ConfigError, register_schema, to_typed
 
 GROUPS = ("task", "agent", "budget", "sandbox", "launcher", "tracking")
+SWITCH: dict[str, Any] = {"action": "store_true"}
+VALUE: dict[str, Any] = {}
 INFO = ("--info", "-i")  # Hydra's flag whose choice is optional: `--info` alone means `--info all`
+HYDRA_FLAGS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (("--help", "-h"), SWITCH),
+    (("--hydra-help",), SWITCH),
+    (("--cfg", "-c"), {"choices": ["job", "hydra", "all"]}),
+    (("--resolve",), SWITCH),
+    (("--package", "-p"), VALUE),
+    (("--run", "-r"), SWITCH),
+    (("--multirun", "-m"), SWITCH),
+    (("--shell-completion", "-sc"), SWITCH),
+    (("--config-path", "-cp"), VALUE),
+    (("--config-name", "-cn"), VALUE),
+    (("--config-dir", "-cd"), VALUE),
+    (("--experimental-rerun",), VALUE),
+    (INFO, {"nargs": "?", "const": "all",
+            "choices": ["all", "config", "defaults", "defaults-tree", "plugins", "searchpath"]}),
+)  # fmt: skip
 
 log = logging.getLogger("mlrb")
 
@@ -58,22 +78,31 @@ def is_override(token: str) -> bool:
     return "=" in token or token[:1] in ("~", "+")
 
 
-def parse_command_line(argv: list[str]) -> CommandLine:
-    """Hydra's flags and the overrides, in any order, read by Hydra's own parser."""
-    from hydra._internal.utils import get_args_parser  # the parser hydra.main uses
+class HydraFlagParser(argparse.ArgumentParser):
+    """Hydra's flags and the overrides (HYDRA_FLAGS)."""
 
-    def one_line(message: str) -> NoReturn:  # argparse prints usage and exits; mlrb's rule is one line
+    def __init__(self) -> None:
+        super().__init__(prog="python -m mlrb", add_help=False)
+        self.add_argument("overrides", nargs="*")
+        for names, takes in HYDRA_FLAGS:
+            self.add_argument(*names, **takes)
+
+    def error(self, message: str) -> NoReturn:  # argparse prints usage and exits; mlrb's rule is one line
         raise ConfigError(message)
 
-    parser = get_args_parser()
-    parser.prog = "python -m mlrb"
-    parser.error = one_line  # type: ignore[method-assign]
+
+def parse_command_line(argv: list[str]) -> CommandLine:
+    """Hydra's flags and the overrides, in any order."""
+    parser = HydraFlagParser()
     # `--info` followed by an override is `--info all`, not an --info choice named by the override
     argv = [
         "--info=all" if arg in INFO and (i + 1 == len(argv) or is_override(argv[i + 1])) else arg
         for i, arg in enumerate(argv)
     ]
     args = parser.parse_intermixed_args(argv)
+    modes = [args.run, args.multirun, args.cfg is not None, args.info is not None, args.shell_completion]
+    if sum(modes) > 1:  # Hydra raises a ValueError with a traceback
+        raise ConfigError("give only one of --run, --multirun, --cfg, --info and --shell-completion")
     flags = list(argv)
     for override in args.overrides:  # what is left is the flags and their values, in their order
         flags.remove(override)

@@ -107,6 +107,7 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
         (["task.scale=huge"], "unknown scale 'huge' for task llm_merging; valid choices: full, tiny"),
         (["task.scale=full"], "missing value for 'task.scales.full.assets.adapters'"),
         (["-m", "seed=1,2", "budget=smoke,bad"], "unknown budget 'bad'"),
+        (["--cfg", "job", "task=math_reasoning", "--info"], "give only one of --run, --multirun, --cfg, --info"),
         (["task=folder"], "task.path is not set: give the task folder, e.g. task.path=/path/to/house-price"),
         (["task=folder", "task.path=/nonexistent"], "task.path '/nonexistent' is not a folder"),
         # A tiny builder's parameter is checked with the config, before anything is built.
@@ -172,7 +173,11 @@ def test_help_does_not_import_ml_libraries(tmp_path):
             ["-m", "task=llm_merging", "agent=claude", "seed=1,2,3"],
         ),
         (["seed=3", "--cfg", "job", "--resolve"], ["--cfg", "job", "--resolve", "seed=3"]),
-        (["budget=1h", "-c", "hydra", "seed=2", "--multirun"], ["-c", "hydra", "--multirun", "budget=1h", "seed=2"]),
+        (["budget=1h", "-c", "hydra", "seed=2", "--resolve"], ["-c", "hydra", "--resolve", "budget=1h", "seed=2"]),
+        (
+            ["budget=1h", "-cd", "/tmp/mine", "seed=2", "--multirun"],
+            ["-cd", "/tmp/mine", "--multirun", "budget=1h", "seed=2"],
+        ),
         (["seed=1", "--info"], ["--info", "seed=1"]),
         (["seed=1", "--config-dir", "/tmp/mine", "--help"], ["--help", "--config-dir", "/tmp/mine", "seed=1"]),
     ],
@@ -180,7 +185,7 @@ def test_help_does_not_import_ml_libraries(tmp_path):
 def test_hydra_flags_may_come_before_or_after_the_overrides(flags_last, flags_first):
     """What goes to hydra.main means the same to Hydra's own parser (flags only before the
     overrides) wherever the user put the flags, and ends with the overrides."""
-    from hydra._internal.utils import get_args_parser
+    from hydra._internal.utils import get_args_parser  # hydra.main's parser (private; tests only)
 
     from mlrb.cli import parse_command_line
 
@@ -190,6 +195,22 @@ def test_hydra_flags_may_come_before_or_after_the_overrides(flags_last, flags_fi
     assert as_hydra_reads_it == parse_command_line(flags_last).args
     overrides = [a for a in flags_first if "=" in a]
     assert handed_to_hydra[-len(overrides) :] == overrides  # Hydra takes its flags first
+
+
+def test_the_flags_mlrb_reads_are_hydras_own():
+    """HYDRA_FLAGS is what hydra.main's parser takes (names, arity, choices, defaults), read here
+    from Hydra's private module so that the package never imports it: an upgrade of Hydra that
+    changes a flag fails this test instead of a user's command line."""
+    from hydra._internal.utils import get_args_parser
+
+    from mlrb.cli import HydraFlagParser
+
+    def flags(parser) -> dict:
+        return {tuple(a.option_strings): (type(a).__name__, a.nargs, a.const, a.default,
+                                          list(a.choices) if a.choices else None)
+                for a in parser._actions if a.option_strings and "--version" not in a.option_strings}  # fmt: skip
+
+    assert flags(HydraFlagParser()) == flags(get_args_parser())
 
 
 def test_version_names_mlrb_and_hydra(tmp_path):
