@@ -27,11 +27,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from mlrb.config import CONF_DIR, ConfigError, register_schema, to_typed
+from mlrb.config import CONF_DIR, ConfigError, MlrbConfig, register_schema, to_typed
 
 GROUPS = ("task", "agent", "budget", "sandbox", "launcher", "tracking")
 SWITCH: dict[str, Any] = {"action": "store_true"}
@@ -55,6 +55,11 @@ HYDRA_FLAGS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
 )  # fmt: skip
 
 log = logging.getLogger("mlrb")
+
+# The configs check_jobs validated in this process, as composed (hydra's node left out) with
+# their typed form: `job` takes the typed form from here when Hydra composes the same config
+# again, instead of validating it twice (a single run's own process).
+CHECKED: list[tuple[dict[str, Any], MlrbConfig]] = []
 
 
 @dataclass(frozen=True)
@@ -172,9 +177,28 @@ def check_jobs(args: argparse.Namespace) -> None:
                 except Exception as e:  # Hydra and OmegaConf raise many types; all are config errors here
                     raise ConfigError(explain_compose_error(job, e, extra)) from None
                 if not args.cfg:  # printing a config may show values still to fill in (???)
-                    to_typed(cfg)
+                    typed = to_typed(cfg)
+                    if not args.multirun:  # a sweep's jobs run in processes of their own
+                        CHECKED.append((as_plain(cfg), typed))
     finally:
         GlobalHydra.instance().clear()
+
+
+def as_plain(cfg: DictConfig) -> dict[str, Any]:
+    """A composed config as plain data, unresolved, without Hydra's own node."""
+    plain = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False))
+    return {key: value for key, value in plain.items() if key != "hydra"}
+
+
+def checked(cfg: DictConfig) -> MlrbConfig:
+    """The typed form of a job's config: the one check_jobs made where it checked this same
+    config, else validated now (a sweep's job, or a job Hydra composed otherwise)."""
+    plain = as_plain(cfg)
+    for i, (seen, typed) in enumerate(CHECKED):
+        if seen == plain:
+            del CHECKED[i]  # used once: a run may change what it was given
+            return typed
+    return to_typed(cfg)
 
 
 def check_group_choice(override: str, group_options: Callable[[str], list[str]]) -> None:
@@ -232,7 +256,7 @@ def job(cfg: DictConfig) -> dict | None:
 
     hydra_cfg = HydraConfig.get()
     try:
-        typed = to_typed(cfg)
+        typed = checked(cfg)
         with console.quiet(typed.verbose):
             result = run.execute(typed, Path(hydra_cfg.runtime.output_dir))
     except ConfigError as e:

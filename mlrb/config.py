@@ -137,39 +137,17 @@ class MlrbConfig:
 
 
 def register_schema() -> None:
-    """Make the schema and every task's config (mlrb/registry.py: `task.yaml` in its folder)
+    """Make the schema and every task's config (mlrb/task_configs.py: `task.yaml` in its folder)
     available to Hydra, and the resolver that names a folder task after its folder
     (mlrb/tasks/folder/task.yaml)."""
     from hydra.core.config_store import ConfigStore
 
-    store = ConfigStore.instance()
-    store.store(name="mlrb_schema", node=MlrbConfig)
-    register_task_configs(store)
+    from mlrb import task_configs
+
+    ConfigStore.instance().store(name="mlrb_schema", node=MlrbConfig)
+    task_configs.register()
     if not OmegaConf.has_resolver("mlrb.folder_name"):
         OmegaConf.register_new_resolver("mlrb.folder_name", folder_name)
-
-
-_REGISTERED_TASK_ROOTS: set[Path] = set()
-
-
-def register_task_configs(store: Any) -> None:
-    """Each task folder's `task.yaml` as the choice `task=FOLDER` (its `name` the folder's unless
-    it sets one), and any other YAML file of a folder of tasks' packages as `task/FOLDER/FILE`:
-    values that tasks share (`from_scratch/shared@_here_` in a task's defaults list)."""
-    from mlrb import registry
-
-    for root in registry.TASK_PACKAGES.values():
-        if root in _REGISTERED_TASK_ROOTS:  # each file parsed once per process (report and prefetch ask often)
-            continue
-        _REGISTERED_TASK_ROOTS.add(root)
-        for path in sorted(root.glob("*/*.yaml")):
-            node, folder = OmegaConf.load(path), path.parent.name
-            if path.name == registry.TASK_CONFIG:
-                if "name" not in node:
-                    node.name = folder
-                store.store(group="task", name=folder, node=node, provider="mlrb")
-            else:
-                store.store(group=f"task/{folder}", name=path.stem, node=node, provider="mlrb")
 
 
 def packaged_task(name: str) -> dict[str, Any]:

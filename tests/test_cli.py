@@ -232,3 +232,26 @@ def test_an_unknown_flag_is_one_line_naming_it(tmp_path):
     result = run_cli("seed=1", "--multrun", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == ["mlrb: error: unrecognized arguments: --multrun"]
+
+
+def test_a_checked_config_is_validated_once_and_only_for_the_same_config():
+    """A single run's config is validated by check_jobs before Hydra composes it again for the
+    job; the job takes the typed form that check made (validating twice cost a single run about
+    a tenth of a second), and only where what Hydra composed is the config that was checked."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from mlrb import cli
+    from mlrb.config import CONF_DIR, register_schema
+
+    register_schema()
+    cli.check_jobs(cli.parse_command_line(["seed=3", "budget=1h"]).args)
+    ((_, typed),) = cli.CHECKED
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        other = cli.checked(compose(config_name="config", overrides=["seed=4", "budget=1h"]))
+        same = cli.checked(compose(config_name="config", overrides=["budget=1h", "seed=3"]))
+    GlobalHydra.instance().clear()
+    assert other is not typed and (other.seed, other.budget.wall_time_s) == (4, 3600)
+    assert same is typed and (same.seed, same.budget.wall_time_s) == (3, 3600)
+    assert cli.CHECKED == []  # each checked config is handed out once
