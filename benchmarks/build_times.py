@@ -1,6 +1,6 @@
 """First-time asset builds of the tiny tasks: how long a new user waits before a first run.
 
-    .venv/bin/python benchmarks/build_times.py [--tasks a,b] [--out benchmarks/build_times.json]
+    .venv/bin/python benchmarks/build_times.py [--tasks a,b] [--out benchmarks/build_times.json] [--cache-dir DIR]
 
 Builds each task's default tiny assets (seed as in its YAML) one after another into a
 fresh, empty cache (a temporary folder, removed afterwards), as a first `python -m mlrb
@@ -8,6 +8,9 @@ task=<key>` would, and prints each build's wall time and the total, against issu
 target for all seven: 20 minutes on 2 cores (issue 16's 15, before each anchor became the
 mean of `assets.anchor_seeds` runs). Run it on an otherwise idle machine: the
 anchors' training runs use one thread each, but the figures still move with the load.
+`--cache-dir DIR` builds into DIR instead and keeps the assets there (the tests' cache,
+say, ~/.cache/mlrb-tests, so that one wait serves both); a task whose assets DIR holds
+already is refused, since that build would not be a first one.
 With `--out`, the figures are written there with where and how they were measured, and
 benchmarks/RESULTS.md is written again when that is benchmarks/build_times.json.
 """
@@ -41,6 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated task keys (default: all seven)")
     parser.add_argument("--out", type=Path, default=None, help="also write the figures here (JSON)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="build into this folder and keep the assets")
     args = parser.parse_args()
     keys = [k.strip() for k in args.tasks.split(",") if k.strip()]
     unknown = [k for k in keys if k not in TASKS]
@@ -50,9 +54,16 @@ def main() -> None:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     measured = results_page.provenance()  # as it starts: the load average is the start's
     seconds = {}
-    with tempfile.TemporaryDirectory(prefix="mlrb-build-times-") as cache:
+    if args.cache_dir:
+        from mlrb.assets import asset_dir
+
+        built = [key for key in keys if asset_dir(load_task(key), args.cache_dir).exists()]
+        if built:
+            parser.error(f"{args.cache_dir} holds the assets of {', '.join(built)} already: not a first build")
+    with tempfile.TemporaryDirectory(prefix="mlrb-build-times-") as temporary:
+        cache = args.cache_dir or Path(temporary)
         for key in keys:
-            seconds[key] = round(build_seconds(key, Path(cache)), 1)
+            seconds[key] = round(build_seconds(key, cache), 1)
             print(f"{key:22s} {seconds[key]:7.1f} s", flush=True)
     total = round(sum(seconds.values()), 1)
     print(f"{'total':22s} {total:7.1f} s ({total / 60:.1f} min; target for all seven: {TARGET_S // 60} min)")

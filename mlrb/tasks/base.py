@@ -8,8 +8,9 @@ hooks: `build_tiny`, `download` and `score`. Nothing here imports torch: configs
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -368,7 +369,7 @@ class Task(abc.ABC):
 
         The runs go side by side, as many at once as there are cores (each on one thread, as
         `run_solution` sets, so each gives what it gives alone), and each is scored as soon as
-        it is done. An invalid submission is a build error, except for do_nothing's (doing
+        it is done, on one thread (`one_torch_thread`). An invalid submission is a build error, except for do_nothing's (doing
         nothing may well be invalid, say over a memory limit: that is recorded)."""
         import json
         import os
@@ -385,7 +386,8 @@ class Task(abc.ABC):
         # The reference, usually the longest, starts first.
         jobs = [(anchor, seed) for anchor in reversed(todo) for seed in seeds]
         reports: dict[tuple[str, int], ScoreReport] = {}
-        with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        workers = max(1, min(len(jobs), os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers) as pool, one_torch_thread():
             running = {(anchor, seed): pool.submit(self.run_solution, todo[anchor], out_dir / "public",
                                                    scratch / anchor / f"seed-{seed}" / "workspace", seed)
                        for anchor, seed in jobs}  # fmt: skip
@@ -438,6 +440,22 @@ class Task(abc.ABC):
 
 
 DEFAULT_ANCHOR_SEEDS = 3
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Score on one thread at build: the scores are taken beside the anchors' runs, one per core,
+    where more threads only contend with them (on 2 cores an anchor that scores in 5 s alone
+    took 264 s beside two runs, and slowed them by as much), and on one thread a score cannot
+    depend on the machine's core count. Restored afterwards."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def seed_statistics(anchor: str, values: list[float]) -> dict[str, Any]:
