@@ -10,6 +10,7 @@ import functools
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -229,7 +230,11 @@ def test_containers_of_a_crashed_harness_are_removed_on_the_next_start(box):
     labels = {**ds.labels("crashed-run", "agent"), "mlrb.harness_pid": str(dead.pid)}
     orphan = client.containers.run(IMAGE, ["sleep", "infinity"], detach=True, labels=labels, network_mode="none")
     removed = ds.remove_stale(client)
-    # Gone, by this call or by another test process's box starting at the same moment.
+    # Gone, by this call or by another test process's box starting at the same moment: that one's
+    # removal may still be under way when this call returns (Docker answers 409 to a second remover).
+    deadline = time.monotonic() + 30
+    while client.containers.list(all=True, filters={"id": orphan.id}) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not client.containers.list(all=True, filters={"id": orphan.id})
     assert box.container.name not in removed  # a live run's container stays
     assert client.containers.list(filters={"label": f"mlrb.run_id={box.run_id}"})
