@@ -161,6 +161,7 @@ def check_jobs(args: argparse.Namespace) -> None:
 
     config_dir = Path(args.config_path).resolve() if args.config_path else CONF_DIR
     config_name = args.config_name or "config"
+    CHECKED.clear()  # a command's own checks only (main() may be called again in one process)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="mlrb"):
