@@ -19,6 +19,7 @@ import importlib
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -88,14 +89,22 @@ def submission_problem(submission: Path) -> str:
 
 def prepare(modules: list[str], request_file: Path) -> None:
     """Import `modules`, then wait until the request exists (the harness writes it whole, by
-    renaming); exit if the harness that started this process is gone."""
-    parent = os.getppid()
+    renaming). From the start, a watcher ends this process once the harness that started it
+    is gone: the imports alone take tens of seconds on a loaded machine."""
+    threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     for module in modules:
         importlib.import_module(module)
     while not request_file.exists():
-        if os.getppid() != parent:
-            sys.exit("the harness is gone: nothing to score")
         time.sleep(POLL_S)
+
+
+def exit_when_orphaned(parent: int) -> None:
+    """Exit the whole process once its parent is gone (it is reparented). Unconfined, nothing
+    else would; in bwrap, --die-with-parent does it as well."""
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    print("the harness is gone: stopping the scorer", file=sys.stderr, flush=True)
+    os._exit(1)
 
 
 def end_process() -> NoReturn:
