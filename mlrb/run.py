@@ -347,7 +347,7 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
             recorder.log_text(json.dumps(report.to_dict(), indent=2, default=float), "score_report.json")
             recorder.log_file(run_dir / "scoring" / "scorer.log")
 
-        calibration = task.calibration(asset_path)
+        calibration = task.anchors.read(asset_path)
         summary = summarise(report, calibration, task.higher_is_better, task.normalisation)
         during.ended(budget.steps, report, spent)  # a run scored mid-run: its curve ends at its own score
         recorder.log_metrics(

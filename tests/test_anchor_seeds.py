@@ -6,6 +6,7 @@ within 3 combined standard errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,8 @@ from mlrb.config import ConfigError, TaskConfig
 from mlrb.counting import normalise
 from mlrb.report.aggregate import anchor_sem
 from mlrb.report.runs import RunRow
-from mlrb.tasks.base import ScoreReport, Task, seed_statistics
+from mlrb.tasks.anchors import Anchors, seed_statistics
+from mlrb.tasks.base import ScoreReport, Task
 
 
 class SeedTask(Task):
@@ -68,7 +70,7 @@ def test_the_anchors_are_means_over_the_seeds_with_their_spread(tmp_path):
     assert stored["reference_seeds"] == [10.0, 11.0, 12.0, 13.0] and stored["reference_score"] == 11.5
     sd = math.sqrt((1.5**2 + 0.5**2 + 0.5**2 + 1.5**2) / 3)  # the sample SD of 0, 1, 2, 3
     assert stored["baseline_sd"] == pytest.approx(sd) and stored["baseline_sem"] == pytest.approx(sd / 2)
-    anchors = task.calibration(tmp_path / "assets")
+    anchors = task.anchors.read(tmp_path / "assets")
     assert anchors["baseline_score"] == 1.5 and anchors["baseline_sem"] == pytest.approx(sd / 2)
     assert anchors["reference_sem"] == pytest.approx(sd / 2)
 
@@ -80,7 +82,7 @@ def test_three_seeds_by_default_and_a_stated_anchor_has_no_sem(tmp_path):
     task.build_assets(tmp_path / "assets")
     stored = json.loads((tmp_path / "assets" / "hidden" / "calibration.json").read_text())
     assert stored["baseline_seeds"] == [0.0, 1.0, 2.0] and "reference_seeds" not in stored
-    anchors = task.calibration(tmp_path / "assets")
+    anchors = task.anchors.read(tmp_path / "assets")
     assert anchors["reference_score"] == 20.0 and "reference_sem" not in anchors
     assert anchors["baseline_sem"] == pytest.approx(1 / math.sqrt(3))
     # A different number of seeds is other assets: the cache key says so.
@@ -94,6 +96,40 @@ def test_a_bad_number_of_anchor_seeds_is_one_clear_error(bad, tmp_path):
     cfg.scales["tiny"]["assets"] = {"anchor_seeds": bad}
     with pytest.raises(ConfigError, match=r"task\.scales\.tiny\.assets\.anchor_seeds must be a whole number"):
         SeedTask.check_assets(cfg)
+
+
+@pytest.mark.fast
+def test_the_anchors_part_measures_alike_one_at_a_time_and_side_by_side(tmp_path):
+    # The part packaged tasks (side by side, one run per core) and task folders (one at a time)
+    # share: the same runs give the same calibration either way.
+    task = seed_task(tmp_path)
+    measured = {}
+    for workers in (None, 1):  # None: one run per core; 1: one at a time, as a task folder measures
+        assets = tmp_path / f"workers-{workers}"
+        task.build_tiny(assets, {})
+        measured[workers] = measure(dataclasses.replace(task.anchors, workers=workers), task, assets)
+    assert measured[None] == measured[1] and measured[1]["baseline_seeds"] == [0.0, 1.0, 2.0]
+    assert json.loads((assets / "hidden" / "calibration.json").read_text()) == measured[1]
+
+
+@pytest.mark.fast
+def test_a_stated_anchor_is_measured_only_where_the_part_must_measure_it(tmp_path):
+    task = seed_task(tmp_path)
+    task.spec.baseline_score = 0.5
+    assert set(task.anchors.to_measure()) == {"reference"}  # a packaged task trusts the stated figure
+    folder_like = dataclasses.replace(task.anchors, always_measured=("baseline",))
+    assert set(folder_like.to_measure()) == {"baseline", "reference"}  # a folder runs its baseline all the same
+    task.build_tiny(tmp_path / "assets", {})
+    assert measure(folder_like, task, tmp_path / "assets")["baseline_seeds"] == [0.0, 1.0, 2.0]
+    assert folder_like.read(tmp_path / "assets")["baseline_score"] == 0.5  # ... and the stated figure still wins
+
+
+def measure(anchors: Anchors, task: Task, assets) -> dict:
+    return anchors.measure(
+        assets,
+        run=lambda command, workspace, seed: task.run_solution(command, assets / "public", workspace, seed),
+        score=lambda submission, work_dir: task.score(submission, assets, work_dir),
+    )
 
 
 @pytest.mark.fast

@@ -124,7 +124,7 @@ def test_the_unchanged_baseline_succeeds_on_at_most_1_run_in_20():
     import math
     import statistics
 
-    from mlrb.tasks.base import DEFAULT_ANCHOR_SEEDS
+    from mlrb.tasks.anchors import DEFAULT_SEEDS
 
     results = json.loads((REPO / "benchmarks" / "calibration.json").read_text())
     checked = []
@@ -135,7 +135,7 @@ def test_the_unchanged_baseline_succeeds_on_at_most_1_run_in_20():
         mean, sd = statistics.mean(values), statistics.stdev(values)
         if sd == 0:
             continue
-        z = 0.1 * abs(mean) / (sd * math.sqrt(1 + 1 / DEFAULT_ANCHOR_SEEDS))
+        z = 0.1 * abs(mean) / (sd * math.sqrt(1 + 1 / DEFAULT_SEEDS))
         chance = 0.5 * math.erfc(z / math.sqrt(2))  # P(a run is 10% over the mean)
         assert chance <= 1 / 20, f"{key}: the unchanged baseline succeeds on {chance:.1%} of runs (SD {sd:.3g})"
         checked.append(key)

@@ -200,6 +200,20 @@ def test_a_broken_task_folder_is_one_line_naming_the_file_and_nothing_is_recorde
     assert not (tmp_path / "run").exists()
     assert not [p for p in (cache_dir / "eval-raises").iterdir() if p.is_dir()]  # no half-built assets in the cache
 
+    # A baseline that fails, even where the config states its score (it is run all the same:
+    # that is the check that the folder works).
+    failing = tmp_path / "baseline-fails"
+    shutil.copytree(HOUSE_PRICE, failing)
+    (failing / "env" / "train.py").write_text("raise SystemExit('no data for the baseline')\n")
+    result = run_cli(*store_args(tmp_path, cache_dir), "task=folder", f"task.path={failing}",
+                     "task.scales.folder.baseline_score=1.0", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"mlrb: error: {failing}/env: the baseline `python train.py` failed at seed 0: `python train.py` exited 1: "
+        f"no data for the baseline"
+    )
+    assert not [p for p in (cache_dir / "baseline-fails").iterdir() if p.is_dir()]
+
 
 @pytest.mark.system
 @pytest.mark.skipif(bool(slurm_problem()), reason=slurm_problem() or "slurm ok")

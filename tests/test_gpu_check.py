@@ -81,7 +81,7 @@ def test_the_gpu_checks_dry_run_scores_both_sides_and_the_full_stand_in(built_ca
     # The default task's baseline, as its assets measured it when built on this machine (the
     # figure moves by an item or two between CPUs: 0.5500, 0.5625, 0.5833 seen).
     task = tiny_llm_merging()
-    baseline = task.calibration(ensure_assets(task, built_cache))["baseline_score"]
+    baseline = task.anchors.read(ensure_assets(task, built_cache))["baseline_score"]
     assert tiny["cpu"]["score"] == tiny["device"]["score"] == pytest.approx(baseline, abs=1e-9)
     assert tiny["score_difference"] == 0.0
     assert "pinning: skipped" in proc.stdout and "pinning" not in found

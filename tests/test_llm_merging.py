@@ -303,13 +303,13 @@ def test_a_reference_that_does_not_beat_the_baseline_gives_no_normalised_score(t
     # As at full scale when the best single expert scores below averaging.
     (tmp_path / "hidden").mkdir()
     (tmp_path / "hidden" / "calibration.json").write_text(json.dumps({"baseline_score": 0.5, "reference_score": 0.45}))
-    assert tiny_llm_merging().calibration(tmp_path) == {
+    assert tiny_llm_merging().anchors.read(tmp_path) == {
         "do_nothing_score": None,
         "baseline_score": 0.5,
         "reference_score": None,
     }
     (tmp_path / "hidden" / "calibration.json").write_text(json.dumps({"baseline_score": 0.5, "reference_score": 0.6}))
-    assert tiny_llm_merging().calibration(tmp_path) == {
+    assert tiny_llm_merging().anchors.read(tmp_path) == {
         "do_nothing_score": None,
         "baseline_score": 0.5,
         "reference_score": 0.6,

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import task_from_config, tiny_llm_merging
-from mlrb.tasks.base import anchor_problem
+from mlrb.tasks.anchors import anchor_problem
 
 pytestmark = pytest.mark.fast
 
@@ -29,9 +29,9 @@ def test_a_lower_is_better_task_keeps_a_reference_below_its_baseline(tmp_path):
     (tmp_path / "hidden").mkdir()
     (tmp_path / "hidden" / "calibration.json").write_text(json.dumps({"baseline_score": 3.0, "reference_score": 2.0}))
     task = tiny_llm_merging()
-    assert task.calibration(tmp_path)["reference_score"] is None  # higher is better: 2.0 does not beat 3.0
+    assert task.anchors.read(tmp_path)["reference_score"] is None  # higher is better: 2.0 does not beat 3.0
     task.cfg.higher_is_better = False
-    assert task.calibration(tmp_path)["reference_score"] == 2.0
+    assert task.anchors.read(tmp_path)["reference_score"] == 2.0
 
 
 # ---- a failed attempt counts as doing nothing ------------------------------------------
@@ -104,9 +104,9 @@ def test_without_a_sound_do_nothing_anchor_nothing_is_counted():
 def test_a_stated_do_nothing_score_wins_over_the_measured_one(tmp_path):
     (tmp_path / "hidden").mkdir()
     (tmp_path / "hidden" / "calibration.json").write_text(json.dumps(ANCHORS))
-    assert tiny_llm_merging().calibration(tmp_path) == ANCHORS
+    assert tiny_llm_merging().anchors.read(tmp_path) == ANCHORS
     task = task_from_config("llm_merging", do_nothing_score=0.25)
-    assert task.calibration(tmp_path)["do_nothing_score"] == 0.25
+    assert task.anchors.read(tmp_path)["do_nothing_score"] == 0.25
 
 
 # ---- nothing beats the baseline by failing -------------------------------------------

@@ -8,9 +8,8 @@ hooks: `build_tiny`, `download` and `score`. Nothing here imports torch: configs
 from __future__ import annotations
 
 import abc
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,6 +20,7 @@ from mlrb import registry
 from mlrb.config import ConfigError, TaskConfig, describe_omegaconf_error
 from mlrb.scoring.report import ScoreReport  # every task's scorer returns one
 from mlrb.tasks import sources
+from mlrb.tasks.anchors import DEFAULT_SEEDS, Anchors
 
 
 @dataclass
@@ -282,11 +282,11 @@ class Task(abc.ABC):
         recorded. The builder module's `check_params(params)` raises ValueError naming the bad
         key and what is valid."""
         params = dict(cls.scale_spec(cfg).assets)
-        seeds = params.pop("anchor_seeds", DEFAULT_ANCHOR_SEEDS)
+        seeds = params.pop("anchor_seeds", DEFAULT_SEEDS)
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
             raise ConfigError(
                 f"task.scales.{cfg.scale}.assets.anchor_seeds must be a whole number of seeds, at least 1 "
-                f"(default {DEFAULT_ANCHOR_SEEDS}); got {seeds!r}"
+                f"(default {DEFAULT_SEEDS}); got {seeds!r}"
             )
         if params.pop("source", "build") != "build":
             return
@@ -310,9 +310,28 @@ class Task(abc.ABC):
                     "reference": self.spec.reference_command}  # fmt: skip
         return {anchor: command for anchor, command in commands.items() if command}
 
+    @property
+    def anchors(self) -> Anchors:
+        """The part that measures the anchors at build and reads them back (mlrb/tasks/anchors.py)."""
+        stated = {f"{anchor}_score": getattr(self.spec, f"{anchor}_score") for anchor in ("do_nothing", "baseline",
+                                                                                           "reference")}  # fmt: skip
+        return Anchors(self.anchor_commands(), self.anchor_seeds, stated, higher_is_better=self.higher_is_better,
+                       submission=self.cfg.submission, task_name=self.name)  # fmt: skip
+
     def calibrate(self, out_dir: Path) -> dict[str, Any]:
         """Measure the anchors on the built assets (hidden/calibration.json)."""
-        return self.calibrate_by_commands(out_dir, self.anchor_commands())
+        return self.measure_anchors(out_dir)
+
+    def measure_anchors(self, out_dir: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """`anchors.measure` with this task's way of running a solution (`run_solution`, on the
+        public data) and of scoring it."""
+        public = out_dir / "public"
+        return self.anchors.measure(
+            out_dir,
+            run=lambda command, workspace, seed: self.run_solution(command, public, workspace, seed),
+            score=lambda submission, work_dir: self.score(submission, out_dir, work_dir),
+            extra=extra,
+        )
 
     @abc.abstractmethod
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
@@ -355,131 +374,5 @@ class Task(abc.ABC):
     @property
     def anchor_seeds(self) -> int:
         """How many seeds (0, 1, ...) each anchor command runs at build: the anchors are their
-        means (`assets.anchor_seeds` of the scale, DEFAULT_ANCHOR_SEEDS unless set)."""
-        return int(self.spec.assets.get("anchor_seeds", DEFAULT_ANCHOR_SEEDS))
-
-    def calibrate_by_commands(
-        self, out_dir: Path, commands: dict[str, str], extra: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """Write hidden/calibration.json: for each anchor ("do_nothing", "baseline", "reference")
-        not set in the config, the mean score of its command's submissions over `anchor_seeds`
-        seeds (0, 1, ...), with their SD and SEM and each seed's score (`<anchor>_seeds`), the
-        mean of each report metric, and `extra` scores measured for the record (say the
-        untouched base model's).
-
-        The runs go side by side, as many at once as there are cores (each on one thread, as
-        `run_solution` sets, so each gives what it gives alone), and each is scored as soon as
-        it is done, on one thread (`one_torch_thread`). An invalid submission is a build error, except for do_nothing's (doing
-        nothing may well be invalid, say over a memory limit: that is recorded)."""
-        import json
-        import os
-        import shutil
-        from concurrent.futures import ThreadPoolExecutor
-
-        scores: dict[str, Any] = dict(extra or {})
-        # A stated anchor is not measured; doing nothing always is, for the record (a stated
-        # do_nothing_score still wins in `calibration`).
-        todo = {anchor: command for anchor, command in commands.items()
-                if anchor == "do_nothing" or getattr(self.spec, f"{anchor}_score", None) is None}  # fmt: skip
-        seeds = range(self.anchor_seeds)
-        scratch = out_dir / "calibration"
-        # The reference, usually the longest, starts first.
-        jobs = [(anchor, seed) for anchor in reversed(todo) for seed in seeds]
-        reports: dict[tuple[str, int], ScoreReport] = {}
-        workers = max(1, min(len(jobs), os.cpu_count() or 1))
-        with ThreadPoolExecutor(max_workers=workers) as pool, one_torch_thread():
-            running = {(anchor, seed): pool.submit(self.run_solution, todo[anchor], out_dir / "public",
-                                                   scratch / anchor / f"seed-{seed}" / "workspace", seed)
-                       for anchor, seed in jobs}  # fmt: skip
-            for anchor, seed in jobs:
-                workspace = running[anchor, seed].result()
-                scoring = scratch / anchor / f"seed-{seed}" / "scoring"
-                reports[anchor, seed] = report = self.score(workspace / self.cfg.submission, out_dir, scoring)
-                if not report.valid and anchor != "do_nothing":
-                    raise RuntimeError(
-                        f"calibration: `{todo[anchor]}` made an invalid submission at seed {seed}: {report.reason}"
-                    )
-        for anchor in todo:
-            runs = [reports[anchor, seed] for seed in seeds]
-            invalid = [r.reason for r in runs if not r.valid]
-            if invalid:  # (do_nothing only: any other anchor raised above)
-                scores[f"{anchor}_invalid"] = invalid[0]
-                continue
-            scores.update(seed_statistics(anchor, [float(r.score) for r in runs if r.score is not None]))
-            for key in runs[0].metrics:
-                values = [r.metrics[key] for r in runs if isinstance(r.metrics.get(key), (int, float))]
-                if len(values) == len(runs):
-                    scores[f"{anchor}.{key}"] = sum(values) / len(values)
-        scores["anchor_seeds"] = len(seeds)
-        shutil.rmtree(scratch, ignore_errors=True)
-        (out_dir / "hidden").mkdir(parents=True, exist_ok=True)
-        (out_dir / "hidden" / "calibration.json").write_text(json.dumps(scores, indent=2))
-        return scores
-
-    def calibration(self, assets: Path) -> dict[str, float | None]:
-        """Do-nothing, baseline and reference scores for counting and normalisation; config values win."""
-        import json
-
-        measured_file = assets / "hidden" / "calibration.json"
-        measured = json.loads(measured_file.read_text()) if measured_file.exists() else {}
-        anchors = {
-            anchor: getattr(self.spec, anchor) if getattr(self.spec, anchor) is not None else measured.get(anchor)
-            for anchor in ("do_nothing_score", "baseline_score", "reference_score")
-        }
-        # Each measured anchor's SEM over its seeds (a stated anchor has none).
-        for anchor in ("baseline", "reference"):
-            if getattr(self.spec, f"{anchor}_score") is None and measured.get(f"{anchor}_sem") is not None:
-                anchors[f"{anchor}_sem"] = measured[f"{anchor}_sem"]
-        problem = anchor_problem(anchors["baseline_score"], anchors["reference_score"], self.higher_is_better)
-        if problem:  # a scale on which the reference does not beat the baseline means nothing
-            import logging
-
-            logging.getLogger(__name__).warning("%s: no normalised score: %s", self.name, problem)
-            anchors["reference_score"] = None
-        return anchors
-
-
-DEFAULT_ANCHOR_SEEDS = 3
-
-
-@contextlib.contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """Score on one thread at build: the scores are taken beside the anchors' runs, one per core,
-    where more threads only contend with them (on 2 cores an anchor that scores in 5 s alone
-    took 264 s beside two runs, and slowed them by as much), and on one thread a score cannot
-    depend on the machine's core count. Restored afterwards."""
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-def seed_statistics(anchor: str, values: list[float]) -> dict[str, Any]:
-    """An anchor's scores over seeds 0, 1, ...: `<anchor>_score` (their mean), `_sd` (the sample
-    SD of one run, None from one seed), `_sem` (SD / sqrt(n)) and `_seeds` (each seed's)."""
-    import math
-
-    n = len(values)
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
-    return {
-        f"{anchor}_score": mean,
-        f"{anchor}_sd": sd,
-        f"{anchor}_sem": sd / math.sqrt(n) if sd is not None else None,
-        f"{anchor}_seeds": values,
-    }
-
-
-def anchor_problem(baseline: float | None, reference: float | None, higher_is_better: bool = True) -> str:
-    """Why the normalised scale (0 = baseline, 100 = reference) cannot be used, or "": the
-    reference must beat the baseline in the task's direction (a loss: be lower)."""
-    if baseline is None or reference is None:
-        return ""
-    beats = reference > baseline if higher_is_better else reference < baseline
-    if not beats:
-        return f"the reference ({reference:.4g}) does not beat the baseline ({baseline:.4g})"
-    return ""
+        means (`assets.anchor_seeds` of the scale, DEFAULT_SEEDS unless set)."""
+        return int(self.spec.assets.get("anchor_seeds", DEFAULT_SEEDS))

@@ -32,7 +32,8 @@ from typing import Any
 from mlrb import environments
 from mlrb.config import ConfigError, TaskConfig
 from mlrb.sandbox.base import sandbox_environment
-from mlrb.tasks.base import PromptSpec, ScaleSpec, ScoreReport, Task, seed_statistics
+from mlrb.tasks.anchors import AnchorFailed, Anchors
+from mlrb.tasks.base import PromptSpec, ScaleSpec, ScoreReport, Task
 from mlrb.tasks.folder import layout
 
 PHASES = ("dev", "test")
@@ -154,50 +155,27 @@ class FolderTask(Task):
                 f"{self.folder}/scripts/prepare.py exited {proc.returncode}: {last_line(proc.stderr)}"
             )
 
+    @property
+    def anchors(self) -> Anchors:
+        """The baseline alone, measured even when the config states it (that is also the check
+        that the folder works), one seed after another: the folder's code may use every core."""
+        return dataclasses.replace(super().anchors, always_measured=("baseline",), workers=1)
+
     def calibrate(self, out_dir: Path) -> dict[str, Any]:
-        """Run the baseline on the prepared files at `anchor_seeds` seeds, one after another, and
-        score each: their mean is the anchor when the config gives none. A baseline or eval.py
-        that fails here is the folder's fault."""
-        command = self.baseline_command()
-        scratch = out_dir / "calibration"
-        values = []
-        for seed in range(self.anchor_seeds):
-            try:
-                work = self.run_solution(command, out_dir / "public", scratch / f"seed-{seed}" / "workspace", seed)
-            except RuntimeError as e:
+        """Run the baseline on the prepared files at `anchor_seeds` seeds and score each: their
+        mean is the anchor when the config gives none. A baseline or eval.py that fails here is
+        the folder's fault."""
+        try:
+            return self.measure_anchors(out_dir)
+        except AnchorFailed as e:
+            if e.ran:
                 raise TaskFolderError(
-                    f"{self.folder}/env: the baseline `{command}` failed at seed {seed}: {last_line(str(e))}"
+                    f"{self.folder}/scripts/eval.py could not score the baseline: {e.reason}"
                 ) from None
-            report = self.score(work, out_dir, scratch / f"seed-{seed}" / "scoring")
-            if not report.valid or report.score is None:
-                raise TaskFolderError(f"{self.folder}/scripts/eval.py could not score the baseline: {report.reason}")
-            values.append(report.score)
-        shutil.rmtree(scratch, ignore_errors=True)
-        measured = {**seed_statistics("baseline", values), "anchor_seeds": len(values)}
-        (out_dir / "hidden" / "calibration.json").write_text(json.dumps(measured, indent=2))
-        return measured
-
-    def calibration(self, assets: Path) -> dict[str, float | None]:
-        measured_file = assets / "hidden" / "calibration.json"
-        measured = json.loads(measured_file.read_text()) if measured_file.exists() else {}
-        baseline = self.spec.baseline_score if self.spec.baseline_score is not None else measured.get("baseline_score")
-        reference = self.spec.reference_score
-        if baseline is not None and reference is not None and (reference - baseline) * self.direction <= 0:
-            import logging
-
-            logging.getLogger(__name__).warning("%s: the reference (%s) does not beat the baseline (%s): "
-                                                "no normalised score", self.name, reference, baseline)  # fmt: skip
-            reference = None
-        # A folder has no do-nothing command: only a stated do_nothing_score gives its attempts a
-        # counted score (mlrb/counting.py); without one, none is counted.
-        anchors = {
-            "do_nothing_score": self.spec.do_nothing_score,
-            "baseline_score": baseline,
-            "reference_score": reference,
-        }
-        if self.spec.baseline_score is None and measured.get("baseline_sem") is not None:
-            anchors["baseline_sem"] = measured["baseline_sem"]
-        return anchors
+            raise TaskFolderError(
+                f"{self.folder}/env: the baseline `{self.baseline_command()}` failed at seed {e.seed}: "
+                f"{last_line(e.reason)}"
+            ) from None
 
     @property
     def direction(self) -> float:
@@ -285,7 +263,7 @@ class FolderTask(Task):
         """MLRC-Bench's own names for the two improvements it reports, in percent."""
         if self.format != "mlrc":
             return {}
-        anchors = self.calibration(assets)
+        anchors = self.anchors.read(assets)
         baseline, reference = anchors["baseline_score"], anchors["reference_score"]
         metrics: dict[str, float] = {}
         if baseline:

@@ -81,7 +81,7 @@ class LlmEfficiency(Task):
         return {"base_model": name, "dataset": params["dataset"], "instructions": len(rows)}
 
     def calibrate(self, out_dir: Path) -> dict[str, Any]:
-        return self.calibrate_by_commands(out_dir, self.anchor_commands(), self.model_scores(out_dir))
+        return self.measure_anchors(out_dir, self.model_scores(out_dir))
 
     def model_scores(self, out_dir: Path) -> dict[str, float]:
         """For the record: the forbidden instruction-tuned siblings' accuracy as they are (the

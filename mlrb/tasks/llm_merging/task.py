@@ -18,7 +18,8 @@ from typing import Any
 
 from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
-from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, anchor_problem
+from mlrb.tasks.anchors import anchor_problem
+from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
 from mlrb.tasks.llm_merging.lineage import check_is_merge
 
 TEST_TASK = "mlrb_llm_merging_test"

@@ -1,0 +1,185 @@
+"""A task's anchors: the part that measures, when the task's assets are built, what its
+anchor solutions score (`hidden/calibration.json`), and reads them back for counting and
+normalisation: do_nothing (the floor a failed attempt counts as), baseline (0 on the
+normalised scale) and reference (100).
+
+Packaged tasks and task folders use the same part. A packaged task measures its three
+commands side by side, one run per core; a task folder measures its baseline one seed
+after another (its code may use every core) and names its own files when one fails
+(it catches `AnchorFailed`). Nothing here imports torch unless scores are taken side by side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import math
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlrb.scoring.report import ScoreReport
+
+DEFAULT_SEEDS = 3
+ANCHORS = ("do_nothing", "baseline", "reference")
+
+# Runs `command` at `seed` in a fresh workspace at the given path; returns the workspace.
+RunSolution = Callable[[str, Path, int], Path]
+# Scores the submission at the given path, working in the given folder.
+ScoreSubmission = Callable[[Path, Path], ScoreReport]
+
+
+class AnchorFailed(RuntimeError):
+    """An anchor's command failed (`reason` is its error) or made an invalid submission."""
+
+    def __init__(self, message: str, anchor: str, seed: int, reason: str, ran: bool):
+        super().__init__(message)
+        self.anchor, self.seed, self.reason, self.ran = anchor, seed, reason, ran
+
+
+@dataclass(frozen=True)
+class Anchors:
+    # Each anchor's solution command (absent: the task measures that anchor another way, or not).
+    commands: dict[str, str]
+    # The seeds (0, 1, ...) each command runs at: the anchors are their means.
+    seeds: int
+    # Anchors the config states ("<anchor>_score": value or None): a stated one wins and is not measured...
+    stated: dict[str, float | None]
+    # ...except these, measured whatever is stated (do_nothing for the record; a folder's baseline,
+    # which is also the check that the folder works).
+    always_measured: tuple[str, ...] = ("do_nothing",)
+    higher_is_better: bool = True
+    # Runs at once: None, as many as there are cores (each scored on one torch thread).
+    workers: int | None = None
+    # Where the submission lies in a run's workspace.
+    submission: str = "submission"
+    task_name: str = ""
+
+    def to_measure(self) -> dict[str, str]:
+        return {anchor: command for anchor, command in self.commands.items()
+                if anchor in self.always_measured or self.stated.get(f"{anchor}_score") is None}  # fmt: skip
+
+    def measure(self, out_dir: Path, run: RunSolution, score: ScoreSubmission,
+                extra: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+        """Write hidden/calibration.json: for each anchor to measure, the mean score of its
+        command's submissions over the seeds, with their SD and SEM and each seed's score
+        (`<anchor>_seeds`), the mean of each report metric, and `extra` scores measured for
+        the record (say the untouched base model's).
+
+        Side by side, the reference (usually the longest) starts first and each run is scored
+        as soon as it is done, on one torch thread (`one_torch_thread`). An invalid submission
+        stops the build (AnchorFailed), except do_nothing's (doing nothing may well be invalid,
+        say over a memory limit: that is recorded)."""
+        todo = self.to_measure()
+        scratch = out_dir / "calibration"
+        jobs = [(anchor, seed) for anchor in reversed(todo) for seed in range(self.seeds)]
+        reports: dict[tuple[str, int], ScoreReport] = {}
+
+        def folder(anchor: str, seed: int) -> Path:
+            return scratch / anchor / f"seed-{seed}"
+
+        def ran(anchor: str, seed: int, workspace: Callable[[], Path]) -> None:
+            try:
+                done = workspace()
+            except RuntimeError as e:
+                raise AnchorFailed(str(e), anchor, seed, str(e), ran=False) from None
+            reports[anchor, seed] = report = score(done / self.submission, folder(anchor, seed) / "scoring")
+            if not report.valid and anchor != "do_nothing":
+                raise AnchorFailed(
+                    f"calibration: `{todo[anchor]}` made an invalid submission at seed {seed}: {report.reason}",
+                    anchor, seed, report.reason, ran=True,
+                )  # fmt: skip
+
+        workers = self.workers or max(1, min(len(jobs), os.cpu_count() or 1))
+        if workers == 1:
+            for anchor, seed in jobs:
+                ran(anchor, seed, functools.partial(run, todo[anchor], folder(anchor, seed) / "workspace", seed))
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool, one_torch_thread():
+                running = {(anchor, seed): pool.submit(run, todo[anchor], folder(anchor, seed) / "workspace", seed)
+                           for anchor, seed in jobs}  # fmt: skip
+                for anchor, seed in jobs:
+                    ran(anchor, seed, running[anchor, seed].result)
+        scores: dict[str, Any] = dict(extra or {})
+        for anchor in todo:
+            runs = [reports[anchor, seed] for seed in range(self.seeds)]
+            invalid = [r.reason for r in runs if not r.valid]
+            if invalid:  # (do_nothing only: any other anchor raised above)
+                scores[f"{anchor}_invalid"] = invalid[0]
+                continue
+            scores.update(seed_statistics(anchor, [float(r.score) for r in runs if r.score is not None]))
+            for key in runs[0].metrics:
+                values = [r.metrics[key] for r in runs if isinstance(r.metrics.get(key), (int, float))]
+                if len(values) == len(runs):
+                    scores[f"{anchor}.{key}"] = sum(values) / len(values)
+        scores["anchor_seeds"] = self.seeds
+        shutil.rmtree(scratch, ignore_errors=True)
+        (out_dir / "hidden").mkdir(parents=True, exist_ok=True)
+        (out_dir / "hidden" / "calibration.json").write_text(json.dumps(scores, indent=2))
+        return scores
+
+    def read(self, assets: Path) -> dict[str, float | None]:
+        """Do-nothing, baseline and reference scores for counting and normalisation, each
+        measured anchor's SEM over its seeds beside it (`<anchor>_sem`); stated values win.
+        A reference that does not beat the baseline gives no normalised score: reference None."""
+        measured_file = assets / "hidden" / "calibration.json"
+        measured = json.loads(measured_file.read_text()) if measured_file.exists() else {}
+        anchors: dict[str, float | None] = {}
+        for anchor in ANCHORS:
+            stated = self.stated.get(f"{anchor}_score")
+            anchors[f"{anchor}_score"] = stated if stated is not None else measured.get(f"{anchor}_score")
+        for anchor in ("baseline", "reference"):  # a stated anchor has no SEM
+            if self.stated.get(f"{anchor}_score") is None and measured.get(f"{anchor}_sem") is not None:
+                anchors[f"{anchor}_sem"] = measured[f"{anchor}_sem"]
+        problem = anchor_problem(anchors["baseline_score"], anchors["reference_score"], self.higher_is_better)
+        if problem:  # a scale on which the reference does not beat the baseline means nothing
+            logging.getLogger(__name__).warning("%s: no normalised score: %s", self.task_name, problem)
+            anchors["reference_score"] = None
+        return anchors
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Score on one thread at build: the scores are taken beside the anchors' runs, one per core,
+    where more threads only contend with them (on 2 cores an anchor that scores in 5 s alone
+    took 264 s beside two runs, and slowed them by as much), and on one thread a score cannot
+    depend on the machine's core count. Restored afterwards."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def seed_statistics(anchor: str, values: list[float]) -> dict[str, Any]:
+    """An anchor's scores over seeds 0, 1, ...: `<anchor>_score` (their mean), `_sd` (the sample
+    SD of one run, None from one seed), `_sem` (SD / sqrt(n)) and `_seeds` (each seed's)."""
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
+    return {
+        f"{anchor}_score": mean,
+        f"{anchor}_sd": sd,
+        f"{anchor}_sem": sd / math.sqrt(n) if sd is not None else None,
+        f"{anchor}_seeds": values,
+    }
+
+
+def anchor_problem(baseline: float | None, reference: float | None, higher_is_better: bool = True) -> str:
+    """Why the normalised scale (0 = baseline, 100 = reference) cannot be used, or "": the
+    reference must beat the baseline in the task's direction (a loss: be lower)."""
+    if baseline is None or reference is None:
+        return ""
+    beats = reference > baseline if higher_is_better else reference < baseline
+    if not beats:
+        return f"the reference ({reference:.4g}) does not beat the baseline ({baseline:.4g})"
+    return ""
