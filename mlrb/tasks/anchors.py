@@ -19,7 +19,6 @@ import math
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +100,8 @@ class Anchors:
             for anchor, seed in jobs:
                 ran(anchor, seed, functools.partial(run, todo[anchor], folder(anchor, seed) / "workspace", seed))
         else:
+            from concurrent.futures import ThreadPoolExecutor  # only when building
+
             with ThreadPoolExecutor(max_workers=workers) as pool, one_torch_thread():
                 running = {(anchor, seed): pool.submit(run, todo[anchor], folder(anchor, seed) / "workspace", seed)
                            for anchor, seed in jobs}  # fmt: skip
