@@ -78,7 +78,7 @@ class TaskFolders(ConfigSource):
         if parts == ():
             groups = [GROUP]
         elif parts == (GROUP,):
-            configs = [path.parent.name for path in root.glob(f"*/{registry.TASK_CONFIG}")]
+            configs = [name for name, (package, _) in registry.task_folders().items() if package == self.path]
             groups = [path.name for path in root.iterdir() if path.is_dir() and self.shared_files(path.name)]
         elif len(parts) == 2 and parts[0] == GROUP:
             configs = [path.stem for path in self.shared_files(parts[1])]
