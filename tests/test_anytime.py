@@ -243,7 +243,7 @@ def test_scoring_during_the_run_is_due_by_steps_or_minutes_off_the_agent_s_clock
         return ScoreReport(True, "ok", float((submission / "answer.txt").read_text()))
 
     monkeypatch.setattr(step_scoring, "score_submission", score_submission)
-    task = SimpleNamespace(calibration=lambda assets: ANCHORS, read_only_globs=lambda assets: [],
+    task = SimpleNamespace(anchors=SimpleNamespace(read=lambda assets: ANCHORS), read_only_globs=lambda assets: [],
                            higher_is_better=True, normalisation="gap", submission="submission")  # fmt: skip
     start, work = tmp_path / "start", tmp_path / "work"
     start.mkdir()
