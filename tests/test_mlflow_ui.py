@@ -65,6 +65,7 @@ COMPARED_BY = ["task.name", "agent.name", "agent.options.model", "budget.name", 
 
 pytestmark = [
     pytest.mark.system,
+    pytest.mark.xdist_group("mlflow_ui"),  # one process, so the store's sweep and the browser start once
     pytest.mark.skipif(
         bool(MISSING),
         reason=f"needs Debian's headless Chromium ({', '.join(MISSING)} missing): apt-get install chromium chromium-driver",

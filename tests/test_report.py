@@ -31,6 +31,10 @@ def read_csv(path: Path) -> list:
         return list(csv.DictReader(f))
 
 
+# The store takes minutes to fill: its tests go to one test process, which fills it once.
+ONE_STORE = pytest.mark.xdist_group("report_store")
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, built_cache) -> Path:
     """A folder whose mlruns/ holds 7 real runs (6 attempts, 1 infrastructure failure) and a sweep parent."""
@@ -95,6 +99,7 @@ def expected(runs, budget: str, assets: str) -> dict:
 
 
 @pytest.mark.integration
+@ONE_STORE
 def test_the_report_matches_the_runs_and_keeps_the_infrastructure_failure_out(store, tmp_path):
     out = tmp_path / "report"
     result = report("--out", str(out), cwd=store)  # the store found as the harness would: ./mlruns
@@ -159,6 +164,7 @@ def test_the_report_matches_the_runs_and_keeps_the_infrastructure_failure_out(st
 
 
 @pytest.mark.integration
+@ONE_STORE
 def test_a_sweeps_report_is_logged_on_its_parent_run_with_a_self_contained_page(store, tmp_path):
     client, _, (parent,) = runs_of(store)
     sweep_id = parent.data.tags["mlrb.sweep_id"]
@@ -189,6 +195,7 @@ def free_port() -> int:
 
 
 @pytest.mark.integration
+@ONE_STORE
 def test_bad_input_is_one_clear_line_and_a_failure(store, tmp_path):
     cases = {
         "unknown experiment 'nope'; experiments in the store: Default, llm_merging": ["--experiment", "nope"],
