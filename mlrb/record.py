@@ -20,10 +20,11 @@ a `kind`:
 - `status`: the run's end, `status` (FINISHED, FAILED or KILLED).
 
 The agent's events are in `trajectory.jsonl` beside it. `fold` turns the lines into what the
-store holds, and `python -m mlrb.sync` (mlrb/sync.py) puts it into a store.
+store holds, and `python -m mlrb.sync` (mlrb/sync.py) puts what a store lacks of it into
+that store, through the same `export`.
 
 The store is written from the record: each line, once appended, is read back from the file
-and written by `export_lines`, the one place where a record line becomes an MLflow call. For
+and written by `export`, the one place where a record line becomes an MLflow call. For
 a sweep's job it runs in the harness's process (`LocalStoreRun`); for a single run, in the
 recording process (mlrb/recording_process.py), which is told only where the new line lies.
 
@@ -127,14 +128,18 @@ class RecordedRun:
 
 
 def export_lines(recorder: RunRecorder, path: Path, offset: int, length: int) -> None:
-    """Write the record's lines in bytes [offset, offset + length) of PATH to the store's run:
-    the one place where a record line becomes a store call."""
+    """Write the record's lines in bytes [offset, offset + length) of PATH to the store's run."""
     with open(path, "rb") as f:
         f.seek(offset)
         data = f.read(length)
-    run_dir = Path(path).parent
-    for text in data.decode("utf-8").splitlines():
-        line = json.loads(text)
+    export(recorder, [json.loads(text) for text in data.decode("utf-8").splitlines()], Path(path).parent)
+
+
+def export(recorder: RunRecorder, lines: list[dict], run_dir: Path) -> None:
+    """Write record lines of the run folder RUN_DIR to the store's run: the one place where a
+    record line becomes a store call, for a live run (`export_lines`) and for what
+    `python -m mlrb.sync` finds missing alike."""
+    for line in lines:
         match line["kind"]:
             case "params":
                 recorder.log_params(line["params"])

@@ -52,8 +52,6 @@ def run_dirs(args: argparse.Namespace) -> list[Path]:
 
 def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
     """Upload what the store lacks of RUN_DIR's record; returns one line saying what was done."""
-    from mlflow.entities import Metric, Param, RunTag
-
     from mlrb import tracking
 
     lines = record.read(run_dir)
@@ -70,78 +68,90 @@ def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
             lambda: client.create_run(experiment, run_name=opened[-1]["run_name"], tags=opening)
         )
         run = client.get_run(run.info.run_id)
-    run_id = run.info.run_id
+    missing = missing_lines(client, run, lines, run_dir)
+    # Written as a live run writes its record: the same exporter, line by line.
+    record.export(tracking.RunRecorder(client, run.info.run_id, run.info.experiment_id), missing, run_dir)
+    count = Counter[str]()
+    for line in missing:  # params, tags and metric values by name; the rest one per line
+        kind = line["kind"]
+        count[kind] += len(line[kind]) if kind in ("params", "tags", "metrics") else 1
+    what = [f"{count['params']} params", f"{count['tags']} tags", f"{count['metrics']} metric values",
+            f"{count['artifact']} artifacts", f"{count['trace']} traces"]  # fmt: skip
+    if count["status"]:
+        what.append(f"status {state['status']}")
+    done = ", ".join(what) if missing else "in sync, nothing to upload"
+    return f"{run_dir}: {done} ({'new run' if created else 'run'} {run.info.run_id})"
 
+
+def missing_lines(client: Any, run: Any, lines: list[dict], run_dir: Path) -> list[dict]:
+    """The record's lines, cut down to what the store's run lacks of them: params it does not
+    hold, tags it holds otherwise, metric values (by step) it lacks, each with the time of the
+    line that logged it, artifact files it lacks (a folder's, file by file), the traces of the
+    steps it lacks, and the end status when it differs."""
+    from mlrb import tracking
+
+    state = record.fold(lines)
+    run_id = run.info.run_id
     wanted = {k: v[: tracking.PARAM_CHARS] for k, v in state["params"].items()}  # as the store keeps them
     conflicts = sorted(k for k, v in wanted.items() if k in run.data.params and run.data.params[k] != v)
     if conflicts:
         raise ConfigError(f"{run_dir}: the store's run {run_id} has other values for params {conflicts}")
-    params = [Param(k, v) for k, v in wanted.items() if k not in run.data.params]
-    tags = [RunTag(k, v) for k, v in state["tags"].items() if run.data.tags.get(k) != v]
-    metrics = []
-    stamps: dict[tuple[str, int], int] = {}  # each metric line's time, so an uploaded value keeps when it was logged
+    missing: list[dict] = []
+    params = {k: v for k, v in wanted.items() if k not in run.data.params}
+    if params:
+        missing.append({"kind": "params", "params": params})
+    tags = {k: v for k, v in state["tags"].items() if run.data.tags.get(k) != v}
+    if tags:
+        missing.append({"kind": "tags", "tags": tags})
+
+    stored = {key: Counter((m.step, m.value) for m in client.get_metric_history(run_id, key))
+              for key in state["metrics"]}  # fmt: skip
     for line in lines:
-        if line["kind"] == "metrics":
-            for key in line["metrics"]:
-                stamps.setdefault((key, line["step"]), int(line["t"] * 1000))
-    for key, history in state["metrics"].items():
-        stored = Counter((m.step, m.value) for m in client.get_metric_history(run_id, key))
-        for step, value in history:
-            if stored[(step, value)] > 0:
-                stored[(step, value)] -= 1
+        if line["kind"] != "metrics":
+            continue
+        values = {}
+        for key, value in line["metrics"].items():
+            if stored[key][(line["step"], value)] > 0:
+                stored[key][(line["step"], value)] -= 1
             else:
-                metrics.append(Metric(key, value, stamps[(key, step)], step))
-    for batch in tracking.chunks(params):
-        tracking.with_retries(client.log_batch, run_id, params=batch)
-    for batch in tracking.chunks(tags):
-        tracking.with_retries(client.log_batch, run_id, tags=batch)
-    for batch in tracking.chunks(metrics, 1000):
-        tracking.with_retries(client.log_batch, run_id, metrics=batch)
+                values[key] = value
+        if values:
+            missing.append({**line, "metrics": values})
 
     stored_files = artifact_files(client, run_id)
-    uploaded = 0
     for file, folder, is_dir in state["artifacts"]:
         path = Path(file) if Path(file).is_absolute() else run_dir / file
         for source in sorted(p for p in path.rglob("*") if p.is_file()) if is_dir else [path]:
             inside = source.relative_to(path).parent if is_dir else Path()
-            target = str(Path(folder or "") / inside / source.name)
-            if target not in stored_files and source.is_file():
+            if str(Path(folder or "") / inside / source.name) not in stored_files and source.is_file():
                 destination = str(Path(folder or "") / inside)
-                client.log_artifact(run_id, str(source), None if destination == "." else destination)
-                uploaded += 1
+                missing.append({"kind": "artifact", "file": str(source.absolute()), "is_dir": False,
+                                "artifact_path": None if destination == "." else destination})  # fmt: skip
 
-    traced = synced_traces(client, run, state["traces"])
-    ended = state["status"] is not None and run.info.status != state["status"]
-    if ended:
-        tracking.with_retries(lambda: client.set_terminated(run_id, state["status"]))
-    what = [f"{len(params)} params", f"{len(tags)} tags", f"{len(metrics)} metric values", f"{uploaded} artifacts",
-            f"{traced} traces"]  # fmt: skip
-    if ended:
-        what.append(f"status {state['status']}")
-    done = ", ".join(what) if params or tags or metrics or uploaded or traced or ended else "in sync, nothing to upload"
-    return f"{run_dir}: {done} ({'new run' if created else 'run'} {run_id})"
+    missing += [{"kind": "trace", "trace": trace} for trace in missing_traces(client, run, state["traces"])]
+    if state["status"] is not None and run.info.status != state["status"]:
+        missing.append({"kind": "status", "status": state["status"]})
+    return missing
 
 
-def synced_traces(client: Any, run: Any, traces: list[dict]) -> int:
-    """Export the record's step traces that the store lacks (a step's trace is one of the
-    run's traces tagged with its step); how many were exported."""
+def missing_traces(client: Any, run: Any, traces: list[dict]) -> list[dict]:
+    """The record's step traces that the store lacks (a step's trace is one of the run's
+    traces tagged with its step)."""
     from mlrb import tracking
-    from mlrb.agents.tracing import export_trace
     from mlrb.tags import Tag
 
     if not traces:
-        return 0
+        return []
     experiment_id, run_id = run.info.experiment_id, run.info.run_id
     stored = tracking.with_retries(lambda: client.search_traces(locations=[experiment_id], run_id=run_id))
     steps = Counter(trace.info.tags.get(Tag.STEP) for trace in stored)
-    exported = 0
+    lacking = []
     for trace in traces:
         if steps[str(trace["step"])] > 0:
             steps[str(trace["step"])] -= 1
-            continue
-        export_trace(client.tracking_uri, experiment_id, run_id, trace)
-        exported += 1
-    return exported
+        else:
+            lacking.append(trace)
+    return lacking
 
 
 def find_run(client: Any, run_id: str) -> Any:

@@ -82,7 +82,8 @@ def recorded_run(tmp_path, store_dir):
 def store_content(client, run) -> dict:
     from mlrb.sync import artifact_files
 
-    history = {key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+    # each value with its step and the time it was logged at: a synced value keeps the live run's
+    history = {key: sorted((m.step, m.value, m.timestamp) for m in client.get_metric_history(run.info.run_id, key))
                for key in run.data.metrics}  # fmt: skip
     tags = {k: v for k, v in run.data.tags.items() if k.startswith("mlrb.") and k != "mlrb.synced_from"}
     return {"name": run.info.run_name, "status": run.info.status, "params": run.data.params, "tags": tags,
@@ -90,7 +91,7 @@ def store_content(client, run) -> dict:
 
 
 @pytest.mark.fast
-def test_sync_puts_a_run_from_its_record_into_an_empty_store_once(tmp_path, capsys):
+def test_sync_puts_a_run_from_its_record_into_an_empty_store_once(tmp_path, capsys, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     from mlrb import sync
@@ -100,7 +101,8 @@ def test_sync_puts_a_run_from_its_record_into_an_empty_store_once(tmp_path, caps
     expected = store_content(live, live.get_run(original_id))
     assert expected["artifacts"] == {"config.yaml", "trajectory.jsonl", "snapshots/step-1/train.py"}
 
-    sync.main([str(run_dir), "--tracking-dir", str(tmp_path / "rebuilt")])
+    monkeypatch.chdir(tmp_path)  # the run folder named as a user in its project names it: relative
+    sync.main([str(run_dir.relative_to(tmp_path)), "--tracking-dir", str(tmp_path / "rebuilt")])
     rebuilt = MlflowClient(f"sqlite:///{tmp_path / 'rebuilt' / 'mlflow.db'}")
     (run,) = rebuilt.search_runs([rebuilt.get_experiment_by_name("llm_merging").experiment_id])
     assert store_content(rebuilt, run) == expected  # what a run logged live holds
@@ -115,7 +117,7 @@ def test_sync_puts_a_run_from_its_record_into_an_empty_store_once(tmp_path, caps
 
 
 @pytest.mark.fast
-def test_a_sync_stopped_half_way_is_finished_by_the_next_without_duplicates(tmp_path, capsys):
+def test_a_sync_stopped_half_way_is_finished_by_the_next_without_duplicates(tmp_path, capsys, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     from mlrb import sync
@@ -129,7 +131,8 @@ def test_a_sync_stopped_half_way_is_finished_by_the_next_without_duplicates(tmp_
     (run_dir / record.FILE).write_text("".join(lines[:5]))
     sync.main([str(run_dir), "--tracking-dir", str(tmp_path / "rebuilt")])
     (run_dir / record.FILE).write_text(full)
-    sync.main([str(run_dir), "--tracking-dir", str(tmp_path / "rebuilt")])
+    monkeypatch.chdir(tmp_path)  # the run folder named as a user in its project names it: relative
+    sync.main([str(run_dir.relative_to(tmp_path)), "--tracking-dir", str(tmp_path / "rebuilt")])
     rebuilt = MlflowClient(f"sqlite:///{tmp_path / 'rebuilt' / 'mlflow.db'}")
     (run,) = rebuilt.search_runs([rebuilt.get_experiment_by_name("llm_merging").experiment_id])
     assert store_content(rebuilt, run) == expected
