@@ -44,7 +44,7 @@ def render(task: Task, budget: BudgetConfig, workspace: str, data_dir: str) -> s
         "additional_info": prompt.additional_info or "none",
         "workspace": workspace,
         "data_dir": data_dir,
-        "submission": task.submission,
+        "submission": task.rules.submission,
     }
     return TEMPLATE.read_text().format_map(fields)
 

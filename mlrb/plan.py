@@ -102,7 +102,7 @@ def make(cfg: MlrbConfig) -> RunPlan:
         Tag.CONFINED: str(sandbox_class.confined).lower(),
         Tag.NETWORK: str(cfg.task.network).lower(),
         Tag.NORMALISED_AS: task.normalised_as,
-        Tag.UNENFORCED_RULES: ",".join(task.unenforced_rules),
+        Tag.UNENFORCED_RULES: ",".join(task.rules.unenforced),
         Tag.RUN_KEY: key,
     }
     sweep_id, parent_run_id = os.environ.get(SWEEP_ID_VAR), os.environ.get(PARENT_RUN_VAR)

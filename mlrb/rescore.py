@@ -93,7 +93,7 @@ class SnapshottedRun:
         """Each step's snapshot line, the task's read-only files left out (they are restored)."""
         from mlrb import snapshots
 
-        globs = self.task.read_only_globs(self.asset_path)
+        globs = self.task.rules.read_only_globs(self.asset_path)
         return [snapshots.without(entry, globs) for entry in snapshots.load_steps(self.snapshots)]
 
     def score(self, entry: dict) -> Any:
@@ -109,7 +109,7 @@ class SnapshottedRun:
         shutil.rmtree(submission, ignore_errors=True)  # from an earlier rescoring of the same step
         if submission.is_file():
             submission.unlink()
-        workspace.collect(work, self.task.submission, submission)
+        workspace.collect(work, self.task.rules.submission, submission)
         try:
             report = score_submission(self.task, submission, self.asset_path, folder / "scoring",
                                       SandboxConfig(**self.config["sandbox"]), self.run_id)  # fmt: skip

@@ -329,7 +329,7 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
             snapshots.materialise(step_snapshots.root, chosen["entry"], start_files, work)
             recorder.log_metrics(chosen["metrics"])
             recorder.set_tags(chosen["tags"])
-        restored = workspace.restore_read_only(start_files, work, task.read_only_globs(asset_path), before)
+        restored = workspace.restore_read_only(start_files, work, task.rules.read_only_globs(asset_path), before)
         if restored:
             log.warning("the agent changed read-only files, restored before scoring: %s", ", ".join(restored))
 

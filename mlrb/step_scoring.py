@@ -64,7 +64,7 @@ class StepScoring:
             if self.last_s is None:  # the curve starts from the starting files: doing nothing
                 self.log(0, None, 0.0, 0.0)
             self.last_s = agent_s
-            self.log(step, self.score(snapshots.without(entry, self.task.read_only_globs(self.asset_path))),
+            self.log(step, self.score(snapshots.without(entry, self.task.rules.read_only_globs(self.asset_path))),
                      agent_s, usd)  # fmt: skip
 
     def score(self, entry: dict) -> Any:
@@ -75,12 +75,12 @@ class StepScoring:
         folder = self.folder / f"step-{entry['step']}"
         shutil.rmtree(folder, ignore_errors=True)
         work = snapshots.materialise(self.snapshots_root, entry, self.start_files, folder / "workspace")
-        read_only = self.task.read_only_globs(self.asset_path)
+        read_only = self.task.rules.read_only_globs(self.asset_path)
         for rel in entry.get("too_large", {}):  # too large for a snapshot: taken as it is now, the agent waiting
             if (self.work / rel).is_file() and not any(fnmatch.fnmatch(rel, glob) for glob in read_only):
                 (work / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(self.work / rel, work / rel)
-        workspace.collect(work, self.task.submission, folder / "submission")
+        workspace.collect(work, self.task.rules.submission, folder / "submission")
         try:
             report = score_submission(self.task, folder / "submission", self.asset_path, folder / "scoring",
                                       self.sandbox, self.recorder.run_id)  # fmt: skip

@@ -23,6 +23,7 @@ from mlrb import anytime, record
 from mlrb.report.anytime import GroupCurves, Point, RunCurve, band, budgets_table, curve_of, last_per_step
 from mlrb.report.runs import RunRow
 from mlrb.rescore import chosen_steps
+from mlrb.tasks.attempt_rules import Rules
 
 ANCHORS = {"do_nothing_score": 0.2, "baseline_score": 0.5, "reference_score": 0.7}
 FLOOR = -150.0  # doing nothing (0.2) on the 0.5 -> 0.7 scale
@@ -243,8 +244,8 @@ def test_scoring_during_the_run_is_due_by_steps_or_minutes_off_the_agent_s_clock
         return ScoreReport(True, "ok", float((submission / "answer.txt").read_text()))
 
     monkeypatch.setattr(step_scoring, "score_submission", score_submission)
-    task = SimpleNamespace(anchors=SimpleNamespace(read=lambda assets: ANCHORS), read_only_globs=lambda assets: [],
-                           higher_is_better=True, normalisation="gap", submission="submission")  # fmt: skip
+    task = SimpleNamespace(anchors=SimpleNamespace(read=lambda assets: ANCHORS), rules=Rules("submission"),
+                           higher_is_better=True, normalisation="gap")  # fmt: skip
     start, work = tmp_path / "start", tmp_path / "work"
     start.mkdir()
     before = workspace.prepare(start, work)

@@ -158,7 +158,7 @@ def third_party_imports() -> dict[str, Path]:
 
 def test_only_a_task_reads_its_own_config():
     """Outside mlrb/tasks/, modules take what they need of a task through its interface
-    (Task.scale, .submission, .hardware, .scorer_config()...), never its config (task.cfg, task.spec)."""
+    (Task.scale, .rules, .hardware, .scorer_config()...), never its config (task.cfg, task.spec)."""
     import re
 
     reads = re.compile(r"\btask\.(cfg|spec)\b")

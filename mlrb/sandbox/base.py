@@ -196,7 +196,7 @@ def limits_for(task, cfg: SandboxConfig) -> Limits:
         cpus=cfg.cpus if cfg.cpus is not None else hw.cpus,
         memory_gb=cfg.memory_gb if cfg.memory_gb is not None else hw.memory_gb,
         gpus=hw.gpus,
-        network=task.network,
+        network=task.rules.network,
     )
 
 

@@ -35,13 +35,11 @@ class ScoredTask(Protocol):
     environment: Path | None
 
     @property
-    def submission(self) -> str: ...
+    def rules(self) -> Any: ...  # mlrb.tasks.attempt_rules.Rules: its submission and network
     @property
     def score_timeout_s(self) -> float: ...
     @property
     def hardware(self) -> Any: ...
-    @property
-    def network(self) -> bool: ...
     def scorer_config(self) -> dict[str, Any]: ...
 
 
@@ -95,7 +93,7 @@ class Scorer:
         if not submission.exists():
             self.close()  # nothing to score: no need to wait for the run's end to stop it
             return ScoreReport.invalid(
-                f"no submission: the agent left nothing at '{self.task.submission}' in its workspace"
+                f"no submission: the agent left nothing at '{self.task.rules.submission}' in its workspace"
             )
         # A scorer scores once (or was closed); and assets rebuilt since it started are a new folder
         # its sandbox does not show.

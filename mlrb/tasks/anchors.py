@@ -35,11 +35,13 @@ ScoreSubmission = Callable[[Path, Path], ScoreReport]
 
 
 class AnchorFailed(RuntimeError):
-    """An anchor's command failed (`reason` is its error) or made an invalid submission."""
+    """An anchor's command failed at `seed` (`ran` False; `reason` is its error) or made an
+    invalid submission (`ran` True; `reason` is why it is invalid)."""
 
-    def __init__(self, message: str, anchor: str, seed: int, reason: str, ran: bool):
-        super().__init__(message)
-        self.anchor, self.seed, self.reason, self.ran = anchor, seed, reason, ran
+    def __init__(self, command: str, seed: int, reason: str, ran: bool):
+        shown = f"calibration: `{command}` made an invalid submission at seed {seed}: {reason}" if ran else reason
+        super().__init__(shown)
+        self.seed, self.reason, self.ran = seed, reason, ran
 
 
 @dataclass(frozen=True)
@@ -83,30 +85,31 @@ class Anchors:
         def folder(anchor: str, seed: int) -> Path:
             return scratch / anchor / f"seed-{seed}"
 
-        def ran(anchor: str, seed: int, workspace: Callable[[], Path]) -> None:
-            try:
-                done = workspace()
-            except RuntimeError as e:
-                raise AnchorFailed(str(e), anchor, seed, str(e), ran=False) from None
-            reports[anchor, seed] = report = score(done / self.submission, folder(anchor, seed) / "scoring")
-            if not report.valid and anchor != "do_nothing":
-                raise AnchorFailed(
-                    f"calibration: `{todo[anchor]}` made an invalid submission at seed {seed}: {report.reason}",
-                    anchor, seed, report.reason, ran=True,
-                )  # fmt: skip
-
         workers = self.workers or max(1, min(len(jobs), os.cpu_count() or 1))
-        if workers == 1:
-            for anchor, seed in jobs:
-                ran(anchor, seed, functools.partial(run, todo[anchor], folder(anchor, seed) / "workspace", seed))
-        else:
-            from concurrent.futures import ThreadPoolExecutor  # only when building
+        with contextlib.ExitStack() as side_by_side:
+            if workers == 1:  # each run when its workspace is asked for
 
-            with ThreadPoolExecutor(max_workers=workers) as pool, one_torch_thread():
-                running = {(anchor, seed): pool.submit(run, todo[anchor], folder(anchor, seed) / "workspace", seed)
-                           for anchor, seed in jobs}  # fmt: skip
-                for anchor, seed in jobs:
-                    ran(anchor, seed, running[anchor, seed].result)
+                def start(*args: Any) -> Callable[[], Path]:
+                    return functools.partial(run, *args)
+            else:
+                from concurrent.futures import ThreadPoolExecutor  # only when building
+
+                pool = side_by_side.enter_context(ThreadPoolExecutor(max_workers=workers))
+                side_by_side.enter_context(one_torch_thread())
+
+                def start(*args: Any) -> Callable[[], Path]:
+                    return pool.submit(run, *args).result
+
+            started = {(anchor, seed): start(todo[anchor], folder(anchor, seed) / "workspace", seed)
+                       for anchor, seed in jobs}  # fmt: skip
+            for anchor, seed in jobs:  # in order, each scored once its run is done
+                try:
+                    done = started[anchor, seed]()
+                except RuntimeError as e:
+                    raise AnchorFailed(todo[anchor], seed, str(e), ran=False) from None
+                reports[anchor, seed] = report = score(done / self.submission, folder(anchor, seed) / "scoring")
+                if not report.valid and anchor != "do_nothing":
+                    raise AnchorFailed(todo[anchor], seed, report.reason, ran=True)
         scores: dict[str, Any] = dict(extra or {})
         for anchor in todo:
             runs = [reports[anchor, seed] for seed in range(self.seeds)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,9 @@ from mlrb import registry
 from mlrb.config import ConfigError, TaskConfig, describe_omegaconf_error
 from mlrb.scoring.report import ScoreReport  # every task's scorer returns one
 from mlrb.tasks import sources
-from mlrb.tasks.anchors import DEFAULT_SEEDS, Anchors
+from mlrb.tasks.anchors import ANCHORS, DEFAULT_SEEDS, Anchors
+from mlrb.tasks.attempt_rules import Rules
+from mlrb.tasks.builder import AssetBuilder
 
 
 @dataclass
@@ -117,14 +120,11 @@ class Task(abc.ABC):
         return self.cfg.title
 
     @property
-    def submission(self) -> str:
-        """The file or folder in the workspace that is scored."""
-        return self.cfg.submission
-
-    @property
-    def network(self) -> bool:
-        """Whether the agent's sandbox may reach the network."""
-        return self.cfg.network
+    def rules(self) -> Rules:
+        """The part that says what is scored, what the agent may not change, whether it may
+        reach the network and what nothing enforces (mlrb/tasks/attempt_rules.py)."""
+        return Rules(self.cfg.submission, self.cfg.network, tuple(self.cfg.read_only_files),
+                     unenforced=dict(self.spec.unenforced_rules))  # fmt: skip
 
     @property
     def hardware(self) -> HardwareSpec:
@@ -146,10 +146,6 @@ class Task(abc.ABC):
     @property
     def eval_device(self) -> str:
         return self.spec.eval.device
-
-    @property
-    def unenforced_rules(self) -> dict[str, str]:
-        return dict(self.spec.unenforced_rules)
 
     def baseline_command(self) -> str:
         """The shell command the scripted baseline agent runs in the workspace."""
@@ -213,10 +209,6 @@ class Task(abc.ABC):
         """The agent's starting workspace: the starter files (a folder task: its prepared env/)."""
         return self.starter_dir()
 
-    def read_only_globs(self, assets: Path) -> list[str]:
-        """Workspace files restored before scoring."""
-        return list(self.cfg.read_only_files)
-
     def own_instructions(self) -> str | None:
         """The task's own prompt text instead of MLRB's template fields (None: the template)."""
         return None
@@ -243,25 +235,25 @@ class Task(abc.ABC):
             **({"requirements": self.requirements()} if self.requirements() else {}),
         }
 
-    def build_assets(self, out_dir: Path) -> dict[str, Any]:
-        """Write `public/` (the agent may read it) and `hidden/` (it never may) into out_dir as
-        the scale's `assets.source` says (build: made on this machine; hub: downloaded), then
-        measure the normalisation anchors. Returns facts for the assets' manifest.
+    @property
+    def builder(self) -> AssetBuilder:
+        """The part that makes the assets (mlrb/tasks/builder.py): `build_tiny` for source
+        `build` (models and data made on this machine), `download` for `hub` (fetched through
+        the Hugging Face cache), where the task has them."""
+        makers = {"build": self.build_tiny, **({"hub": self.download} if hasattr(self, "download") else {})}
+        return AssetBuilder(self.name, dict(self.spec.assets), makers, check=f"{self.builder_module()}:check_params")
 
-        A task makes its assets with the methods it has, each `(out_dir, assets params) -> facts`:
-        `build_tiny` (source `build`: models and data made on this machine) and `download`
-        (source `hub`: fetched through the Hugging Face cache). A task whose assets come from
-        elsewhere (a task folder) overrides this method instead."""
-        params = dict(self.spec.assets)
-        source = params.pop("source", "build")
-        params.pop("anchor_seeds", None)  # the calibration's, not the builder's
-        makers = {name: getattr(self, method) for name, method in (("build", "build_tiny"), ("hub", "download"))
-                  if hasattr(self, method)}  # fmt: skip
-        if source not in makers:
-            raise ValueError(f"unknown assets.source '{source}' for task {self.name}; valid: {', '.join(makers)}")
-        facts = makers[source](out_dir, params)
-        facts["calibration"] = self.calibrate(out_dir)
-        return facts
+    def build_assets(self, out_dir: Path) -> dict[str, Any]:
+        """Write `public/` (the agent may read it) and `hidden/` (it never may) into out_dir
+        with the builder, then measure the normalisation anchors on them. Returns facts for
+        the assets' manifest; a build that fails leaves nothing behind."""
+        try:
+            facts = self.builder.make(out_dir)
+            facts["calibration"] = self.calibrate(out_dir)
+            return facts
+        except BaseException:
+            shutil.rmtree(out_dir, ignore_errors=True)  # nothing half-built is left in the cache
+            raise
 
     @classmethod
     def builder_module(cls) -> str:
@@ -277,27 +269,13 @@ class Task(abc.ABC):
 
     @classmethod
     def check_assets(cls, cfg: TaskConfig) -> None:
-        """A scale built on this machine (assets.source `build`): its parameters, checked when
-        the config is, so that a bad one is one line (ConfigError) before anything is built or
-        recorded. The builder module's `check_params(params)` raises ValueError naming the bad
-        key and what is valid."""
-        params = dict(cls.scale_spec(cfg).assets)
-        seeds = params.pop("anchor_seeds", DEFAULT_SEEDS)
-        if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-            raise ConfigError(
-                f"task.scales.{cfg.scale}.assets.anchor_seeds must be a whole number of seeds, at least 1 "
-                f"(default {DEFAULT_SEEDS}); got {seeds!r}"
-            )
-        if params.pop("source", "build") != "build":
-            return
-        try:
-            check = registry.load(f"{cls.builder_module()}:check_params")
-        except (ImportError, AttributeError):  # no builder module (a task folder) or none to check
-            return
-        try:
-            check(params)
-        except (ValueError, TypeError) as e:  # TypeError: a value of the wrong kind (n_test=abc)
-            raise ConfigError(f"task.scales.{cfg.scale}.assets: {e}") from None
+        """The scale's asset params, checked when the config is (before a task is made), so
+        that a bad one is one line (ConfigError) before anything is built or recorded: the
+        anchors' seeds, and a scale built on this machine (source `build`) by the builder
+        module's `check_params(params)`, which raises ValueError naming the bad key and what
+        is valid."""
+        check = f"{cls.builder_module()}:check_params"
+        AssetBuilder(cfg.name, dict(cls.scale_spec(cfg).assets), makers={}, check=check).check_params(cfg.scale)
 
     def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """`tiny_builder(out_dir, params)` -> the manifest's facts."""
@@ -313,10 +291,9 @@ class Task(abc.ABC):
     @property
     def anchors(self) -> Anchors:
         """The part that measures the anchors at build and reads them back (mlrb/tasks/anchors.py)."""
-        stated = {f"{anchor}_score": getattr(self.spec, f"{anchor}_score") for anchor in ("do_nothing", "baseline",
-                                                                                           "reference")}  # fmt: skip
+        stated = {f"{anchor}_score": getattr(self.spec, f"{anchor}_score") for anchor in ANCHORS}
         return Anchors(self.anchor_commands(), self.anchor_seeds, stated, higher_is_better=self.higher_is_better,
-                       submission=self.cfg.submission, task_name=self.name)  # fmt: skip
+                       submission=self.rules.submission, task_name=self.name)  # fmt: skip
 
     def calibrate(self, out_dir: Path) -> dict[str, Any]:
         """Measure the anchors on the built assets (hidden/calibration.json)."""
@@ -345,7 +322,6 @@ class Task(abc.ABC):
         otherwise. Used to calibrate at asset build.
         Returns the workspace; raises RuntimeError with the command's error if it fails."""
         import os
-        import shutil
         import subprocess
 
         from mlrb.sandbox.base import agent_environment

@@ -44,11 +44,3 @@ def check(path: str, format: str) -> Path:
             needs = ", ".join(REQUIRED[format])
             raise ConfigError(f"task folder {folder} has no {rel} (a {format} task needs {needs})")
     return folder
-
-
-def read_globs(file: Path) -> list[str]:
-    """read_only_files.txt: one glob a line, relative to env/; blank lines and # comments skipped."""
-    if not file.is_file():
-        return []
-    lines = (line.strip() for line in file.read_text().splitlines())
-    return [line[2:] if line.startswith("./") else line for line in lines if line and not line.startswith("#")]

@@ -19,7 +19,7 @@ def best_dev_snapshot(task: Any, root: Path, assets: Path, run_dir: Path,
     scorer, in its sandbox); the best step's entry with the dev scores as metrics and tags, or
     None when no step scored on dev."""
     dev_task = task.with_phase("dev")
-    globs = task.read_only_globs(assets)
+    globs = task.rules.read_only_globs(assets)
     by_state: dict[str, float | None] = {}
     dev_scores: dict[int, float | None] = {}
     best: dict | None = None

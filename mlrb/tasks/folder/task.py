@@ -33,7 +33,9 @@ from mlrb import environments
 from mlrb.config import ConfigError, TaskConfig
 from mlrb.sandbox.base import sandbox_environment
 from mlrb.tasks.anchors import AnchorFailed, Anchors
+from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import PromptSpec, ScaleSpec, ScoreReport, Task
+from mlrb.tasks.builder import AssetBuilder
 from mlrb.tasks.folder import layout
 
 PHASES = ("dev", "test")
@@ -124,21 +126,24 @@ class FolderTask(Task):
         return {**super().asset_key(), "format": self.format, "method": self.spec.method,
                 "folder": folder_digest(self.folder)}  # fmt: skip
 
-    def build_assets(self, out_dir: Path) -> dict[str, Any]:
-        try:
-            stage = out_dir / "folder"
-            skip = shutil.ignore_patterns("__pycache__")
-            shutil.copytree(self.folder / "env", stage / "env", symlinks=True, ignore=skip)
-            shutil.copytree(self.folder / "scripts", stage / "scripts", symlinks=True, ignore=skip)
-            if (stage / "scripts" / "prepare.py").is_file():
-                self.prepare(stage / "scripts")
-            (stage / "env").rename(out_dir / "public")
-            (stage / "scripts").rename(out_dir / "hidden")
-            stage.rmdir()
-            return {"format": self.format, "folder": str(self.folder), "calibration": self.calibrate(out_dir)}
-        except BaseException:
-            shutil.rmtree(out_dir, ignore_errors=True)  # nothing half-built is left in the cache
-            raise
+    @property
+    def builder(self) -> AssetBuilder:
+        """One maker, whatever the scale says: the folder's files, copied and prepared."""
+        return AssetBuilder(self.name, {"source": "build"}, {"build": self.copy_and_prepare})
+
+    def copy_and_prepare(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
+        """env/ and scripts/ copied, scripts/prepare.py run on the copy, then public/ = env/
+        and hidden/ = scripts/."""
+        stage = out_dir / "folder"
+        skip = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(self.folder / "env", stage / "env", symlinks=True, ignore=skip)
+        shutil.copytree(self.folder / "scripts", stage / "scripts", symlinks=True, ignore=skip)
+        if (stage / "scripts" / "prepare.py").is_file():
+            self.prepare(stage / "scripts")
+        (stage / "env").rename(out_dir / "public")
+        (stage / "scripts").rename(out_dir / "hidden")
+        stage.rmdir()
+        return {"format": self.format, "folder": str(self.folder)}
 
     def prepare(self, scripts: Path) -> None:
         """scripts/prepare.py, run once from scripts/ (it may write into ../env and into scripts/)."""
@@ -186,8 +191,10 @@ class FolderTask(Task):
     def workspace_files(self, assets: Path) -> Path:
         return assets / "public"
 
-    def read_only_globs(self, assets: Path) -> list[str]:
-        return list(self.cfg.read_only_files) + layout.read_globs(assets / "hidden" / "read_only_files.txt")
+    @property
+    def rules(self) -> Rules:
+        """The layout's read-only files too, as its scripts/read_only_files.txt lists them."""
+        return dataclasses.replace(super().rules, read_only_listed_in="hidden/read_only_files.txt")
 
     def own_instructions(self) -> str | None:
         problem = (self.folder / "scripts" / "research_problem.txt").read_text()

@@ -1,0 +1,99 @@
+"""A task is made of parts that packaged tasks and task folders share (issue 36): its asset
+builder (mlrb/tasks/builder.py), its anchors (mlrb/tasks/anchors.py, tested in
+test_anchor_seeds.py) and its rules for an attempt (mlrb/tasks/attempt_rules.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mlrb.config import ConfigError
+from mlrb.tasks.anchors import AnchorFailed
+from mlrb.tasks.attempt_rules import Rules
+from mlrb.tasks.base import ScoreReport
+from test_anchor_seeds import SeedTask, seed_task
+
+pytestmark = pytest.mark.fast
+
+
+class DownloadingTask(SeedTask):
+    """SeedTask with a full scale fetched from the hub: its maker says it ran."""
+
+    def download(self, out_dir, params):
+        (out_dir / "public").mkdir(parents=True, exist_ok=True)
+        return {"downloaded": params}
+
+
+def test_the_builder_runs_the_maker_the_source_names_and_refuses_another_by_name(tmp_path):
+    built = seed_task(tmp_path, size=3).build_assets(tmp_path / "built")
+    assert "downloaded" not in built and json.loads((tmp_path / "built" / "hidden" / "calibration.json").read_text())
+    hub = seed_task(tmp_path, source="hub", size=3)
+    fetched = DownloadingTask(hub.cfg)
+    fetched.starter = hub.starter
+    # The maker gets the scale's assets less what is not its own (the source, the anchors' seeds).
+    assert fetched.builder.make(tmp_path / "fetched") == {"downloaded": {"size": 3}}
+    with pytest.raises(ValueError, match=r"^unknown assets.source 'hub' for task seeded; valid: build$"):
+        hub.build_assets(tmp_path / "nowhere")
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_build_that_fails_leaves_nothing_behind_and_says_which_anchor_seed(tmp_path):
+    task = seed_task(tmp_path)
+    task.cfg.scales["tiny"]["reference_command"] = (
+        'test "$MLRB_SEED" != 1 || { echo "no seed 1" >&2; exit 4; }; mkdir -p submission && echo 1 > submission/answer.txt'
+    )
+    task = SeedTask(task.cfg)
+    task.starter = tmp_path / "starter"
+    with pytest.raises(AnchorFailed) as failed:
+        task.build_assets(tmp_path / "assets")
+    assert (failed.value.seed, failed.value.ran) == (1, False)
+    assert str(failed.value).endswith("exited 4: no seed 1")
+    assert not (tmp_path / "assets").exists()  # a half-built folder would read as assets
+
+
+def test_an_anchor_that_makes_an_invalid_submission_is_named_with_its_command_and_seed(tmp_path):
+    task = seed_task(tmp_path)
+    task.cfg.scales["tiny"]["baseline_command"] = "mkdir -p submission && echo x > submission/answer.txt"
+    task = SeedTask(task.cfg)
+    task.starter = tmp_path / "starter"
+    task.score = lambda submission, assets, work_dir: scored_if_a_number(submission)
+    with pytest.raises(AnchorFailed) as failed:
+        task.build_assets(tmp_path / "assets")
+    assert str(failed.value) == (
+        "calibration: `mkdir -p submission && echo x > submission/answer.txt` made an invalid submission "
+        "at seed 0: answer.txt is not a number"
+    )
+    assert failed.value.ran and failed.value.reason == "answer.txt is not a number"
+
+
+def scored_if_a_number(submission) -> ScoreReport:
+    try:
+        return ScoreReport(valid=True, reason="ok", score=float((submission / "answer.txt").read_text()))
+    except ValueError:
+        return ScoreReport.invalid("answer.txt is not a number")
+
+
+def test_a_bad_builder_param_is_one_config_error_before_anything_is_built(tmp_path):
+    cfg = seed_task(tmp_path).cfg
+    cfg.scales["tiny"]["assets"] = {"anchor_seeds": 0}
+    with pytest.raises(ConfigError, match=r"^task\.scales\.tiny\.assets\.anchor_seeds must be a whole number"):
+        SeedTask.check_assets(cfg)
+    from conftest import task_from_config
+
+    task = task_from_config("llm_merging")
+    task.cfg.scales["tiny"]["assets"]["skills"] = ["geography", "astrology"]
+    with pytest.raises(ConfigError, match=r"^task\.scales\.tiny\.assets: .*astrology"):
+        type(task).check_assets(task.cfg)
+
+
+def test_the_rules_say_what_is_scored_and_restore_the_configs_and_the_assets_read_only_files(tmp_path):
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hidden" / "read_only_files.txt").write_text("# the task's own\n./eval.py\n\n  data/*  \n")
+    rules = Rules("submission", read_only=("train.py",), read_only_listed_in="hidden/read_only_files.txt")
+    assert rules.read_only_globs(tmp_path) == ["train.py", "eval.py", "data/*"]
+    assert Rules("submission", read_only=("train.py",)).read_only_globs(tmp_path) == ["train.py"]
+    assert rules.read_only_globs(tmp_path / "elsewhere") == ["train.py"]  # no list: the config's alone
+    # A task's come from its config: the network is closed unless the config opens it.
+    task = seed_task(tmp_path)
+    assert (task.rules.submission, task.rules.network, task.rules.read_only) == ("submission", False, ())
