@@ -68,7 +68,7 @@ def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
             lambda: client.create_run(experiment, run_name=opened[-1]["run_name"], tags=opening)
         )
         run = client.get_run(run.info.run_id)
-    missing = missing_lines(client, run, lines, run_dir)
+    missing = missing_lines(client, run, lines, state, run_dir)
     # Written as a live run writes its record: the same exporter, line by line.
     record.export(tracking.RunRecorder(client, run.info.run_id, run.info.experiment_id), missing, run_dir)
     count = Counter[str]()
@@ -83,14 +83,13 @@ def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
     return f"{run_dir}: {done} ({'new run' if created else 'run'} {run.info.run_id})"
 
 
-def missing_lines(client: Any, run: Any, lines: list[dict], run_dir: Path) -> list[dict]:
-    """The record's lines, cut down to what the store's run lacks of them: params it does not
+def missing_lines(client: Any, run: Any, lines: list[dict], state: dict[str, Any], run_dir: Path) -> list[dict]:
+    """The record's lines (`state`: folded), cut down to what the store's run lacks of them: params it does not
     hold, tags it holds otherwise, metric values (by step) it lacks, each with the time of the
     line that logged it, artifact files it lacks (a folder's, file by file), the traces of the
     steps it lacks, and the end status when it differs."""
     from mlrb import tracking
 
-    state = record.fold(lines)
     run_id = run.info.run_id
     wanted = {k: v[: tracking.PARAM_CHARS] for k, v in state["params"].items()}  # as the store keeps them
     conflicts = sorted(k for k, v in wanted.items() if k in run.data.params and run.data.params[k] != v)
