@@ -84,10 +84,10 @@ def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
 
 
 def missing_lines(client: Any, run: Any, lines: list[dict], state: dict[str, Any], run_dir: Path) -> list[dict]:
-    """The record's lines (`state`: folded), cut down to what the store's run lacks of them: params it does not
-    hold, tags it holds otherwise, metric values (by step) it lacks, each with the time of the
-    line that logged it, artifact files it lacks (a folder's, file by file), the traces of the
-    steps it lacks, and the end status when it differs."""
+    """The record's lines (`state`: them folded), cut down to what the store's run lacks of
+    them: params it does not hold, tags it holds otherwise, metric values (by step) it lacks,
+    each with the time of the line that logged it, artifact files it lacks (a folder's, file
+    by file), the traces of the steps it lacks, and the end status when it differs."""
     from mlrb import tracking
 
     run_id = run.info.run_id
