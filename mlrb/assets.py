@@ -96,7 +96,7 @@ def build_facts(task: Task, staging: Path) -> dict:
     """Build (and calibrate) the assets. Calibration evaluates models on the scale's eval
     device; on a GPU that happens in a child process, so that this one (the harness, which
     lives for the whole run) never holds a CUDA context."""
-    if not task.eval_device.startswith("cuda"):
+    if not task.judge.device.startswith("cuda"):
         return task.build_assets(staging)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor

@@ -324,7 +324,7 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
         def score_folder(scored_task: Task, folder: Path, work_dir: Path) -> ScoreReport:  # as the run's scorer
             return score_submission(scored_task, folder, asset_path, work_dir, plan.sandbox, recorder.run_id)
 
-        chosen = task.choose_snapshot(step_snapshots.root, asset_path, run_dir, score_folder)
+        chosen = task.judge.choose_snapshot(step_snapshots.root, asset_path, run_dir, score_folder)
         if chosen is not None:  # MLRC-Bench: the test split is scored on the snapshot with the best dev score
             snapshots.materialise(step_snapshots.root, chosen["entry"], start_files, work)
             recorder.log_metrics(chosen["metrics"])

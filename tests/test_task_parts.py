@@ -1,10 +1,12 @@
 """A task is made of parts that packaged tasks and task folders share (issue 36): its asset
 builder (mlrb/tasks/builder.py), its anchors (mlrb/tasks/anchors.py, tested in
-test_anchor_seeds.py) and its rules for an attempt (mlrb/tasks/attempt_rules.py)."""
+test_anchor_seeds.py), its rules for an attempt (mlrb/tasks/attempt_rules.py) and its judge
+(mlrb/tasks/judge.py; a folder's choice of the best dev step runs in test_folder_tasks.py)."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -27,7 +29,9 @@ class DownloadingTask(SeedTask):
 
 def test_the_builder_runs_the_maker_the_source_names_and_refuses_another_by_name(tmp_path):
     built = seed_task(tmp_path, size=3).build_assets(tmp_path / "built")
-    assert "downloaded" not in built and json.loads((tmp_path / "built" / "hidden" / "calibration.json").read_text())
+    calibration = json.loads((tmp_path / "built" / "hidden" / "calibration.json").read_text())
+    assert "downloaded" not in built and built["calibration"] == calibration
+    assert (calibration["baseline_seeds"], calibration["reference_score"]) == ([0.0, 1.0, 2.0], 11.0)  # seeds 0-2
     hub = seed_task(tmp_path, source="hub", size=3)
     fetched = DownloadingTask(hub.cfg)
     fetched.starter = hub.starter
@@ -97,3 +101,36 @@ def test_the_rules_say_what_is_scored_and_restore_the_configs_and_the_assets_rea
     # A task's come from its config: the network is closed unless the config opens it.
     task = seed_task(tmp_path)
     assert (task.rules.submission, task.rules.network, task.rules.read_only) == ("submission", False, ())
+
+
+def test_the_judge_scores_with_the_tasks_own_scorer_and_says_what_its_process_imports_and_may_take(tmp_path):
+    from conftest import task_from_config
+
+    merging = task_from_config("llm_merging", score_timeout_s=42)
+    assert "lm_eval.evaluator" in merging.judge.imports and merging.judge.timeout_s == 42
+    formalizing = task_from_config("math_reasoning")  # scored with BLEU and ROUGE-L: no lm-eval to import
+    assert formalizing.judge.imports == () and formalizing.judge.device == "cpu"
+    task = seed_task(tmp_path)
+    task.score = lambda submission, assets, work_dir: scored_if_a_number(submission)
+    (tmp_path / "submission").mkdir()
+    (tmp_path / "submission" / "answer.txt").write_text("7")
+    assert task.judge.score(tmp_path / "submission", tmp_path, tmp_path).score == 7.0
+    # A packaged task scores the final workspace: its judge chooses no step.
+    assert merging.judge.choose_snapshot(tmp_path, tmp_path, tmp_path, score_folder=scored_if_a_number) is None
+
+
+def test_a_builder_module_that_cannot_import_what_it_needs_says_so_when_the_config_is_checked(tmp_path, monkeypatch):
+    from mlrb.tasks.builder import AssetBuilder
+
+    (tmp_path / "handmade").mkdir()
+    (tmp_path / "handmade" / "__init__.py").write_text("")
+    (tmp_path / "handmade" / "assets.py").write_text("import a_library_not_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    needs = AssetBuilder("handmade", {"size": 3}, makers={}, check="handmade.assets:check_params")
+    with pytest.raises(ModuleNotFoundError, match="a_library_not_installed"):
+        needs.check_params("tiny")
+    # No builder module at all (a task folder's case), or one without a check: nothing to check.
+    AssetBuilder("folder", {}, makers={}, check="handmade.no_such_module:check_params").check_params("tiny")
+    (tmp_path / "handmade" / "assets.py").write_text("SIZE = 3\n")
+    monkeypatch.delitem(sys.modules, "handmade.assets", raising=False)
+    AssetBuilder("handmade", {}, makers={}, check="handmade.assets:check_params").check_params("tiny")

@@ -15,7 +15,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-#: What a scorer that evaluates with lm-eval imports ahead (a task's `scorer_imports`).
+#: What a scorer that evaluates with lm-eval imports ahead (a task's judge's `imports`).
 # transformers.modeling_utils: what loading any model imports on first use (1.6 s here).
 IMPORTS = (
     "torch",

@@ -11,7 +11,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import mlrb
 from mlrb import registry
@@ -28,16 +28,17 @@ from mlrb.scoring.report import ScoreReport
 
 
 class ScoredTask(Protocol):
-    """What scoring needs of a task (every mlrb.tasks.base.Task has it): the modules its scorer
-    imports, its limits and the config its scorer's process makes the task from (from the registry)."""
+    """What scoring needs of a task (every mlrb.tasks.base.Task has it): its judge (the modules
+    its scorer imports, its time limit), its rules and hardware, and the config its scorer's
+    process makes the task from (from the registry)."""
 
-    scorer_imports: ClassVar[tuple[str, ...]]
     environment: Path | None
 
+    # (typed Any: scoring never imports mlrb.tasks, which stands above it)
+    @property
+    def judge(self) -> Any: ...  # mlrb.tasks.judge.Judge: its imports and time limit
     @property
     def rules(self) -> Any: ...  # mlrb.tasks.attempt_rules.Rules: its submission and network
-    @property
-    def score_timeout_s(self) -> float: ...
     @property
     def hardware(self) -> Any: ...
     def scorer_config(self) -> dict[str, Any]: ...
@@ -58,7 +59,7 @@ def score_submission(
 
 class Scorer:
     """A scorer started before there is anything to score, so that its imports (the task's
-    `scorer_imports`: torch, lm-eval; seconds) happen while the agent works: in its fresh
+    judge's `imports`: torch, lm-eval; seconds) happen while the agent works: in its fresh
     sandbox it imports them, then waits for `score` to hand it the submission. Close it (or
     leave its `with` block) whether or not it scored: a waiting scorer is killed."""
 
@@ -74,13 +75,13 @@ class Scorer:
         self.request_file.unlink(missing_ok=True)
         self.assets_seen = folder_identity(self.assets)
         self.used = self.closed = False
-        imports = ",".join(self.task.scorer_imports)
+        imports = ",".join(self.task.judge.imports)
         self.job = IsolatedCommand(
             argv=[sys.executable, "-I", "-m", "mlrb.scoring.worker", str(self.request_file), imports],
             mounts=scorer_mounts(self.assets, self.work_dir) + task_environment_mounts(self.task.environment),
             workdir=str(self.work_dir),
             env=scorer_environment(self.work_dir, self.sandbox),
-            timeout_s=self.task.score_timeout_s,
+            timeout_s=self.task.judge.timeout_s,
             log_file=self.work_dir / "scorer.log",
             limits=dataclasses.replace(limits_for(self.task, self.sandbox), network=False),
             run_id=self.run_id,

@@ -1,7 +1,7 @@
 """The scoring process: `python -I -m mlrb.scoring.worker REQUEST.json [MODULE,...]`.
 
 Started before there is anything to score (while the agent works), it imports the
-modules named (the task's scorer_imports: torch, lm-eval; seconds), waits for the
+modules named (the task's judge's imports: torch, lm-eval; seconds), waits for the
 harness to write REQUEST.json (it does once the submission is copied), then builds
 the task from the request, scores the submission and writes the report.
 
@@ -44,7 +44,7 @@ def main(request_file: str) -> None:
         datasets.disable_caching()  # the evaluation sets are the user's, read-only: nothing is written beside them
     submission = Path(request["submission"])
     try:
-        report = task.score(submission, Path(request["assets"]), Path(request["work_dir"]))
+        report = task.judge.score(submission, Path(request["assets"]), Path(request["work_dir"]))
     except Exception as error:  # scoring crashed: find out whose fault it is
         problem = submission_problem(submission)
         if not problem:

@@ -1,5 +1,6 @@
-"""What every task is: a scale spec (data), assets, starter files, instructions,
-a baseline, and a scorer that says whether a submission is valid and what it scored.
+"""What every task is: a scale spec (data), starter files, instructions, a baseline, and
+four parts the harness reads: the asset builder (builder.py), the rules of an attempt
+(attempt_rules.py), the anchors (anchors.py) and the judge, its scorer (judge.py).
 
 A task subclass adds its own fields to `ScaleSpec` and implements the abstract
 hooks: `build_tiny`, `download` and `score`. Nothing here imports torch: configs are checked with these classes.
@@ -10,7 +11,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,6 +24,7 @@ from mlrb.tasks import sources
 from mlrb.tasks.anchors import ANCHORS, DEFAULT_SEEDS, Anchors
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.builder import AssetBuilder
+from mlrb.tasks.judge import Judge
 
 
 @dataclass
@@ -95,8 +96,6 @@ class Task(abc.ABC):
     scale_class: ClassVar[type] = ScaleSpec
     # Bump when the asset builder changes, so caches built by older code are not reused.
     assets_version: ClassVar[int] = 1
-    # What the scorer process imports while the agent works (mlrb/scoring/runner.py Scorer).
-    scorer_imports: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg
@@ -138,14 +137,6 @@ class Task(abc.ABC):
     def time_limit_s(self) -> float:
         """The competition's own time limit (the prompt states it; the budget sets the run's)."""
         return self.spec.time_limit_s
-
-    @property
-    def score_timeout_s(self) -> float:
-        return self.spec.score_timeout_s
-
-    @property
-    def eval_device(self) -> str:
-        return self.spec.eval.device
 
     def baseline_command(self) -> str:
         """The shell command the scripted baseline agent runs in the workspace."""
@@ -213,13 +204,6 @@ class Task(abc.ABC):
         """The task's own prompt text instead of MLRB's template fields (None: the template)."""
         return None
 
-    def choose_snapshot(self, snapshots_root: Path, assets: Path, run_dir: Path,
-                        score: Callable[[Any, Path, Path], ScoreReport]) -> dict[str, Any] | None:  # fmt: skip
-        """After the run: the step snapshot to score instead of the final workspace
-        ({"entry": its line, "metrics": {...}, "tags": {...}}), or None for the final workspace.
-        `score(task, folder, work_dir)` scores a folder as the run's scorer does (its sandbox)."""
-        return None
-
     def asset_key(self) -> dict[str, Any]:
         """Everything that determines the built assets (hashed into the cache key); the
         calibration stored with them depends on how models are evaluated and on the anchors."""
@@ -241,7 +225,7 @@ class Task(abc.ABC):
         `build` (models and data made on this machine), `download` for `hub` (fetched through
         the Hugging Face cache), where the task has them."""
         makers = {"build": self.build_tiny, **({"hub": self.download} if hasattr(self, "download") else {})}
-        return AssetBuilder(self.name, dict(self.spec.assets), makers, check=f"{self.builder_module()}:check_params")
+        return AssetBuilder(self.name, dict(self.spec.assets), makers, check=self.params_check())
 
     def build_assets(self, out_dir: Path) -> dict[str, Any]:
         """Write `public/` (the agent may read it) and `hidden/` (it never may) into out_dir
@@ -261,6 +245,11 @@ class Task(abc.ABC):
         imports torch only inside its functions)."""
         return f"{cls.__module__.rpartition('.')[0]}.assets"
 
+    @classmethod
+    def params_check(cls) -> str:
+        """The function that checks the `build` maker's params: `check_params` of `builder_module()`."""
+        return f"{cls.builder_module()}:check_params"
+
     @property
     def tiny_builder(self) -> str:
         """The function that makes the tiny scale's assets (source `build`): `build_tiny_assets`
@@ -274,8 +263,8 @@ class Task(abc.ABC):
         anchors' seeds, and a scale built on this machine (source `build`) by the builder
         module's `check_params(params)`, which raises ValueError naming the bad key and what
         is valid."""
-        check = f"{cls.builder_module()}:check_params"
-        AssetBuilder(cfg.name, dict(cls.scale_spec(cfg).assets), makers={}, check=check).check_params(cfg.scale)
+        params = dict(cls.scale_spec(cfg).assets)
+        AssetBuilder(cfg.name, params, makers={}, check=cls.params_check()).check_params(cfg.scale)
 
     def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """`tiny_builder(out_dir, params)` -> the manifest's facts."""
@@ -287,6 +276,12 @@ class Task(abc.ABC):
         commands = {"do_nothing": self.spec.do_nothing_command, "baseline": self.baseline_command(),
                     "reference": self.spec.reference_command}  # fmt: skip
         return {anchor: command for anchor, command in commands.items() if command}
+
+    @property
+    def judge(self) -> Judge:
+        """The part that scores a submission (mlrb/tasks/judge.py): this task's `score`, its
+        time limit and device; a task that evaluates with lm-eval adds lm-eval's imports."""
+        return Judge(self.score, timeout_s=self.spec.score_timeout_s, device=self.spec.eval.device)
 
     @property
     def anchors(self) -> Anchors:
@@ -306,13 +301,14 @@ class Task(abc.ABC):
         return self.anchors.measure(
             out_dir,
             run=lambda command, workspace, seed: self.run_solution(command, public, workspace, seed),
-            score=lambda submission, work_dir: self.score(submission, out_dir, work_dir),
+            score=lambda submission, work_dir: self.judge.score(submission, out_dir, work_dir),
             extra=extra,
         )
 
     @abc.abstractmethod
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
-        """Check the submission's validity, then score it against hidden data."""
+        """Check the submission's validity, then score it against hidden data (the judge's
+        `score`: the harness calls it through `judge`)."""
 
     def run_solution(self, command: str, public: Path, workspace: Path, seed: int = 0) -> Path:
         """Run a solution's shell command (say the scale's baseline_command) the way the

@@ -34,7 +34,7 @@ class AssetBuilder:
     makers: Mapping[str, Maker]
     # "module:function" that checks the `build` maker's params before anything is built
     # (raising ValueError or TypeError that names the bad key and what is valid), imported
-    # only then; None, or a name that does not import: nothing to check.
+    # only then; None, or a module that does not exist or has no such function: nothing to check.
     check: str | None = None
 
     @property
@@ -63,9 +63,14 @@ class AssetBuilder:
             )
         if self.source != "build" or self.check is None:
             return
+        module, _, _ = self.check.partition(":")
         try:
             check = registry.load(self.check)
-        except (ImportError, AttributeError):  # no builder module (a task folder) or no check in it
+        except ModuleNotFoundError as e:
+            if e.name != module:  # the builder module is there but imports what is missing: say so
+                raise
+            return  # no builder module (a task folder)
+        except AttributeError:  # a builder module without a check
             return
         try:
             check(self.makers_params())

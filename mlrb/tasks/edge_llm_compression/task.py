@@ -19,6 +19,7 @@ uncompressed model and doing nothing scores 100).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
+from mlrb.tasks.judge import Judge
 
 TEST_TASK = "mlrb_edge_llm_compression_test"
 MB = 1e6
@@ -42,7 +44,11 @@ class EdgeCompressionScale(ScaleSpec):
 class EdgeLlmCompression(Task):
     scale_class = EdgeCompressionScale
     assets_version = 2
-    scorer_imports = lmeval.IMPORTS
+
+    @property
+    def judge(self) -> Judge:
+        """Scored with lm-eval, which the scoring process imports while the agent works."""
+        return dataclasses.replace(super().judge, imports=lmeval.IMPORTS)
 
     def asset_key(self) -> dict[str, Any]:
         return {**super().asset_key(), "memory_limit_mb": self.spec.memory_limit_mb}

@@ -18,13 +18,13 @@ the harness never imports a task's code.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import PromptSpec, ScaleSpec, ScoreReport, Task
 from mlrb.tasks.builder import AssetBuilder
 from mlrb.tasks.folder import layout
+from mlrb.tasks.judge import Judge
 
 PHASES = ("dev", "test")
 # Files larger than this enter the folder's content key by size and mtime, not by content.
@@ -207,14 +208,15 @@ class FolderTask(Task):
             )
         return problem
 
-    def choose_snapshot(self, snapshots_root: Path, assets: Path, run_dir: Path,
-                        score: Callable[[Any, Path, Path], ScoreReport]) -> dict[str, Any] | None:  # fmt: skip
-        """MLRC-Bench: score every distinct step snapshot on the dev split; the best is scored on test."""
+    @property
+    def judge(self) -> Judge:
+        """scripts/eval.py (`score`); MLRC-Bench: the test split scored on the step snapshot
+        with the best dev score (selection.py), every distinct one scored on dev first."""
         if self.format != "mlrc":
-            return None
+            return super().judge
         from mlrb.tasks.folder import selection
 
-        return selection.best_dev_snapshot(self, snapshots_root, assets, run_dir, score)
+        return dataclasses.replace(super().judge, snapshot_chooser=functools.partial(selection.best_dev_snapshot, self))
 
     def with_phase(self, phase: str) -> FolderTask:
         scales = {**self.cfg.scales, self.cfg.scale: {**self.cfg.scales[self.cfg.scale], "phase": phase}}

@@ -23,6 +23,7 @@ the record: a model at chance), `baseline_command` (0) and `reference_command` (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from mlrb import registry
 from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
+from mlrb.tasks.judge import Judge
 
 MB = 1e6
 SUITE_FILE = "suite.json"  # in hidden/: {"group": ..., "subtasks": {name: format}}
@@ -67,12 +69,16 @@ class FromScratchTask(Task):
     """Subclasses set `name` and `suite_group`: data, no code."""
 
     scale_class = FromScratchScale
-    scorer_imports = lmeval.IMPORTS
     # The lm-eval group name of the local suite.
     suite_group: ClassVar[str]
     # Here `tiny_builder` (see Task) also takes the suite group: build_tiny_assets(out_dir,
     # params, suite_group) writes the public data and the hidden suite (hidden/suite.json +
     # hidden/suite/<sub-task>.jsonl) and returns manifest facts.
+
+    @property
+    def judge(self) -> Judge:
+        """Scored with lm-eval, which the scoring process imports while the agent works."""
+        return dataclasses.replace(super().judge, imports=lmeval.IMPORTS)
 
     def asset_key(self) -> dict[str, Any]:
         spec = self.spec  # the rules decide which solutions calibration accepts

@@ -28,6 +28,7 @@ config).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any
 from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
+from mlrb.tasks.judge import Judge
 
 TEST_TASK = "mlrb_llm_efficiency_test"
 
@@ -70,7 +72,11 @@ def model_dir(assets: Path, name: str) -> Path:
 class LlmEfficiency(Task):
     scale_class = LlmEfficiencyScale
     assets_version = 4
-    scorer_imports = lmeval.IMPORTS
+
+    @property
+    def judge(self) -> Judge:
+        """Scored with lm-eval, which the scoring process imports while the agent works."""
+        return dataclasses.replace(super().judge, imports=lmeval.IMPORTS)
 
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the baseline's base model and instruction data from the Hugging Face hub."""

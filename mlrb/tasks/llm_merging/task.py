@@ -8,6 +8,7 @@ scorer: validity checks on the submitted model, then lm-eval accuracy.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
 from mlrb.tasks.anchors import anchor_problem
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
+from mlrb.tasks.judge import Judge
 from mlrb.tasks.llm_merging.lineage import check_is_merge
 
 TEST_TASK = "mlrb_llm_merging_test"
@@ -40,7 +42,11 @@ class LlmMergingScale(ScaleSpec):
 class LlmMerging(Task):
     scale_class = LlmMergingScale
     assets_version = 3
-    scorer_imports = lmeval.IMPORTS
+
+    @property
+    def judge(self) -> Judge:
+        """Scored with lm-eval, which the scoring process imports while the agent works."""
+        return dataclasses.replace(super().judge, imports=lmeval.IMPORTS)
 
     # ---- assets and calibration ------------------------------------------------
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,52 @@
+"""A task's scorer, as the harness sees it: the part that judges a submission (issue 36).
+
+The harness reads scoring from here and nowhere else: the scoring process imports `imports`
+ahead while the agent works and is given `timeout_s` (mlrb/scoring/runner.py); it calls
+`score` (mlrb/scoring/worker.py); asset builds check that `device` exists; and after the run
+`choose_snapshot` says which state of the workspace is scored (None: the final one). The
+anchors part scores its anchor solutions with the same `score`.
+
+A packaged task's judge scores with its own `score` hook and lm-eval's imports; a task
+folder's runs its scripts/eval.py and, in MLRC-Bench's layout, chooses the step with the best
+dev score. What a submission must be (format, size, lineage) is checked inside `score`,
+with the checks of rules.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlrb.scoring.report import ScoreReport
+
+# (submission, assets, work_dir) -> the report: scores the submission at the given path
+# against the assets' hidden data, working in the given folder.
+Score = Callable[[Path, Path, Path], ScoreReport]
+# (task, folder, work_dir) -> the report: the run's own scorer, in the run's sandbox.
+ScoreFolder = Callable[[Any, Path, Path], ScoreReport]
+# (snapshots_root, assets, run_dir, score_folder) -> {"entry", "metrics", "tags"} or None.
+ChooseSnapshot = Callable[[Path, Path, Path, ScoreFolder], dict[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class Judge:
+    score: Score
+    # Modules the scoring process imports before there is anything to score.
+    imports: tuple[str, ...] = ()
+    # Seconds scoring may take, counted from the hand-over of the submission.
+    timeout_s: float = 1800.0
+    # Where models are evaluated ("cpu", "cuda", "cuda:1"): checked when assets are built.
+    device: str = "cpu"
+    # After the run, the step snapshot to score instead of the final workspace; None: the final one.
+    snapshot_chooser: ChooseSnapshot | None = None
+
+    def choose_snapshot(self, snapshots_root: Path, assets: Path, run_dir: Path,
+                        score_folder: ScoreFolder) -> dict[str, Any] | None:  # fmt: skip
+        """The snapshot to score ({"entry": its line, "metrics": {...}, "tags": {...}}), or None
+        for the final workspace. `score_folder(task, folder, work_dir)` scores a folder as the
+        run's scorer does (its sandbox)."""
+        if self.snapshot_chooser is None:
+            return None
+        return self.snapshot_chooser(snapshots_root, assets, run_dir, score_folder)
