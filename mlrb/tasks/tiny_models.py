@@ -9,6 +9,7 @@ tokenizers) are imported inside functions so importing this module stays cheap.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import pathlib
 import random
@@ -243,15 +244,17 @@ def make_llama(tokenizer, p: dict):
     return LlamaForCausalLM(LlamaConfig(num_key_value_heads=p["num_heads"], **causal_lm_sizes(tokenizer, p)))
 
 
-def lm_batch(tokenizer, pairs: list[tuple[str, str]]):
+def lm_batch(tokenizer, pairs: list[tuple[str, str]], encode: Callable[[str], list[int]] | None = None):
     """Right-padded batch; labels only on the continuation tokens (-100 elsewhere).
-    An empty prompt means "loss on every token" (plain language modelling)."""
+    An empty prompt means "loss on every token" (plain language modelling). `encode(text)`
+    gives a text's token ids (default: the tokenizer's, every time)."""
     import torch
 
+    encode = encode or (lambda text: tokenizer(text)["input_ids"])
     ids, labels = [], []
     for prompt, cont in pairs:
-        full = tokenizer(prompt + cont)["input_ids"]
-        n_prompt = len(tokenizer(prompt)["input_ids"]) if prompt else 1  # never predict BOS
+        full = encode(prompt + cont)
+        n_prompt = len(encode(prompt)) if prompt else 1  # never predict BOS
         ids.append(full)
         labels.append([-100] * n_prompt + full[n_prompt:])
     width = max(len(x) for x in ids)
@@ -268,11 +271,13 @@ def train_lm(model, tokenizer, pairs, steps: int, lr: float, batch_size: int, rn
 
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    # Each text tokenized once: thousands of steps draw from a few thousand texts (the same ids).
+    encode = functools.cache(lambda text: tokenizer(text)["input_ids"])
     model.train()
     losses = []
     for _ in range(steps):
         batch = rng.sample(pairs, min(batch_size, len(pairs)))
-        input_ids, attention, labels = lm_batch(tokenizer, batch)
+        input_ids, attention, labels = lm_batch(tokenizer, batch, encode)
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
         opt.zero_grad()
         loss.backward()
