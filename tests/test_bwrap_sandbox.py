@@ -7,6 +7,7 @@ allow them (a locked-down laptop); under CI a skip fails the run (see conftest.p
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import stat
@@ -266,10 +267,12 @@ def test_long_output_is_truncated_and_the_ml_stack_is_there(box):
     )
 
 
+@functools.cache
 def cgroup_problem() -> str:
     from mlrb.sandbox.cgroup import Cgroup
 
-    cgroup = Cgroup.create("mlrb-probe", Limits(memory_gb=0.5), 64)
+    # A name of this process's own: test processes that probe at once would remove each other's.
+    cgroup = Cgroup.create(f"mlrb-probe-{os.getpid()}", Limits(memory_gb=0.5), 64)
     if cgroup is None:
         return "needs a cgroup this process may make (as root, or a delegated cgroup v2 subtree)"
     cgroup.remove()
