@@ -1,13 +1,14 @@
 """A task's scorer, as the harness sees it: the part that judges a submission (issue 36).
 
-The harness reads scoring from here and nowhere else: the scoring process imports `imports`
-ahead while the agent works and is given `timeout_s` (mlrb/scoring/runner.py); it calls
-`score` (mlrb/scoring/worker.py); asset builds check that `device` exists; and after the run
-`choose_snapshot` says which state of the workspace is scored (None: the final one). The
-anchors part scores its anchor solutions with the same `score`.
+The harness reads scoring from here: the scoring process imports `imports` ahead while the
+agent works and is given `timeout_s` (mlrb/scoring/runner.py); it calls `score`
+(mlrb/scoring/worker.py); an asset build whose `device` is a GPU calibrates in a child
+process (mlrb/assets.py); and after the run `choose_snapshot` says which state of the
+workspace is scored (None: the final one). The anchors part scores its anchor solutions with
+the same `score`.
 
-A packaged task's judge scores with its own `score` hook and lm-eval's imports; a task
-folder's runs its scripts/eval.py and, in MLRC-Bench's layout, chooses the step with the best
+A packaged task's judge scores with its own `score` hook (importing lm-eval ahead where it
+evaluates with lm-eval); a task folder's runs its scripts/eval.py and, in MLRC-Bench's layout, chooses the step with the best
 dev score. What a submission must be (format, size, lineage) is checked inside `score`,
 with the checks of rules.py.
 """
@@ -37,7 +38,7 @@ class Judge:
     imports: tuple[str, ...] = ()
     # Seconds scoring may take, counted from the hand-over of the submission.
     timeout_s: float = 1800.0
-    # Where models are evaluated ("cpu", "cuda", "cuda:1"): checked when assets are built.
+    # Where models are evaluated ("cpu", "cuda", "cuda:1"), the scale's eval.device.
     device: str = "cpu"
     # After the run, the step snapshot to score instead of the final workspace; None: the final one.
     snapshot_chooser: ChooseSnapshot | None = None
