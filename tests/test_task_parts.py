@@ -129,6 +129,18 @@ def test_a_builder_module_that_cannot_import_what_it_needs_says_so_when_the_conf
     needs = AssetBuilder("handmade", {"size": 3}, makers={}, check="handmade.assets:check_params")
     with pytest.raises(ModuleNotFoundError, match="a_library_not_installed"):
         needs.check_params("tiny")
+    # As the command line checks a config: one line naming the module and what it misses.
+    from conftest import compose_config
+    from mlrb.config import check_rules
+    from mlrb.tasks.llm_merging.task import LlmMerging
+
+    monkeypatch.setattr(LlmMerging, "builder_module", classmethod(lambda cls: "handmade.assets"))
+    with pytest.raises(ConfigError) as told:
+        check_rules(compose_config("task=llm_merging"))
+    assert str(told.value) == (
+        "task llm_merging: its builder handmade.assets cannot be imported: No module named "
+        "'a_library_not_installed'; install a_library_not_installed beside mlrb"
+    )
     # No builder module at all (a task folder's case), or one without a check: nothing to check.
     AssetBuilder("folder", {}, makers={}, check="handmade.no_such_module:check_params").check_params("tiny")
     (tmp_path / "handmade" / "assets.py").write_text("SIZE = 3\n")
