@@ -5,6 +5,7 @@ training tasks).
 Usage:
     python train_gpt2.py --data FILE.jsonl [FILE.jsonl ...] --tokenizer DIR --output submission \
         [--layers 6] [--heads 12] [--width 768] [--context 1024] [--epochs 1] [--max-steps N] [--lr 5e-5]
+        [--dropout 0.1]
 
 Each FILE holds one JSON object per line. A row's text is its `text` or `content` field;
 an instruction row (Alpaca's `instruction`, `input`, `output`) becomes
@@ -81,6 +82,12 @@ def build_model(tokenizer, args) -> GPT2LMHeadModel:
         n_head=args.heads,
         bos_token_id=tokenizer.eos_token_id,
         eos_token_id=tokenizer.eos_token_id,
+        # GPT-2's own GELU (the tanh approximation) in torch's one fused kernel rather than
+        # transformers' five-op `gelu_new`: the same function, and a step about 15% faster on CPU.
+        activation_function="gelu_pytorch_tanh",
+        resid_pdrop=args.dropout,
+        embd_pdrop=args.dropout,
+        attn_pdrop=args.dropout,
     )
     return GPT2LMHeadModel(config)
 
@@ -107,6 +114,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--warmup", type=int, default=500, help="warm-up steps")
     parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--dropout", type=float, default=0.1, help="GPT-2's dropout (embeddings, attention, residuals)")
     parser.add_argument("--save-dtype", choices=["float32", "float16"], default="float32")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: all cores)")
