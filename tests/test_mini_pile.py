@@ -157,7 +157,8 @@ def test_assets_hide_the_suite_and_the_baseline_beats_an_untrained_model(assets)
     c = json.loads((assets / "hidden" / "calibration.json").read_text())
     assert abs(c["do_nothing_score"] - 0.5) < 0.05  # an untrained model is at chance
     # The baseline learns the causes the text states most; the wider reference more (on these
-    # assets, seed 0, by the least of the five seeds calibrated: 0.085).
+    # assets, by 0.096 between the build's 3-seed means; in benchmarks/calibration.json the
+    # reference's lowest seed of five, 0.827, is 0.056 above the baseline's highest).
     assert c["baseline_score"] > c["do_nothing_score"] + 0.1
     assert c["reference_score"] > c["baseline_score"] + 0.05
 
