@@ -261,10 +261,6 @@ def check_rules(cfg: MlrbConfig) -> None:
     registry.load(registry.SANDBOXES[cfg.sandbox.kind]).parse_options(cfg.sandbox)  # a misspelt option: one line
     task_class = registry.task_class(cfg.task)
     task_class.scale_spec(cfg.task)
-    try:
-        task_class.check_assets(cfg.task)  # a tiny builder's parameters (unknown skills, sub-tasks...)
-    except ModuleNotFoundError as e:  # its builder module is there, but imports what is not installed
-        raise ConfigError(f"task {cfg.task.name}: its builder {task_class.builder_module()} cannot be imported: {e}; "
-                          f"install {e.name} beside mlrb") from None  # fmt: skip
+    task_class.check_assets(cfg.task)  # a tiny builder's parameters (unknown skills, sub-tasks...)
     if hasattr(task_class, "check_config"):  # say, a folder task's folder has the files its layout needs
         task_class.check_config(cfg.task)  # raises ConfigError on an unknown scale or bad key

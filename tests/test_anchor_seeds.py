@@ -133,6 +133,22 @@ def measure(anchors: Anchors, task: Task, assets) -> dict:
 
 
 @pytest.mark.fast
+def test_a_submission_already_scored_is_not_scored_again(tmp_path):
+    # do_nothing copies a fixed answer whatever the seed: its three submissions hold the same
+    # bytes, so one score stands for all three; the seeded baseline and reference are each scored.
+    task = seed_task(tmp_path)
+    task.spec.do_nothing_command = "mkdir -p submission && echo 7 > submission/answer.txt"
+    scored = []
+    score = task.score
+    task.score = lambda submission, assets, work_dir: scored.append(submission) or score(submission, assets, work_dir)
+    task.build_assets(tmp_path / "assets")
+    stored = json.loads((tmp_path / "assets" / "hidden" / "calibration.json").read_text())
+    assert stored["do_nothing_seeds"] == [7.0, 7.0, 7.0] and stored["do_nothing_sd"] == 0.0
+    assert stored["baseline_seeds"] == [0.0, 1.0, 2.0] and stored["reference_seeds"] == [10.0, 11.0, 12.0]
+    assert len(scored) == 7  # 3 baseline, 3 reference, 1 do_nothing
+
+
+@pytest.mark.fast
 def test_one_seed_has_no_spread():
     assert seed_statistics("baseline", [0.25]) == {
         "baseline_score": 0.25, "baseline_sd": None, "baseline_sem": None, "baseline_seeds": [0.25],

@@ -127,9 +127,13 @@ def test_a_builder_module_that_cannot_import_what_it_needs_says_so_when_the_conf
     (tmp_path / "handmade" / "assets.py").write_text("import a_library_not_installed\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     needs = AssetBuilder("handmade", {"size": 3}, makers={}, check="handmade.assets:check_params")
-    with pytest.raises(ModuleNotFoundError, match="a_library_not_installed"):
+    with pytest.raises(ConfigError) as told:
         needs.check_params("tiny")
-    # As the command line checks a config: one line naming the module and what it misses.
+    assert str(told.value) == (
+        "task handmade: its builder handmade.assets cannot be imported: No module named "
+        "'a_library_not_installed'; install a_library_not_installed beside mlrb"
+    )
+    # The same line where the command line checks a config.
     from conftest import compose_config
     from mlrb.config import check_rules
     from mlrb.tasks.llm_merging.task import LlmMerging

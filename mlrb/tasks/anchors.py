@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -74,13 +75,17 @@ class Anchors:
         the record (say the untouched base model's).
 
         Side by side, the reference (usually the longest) starts first and each run is scored
-        as soon as it is done, on one torch thread (`one_torch_thread`). An invalid submission
+        as soon as it is done, on one torch thread (`one_torch_thread`). A submission that holds
+        the same bytes as one already scored (a command that no seed reaches, as copying the base
+        model) takes that report: on one thread the scorer gives the same bytes the same score,
+        and an lm-eval score is most of a tiny build's time after its runs. An invalid submission
         stops the build (AnchorFailed), except do_nothing's (doing nothing may well be invalid,
         say over a memory limit: that is recorded)."""
         todo = self.to_measure()
         scratch = out_dir / "calibration"
         jobs = [(anchor, seed) for anchor in reversed(todo) for seed in range(self.seeds)]
         reports: dict[tuple[str, int], ScoreReport] = {}
+        scored: dict[str, ScoreReport] = {}  # by the submission's contents_digest
 
         def folder(anchor: str, seed: int) -> Path:
             return scratch / anchor / f"seed-{seed}"
@@ -107,7 +112,13 @@ class Anchors:
                     done = started[anchor, seed]()
                 except RuntimeError as e:
                     raise AnchorFailed(todo[anchor], seed, str(e), ran=False) from None
-                reports[anchor, seed] = report = score(done / self.submission, folder(anchor, seed) / "scoring")
+                digest = contents_digest(done / self.submission)
+                report = scored.get(digest) if digest else None
+                if report is None:
+                    report = score(done / self.submission, folder(anchor, seed) / "scoring")
+                    if digest:
+                        scored[digest] = report
+                reports[anchor, seed] = report
                 if not report.valid and anchor != "do_nothing":
                     raise AnchorFailed(todo[anchor], seed, report.reason, ran=True)
         scores: dict[str, Any] = dict(extra or {})
@@ -162,6 +173,20 @@ def one_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(old)
+
+
+def contents_digest(path: Path) -> str | None:
+    """A digest of what a file, or a folder's files, hold (names and bytes); None when there is
+    no file to read, as for a missing submission."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.relative_to(path).as_posix().encode() if file != path else b"")
+        with open(file, "rb") as f:  # in chunks: a full-scale submission is gigabytes
+            digest.update(hashlib.file_digest(f, "sha256").digest())
+    return digest.hexdigest()
 
 
 def seed_statistics(anchor: str, values: list[float]) -> dict[str, Any]:

@@ -8,9 +8,9 @@ workspace is scored (None: the final one). The anchors part scores its anchor so
 the same `score`.
 
 A packaged task's judge scores with its own `score` hook (importing lm-eval ahead where it
-evaluates with lm-eval); a task folder's runs its scripts/eval.py and, in MLRC-Bench's layout, chooses the step with the best
-dev score. What a submission must be (format, size, lineage) is checked inside `score`,
-with the checks of rules.py.
+evaluates with lm-eval); a task folder's runs its scripts/eval.py and, in MLRC-Bench's
+layout, chooses the step with the best dev score. What a submission must be (format, size,
+lineage) is checked inside `score`, with the checks of rules.py.
 """
 
 from __future__ import annotations

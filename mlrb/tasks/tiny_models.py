@@ -244,13 +244,12 @@ def make_llama(tokenizer, p: dict):
     return LlamaForCausalLM(LlamaConfig(num_key_value_heads=p["num_heads"], **causal_lm_sizes(tokenizer, p)))
 
 
-def lm_batch(tokenizer, pairs: list[tuple[str, str]], encode: Callable[[str], list[int]] | None = None):
+def lm_batch(tokenizer, pairs: list[tuple[str, str]], encode: Callable[[str], list[int]]):
     """Right-padded batch; labels only on the continuation tokens (-100 elsewhere).
     An empty prompt means "loss on every token" (plain language modelling). `encode(text)`
-    gives a text's token ids (default: the tokenizer's, every time)."""
+    gives a text's token ids."""
     import torch
 
-    encode = encode or (lambda text: tokenizer(text)["input_ids"])
     ids, labels = [], []
     for prompt, cont in pairs:
         full = encode(prompt + cont)
