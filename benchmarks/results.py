@@ -450,6 +450,8 @@ def suite_time_section(bench_dir: Path) -> str:
         tiers = ", ".join(
             f"{tier} {t['tests']} tests {t['seconds'] / 60:.1f} min" for tier, t in entry["tiers"].items()
         )
+        if entry.get("build_ahead_s") is not None:  # tests/build_ahead.py, before the tests started
+            tiers = f"builds ahead {entry['build_ahead_s'] / 60:.1f} min; {tiers}"
         status = "" if entry.get("exit_status") == 0 else f" (pytest exited {entry.get('exit_status')})"
         workers = f"{entry['workers']} processes" if entry.get("workers") else "one process"
         rows.append([kind, f"{entry['session_s'] / 60:.1f} min{status}", workers, f"{targets[kind]} min", tiers])
@@ -462,7 +464,8 @@ def suite_time_section(bench_dir: Path) -> str:
         for part in [
             "## Test suite time",
             "How long the README's test command takes, per tier (tests/conftest.py sums each test's setup, call "
-            "and teardown by its tier marker; the session's time includes collection). *cold*: every tier "
+            "and teardown by its tier marker; the session's time includes collection and, for a run of the whole suite, "
+            "the tiny tasks' builds ahead of the tests, tests/build_ahead.py). *cold*: every tier "
             "with the tests' asset cache emptied first; *warm*: every tier with the asset cache an earlier run of "
             "the same code left; *fast*: `-m fast` alone. Services (Docker, SLURM, PostgreSQL) up, as `.ci/run` starts them.",
             "Measured with:",

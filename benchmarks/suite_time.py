@@ -69,6 +69,8 @@ def main() -> None:
     session_min = figures["session_s"] / 60
     target = TARGETS_MIN[args.kind]
     print(f"{args.kind}: {session_min:.1f} min (target {target} min)", flush=True)
+    if figures.get("build_ahead_s") is not None:
+        print(f"  {'builds ahead':12s} {'':10s} {figures['build_ahead_s'] / 60:6.1f} min")
     for tier, entry in figures["tiers"].items():
         print(f"  {tier:12s} {entry['tests']:4d} tests {entry['seconds'] / 60:6.1f} min")
     if args.out:

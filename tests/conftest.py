@@ -274,10 +274,26 @@ TEST_SECONDS: dict[str, float] = {}  # per test, setup and teardown included
 SESSION_STARTED: list[float] = []
 
 
+BUILD_AHEAD_S: list[float] = []  # tests/build_ahead.py's time, when the whole suite runs
+
+
 def pytest_sessionstart(session):
+    """Before xdist starts the test processes (its own hook runs last): a run of the whole suite
+    builds the tiny tasks ahead, one at a time on every core (tests/build_ahead.py)."""
     import time
 
+    import build_ahead
+
     SESSION_STARTED.append(time.monotonic())
+    if hasattr(session.config, "workerinput") or not build_ahead.wanted(session.config):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    reporter.write_sep("-", f"the tiny tasks' builds, ahead of the tests (cache {TEST_CACHE})")
+    TEST_CACHE.mkdir(parents=True, exist_ok=True)
+    prune(TEST_CACHE)
+    build_ahead.build(TEST_CACHE, reporter.write_line)
+    BUILD_AHEAD_S.append(time.monotonic() - SESSION_STARTED[0])
+    reporter.write_line(f"builds ahead: {BUILD_AHEAD_S[0]:.0f} s")
 
 
 def pytest_runtest_logreport(report):
@@ -304,6 +320,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                 f"{tier:12s} {len(TIER_TESTS[tier]):4d} tests {seconds:8.1f} s ({seconds / 60:.1f} min)"
             )
     workers = getattr(config.option, "numprocesses", None) or 0  # xdist's, resolved from -n auto
+    if BUILD_AHEAD_S:
+        terminalreporter.write_line(
+            f"{'builds ahead':12s} {'':10s} {BUILD_AHEAD_S[0]:8.1f} s ({BUILD_AHEAD_S[0] / 60:.1f} min)"
+        )
     if wall is not None:
         terminalreporter.write_line(
             f"{'session':12s} {'':10s} {wall:8.1f} s ({wall / 60:.1f} min, collection included; "
@@ -322,6 +342,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                 tier: {"tests": len(TIER_TESTS[tier]), "seconds": round(TIER_SECONDS[tier], 1)} for tier in TIER_SECONDS
             },  # fmt: skip
             "session_s": None if wall is None else round(wall, 1),
+            "build_ahead_s": round(BUILD_AHEAD_S[0], 1) if BUILD_AHEAD_S else None,
             "workers": workers,
             "exit_status": int(exitstatus),
             "slowest": [{"test": r.nodeid, "when": r.when, "seconds": round(r.duration, 1)} for r in slowest],

@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
 
+from build_ahead import SEEDED, unseen_seed_scores
 from conftest import REPO, task_from_config
 from mlrb.config import ConfigError, TaskConfig
 from mlrb.counting import normalise
@@ -176,10 +176,6 @@ def test_the_reports_interval_carries_the_anchors_sem():
     assert anchor_sem(0.7, 0.5, 0.9, [row(0.7)]) is None  # runs recorded before anchors had an SEM
 
 
-# The tasks whose anchors are commands run at build (llm_merging's are its merges, no seed reaches them).
-SEEDED = ["llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile", "edge_llm_training"]
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize("key", SEEDED)
 def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100(key, cache_dir, tmp_path):
@@ -196,7 +192,7 @@ def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100
     seed = c["anchor_seeds"]  # the first seed the build did not run
     b, r = c["baseline_score"], c["reference_score"]
     measured = json.loads((REPO / "benchmarks" / "calibration.json").read_text()).get(key, {}).get("anchors", {})
-    scores = unseen_seed_scores(task, assets, seed, tmp_path)
+    scores = unseen_seed_scores(task, assets, tmp_path)  # kept beside the assets (tests/build_ahead.py)
     for anchor, target in (("baseline", 0.0), ("reference", 100.0)):
         x = scores[anchor]
         normalised = normalise(x, b, r, task.higher_is_better)
@@ -209,30 +205,3 @@ def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100
             f"{key} {anchor} at seed {seed}: {x:.4g} normalises to {normalised:.1f}, "
             f"not {target:.0f} within 3 x {combined:.2f}; seeds {c[f'{anchor}_seeds']}"
         )
-
-
-def unseen_seed_scores(task, assets, seed: int, scratch) -> dict[str, float]:
-    """The baseline's and the reference's scores at SEED, run and scored as at asset build. Kept
-    beside the assets in the test cache: the asset key covers the commands, the data and the code
-    that runs and scores them (mlrb/tasks/sources.py), so a rerun of the same code reads the same
-    scores back, and any change to them runs both again."""
-    record = assets.parent / f"unseen-seed-{assets.name}.json"
-    commands = task.anchor_commands()
-    wanted = {"seed": seed, "commands": {a: commands[a] for a in ("baseline", "reference")}}
-    if record.exists():
-        kept = json.loads(record.read_text())
-        if {k: kept.get(k) for k in wanted} == wanted:
-            return kept["scores"]
-
-    def ran(anchor: str):
-        return task.run_solution(commands[anchor], assets / "public", scratch / anchor / "workspace", seed)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:  # the two runs side by side, as at asset build
-        workspaces = dict(zip(["baseline", "reference"], pool.map(ran, ["baseline", "reference"]), strict=True))
-    scores = {}
-    for anchor, work in workspaces.items():  # scored in this thread: the scorers' lazy imports are not thread-safe
-        report = task.score(work / task.cfg.submission, assets, scratch / anchor / "scoring")
-        assert report.valid, report.reason
-        scores[anchor] = report.score
-    record.write_text(json.dumps({**wanted, "scores": scores}, indent=2))
-    return scores

@@ -53,3 +53,25 @@ def test_an_xdist_group_runs_in_one_process_and_its_module_fixture_is_made_once(
     workers = (tmp_path / "workers").read_text().split()
     assert len(workers) == 4 and len(set(workers)) == 1, workers
     assert (tmp_path / "setups").read_text().split() == workers[:1]
+
+
+@pytest.mark.parametrize(
+    "source, keyword, markexpr, builds",
+    [
+        ("TESTPATHS", "", "", True),  # the README's command, as CI runs it
+        ("TESTPATHS", "", "not system", True),
+        ("TESTPATHS", "", "system", True),
+        ("TESTPATHS", "", "fast or integration", True),
+        ("TESTPATHS", "", "fast", False),  # the edit loop uses no assets
+        ("TESTPATHS", "baseline", "", False),  # -k: a few tests, which build what they need
+        ("ARGS", "", "", False),  # a file or test named: only what it needs, when it needs it
+    ],
+)
+def test_only_a_run_of_the_whole_suite_builds_the_tiny_tasks_ahead(source, keyword, markexpr, builds):
+    from types import SimpleNamespace
+
+    import build_ahead
+
+    config = SimpleNamespace(args_source=getattr(pytest.Config.ArgsSource, source),
+                             option=SimpleNamespace(keyword=keyword, markexpr=markexpr))  # fmt: skip
+    assert build_ahead.wanted(config) is builds

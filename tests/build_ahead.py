@@ -1,0 +1,103 @@
+"""The tiny tasks' builds for a run of the whole suite, done before its test processes start.
+
+Left to the tests, the first test that needs a task builds it, beside the other test processes:
+from an empty cache, up to three builds ran at once beside the other tests, each build's anchor
+runs taking one core each, and the cold suite took 57 minutes (benchmarks/suite_time.json). Built
+ahead, one task after another, each build has both cores to itself, and the tests that follow
+find the cache warm. With the builds come the unseen-seed runs of tests/test_anchor_seeds.py,
+which are kept beside the assets in the same way.
+
+Only a run of the whole suite builds ahead (no test paths named, no -k, and an -m that selects
+the integration or system tier, which are the ones that use the assets): a developer who runs one
+file builds only what that file needs, when it needs it. Whatever is already built and intact is
+only checked. A build that fails here is reported in one line and left to the tests that need
+it, which fail with the whole error."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+# In the order benchmarks/build_times.py builds them.
+TINY_TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile",
+              "edge_llm_training"]  # fmt: skip
+# The tasks whose anchors are commands run at build (llm_merging's are its merges, no seed reaches them).
+SEEDED = TINY_TASKS[1:]
+
+
+def wanted(config: pytest.Config) -> bool:
+    """Whether this is a run of the whole suite, as the README's test command and CI run it."""
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS or config.option.keyword:
+        return False
+    if not config.option.markexpr:
+        return True
+    from _pytest.mark.expression import Expression  # how pytest itself reads -m
+
+    selects = Expression.compile(config.option.markexpr).evaluate
+    return any(selects(lambda name, tier=tier, **_: name == tier) for tier in ("integration", "system"))
+
+
+def build(cache_dir: Path, say: Callable[[str], None]) -> None:
+    """Each tiny task's assets in cache_dir and, for the seeded ones, their unseen-seed scores."""
+    from conftest import task_from_config
+    from mlrb.assets import MANIFEST, asset_dir, ensure_assets
+
+    for key in TINY_TASKS:
+        task = task_from_config(key)
+        fresh = not (asset_dir(task, cache_dir) / MANIFEST).exists()
+        started = time.monotonic()
+        try:
+            assets = ensure_assets(task, cache_dir)
+            if fresh:
+                say(f"{key}: built in {time.monotonic() - started:.0f} s")
+            if key in SEEDED and not unseen_seed_record_holds(task, assets):
+                started = time.monotonic()
+                with tempfile.TemporaryDirectory(prefix=f"unseen-seed-{key}-") as scratch:
+                    unseen_seed_scores(task, assets, Path(scratch))
+                say(f"{key}: its anchors run at an unseen seed in {time.monotonic() - started:.0f} s")
+        except Exception as e:  # the tests that need it build it again and show the whole error
+            say(f"{key}: FAILED ({type(e).__name__}: {str(e)[:300]}); its tests will build it again")
+
+
+def unseen_seed_record(task, assets: Path) -> tuple[Path, dict]:
+    """Where a task's unseen-seed scores are kept (beside its assets), and what they must have been
+    run with: the first seed the build did not run, and the commands."""
+    seed = json.loads((assets / "hidden" / "calibration.json").read_text())["anchor_seeds"]
+    commands = task.anchor_commands()
+    wanted = {"seed": seed, "commands": {a: commands[a] for a in ("baseline", "reference")}}
+    return assets.parent / f"unseen-seed-{assets.name}.json", wanted
+
+
+def unseen_seed_record_holds(task, assets: Path) -> bool:
+    record, wanted = unseen_seed_record(task, assets)
+    return record.exists() and {k: json.loads(record.read_text()).get(k) for k in wanted} == wanted
+
+
+def unseen_seed_scores(task, assets: Path, scratch: Path) -> dict[str, float]:
+    """The baseline's and the reference's scores at the first seed the build did not run, run and
+    scored as at asset build. Kept beside the assets in the test cache: the asset key covers the
+    commands, the data and the code that runs and scores them (mlrb/tasks/sources.py), so a rerun
+    of the same code reads the same scores back, and any change to them runs both again."""
+    record, wanted = unseen_seed_record(task, assets)
+    if unseen_seed_record_holds(task, assets):
+        return json.loads(record.read_text())["scores"]
+    commands, seed = wanted["commands"], wanted["seed"]
+
+    def ran(anchor: str):
+        return task.run_solution(commands[anchor], assets / "public", scratch / anchor / "workspace", seed)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the two runs side by side, as at asset build
+        workspaces = dict(zip(["baseline", "reference"], pool.map(ran, ["baseline", "reference"]), strict=True))
+    scores = {}
+    for anchor, work in workspaces.items():  # scored in this thread: the scorers' lazy imports are not thread-safe
+        report = task.score(work / task.cfg.submission, assets, scratch / anchor / "scoring")
+        assert report.valid, report.reason
+        scores[anchor] = report.score
+    record.write_text(json.dumps({**wanted, "scores": scores}, indent=2))
+    return scores
