@@ -75,7 +75,7 @@ class Anchors:
         the record (say the untouched base model's).
 
         Side by side, the reference (usually the longest) starts first and each run is scored
-        as soon as it is done, on one torch thread (`one_torch_thread`). A submission that holds
+        as soon as it is done (in the order they end), on one torch thread (`one_torch_thread`). A submission that holds
         the same bytes as one already scored (a command that no seed reaches, as copying the base
         model) takes that report: on one thread the scorer gives the same bytes the same score,
         and an lm-eval score is most of a tiny build's time after its runs. An invalid submission
@@ -92,24 +92,22 @@ class Anchors:
 
         workers = self.workers or max(1, min(len(jobs), os.cpu_count() or 1))
         with contextlib.ExitStack() as side_by_side:
-            if workers == 1:  # each run when its workspace is asked for
-
-                def start(*args: Any) -> Callable[[], Path]:
-                    return functools.partial(run, *args)
+            finished: Iterator[tuple[tuple[str, int], Callable[[], Path]]]
+            if workers == 1:  # each run when its workspace is asked for, in order
+                finished = ((job, functools.partial(run, todo[job[0]], folder(*job) / "workspace", job[1]))
+                            for job in jobs)  # fmt: skip
             else:
-                from concurrent.futures import ThreadPoolExecutor  # only when building
+                from concurrent.futures import ThreadPoolExecutor, as_completed  # only when building
 
                 pool = side_by_side.enter_context(ThreadPoolExecutor(max_workers=workers))
                 side_by_side.enter_context(one_torch_thread())
-
-                def start(*args: Any) -> Callable[[], Path]:
-                    return pool.submit(run, *args).result
-
-            started = {(anchor, seed): start(todo[anchor], folder(anchor, seed) / "workspace", seed)
-                       for anchor, seed in jobs}  # fmt: skip
-            for anchor, seed in jobs:  # in order, each scored once its run is done
+                started = {pool.submit(run, todo[job[0]], folder(*job) / "workspace", job[1]): job for job in jobs}
+                # Each scored as soon as its run is done: a short run that ends while a long one
+                # still trains is scored then, not after it, so fewer scores are left at the end.
+                finished = ((started[future], future.result) for future in as_completed(started))
+            for (anchor, seed), result in finished:
                 try:
-                    done = started[anchor, seed]()
+                    done = result()
                 except RuntimeError as e:
                     raise AnchorFailed(todo[anchor], seed, str(e), ran=False) from None
                 digest = contents_digest(done / self.submission)
