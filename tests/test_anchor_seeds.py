@@ -182,8 +182,8 @@ def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100
     """Within 3 combined standard errors: the run's own seed noise (the anchor's per-run SD)
     and the anchors' SEMs, to first order through the normalisation. The per-run SD is the one
     benchmarks/calibration.json measured over 5 seeds where it has the task: an SD from the
-    build's 3 seeds is itself uncertain by about half (math_reasoning's reference: 0.31 BLEU
-    over seeds 0-2, 1.04 over 0-4), too little to bound a fourth seed by."""
+    build's 3 seeds is itself uncertain by about half (math_reasoning's baseline: 1.00 BLEU
+    over seeds 0-2, 1.80 over 0-4), too little to bound a fourth seed by."""
     from mlrb.assets import ensure_assets
 
     task = task_from_config(key)
