@@ -15,10 +15,14 @@ it, which fail with the whole error."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -44,7 +48,34 @@ def wanted(config: pytest.Config) -> bool:
 
 
 def build(cache_dir: Path, say: Callable[[str], None]) -> None:
-    """Each tiny task's assets in cache_dir and, for the seeded ones, their unseen-seed scores."""
+    """Each tiny task's assets in cache_dir and, for the seeded ones, their unseen-seed scores.
+    What the builds print (lm-eval's and transformers' progress bars and warnings, on stderr)
+    goes to cache_dir/build-ahead.log, not between the suite's lines."""
+    log = cache_dir / "build-ahead.log"
+    say(f"(their output: {log})")
+    with stderr_to(log):
+        build_each(cache_dir, say)
+
+
+@contextlib.contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """File descriptor 2 into `path` (the libraries' own writes too), restored afterwards."""
+    streams = {sys.stderr, sys.__stderr__} - {None}
+    for stream in streams:
+        stream.flush()
+    kept = os.dup(2)
+    with open(path, "w") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            for stream in streams:
+                stream.flush()
+            os.dup2(kept, 2)
+            os.close(kept)
+
+
+def build_each(cache_dir: Path, say: Callable[[str], None]) -> None:
     from conftest import task_from_config
     from mlrb.assets import MANIFEST, asset_dir, ensure_assets
 
@@ -63,6 +94,7 @@ def build(cache_dir: Path, say: Callable[[str], None]) -> None:
                 say(f"{key}: its anchors run at an unseen seed in {time.monotonic() - started:.0f} s")
         except Exception as e:  # the tests that need it build it again and show the whole error
             say(f"{key}: FAILED ({type(e).__name__}: {str(e)[:300]}); its tests will build it again")
+            traceback.print_exc()  # into the log, after what the build printed
 
 
 def unseen_seed_record(task, assets: Path) -> tuple[Path, dict]:

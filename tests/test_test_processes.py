@@ -75,3 +75,18 @@ def test_only_a_run_of_the_whole_suite_builds_the_tiny_tasks_ahead(source, keywo
     config = SimpleNamespace(args_source=getattr(pytest.Config.ArgsSource, source),
                              option=SimpleNamespace(keyword=keyword, markexpr=markexpr))  # fmt: skip
     assert build_ahead.wanted(config) is builds
+
+
+def test_what_the_builds_ahead_print_goes_to_their_log_and_stderr_comes_back(tmp_path):
+    import os
+    import sys
+
+    import build_ahead
+
+    log = tmp_path / "build-ahead.log"
+    with build_ahead.stderr_to(log):
+        print("a progress bar", file=sys.__stderr__)  # the process's stderr, as tqdm writes it
+        os.write(2, b"a library's own write\n")  # below Python, as a C extension writes
+    assert log.read_text() == "a progress bar\na library's own write\n"
+    os.write(2, b"")  # fd 2 is open again and not the log
+    assert os.readlink("/proc/self/fd/2") != str(log)
