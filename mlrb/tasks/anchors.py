@@ -75,12 +75,12 @@ class Anchors:
         the record (say the untouched base model's).
 
         Side by side, the reference (usually the longest) starts first and each run is scored
-        as soon as it is done (in the order they end), on one torch thread (`one_torch_thread`). A submission that holds
-        the same bytes as one already scored (a command that no seed reaches, as copying the base
-        model) takes that report: on one thread the scorer gives the same bytes the same score,
-        and an lm-eval score is most of a tiny build's time after its runs. An invalid submission
-        stops the build (AnchorFailed), except do_nothing's (doing nothing may well be invalid,
-        say over a memory limit: that is recorded)."""
+        as soon as it is done, in the order runs end, on one torch thread (`one_torch_thread`).
+        A submission that holds the same bytes as one already scored (a command that no seed
+        reaches, as copying the base model) takes that report: on one thread the scorer gives
+        the same bytes the same score, and an lm-eval score is most of a tiny build's time after
+        its runs. An invalid submission stops the build (AnchorFailed), except do_nothing's
+        (doing nothing may well be invalid, say over a memory limit: that is recorded)."""
         todo = self.to_measure()
         scratch = out_dir / "calibration"
         jobs = [(anchor, seed) for anchor in reversed(todo) for seed in range(self.seeds)]
