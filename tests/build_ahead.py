@@ -87,7 +87,7 @@ def build_each(cache_dir: Path, say: Callable[[str], None]) -> None:
             assets = ensure_assets(task, cache_dir)
             if fresh:
                 say(f"{key}: built in {time.monotonic() - started:.0f} s")
-            if key in SEEDED and not unseen_seed_record_holds(task, assets):
+            if key in SEEDED and kept_unseen_seed_scores(task, assets) is None:
                 started = time.monotonic()
                 with tempfile.TemporaryDirectory(prefix=f"unseen-seed-{key}-") as scratch:
                     unseen_seed_scores(task, assets, Path(scratch))
@@ -106,9 +106,11 @@ def unseen_seed_record(task, assets: Path) -> tuple[Path, dict]:
     return assets.parent / f"unseen-seed-{assets.name}.json", wanted
 
 
-def unseen_seed_record_holds(task, assets: Path) -> bool:
+def kept_unseen_seed_scores(task, assets: Path) -> dict[str, float] | None:
+    """The scores kept beside the assets, if they were run as they must be; None otherwise."""
     record, wanted = unseen_seed_record(task, assets)
-    return record.exists() and {k: json.loads(record.read_text()).get(k) for k in wanted} == wanted
+    kept = json.loads(record.read_text()) if record.exists() else {}
+    return kept["scores"] if {k: kept.get(k) for k in wanted} == wanted else None
 
 
 def unseen_seed_scores(task, assets: Path, scratch: Path) -> dict[str, float]:
@@ -116,9 +118,10 @@ def unseen_seed_scores(task, assets: Path, scratch: Path) -> dict[str, float]:
     scored as at asset build. Kept beside the assets in the test cache: the asset key covers the
     commands, the data and the code that runs and scores them (mlrb/tasks/sources.py), so a rerun
     of the same code reads the same scores back, and any change to them runs both again."""
+    kept = kept_unseen_seed_scores(task, assets)
+    if kept is not None:
+        return kept
     record, wanted = unseen_seed_record(task, assets)
-    if unseen_seed_record_holds(task, assets):
-        return json.loads(record.read_text())["scores"]
     commands, seed = wanted["commands"], wanted["seed"]
 
     def ran(anchor: str):
