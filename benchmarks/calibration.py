@@ -164,9 +164,11 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
     results: dict[tuple[str, int], float | None] = {}
     # Scored on one torch thread, as at asset build (the same sums, and no contention with the
     # runs training beside it: with every core's thread it was a hundred times slower).
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool, deterministic(0):
+    # The runs in a warm interpreter, as at asset build (mlrb/tasks/warm_python.py).
+    with (ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool, deterministic(0),
+          task.warm_python(assets / "public") as warm):  # fmt: skip
         running = {(anchor, seed): pool.submit(task.run_solution, commands[anchor], assets / "public",
-                                               scratch / f"{anchor}-{seed}" / "workspace", seed)
+                                               scratch / f"{anchor}-{seed}" / "workspace", seed, warm)
                    for anchor, seed in jobs}  # fmt: skip
         for anchor, seed in jobs:  # scored one at a time, as at asset build, while the others train
             workspace = running[(anchor, seed)].result()

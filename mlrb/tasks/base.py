@@ -9,8 +9,11 @@ hooks: `build_tiny`, `download` and `score`. Nothing here imports torch: configs
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import shutil
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,6 +28,7 @@ from mlrb.tasks.anchors import ANCHORS, DEFAULT_SEEDS, Anchors
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.builder import AssetBuilder
 from mlrb.tasks.judge import Judge
+from mlrb.tasks.warm_python import WarmPython, starter_imports
 
 
 @dataclass
@@ -298,33 +302,53 @@ class Task(abc.ABC):
         """`anchors.measure` with this task's way of running a solution (`run_solution`, on the
         public data) and of scoring it."""
         public = out_dir / "public"
-        return self.anchors.measure(
-            out_dir,
-            run=lambda command, workspace, seed: self.run_solution(command, public, workspace, seed),
-            score=lambda submission, work_dir: self.judge.score(submission, out_dir, work_dir),
-            extra=extra,
-        )
+        with self.warm_python(public) as warm:
+            return self.anchors.measure(
+                out_dir,
+                run=lambda command, workspace, seed: self.run_solution(command, public, workspace, seed, warm),
+                score=lambda submission, work_dir: self.judge.score(submission, out_dir, work_dir),
+                extra=extra,
+            )
 
     @abc.abstractmethod
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
         """Check the submission's validity, then score it against hidden data (the judge's
         `score`: the harness calls it through `judge`)."""
 
-    def run_solution(self, command: str, public: Path, workspace: Path, seed: int = 0) -> Path:
+    def run_solution(
+        self, command: str, public: Path, workspace: Path, seed: int = 0, warm: WarmPython | None = None
+    ) -> Path:
         """Run a solution's shell command (say the scale's baseline_command) the way the
         scripted baseline agent does: in a fresh copy of the starter files, in the agent's
-        environment (the public data at $MLRB_DATA, the run's seed at $MLRB_SEED: a run's
-        default, 0, at asset build), on one thread, the hub offline unless HF_HUB_OFFLINE says
-        otherwise. Used to calibrate at asset build.
+        environment (`solution_environment`). Used to calibrate at asset build; with `warm`
+        (`warm_python`), a plain `python SCRIPT` command runs in a child of that interpreter.
         Returns the workspace; raises RuntimeError with the command's error if it fails."""
-        import os
         import subprocess
-
-        from mlrb.sandbox.base import agent_environment
 
         shutil.rmtree(workspace, ignore_errors=True)
         start = self.workspace_files(Path(public).parent)
         shutil.copytree(start, workspace, ignore=shutil.ignore_patterns("__pycache__"))
+        env = self.solution_environment(public, workspace, seed)
+        ran = warm.run(command, workspace, env) if warm else None
+        if ran is None:
+            proc = subprocess.run(
+                ["/bin/bash", "-c", command], cwd=workspace, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                text=True,
+            )  # fmt: skip
+            ran = proc.returncode, proc.stderr
+        returncode, stderr = ran
+        if returncode != 0:
+            raise RuntimeError(f"`{command}` exited {returncode}: {stderr.strip()[-2000:]}")
+        return workspace
+
+    def solution_environment(self, public: Path, workspace: Path, seed: int) -> dict[str, str]:
+        """The environment of a solution's run: the agent's (the public data at $MLRB_DATA, the
+        run's seed at $MLRB_SEED: a run's default, 0, at asset build), on one thread, the hub
+        offline unless HF_HUB_OFFLINE says otherwise."""
+        import os
+
+        from mlrb.sandbox.base import agent_environment
+
         env = agent_environment(str(workspace), str(Path(public).resolve()), seed, self.environment)
         env.update(
             HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"),
@@ -335,13 +359,20 @@ class Task(abc.ABC):
             TOKENIZERS_PARALLELISM="false",
             PYTHONHASHSEED="0",
         )
-        proc = subprocess.run(
-            ["/bin/bash", "-c", command], cwd=workspace, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-            text=True,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            raise RuntimeError(f"`{command}` exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
-        return workspace
+        return env
+
+    @contextlib.contextmanager
+    def warm_python(self, public: Path) -> Iterator[WarmPython]:
+        """A warm interpreter (mlrb/tasks/warm_python.py) for solution runs on `public`: the task
+        environment's python with the starter scripts' imports done, in a solution's environment."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="mlrb-warm-") as scratch:
+            env = self.solution_environment(public, Path(scratch), 0)
+            python = shutil.which("python", path=env["PATH"]) or sys.executable
+            preload = starter_imports(self.workspace_files(Path(public).parent))
+            with WarmPython(python, env, preload, Path(scratch)) as warm:
+                yield warm
 
     @property
     def anchor_seeds(self) -> int:
