@@ -171,6 +171,20 @@ def test_a_server_that_cannot_start_leaves_every_command_to_bash(tmp_path):
 
 
 @pytest.mark.fast
+def test_a_server_gone_mid_build_is_an_error_that_says_what_it_wrote(tmp_path):
+    folder = workspace(tmp_path, "gone")
+    with WarmPython(
+        str(Path(sys.executable).parent / "python"), environment(folder, 0), [], tmp_path / "server"
+    ) as server:
+        assert server.ready
+        server.log.write_text("MemoryError while importing\n")  # as a server that died would leave it
+        server.server.kill()
+        server.server.wait()
+        with pytest.raises(RuntimeError, match=r"could not run `python report.py` .*: MemoryError while importing$"):
+            server.run("python report.py", folder, environment(folder, 0))
+
+
+@pytest.mark.fast
 def test_the_starters_imports_are_preloaded_but_not_their_own_modules(tmp_path):
     (tmp_path / "train.py").write_text(
         textwrap.dedent("""\

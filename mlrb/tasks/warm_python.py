@@ -3,7 +3,7 @@ process that has imported what the starter's scripts import, instead of started 
 
 Each anchor command is a fresh `python train.py ...`, and most of a short one is importing
 torch and transformers and tearing them down at exit (about 4 s of a core here, and a task
-runs 6 to 9 of them at build). `WarmPython` starts
+runs 3 to 9 of them at build). `WarmPython` starts
 this file once per build under the task environment's interpreter, with the runs' environment;
 it imports the modules the starter's scripts import at their top level and then forks one child
 per run. The child takes the run's working folder, environment, arguments and standard streams
@@ -94,6 +94,12 @@ class WarmPython:
             self.server.stdout.close()
         Path(self.socket_path).unlink(missing_ok=True)
 
+    def said(self) -> str:
+        """The end of what the server wrote to its log, for an error: the log goes with the build's
+        scratch folder."""
+        text = self.log.read_text(errors="replace").strip() if self.log.exists() else ""
+        return text[-1500:] or "it wrote nothing"
+
     def arguments(self, command: str, cwd: Path, env: dict[str, str]) -> list[str] | None:
         """The script and its arguments, as bash would pass them to `python`, when the command
         is one plain `python SCRIPT.py ...` run by this interpreter; else None."""
@@ -132,14 +138,14 @@ class WarmPython:
                 socket.send_fds(conn, [request], [stdin.fileno(), stdout.fileno(), stderr.fileno()])
                 pid = int(conn.recv(64))
             except (OSError, ValueError) as e:
-                raise RuntimeError(f"the warm interpreter could not run `{command}` ({e}): see {self.log}") from None
+                raise RuntimeError(f"the warm interpreter could not run `{command}` ({e}): {self.said()}") from None
             try:
                 answer = conn.recv(64)
             except BaseException:  # interrupted: the run must not go on training without us
                 os.kill(pid, signal.SIGKILL)
                 raise
             if not answer:
-                raise RuntimeError(f"the warm interpreter ended while running `{command}`: see {self.log}")
+                raise RuntimeError(f"the warm interpreter ended while running `{command}`: {self.said()}")
             stderr.seek(0)
             return int(answer), stderr.read().decode(errors="replace")
 
