@@ -271,6 +271,12 @@ TIER_SECONDS: dict[str, float] = {}
 TIER_TESTS: dict[str, set[str]] = {}
 FILE_SECONDS: dict[str, float] = {}  # per test file: where to look first for time to save
 TEST_SECONDS: dict[str, float] = {}  # per test, setup and teardown included
+# CPU seconds, which on a busy machine say more than wall time: the suite keeps every core busy,
+# so what it costs is what its processes compute. Counted in each test process: its own time and
+# that of the processes it waited for (subprocesses, their sandboxes, servers it stopped), not
+# Docker's containers, nor services started outside the suite.
+TIER_CPU: dict[str, float] = {}
+TEST_CPU: dict[str, float] = {}
 SESSION_STARTED: list[float] = []
 
 
@@ -296,8 +302,36 @@ def pytest_sessionstart(session):
     reporter.write_line(f"builds ahead: {BUILD_AHEAD_S[0]:.0f} s")
 
 
+def cpu_seconds() -> float:
+    """This process's CPU time and that of the children it has waited for."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.cpu_mark = cpu_seconds()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report carries the CPU seconds spent since the last one ended, through xdist
+    to the process that sums them."""
+    report = yield
+    now = cpu_seconds()
+    report.user_properties.append(("cpu_s", now - getattr(item, "cpu_mark", now)))
+    item.cpu_mark = now
+    return report
+
+
 def pytest_runtest_logreport(report):
     tier = next((name for name in TIERS if name in report.keywords), "none")
+    cpu = dict(report.user_properties).get("cpu_s", 0.0)
+    TIER_CPU[tier] = TIER_CPU.get(tier, 0.0) + cpu
+    TEST_CPU[report.nodeid] = TEST_CPU.get(report.nodeid, 0.0) + cpu
     TIER_SECONDS[tier] = TIER_SECONDS.get(tier, 0.0) + report.duration
     TIER_TESTS.setdefault(tier, set()).add(report.nodeid)
     test_file = report.nodeid.split("::", 1)[0]
@@ -317,7 +351,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         if tier in TIER_SECONDS:
             seconds = TIER_SECONDS[tier]
             terminalreporter.write_line(
-                f"{tier:12s} {len(TIER_TESTS[tier]):4d} tests {seconds:8.1f} s ({seconds / 60:.1f} min)"
+                f"{tier:12s} {len(TIER_TESTS[tier]):4d} tests {seconds:8.1f} s ({seconds / 60:.1f} min), "
+                f"{TIER_CPU.get(tier, 0.0) / 60:.1f} CPU min"
             )
     workers = getattr(config.option, "numprocesses", None) or 0  # xdist's, resolved from -n auto
     if BUILD_AHEAD_S:
@@ -333,14 +368,22 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.section("time per test file (the 15 longest)")
     for test_file, seconds in files[:15]:
         terminalreporter.write_line(f"{seconds:8.1f} s  {test_file}")
+    terminalreporter.section("CPU time per test (the 15 costliest)")
+    for test, cpu in sorted(TEST_CPU.items(), key=lambda item: -item[1])[:15]:
+        terminalreporter.write_line(f"{cpu:8.1f} s  {test}")
     out = os.environ.get("MLRB_SUITE_TIMES")
     if out:
         slowest = sorted(terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []),
                          key=lambda r: -r.duration)[:20]  # fmt: skip
         figures = {
             "tiers": {
-                tier: {"tests": len(TIER_TESTS[tier]), "seconds": round(TIER_SECONDS[tier], 1)} for tier in TIER_SECONDS
-            },  # fmt: skip
+                tier: {
+                    "tests": len(TIER_TESTS[tier]),
+                    "seconds": round(TIER_SECONDS[tier], 1),
+                    "cpu_s": round(TIER_CPU.get(tier, 0.0), 1),
+                }
+                for tier in TIER_SECONDS
+            },
             "session_s": None if wall is None else round(wall, 1),
             "build_ahead_s": round(BUILD_AHEAD_S[0], 1) if BUILD_AHEAD_S else None,
             "workers": workers,
@@ -348,6 +391,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             "slowest": [{"test": r.nodeid, "when": r.when, "seconds": round(r.duration, 1)} for r in slowest],
             "files": {test_file: round(seconds, 1) for test_file, seconds in files},
             "tests": {test: round(seconds, 1) for test, seconds in sorted(TEST_SECONDS.items(), key=lambda t: -t[1])},
+            "tests_cpu_s": {test: round(cpu, 1) for test, cpu in sorted(TEST_CPU.items(), key=lambda t: -t[1])},
         }
         Path(out).write_text(json.dumps(figures, indent=2) + "\n")
 
