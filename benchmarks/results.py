@@ -449,7 +449,9 @@ def suite_time_section(bench_dir: Path) -> str:
             rows.append([kind, "not measured", "-", f"{targets[kind]} min", "-"])
             continue
         tiers = ", ".join(
-            f"{tier} {t['tests']} tests {t['seconds'] / 60:.1f} min" for tier, t in entry["tiers"].items()
+            f"{tier} {t['tests']} tests {t['seconds'] / 60:.1f} min"
+            + (f" ({t['cpu_s'] / 60:.1f} CPU min)" if "cpu_s" in t else "")  # recorded since df951a8
+            for tier, t in entry["tiers"].items()
         )
         if entry.get("build_ahead_s") is not None:  # tests/build_ahead.py, before the tests started
             tiers = f"builds ahead {entry['build_ahead_s'] / 60:.1f} min; {tiers}"
@@ -457,7 +459,12 @@ def suite_time_section(bench_dir: Path) -> str:
         workers = f"{entry['workers']} processes" if entry.get("workers") else "one process"
         rows.append([kind, f"{entry['session_s'] / 60:.1f} min{status}", workers, f"{targets[kind]} min", tiers])
         places.append(f"{kind}: {where(entry.get('measured'))}")
-        if not slowest and entry.get("slowest"):
+        if not slowest and entry.get("tests_cpu_s"):
+            costliest = list(entry["tests_cpu_s"].items())[:20]
+            slowest = table([f"costliest tests ({kind})", "CPU time", "wall time"],
+                            [[f"`{test}`", f"{cpu:.0f} s", f"{entry['tests'].get(test, 0):.0f} s"]
+                             for test, cpu in costliest])  # fmt: skip
+        elif not slowest and entry.get("slowest"):
             slowest = table(["slowest tests (" + kind + ")", "phase", "time"],
                             [[f"`{r['test']}`", r["when"], f"{r['seconds']:.0f} s"] for r in entry["slowest"]])  # fmt: skip
     return "\n\n".join(
@@ -465,7 +472,9 @@ def suite_time_section(bench_dir: Path) -> str:
         for part in [
             "## Test suite time",
             "How long the README's test command takes, per tier (tests/conftest.py sums each test's setup, call "
-            "and teardown by its tier marker; the session's time includes collection and, for a run of the whole suite, "
+            "and teardown by its tier marker, in wall time and in CPU time: its test process's and that of the "
+            "processes it waited for, not Docker's containers; the suite keeps every core busy, so the CPU time is "
+            "what a change saves; the session's time includes collection and, for a run of the whole suite, "
             "the tiny tasks' builds ahead of the tests, tests/build_ahead.py). *cold*: every tier "
             "with the tests' asset cache emptied first; *warm*: every tier with the asset cache an earlier run of "
             "the same code left; *fast*: `-m fast` alone. Services (Docker, SLURM, PostgreSQL) up, as `.ci/run` starts them.",
