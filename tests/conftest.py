@@ -272,11 +272,12 @@ TIER_TESTS: dict[str, set[str]] = {}
 FILE_SECONDS: dict[str, float] = {}  # per test file: where to look first for time to save
 TEST_SECONDS: dict[str, float] = {}  # per test, setup and teardown included
 # CPU seconds, which on a busy machine say more than wall time: the suite keeps every core busy,
-# so what it costs is what its processes compute. Counted in each test process: its own time and
-# that of the processes it waited for (subprocesses, their sandboxes, servers it stopped), not
-# Docker's containers, nor services started outside the suite.
+# so what it costs is what its processes compute. Counted per test process, with everything it
+# started (subprocesses, their sandboxes, servers of its fixtures), not Docker's containers nor
+# services started outside the suite; see `CpuMeter`.
 TIER_CPU: dict[str, float] = {}
 TEST_CPU: dict[str, float] = {}
+CPU_SOURCES: set[str] = set()  # how the test processes read it: "cgroup" or "getrusage"
 SESSION_STARTED: list[float] = []
 
 
@@ -302,17 +303,56 @@ def pytest_sessionstart(session):
     reporter.write_line(f"builds ahead: {BUILD_AHEAD_S[0]:.0f} s")
 
 
-def cpu_seconds() -> float:
-    """This process's CPU time and that of the children it has waited for."""
-    import resource
+class CpuMeter:
+    """The CPU seconds of this test process and every process it started. Where the machine has
+    cgroup v1's cpuacct controller and lets this process use it (root, as in CI), the process
+    moves into a cpuacct cgroup of its own, which its descendants inherit, and the meter reads
+    the cgroup's usage: that counts processes nobody waits for, such as a sandbox's, whose
+    pid-namespace init reaps them, or a scorer killed with its sandbox (about half the suite's
+    CPU time). Elsewhere it reads getrusage: this process and the children it waited for."""
 
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    def __init__(self) -> None:
+        self.usage: Path | None = None
+        self.source = "getrusage"
+        try:
+            own = next(line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                       if "cpuacct" in line.split(":", 2)[1].split(","))  # fmt: skip
+            controller = next(p for p in Path("/sys/fs/cgroup").iterdir() if "cpuacct" in p.name.split(","))
+            folder = controller / own.lstrip("/") / f"mlrb-tests-{os.getpid()}"
+            folder.mkdir(exist_ok=True)
+            (folder / "cgroup.procs").write_text(str(os.getpid()))
+        except (OSError, StopIteration, IndexError):
+            return
+        self.usage, self.source, self.folder = folder / "cpuacct.usage", "cgroup", folder
+        import atexit
+
+        atexit.register(self.leave)
+
+    def seconds(self) -> float:
+        if self.usage is not None:
+            return int(self.usage.read_text()) / 1e9
+        import resource
+
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    def leave(self) -> None:
+        """Back into the parent cgroup, and the cgroup removed once nothing is left in it."""
+        try:
+            (self.folder.parent / "cgroup.procs").write_text(str(os.getpid()))
+            self.folder.rmdir()
+        except OSError:
+            pass  # a process of a test still runs in it: left, empty once it ends
+
+
+@functools.cache
+def cpu_meter() -> CpuMeter:
+    return CpuMeter()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    item.cpu_mark = cpu_seconds()
+    item.cpu_mark = cpu_meter().seconds()
     return (yield)
 
 
@@ -321,15 +361,18 @@ def pytest_runtest_makereport(item, call):
     """Each phase's report carries the CPU seconds spent since the last one ended, through xdist
     to the process that sums them."""
     report = yield
-    now = cpu_seconds()
+    now = cpu_meter().seconds()
     report.user_properties.append(("cpu_s", now - getattr(item, "cpu_mark", now)))
+    report.user_properties.append(("cpu_source", cpu_meter().source))
     item.cpu_mark = now
     return report
 
 
 def pytest_runtest_logreport(report):
     tier = next((name for name in TIERS if name in report.keywords), "none")
-    cpu = dict(report.user_properties).get("cpu_s", 0.0)
+    properties = dict(report.user_properties)
+    cpu = properties.get("cpu_s", 0.0)
+    CPU_SOURCES.add(properties.get("cpu_source", "none"))
     TIER_CPU[tier] = TIER_CPU.get(tier, 0.0) + cpu
     TEST_CPU[report.nodeid] = TEST_CPU.get(report.nodeid, 0.0) + cpu
     TIER_SECONDS[tier] = TIER_SECONDS.get(tier, 0.0) + report.duration
@@ -368,7 +411,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.section("time per test file (the 15 longest)")
     for test_file, seconds in files[:15]:
         terminalreporter.write_line(f"{seconds:8.1f} s  {test_file}")
-    terminalreporter.section("CPU time per test (the 15 costliest)")
+    terminalreporter.section(f"CPU time per test (the 15 costliest; read from {', '.join(sorted(CPU_SOURCES))})")
     for test, cpu in sorted(TEST_CPU.items(), key=lambda item: -item[1])[:15]:
         terminalreporter.write_line(f"{cpu:8.1f} s  {test}")
     out = os.environ.get("MLRB_SUITE_TIMES")
@@ -391,6 +434,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             "slowest": [{"test": r.nodeid, "when": r.when, "seconds": round(r.duration, 1)} for r in slowest],
             "files": {test_file: round(seconds, 1) for test_file, seconds in files},
             "tests": {test: round(seconds, 1) for test, seconds in sorted(TEST_SECONDS.items(), key=lambda t: -t[1])},
+            "cpu_source": sorted(CPU_SOURCES),
             "tests_cpu_s": {test: round(cpu, 1) for test, cpu in sorted(TEST_CPU.items(), key=lambda t: -t[1])},
         }
         Path(out).write_text(json.dumps(figures, indent=2) + "\n")
