@@ -42,7 +42,10 @@ shorter than that can be missed. Then the ratio of run to
 floor and the difference in memory, per round (median); and the time of each stage of
 the run from its `stage_time_s.<stage>` metrics (mlrb/timeline.py; `compose` counts from
 the process's start), with `other` the rest of the wall time (set-up between stages,
-the run's last writes, Hydra's end and the process's end).
+the run's last writes, Hydra's end and the process's end). Last, the CPU seconds each of
+the run's processes spent, by what it is (the harness, MLflow's recording process, the
+scorer, the sandbox), read from /proc with the memory: where a run's CPU goes, which is
+what a run costs the test suite and a sweep that keeps every core busy.
 
 The figures go to `--out` (default benchmarks/overhead.json) as one entry per run timed,
 `noop` and `default`, each with where and how it was measured; an entry the run did not
@@ -97,19 +100,52 @@ def tree_rss_mib(root: int) -> float:
     return total_kib / 1024
 
 
-def measure(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
-    """(wall seconds, peak MiB, sampled peak of the tree's sum in MiB) of one process tree;
-    raise with its output if it fails. The sum is read every SAMPLE_S, so a peak shorter
-    than that can be missed."""
+# Which process of a run does what, by its command line (the first that matches); the rest of
+# the tree (bwrap, the sandbox's exec server, the agent's commands) is "sandbox".
+ROLES = (("recording", "mlrb.recording_process"), ("scorer", "mlrb.scoring.worker"), ("harness", "-m mlrb"))
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(root: int, seen: dict[tuple[int, int], tuple[str, float]]) -> None:
+    """Note the CPU seconds (user and system) of a process and its descendants so far, each
+    under (pid, start time) with the role its command line had when first seen."""
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            key = (pid, int(fields[19]))
+            if key not in seen:
+                with open(f"/proc/{pid}/cmdline") as cmdline:
+                    command = cmdline.read().replace("\0", " ")
+                role = next((name for name, marker in ROLES if marker in command), "sandbox")
+            else:
+                role = seen[key][0]
+            seen[key] = (role, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as children:
+                    pending += [int(child) for child in children.read().split()]
+        except (OSError, ValueError, IndexError):
+            continue  # it ended meanwhile
+
+
+def measure(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float, dict[str, float]]:
+    """(wall seconds, peak MiB, sampled peak of the tree's sum in MiB, CPU seconds per role) of
+    one process tree; raise with its output if it fails. The tree is read every SAMPLE_S, so a
+    peak shorter than that can be missed, and so can a process that lives less than that (and
+    the CPU a process spends after its last reading: at most SAMPLE_S of it)."""
     with tempfile.TemporaryFile() as output:
         started = time.monotonic()
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=output, stderr=subprocess.STDOUT)
         sums = [0.0]
+        seen: dict[tuple[int, int], tuple[str, float]] = {}
         done = threading.Event()
 
         def sample() -> None:
             while not done.wait(SAMPLE_S):
                 sums.append(tree_rss_mib(proc.pid))
+                tree_cpu(proc.pid, seen)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -121,7 +157,10 @@ def measure(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, flo
         if proc.returncode != 0:
             output.seek(0)
             raise SystemExit(f"`{' '.join(argv)}` failed ({proc.returncode}):\n{output.read().decode()[-4000:]}")
-    return wall, usage.ru_maxrss / 1024, max(sums)  # ru_maxrss: KiB on Linux
+    cpu: dict[str, float] = defaultdict(float)
+    for role, seconds in seen.values():
+        cpu[role] += seconds
+    return wall, usage.ru_maxrss / 1024, max(sums), dict(cpu)  # ru_maxrss: KiB on Linux
 
 
 def stage_times(store: Path) -> dict[str, float]:
@@ -150,6 +189,16 @@ def stage_medians(wall: list[float], times: list[dict[str, float]]) -> dict[str,
     return medians
 
 
+CPU_ROLES = ("harness", "recording", "scorer", "sandbox")
+
+
+def cpu_medians(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Median CPU seconds of each role over the rounds, and of the whole tree."""
+    medians = {role: statistics.median(r.get(role, 0.0) for r in rounds) for role in CPU_ROLES}
+    medians["all"] = statistics.median(sum(r.values()) for r in rounds)
+    return medians
+
+
 def checkout_commit(folder: Path) -> str | None:
     done = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return done.stdout.strip() if done.returncode == 0 else None
@@ -175,8 +224,9 @@ def before_version(before: str | None, before_python: str | None) -> dict | None
 
 
 def entries(kinds: list[str], versions: list[str], wall: dict[str, list[float]], peak: dict[str, list[float]],
-            tree: dict[str, list[float]], stages: dict[str, list[dict[str, float]]], repeats: int,
-            measured: dict, before: dict | None) -> dict[str, dict]:  # fmt: skip
+            tree: dict[str, list[float]], stages: dict[str, list[dict[str, float]]],
+            cpu: dict[str, list[dict[str, float]]], repeats: int, measured: dict,
+            before: dict | None) -> dict[str, dict]:  # fmt: skip
     """overhead.json's entries for the runs timed: {"noop": ..., "default": ...}. Figures are
     {"median", "min", "max"} over the rounds; `versions` are the result keys' suffixes ("", " before")."""
 
@@ -211,6 +261,7 @@ def entries(kinds: list[str], versions: list[str], wall: dict[str, list[float]],
                 beyond = [d - h - s for d, h, s in zip(wall[key], wall["hfloor"], wall["sfloor"], strict=True)]
                 entry["per_round"][name[v]] = {"beyond_imports_s": stats(beyond)}
         entry["stages_s"] = {name[v]: stage_medians(wall[kind + v], stages[kind + v]) for v in versions}
+        entry["cpu_s"] = {name[v]: {r: round(c, 2) for r, c in cpu_medians(cpu[kind + v]).items()} for v in versions}
         out[kind] = entry
     return out
 
@@ -280,7 +331,7 @@ def main() -> None:
                 measure(mlrb("noop" + v, "warmup", v_python, "agent=claude"), root, v_env)
             if "default" in kinds:
                 measure(mlrb("default" + v, "warmup", v_python), root, v_env)
-        results: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+        results: dict[str, list[tuple[float, float, float, dict[str, float]]]] = defaultdict(list)
         stages: dict[str, list[dict[str, float]]] = defaultdict(list)
         for i in range(args.repeats):
             print(f"round {i + 1}/{args.repeats}", flush=True)
@@ -298,9 +349,10 @@ def main() -> None:
                 results["default" + v].append(measure(mlrb("default" + v, f"run-{i}", v_python), root, v_env))
                 stages["default" + v].append(stage_times(root / ("default" + v) / "mlruns"))
 
-    wall = {k: [w for w, _, _ in v] for k, v in results.items()}
-    peak = {k: [m for _, m, _ in v] for k, v in results.items()}
-    tree = {k: [t for _, _, t in v] for k, v in results.items()}
+    wall = {k: [w for w, _, _, _ in v] for k, v in results.items()}
+    peak = {k: [m for _, m, _, _ in v] for k, v in results.items()}
+    tree = {k: [t for _, _, t, _ in v] for k, v in results.items()}
+    cpu = {k: [c for _, _, _, c in v] for k, v in results.items()}
     print(f"\nPer-run overhead: {args.repeats} rounds, {os.cpu_count()} CPUs, load average {load:.1f} at the start; "
           f"Python {sys.version.split()[0]}")  # fmt: skip
     print(f"  {'':44s} {'wall (median [min-max])':>26s} {'peak memory':>26s} {'tree, summed (sampled)':>26s}")
@@ -340,7 +392,14 @@ def main() -> None:
     for key in [k + v for k in kinds for v in versions]:
         cells = stage_medians(wall[key], stages[key]).values()
         print("  " + f"{key:15s}" + "".join(f"{c:14.2f}" for c in cells))
-    write_entries(args.out, entries(kinds, list(versions), wall, peak, tree, stages, args.repeats, measured, before))
+    print("\nCPU seconds per process of the run (median; read from /proc every 20 ms; the sandbox's are bwrap, "
+          "its exec server and the agent's commands):")  # fmt: skip
+    print("  " + f"{'':15s}" + "".join(f"{r:>12s}" for r in CPU_ROLES + ("all",)))
+    for key in [k + v for k in kinds for v in versions]:
+        cells = cpu_medians(cpu[key]).values()
+        print("  " + f"{key:15s}" + "".join(f"{c:12.2f}" for c in cells))
+    write_entries(args.out, entries(kinds, list(versions), wall, peak, tree, stages, cpu, args.repeats, measured,
+                                    before))  # fmt: skip
 
 
 if __name__ == "__main__":

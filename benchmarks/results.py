@@ -345,7 +345,19 @@ def stages(entry: dict) -> str:
     intro = (
         "Stage times, median seconds (`mlrb/timeline.py` says what each holds; other: the wall time less their sum):"
     )
-    return intro + "\n\n" + table(["", *names], rows)
+    return intro + "\n\n" + table(["", *names], rows) + cpu_table(entry, labels)
+
+
+def cpu_table(entry: dict, labels: dict[str, str]) -> str:
+    """Median CPU seconds of each of the run's processes, by what it is (older entries have none)."""
+    recorded = entry.get("cpu_s")
+    if not recorded:
+        return ""
+    names = list(next(iter(recorded.values())))
+    rows = [[labels.get(key, key), *(f"{cpu[n]:.2f}" for n in names)] for key, cpu in recorded.items()]
+    intro = ("CPU seconds each of the run's processes spent, median (read from `/proc` every 20 ms; sandbox: bwrap, "
+             "its exec server and the agent's commands): what a run costs a machine whose cores are all busy.")  # fmt: skip
+    return "\n\n" + intro + "\n\n" + table(["", *names], rows)
 
 
 def calibration_section(bench_dir: Path) -> str:
@@ -450,7 +462,7 @@ def suite_time_section(bench_dir: Path) -> str:
             continue
         tiers = ", ".join(
             f"{tier} {t['tests']} tests {t['seconds'] / 60:.1f} min"
-            + (f" ({t['cpu_s'] / 60:.1f} CPU min)" if "cpu_s" in t else "")  # recorded since df951a8
+            + (f" ({t['cpu_s'] / 60:.1f} CPU min)" if "cpu_s" in t else "")  # older entries have none
             for tier, t in entry["tiers"].items()
         )
         if entry.get("build_ahead_s") is not None:  # tests/build_ahead.py, before the tests started

@@ -70,9 +70,13 @@ def test_overhead_writes_its_runs_entries_and_keeps_the_others(results, tmp_path
     tree = {key: [1100.0, 1168.0, 1200.0] for key in wall}
     times = {"compose": 0.8, "sandbox_start": 0.1, "agent": 3.9, "scoring": 1.2, "recording": 2.0}
     stages = {"default": [times] * 3, "default before": [times] * 3}
+    rounds = [{"harness": 1.4, "recording": 3.2, "scorer": 4.0, "sandbox": 5.0},
+              {"harness": 1.2, "recording": 3.4, "scorer": 4.4, "sandbox": 5.2},
+              {"harness": 1.3, "recording": 3.3, "scorer": 4.2}]  # fmt: skip
+    cpu = {"default": rounds, "default before": rounds}
     measured = results.provenance(note="a unit test's figures")
     before = {"option": "--before-python", "path": "/tmp/before-venv/bin/python", "commit": "fbf2c7c"}
-    new = overhead.entries(["default"], ["", " before"], wall, peak, tree, stages, 3, measured, before)
+    new = overhead.entries(["default"], ["", " before"], wall, peak, tree, stages, cpu, 3, measured, before)
 
     folder = bench_copy(tmp_path)
     overhead.write_entries(folder / "overhead.json", new)
@@ -84,11 +88,14 @@ def test_overhead_writes_its_runs_entries_and_keeps_the_others(results, tmp_path
     assert entry["rows"]["run"]["wall_s"] == {"median": 8.6, "min": 7.9, "max": 8.8}
     assert entry["per_round"]["run"]["beyond_imports_s"]["median"] == pytest.approx(3.8)  # 8.6 - 1.5 - 3.3
     assert entry["stages_s"]["run"]["agent"] == 3.9 and entry["stages_s"]["run"]["other"] == pytest.approx(0.6)
+    # a role a round did not see counts 0 there; "all" is the median of the rounds' sums
+    assert entry["cpu_s"]["run"] == {"harness": 1.3, "recording": 3.3, "scorer": 4.2, "sandbox": 5.0, "all": 13.6}
     assert not (folder / "RESULTS.md").exists()  # a file outside benchmarks/ leaves the page alone
 
     page = results.render(folder)
     assert "| default run, before (fbf2c7c) | 14.30 s [13.70-15.20] |" in page
     assert "a unit test's figures" in page and "| now | 0.80 | 0.00 | 0.10 | 3.90 | 1.20 | 2.00 | 0.60 | 8.60 |" in page
+    assert "| now | 1.30 | 3.30 | 4.20 | 5.00 | 13.60 |" in page
 
 
 def test_sweep_scaling_writes_its_figures(results, tmp_path):
@@ -119,7 +126,8 @@ def test_overhead_noop_entry_renders_with_its_store_floor(results, tmp_path):
     peak = {"floor": [231.0] * 3, "store_floor": [279.0] * 3, "noop": [241.0] * 3}
     tree = {"floor": [229.0] * 3, "store_floor": [279.0] * 3, "noop": [497.0] * 3}
     stages = {"noop": [{"compose": 0.6, "agent": 0.3}] * 3}
-    new = overhead.entries(["noop"], [""], wall, peak, tree, stages, 3, results.provenance(), None)
+    cpu = {"noop": [{"harness": 1.4, "recording": 3.2, "scorer": 0.2, "sandbox": 0.1}] * 3}
+    new = overhead.entries(["noop"], [""], wall, peak, tree, stages, cpu, 3, results.provenance(), None)
     assert new["noop"]["per_round"]["run"]["peak_above_floor_mib"]["median"] == 10.0
 
     folder = bench_copy(tmp_path)
