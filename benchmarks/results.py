@@ -454,7 +454,7 @@ def calibration_where(results: dict) -> str:
 def suite_time_section(bench_dir: Path) -> str:
     data = load(bench_dir, "suite_time.json")
     targets = sibling("suite_time").TARGETS_MIN
-    rows, slowest, places = [], "", []
+    rows, slowest, costliest, places = [], "", "", []
     for kind in ("cold", "warm", "fast"):
         entry = data.get(kind)
         if not entry:
@@ -471,12 +471,11 @@ def suite_time_section(bench_dir: Path) -> str:
         workers = f"{entry['workers']} processes" if entry.get("workers") else "one process"
         rows.append([kind, f"{entry['session_s'] / 60:.1f} min{status}", workers, f"{targets[kind]} min", tiers])
         places.append(f"{kind}: {where(entry.get('measured'))}")
-        if not slowest and entry.get("tests_cpu_s"):
-            costliest = list(entry["tests_cpu_s"].items())[:20]
-            slowest = table([f"costliest tests ({kind})", "CPU time", "wall time"],
-                            [[f"`{test}`", f"{cpu:.0f} s", f"{entry['tests'].get(test, 0):.0f} s"]
-                             for test, cpu in costliest])  # fmt: skip
-        elif not slowest and entry.get("slowest"):
+        if entry.get("tests_cpu_s") and not costliest:  # CPU time says more than wall time: shown first
+            costliest = table([f"costliest tests ({kind})", "CPU time", "wall time"],
+                              [[f"`{test}`", f"{cpu:.0f} s", f"{entry['tests'].get(test, 0):.0f} s"]
+                               for test, cpu in list(entry["tests_cpu_s"].items())[:20]])  # fmt: skip
+        if not slowest and entry.get("slowest"):
             slowest = table(["slowest tests (" + kind + ")", "phase", "time"],
                             [[f"`{r['test']}`", r["when"], f"{r['seconds']:.0f} s"] for r in entry["slowest"]])  # fmt: skip
     return "\n\n".join(
@@ -494,7 +493,7 @@ def suite_time_section(bench_dir: Path) -> str:
             commands(*(f"benchmarks/suite_time.py {kind} --out benchmarks/suite_time.json" for kind in targets)),
             "Output: `benchmarks/suite_time.json`. " + " ".join(places),
             table(["run", "session", "tests ran in", "target", "tiers (summed test time, over all processes)"], rows),
-            slowest,
+            costliest or slowest,
         ]
         if part
     )
