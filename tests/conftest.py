@@ -3,6 +3,7 @@ tracking store, and all tests of a session share one build of the task assets.""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -319,6 +320,10 @@ class CpuMeter:
                        if "cpuacct" in line.split(":", 2)[1].split(","))  # fmt: skip
             controller = next(p for p in Path("/sys/fs/cgroup").iterdir() if "cpuacct" in p.name.split(","))
             folder = controller / own.lstrip("/") / f"mlrb-tests-{os.getpid()}"
+            for left in folder.parent.glob("mlrb-tests-*"):  # an earlier test process's, still there when it ended
+                if not Path(f"/proc/{left.name.rsplit('-', 1)[1]}").exists():
+                    with contextlib.suppress(OSError):  # not empty yet: a process of its is still running
+                        left.rmdir()
             folder.mkdir(exist_ok=True)
             (folder / "cgroup.procs").write_text(str(os.getpid()))
         except (OSError, StopIteration, IndexError):
