@@ -80,54 +80,41 @@ CLAUDE_FLOOR = "import hydra, anthropic, mlflow"
 STORE_FLOOR = CLAUDE_FLOOR + ", mlflow.store.tracking.sqlalchemy_store"
 HARNESS_FLOOR = "import hydra, mlflow"
 SCORER_FLOOR = "import torch, transformers, lm_eval.evaluator, lm_eval.tasks, lm_eval.models.huggingface"
-SAMPLE_S = 0.02  # how often the process tree's memory is summed
+SAMPLE_S = 0.02  # how often the process tree is read
+# Which process of a run does what, by its command line (the first that matches); the rest of
+# the tree (bwrap, the sandbox's exec server, the agent's commands) is "sandbox".
+ROLES = (("recording", "mlrb.recording_process"), ("scorer", "mlrb.scoring.worker"), ("harness", "-m mlrb"))
+CPU_ROLES = ("harness", "recording", "scorer", "sandbox")  # as the tables show them
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def tree_rss_mib(root: int) -> float:
+def read_tree(root: int, cpu: dict[tuple[int, int], tuple[str, float]]) -> float:
     """The resident sets of a process and all its descendants, summed (MiB), read from /proc
-    (0 for processes that are gone). Descendants inside a sandbox's PID namespace count too."""
+    (0 for processes that are gone); descendants inside a sandbox's PID namespace count too.
+    Notes in `cpu` each process's CPU seconds so far (user and system), under (pid, start
+    time), with the role its command line had when first seen."""
     total_kib, pending = 0, [root]
     while pending:
         pid = pending.pop()
         try:
             with open(f"/proc/{pid}/status") as status:
                 total_kib += next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children") as children:
-                    pending += [int(child) for child in children.read().split()]
-        except (OSError, ValueError):
-            continue  # it ended meanwhile
-    return total_kib / 1024
-
-
-# Which process of a run does what, by its command line (the first that matches); the rest of
-# the tree (bwrap, the sandbox's exec server, the agent's commands) is "sandbox".
-ROLES = (("recording", "mlrb.recording_process"), ("scorer", "mlrb.scoring.worker"), ("harness", "-m mlrb"))
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu(root: int, seen: dict[tuple[int, int], tuple[str, float]]) -> None:
-    """Note the CPU seconds (user and system) of a process and its descendants so far, each
-    under (pid, start time) with the role its command line had when first seen."""
-    pending = [root]
-    while pending:
-        pid = pending.pop()
-        try:
             with open(f"/proc/{pid}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
             key = (pid, int(fields[19]))
-            if key not in seen:
+            if key in cpu:
+                role = cpu[key][0]
+            else:
                 with open(f"/proc/{pid}/cmdline") as cmdline:
                     command = cmdline.read().replace("\0", " ")
                 role = next((name for name, marker in ROLES if marker in command), "sandbox")
-            else:
-                role = seen[key][0]
-            seen[key] = (role, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+            cpu[key] = (role, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
             for task in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{task}/children") as children:
                     pending += [int(child) for child in children.read().split()]
         except (OSError, ValueError, IndexError):
             continue  # it ended meanwhile
+    return total_kib / 1024
 
 
 def measure(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float, dict[str, float]]:
@@ -144,8 +131,7 @@ def measure(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, flo
 
         def sample() -> None:
             while not done.wait(SAMPLE_S):
-                sums.append(tree_rss_mib(proc.pid))
-                tree_cpu(proc.pid, seen)
+                sums.append(read_tree(proc.pid, seen))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -187,9 +173,6 @@ def stage_medians(wall: list[float], times: list[dict[str, float]]) -> dict[str,
     medians["other"] = statistics.median(w - sum(t.values()) for w, t in zip(wall, times, strict=True))
     medians["wall"] = statistics.median(wall)
     return medians
-
-
-CPU_ROLES = ("harness", "recording", "scorer", "sandbox")
 
 
 def cpu_medians(rounds: list[dict[str, float]]) -> dict[str, float]:

@@ -483,9 +483,10 @@ def suite_time_section(bench_dir: Path) -> str:
         for part in [
             "## Test suite time",
             "How long the README's test command takes, per tier (tests/conftest.py sums each test's setup, call "
-            "and teardown by its tier marker, in wall time and in CPU time: its test process's and that of the "
-            "processes it waited for, not Docker's containers; the suite keeps every core busy, so the CPU time is "
-            "what a change saves; the session's time includes collection and, for a run of the whole suite, "
+            "and teardown by its tier marker, in wall time and in CPU time: its test process's and every process it "
+            "started, read from a cpuacct cgroup where the machine has one (else only the processes it waited for; "
+            "the JSON's `cpu_source` says which), not Docker's containers; the suite keeps every core busy, so the "
+            "CPU time is what a change saves; the session's time includes collection and, for a run of the whole suite, "
             "the tiny tasks' builds ahead of the tests, tests/build_ahead.py). *cold*: every tier "
             "with the tests' asset cache emptied first; *warm*: every tier with the asset cache an earlier run of "
             "the same code left; *fast*: `-m fast` alone. Services (Docker, SLURM, PostgreSQL) up, as `.ci/run` starts them.",
