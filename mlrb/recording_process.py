@@ -87,16 +87,26 @@ def echo(source: int, target: int) -> None:
             pass
 
 
+def new_interpreter(child_reads: int, child_writes_to: int) -> subprocess.Popen:
+    """The recording process: a new interpreter running `main`, with its ends of the two pipes
+    and its output on pipes of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mlrb.recording_process", str(child_reads), str(child_writes_to)],
+        pass_fds=(child_reads, child_writes_to), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+# How the process is started: the tests start it from a warm process instead (tests/warm_start.py).
+spawn: Callable[[int, int], Any] = new_interpreter
+
+
 class RecordingProcess:
     """The harness's side: calls go to the process in order, one at a time."""
 
     def __init__(self) -> None:
         to_child, child_reads = os.pipe()[::-1]
         child_writes_to, from_child = os.pipe()[::-1]
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mlrb.recording_process", str(child_reads), str(child_writes_to)],
-            pass_fds=(child_reads, child_writes_to), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
+        self.process = spawn(child_reads, child_writes_to)
         os.close(child_reads)
         os.close(child_writes_to)
         # What MLflow and Python print there (its INFO lines, warnings) goes where the harness's

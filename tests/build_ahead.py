@@ -51,6 +51,7 @@ def build(cache_dir: Path, say: Callable[[str], None]) -> None:
     """Each tiny task's assets in cache_dir and, for the seeded ones, their unseen-seed scores.
     What the builds print (lm-eval's and transformers' progress bars and warnings, on stderr)
     goes to cache_dir/build-ahead.log, not between the suite's lines."""
+    cache_dir.mkdir(parents=True, exist_ok=True)  # a first build on this machine
     log = cache_dir / "build-ahead.log"
     say(f"(their output: {log})")
     with stderr_to(log):

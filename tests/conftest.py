@@ -24,6 +24,7 @@ os.environ.pop("MLFLOW_TRACKING_URI", None)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
+import warm_start  # noqa: E402  # after the lines above: it keeps this environment for its warm process
 
 # The tests' asset cache, kept between test runs (MLRB_TEST_CACHE moves it). Assets are keyed by
 # everything that determines them, the code that builds and scores them included
@@ -38,7 +39,6 @@ def no_tracking_uri_leak():
     """MLflow's process-wide tracking URI (set_tracking_uri also sets $MLFLOW_TRACKING_URI) as it was
     before each test: a test that stops half-way must not send every later run to its store."""
     yield
-    import sys
 
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     if "mlflow" in sys.modules:
@@ -118,15 +118,15 @@ def broken_copy_of(cache_dir: Path, dest: Path) -> Path:
 
 def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """`python -m mlrb ARGS` as a user would type it, from `cwd`."""
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "mlrb", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_module("mlrb", *args, cwd=cwd, env=env, timeout=timeout)
+
+
+def run_module(module: str, *args: str, cwd: Path, env: dict | None = None,
+               timeout: float = 600) -> subprocess.CompletedProcess:  # fmt: skip
+    """`python -m MODULE ARGS` from `cwd`, ENV added to the environment, its output captured as
+    text: started warm, as a fork of a process that has made its imports already
+    (tests/warm_start.py)."""
+    return warm_start.run(module, list(args), cwd, {**os.environ, **(env or {})}, timeout)
 
 
 def store_args(tmp_path: Path, cache_dir: Path) -> list[str]:

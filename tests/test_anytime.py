@@ -12,13 +12,13 @@ import csv
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import scipy.stats
 
+from conftest import run_module
 from mlrb import anytime, record
 from mlrb.report.anytime import GroupCurves, Point, RunCurve, band, budgets_table, curve_of, last_per_step
 from mlrb.report.runs import RunRow
@@ -399,8 +399,7 @@ MERGE_ARGS = '--data "$MLRB_DATA" --output submission'
 
 
 def rescore(run_id: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlrb.rescore", run_id, *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    return run_module("mlrb.rescore", run_id, *args, cwd=cwd)
 
 
 @pytest.mark.integration
@@ -461,8 +460,7 @@ def test_a_scripted_agent_s_rise_at_known_steps_is_on_its_anytime_curve(tmp_path
     run_dir = Path(run.data.tags["mlrb.run_dir"])
     kept = record.fold(record.read(run_dir))["metrics"]
     assert {step: value for step, value in kept[anytime.COUNTED]} == counted
-    synced = subprocess.run([sys.executable, "-m", "mlrb.sync", str(run_dir), "--tracking-dir", "mlruns"], cwd=tmp_path,
-                            capture_output=True, text=True)  # fmt: skip
+    synced = run_module("mlrb.sync", str(run_dir), "--tracking-dir", "mlruns", cwd=tmp_path)
     assert "in sync, nothing to upload" in synced.stdout, synced.stdout + synced.stderr[-2000:]
     floor = final["do_nothing_score"]
     assert valid == {0: 0.0, 1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0}
@@ -488,8 +486,7 @@ def test_a_scripted_agent_s_rise_at_known_steps_is_on_its_anytime_curve(tmp_path
     assert [line.split(",")[0] for line in every.stdout.splitlines()[1:-1]] == ["step 0", "step 3", "step 4"]
     assert len(client.get_metric_history(run_id, anytime.COUNTED)) == 3 + 5 + 3  # during the run, then twice
     out = tmp_path / "report"
-    report = subprocess.run([sys.executable, "-m", "mlrb.report", "--no-plots", "--out", str(out)], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    report = run_module("mlrb.report", "--no-plots", "--out", str(out), cwd=tmp_path, timeout=300)
     assert report.returncode == 0, report.stderr
     assert "## Anytime curves" in (out / "summary.md").read_text()
     steps = [r for r in read_csv(out / "anytime_curves.csv") if r["axis"] == "steps"]

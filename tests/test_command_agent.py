@@ -5,12 +5,11 @@ scripted upstream on loopback."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
 
-from conftest import REPO, mlflow_client, run_cli, store_args
+from conftest import REPO, mlflow_client, run_cli, run_module, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
 from test_docker_sandbox import needs_docker
 
@@ -228,13 +227,10 @@ def test_out_of_tokens_the_program_s_next_call_is_refused_and_the_run_ends_budge
 
 @pytest.mark.integration
 def test_prefetch_installs_claude_code_for_offline_nodes_and_a_run_without_it_or_npm_is_one_line(tmp_path):
-    import subprocess
-    import sys
 
     def prefetch(*args: str, path: str | None = None) -> subprocess.CompletedProcess:
-        env = {**os.environ, **({"PATH": path} if path else {})}
-        return subprocess.run([sys.executable, "-m", "mlrb.prefetch", *args, f"paths.cache_dir={tmp_path / 'cache'}"],
-                              capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
+        return run_module("mlrb.prefetch", *args, f"paths.cache_dir={tmp_path / 'cache'}", cwd=tmp_path,
+                          env={"PATH": path} if path else None)  # fmt: skip
 
     checked = prefetch("--check", "agent=claude_code")
     assert checked.returncode == 1 and checked.stdout.startswith("missing: claude_code: @anthropic-ai/claude-code@")

@@ -16,6 +16,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
+from conftest import run_module
 from mlrb import stats
 from mlrb.report.compare import (
     CompareError,
@@ -263,8 +264,7 @@ def test_the_report_compares_per_budget_the_agents_or_an_agent_s_models():
 
 
 def compare_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlrb.compare", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return run_module("mlrb.compare", *args, cwd=cwd, timeout=300)
 
 
 @pytest.mark.fast
@@ -421,8 +421,8 @@ def test_the_report_of_a_sweep_of_two_agents_compares_them_and_logs_it_on_the_pa
     from conftest import mlflow_client
 
     out = tmp_path / "report"
-    result = subprocess.run([sys.executable, "-m", "mlrb.report", "--sweep", SWEEP_ID, "--html", "--no-plots",
-                             "--out", str(out)], cwd=store, capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = run_module("mlrb.report", "--sweep", SWEEP_ID, "--html", "--no-plots", "--out", str(out), cwd=store,
+                        timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stderr
     summary = (out / "summary.md").read_text()
     assert "## Paired comparisons" in summary

@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import mlflow_client, run_cli, store_args
+from conftest import mlflow_client, run_cli, run_module, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
 from test_docker_sandbox import docker_problem
 from test_sweeps import slurm_problem
@@ -50,8 +49,7 @@ def claude(tmp_path: Path, cache: Path, script, *overrides: str) -> tuple:
 
 
 def rescore(tmp_path: Path, run_id: str, step: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlrb.rescore", run_id, "--step", str(step)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return run_module("mlrb.rescore", run_id, "--step", str(step), cwd=tmp_path, timeout=300)
 
 
 def tool_results(request) -> str:
@@ -165,8 +163,7 @@ def test_mlrc_folder_scores_test_on_the_best_dev_snapshot(tmp_path, cache_dir, s
     assert again.returncode == 0 and f"step 3: score {40 / 120:.4f} (valid)" in again.stdout, again.stderr[-2000:]
 
     if sandbox == "bwrap":  # the report shows folder tasks like built-in ones
-        report = subprocess.run([sys.executable, "-m", "mlrb.report", "--out", str(tmp_path / "reports")],
-                                cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+        report = run_module("mlrb.report", "--out", str(tmp_path / "reports"), cwd=tmp_path, timeout=300)
         assert report.returncode == 0, report.stderr[-2000:]
         rows = (tmp_path / "reports" / "summary.csv").read_text()
         assert "mlrc-mini" in rows and "claude" in rows and "baseline" in rows

@@ -34,7 +34,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-from conftest import REPO, mlflow_client, run_cli
+from conftest import REPO, mlflow_client, run_cli, run_module
 from fake_llm_server import FakeLlmServer, reply, tool
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -146,8 +146,7 @@ def store(tmp_path_factory, built_cache):
                         f"paths.cache_dir={built_cache}", f"hydra.sweep.dir={root / 'sweep'}", cwd=root, timeout=900,
                         env={"ANTHROPIC_API_KEY": "sk-ant-ui-test", "ANTHROPIC_BASE_URL": model_server.anthropic_url})  # fmt: skip
     assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-3000:]
-    report = subprocess.run([sys.executable, "-m", "mlrb.report", "--out", str(root / "report")], cwd=root,
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    report = run_module("mlrb.report", "--out", str(root / "report"), cwd=root, timeout=300)
     assert report.returncode == 0 and "logged to the sweep's parent run" in report.stdout, report.stderr[-3000:]
     client = mlflow_client(root)
     experiment = client.get_experiment_by_name("llm_merging")

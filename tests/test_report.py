@@ -15,15 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import broken_copy_of, mlflow_client, run_cli
+from conftest import broken_copy_of, mlflow_client, run_cli, run_module
 
 SMOKE_S, ONE_HOUR_S = 600.0, 3600.0
 
 
 def report(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mlrb.report", *args], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
+    return run_module("mlrb.report", *args, cwd=cwd, timeout=300)
 
 
 def read_csv(path: Path) -> list:

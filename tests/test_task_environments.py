@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mlflow_client, run_cli, store_args
+from conftest import mlflow_client, run_cli, run_module, store_args
 from test_docker_sandbox import docker_problem
 
 NUMPY1 = Path(__file__).parent / "folder_tasks" / "numpy1-mini"
@@ -110,8 +110,7 @@ def test_prefetch_builds_the_environment_ahead_and_check_says_whether_it_is_ther
     args = ["task=folder", f"task.path={NUMPY1}", f"paths.cache_dir={cache}"]
 
     def prefetch(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "mlrb.prefetch", *extra, *args], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        return run_module("mlrb.prefetch", *extra, *args, cwd=tmp_path)
 
     root = environments.location(["numpy==1.26.4"], cache)
     missing = prefetch("--check")

@@ -1,0 +1,340 @@
+"""`python -m mlrb ARGS` for the tests, started warm: forked from a process that has already
+imported what such a command imports (mlrb's CLI and run, Hydra, the model SDKs, MLflow)
+rather than a new interpreter that imports it all again.
+
+The suite is CPU-bound (docs/development.md), and those imports were most of a short run's
+CPU time: `import anthropic` alone takes about 2 CPU s, MLflow and its SQL store 3 more in
+the run's recording process, Hydra and mlrb about 1. Each test process keeps one warm
+process (its "zygote"), started on first use; every command is a fork of it, so each starts
+from the same clean state, in its own process, with its own exit status, standard output
+and error, as a new interpreter would.
+
+What the command then does is what `python -m mlrb` does: the same `mlrb.__main__`, the same
+sandboxes, scorer and store. A single run's recording process (mlrb/recording_process.py) is
+forked from the warm harness too, through `recording_process.spawn`, and runs the same
+`recording_process.main`.
+
+A new interpreter is still started (`cold`) where a fork could differ from one:
+- the folder holds an `mlrb` package other than the one imported here (a fresh clone);
+- the environment differs in what an interpreter or a library reads as it starts or
+  imports (PYTHON*, HOME, the temp folder, the locale, HF_*, MLRB_*, ...);
+- MLRB_TEST_COLD_START=1, to compare.
+Tests of what a new interpreter imports, of its start-up time or of signals sent to a
+command's process run their commands with subprocess themselves, as users type them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import importlib
+import json
+import os
+import runpy
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+# What a command imports before it does anything of its own; a fork finds them imported.
+PRELOAD = (
+    "mlrb.cli", "mlrb.run", "mlrb.recording_process", "mlrb.record", "mlrb.tracking", "mlrb.agents.tracing",
+    "mlrb.sweep", "hydra", "omegaconf", "submitit", "anthropic", "openai", "mlflow",
+    "mlflow.store.tracking.sqlalchemy_store",  # a SQLite store's tables, SQLAlchemy, alembic
+)  # fmt: skip
+# Read by an interpreter as it starts, or by a library as it is imported: a command whose
+# environment differs from the zygote's in one of these starts cold.
+READ_AT_START = ("PYTHON", "HOME", "TMPDIR", "TEMP", "TMP", "LANG", "LC_", "XDG_", "HF_", "HUGGINGFACE",
+                 "TRANSFORMERS", "TOKENIZERS", "TORCH", "CUDA", "OMP_", "MKL_", "LD_", "MLFLOW_", "MLRB_")  # fmt: skip
+TESTS = Path(__file__).resolve().parent
+# The environment the zygote starts with: the test process's as conftest set it up, before
+# any test changed it.
+STARTING_ENV = dict(os.environ)
+
+
+def run(module: str, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGS` from CWD with ENV (the whole environment), its output as text,
+    as subprocess.run(..., capture_output=True, text=True, timeout=TIMEOUT) gives it."""
+    command = [sys.executable, "-m", module, *args]
+    zygote = Zygote.get() if warm_enough(Path(cwd), env) else None
+    if zygote is None:
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return zygote.run(command, module, args, Path(cwd), env, timeout)
+
+
+def warm_enough(cwd: Path, env: dict[str, str]) -> bool:
+    """Whether a fork of the zygote behaves as a new interpreter would, run from CWD with ENV."""
+    if os.environ.get("MLRB_TEST_COLD_START") == "1":
+        return False
+    package = cwd / "mlrb"
+    if (package / "__init__.py").is_file() and package.resolve() != Path(importlib.import_module("mlrb").__path__[0]):
+        return False  # `python -m mlrb` there imports that folder's mlrb
+    keys = {k for k in {*env, *STARTING_ENV} if k.startswith(READ_AT_START)}
+    return all(env.get(k) == STARTING_ENV.get(k) for k in keys)
+
+
+def text(data: bytes) -> str:
+    """As subprocess's text mode decodes: UTF-8, universal newlines."""
+    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+
+class Zygote:
+    """This test process's warm process, and how to start a command from it."""
+
+    _one: Zygote | None = None
+    _failed = False
+
+    @classmethod
+    def get(cls) -> Zygote | None:
+        if cls._one is None and not cls._failed:
+            try:
+                cls._one = Zygote()
+            except Exception as e:  # say why once; the commands start cold
+                cls._failed = True
+                print(f"warm_start: no warm process ({e}); commands start cold", file=sys.stderr)
+        return cls._one
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.errors = tempfile.TemporaryFile()  # what it says if it fails (not a pipe: none reads it)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(TESTS)!r}); import warm_start; "
+             f"warm_start.serve({theirs.fileno()})"],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.errors,
+            env=STARTING_ENV, cwd=TESTS,
+        )  # fmt: skip
+        theirs.close()
+        self.control = ours
+        self.lock = threading.Lock()
+        if self.control.recv(64) != b"ready":  # sent after its imports
+            raise RuntimeError(self.said() or "it ended")
+        atexit.register(self.close)
+
+    def said(self) -> str:
+        self.process.kill()
+        self.process.wait()
+        self.errors.seek(0)
+        return self.errors.read().decode(errors="replace")[-2000:]
+
+    def close(self) -> None:
+        self.control.close()  # it ends when it reads the end of its socket
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+    def run(self, command: list[str], module: str, args: list[str], cwd: Path, env: dict[str, str],
+            timeout: float) -> subprocess.CompletedProcess:  # fmt: skip
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        report, report_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        request = json.dumps({"module": module, "args": args, "cwd": str(cwd), "env": env}).encode()
+        try:
+            with self.lock:
+                socket.send_fds(self.control, [request], [devnull, out_w, err_w, report_theirs.fileno()])
+        finally:
+            for fd in (devnull, out_w, err_w):
+                os.close(fd)
+            report_theirs.close()
+        outputs: dict[int, bytes] = {}
+        readers = [threading.Thread(target=read_all, args=(fd, outputs), daemon=True) for fd in (out_r, err_r)]
+        for reader in readers:
+            reader.start()
+        deadline = time.monotonic() + timeout
+        started = report.recv(64)
+        if not started:
+            report.close()
+            raise RuntimeError(f"warm_start: the warm process ended: {self.said()}")
+        pid = json.loads(started)["pid"]
+        report.settimeout(max(0.0, deadline - time.monotonic()))
+        try:
+            code = json.loads(report.recv(64))["exit"]
+        except TimeoutError:
+            os.kill(pid, signal.SIGKILL)  # as subprocess.run does: the command only, not what it started
+            for reader in readers:
+                reader.join(5)
+            raise subprocess.TimeoutExpired(command, timeout, text(outputs.get(out_r, b"")),
+                                            text(outputs.get(err_r, b""))) from None  # fmt: skip
+        finally:
+            report.close()
+        for reader in readers:
+            reader.join(max(1.0, deadline - time.monotonic()))
+        return subprocess.CompletedProcess(command, code, text(outputs.get(out_r, b"")), text(outputs.get(err_r, b"")))
+
+
+def read_all(fd: int, outputs: dict[int, bytes]) -> None:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    outputs[fd] = b"".join(chunks)
+
+
+# ------------------------------------------------------------- in the zygote
+
+
+def serve(control_fd: int) -> None:
+    """The zygote: import, say so, then fork a command for each request until the test
+    process closes its socket. It stays single-threaded, so that a fork is safe."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # as mlrb.cli.main sets it before MLflow starts
+    for name in PRELOAD:
+        importlib.import_module(name)
+    sys.path.remove(str(TESTS))
+    if others := other_threads():
+        raise SystemExit(f"the imports started threads ({', '.join(others)}): a fork would not be safe")
+    control = socket.socket(fileno=control_fd)
+    gc.freeze()  # what is imported stays shared with the forks: no collection touches (copies) it
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped as they end
+    control.send(b"ready")
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, 1 << 20, 4)
+        if not message:
+            return  # the test process is done (or gone)
+        request = json.loads(message)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if os.fork() == 0:
+            control.close()
+            wait_for(request, fds)
+        for fd in fds:
+            os.close(fd)
+
+
+def other_threads() -> list[str]:
+    """The names of this process's threads besides the main one, but for pyarrow's jemalloc
+    (imported with MLflow), which keeps its own locks safe across a fork."""
+    names = [(Path("/proc/self/task") / task / "comm").read_text().strip() for task in os.listdir("/proc/self/task")]
+    return [name for name in names[1:] if name != "jemalloc_bg_thd"]
+
+
+def wait_for(request: dict[str, Any], fds: list[int]) -> None:
+    """A waiter: fork the command, tell the test process its pid, then its exit status."""
+    stdin, stdout, stderr, report = fds
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    pid = os.fork()
+    if pid == 0:
+        os.close(report)
+        become(request, stdin, stdout, stderr)
+    for fd in (stdin, stdout, stderr):
+        os.close(fd)
+    os.write(report, json.dumps({"pid": pid}).encode())
+    _, status = os.waitpid(pid, 0)
+    os.write(report, json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+    os._exit(0)
+
+
+def become(request: dict[str, Any], stdin: int, stdout: int, stderr: int) -> None:
+    """The command itself: `python -m MODULE ARGS` as a new interpreter would run it, then
+    the interpreter's end (its threads joined, its atexit functions run)."""
+    for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.path[0] = request["cwd"]  # as `python -m` puts the folder it runs from first
+    sys.argv = ["-m", *request["args"]]  # run_module sets argv[0] to the module's file
+    from mlrb import recording_process
+
+    recording_process.spawn = forked_recording_process
+    code: Any = 0
+    try:
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        code = e.code
+    except KeyboardInterrupt:
+        end(None)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # as an interpreter ends on an uncaught Ctrl-C
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    end(code)
+
+
+def end(code: Any) -> None:
+    """What an interpreter does at its end, short of freeing its modules, then exit."""
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # joins the threads that are not daemons
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code or 0)
+
+
+class ForkedProcess:
+    """What mlrb.recording_process needs of a subprocess.Popen, for a forked process."""
+
+    def __init__(self, pid: int, stdout: int, stderr: int):
+        self.pid = pid
+        self.stdout = os.fdopen(stdout, "rb")
+        self.stderr = os.fdopen(stderr, "rb")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(["mlrb.recording_process"], timeout or 0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def forked_recording_process(child_reads: int, child_writes_to: int) -> Any:
+    """The run's recording process, forked from the warm harness (MLflow is imported already);
+    a new interpreter instead when the harness has started a thread by then."""
+    from mlrb import recording_process
+
+    if threading.active_count() > 1 or other_threads():
+        return recording_process.new_interpreter(child_reads, child_writes_to)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            for fd in map(int, os.listdir("/proc/self/fd")):
+                if fd > 2 and fd not in (child_reads, child_writes_to):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass  # the listing's own descriptor
+            recording_process.main([str(child_reads), str(child_writes_to)])
+        finally:
+            os._exit(1)
+    os.close(out_w)
+    os.close(err_w)
+    return ForkedProcess(pid, out_r, err_r)
