@@ -243,40 +243,43 @@ def become(request: dict[str, Any], stdin: int, stdout: int, stderr: int) -> Non
     os.environ.clear()
     os.environ.update(request["env"])
     sys.path[0] = request["cwd"]  # as `python -m` puts the folder it runs from first
-    sys.argv = ["-m", *request["args"]]  # run_module sets argv[0] to the module's file
+    sys.argv = ["-m", *request["args"]]  # argv[0] becomes the module's file, as for `python -m`
+    main = sys.modules["__main__"].__dict__  # the zygote's: the module runs in it, as in a new one
+    for name in [name for name in main if name != "__builtins__"]:
+        del main[name]
     from mlrb import recording_process
 
     recording_process.spawn = forked_recording_process
-    code: Any = 0
     try:
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        runpy._run_module_as_main(request["module"])  # type: ignore[attr-defined]  # what `python -m` runs
     except SystemExit as e:
-        code = e.code
-    except KeyboardInterrupt:
-        end(None)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # as an interpreter ends on an uncaught Ctrl-C
-        os.kill(os.getpid(), signal.SIGINT)
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    end(code)
+        end(e.code)
+    except BaseException as e:  # printed as an interpreter prints it: from the module's frames on
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next if e.__traceback__ else None)
+        end(1, interrupted=isinstance(e, KeyboardInterrupt))
+    end(0)
 
 
-def end(code: Any) -> None:
-    """What an interpreter does at its end, short of freeing its modules, then exit."""
-    try:
-        threading._shutdown()  # type: ignore[attr-defined]  # joins the threads that are not daemons
-        atexit._run_exitfuncs()
-    except BaseException:
-        traceback.print_exc()
+def end(code: Any, interrupted: bool = False) -> None:
+    """What an interpreter does at its end, short of freeing its modules: join the threads
+    that are not daemons, run the atexit functions, flush, exit (by SIGINT after an
+    uncaught Ctrl-C)."""
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
+    except BaseException:
+        traceback.print_exc()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:
             pass
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     os._exit(code or 0)
 
 

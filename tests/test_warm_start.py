@@ -1,0 +1,89 @@
+"""The tests' warm start (tests/warm_start.py): a command forked from the warm process ends,
+prints and exits as the same command in a new interpreter does, and commands whose fork
+could differ start as a new interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import warm_start
+
+PROBE = """
+import atexit, json, os, sys, threading, time
+atexit.register(lambda: print("atexit ran", flush=True))
+threading.Thread(target=lambda: (time.sleep(0.3), print("thread joined", flush=True))).start()
+print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "path0": sys.path[0], "env": os.environ.get("PROBE_VALUE"),
+                  "stdin": sys.stdin.read(), "name": __name__}))
+print("to stderr\\r\\nand on", file=sys.stderr)
+if sys.argv[1] == "raise":
+    raise ValueError("the probe's error")
+if sys.argv[1] == "interrupt":
+    raise KeyboardInterrupt
+if sys.argv[1] == "sleep":
+    time.sleep(60)
+sys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else sys.argv[1])
+"""
+
+
+def both(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    """`python -m probe ARGS` from tmp_path, warm, then in a new interpreter."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    env = {**os.environ, "PROBE_VALUE": "given"}
+    assert warm_start.warm_enough(tmp_path, env)
+    warm = warm_start.run("probe", list(args), tmp_path, env, 60)
+    cold = subprocess.run([sys.executable, "-m", "probe", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+    return warm, cold
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("args", [["0", "x y"], ["3"], ["a message"], ["raise"], ["interrupt"]])
+def test_a_warm_command_exits_prints_and_ends_as_a_new_interpreter_does(tmp_path, args):
+    warm, cold = both(tmp_path, *args)
+    assert warm.returncode == cold.returncode
+    assert warm.stdout == cold.stdout
+    assert warm.stderr == cold.stderr  # a traceback too, frame by frame
+    facts = json.loads(warm.stdout.splitlines()[0])
+    assert facts == {"argv": args, "cwd": str(tmp_path), "path0": str(tmp_path), "env": "given", "stdin": "",
+                     "name": "__main__"}  # fmt: skip
+    if args[0] not in ("raise", "interrupt"):
+        assert warm.stdout.splitlines()[1:] == ["thread joined", "atexit ran"]
+    assert "to stderr\nand on\n" in warm.stderr  # text as subprocess gives it: universal newlines
+
+
+@pytest.mark.fast
+def test_a_warm_command_is_a_fork_that_has_the_imports_made(tmp_path):
+    """The point of it: the command finds MLflow and the Anthropic SDK imported."""
+    (tmp_path / "probe.py").write_text(
+        "import sys; print(sorted(m for m in ('anthropic', 'mlflow') if m in sys.modules))"
+    )
+    warm = warm_start.run("probe", [], tmp_path, dict(os.environ), 60)
+    assert warm.stdout.strip() == "['anthropic', 'mlflow']", warm.stderr
+
+
+@pytest.mark.fast
+def test_a_warm_command_past_its_timeout_is_killed_as_subprocess_run_kills_it(tmp_path):
+    (tmp_path / "probe.py").write_text(PROBE)
+    with pytest.raises(subprocess.TimeoutExpired) as raised:
+        warm_start.run("probe", ["sleep"], tmp_path, dict(os.environ), 3)
+    assert '"argv": ["sleep"]' in raised.value.output
+
+
+@pytest.mark.fast
+def test_commands_start_as_a_new_interpreter_where_a_fork_could_differ(tmp_path):
+    env = dict(os.environ)
+    assert warm_start.warm_enough(tmp_path, {**env, "ANTHROPIC_BASE_URL": "http://127.0.0.1:1"})  # read when used
+    assert not warm_start.warm_enough(tmp_path, {**env, "PYTHONPATH": str(tmp_path)})
+    assert not warm_start.warm_enough(tmp_path, {**env, "HOME": str(tmp_path)})
+    assert not warm_start.warm_enough(tmp_path, {**env, "HF_HOME": str(tmp_path)})
+    assert not warm_start.warm_enough(tmp_path, {k: v for k, v in env.items() if k != "HF_HUB_OFFLINE"})
+    (tmp_path / "mlrb").mkdir()
+    (tmp_path / "mlrb" / "__init__.py").write_text("")  # a clone of its own: `python -m mlrb` imports that one
+    assert not warm_start.warm_enough(tmp_path, env)
+    assert warm_start.warm_enough(Path(warm_start.TESTS).parent, env)  # this checkout's own root
