@@ -5,7 +5,6 @@ could differ start as a new interpreter."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +33,7 @@ sys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else sys.argv[1])
 def both(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
     """`python -m probe ARGS` from tmp_path, warm, then in a new interpreter."""
     (tmp_path / "probe.py").write_text(PROBE)
-    env = {**os.environ, "PROBE_VALUE": "given"}
+    env = {**warm_start.STARTING_ENV, "PROBE_VALUE": "given"}
     assert warm_start.warm_enough(tmp_path, env)
     warm = warm_start.run("probe", list(args), tmp_path, env, 60)
     cold = subprocess.run([sys.executable, "-m", "probe", *args], cwd=tmp_path, env=env, capture_output=True,
@@ -63,7 +62,7 @@ def test_a_warm_command_is_a_fork_that_has_the_imports_made(tmp_path):
     (tmp_path / "probe.py").write_text(
         "import sys; print(sorted(m for m in ('anthropic', 'mlflow') if m in sys.modules))"
     )
-    warm = warm_start.run("probe", [], tmp_path, dict(os.environ), 60)
+    warm = warm_start.run("probe", [], tmp_path, dict(warm_start.STARTING_ENV), 60)
     assert warm.stdout.strip() == "['anthropic', 'mlflow']", warm.stderr
 
 
@@ -71,14 +70,15 @@ def test_a_warm_command_is_a_fork_that_has_the_imports_made(tmp_path):
 def test_a_warm_command_past_its_timeout_is_killed_as_subprocess_run_kills_it(tmp_path):
     (tmp_path / "probe.py").write_text(PROBE)
     with pytest.raises(subprocess.TimeoutExpired) as raised:
-        warm_start.run("probe", ["sleep"], tmp_path, dict(os.environ), 3)
-    assert '"argv": ["sleep"]' in raised.value.output
+        warm_start.run("probe", ["sleep"], tmp_path, dict(warm_start.STARTING_ENV), 3)
+    assert b'"argv": ["sleep"]' in raised.value.output
 
 
 @pytest.mark.fast
 def test_commands_start_as_a_new_interpreter_where_a_fork_could_differ(tmp_path):
-    env = dict(os.environ)
+    env = dict(warm_start.STARTING_ENV)  # the test process's own may hold what earlier tests left
     assert warm_start.warm_enough(tmp_path, {**env, "ANTHROPIC_BASE_URL": "http://127.0.0.1:1"})  # read when used
+    assert not warm_start.warm_enough(tmp_path, {**env, "MLFLOW_CONFIGURE_LOGGING": "false"})  # read on import
     assert not warm_start.warm_enough(tmp_path, {**env, "PYTHONPATH": str(tmp_path)})
     assert not warm_start.warm_enough(tmp_path, {**env, "HOME": str(tmp_path)})
     assert not warm_start.warm_enough(tmp_path, {**env, "HF_HOME": str(tmp_path)})
