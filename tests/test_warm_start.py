@@ -77,7 +77,10 @@ def test_a_warm_command_past_its_timeout_is_killed_as_subprocess_run_kills_it(tm
 @pytest.mark.fast
 def test_commands_start_as_a_new_interpreter_where_a_fork_could_differ(tmp_path):
     env = dict(warm_start.STARTING_ENV)  # the test process's own may hold what earlier tests left
-    assert warm_start.warm_enough(tmp_path, {**env, "ANTHROPIC_BASE_URL": "http://127.0.0.1:1"})  # read when used
+    # read when they are used: set by the test, or left by mlrb or torch called in the test process
+    assert warm_start.warm_enough(tmp_path, {**env, "ANTHROPIC_BASE_URL": "http://127.0.0.1:1"})
+    assert warm_start.warm_enough(tmp_path, {**env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLRB_SWEEP_ID": "x"})
+    assert warm_start.warm_enough(tmp_path, {**env, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)})
     assert not warm_start.warm_enough(tmp_path, {**env, "MLFLOW_CONFIGURE_LOGGING": "false"})  # read on import
     assert not warm_start.warm_enough(tmp_path, {**env, "PYTHONPATH": str(tmp_path)})
     assert not warm_start.warm_enough(tmp_path, {**env, "HOME": str(tmp_path)})

@@ -17,8 +17,9 @@ forked from the warm harness too, through `recording_process.spawn`, and runs th
 A new interpreter is still started (`cold`) where a fork could differ from one:
 - the folder holds an `mlrb` package other than the one imported here (a fresh clone);
 - the environment differs in what an interpreter or a library reads as it starts or
-  imports (PYTHON*, HOME, the temp folder, the locale, HF_*, MLFLOW_*, MLRB_*, ...);
+  imports (PYTHON*, HOME, the temp folder, the locale, HF_*, MLflow's logging, ...);
 - MLRB_TEST_COLD_START=1, to compare.
+MLRB_TEST_WARM_LOG=FILE appends each command's test, module and why it started cold (or warm).
 Tests of what a new interpreter imports, of its start-up time or of signals sent to a
 command's process run their commands with subprocess themselves, as users type them.
 """
@@ -48,14 +49,14 @@ PRELOAD = (
     "mlrb.sweep", "hydra", "omegaconf", "submitit", "anthropic", "openai", "mlflow",
     "mlflow.store.tracking.sqlalchemy_store",  # a SQLite store's tables, SQLAlchemy, alembic
 )  # fmt: skip
-# Read by an interpreter as it starts, or by a library as it is imported: a command whose
-# environment differs from the zygote's in one of these starts cold. MLFLOW_ and MLRB_ are
-# wider than needed (MLflow reads most of its variables when they are used), so a test process
-# in which mlrb ran in-process and left MLFLOW_HTTP_REQUEST_* behind starts its later commands
-# cold; narrowing them waits for a whole suite run that checks it.
+# Read by an interpreter as it starts, or by a module the zygote imports as it is imported
+# (prefixes; numpy, pandas and pyarrow come with MLflow): a command whose environment differs
+# from the zygote's in one of these starts cold. The rest is read when it is used, so a
+# variable the test process gained by calling mlrb or torch in-process (MLFLOW_HTTP_REQUEST_*,
+# MLRB_SWEEP_*, TORCHINDUCTOR_CACHE_DIR) leaves its commands warm: mlrb reads only TMPDIR as it
+# is imported, and torch, transformers and the hub are imported by the command itself.
 READ_AT_START = ("PYTHON", "HOME", "TMPDIR", "TEMP", "TMP", "LANG", "LC_", "XDG_", "HF_", "HUGGINGFACE",
-                 "TRANSFORMERS", "TOKENIZERS", "TORCH", "CUDA", "OMP_", "MKL_", "OPENBLAS", "LD_", "MLFLOW_",
-                 "MLRB_")  # fmt: skip
+                 "OMP_", "MKL_", "OPENBLAS", "ARROW_", "LD_", "MLFLOW_CONFIGURE_LOGGING", "MLFLOW_LOGGING_")  # fmt: skip
 TESTS = Path(__file__).resolve().parent
 # The environment the zygote starts with: the test process's as conftest set it up, before
 # any test changed it.
@@ -65,22 +66,33 @@ STARTING_ENV = dict(os.environ)
 def run(module: str, args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     """`python -m MODULE ARGS` from CWD with ENV (the whole environment), its output as text,
     as subprocess.run(..., capture_output=True, text=True, timeout=TIMEOUT) gives it."""
-    command = [sys.executable, "-m", module, *args]
-    zygote = Zygote.get() if warm_enough(Path(cwd), env) else None
+    command, cwd = [sys.executable, "-m", module, *args], Path(cwd)
+    reason = why_cold(cwd, env)
+    if log := os.environ.get("MLRB_TEST_WARM_LOG"):  # which commands start cold, and why
+        with open(log, "a") as out:
+            test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+            out.write(f"{test}\t{module}\t{reason or 'warm'}\n")
+    zygote = Zygote.get() if reason is None else None
     if zygote is None:
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    return zygote.run(command, module, args, Path(cwd), env, timeout)
+    return zygote.run(command, module, args, cwd, env, timeout)
 
 
 def warm_enough(cwd: Path, env: dict[str, str]) -> bool:
     """Whether a fork of the zygote behaves as a new interpreter would, run from CWD with ENV."""
+    return why_cold(cwd, env) is None
+
+
+def why_cold(cwd: Path, env: dict[str, str]) -> str | None:
+    """Why a command run from CWD with ENV must start as a new interpreter; None if it need not."""
     if os.environ.get("MLRB_TEST_COLD_START") == "1":
-        return False
+        return "MLRB_TEST_COLD_START=1"
     package = cwd / "mlrb"
     if (package / "__init__.py").is_file() and package.resolve() != Path(importlib.import_module("mlrb").__path__[0]):
-        return False  # `python -m mlrb` there imports that folder's mlrb
+        return f"another mlrb in {cwd}"  # `python -m mlrb` there imports that folder's mlrb
     keys = {k for k in {*env, *STARTING_ENV} if k.startswith(READ_AT_START)}
-    return all(env.get(k) == STARTING_ENV.get(k) for k in keys)
+    differ = sorted(k for k in keys if env.get(k) != STARTING_ENV.get(k))
+    return f"environment differs in {', '.join(differ)}" if differ else None
 
 
 def text(data: bytes) -> str:
