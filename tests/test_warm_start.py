@@ -81,11 +81,12 @@ def test_commands_start_as_a_new_interpreter_where_a_fork_could_differ(tmp_path)
     assert warm_start.warm_enough(tmp_path, {**env, "ANTHROPIC_BASE_URL": "http://127.0.0.1:1"})
     assert warm_start.warm_enough(tmp_path, {**env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLRB_SWEEP_ID": "x"})
     assert warm_start.warm_enough(tmp_path, {**env, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)})
+    assert warm_start.warm_enough(tmp_path, {**env, "HF_HOME": str(tmp_path)})  # read by the hub, which it imports
+    assert warm_start.warm_enough(tmp_path, {k: v for k, v in env.items() if k != "HF_HUB_OFFLINE"})
     assert not warm_start.warm_enough(tmp_path, {**env, "MLFLOW_CONFIGURE_LOGGING": "false"})  # read on import
     assert not warm_start.warm_enough(tmp_path, {**env, "PYTHONPATH": str(tmp_path)})
     assert not warm_start.warm_enough(tmp_path, {**env, "HOME": str(tmp_path)})
-    assert not warm_start.warm_enough(tmp_path, {**env, "HF_HOME": str(tmp_path)})
-    assert not warm_start.warm_enough(tmp_path, {k: v for k, v in env.items() if k != "HF_HUB_OFFLINE"})
+    assert not warm_start.warm_enough(tmp_path, {**env, "OMP_NUM_THREADS": "7"})  # numpy's, imported
     (tmp_path / "mlrb").mkdir()
     (tmp_path / "mlrb" / "__init__.py").write_text("")  # a clone of its own: `python -m mlrb` imports that one
     assert not warm_start.warm_enough(tmp_path, env)

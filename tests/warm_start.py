@@ -17,7 +17,7 @@ forked from the warm harness too, through `recording_process.spawn`, and runs th
 A new interpreter is still started (`cold`) where a fork could differ from one:
 - the folder holds an `mlrb` package other than the one imported here (a fresh clone);
 - the environment differs in what an interpreter or a library reads as it starts or
-  imports (PYTHON*, HOME, the temp folder, the locale, HF_*, MLflow's logging, ...);
+  imports (PYTHON*, HOME, the temp folder, the locale, the thread counts, MLflow's logging, ...);
 - MLRB_TEST_COLD_START=1, to compare.
 MLRB_TEST_WARM_LOG=FILE appends each command's test, module and why it started cold (or warm).
 Tests of what a new interpreter imports, of its start-up time or of signals sent to a
@@ -51,12 +51,13 @@ PRELOAD = (
 )  # fmt: skip
 # Read by an interpreter as it starts, or by a module the zygote imports as it is imported
 # (prefixes; numpy, pandas and pyarrow come with MLflow): a command whose environment differs
-# from the zygote's in one of these starts cold. The rest is read when it is used, so a
-# variable the test process gained by calling mlrb or torch in-process (MLFLOW_HTTP_REQUEST_*,
-# MLRB_SWEEP_*, TORCHINDUCTOR_CACHE_DIR) leaves its commands warm: mlrb reads only TMPDIR as it
-# is imported, and torch, transformers and the hub are imported by the command itself.
-READ_AT_START = ("PYTHON", "HOME", "TMPDIR", "TEMP", "TMP", "LANG", "LC_", "XDG_", "HF_", "HUGGINGFACE",
-                 "OMP_", "MKL_", "OPENBLAS", "ARROW_", "LD_", "MLFLOW_CONFIGURE_LOGGING", "MLFLOW_LOGGING_")  # fmt: skip
+# from the zygote's in one of these starts cold. The rest is read when it is used, or by a
+# module the command imports itself (torch, transformers, the Hugging Face hub), so what a
+# test process gains by calling mlrb or a library in-process (MLFLOW_HTTP_REQUEST_*,
+# MLRB_SWEEP_*, TORCHINDUCTOR_CACHE_DIR, lm-eval's HF_XET_HIGH_PERFORMANCE) leaves its commands
+# warm: mlrb reads only TMPDIR as it is imported.
+READ_AT_START = ("PYTHON", "HOME", "TMPDIR", "TEMP", "TMP", "LANG", "LC_", "XDG_", "OMP_", "MKL_", "OPENBLAS",
+                 "ARROW_", "LD_", "MLFLOW_CONFIGURE_LOGGING", "MLFLOW_LOGGING_")  # fmt: skip
 TESTS = Path(__file__).resolve().parent
 # The environment the zygote starts with: the test process's as conftest set it up, before
 # any test changed it.
