@@ -24,9 +24,10 @@ store holds, and `python -m mlrb.sync` (mlrb/sync.py) puts what a store lacks of
 that store, through the same `export`.
 
 The store is written from the record: each line, once appended, is read back from the file
-and written by `export`, the one place where a record line becomes an MLflow call. For
-a sweep's job it runs in the harness's process (`LocalStoreRun`); for a single run, in the
-recording process (mlrb/recording_process.py), which is told only where the new line lies.
+and written by `export`, the one place where a record line becomes an MLflow call. For a
+single run and a local sweep's job it runs in the recording process (mlrb/recording_process.py,
+mlrb/recording_server.py), which is told only where the new line lies; for a SLURM sweep's job,
+in the harness's process (`LocalStoreRun`).
 
 When the store cannot be reached in the middle of a run (a server or database away past
 `tracking.retry_for_s`), the run goes on: its record stays complete, nothing more is sent to
@@ -160,7 +161,7 @@ def export(recorder: RunRecorder, lines: list[dict], run_dir: Path) -> None:
 
 
 class LocalStoreRun:
-    """A run in the store, written from this process: what a sweep's jobs use (their
+    """A run in the store, written from this process: what a SLURM sweep's jobs use (their
     processes live on after one run, or import MLflow anyway)."""
 
     def __init__(self, recorder: RunRecorder):

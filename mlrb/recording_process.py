@@ -19,8 +19,10 @@ whole process group): the harness, which handles them, still records the run as 
 through it. It ends when the harness closes its end of the pipe, at the run's end or when
 the harness dies.
 
-Sweeps' jobs and `mlrb.cli.main()` called from Python record in their own process
-(`record.LOCAL`): their processes live on after one run, or import MLflow anyway.
+A local sweep's jobs record the same way, through a process forked by their sweep's recording
+server (mlrb/recording_server.py). A SLURM sweep's jobs and `mlrb.cli.main()` called from
+Python record in their own process (`record.LOCAL`): their processes may live on after one
+run, or import MLflow anyway.
 """
 
 from __future__ import annotations
@@ -103,10 +105,12 @@ spawn: Callable[[int, int], Any] = new_interpreter
 class RecordingProcess:
     """The harness's side: calls go to the process in order, one at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, start_process: Callable[[int, int], Any] | None = None) -> None:
+        """START_PROCESS(child_reads, child_writes_to) starts the process (`spawn` unless given):
+        a Popen, or what RecordingProcess uses of one (its stdout, stderr, wait and kill)."""
         to_child, child_reads = os.pipe()[::-1]
         child_writes_to, from_child = os.pipe()[::-1]
-        self.process = spawn(child_reads, child_writes_to)
+        self.process = (start_process or spawn)(child_reads, child_writes_to)
         os.close(child_reads)
         os.close(child_writes_to)
         # What MLflow and Python print there (its INFO lines, warnings) goes where the harness's
@@ -216,11 +220,11 @@ def portable(error: BaseException) -> BaseException:
 _started: RecordingProcess | None = None
 
 
-def start() -> RecordingProcess:
-    """Start the process for this harness process's run (once)."""
+def start(start_process: Callable[[int, int], Any] | None = None) -> RecordingProcess:
+    """Start the process for this harness process's run (once), with START_PROCESS if given."""
     global _started
     if _started is None:
-        _started = RecordingProcess()
+        _started = RecordingProcess(start_process)
         atexit.register(stop)  # `end_process` stops it itself: os._exit skips atexit
     return _started
 

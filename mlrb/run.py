@@ -35,6 +35,7 @@ from mlrb import (
     prefetch,
     record,
     recording_process,
+    recording_server,
     snapshots,
     step_scoring,
     timeline,
@@ -91,8 +92,11 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
     commit: dict[str, str] = {}  # git runs in its own processes while the store is checked
     git = threading.Thread(target=lambda: commit.update(tracking.harness_commit()), name="git", daemon=True)
     git.start()
-    # MLflow: in a process of its own for a single run's harness (started with it), else here
-    recording = recording_process.running() or record.LOCAL
+    # MLflow: in a process of its own for a single run's harness (started with it) and a local
+    # sweep's job (forked by its sweep's recording server), else here
+    recording = recording_process.running() or (
+        recording_process.start(recording_server.spawn) if recording_server.serving() else record.LOCAL
+    )
     try:
         # e.g. no namespaces, a dead Docker daemon: one line, nothing recorded
         plan.sandbox_class.preflight(plan.sandbox)

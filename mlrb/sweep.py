@@ -35,7 +35,7 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import OmegaConf
 
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
-from mlrb import experiment_view, run_names, sweep_summary, tracking
+from mlrb import experiment_view, recording_server, run_names, sweep_summary, tracking
 from mlrb.config import ConfigError, TrackingConfig, to_typed
 from mlrb.messages import first_line
 from mlrb.plan import PARENT_RUN_VAR, SWEEP_ID_VAR, experiment_name, run_key, run_name
@@ -288,7 +288,19 @@ def slot_devices(slots: int, gpus_per_job: int, devices: list[int]) -> list[list
 
 
 class LocalSweepLauncher(SweepLauncher):
-    """submitit's local executor, with a cap on concurrent jobs and a GPU set per slot."""
+    """submitit's local executor, with a cap on concurrent jobs and a GPU set per slot. The jobs
+    record through processes forked by this process's recording server (mlrb/recording_server.py)."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        server = recording_server.start()  # forked before the store is opened here: it holds no connection
+        if server:
+            os.environ[recording_server.ADDRESS_VAR] = server.address  # submitit hands it to every job
+        try:
+            return super().launch(job_overrides, initial_job_idx)
+        finally:
+            os.environ.pop(recording_server.ADDRESS_VAR, None)
+            if server:
+                server.close()
 
     def gpu_problem(self, jobs: list[SweepJob]) -> str:
         slots, gpus_per_job = int(self.params.get("slots", 1)), int(self.params.get("gpus_per_job", 0))

@@ -1,0 +1,234 @@
+"""A local sweep's recording processes, forked from one process that has imported MLflow.
+
+A single run's harness records through a recording process (mlrb/recording_process.py), a
+new interpreter that imports MLflow and its SQL store: 2-3 s of Python work. A local sweep
+runs many jobs on one machine, and its own process imports MLflow anyway. So, before it opens
+the store, the sweep's process forks a server (`start`) that holds those imports and listens
+on a Unix socket; the socket's address reaches every job through ADDRESS_VAR. A job's harness
+asks the server for its recording process (`request`): the server forks one per job, with the
+job's pipes, output and environment, and it runs the same `recording_process.main` as a single
+run's. Single runs and local sweep jobs so record in one way, and a job never imports MLflow.
+
+Each request gets a process of its own (C) that forks the recording process (G), waits for it
+and sends its exit status back, so that the job can wait for G and kill it as it would a child
+of its own (`ServedProcess`). The server forks nothing else, holds no thread and no store
+connection, and ends, removing its socket, when the sweep's process closes its end of a pipe
+(`Server.close`) or dies. A job that cannot reach it starts a new interpreter, as a single run
+does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import select
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+from mlrb import recording_process
+
+log = logging.getLogger(__name__)
+
+ADDRESS_VAR = "MLRB_RECORDING_SERVER"  # the server's socket, in a local sweep's jobs
+MAX_MESSAGE = 1 << 20  # a job's request: its environment, pickled
+
+
+def serving() -> bool:
+    """Whether this process is a job of a local sweep whose recording server it can ask."""
+    return bool(os.environ.get(ADDRESS_VAR))
+
+
+class Server:
+    """The sweep's side: the server's process, its socket, and the pipe whose end stops it."""
+
+    def __init__(self, pid: int, folder: Path, alive: int):
+        self.pid, self.folder, self.alive = pid, folder, alive
+        self.address = str(folder / "socket")
+
+    def close(self) -> None:
+        """Stop the server, which removes its socket (recording processes it started serve their
+        jobs to the end)."""
+        if self.alive < 0:
+            return
+        os.close(self.alive)
+        self.alive = -1
+        os.waitpid(self.pid, 0)
+
+
+def start() -> Server | None:
+    """Fork the server from this process (a sweep's, before it opens the store); None where it
+    cannot serve: a thread runs (it could hold a lock the fork would copy held), or no socket."""
+    import mlflow  # noqa: F401  # what every recording process imports, once
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
+    from mlrb import record, tracking  # noqa: F401
+    from mlrb.agents import tracing  # noqa: F401
+
+    if threading.active_count() > 1:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="mlrb-rec-"))  # private to this user
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        listener.bind(str(folder / "socket"))  # fails where TMPDIR is longer than a socket's path may be
+        listener.listen(64)
+    except OSError:
+        listener.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    alive_r, alive_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(alive_w)
+            serve(listener, alive_r)
+        except BaseException:  # a job that cannot reach it starts a new interpreter
+            code = 1
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)  # here, so that a killed sweep leaves none either
+            os._exit(code)
+    os.close(alive_r)
+    listener.close()
+    return Server(pid, folder, alive_w)
+
+
+def serve(listener: socket.socket, alive: int) -> None:
+    """Fork a recording process for each job that asks, until the sweep's process is gone."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)  # the sweep's Ctrl-C: its jobs still record themselves
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the forks reap themselves
+    # Not the sweep's output: a reader of it (a pipe, `| tee`) waits for every copy to close.
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    while True:
+        ready, _, _ = select.select([listener.fileno(), alive], [], [])
+        if alive in ready:
+            return
+        conn, _ = listener.accept()
+        fds: list[int] = []
+        try:
+            data, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 4)
+            if len(fds) == 4 and data:
+                start_recording(conn, pickle.loads(data), fds, listener, alive)
+        except (OSError, pickle.UnpicklingError, EOFError):
+            pass  # that job starts a new interpreter
+        finally:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+
+
+def start_recording(conn: socket.socket, env: dict[str, str], fds: list[int], listener: socket.socket,
+                    alive: int) -> None:  # fmt: skip
+    """C: fork G, the job's recording process, tell the job its pid, then its exit status."""
+    if os.fork() != 0:
+        return
+    try:
+        listener.close()
+        os.close(alive)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # C waits for G
+        child_reads, child_writes_to, out, err = fds
+        g = os.fork()
+        if g == 0:
+            try:
+                conn.close()
+                become_recording_process(env, child_reads, child_writes_to, out, err)  # ends with exit 0
+            finally:
+                os._exit(1)
+        for fd in fds:
+            os.close(fd)
+        conn.send(pickle.dumps(("started", g)))
+        _, status = os.waitpid(g, 0)
+        conn.send(pickle.dumps(("ended", os.waitstatus_to_exitcode(status))))
+    finally:
+        os._exit(0)
+
+
+def become_recording_process(env: dict[str, str], child_reads: int, child_writes_to: int, out: int, err: int) -> None:
+    """G: as a new interpreter started by the job would be: the job's environment and output,
+    no logging set up by the sweep's process, then `recording_process.main`."""
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.close(out)
+    os.close(err)
+    os.environ.clear()
+    os.environ.update(env)
+    root = logging.getLogger()
+    for handler in list(root.handlers):  # the sweep's console and log file are not this process's
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+    recording_process.main([str(child_reads), str(child_writes_to)])  # ends the process
+
+
+class ServedProcess:
+    """A job's recording process, forked by the server: what RecordingProcess uses of a Popen."""
+
+    def __init__(self, conn: socket.socket, pid: int, stdout: IO[bytes], stderr: IO[bytes]):
+        self.conn, self.pid, self.stdout, self.stderr = conn, pid, stdout, stderr
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        import subprocess
+
+        if self.returncode is None:
+            if not select.select([self.conn], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired("recording process", timeout or 0)
+            try:
+                kind, code = pickle.loads(self.conn.recv(4096))
+            except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+                kind, code = "ended", -1  # the server's fork is gone: the status is lost
+            self.returncode = code if kind == "ended" else -1
+            self.conn.close()
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def spawn(child_reads: int, child_writes_to: int) -> ServedProcess | Any:
+    """A local sweep's job's recording process: asked of its sweep's server, or, where that
+    cannot be reached, started as a single run's is (`recording_process.spawn`)."""
+    try:
+        return request(os.environ[ADDRESS_VAR], child_reads, child_writes_to)
+    except (KeyError, OSError) as e:
+        log.debug("recording server not reached (%s): a new interpreter records instead", e)
+    return recording_process.spawn(child_reads, child_writes_to)
+
+
+def request(address: str, child_reads: int, child_writes_to: int) -> ServedProcess:
+    """Ask the server at ADDRESS for a recording process on these pipe ends (the job closes its
+    copies); raises OSError when it cannot be asked."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(address)
+        socket.send_fds(conn, [pickle.dumps(dict(os.environ))], [child_reads, child_writes_to, out_w, err_w])
+        answer = conn.recv(4096) if select.select([conn], [], [], 30)[0] else b""
+        if not answer:
+            raise OSError(f"the recording server at {address} did not answer")
+        _, pid = pickle.loads(answer)
+    except BaseException:
+        conn.close()
+        os.close(out_r)
+        os.close(err_r)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    return ServedProcess(conn, pid, os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0))
