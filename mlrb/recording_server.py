@@ -29,6 +29,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 
 ADDRESS_VAR = "MLRB_RECORDING_SERVER"  # the server's socket, in a local sweep's jobs
 MAX_MESSAGE = 1 << 20  # a job's request: its environment, pickled
+REAP_EVERY_S = 1.0
+# At the sweep's end, its jobs' last forks are ending (a job's result is read before its
+# process exits): waited for this long, then left to end on their own.
+LAST_FORKS_WAIT_S = 2.0
 
 
 def serving() -> bool:
@@ -105,16 +110,21 @@ def serve(listener: socket.socket, alive: int) -> None:
     """Fork a recording process for each job that asks, until the sweep's process is gone."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)  # the sweep's Ctrl-C: its jobs still record themselves
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the forks reap themselves
     # Not the sweep's output: a reader of it (a pipe, `| tee`) waits for every copy to close.
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
     while True:
-        ready, _, _ = select.select([listener.fileno(), alive], [], [])
+        ready, _, _ = select.select([listener.fileno(), alive], [], [], REAP_EVERY_S)
+        reap()
         if alive in ready:
+            deadline = time.monotonic() + LAST_FORKS_WAIT_S
+            while reap() and time.monotonic() < deadline:
+                time.sleep(0.05)
             return
+        if listener.fileno() not in ready:
+            continue
         conn, _ = listener.accept()
         fds: list[int] = []
         try:
@@ -129,6 +139,18 @@ def serve(listener: socket.socket, alive: int) -> None:
             conn.close()
 
 
+def reap() -> bool:
+    """Wait for the forks that have ended (so that their CPU time counts as the sweep's, as a
+    child's does); whether any is still running."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
 def start_recording(conn: socket.socket, env: dict[str, str], fds: list[int], listener: socket.socket,
                     alive: int) -> None:  # fmt: skip
     """C: fork G, the job's recording process, tell the job its pid, then its exit status."""
@@ -137,7 +159,6 @@ def start_recording(conn: socket.socket, env: dict[str, str], fds: list[int], li
     try:
         listener.close()
         os.close(alive)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # C waits for G
         child_reads, child_writes_to, out, err = fds
         g = os.fork()
         if g == 0:
