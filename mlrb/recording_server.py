@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 ADDRESS_VAR = "MLRB_RECORDING_SERVER"  # the server's socket, in a local sweep's jobs
 MAX_MESSAGE = 1 << 20  # a job's request: its environment, pickled
 REAP_EVERY_S = 1.0
+REQUEST_WAIT_S = 30.0  # a fork takes milliseconds; past this, the job starts a new interpreter
 # At the sweep's end, its jobs' last forks are ending (a job's result is read before its
 # process exits): waited for this long, then left to end on their own.
 LAST_FORKS_WAIT_S = 2.0
@@ -153,23 +154,33 @@ def reap() -> bool:
 
 def start_recording(conn: socket.socket, env: dict[str, str], fds: list[int], listener: socket.socket,
                     alive: int) -> None:  # fmt: skip
-    """C: fork G, the job's recording process, tell the job its pid, then its exit status."""
+    """C: fork G, the job's recording process, tell the job its pid, then its exit status. G
+    starts serving only once the job has its pid: a job that gave up waiting (and started a new
+    interpreter on the same pipes) gets no second reader of them."""
     if os.fork() != 0:
         return
     try:
         listener.close()
         os.close(alive)
         child_reads, child_writes_to, out, err = fds
+        go_r, go_w = os.pipe()
         g = os.fork()
         if g == 0:
             try:
                 conn.close()
-                become_recording_process(env, child_reads, child_writes_to, out, err)  # ends with exit 0
+                os.close(go_w)
+                if os.read(go_r, 1) == b"1":
+                    become_recording_process(env, child_reads, child_writes_to, out, err)  # ends with exit 0
             finally:
                 os._exit(1)
-        for fd in fds:
+        for fd in (*fds, go_r):
             os.close(fd)
-        conn.send(pickle.dumps(("started", g)))
+        try:
+            conn.send(pickle.dumps(("started", g)))
+            os.write(go_w, b"1")
+        except OSError:  # the job is gone, or started a new interpreter instead
+            os.kill(g, signal.SIGKILL)
+        os.close(go_w)
         _, status = os.waitpid(g, 0)
         conn.send(pickle.dumps(("ended", os.waitstatus_to_exitcode(status))))
     finally:
@@ -240,10 +251,11 @@ def request(address: str, child_reads: int, child_writes_to: int) -> ServedProce
     try:
         conn.connect(address)
         socket.send_fds(conn, [pickle.dumps(dict(os.environ))], [child_reads, child_writes_to, out_w, err_w])
-        answer = conn.recv(4096) if select.select([conn], [], [], 30)[0] else b""
-        if not answer:
-            raise OSError(f"the recording server at {address} did not answer")
-        _, pid = pickle.loads(answer)
+        answer = conn.recv(4096) if select.select([conn], [], [], REQUEST_WAIT_S)[0] else b""
+        try:
+            _, pid = pickle.loads(answer)
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError):
+            raise OSError(f"the recording server at {address} did not answer") from None
     except BaseException:
         conn.close()
         os.close(out_r)

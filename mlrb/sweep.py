@@ -18,14 +18,16 @@ these launchers (chosen with `launcher=local` or `launcher=slurm`), which:
 from __future__ import annotations
 
 import abc
+import contextlib
 import hashlib
 import logging
 import math
 import os
+import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -150,6 +152,11 @@ class SweepLauncher(BaseSubmititLauncher):
         progress = Progress(sweep_id, len(jobs), len(jobs) - len(todo))
         try:
             outcomes = self.run_jobs(todo, progress) if todo else {}
+        except SweepInterrupted as e:  # its jobs stopped and recorded themselves: one line, no traceback
+            parent.finish(MlflowStatus.KILLED)
+            print(f"mlrb: sweep {sweep_id} interrupted by {signal.Signals(e.signum).name}; {e}; launch the same "
+                  f"command again to run what is not finished", file=sys.stderr, flush=True)  # fmt: skip
+            sys.exit(128 + e.signum)  # as a shell reports a process ended by that signal
         except BaseException as e:  # never leave the sweep's run RUNNING (Ctrl-C: KILLED)
             parent.finish(MlflowStatus.FAILED if isinstance(e, Exception) else MlflowStatus.KILLED)
             raise
@@ -318,26 +325,155 @@ class LocalSweepLauncher(SweepLauncher):
         free = deque(enumerate(slot_devices(slots, gpus_per_job, visible_devices(self.params.get("devices")))))
         queue, outcomes = deque(jobs), {}
         running: dict[int, tuple[Any, SweepJob, tuple[int, list[int]]]] = {}
-        while queue or running:
-            while queue and free:
-                slot, gpus = free.popleft()
-                job = queue.popleft()
-                executor = submitit.LocalExecutor(folder=self.params["submitit_folder"])
-                executor.update_parameters(
-                    timeout_min=self.params.get("timeout_min") or job_minutes(job, 10),
-                    gpus_per_node=len(gpus),
-                    visible_gpus=tuple(gpus),  # this slot's GPUs only: CUDA_VISIBLE_DEVICES in the job
-                )
-                running[job.idx] = (executor.submit(self, *self.submission(job)), job, (slot, gpus))
-            for idx, (submitted, job, held) in list(running.items()):
-                if submitted.done():
-                    outcomes[idx] = self.collect(submitted, job)
-                    free.append(held)
-                    del running[idx]
-            failed = sum(not ok for ok, _ in outcomes.values())
-            progress.show(len(queue), len(running), len(outcomes) - failed, failed)
-            time.sleep(0.5)
+        with Stops() as stops:
+            try:
+                while queue or running:
+                    while queue and free:
+                        slot, gpus = free.popleft()
+                        job = queue.popleft()
+                        executor = submitit.LocalExecutor(folder=self.params["submitit_folder"])
+                        executor.update_parameters(
+                            timeout_min=self.params.get("timeout_min") or job_minutes(job, 10),
+                            gpus_per_node=len(gpus),
+                            visible_gpus=tuple(gpus),  # this slot's GPUs only: CUDA_VISIBLE_DEVICES in the job
+                        )
+                        with stops.held(), jobs_started_apart():
+                            running[job.idx] = (executor.submit(self, *self.submission(job)), job, (slot, gpus))
+                    for idx, (submitted, job, held) in list(running.items()):
+                        if submitted.done():
+                            outcomes[idx] = self.collect(submitted, job)
+                            free.append(held)
+                            del running[idx]
+                    failed = sum(not ok for ok, _ in outcomes.values())
+                    progress.show(len(queue), len(running), len(outcomes) - failed, failed)
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                stop_jobs([submitted for submitted, _, _ in running.values()], stops.last, progress.sweep_id)
+                stopped = f"{len(running)} running jobs stopped and recorded as killed, {len(queue)} not started"
+                raise SweepInterrupted(stopped, stops.first) from None
         return outcomes
+
+
+class SweepInterrupted(Exception):
+    """A Ctrl-C (or SIGTERM, SIGHUP) stopped a local sweep once its running jobs had recorded
+    themselves."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+
+
+class InOwnProcessGroup:
+    """`subprocess` as submitit's local executor sees it while it starts a job's controller:
+    its Popen starts a process group of its own, so the controller and its job are not in the
+    sweep's (see `jobs_started_apart`), and reads nothing from the terminal (a process outside
+    its foreground group that tried would be stopped)."""
+
+    def __init__(self, module: Any):
+        self.module = module
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.module, name)
+
+    def Popen(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - subprocess's name
+        return self.module.Popen(*args, **{"stdin": self.module.DEVNULL, **kwargs, "process_group": 0})
+
+
+@contextlib.contextmanager
+def jobs_started_apart() -> Iterator[None]:
+    """Start a local job's processes outside this process's group. A terminal's Ctrl-C reaches
+    its whole foreground group, and submitit's local controller answers it by killing its job
+    a second later, before the job has recorded its run: apart, the job is stopped by this
+    process alone (`stop_jobs`), as a single run is by a Ctrl-C."""
+    from submitit.local import local
+
+    started_by = local.subprocess
+    setattr(local, "subprocess", InOwnProcessGroup(started_by))  # noqa: B010 - a module's global, for a while
+    try:
+        yield
+    finally:
+        setattr(local, "subprocess", started_by)  # noqa: B010
+
+
+class Stops:
+    """While a local sweep's jobs run, SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt (the
+    last two would end this process at once and leave its jobs running), except while held:
+    then once the held block is done, so that no job is started and left unknown."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.came: list[int] = []
+        self.holding = False
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> Stops:
+        for signum in self.SIGNALS:
+            if signal.getsignal(signum) is not signal.SIG_IGN:  # ignored (nohup, a background job): kept
+                self.previous[signum] = signal.signal(signum, self.stop)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def stop(self, signum: int, frame: Any) -> None:
+        self.came.append(signum)
+        if not self.holding:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.holding, pending = True, len(self.came)
+        try:
+            yield
+        finally:
+            self.holding = False
+        if len(self.came) > pending:
+            raise KeyboardInterrupt
+
+    @property
+    def first(self) -> int:
+        return self.came[0] if self.came else signal.SIGINT
+
+    @property
+    def last(self) -> int:
+        return self.came[-1] if self.came else signal.SIGINT
+
+
+def stop_jobs(jobs: list[Any], signum: int, sweep_id: str) -> None:
+    """Hand these running jobs the signal this process got, as a terminal hands it to a single
+    run (each records its run as killed, its workspace scored), and wait for them to end. A
+    further one is handed on too (a run then stops scoring)."""
+    print(f"[sweep {sweep_id}] stopping {len(jobs)} running jobs: each records its run as killed "
+          f"(Ctrl-C again to stop their scoring)", flush=True)  # fmt: skip
+    with Stops() as stops:
+        signal_jobs(jobs, signum)
+        while not all(job.done() for job in jobs):
+            try:
+                time.sleep(0.5)
+            except KeyboardInterrupt:
+                signal_jobs(jobs, stops.last)
+
+
+def signal_jobs(jobs: list[Any], signum: int) -> None:
+    """Signal each job's own process: the child of its submitit controller, whose id is the
+    controller's PID (the controller would kill its job a second after a SIGINT of its own).
+    A SIGTERM goes as SIGINT: in a job's process submitit lets a SIGTERM pass (SLURM sends one
+    before a pre-emption), so the run would not stop."""
+    if signum == signal.SIGTERM:
+        signum = signal.SIGINT
+    for job in jobs:
+        try:
+            tasks = Path(f"/proc/{job.job_id}/task")
+            children = [int(c) for t in tasks.iterdir() for c in (t / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # it has ended
+        for pid in children:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
 
 
 def job_minutes(job: SweepJob, overhead_min: float) -> int:

@@ -1,5 +1,5 @@
 """Sweeps through the launchers: real SLURM, local slots with their own GPUs,
-resuming after a killed job, and many jobs writing into one SQLite store."""
+resuming after a killed job, a Ctrl-C, and many jobs writing into one SQLite store."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import functools
 import json
 import multiprocessing
 import os
+import random
+import re
 import shutil
 import signal
 import subprocess
@@ -106,6 +108,49 @@ def test_more_slots_than_gpus_is_refused():
     assert slot_devices(3, 0, []) == [[], [], []]
     with pytest.raises(ValueError, match="2 slots x 2 GPU.*need 4 GPUs but 3 are visible"):
         slot_devices(2, 2, [0, 1, 2])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_ctrl_c_stops_a_local_sweep_in_one_line_once_its_running_jobs_are_recorded_as_killed(
+    tmp_path, built_cache, signum
+):
+    """A terminal's Ctrl-C (SIGINT to the whole process group), or a SIGTERM to the sweep's
+    process alone (which its jobs get as SIGINT: submitit lets a job's SIGTERM pass)."""
+    from test_failures_runs import as_in_a_terminal, running_with
+
+    seconds = str(random.randrange(10**6, 10**7))
+    command = f"(sleep {seconds} & echo $! > agent.started; wait)"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "mlrb", "-m", "seed=1,2,3", "hydra.launcher.slots=2", *sweep_args(tmp_path, built_cache),
+         f"task.scales.tiny.baseline_command='{command}'"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal,
+        process_group=0,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while len(list((tmp_path / "sweep").glob("*/workspace/agent.started"))) < 2:
+        assert sweep.poll() is None, sweep.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the two jobs' agents did not start"
+        time.sleep(0.2)
+    if signum == signal.SIGINT:
+        os.killpg(sweep.pid, signum)  # a terminal's Ctrl-C: the sweep's whole process group
+    else:
+        os.kill(sweep.pid, signum)
+    out, err = sweep.communicate(timeout=300)
+    assert sweep.returncode == 128 + signum and "Traceback" not in out + err, err[-3000:]
+    (line,) = [line for line in err.splitlines() if line.startswith("mlrb:")]
+    name = signal.Signals(signum).name
+    assert re.fullmatch(rf"mlrb: sweep \w+ interrupted by {name}; 2 running jobs stopped and recorded as killed, 1 not "
+                        r"started; launch the same command again to run what is not finished", line), line  # fmt: skip
+    _, parents, children = runs_by_role(tmp_path)
+    assert [p.info.status for p in parents] == ["KILLED"]
+    stopped = sorted((c.data.tags["mlrb.seed"], c.info.status, c.data.tags["mlrb.status"],
+                      c.data.tags["mlrb.stop_reason"]) for c in children)  # fmt: skip
+    assert stopped == [("1", "KILLED", "killed", "SIGINT"), ("2", "KILLED", "killed", "SIGINT")]
+    deadline = time.monotonic() + 10
+    while running_with(str(tmp_path)) and time.monotonic() < deadline:  # submitit's controllers and jobs
+        time.sleep(0.2)
+    assert running_with(str(tmp_path)) == [] and running_with(f"sleep\0{seconds}") == []
 
 
 @pytest.mark.integration
