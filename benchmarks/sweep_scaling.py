@@ -182,11 +182,11 @@ def main() -> None:
 
         print("Per-job harness overhead (one run, `python -m mlrb` launched to score recorded):")
         print(f"  {'sandbox':10s} {'total':>8s} {'launch -> first action':>24s} {'last action -> score recorded':>31s}")
-        for sandbox, figures in single.items():
-            if isinstance(figures, str):
-                print(f"  {sandbox:10s} not measured: no usable Docker engine or image ({figures})")
+        for sandbox, timings in single.items():
+            if isinstance(timings, str):
+                print(f"  {sandbox:10s} not measured: no usable Docker engine or image ({timings})")
                 continue
-            wall, before, after = figures
+            wall, before, after = timings
             print(f"  {sandbox:10s} {wall:7.1f}s {before:23.1f}s {after:30.1f}s")
         write(args.out, figures(args, measured, one, many, single, job_times))
 
