@@ -26,6 +26,7 @@ import select
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -54,9 +55,8 @@ def serving() -> bool:
 class Server:
     """The sweep's side: the server's process, its socket, and the pipe whose end stops it."""
 
-    def __init__(self, pid: int, folder: Path, alive: int):
-        self.pid, self.folder, self.alive = pid, folder, alive
-        self.address = str(folder / "socket")
+    def __init__(self, pid: int, address: str, alive: int):
+        self.pid, self.address, self.alive = pid, address, alive
 
     def close(self) -> None:
         """Stop the server, which removes its socket (recording processes it started serve their
@@ -104,7 +104,7 @@ def start() -> Server | None:
             os._exit(code)
     os.close(alive_r)
     listener.close()
-    return Server(pid, folder, alive_w)
+    return Server(pid, str(folder / "socket"), alive_w)
 
 
 def serve(listener: socket.socket, alive: int) -> None:
@@ -211,8 +211,6 @@ class ServedProcess:
         self.returncode: int | None = None
 
     def wait(self, timeout: float | None = None) -> int:
-        import subprocess
-
         if self.returncode is None:
             if not select.select([self.conn], [], [], timeout)[0]:
                 raise subprocess.TimeoutExpired("recording process", timeout or 0)
