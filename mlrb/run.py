@@ -253,8 +253,11 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
     # needs them first, and would make that run look slow next to its siblings.
     run_started = time.monotonic()
 
-    with clock.stage("sandbox_start"):  # the scorer's first, in its own: it imports while the agent works
-        scorer = Scorer(task, asset_path, run_dir / "scoring", plan.sandbox, recorder.run_id)
+    with clock.stage("sandbox_start"):  # the scorer's first, in its own: it imports while the agent works,
+        # once there will be something to score: now for an agent that runs a known solution (it
+        # hands one in), else once the workspace holds a submission after a step (`after_step`).
+        ahead = getattr(plan.agent, "runs_known_solution", False)
+        scorer = Scorer(task, asset_path, run_dir / "scoring", plan.sandbox, recorder.run_id, ahead=ahead)
     with scorer:
         with clock.stage("sandbox_start"):
             work = run_dir / "workspace"
@@ -275,6 +278,13 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
         # scoring.every_steps / every_minutes: the workspace scored mid-run too, off the agent's clock
         during = step_scoring.StepScoring(plan.scoring, task, asset_path, work, start_files, step_snapshots.root,
                                           plan.sandbox, recorder, run_dir, budget)  # fmt: skip
+
+        def after_step(step: int) -> None:
+            during.after(step_snapshots.take(step, work, before, budget.elapsed_s()))
+            if (work / plan.submission).exists():
+                with budget.paused():  # (a container's start is not the agent's time)
+                    scorer.start_ahead()
+
         agent_started = time.monotonic()
         sink: events.EventSink | None = None
         stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
@@ -294,9 +304,7 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
                         sink,
                         plan.seed,
                         run_dir=run_dir,
-                        on_step_end=lambda step: during.after(
-                            step_snapshots.take(step, work, before, budget.elapsed_s())
-                        ),
+                        on_step_end=after_step,
                         model=model,
                     )
                 )

@@ -1,21 +1,25 @@
 """The scorer is started with the run, before there is anything to score, so that its imports
 happen while the agent works (mlrb/scoring/runner.py Scorer): its time limit still counts from
 the submission, a scorer nobody hands anything is stopped, it goes with a harness that dies,
-and assets rebuilt in the meantime are the ones scored. Real bwrap sandboxes, the default
+and assets rebuilt in the meantime are the ones scored. It starts at once for the scripted
+baseline, which runs a known solution; for any other agent once its workspace holds a
+submission, so a run that hands nothing in starts none. Real bwrap sandboxes, the default
 task's real assets."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, tiny_llm_merging
+from conftest import REPO, mlflow_client, run_cli, store_args, tiny_llm_merging
 from mlrb.assets import ensure_assets
 from mlrb.config import SandboxConfig
 from mlrb.scoring.runner import Scorer
@@ -139,3 +143,80 @@ def test_a_scorer_handed_a_second_submission_scores_it_afresh(assets, tmp_path):
         first = scorer.score(submission_from(assets, tmp_path / "first"))
         second = scorer.score(tmp_path / "first")
     assert first.valid and second.valid and second.score == first.score
+
+
+def test_a_scorer_not_started_ahead_starts_when_asked_or_when_it_scores(assets, tmp_path):
+    later = Scorer(tiny_llm_merging(), assets, tmp_path / "later", SandboxConfig(), ahead=False)
+    assert not started_within(2, tmp_path / "later")
+    later.start_ahead()  # the run's call once the workspace holds a submission
+    assert started_within(10, tmp_path / "later")
+    assert later.score(submission_from(assets, tmp_path / "submission")).valid
+    later.close()
+
+    with Scorer(tiny_llm_merging(), assets, tmp_path / "at-score", SandboxConfig(), ahead=False) as at_score:
+        assert at_score.score(tmp_path / "submission").valid  # never asked ahead: it starts to score
+
+    never = Scorer(tiny_llm_merging(), assets, tmp_path / "never", SandboxConfig(), ahead=False)
+    assert not never.score(tmp_path / "nothing here").valid
+    never.close()
+    assert not processes_using(tmp_path / "never") and not (tmp_path / "never" / "scorer.log").exists()
+
+
+class ScorerSightings:
+    """Watches the host's processes, while a run under `folder` runs, for its scorer (the
+    worker's command line names its request file there); `first` is when one was first seen."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.first = str(folder), None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.watch, daemon=True)
+
+    def watch(self) -> None:
+        while not self.done.is_set() and self.first is None:
+            for pid in processes_using(Path(self.folder)):
+                try:
+                    if b"mlrb.scoring.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        self.first = time.time()
+                except OSError:
+                    pass
+            time.sleep(0.05)
+
+    def __enter__(self) -> ScorerSightings:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+
+def test_an_llm_agent_s_scorer_starts_after_the_step_that_leaves_a_submission_and_never_without_one(
+    built_cache, tmp_path
+):
+    from fake_llm_server import FakeLlmServer, reply, tool
+
+    env = {"ANTHROPIC_API_KEY": "sk-ant-scorer-ahead"}
+    hands_in = [
+        reply(tool("bash", command="sleep 3")),
+        reply(tool("bash", command='cp -r "$MLRB_DATA/base_model" submission')),
+        reply(tool("bash", command="sleep 6")),  # the scorer imports meanwhile
+        reply(tool("submit", summary="the base model")),
+    ]
+    with FakeLlmServer(hands_in) as server, ScorerSightings(tmp_path / "hands-in") as seen:
+        result = run_cli(*store_args(tmp_path / "hands-in", built_cache), "agent=claude", cwd=tmp_path,
+                         env={**env, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = mlflow_client(tmp_path / "hands-in")
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert run.data.tags["mlrb.valid"] == "True"
+    trajectory = Path(run.data.tags["mlrb.run_dir"]) / "trajectory.jsonl"
+    events = [json.loads(line) for line in trajectory.read_text().splitlines()]
+    copied, slept = [e["time"] for e in events if e["event"] == "tool_result" and e["step"] in (2, 3)]
+    assert seen.first is not None and copied <= seen.first < slept, (seen.first, copied, slept)
+
+    nothing = [reply(tool("bash", command="sleep 3")), reply(tool("submit", summary="nothing"))]
+    with FakeLlmServer(nothing) as server, ScorerSightings(tmp_path / "nothing") as seen:
+        result = run_cli(*store_args(tmp_path / "nothing", built_cache), "agent=claude", cwd=tmp_path,
+                         env={**env, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "no submission" in result.stdout and seen.first is None

@@ -20,6 +20,10 @@ TOOL, CALL_ID = "shell", "baseline"
 
 
 class BaselineAgent:
+    # It runs the task's own solution, which hands in a submission: the run starts its scorer
+    # with the agent, so the scorer's imports overlap the solution's work (mlrb/run.py).
+    runs_known_solution = True
+
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
 

@@ -61,15 +61,28 @@ class Scorer:
     """A scorer started before there is anything to score, so that its imports (the task's
     judge's `imports`: torch, lm-eval; seconds) happen while the agent works: in its fresh
     sandbox it imports them, then waits for `score` to hand it the submission. Close it (or
-    leave its `with` block) whether or not it scored: a waiting scorer is killed."""
+    leave its `with` block) whether or not it scored: a waiting scorer is killed.
 
-    def __init__(self, task: ScoredTask, assets: Path, work_dir: Path, sandbox: SandboxConfig, run_id: str = ""):
+    With `ahead=False` it starts at `start_ahead` (the run calls it once the workspace holds a
+    submission) or at `score`, whichever comes first: a run that never hands anything in never
+    pays for a scorer's imports (seconds of CPU) or holds its memory (hundreds of MiB)."""
+
+    def __init__(self, task: ScoredTask, assets: Path, work_dir: Path, sandbox: SandboxConfig, run_id: str = "",
+                 ahead: bool = True):  # fmt: skip
         self.task, self.sandbox, self.run_id = task, sandbox, run_id
         # Absolute, as given (not resolved): the scorer sees each folder at the path it is told.
         self.assets, self.work_dir = assets.absolute(), work_dir.absolute()
         self.request_file = self.work_dir / "request.json"
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.process = self.start()
+        self.used = self.closed = False
+        self.process: IsolatedProcess | None = None
+        if ahead:
+            self.start_ahead()
+
+    def start_ahead(self) -> None:
+        """Start it now, unless it runs already (or was closed)."""
+        if self.process is None and not self.closed:
+            self.process = self.start()
 
     def start(self) -> IsolatedProcess:
         self.request_file.unlink(missing_ok=True)
@@ -96,19 +109,21 @@ class Scorer:
             return ScoreReport.invalid(
                 f"no submission: the agent left nothing at '{self.task.rules.submission}' in its workspace"
             )
-        # A scorer scores once (or was closed); and assets rebuilt since it started are a new folder
-        # its sandbox does not show.
-        if self.used or self.closed or folder_identity(self.assets) != self.assets_seen:
-            self.process.close()
+        # Not started yet; or a scorer scores once (or was closed); or assets rebuilt since it
+        # started are a new folder its sandbox does not show.
+        if self.process is None or self.used or self.closed or folder_identity(self.assets) != self.assets_seen:
+            if self.process is not None:
+                self.process.close()
             self.process = self.start()
         self.used = True
+        process = self.process
         fresh = self.work_dir / "submission"
         shutil.rmtree(fresh, ignore_errors=True)
         if submission.is_dir():
             shutil.copytree(submission, fresh, symlinks=True)
         else:
             shutil.copy2(submission, fresh, follow_symlinks=False)
-        self.process.hand_over(fresh)
+        process.hand_over(fresh)
 
         request: dict[str, Any] = {
             "task": self.task.scorer_config(),
@@ -122,7 +137,7 @@ class Scorer:
         written = self.request_file.with_name(self.request_file.name + ".part")
         written.write_text(json.dumps(request, indent=2))
         written.replace(self.request_file)  # whole, at once: a waiting scorer starts when it appears
-        code = self.process.wait(self.job.timeout_s)
+        code = process.wait(self.job.timeout_s)
         if code is None:
             return ScoreReport.invalid(f"scoring took longer than {self.job.timeout_s:g} s")
         report_file = Path(request["report"])
@@ -134,10 +149,11 @@ class Scorer:
     def close(self) -> None:
         """Stop it (safe twice). One that scored nothing leaves no log: its output was only its
         imports' (Docker's scorer writes its log once waited on, so it never had one)."""
-        self.process.close()
+        if self.process is not None:
+            self.process.close()
         self.closed = True
         if not self.used:
-            self.job.log_file.unlink(missing_ok=True)
+            (self.work_dir / "scorer.log").unlink(missing_ok=True)
 
     def __enter__(self) -> Scorer:
         return self
