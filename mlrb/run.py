@@ -253,9 +253,10 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
     # needs them first, and would make that run look slow next to its siblings.
     run_started = time.monotonic()
 
-    with clock.stage("sandbox_start"):  # the scorer's first, in its own: it imports while the agent works,
-        # once there will be something to score: now for an agent that runs a known solution (it
-        # hands one in), else once the workspace holds a submission after a step (`after_step`).
+    # The scorer imports while the agent works, once there will be something to score: from the
+    # start for an agent that runs a known solution (it hands one in), else from the first step
+    # after which the workspace holds a submission (`after_step`).
+    with clock.stage("sandbox_start"):
         ahead = getattr(plan.agent, "runs_known_solution", False)
         scorer = Scorer(task, asset_path, run_dir / "scoring", plan.sandbox, recorder.run_id, ahead=ahead)
     with scorer:

@@ -73,6 +73,7 @@ class Scorer:
         # Absolute, as given (not resolved): the scorer sees each folder at the path it is told.
         self.assets, self.work_dir = assets.absolute(), work_dir.absolute()
         self.request_file = self.work_dir / "request.json"
+        self.log_file = self.work_dir / "scorer.log"
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.used = self.closed = False
         self.process: IsolatedProcess | None = None
@@ -95,7 +96,7 @@ class Scorer:
             workdir=str(self.work_dir),
             env=scorer_environment(self.work_dir, self.sandbox),
             timeout_s=self.task.judge.timeout_s,
-            log_file=self.work_dir / "scorer.log",
+            log_file=self.log_file,
             limits=dataclasses.replace(limits_for(self.task, self.sandbox), network=False),
             run_id=self.run_id,
         )
@@ -142,8 +143,8 @@ class Scorer:
             return ScoreReport.invalid(f"scoring took longer than {self.job.timeout_s:g} s")
         report_file = Path(request["report"])
         if code != 0 or not report_file.exists():
-            tail = self.job.log_file.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-            raise ScorerError(f"scorer exited {code}: {tail[0]} (log: {self.job.log_file})")
+            tail = self.log_file.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            raise ScorerError(f"scorer exited {code}: {tail[0]} (log: {self.log_file})")
         return ScoreReport(**json.loads(report_file.read_text()))
 
     def close(self) -> None:
@@ -153,7 +154,7 @@ class Scorer:
             self.process.close()
         self.closed = True
         if not self.used:
-            (self.work_dir / "scorer.log").unlink(missing_ok=True)
+            self.log_file.unlink(missing_ok=True)
 
     def __enter__(self) -> Scorer:
         return self
