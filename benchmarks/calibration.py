@@ -155,7 +155,7 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
     assets = ensure_assets(task, cache_dir)
     build_s = json.loads((assets / "manifest.json").read_text()).get("build_seconds")
     measured = json.loads((assets / "hidden" / "calibration.json").read_text())
-    commands = task.anchor_commands()
+    commands, solutions = task.anchors.commands, task.solutions(assets / "public")
     seeded = [a for a in ANCHORS if "MLRB_SEED" in commands.get(a, "") and measured.get(f"{a}_score") is not None]
     scratch = Path(tempfile.mkdtemp(prefix=f"calibration-{key}-"))
 
@@ -166,8 +166,8 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
     # runs training beside it: with every core's thread it was a hundred times slower).
     # The runs in a warm interpreter, as at asset build (mlrb/tasks/warm_python.py).
     with (ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool, deterministic(0),
-          task.warm_python(assets / "public") as warm):  # fmt: skip
-        running = {(anchor, seed): pool.submit(task.run_solution, commands[anchor], assets / "public",
+          solutions.warm() as warm):  # fmt: skip
+        running = {(anchor, seed): pool.submit(solutions.run, commands[anchor],
                                                scratch / f"{anchor}-{seed}" / "workspace", seed, warm)
                    for anchor, seed in jobs}  # fmt: skip
         for anchor, seed in jobs:  # scored one at a time, as at asset build, while the others train

@@ -43,11 +43,11 @@ def main() -> None:
           f"{spec.max_tensor_share_toward_instruction_tuned:.0%} per tensor")  # fmt: skip
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        for anchor, command in task.anchor_commands().items():
+        for anchor, command in task.anchors.commands.items():
             if anchor == "do_nothing":
                 continue
             for seed in (int(s) for s in args.seeds.split(",")):
-                work = task.run_solution(command, assets / "public", Path(scratch) / f"{anchor}-{seed}", seed)
+                work = task.solutions(assets / "public").run(command, Path(scratch) / f"{anchor}-{seed}", seed)
                 shares = rules.shares_toward(work / task.cfg.submission, base, sibling)
                 assert shares is not None, "the submission's tensors differ from the base's"
                 overall, per_tensor = shares

@@ -102,7 +102,7 @@ def unseen_seed_record(task, assets: Path) -> tuple[Path, dict]:
     """Where a task's unseen-seed scores are kept (beside its assets), and what they must have been
     run with: the first seed the build did not run, and the commands."""
     seed = json.loads((assets / "hidden" / "calibration.json").read_text())["anchor_seeds"]
-    commands = task.anchor_commands()
+    commands = task.anchors.commands
     wanted = {"seed": seed, "commands": {a: commands[a] for a in ("baseline", "reference")}}
     return assets.parent / f"unseen-seed-{assets.name}.json", wanted
 
@@ -126,7 +126,7 @@ def unseen_seed_scores(task, assets: Path, scratch: Path) -> dict[str, float]:
     commands, seed = wanted["commands"], wanted["seed"]
 
     def ran(anchor: str):
-        return task.run_solution(commands[anchor], assets / "public", scratch / anchor / "workspace", seed)
+        return task.solutions(assets / "public").run(commands[anchor], scratch / anchor / "workspace", seed)
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two runs side by side, as at asset build
         workspaces = dict(zip(["baseline", "reference"], pool.map(ran, ["baseline", "reference"]), strict=True))

@@ -127,7 +127,7 @@ def test_a_stated_anchor_is_measured_only_where_the_part_must_measure_it(tmp_pat
 def measure(anchors: Anchors, task: Task, assets) -> dict:
     return anchors.measure(
         assets,
-        run=lambda command, workspace, seed: task.run_solution(command, assets / "public", workspace, seed),
+        run=task.solutions(assets / "public").run,
         score=lambda submission, work_dir: task.score(submission, assets, work_dir),
     )
 

@@ -224,8 +224,8 @@ def test_an_honest_run_with_any_small_seed_is_trained_from_scratch(assets, tmp_p
     task = load_task()
     for seed in (1, 2):
         # the seed as a sweep's run passes it: $MLRB_SEED, which the baseline command gives as --seed
-        workspace = task.run_solution(task.spec.baseline_command + " --max-steps 40", assets / "public",
-                                      tmp_path / f"seed{seed}", seed=seed)  # fmt: skip
+        workspace = task.solutions(assets / "public").run(task.spec.baseline_command + " --max-steps 40",
+                                                         tmp_path / f"seed{seed}", seed=seed)  # fmt: skip
         report = task.score(workspace / "submission", assets, tmp_path / f"work{seed}")
         assert report.valid, (seed, report.reason)
         assert "copied_from" not in report.details["pretrained_check"]

@@ -77,7 +77,7 @@ def test_weights_over_the_memory_limit_are_invalid_before_evaluation(assets, tmp
 @pytest.mark.integration
 def test_the_reference_removes_mlp_neurons_and_changes_no_weight(assets, tmp_path):
     task = load_task()
-    workspace = task.run_solution(task.spec.reference_command, assets / "public", tmp_path / "reference")
+    workspace = task.solutions(assets / "public").run(task.spec.reference_command, tmp_path / "reference")
     report = task.score(workspace / "submission", assets, tmp_path / "work")
     assert report.valid, report.reason
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())

@@ -27,7 +27,9 @@ def assets(cache_dir) -> Path:
 def untrained(assets, tmp_path_factory) -> Path:
     """The baseline's model before training (a valid submission of the baseline's shape)."""
     task = load_task()
-    workspace = task.run_solution(task.spec.do_nothing_command, assets / "public", tmp_path_factory.mktemp("untrained"))
+    workspace = task.solutions(assets / "public").run(
+        task.spec.do_nothing_command, tmp_path_factory.mktemp("untrained")
+    )
     return workspace / "submission"
 
 

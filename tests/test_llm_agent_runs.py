@@ -43,7 +43,7 @@ def summed_merge_score(cache_dir: Path, folder: Path) -> float:
     assets = ensure_assets(task, cache_dir)
     experts = len([p for p in (assets / "public").rglob("adapter_config.json")])
     command = f"python merge.py {MERGE_ARGS} --weights {' '.join(['1.0'] * experts)}"
-    workspace = task.run_solution(command, assets / "public", folder / "workspace")
+    workspace = task.solutions(assets / "public").run(command, folder / "workspace")
     report = task.score(workspace / "submission", assets, folder / "work")
     assert report.valid, report.reason
     return report.score

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from conftest import REPO
 from mlrb.config import ConfigError
 from mlrb.tasks.anchors import AnchorFailed
 from mlrb.tasks.attempt_rules import Rules
@@ -152,3 +153,31 @@ def test_a_builder_module_that_cannot_import_what_it_needs_says_so_when_the_conf
     (tmp_path / "handmade" / "assets.py").write_text("SIZE = 3\n")
     monkeypatch.delitem(sys.modules, "handmade.assets", raising=False)
     AssetBuilder("handmade", {}, makers={}, check="handmade.assets:check_params").check_params("tiny")
+
+
+def test_a_task_folder_is_made_of_the_same_parts_as_a_packaged_task_and_gives_its_own_of_each(tmp_path):
+    from conftest import task_from_config
+    from mlrb.tasks.anchors import Anchors
+    from mlrb.tasks.base import Task
+    from mlrb.tasks.builder import AssetBuilder
+    from mlrb.tasks.folder.task import FolderTask
+    from mlrb.tasks.judge import Judge
+    from mlrb.tasks.solutions import Solutions
+    from test_task_environments import folder_task
+
+    mlrc = folder_task(REPO / "tests" / "folder_tasks" / "mlrc-mini")
+    for task in (task_from_config("llm_merging"), mlrc):
+        parts = (task.builder, task.anchors, task.rules, task.judge, task.solutions(tmp_path / "public"))
+        assert [type(part) for part in parts] == [AssetBuilder, Anchors, Rules, Judge, Solutions]
+    # The folder's own: its one maker, its baseline alone (measured one seed at a time), the
+    # layout's read-only list, eval.py's scorer choosing the best dev step, its prepared env/.
+    assert list(mlrc.builder.makers) == ["build"]
+    assert mlrc.anchors.commands == {"baseline": "python main.py -m my_method -p dev"} and mlrc.anchors.workers == 1
+    assert mlrc.rules.read_only_listed_in == "hidden/read_only_files.txt"
+    assert mlrc.judge.snapshot_chooser is not None
+    assert mlrc.solutions(tmp_path / "public").starting_files == tmp_path / "public"
+    # Besides its config, it overrides the parts and the code they call: no other hook of a task.
+    overridden = {name for name in vars(FolderTask) if hasattr(Task, name) and not name.startswith("_")}
+    assert overridden <= {"scale_class", "builds_at_preflight", "scale_spec", "requirements", "workspace_files",
+                          "own_instructions", "rules", "builder", "anchors", "judge", "score", "asset_key",
+                          "calibrate"}, overridden  # fmt: skip

@@ -212,10 +212,11 @@ def test_a_training_run_warm_writes_the_bytes_a_fresh_one_writes(cache_dir, tmp_
     task = task_from_config("baby_lm")
     assets = ensure_assets(task, cache_dir)
     command = task.spec.baseline_command + " --max-steps 5"
-    fresh = task.run_solution(command, assets / "public", tmp_path / "fresh", seed=1)
-    with task.warm_python(assets / "public") as warm:
-        assert warm.arguments(command, tmp_path, task.solution_environment(assets / "public", tmp_path, 1))
-        hot = task.run_solution(command, assets / "public", tmp_path / "warm", seed=1, warm=warm)
+    solutions = task.solutions(assets / "public")
+    fresh = solutions.run(command, tmp_path / "fresh", seed=1)
+    with solutions.warm() as warm:
+        assert warm.arguments(command, tmp_path, solutions.environment_for(tmp_path, 1))
+        hot = solutions.run(command, tmp_path / "warm", seed=1, warm=warm)
     submission = task.cfg.submission
     assert (hot / submission / "model.safetensors").stat().st_size > 0
     assert contents_digest(hot / submission) == contents_digest(fresh / submission)

@@ -1,19 +1,21 @@
-"""What every task is: a scale spec (data), starter files, instructions, a baseline, and
-four parts the harness reads: the asset builder (builder.py), the rules of an attempt
-(attempt_rules.py), the anchors (anchors.py) and the judge, its scorer (judge.py).
+"""What every task is: its config (a scale spec, data), its starting files and instructions,
+and the parts the harness reads: the rules of an attempt (attempt_rules.py), the asset
+builder (builder.py), the anchors (anchors.py), the solutions that run an anchor's command
+(solutions.py) and the judge, its scorer (judge.py).
 
-A task subclass adds its own fields to `ScaleSpec` and implements the abstract
-hooks: `build_tiny`, `download` and `score`. Nothing here imports torch: configs are checked with these classes.
+A packaged task adds its own fields to `ScaleSpec` and writes its own code: `score` (its
+judge's), `build_tiny` (its builder's maker on this machine; by default its assets.py's
+`build_tiny_assets`) and `download` (its maker from the hub), where it has them. A task whose
+parts differ otherwise gives its own part (a task folder gives all of them). Nothing here
+imports torch: configs are checked with these classes.
 """
 
 from __future__ import annotations
 
 import abc
-import contextlib
 import dataclasses
 import shutil
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,7 +30,7 @@ from mlrb.tasks.anchors import ANCHORS, DEFAULT_SEEDS, Anchors
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.builder import AssetBuilder
 from mlrb.tasks.judge import Judge
-from mlrb.tasks.warm_python import WarmPython, starter_imports
+from mlrb.tasks.solutions import Solutions
 
 
 @dataclass
@@ -95,11 +97,21 @@ class ScaleSpec:
 
 
 class Task(abc.ABC):
-    """Base class. Subclasses set `scale_class` and implement the abstract hooks."""
+    """A task: its config and its parts. A subclass sets `scale_class` and writes `score`."""
 
     scale_class: ClassVar[type] = ScaleSpec
     # Bump when the asset builder changes, so caches built by older code are not reused.
     assets_version: ClassVar[int] = 1
+    # The assets are built (once) and checked before the run is recorded, so that a broken task
+    # is one line (a ConfigError of its builder) and no run: a task folder's own code may fail.
+    builds_at_preflight: ClassVar[bool] = False
+    # How the normalised score is made: "gap" (MLRC-Bench: the share of the baseline-to-
+    # reference gap closed) or "improvement" (MLAgentBench: percent better than the baseline).
+    normalisation: str = "gap"
+    # What a normalised score means, by name (the run's tag `mlrb.normalised_as`; reports name
+    # it when tasks differ): "gap" (0 = baseline, 100 = reference), "improvement" (MLAgentBench)
+    # or "human_gap" (MLRC-Bench: 100 = the top human entry).
+    normalised_as: str = "gap"
 
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg
@@ -109,11 +121,33 @@ class Task(abc.ABC):
         # (assets.ensure_assets); None: the harness's libraries.
         self.environment: Path | None = None
 
-    # The assets are built (once) and checked before the run is recorded, so that a broken task
-    # is one line (a ConfigError of its builder) and no run: a task folder's own code may fail.
-    builds_at_preflight: ClassVar[bool] = False
+    @classmethod
+    def scale_spec(cls, cfg: TaskConfig) -> Any:
+        if cfg.scale not in cfg.scales:
+            raise ConfigError(
+                f"unknown scale '{cfg.scale}' for task {cfg.name}; valid choices: {', '.join(sorted(cfg.scales))}"
+            )
+        from omegaconf.errors import OmegaConfBaseException
 
-    # What the harness reads of a task: these, not its config (`cfg`, `spec`), which is the task's own.
+        try:
+            node = OmegaConf.merge(OmegaConf.structured(cls.scale_class), cfg.scales[cfg.scale])
+            return OmegaConf.to_object(node)
+        except OmegaConfBaseException as e:
+            raise ConfigError(describe_omegaconf_error(e, prefix=f"task.scales.{cfg.scale}.")) from None
+
+    @classmethod
+    def check_assets(cls, cfg: TaskConfig) -> None:
+        """The scale's asset params, checked when the config is (before a task is made), so
+        that a bad one is one line (ConfigError) before anything is built or recorded: the
+        anchors' seeds, and a scale built on this machine (source `build`) by the builder
+        module's `check_params(params)`, which raises ValueError naming the bad key and what
+        is valid."""
+        params = dict(cls.scale_spec(cfg).assets)
+        check = f"{cls.builder_module()}:check_params"
+        AssetBuilder(cfg.name, params, makers={}, check=check).check_params(cfg.scale)
+
+    # ---- what the harness reads of a task: these, not its config (`cfg`, `spec`) ----------
+
     @property
     def scale(self) -> str:
         return self.cfg.scale
@@ -121,13 +155,6 @@ class Task(abc.ABC):
     @property
     def title(self) -> str:
         return self.cfg.title
-
-    @property
-    def rules(self) -> Rules:
-        """The part that says what is scored, what the agent may not change, whether it may
-        reach the network and what nothing enforces (mlrb/tasks/attempt_rules.py)."""
-        return Rules(self.cfg.submission, self.cfg.network, tuple(self.cfg.read_only_files),
-                     unenforced=dict(self.spec.unenforced_rules))  # fmt: skip
 
     @property
     def hardware(self) -> HardwareSpec:
@@ -141,6 +168,10 @@ class Task(abc.ABC):
     def time_limit_s(self) -> float:
         """The competition's own time limit (the prompt states it; the budget sets the run's)."""
         return self.spec.time_limit_s
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.cfg.higher_is_better
 
     def baseline_command(self) -> str:
         """The shell command the scripted baseline agent runs in the workspace."""
@@ -160,23 +191,7 @@ class Task(abc.ABC):
     @property
     def python(self) -> str:
         """The interpreter the task's own code runs on (its environment's, else the harness's)."""
-        import sys
-
         return str(self.environment / "bin" / "python") if self.environment else sys.executable
-
-    @classmethod
-    def scale_spec(cls, cfg: TaskConfig) -> Any:
-        if cfg.scale not in cfg.scales:
-            raise ConfigError(
-                f"unknown scale '{cfg.scale}' for task {cfg.name}; valid choices: {', '.join(sorted(cfg.scales))}"
-            )
-        from omegaconf.errors import OmegaConfBaseException
-
-        try:
-            node = OmegaConf.merge(OmegaConf.structured(cls.scale_class), cfg.scales[cfg.scale])
-            return OmegaConf.to_object(node)
-        except OmegaConfBaseException as e:
-            raise ConfigError(describe_omegaconf_error(e, prefix=f"task.scales.{cfg.scale}.")) from None
 
     @property
     def package_dir(self) -> Path:
@@ -188,18 +203,6 @@ class Task(abc.ABC):
         """Files copied into the agent's workspace."""
         return self.package_dir / "starter"
 
-    # How the normalised score is made: "gap" (MLRC-Bench: the share of the baseline-to-
-    # reference gap closed) or "improvement" (MLAgentBench: percent better than the baseline).
-    normalisation: str = "gap"
-    # What a normalised score means, by name (the run's tag `mlrb.normalised_as`; reports name
-    # it when tasks differ): "gap" (0 = baseline, 100 = reference), "improvement" (MLAgentBench)
-    # or "human_gap" (MLRC-Bench: 100 = the top human entry).
-    normalised_as: str = "gap"
-
-    @property
-    def higher_is_better(self) -> bool:
-        return self.cfg.higher_is_better
-
     def workspace_files(self, assets: Path) -> Path:
         """The agent's starting workspace: the starter files (a folder task: its prepared env/)."""
         return self.starter_dir()
@@ -207,6 +210,55 @@ class Task(abc.ABC):
     def own_instructions(self) -> str | None:
         """The task's own prompt text instead of MLRB's template fields (None: the template)."""
         return None
+
+    @property
+    def anchor_seeds(self) -> int:
+        """How many seeds (0, 1, ...) each anchor command runs at build: the anchors are their
+        means (`assets.anchor_seeds` of the scale, DEFAULT_SEEDS unless set)."""
+        return int(self.spec.assets.get("anchor_seeds", DEFAULT_SEEDS))
+
+    # ---- the parts -------------------------------------------------------------------
+
+    @property
+    def rules(self) -> Rules:
+        """The part that says what is scored, what the agent may not change, whether it may
+        reach the network and what nothing enforces (mlrb/tasks/attempt_rules.py)."""
+        return Rules(self.cfg.submission, self.cfg.network, tuple(self.cfg.read_only_files),
+                     unenforced=dict(self.spec.unenforced_rules))  # fmt: skip
+
+    @property
+    def builder(self) -> AssetBuilder:
+        """The part that makes the assets (mlrb/tasks/builder.py): `build_tiny` for source
+        `build` (models and data made on this machine), `download` for `hub` (fetched through
+        the Hugging Face cache), where the task has them."""
+        makers = {"build": self.build_tiny, **({"hub": self.download} if hasattr(self, "download") else {})}
+        return AssetBuilder(self.name, dict(self.spec.assets), makers, check=f"{self.builder_module()}:check_params")
+
+    @property
+    def anchors(self) -> Anchors:
+        """The part that measures the anchors at build and reads them back (mlrb/tasks/anchors.py):
+        its commands are the solutions measured at build, do_nothing (for the record), baseline
+        (0 on the normalised scale) and reference (100), those the scale has."""
+        spec = self.spec
+        commands = {"do_nothing": spec.do_nothing_command, "baseline": self.baseline_command(),
+                    "reference": spec.reference_command}  # fmt: skip
+        stated = {f"{anchor}_score": getattr(spec, f"{anchor}_score") for anchor in ANCHORS}
+        return Anchors({anchor: command for anchor, command in commands.items() if command}, self.anchor_seeds,
+                       stated, higher_is_better=self.higher_is_better, submission=self.rules.submission,
+                       task_name=self.name)  # fmt: skip
+
+    def solutions(self, public: Path) -> Solutions:
+        """The part that runs a solution's command as the scripted baseline agent does, on the
+        assets' `public` folder (mlrb/tasks/solutions.py)."""
+        return Solutions(self.workspace_files(Path(public).parent), Path(public), self.environment)
+
+    @property
+    def judge(self) -> Judge:
+        """The part that scores a submission (mlrb/tasks/judge.py): this task's `score`, its
+        time limit and device; a task that evaluates with lm-eval adds lm-eval's imports."""
+        return Judge(self.score, timeout_s=self.spec.score_timeout_s, device=self.spec.eval.device)
+
+    # ---- the assets, made and measured by the parts ---------------------------------
 
     def asset_key(self) -> dict[str, Any]:
         """Everything that determines the built assets (hashed into the cache key); the
@@ -216,20 +268,12 @@ class Task(abc.ABC):
             "version": self.assets_version,
             "assets": self.spec.assets,
             "eval": dataclasses.asdict(self.spec.eval),
-            "anchors": self.anchor_commands(),
+            "anchors": self.anchors.commands,
             "anchor_seeds": self.anchor_seeds,
             "sources": sources.digest(self.package_dir),  # the builder's and the scorer's code
             # the anchors run in the task's environment (absent when it has none: keys stay as they were)
             **({"requirements": self.requirements()} if self.requirements() else {}),
         }
-
-    @property
-    def builder(self) -> AssetBuilder:
-        """The part that makes the assets (mlrb/tasks/builder.py): `build_tiny` for source
-        `build` (models and data made on this machine), `download` for `hub` (fetched through
-        the Hugging Face cache), where the task has them."""
-        makers = {"build": self.build_tiny, **({"hub": self.download} if hasattr(self, "download") else {})}
-        return AssetBuilder(self.name, dict(self.spec.assets), makers, check=self.params_check())
 
     def build_assets(self, out_dir: Path) -> dict[str, Any]:
         """Write `public/` (the agent may read it) and `hidden/` (it never may) into out_dir
@@ -243,139 +287,33 @@ class Task(abc.ABC):
             shutil.rmtree(out_dir, ignore_errors=True)  # nothing half-built is left in the cache
             raise
 
+    def calibrate(self, out_dir: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Measure the anchors on the built assets (hidden/calibration.json), with `extra` scores
+        for the record: the anchors part runs each command with the solutions part (in a warm
+        interpreter) and scores it with the judge."""
+        solutions = self.solutions(out_dir / "public")
+        with solutions.warm() as warm:
+            return self.anchors.measure(
+                out_dir,
+                run=lambda command, workspace, seed: solutions.run(command, workspace, seed, warm),
+                score=lambda submission, work_dir: self.judge.score(submission, out_dir, work_dir),
+                extra=extra,
+            )
+
+    # ---- the task's own code, which its parts call ------------------------------------
+
     @classmethod
     def builder_module(cls) -> str:
         """The module that makes the tiny scale's assets: the task package's assets.py (it
         imports torch only inside its functions)."""
         return f"{cls.__module__.rpartition('.')[0]}.assets"
 
-    @classmethod
-    def params_check(cls) -> str:
-        """The function that checks the `build` maker's params: `check_params` of `builder_module()`."""
-        return f"{cls.builder_module()}:check_params"
-
-    @property
-    def tiny_builder(self) -> str:
-        """The function that makes the tiny scale's assets (source `build`): `build_tiny_assets`
-        of `builder_module()`, called only when assets are built."""
-        return f"{self.builder_module()}:build_tiny_assets"
-
-    @classmethod
-    def check_assets(cls, cfg: TaskConfig) -> None:
-        """The scale's asset params, checked when the config is (before a task is made), so
-        that a bad one is one line (ConfigError) before anything is built or recorded: the
-        anchors' seeds, and a scale built on this machine (source `build`) by the builder
-        module's `check_params(params)`, which raises ValueError naming the bad key and what
-        is valid."""
-        params = dict(cls.scale_spec(cfg).assets)
-        AssetBuilder(cfg.name, params, makers={}, check=cls.params_check()).check_params(cfg.scale)
-
     def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
-        """`tiny_builder(out_dir, params)` -> the manifest's facts."""
-        return registry.load(self.tiny_builder)(out_dir, params)
-
-    def anchor_commands(self) -> dict[str, str]:
-        """Solutions measured at asset build: do_nothing (for the record), baseline (0 on the
-        normalised scale), reference (100)."""
-        commands = {"do_nothing": self.spec.do_nothing_command, "baseline": self.baseline_command(),
-                    "reference": self.spec.reference_command}  # fmt: skip
-        return {anchor: command for anchor, command in commands.items() if command}
-
-    @property
-    def judge(self) -> Judge:
-        """The part that scores a submission (mlrb/tasks/judge.py): this task's `score`, its
-        time limit and device; a task that evaluates with lm-eval adds lm-eval's imports."""
-        return Judge(self.score, timeout_s=self.spec.score_timeout_s, device=self.spec.eval.device)
-
-    @property
-    def anchors(self) -> Anchors:
-        """The part that measures the anchors at build and reads them back (mlrb/tasks/anchors.py)."""
-        stated = {f"{anchor}_score": getattr(self.spec, f"{anchor}_score") for anchor in ANCHORS}
-        return Anchors(self.anchor_commands(), self.anchor_seeds, stated, higher_is_better=self.higher_is_better,
-                       submission=self.rules.submission, task_name=self.name)  # fmt: skip
-
-    def calibrate(self, out_dir: Path) -> dict[str, Any]:
-        """Measure the anchors on the built assets (hidden/calibration.json)."""
-        return self.measure_anchors(out_dir)
-
-    def measure_anchors(self, out_dir: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """`anchors.measure` with this task's way of running a solution (`run_solution`, on the
-        public data) and of scoring it."""
-        public = out_dir / "public"
-        with self.warm_python(public) as warm:
-            return self.anchors.measure(
-                out_dir,
-                run=lambda command, workspace, seed: self.run_solution(command, public, workspace, seed, warm),
-                score=lambda submission, work_dir: self.judge.score(submission, out_dir, work_dir),
-                extra=extra,
-            )
+        """The builder's maker for source `build`: `build_tiny_assets(out_dir, params)` of
+        `builder_module()` -> the manifest's facts."""
+        return registry.load(f"{self.builder_module()}:build_tiny_assets")(out_dir, params)
 
     @abc.abstractmethod
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
         """Check the submission's validity, then score it against hidden data (the judge's
         `score`: the harness calls it through `judge`)."""
-
-    def run_solution(
-        self, command: str, public: Path, workspace: Path, seed: int = 0, warm: WarmPython | None = None
-    ) -> Path:
-        """Run a solution's shell command (say the scale's baseline_command) the way the
-        scripted baseline agent does: in a fresh copy of the starter files, in the agent's
-        environment (`solution_environment`). Used to calibrate at asset build; with `warm`
-        (`warm_python`), a plain `python SCRIPT` command runs in a child of that interpreter.
-        Returns the workspace; raises RuntimeError with the command's error if it fails."""
-        import subprocess
-
-        shutil.rmtree(workspace, ignore_errors=True)
-        start = self.workspace_files(Path(public).parent)
-        shutil.copytree(start, workspace, ignore=shutil.ignore_patterns("__pycache__"))
-        env = self.solution_environment(public, workspace, seed)
-        ran = warm.run(command, workspace, env) if warm else None
-        if ran is None:
-            proc = subprocess.run(
-                ["/bin/bash", "-c", command], cwd=workspace, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                text=True,
-            )  # fmt: skip
-            ran = proc.returncode, proc.stderr
-        returncode, stderr = ran
-        if returncode != 0:
-            raise RuntimeError(f"`{command}` exited {returncode}: {stderr.strip()[-2000:]}")
-        return workspace
-
-    def solution_environment(self, public: Path, workspace: Path, seed: int) -> dict[str, str]:
-        """The environment of a solution's run: the agent's (the public data at $MLRB_DATA, the
-        run's seed at $MLRB_SEED: a run's default, 0, at asset build), on one thread, the hub
-        offline unless HF_HUB_OFFLINE says otherwise."""
-        import os
-
-        from mlrb.sandbox.base import agent_environment
-
-        env = agent_environment(str(workspace), str(Path(public).resolve()), seed, self.environment)
-        env.update(
-            HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"),
-            HF_DATASETS_OFFLINE=os.environ.get("HF_DATASETS_OFFLINE", "1"),
-            # Anchors must not depend on the machine's core count or on hash order.
-            OMP_NUM_THREADS="1",
-            MKL_NUM_THREADS="1",
-            TOKENIZERS_PARALLELISM="false",
-            PYTHONHASHSEED="0",
-        )
-        return env
-
-    @contextlib.contextmanager
-    def warm_python(self, public: Path) -> Iterator[WarmPython]:
-        """A warm interpreter (mlrb/tasks/warm_python.py) for solution runs on `public`: the task
-        environment's python with the starter scripts' imports done, in a solution's environment."""
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="mlrb-warm-") as scratch:
-            env = self.solution_environment(public, Path(scratch), 0)
-            python = shutil.which("python", path=env["PATH"]) or sys.executable
-            preload = starter_imports(self.workspace_files(Path(public).parent))
-            with WarmPython(python, env, preload, Path(scratch)) as warm:
-                yield warm
-
-    @property
-    def anchor_seeds(self) -> int:
-        """How many seeds (0, 1, ...) each anchor command runs at build: the anchors are their
-        means (`assets.anchor_seeds` of the scale, DEFAULT_SEEDS unless set)."""
-        return int(self.spec.assets.get("anchor_seeds", DEFAULT_SEEDS))

@@ -71,7 +71,7 @@ class FromScratchTask(Task):
     scale_class = FromScratchScale
     # The lm-eval group name of the local suite.
     suite_group: ClassVar[str]
-    # Here `tiny_builder` (see Task) also takes the suite group: build_tiny_assets(out_dir,
+    # Here the builder module's maker also takes the suite group: build_tiny_assets(out_dir,
     # params, suite_group) writes the public data and the hidden suite (hidden/suite.json +
     # hidden/suite/<sub-task>.jsonl) and returns manifest facts.
 
@@ -90,7 +90,7 @@ class FromScratchTask(Task):
 
     # ---- assets ----------------------------------------------------------------
     def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
-        facts = registry.load(self.tiny_builder)(out_dir, params, self.suite_group)
+        facts = registry.load(f"{self.builder_module()}:build_tiny_assets")(out_dir, params, self.suite_group)
         facts["known_checkpoints"] = self.train_known_checkpoints(out_dir, params)
         return facts
 
@@ -122,7 +122,7 @@ class FromScratchTask(Task):
             return {}
         facts = {}
         for name in self.spec.known_checkpoints:
-            workspace = self.run_solution(command, out_dir / "public", out_dir / "calibration" / "checkpoint")
+            workspace = self.solutions(out_dir / "public").run(command, out_dir / "calibration" / "checkpoint")
             target = checkpoint_dir(out_dir, name)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(workspace / self.cfg.submission), target)

@@ -86,8 +86,8 @@ class LlmEfficiency(Task):
         rows.to_json(str(out_dir / "public" / "instructions.jsonl"), lines=True)
         return {"base_model": name, "dataset": params["dataset"], "instructions": len(rows)}
 
-    def calibrate(self, out_dir: Path) -> dict[str, Any]:
-        return self.measure_anchors(out_dir, self.model_scores(out_dir))
+    def calibrate(self, out_dir: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        return super().calibrate(out_dir, {**self.model_scores(out_dir), **(extra or {})})
 
     def model_scores(self, out_dir: Path) -> dict[str, float]:
         """For the record: the forbidden instruction-tuned siblings' accuracy as they are (the

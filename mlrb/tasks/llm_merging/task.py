@@ -19,7 +19,7 @@ from typing import Any
 
 from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
-from mlrb.tasks.anchors import anchor_problem
+from mlrb.tasks.anchors import Anchors, anchor_problem
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
 from mlrb.tasks.judge import Judge
 from mlrb.tasks.llm_merging.lineage import check_is_merge
@@ -56,10 +56,11 @@ class LlmMerging(Task):
             hub.copy_model(repo, out_dir / "public" / "adapters" / hub.folder_name(repo))
         return {"base_model": params["base_model"], "adapters": list(params["adapters"])}
 
-    def anchor_commands(self) -> dict[str, str]:
-        # Calibration merges the adapters itself (see calibrate), so the assets do not depend
-        # on the baseline command: runs that override it share one build.
-        return {}
+    @property
+    def anchors(self) -> Anchors:
+        """No commands: calibration merges the adapters itself (see calibrate), so the assets do
+        not depend on the baseline command, and runs that override it share one build."""
+        return dataclasses.replace(super().anchors, commands={})
 
     def asset_key(self) -> dict[str, Any]:
         key = super().asset_key()
@@ -67,7 +68,7 @@ class LlmMerging(Task):
             key["given_anchors"] = [self.spec.baseline_score, self.spec.reference_score]  # nothing measured
         return key
 
-    def calibrate(self, out_dir: Path) -> dict[str, Any]:
+    def calibrate(self, out_dir: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Anchor the normalised score on the hidden test set.
 
         0 = the baseline (parameter averaging). 100 = the experts' ceiling: each
@@ -87,7 +88,8 @@ class LlmMerging(Task):
         experts = sorted(p.name for p in (public / "adapters").iterdir() if p.is_dir())
         n = len(experts)
         # Doing nothing: the unmerged base submitted as it is.
-        scores: dict[str, Any] = {"do_nothing_score": self.evaluate(public / "base_model", out_dir)["accuracy"]}
+        scores: dict[str, Any] = {**(extra or {}),
+                                  "do_nothing_score": self.evaluate(public / "base_model", out_dir)["accuracy"]}  # fmt: skip
         baseline = self.evaluate(self.merge(public, scratch / "baseline", [1.0 / n] * n), out_dir)
         scores["baseline_score"] = baseline["accuracy"]
         per_expert = {}
