@@ -73,7 +73,7 @@ import results as results_page  # noqa: E402  (beside this file)
 
 from fake_llm_server import FakeLlmServer, reply, tool  # noqa: E402
 
-STAGES = ("compose", "assets", "sandbox_start", "agent", "scoring", "recording")
+STAGES = ("compose", "assets", "sandbox_start", "agent", "collect", "scoring", "recording")
 CLAUDE_FLOOR = "import hydra, anthropic, mlflow"
 # The same with the module MLflow's SQLite store needs and `import mlflow` leaves out
 # (SQLAlchemy, Alembic, MLflow's table models): how much of the gap the store alone is.

@@ -1,11 +1,13 @@
-"""One benchmark run, stage by stage:
+"""One benchmark run, stage by stage, each taking the run's plan (mlrb/plan.py):
 
-    assets -> workspace -> instructions -> agent in sandbox (budget enforced)
-    -> collect submission -> score in a separate process -> record in MLflow
+    preflight -> open -> assets -> start -> agent -> collect -> score -> record
 
-Everything is checked before the MLflow run is created (the sandbox and the
-tracking store included), so bad input never leaves a half-written run or an
-empty run folder. Once the run exists it always ends with a status (mlrb/status.py):
+preflight checks everything before the run exists (the sandbox and the tracking store
+included), so bad input never leaves a half-written run or an empty run folder; open
+creates the run and its record (record.jsonl, which the store is written from); the rest
+are `Stages`: the task's assets, the scorer, workspace, sandbox and prompt, the agent under
+its budget, what it left, its submission scored in a separate process, and the outcome
+recorded. Once the run exists it always ends with a status (mlrb/status.py):
 FINISHED for the agent's outcomes, FAILED for an infrastructure error (with its
 reason), KILLED when a signal stopped it (its workspace still scored unless a
 second signal comes).
@@ -13,6 +15,7 @@ second signal comes).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -98,20 +101,7 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         recording_process.start(recording_server.spawn) if recording_server.serving() else record.LOCAL
     )
     try:
-        # e.g. no namespaces, a dead Docker daemon: one line, nothing recorded
-        plan.sandbox_class.preflight(plan.sandbox)
-        prefetch.refuse_if_missing(plan.task)  # full scale: models or evaluation sets not in the HF cache
-        if plan.task.builds_at_preflight:  # a folder task whose baseline or eval.py fails: the same
-            assets_lib.ensure_assets(plan.task, plan.cache_dir)
-        if hasattr(plan.agent, "prepare"):
-            plan.agent.prepare(plan.cache_dir)  # say, an agent's program installed into the cache, or refused
-        # a store that cannot take the run: the same (a sweep's job waits for a server that is away)
-        check = recording.start_check(plan.tracking, wait_for_server=bool(plan.sweep_id))
-        with clock.stage("sandbox_start"):
-            if hasattr(plan.agent, "warm_up"):
-                plan.agent.warm_up()  # e.g. an LLM agent imports its SDK on a thread while the store is checked
-        with clock.stage("recording"):  # opening the store imports MLflow (here, or in the recording process)
-            check.result()
+        preflight(plan, recording, clock)
     except ConfigError:
         discard_unused(Path(run_dir))
         raise
@@ -130,14 +120,7 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         log.info("run %s (%s) started; files in %s", plan.name, recorder.run_id, run_dir)
         try:
             guard.release()  # a signal that came while the run was created stops it now
-            if recorder.attempt > 1:  # start the retried job afresh
-                for leftover in ("workspace", "submission", "scoring", "snapshots", "dev"):
-                    shutil.rmtree(run_dir / leftover, ignore_errors=True)
-                (run_dir / "trajectory.jsonl").unlink(missing_ok=True)
-            with clock.stage("recording"):
-                recorder.log_params(plan.params)
-                recorder.log_text(plan.config_yaml, "config.yaml")
-            result = stages(plan, recorder, run_dir, guard, clock)
+            result = Stages(plan, recorder, run_dir, guard, clock).run()
         except BaseException as e:
             with guard.hold():  # signals now come too late to change anything
                 replacement = stopped(plan, recorder, run_dir, e)
@@ -149,6 +132,26 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
     if result.status == Status.KILLED:
         raise RunInterrupted(result, guard.received[0])
     return result
+
+
+def preflight(plan: plans.RunPlan, recording: recording_process.RecordingProcess | record.LocalRecording,
+              clock: timeline.StageClock) -> None:  # fmt: skip
+    """Everything the run needs, checked before it exists: a ConfigError is one line, and
+    nothing is recorded."""
+    # e.g. no namespaces, a dead Docker daemon
+    plan.sandbox_class.preflight(plan.sandbox)
+    prefetch.refuse_if_missing(plan.task)  # full scale: models or evaluation sets not in the HF cache
+    if plan.task.builds_at_preflight:  # a folder task whose baseline or eval.py fails: the same
+        assets_lib.ensure_assets(plan.task, plan.cache_dir)
+    if hasattr(plan.agent, "prepare"):
+        plan.agent.prepare(plan.cache_dir)  # say, an agent's program installed into the cache, or refused
+    # a store that cannot take the run: the same (a sweep's job waits for a server that is away)
+    check = recording.start_check(plan.tracking, wait_for_server=bool(plan.sweep_id))
+    with clock.stage("sandbox_start"):
+        if hasattr(plan.agent, "warm_up"):
+            plan.agent.warm_up()  # e.g. an LLM agent imports its SDK on a thread while the store is checked
+    with clock.stage("recording"):  # opening the store imports MLflow (here, or in the recording process)
+        check.result()
 
 
 def stopped(plan: plans.RunPlan, recorder, run_dir: Path, e: BaseException) -> BaseException:
@@ -240,138 +243,179 @@ def scrub_hydra_files(run_dir: Path, secrets: list[str]) -> None:
             path.write_text(clean)
 
 
-def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard,
-           clock: timeline.StageClock) -> RunResult:  # fmt: skip
-    task: Task = plan.task
-    with clock.stage("assets"):
-        asset_path = assets_lib.ensure_assets(task, plan.cache_dir)
-    prepare_time = clock.times["assets"]
-    with clock.stage("recording"):
-        record_assets(recorder, assets_lib.fingerprint(asset_path))
-        recorder.set_tags({Tag.ENVIRONMENT: task.environment.name if task.environment else "harness"})
-    # wall time counts from here: building a task's assets is a one-off of whichever run
-    # needs them first, and would make that run look slow next to its siblings.
-    run_started = time.monotonic()
+class Stages:
+    """A run's stages once its record is open: assets, start, agent, collect, score and record,
+    in that order (`run`). Each reads the plan and what the stages before it left here. Each is
+    timed in one place, as one of the clock's stages (mlrb/timeline.py); what a stage writes
+    to the record is timed apart, as `recording`."""
 
-    # The scorer imports while the agent works, once there will be something to score: from the
-    # start for an agent that runs a known solution (it hands one in), else from the first step
-    # after which the workspace holds a submission (`after_step`).
-    with clock.stage("sandbox_start"):
+    def __init__(self, plan: plans.RunPlan, recorder: record.RecordedRun, run_dir: Path, guard: interrupts.Guard,
+                 clock: timeline.StageClock):  # fmt: skip
+        self.plan, self.recorder, self.run_dir, self.guard, self.clock = plan, recorder, run_dir, guard, clock
+        self.task: Task = plan.task
+
+    def run(self) -> RunResult:
+        timed = ((self.open, "recording"), (self.assets, "assets"), (self.start, "sandbox_start"), (self.agent, "agent"),
+                 (self.collect, "collect"), (self.score, "scoring"))  # fmt: skip
+        with contextlib.ExitStack() as self.closing:  # the scorer, closed once the run is scored or stops
+            for stage, timed_as in timed:
+                with self.clock.stage(timed_as):
+                    stage()
+        with self.guard.hold():  # the outcome is recorded whole; a signal meanwhile stops the run right after
+            result = self.record()
+        self.guard.release()
+        return result
+
+    def open(self) -> None:
+        """The run's record begun (the run itself is created before, whole or not at all): a
+        retried job starts afresh, and the config is recorded."""
+        if self.recorder.attempt > 1:
+            for leftover in ("workspace", "submission", "scoring", "snapshots", "dev"):
+                shutil.rmtree(self.run_dir / leftover, ignore_errors=True)
+            (self.run_dir / "trajectory.jsonl").unlink(missing_ok=True)
+        self.recorder.log_params(self.plan.params)
+        self.recorder.log_text(self.plan.config_yaml, "config.yaml")
+
+    def assets(self) -> None:
+        """The task's assets, found in the cache or built, and which ones the run uses."""
+        started = time.monotonic()
+        self.asset_path = assets_lib.ensure_assets(self.task, self.plan.cache_dir)
+        self.prepare_time = time.monotonic() - started
+        with self.clock.stage("recording"):
+            record_assets(self.recorder, assets_lib.fingerprint(self.asset_path))
+            environment = self.task.environment
+            self.recorder.set_tags({Tag.ENVIRONMENT: environment.name if environment else "harness"})
+        # wall time counts from here: building a task's assets is a one-off of whichever run
+        # needs them first, and would make that run look slow next to its siblings.
+        self.run_started = time.monotonic()
+
+    def start(self) -> None:
+        """The scorer, the workspace, the agent's sandbox and its prompt."""
+        plan, task = self.plan, self.task
+        # The scorer imports while the agent works, once there will be something to score: from the
+        # start for an agent that runs a known solution (it hands one in), else from the first step
+        # after which the workspace holds a submission (`after_step`).
         ahead = getattr(plan.agent, "runs_known_solution", False)
-        scorer = Scorer(task, asset_path, run_dir / "scoring", plan.sandbox, recorder.run_id, ahead=ahead)
-    with scorer:
-        with clock.stage("sandbox_start"):
-            work = run_dir / "workspace"
-            start_files = task.workspace_files(asset_path)
-            before = workspace.prepare(start_files, work)
-            step_snapshots = snapshots.StepSnapshots(run_dir / "snapshots")
-            model = metering.start(plan.agent)
-            sandbox = plan.sandbox_class(plan.sandbox, work, asset_path / "public", recorder.run_id, plan.limits,
-                                         seed=plan.seed, task_environment=task.environment,
-                                         model_endpoint=model.endpoint() if model else None,
-                                         agent_tools=getattr(plan.agent, "tools_dir", None))  # fmt: skip
-            guard.on_interrupt(sandbox.close)  # a signal stops the agent's processes at once
-            prompt = instructions.render(task, plan.budget, sandbox.workspace, sandbox.data_dir)
-        with clock.stage("recording"):
-            recorder.log_text(prompt, "instructions.md")
+        self.scorer = self.closing.enter_context(
+            Scorer(task, self.asset_path, self.run_dir / "scoring", plan.sandbox, self.recorder.run_id, ahead=ahead)
+        )
+        self.work = self.run_dir / "workspace"
+        self.start_files = task.workspace_files(self.asset_path)
+        self.before = workspace.prepare(self.start_files, self.work)
+        self.step_snapshots = snapshots.StepSnapshots(self.run_dir / "snapshots")
+        self.model = metering.start(plan.agent)
+        self.sandbox = plan.sandbox_class(
+            plan.sandbox, self.work, self.asset_path / "public", self.recorder.run_id, plan.limits, seed=plan.seed,
+            task_environment=task.environment, model_endpoint=self.model.endpoint() if self.model else None,
+            agent_tools=getattr(plan.agent, "tools_dir", None),
+        )  # fmt: skip
+        self.guard.on_interrupt(self.sandbox.close)  # a signal stops the agent's processes at once
+        self.prompt = instructions.render(task, plan.budget, self.sandbox.workspace, self.sandbox.data_dir)
+        with self.clock.stage("recording"):
+            self.recorder.log_text(self.prompt, "instructions.md")
 
-        budget = Budget(plan.budget)
+    def agent(self) -> None:
+        """The agent's run in its sandbox, under the budget, its events into the trajectory."""
+        plan, work = self.plan, self.work
+        budget = self.budget = Budget(plan.budget)
         # scoring.every_steps / every_minutes: the workspace scored mid-run too, off the agent's clock
-        during = step_scoring.StepScoring(plan.scoring, task, asset_path, work, start_files, step_snapshots.root,
-                                          plan.sandbox, recorder, run_dir, budget)  # fmt: skip
+        self.during = step_scoring.StepScoring(plan.scoring, self.task, self.asset_path, work, self.start_files,
+                                               self.step_snapshots.root, plan.sandbox, self.recorder, self.run_dir,
+                                               budget)  # fmt: skip
 
         def after_step(step: int) -> None:
-            during.after(step_snapshots.take(step, work, before, budget.elapsed_s()))
+            self.during.after(self.step_snapshots.take(step, work, self.before, budget.elapsed_s()))
             if (work / plan.submission).exists():
                 with budget.paused():  # (a container's start is not the agent's time)
-                    scorer.start_ahead()
+                    self.scorer.start_ahead()
 
-        agent_started = time.monotonic()
         sink: events.EventSink | None = None
         stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
         try:
-            sink = open_sink(run_dir / "trajectory.jsonl", recorder)
-            if model is not None:  # the proxy charges the budget and emits each model call as the run's events,
+            sink = open_sink(self.run_dir / "trajectory.jsonl", self.recorder)
+            if self.model is not None:  # the proxy charges the budget and emits each model call as the run's events,
                 # and the tool calls seen in them for an agent that does not emit its own
-                metering.attach(model, budget, sink, tools=not getattr(plan.agent, "emits_tool_events", False))
+                metering.attach(self.model, budget, sink, tools=not getattr(plan.agent, "emits_tool_events", False))
             sink.emit(events.RunStarted(plan.name, dataclasses.asdict(plan.budget)))
+            context = AgentContext(self.task, self.prompt, self.sandbox, budget, sink, plan.seed, run_dir=self.run_dir,
+                                   on_step_end=after_step, model=self.model)  # fmt: skip
             try:
-                outcome: AgentOutcome = plan.agent.run(
-                    AgentContext(
-                        task,
-                        prompt,
-                        sandbox,
-                        budget,
-                        sink,
-                        plan.seed,
-                        run_dir=run_dir,
-                        on_step_end=after_step,
-                        model=model,
-                    )
-                )
+                self.outcome: AgentOutcome = plan.agent.run(context)
             except interrupts.Interrupted as e:  # the workspace is still scored (a second signal skips that)
-                outcome = AgentOutcome(Status.KILLED, e.name, f"interrupted by {e.name}")
+                self.outcome = AgentOutcome(Status.KILLED, e.name, f"interrupted by {e.name}")
                 log.warning("%s: stopped the agent; scoring its workspace (send it again to skip scoring)", e.name)
-            spent = budget.summary()  # taken now, so the agent's time does not include scoring
-            sink.emit(events.RunEnded(dataclasses.asdict(outcome), spent))
+            self.spent = budget.summary()  # taken now, so the agent's time does not include scoring
+            sink.emit(events.RunEnded(dataclasses.asdict(self.outcome), self.spent))
         except BaseException as e:
             stopped_by = e
             raise
         finally:
-            sandbox.close()
-            if model is not None:
-                model.close()
+            self.sandbox.close()
+            if self.model is not None:
+                self.model.close()
             if sink is not None:
                 sink.close(stopped_by)  # traces flushed, the trajectory file closed
-            clock.add("agent", time.monotonic() - agent_started)
-        log.info("agent ended: %s %s", outcome.status, outcome.message)
+        log.info("agent ended: %s %s", self.outcome.status, self.outcome.message)
+
+    def collect(self) -> None:
+        """What the agent left: its final state and trajectory recorded, the step to score chosen
+        (MLRC-Bench: the best on dev), the read-only files restored."""
+        plan, task, work = self.plan, self.task, self.work
         # the final state (work left running may have changed it)
-        step_snapshots.take(budget.steps, work, before, spent["agent_time_s"])
-        with clock.stage("recording"):
-            recorder.log_file(run_dir / "trajectory.jsonl")
-            recorder.log_text(workspace.diff(before, work), "workspace.patch")
-            recorder.log_folder(step_snapshots.root, "snapshots")
-            if (run_dir / "agent").is_dir():  # what an outside agent printed: its transcript
-                recorder.log_folder(run_dir / "agent", "agent")
+        self.step_snapshots.take(self.budget.steps, work, self.before, self.spent["agent_time_s"])
+        with self.clock.stage("recording"):
+            self.recorder.log_file(self.run_dir / "trajectory.jsonl")
+            self.recorder.log_text(workspace.diff(self.before, work), "workspace.patch")
+            self.recorder.log_folder(self.step_snapshots.root, "snapshots")
+            if (self.run_dir / "agent").is_dir():  # what an outside agent printed: its transcript
+                self.recorder.log_folder(self.run_dir / "agent", "agent")
 
         def score_folder(scored_task: Task, folder: Path, work_dir: Path) -> ScoreReport:  # as the run's scorer
-            return score_submission(scored_task, folder, asset_path, work_dir, plan.sandbox, recorder.run_id)
+            return score_submission(scored_task, folder, self.asset_path, work_dir, plan.sandbox, self.recorder.run_id)
 
-        chosen = task.judge.choose_snapshot(step_snapshots.root, asset_path, run_dir, score_folder)
+        chosen = task.judge.choose_snapshot(self.step_snapshots.root, self.asset_path, self.run_dir, score_folder)
         if chosen is not None:  # MLRC-Bench: the test split is scored on the snapshot with the best dev score
-            snapshots.materialise(step_snapshots.root, chosen["entry"], start_files, work)
-            recorder.log_metrics(chosen["metrics"])
-            recorder.set_tags(chosen["tags"])
-        restored = workspace.restore_read_only(start_files, work, task.rules.read_only_globs(asset_path), before)
-        if restored:
-            log.warning("the agent changed read-only files, restored before scoring: %s", ", ".join(restored))
+            snapshots.materialise(self.step_snapshots.root, chosen["entry"], self.start_files, work)
+            with self.clock.stage("recording"):
+                self.recorder.log_metrics(chosen["metrics"])
+                self.recorder.set_tags(chosen["tags"])
+        globs = task.rules.read_only_globs(self.asset_path)
+        self.restored = workspace.restore_read_only(self.start_files, work, globs, self.before)
+        if self.restored:
+            log.warning("the agent changed read-only files, restored before scoring: %s", ", ".join(self.restored))
 
-        with clock.stage("scoring"):
-            submitted = workspace.collect(work, plan.submission, run_dir / "submission")
-            # Checked again: scoring against assets changed since the run began would be a silent wrong score.
-            asset_path = assets_lib.ensure_assets(task, plan.cache_dir)
-            report = scorer.score(run_dir / "submission")  # (restarted if those assets were rebuilt)
-    score_time = clock.times["scoring"]
-    if not submitted:
-        report.details["collected"] = False
-    status = Status.KILLED if outcome.status == Status.KILLED else of_run(outcome.status, submitted, report.valid)
-    with guard.hold():  # the outcome is recorded whole; a signal meanwhile stops the run right after
-        with clock.stage("recording"):
+    def score(self) -> None:
+        """The submission collected and scored in the scorer's sandbox."""
+        self.submitted = workspace.collect(self.work, self.plan.submission, self.run_dir / "submission")
+        # Checked again: scoring against assets changed since the run began would be a silent wrong score.
+        self.asset_path = assets_lib.ensure_assets(self.task, self.plan.cache_dir)
+        self.report = self.scorer.score(self.run_dir / "submission")  # (restarted if those assets were rebuilt)
+        if not self.submitted:
+            self.report.details["collected"] = False
+
+    def record(self) -> RunResult:
+        """The score, how it counts and how the run ended, as metrics and tags."""
+        task, report, outcome, recorder = self.task, self.report, self.outcome, self.recorder
+        score_time = self.clock.times["scoring"]
+        status = (
+            Status.KILLED if outcome.status == Status.KILLED else of_run(outcome.status, self.submitted, report.valid)
+        )
+        with self.clock.stage("recording"):
             recorder.log_text(json.dumps(report.to_dict(), indent=2, default=float), "score_report.json")
-            recorder.log_file(run_dir / "scoring" / "scorer.log")
-
-        calibration = task.anchors.read(asset_path)
+            recorder.log_file(self.run_dir / "scoring" / "scorer.log")
+        calibration = task.anchors.read(self.asset_path)
         summary = summarise(report, calibration, task.higher_is_better, task.normalisation)
-        during.ended(budget.steps, report, spent)  # a run scored mid-run: its curve ends at its own score
+        # a run scored mid-run: its curve ends at its own score
+        self.during.ended(self.budget.steps, report, self.spent)
         recorder.log_metrics(
             {
                 **summary,
                 **report.metrics,
-                **spent,
-                "prepare_time_s": prepare_time,
+                **self.spent,
+                "prepare_time_s": self.prepare_time,
                 "score_time_s": score_time,
-                "wall_time_s": time.monotonic() - run_started,
-                **clock.metrics(),
+                "wall_time_s": time.monotonic() - self.run_started,
+                **self.clock.metrics(),
             }
         )
         recorder.set_tags(
@@ -381,22 +425,21 @@ def stages(plan: plans.RunPlan, recorder, run_dir: Path, guard: interrupts.Guard
                 Tag.AGENT_MESSAGE: outcome.message[:5000],
                 Tag.VALID: report.valid,
                 Tag.INVALID_REASON: "" if report.valid else report.reason,
-                Tag.READ_ONLY_RESTORED: ", ".join(restored),
+                Tag.READ_ONLY_RESTORED: ", ".join(self.restored),
                 **counted_tags(report, calibration, task.higher_is_better),
             }
         )
-    guard.release()
-    return RunResult(
-        run_id=recorder.run_id,
-        name=plan.name,
-        status=status,
-        valid=report.valid,
-        reason=report.reason,
-        score=report.score,
-        normalised_score=summary.get("normalised_score"),
-        run_dir=str(run_dir),
-        store_error=recorder.store_error,
-    )
+        return RunResult(
+            run_id=recorder.run_id,
+            name=self.plan.name,
+            status=status,
+            valid=report.valid,
+            reason=report.reason,
+            score=report.score,
+            normalised_score=summary.get("normalised_score"),
+            run_dir=str(self.run_dir),
+            store_error=recorder.store_error,
+        )
 
 
 def record_assets(recorder, fingerprint: str) -> None:

@@ -5,10 +5,11 @@ imports, reading the command line, composing and validating the config), `assets
 (finding and verifying the task's cached assets, building them if missing),
 `sandbox_start` (the scorer's sandbox, whose imports then run beside the agent, the
 workspace and the agent's sandbox), `agent` (the agent's run, its model SDK's import
-included), `scoring` (collecting the submission, handing it to the scorer, its work) and
-`recording` (MLflow: importing it, checking the store,
-creating the run and writing to it; the last metrics and the run's end are after
-these figures are taken). In a single run, MLflow works in a process of its own
+included), `collect` (the final snapshot, and choosing the step to score: an MLRC-Bench
+folder's dev scores), `scoring` (copying out the submission, handing it to the scorer,
+its work) and `recording` (MLflow: importing it, checking the store, creating the run
+and writing to it; the last metrics and the run's end are after these figures are
+taken). In a single run, MLflow works in a process of its own
 (mlrb/recording_process.py): `recording` is then the time the run waits for it.
 """
 
@@ -21,8 +22,12 @@ from collections.abc import Iterator
 
 
 class StageClock:
+    """Seconds per stage, from the run's own thread. A stage timed inside another (the record
+    written during the agent's start) counts as its own, not as the outer one's too."""
+
     def __init__(self) -> None:
         self.times: dict[str, float] = {}
+        self.inner: list[float] = []  # for each stage being timed: the seconds of the stages timed inside it
 
     def add(self, stage: str, seconds: float) -> None:
         self.times[stage] = self.times.get(stage, 0.0) + seconds
@@ -30,10 +35,14 @@ class StageClock:
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
         started = time.monotonic()
+        self.inner.append(0.0)
         try:
             yield
         finally:
-            self.add(name, time.monotonic() - started)
+            elapsed = time.monotonic() - started
+            self.add(name, elapsed - self.inner.pop())
+            if self.inner:
+                self.inner[-1] += elapsed
 
     def metrics(self) -> dict[str, float]:
         return {f"stage_time_s.{stage}": round(seconds, 4) for stage, seconds in self.times.items()}

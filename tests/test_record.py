@@ -138,6 +138,71 @@ def test_a_sync_stopped_half_way_is_finished_by_the_next_without_duplicates(tmp_
     assert store_content(rebuilt, run) == expected
 
 
+# Syncs of argv[1] into stores under argv[2], each in a process forked from this one (MLflow imported
+# once), which kills itself (SIGKILL: no handler, no cleanup) just before its Nth write to the store:
+# first one that is not killed, which counts the writes, then one killed before each of them. Prints
+# {"writes": count, "signals": [the signal that ended each]}.
+KILLED_AT_EACH_WRITE = """
+import json, os, signal, sys
+from mlflow.tracking import MlflowClient
+from mlrb import sync
+run_dir, root = sys.argv[1], sys.argv[2]
+writes, kill_at = 0, -1
+def counted(method):
+    def write(*args, **kwargs):
+        global writes
+        if writes == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        writes += 1
+        return method(*args, **kwargs)
+    return write
+for name in ("create_run", "log_batch", "log_text", "log_artifact", "log_artifacts", "set_terminated"):
+    setattr(MlflowClient, name, counted(getattr(MlflowClient, name)))
+def forked_sync(store, kill):
+    global kill_at
+    pid = os.fork()
+    if pid == 0:
+        kill_at = kill
+        sync.main([run_dir, "--tracking-dir", store])
+        os._exit(min(writes, 255))
+    return os.waitpid(pid, 0)[1]
+status = forked_sync(root + "/whole", -1)
+count = os.WEXITSTATUS(status)
+signals = [os.WTERMSIG(s) if os.WIFSIGNALED(s) else None
+           for s in (forked_sync(f"{root}/killed-{n}", n) for n in range(count))]
+print(json.dumps({"writes": count, "signals": signals}))
+"""
+
+
+@pytest.mark.integration
+def test_a_sync_killed_at_any_write_is_finished_by_the_next_without_duplicates(tmp_path, capsys):
+    import signal
+    import subprocess
+
+    from mlflow.tracking import MlflowClient
+
+    from mlrb import sync
+
+    run_dir, original_id = recorded_run(tmp_path, tmp_path / "live")
+    live = MlflowClient(f"sqlite:///{tmp_path / 'live' / 'mlflow.db'}")
+    expected = store_content(live, live.get_run(original_id))
+    syncs = subprocess.run([sys.executable, "-c", KILLED_AT_EACH_WRITE, str(run_dir), str(tmp_path)],
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert syncs.returncode == 0, syncs.stderr[-3000:]
+    killed = json.loads(syncs.stdout.strip().splitlines()[-1])
+    # The run, its params, tags, metric values, artifacts and end: a sync can be cut off before each.
+    assert killed["writes"] >= 8 and killed["signals"] == [signal.SIGKILL] * killed["writes"]
+    for kill_at in range(killed["writes"]):
+        store = tmp_path / f"killed-{kill_at}"
+        sync.main([str(run_dir), "--tracking-dir", str(store)])
+        client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+        (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+        assert store_content(client, run) == expected, f"killed before write {kill_at}"
+        capsys.readouterr()
+        sync.main([str(run_dir), "--tracking-dir", str(store)])
+        assert capsys.readouterr().out.strip().endswith(f"in sync, nothing to upload (run {run.info.run_id})")
+
+
 @pytest.mark.fast
 def test_sync_refuses_a_folder_without_a_record_in_one_line(tmp_path, capsys):
     from mlrb import sync
