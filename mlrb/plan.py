@@ -13,12 +13,18 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlrb.config import BudgetConfig, MlrbConfig, SandboxConfig, ScoringConfig, TrackingConfig
 from mlrb.sandbox.base import Limits
+
+if TYPE_CHECKING:  # imported by `make`, when a run is planned
+    from mlrb.agents.base import Agent
+    from mlrb.sandbox.base import Sandbox
+    from mlrb.tasks.base import Task
 
 # Set by the sweep launchers for their jobs (see mlrb/sweep.py).
 SWEEP_ID_VAR, PARENT_RUN_VAR = "MLRB_SWEEP_ID", "MLRB_PARENT_RUN_ID"
@@ -63,9 +69,9 @@ class RunPlan:
     name: str  # the run's name (run_name)
     key: str  # what makes two runs the same experiment (run_key), a tag
     seed: int
-    task: Any  # mlrb.tasks.base.Task, configured
-    agent: Any  # the agent, configured
-    sandbox_class: Any  # the sandbox's class (mlrb/sandbox/)
+    task: Task  # configured
+    agent: Agent  # configured
+    sandbox_class: type[Sandbox]  # (mlrb/sandbox/)
     sandbox: SandboxConfig
     limits: Limits  # the agent's sandbox's: the task's hardware, unless the sandbox config says less
     budget: BudgetConfig
@@ -73,9 +79,9 @@ class RunPlan:
     tracking: TrackingConfig
     cache_dir: Path  # where task assets and environments are built
     submission: str  # the file or folder in the workspace that is scored
-    tags: dict[str, Any]  # the run's tags when it opens (its folder and the harness's commit are added then)
-    resume_tags: dict[str, str] | None  # a sweep's job: the tags by which a retry finds the job's run
-    params: dict[str, str]  # the resolved config, flattened, as MLflow params
+    tags: Mapping[str, Any]  # the run's tags when it opens (its folder and the harness's commit are added then)
+    resume_tags: Mapping[str, str] | None  # a sweep's job: the tags by which a retry finds the job's run
+    params: Mapping[str, str]  # the resolved config, flattened, as MLflow params
     config_yaml: str  # the same, as the run's config.yaml artifact
     sweep_id: str | None
 
@@ -106,7 +112,7 @@ def make(cfg: MlrbConfig) -> RunPlan:
         Tag.RUN_KEY: key,
     }
     sweep_id, parent_run_id = os.environ.get(SWEEP_ID_VAR), os.environ.get(PARENT_RUN_VAR)
-    resume_tags: dict[str, str] | None = None
+    resume_tags: Mapping[str, str] | None = None
     if sweep_id:  # a job of a sweep: a retry of it continues the job's run
         tags[Tag.SWEEP_ID] = sweep_id
         resume_tags = {Tag.RUN_KEY: key, Tag.SWEEP_ID: sweep_id}

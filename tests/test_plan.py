@@ -1,0 +1,52 @@
+"""A run's plan (mlrb/plan.py): its config resolved once, before anything runs, into what its
+stages need; the stages read the plan and nothing else of the config (issue 36)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from conftest import compose_config
+from mlrb import plan as plans
+from mlrb.tags import Tag
+
+pytestmark = pytest.mark.fast
+
+
+def test_the_plan_names_keys_and_configures_the_run_once_and_cannot_be_changed(monkeypatch):
+    from mlrb.agents.baseline import BaselineAgent
+    from mlrb.sandbox.bwrap import BwrapSandbox
+    from mlrb.tasks.llm_merging.task import LlmMerging
+
+    monkeypatch.delenv(plans.SWEEP_ID_VAR, raising=False)
+    cfg = compose_config("task=llm_merging", "agent=baseline", "seed=3",
+                         "tracking.uri=http://alice:s3cret@mlflow.example:5000")  # fmt: skip
+    plan = plans.make(cfg)
+    assert (plan.experiment, plan.name, plan.seed) == ("llm_merging", "llm_merging/baseline/smoke/3", 3)
+    assert plan.key == plans.run_key(cfg) and plan.tags[Tag.RUN_KEY] == plan.key
+    assert isinstance(plan.task, LlmMerging) and isinstance(plan.agent, BaselineAgent)
+    assert plan.sandbox_class is BwrapSandbox and plan.submission == "submission"
+    assert plan.sweep_id is None and plan.resume_tags is None  # a single run: nothing to resume
+    assert plan.params["task.name"] == "llm_merging" and plan.params["seed"] == "3"
+    # What it records is the config with the tracking store's password masked.
+    assert "s3cret" not in str(dict(plan.params)) + plan.config_yaml
+    assert "alice:***@mlflow.example" in plan.params["tracking.uri"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.seed = 4  # type: ignore[misc]
+    # A job of a sweep: a retry of it finds the job's run by its key and the sweep's id.
+    monkeypatch.setenv(plans.SWEEP_ID_VAR, "sweep-1")
+    job = plans.make(cfg)
+    assert job.resume_tags == {Tag.RUN_KEY: plan.key, Tag.SWEEP_ID: "sweep-1"} and job.sweep_id == "sweep-1"
+
+
+def test_only_the_command_line_and_the_plan_read_the_config_a_run_is_given():
+    """execute takes the config and makes the plan; its stages take the plan (no `cfg`)."""
+    import inspect
+
+    from mlrb import run
+
+    assert "plans.make(cfg)" in inspect.getsource(run.execute)
+    for stage in (run.preflight, run.Stages.__init__):
+        assert "cfg" not in inspect.signature(stage).parameters
+    assert "cfg" not in inspect.getsource(run.Stages) + inspect.getsource(run.preflight)
