@@ -129,6 +129,46 @@ def test_imports_flow_from_the_command_line_down():
     assert not upward, upward
 
 
+# mlrb's modules by layer, from the top: a module imports its own layer's or a lower one's,
+# never a higher one's. A module is in the layer of the longest name here that it starts with;
+# a new module is placed here, which is a decision about what it may use.
+LAYERS = [
+    # the command lines
+    ("mlrb.__main__", "mlrb.cli", "mlrb.report.__main__"),
+    # the commands: a run, a sweep of runs, and what reads them back or puts them elsewhere
+    ("mlrb.run", "mlrb.sweep", "mlrb.sweep_summary", "mlrb.sync", "mlrb.rescore", "mlrb.prefetch", "mlrb.compare",
+     "mlrb.report", "mlrb.tracking_server"),
+    # what a run is made of: its plan, its stages' modules, the tasks, agents, sandboxes and scorers
+    ("mlrb.plan", "mlrb.assets", "mlrb.recording_process", "mlrb.recording_server", "mlrb.step_scoring",
+     "mlrb.instructions", "mlrb.metering", "mlrb.proxy", "mlrb.workspace", "mlrb.snapshots", "mlrb.anytime",
+     "mlrb.trajectory", "mlrb.environments", "mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring"),
+    # what every layer shares: the config and its names, the record and the store (with the traces'
+    # format, which the store writes), events, budgets, statuses, messages
+    ("mlrb", "mlrb.config", "mlrb.registry", "mlrb.task_configs", "mlrb.run_names", "mlrb.record", "mlrb.tracking",
+     "mlrb.agents.tracing", "mlrb.experiment_view", "mlrb.tags", "mlrb.status", "mlrb.events", "mlrb.budget",
+     "mlrb.counting", "mlrb.stats", "mlrb.timeline", "mlrb.console", "mlrb.interrupts", "mlrb.messages",
+     "mlrb.retries", "mlrb.api_shapes"),
+]  # fmt: skip
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest name there that `module` is or starts with (-1: none)."""
+    found = [(len(name), i) for i, names in enumerate(LAYERS) for name in names
+             if module == name or module.startswith(name + ".")]  # fmt: skip
+    return max(found)[1] if found else -1
+
+
+def test_every_module_imports_only_its_own_layer_or_a_lower_one():
+    graph = internal_graph()
+    unplaced = sorted(m for m in graph if layer_of(m) < 0)
+    assert not unplaced, f"place these in LAYERS: {unplaced}"
+    upward = sorted((m, t) for m, targets in graph.items() for t in targets if layer_of(t) < layer_of(m))
+    assert not upward, upward
+    # The rule is checked: a module of the shared layer that imported a run's stage would be refused.
+    assert layer_of("mlrb.tracking") > layer_of("mlrb.assets") > layer_of("mlrb.run") > layer_of("mlrb.cli")
+    assert layer_of("mlrb.agents.tracing") == layer_of("mlrb.tracking") > layer_of("mlrb.agents.llm")
+
+
 # hydra_plugins is a namespace package that mlrb (launchers/hydra_plugins) shares with the plugins it uses.
 NAMESPACE = "hydra_plugins"
 

@@ -61,7 +61,7 @@ class FolderTask(Task):
     def __init__(self, cfg: TaskConfig):
         # The format is settled here, so the scorer (which does not see the folder) gets it resolved.
         folder_format = cfg.format or layout.detect(Path(cfg.path or "").expanduser())
-        super().__init__(dataclasses.replace(cfg, format=folder_format))  # named by the folder, as its runs and cache
+        super().__init__(dataclasses.replace(cfg, format=folder_format))  # named as its folder: runs, reports, cache
         self.folder = Path(cfg.path or "").expanduser().resolve()
         self.format = folder_format
         self.normalisation = "gap" if self.format == "mlrc" else "improvement"
