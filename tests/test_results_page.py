@@ -68,7 +68,7 @@ def test_overhead_writes_its_runs_entries_and_keeps_the_others(results, tmp_path
             "default before": [14.3, 13.7, 15.2]}  # fmt: skip
     peak = {key: [240.0, 241.0, 242.0] for key in wall}
     tree = {key: [1100.0, 1168.0, 1200.0] for key in wall}
-    times = {"compose": 0.8, "sandbox_start": 0.1, "agent": 3.9, "scoring": 1.2, "recording": 2.0}
+    times = {"compose": 0.8, "sandbox_start": 0.1, "agent": 3.9, "collect": 0.3, "scoring": 1.2, "recording": 2.0}
     stages = {"default": [times] * 3, "default before": [times] * 3}
     rounds = [{"harness": 1.4, "recording": 3.2, "scorer": 4.0, "sandbox": 5.0},
               {"harness": 1.2, "recording": 3.4, "scorer": 4.4, "sandbox": 5.2},
@@ -87,14 +87,17 @@ def test_overhead_writes_its_runs_entries_and_keeps_the_others(results, tmp_path
     assert entry["measured"]["note"] == "a unit test's figures" and entry["measured"]["machine"]["cpus"]
     assert entry["rows"]["run"]["wall_s"] == {"median": 8.6, "min": 7.9, "max": 8.8}
     assert entry["per_round"]["run"]["beyond_imports_s"]["median"] == pytest.approx(3.8)  # 8.6 - 1.5 - 3.3
-    assert entry["stages_s"]["run"]["agent"] == 3.9 and entry["stages_s"]["run"]["other"] == pytest.approx(0.6)
+    assert entry["stages_s"]["run"]["agent"] == 3.9 and entry["stages_s"]["run"]["other"] == pytest.approx(0.3)
     # a role a round did not see counts 0 there; "all" is the median of the rounds' sums
     assert entry["cpu_s"]["run"] == {"harness": 1.3, "recording": 3.3, "scorer": 4.2, "sandbox": 5.0, "all": 13.6}
     assert not (folder / "RESULTS.md").exists()  # a file outside benchmarks/ leaves the page alone
 
     page = results.render(folder)
     assert "| default run, before (fbf2c7c) | 14.30 s [13.70-15.20] |" in page
-    assert "a unit test's figures" in page and "| now | 0.80 | 0.00 | 0.10 | 3.90 | 1.20 | 2.00 | 0.60 | 8.60 |" in page
+    assert (
+        "a unit test's figures" in page
+        and "| now | 0.80 | 0.00 | 0.10 | 3.90 | 0.30 | 1.20 | 2.00 | 0.30 | 8.60 |" in page
+    )
     assert "| now | 1.30 | 3.30 | 4.20 | 5.00 | 13.60 |" in page
 
 
