@@ -145,7 +145,7 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, bui
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert tags["mlflow.source.git.commit"] == head and tags["mlrb.git_dirty"] in ("True", "False")
     stages = {k.removeprefix("stage_time_s."): v for k, v in metrics.items() if k.startswith("stage_time_s.")}
-    assert set(stages) == {"compose", "assets", "sandbox_start", "agent", "scoring", "recording"}
+    assert set(stages) == {"compose", "assets", "sandbox_start", "agent", "collect", "scoring", "recording"}
     assert all(v > 0 for v in stages.values()) and sum(stages.values()) < wall_s
     assert stages["agent"] >= metrics["agent_time_s"] - 0.01
     assert stages["scoring"] == pytest.approx(metrics["score_time_s"], abs=1e-3)

@@ -34,7 +34,7 @@ ARTIFACTS = ["config.yaml", "instructions.md", "score_report.json", "snapshots",
 # The files behind them: the step snapshots' folder holds its steps.jsonl (a quick job changes no file).
 ARTIFACT_FILES = ["config.yaml", "instructions.md", "score_report.json", "steps.jsonl", "trajectory.jsonl",
                   "workspace.patch"]  # fmt: skip
-STAGES = ["agent", "assets", "compose", "recording", "sandbox_start", "scoring"]
+STAGES = ["agent", "assets", "collect", "compose", "recording", "sandbox_start", "scoring"]
 METRICS = sorted(["agent_time_s", "baseline_score", "cost_usd", "counted_normalised_score", "counted_score",
                   "do_nothing_score", "input_tokens", "output_tokens", "prepare_time_s",
                   "reference_score", "score_time_s", "steps", "valid", "wall_time_s",
