@@ -143,9 +143,10 @@ def test_a_sync_stopped_half_way_is_finished_by_the_next_without_duplicates(tmp_
 # first one that is not killed, which counts the writes, then one killed before each of them. Prints
 # {"writes": count, "signals": [the signal that ended each]}.
 KILLED_AT_EACH_WRITE = """
-import json, os, signal, sys
+import json, os, shutil, signal, sys
 from mlflow.tracking import MlflowClient
-from mlrb import sync
+from mlrb import sync, tracking
+from mlrb.config import TrackingConfig
 run_dir, root = sys.argv[1], sys.argv[2]
 writes, kill_at = 0, -1
 def counted(method):
@@ -158,14 +159,20 @@ def counted(method):
     return write
 for name in ("create_run", "log_batch", "log_text", "log_artifact", "log_artifacts", "set_terminated"):
     setattr(MlflowClient, name, counted(getattr(MlflowClient, name)))
-def forked_sync(store, kill):
-    global kill_at
+def forked(work):
     pid = os.fork()
     if pid == 0:
-        kill_at = kill
-        sync.main([run_dir, "--tracking-dir", store])
+        work()
         os._exit(min(writes, 255))
     return os.waitpid(pid, 0)[1]
+def forked_sync(store, kill):
+    def work():
+        global kill_at
+        kill_at = kill
+        sync.main([run_dir, "--tracking-dir", store])
+    shutil.copytree(root + "/empty", store)  # made once: an empty store's migrations take seconds
+    return forked(work)
+tracking.check_store(TrackingConfig(dir=root + "/empty"))  # here: what opening a store imports, each fork has
 status = forked_sync(root + "/whole", -1)
 count = os.WEXITSTATUS(status)
 signals = [os.WTERMSIG(s) if os.WIFSIGNALED(s) else None
