@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,9 +78,9 @@ class RunPlan:
     tracking: TrackingConfig
     cache_dir: Path  # where task assets and environments are built
     submission: str  # the file or folder in the workspace that is scored
-    tags: Mapping[str, Any]  # the run's tags when it opens (its folder and the harness's commit are added then)
-    resume_tags: Mapping[str, str] | None  # a sweep's job: the tags by which a retry finds the job's run
-    params: Mapping[str, str]  # the resolved config, flattened, as MLflow params
+    tags: dict[str, Any]  # the run's tags when it opens (its folder and the harness's commit are added then)
+    resume_tags: dict[str, str] | None  # a sweep's job: the tags by which a retry finds the job's run
+    params: dict[str, str]  # the resolved config, flattened, as MLflow params
     config_yaml: str  # the same, as the run's config.yaml artifact
     sweep_id: str | None
 
@@ -112,7 +111,7 @@ def make(cfg: MlrbConfig) -> RunPlan:
         Tag.RUN_KEY: key,
     }
     sweep_id, parent_run_id = os.environ.get(SWEEP_ID_VAR), os.environ.get(PARENT_RUN_VAR)
-    resume_tags: Mapping[str, str] | None = None
+    resume_tags: dict[str, str] | None = None
     if sweep_id:  # a job of a sweep: a retry of it continues the job's run
         tags[Tag.SWEEP_ID] = sweep_id
         resume_tags = {Tag.RUN_KEY: key, Tag.SWEEP_ID: sweep_id}

@@ -114,8 +114,7 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         with guard.hold(), clock.stage("recording"):  # a run is created whole or not at all
             # every call a line of the run folder's record.jsonl, which the store is written from
             recorder = record.RecordedRun(
-                recording.open_run(plan.tracking, plan.experiment, plan.name, tags,
-                                   resume_tags=dict(plan.resume_tags) if plan.resume_tags else None),
+                recording.open_run(plan.tracking, plan.experiment, plan.name, tags, resume_tags=plan.resume_tags),
                 run_dir, plan.experiment, plan.name, tags,
             )  # fmt: skip
         log.info("run %s (%s) started; files in %s", plan.name, recorder.run_id, run_dir)
@@ -274,7 +273,7 @@ class Stages:
             for leftover in ("workspace", "submission", "scoring", "snapshots", "dev"):
                 shutil.rmtree(self.run_dir / leftover, ignore_errors=True)
             (self.run_dir / "trajectory.jsonl").unlink(missing_ok=True)
-        self.recorder.log_params(dict(self.plan.params))
+        self.recorder.log_params(self.plan.params)
         self.recorder.log_text(self.plan.config_yaml, "config.yaml")
 
     def assets(self) -> None:

@@ -34,7 +34,7 @@ def best_dev_snapshot(task: Any, root: Path, assets: Path, run_dir: Path,
             shutil.rmtree(scratch / "workspace", ignore_errors=True)
         dev = dev_scores[entry["step"]] = by_state[key]
         best_dev = dev_scores[best["step"]] if best is not None else None
-        if dev is not None and (best_dev is None or task.direction * (dev - best_dev) > 0):
+        if dev is not None and (best_dev is None or (dev > best_dev if task.higher_is_better else dev < best_dev)):
             best = entry
     if best is None:
         return None

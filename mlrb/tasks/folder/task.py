@@ -115,10 +115,6 @@ class FolderTask(Task):
             )
         return problem
 
-    @property
-    def direction(self) -> float:
-        return 1.0 if self.cfg.higher_is_better else -1.0
-
     # ---- its parts ---------------------------------------------------------------------
 
     @property
