@@ -477,3 +477,15 @@ def printed(tool_result: dict) -> str:
     """What the baseline's command printed to stdout, from its trajectory line's output
     ("exit code 0 (0.1 s)\nstdout:\n...", as a model is shown a command's result)."""
     return tool_result["output"].split("stdout:\n", 1)[1].split("\nstderr:\n", 1)[0]
+
+
+@functools.cache
+def tasks_hook():
+    """docs/hooks/tasks.py, the site's hook that finds the task pages (no package: loaded by its path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_tasks_hook", REPO / "docs" / "hooks" / "tasks.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

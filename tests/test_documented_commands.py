@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, mlflow_client
+from conftest import REPO, mlflow_client, tasks_hook
 from fake_llm_server import FakeLlmServer, reply, tool
 from test_docker_sandbox import docker_problem
 
@@ -70,8 +70,13 @@ class Block:
 
 
 def pages() -> list:
-    """README.md, then the site's pages in mkdocs.yml's nav order (the order run blocks run in)."""
+    """README.md, then the site's pages in its nav's order (the order run blocks run in): mkdocs.yml's
+    nav with the task pages its hook adds (by name, shared pages last), each read from its source,
+    mlrb/tasks/NAME/page.md."""
     nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
+    task_pages = tasks_hook().task_pages()
+    tasks_hook().fill_nav(nav, task_pages)
+    sources = {page.site_path: str(page.source.relative_to(REPO)) for page in task_pages}
 
     def walk(items):
         for item in items:
@@ -79,7 +84,7 @@ def pages() -> list:
             if isinstance(value, list):
                 yield from walk(value)
             else:
-                yield f"docs/{value}"
+                yield sources.get(value, f"docs/{value}")
 
     listed = list(walk(nav))
     # a page left out of the nav still has its blocks checked (mkdocs --strict fails it anyway)
@@ -216,10 +221,12 @@ def test_printing_blocks_work_as_written(block, workdir):
 @pytest.mark.fast
 def test_each_tasks_page_prints_its_full_scale_setup():
     """Each task's page has a checked block printing that task's full-scale config."""
-    printing = {c for b in of_kind("run") if b.prints_only for c in b.commands}
-    for task in ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm",
-                 "mini_pile", "edge_llm_training"]:  # fmt: skip
-        assert f"python -m mlrb --cfg job --resolve task={task} task.scale=full" in printing, task
+    tasks = [page for page in tasks_hook().task_pages() if page.competition is not None]  # not the shared pages
+    assert tasks
+    for task in tasks:
+        page = str(task.source.relative_to(REPO))
+        printing = [c for b in BLOCKS if b.page == page and b.kind == "run" and b.prints_only for c in b.commands]
+        assert f"python -m mlrb --cfg job --resolve task={task.title} task.scale=full" in printing, page
 
 
 @pytest.mark.fast

@@ -178,7 +178,7 @@ UNENFORCED_MARK = "†"
 UNENFORCED_INTRO = (
     f"A row marked {UNENFORCED_MARK} is of a task that states rules to the agent which no check enforces (or "
     "has a known shortcut): its scores cannot vouch that the agent kept them. Each task's page lists them "
-    "(docs/tasks/, \"Rules not enforced\"); the reasons are today's packaged task configs'."
+    "(mlrb/tasks/NAME/page.md, \"Rules not enforced\"); the reasons are today's packaged task configs'."
 )
 
 
