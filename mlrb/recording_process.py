@@ -3,16 +3,28 @@
 Importing MLflow and its SQL store takes a single run 2-3 s of Python work, more than
 anything else the harness does for a short run. Started as soon as `python -m mlrb` has
 read its command line, this process does that work on another core while the harness
-composes its config, loads the task and imports the agent's SDK. Then it checks the store,
-opens the run and writes the run's record to it (mlrb/record.py): the harness appends each
-line to `record.jsonl` and tells the process where the line lies; the process reads it from
-the file and writes it with `record.export_lines`, as a sweep's job does in its own process.
-The harness process never imports MLflow.
+composes its config, loads the task and imports the agent's SDK. Then it is the run's
+exporter (mlrb/record.py): it checks the store, opens the run, and writes each line the
+harness appends to `record.jsonl` to the store with `record.export_lines`, reading the line
+from the file, as a sweep's job does in its own process. The harness process never imports
+MLflow.
 
-The process takes three calls: `check_store`, `open_run` and `export`. The harness waits for
-each answer, so a line is in the store when its call returns, as it would be in one process.
+The two talk in JSON lines over a pair of pipes, one request and one answer at a time:
+
+- `check_store` (the tracking config, whether to wait for a server that is away): the
+  answer is empty, or a config error to refuse the run with in one line;
+- `open_run` (the tracking config, experiment, run name, tags, resume tags): the answer is
+  the store's run id, its experiment's id and the attempt;
+- `export` (the record's path, a byte offset and a length): the answer comes once the lines
+  are in the store, so a line is in the store when its call returns, as in one process.
+
+A failed request is answered with its kind (`config`, or `failed` with the error's type and
+message, which `tracking.store_unreachable` reads) and mlrb's log lines of each request come
+back with its answer (a warning about a damaged store, say), so the harness logs them where it
+logs its own: the run's log file and the console. No object crosses the pipe but JSON data.
+
 One thread of the harness does the sending and receiving, so that a signal (which Python
-delivers to the main thread) never cuts a message in half; the main thread only waits.
+delivers to the main thread) never cuts a request in half; the main thread only waits.
 
 The process ignores SIGINT, SIGTERM and SIGHUP (a Ctrl-C or a closed terminal reaches the
 whole process group): the harness, which handles them, still records the run as killed
@@ -28,54 +40,55 @@ run, or import MLflow anyway.
 from __future__ import annotations
 
 import atexit
+import dataclasses
+import json
 import logging
 import os
-import pickle
 import queue
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from mlrb.config import ConfigError, TrackingConfig
 
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_S = 10.0  # the process ends as soon as it reads the end of its pipe
-# Exceptions whose class the harness may rebuild from a pickle without importing MLflow or SQLAlchemy.
-PICKLED_EXCEPTIONS = ("builtins", "mlrb.")
 
 
 class RecordingError(RuntimeError):
-    """The recording process failed a call (its error, with the original type's name), or
-    ended while the harness still needed it."""
+    """The recording process failed a request (its error's type and message), or ended while
+    the harness still needed it."""
 
 
 class Pending:
-    """The answer to one call, once the recording process gives it."""
+    """The answer to one request, once the recording process gives it."""
 
     def __init__(self) -> None:
         self.done = threading.Event()
-        self.ok = False
-        self.value: Any = None
-        self.logged: list[dict[str, Any]] = []
+        self.answer: dict[str, Any] = {}
 
-    def resolve(self, ok: bool, value: Any, logged: list[dict[str, Any]] | None = None) -> None:
-        self.ok, self.value, self.logged = ok, value, logged or []
+    def resolve(self, answer: dict[str, Any]) -> None:
+        self.answer = answer
         self.done.set()
 
     def result(self) -> Any:
-        """The call's value (or its error, raised), once what it logged is in the harness's log."""
+        """The request's value (or its error, raised), once what it logged is in the harness's log."""
         self.done.wait()
-        for fields in self.logged:
-            logging.getLogger(fields["name"]).handle(logging.makeLogRecord(fields))
-        if not self.ok:
-            raise self.value
-        return self.value
+        for name, level, message in self.answer.get("log", []):
+            logging.getLogger(name).log(level, "%s", message)
+        if self.answer.get("ok"):
+            return self.answer.get("value")
+        error = ConfigError if self.answer.get("error") == "config" else RecordingError
+        raise error(self.answer.get("message", "the recording process gave no answer"))
+
+
+def failed(message: str) -> dict[str, Any]:
+    return {"ok": False, "error": "failed", "message": message}
 
 
 def echo(source: int, target: int) -> None:
@@ -103,7 +116,7 @@ spawn: Callable[[int, int], Any] = new_interpreter
 
 
 class RecordingProcess:
-    """The harness's side: calls go to the process in order, one at a time."""
+    """The harness's side: requests go to the process in order, one at a time."""
 
     def __init__(self, start_process: Callable[[int, int], Any] | None = None) -> None:
         """START_PROCESS(child_reads, child_writes_to) starts the process (`spawn` unless given):
@@ -123,50 +136,59 @@ class RecordingProcess:
         ]
         for thread in self.echoes:
             thread.start()
-        self.sending = Connection(to_child, readable=False)
-        self.receiving = Connection(from_child, writable=False)
-        self.calls: queue.SimpleQueue[tuple[tuple, Pending] | None] = queue.SimpleQueue()
-        self.ended: str | None = None  # why the process can take no more calls
-        self.used = False  # a call was sent: the process may have written to the store
+        self.sending: IO[bytes] = os.fdopen(to_child, "wb")
+        self.receiving: IO[bytes] = os.fdopen(from_child, "rb")
+        self.requests: queue.SimpleQueue[tuple[bytes, Pending] | None] = queue.SimpleQueue()
+        self.ended: str | None = None  # why the process can take no more requests
+        self.used = False  # a request was sent: the process may have written to the store
         self.io = threading.Thread(target=self.exchange, name="recording-io", daemon=True)
         self.io.start()
 
     def exchange(self) -> None:
-        """The I/O thread: send each call, wait for its answer, hand it over."""
-        while (item := self.calls.get()) is not None:
-            call, pending = item
+        """The I/O thread: send each request, wait for its answer, hand it over."""
+        while (item := self.requests.get()) is not None:
+            request, pending = item
             if self.ended is None:
                 try:
-                    self.sending.send(call)  # pickled whole before anything is written
-                    pending.resolve(*self.receiving.recv())  # read whole before it is unpickled
+                    self.sending.write(request)
+                    self.sending.flush()  # the whole line, however many writes the pipe takes
+                    answer = self.receiving.readline()
+                    if not answer.endswith(b"\n"):  # the process ended before it answered
+                        raise EOFError
+                    pending.resolve(json.loads(answer))
                     continue
                 except (EOFError, OSError):
                     code = self.process.wait()
                     self.ended = f"the recording process (MLflow) ended unexpectedly, exit code {code}"
-                except Exception as e:  # a call or an answer pickle cannot carry: this call fails, not the next
-                    pending.resolve(False, RecordingError(f"{call[0]}: {type(e).__name__}: {e}"))
+                except ValueError as e:  # not JSON: this request fails, not the next
+                    pending.resolve(failed(f"the recording process answered what is not JSON ({e})"))
                     continue
-            pending.resolve(False, RecordingError(self.ended))
-        self.sending.close()
+            pending.resolve(failed(self.ended))
+        try:
+            self.sending.close()
+        except OSError:  # what a process that ended could not take
+            pass
 
-    def submit(self, operation: str, *args: Any) -> Pending:
-        """Send a call now; its answer comes later (Pending.result)."""
+    def submit(self, operation: str, **args: Any) -> Pending:
+        """Send a request now; its answer comes later (Pending.result)."""
         pending = Pending()
         self.used = True
-        self.calls.put(((operation, os.getcwd(), args), pending))
+        request = {"op": operation, "cwd": os.getcwd(), "args": args}
+        self.requests.put(((json.dumps(request, default=str) + "\n").encode("utf-8"), pending))
         return pending
 
-    def call(self, operation: str, *args: Any) -> Any:
-        return self.submit(operation, *args).result()
+    def call(self, operation: str, **args: Any) -> Any:
+        return self.submit(operation, **args).result()
 
     def close(self) -> None:
-        """Let the process end once every call sent so far is answered, and wait for it. One
-        that was never called (the command stopped before its run: a config refused, --help)
-        is ended at once: it has written nothing, and it would hold the harness's standard
-        output and error open (a pipe's reader waits for them) until its imports are done."""
+        """Let the process end once every request sent so far is answered, and wait for it. One
+        that was never asked anything (the command stopped before its run: a config refused,
+        --help) is ended at once: it has written nothing, and it would hold the harness's
+        standard output and error open (a pipe's reader waits for them) until its imports are
+        done."""
         if not self.used:
             self.process.kill()
-        self.calls.put(None)
+        self.requests.put(None)
         self.io.join(CLOSE_WAIT_S)
         try:
             self.process.wait(CLOSE_WAIT_S)
@@ -176,16 +198,19 @@ class RecordingProcess:
         for thread in self.echoes:
             thread.join(CLOSE_WAIT_S)  # its last words are written before the harness ends
 
-    # ------------------------------------------------------------- what a run calls
+    # ------------------------------------------------------------- what a run asks
 
     def start_check(self, cfg: TrackingConfig, wait_for_server: bool = False) -> Pending:
         """`tracking.check_store`, started now (the process opens the store while the
         harness goes on); its result() raises the ConfigError, if any."""
-        return self.submit("check_store", cfg, wait_for_server)
+        return self.submit("check_store", tracking=dataclasses.asdict(cfg), wait_for_server=wait_for_server)
 
     def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
                  resume_tags: dict[str, str] | None = None) -> RemoteStoreRun:  # fmt: skip
-        run_id, experiment_id, attempt = self.call("open_run", cfg, experiment, run_name, tags, resume_tags)
+        run_id, experiment_id, attempt = self.call(
+            "open_run", tracking=dataclasses.asdict(cfg), experiment=experiment, run_name=run_name,
+            tags={k: str(v) for k, v in tags.items()}, resume_tags=resume_tags,
+        )  # fmt: skip
         return RemoteStoreRun(self, run_id, experiment_id, attempt)
 
 
@@ -200,19 +225,7 @@ class RemoteStoreRun:
 
     def export(self, path: Path, offset: int, length: int) -> None:
         """Have the process write the record's bytes [offset, offset + length) to the store."""
-        self.process.call("export", str(Path(path).resolve()), offset, length)
-
-
-def portable(error: BaseException) -> BaseException:
-    """The error itself when the other side can rebuild it without importing anything heavy
-    (builtins and mlrb's own), else a RecordingError naming its type and message."""
-    if type(error).__module__.startswith(PICKLED_EXCEPTIONS):
-        try:
-            pickle.loads(pickle.dumps(error))
-            return error
-        except Exception:  # an exception class pickle cannot rebuild (its own __init__)
-            pass
-    return RecordingError(f"{type(error).__name__}: {error}")
+        self.process.call("export", path=str(Path(path).resolve()), offset=offset, length=length)
 
 
 # ------------------------------------------------------------- the harness's one process
@@ -234,7 +247,7 @@ def running() -> RecordingProcess | None:
 
 
 def stop() -> None:
-    """At the harness's end: every call answered, the process ended."""
+    """At the harness's end: every request answered, the process ended."""
     global _started
     if _started is not None:
         _started.close()
@@ -244,23 +257,23 @@ def stop() -> None:
 # ------------------------------------------------------------- the recording process itself
 
 
-class Served:
-    """The recording process's state: the run's recorder."""
+class Exporter:
+    """The recording process's side: the run it opened, and what each request does."""
 
     def __init__(self) -> None:
         self.recorder: Any = None
 
-    def check_store(self, cfg: TrackingConfig, wait_for_server: bool) -> None:
-        from mlrb import tracking
+    def check_store(self, tracking: dict[str, Any], wait_for_server: bool) -> None:
+        from mlrb import tracking as store
 
-        tracking.check_store(cfg, wait_for_server=wait_for_server)
+        store.check_store(TrackingConfig(**tracking), wait_for_server=wait_for_server)
 
-    def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
-                 resume_tags: dict[str, str] | None) -> tuple[str, str, int]:  # fmt: skip
-        from mlrb import tracking
+    def open_run(self, tracking: dict[str, Any], experiment: str, run_name: str, tags: dict[str, str],
+                 resume_tags: dict[str, str] | None) -> list[Any]:  # fmt: skip
+        from mlrb import tracking as store
 
-        self.recorder = tracking.open_run(cfg, experiment, run_name, tags, resume_tags=resume_tags)
-        return self.recorder.run_id, self.recorder.experiment_id, self.recorder.attempt
+        self.recorder = store.open_run(TrackingConfig(**tracking), experiment, run_name, tags, resume_tags=resume_tags)
+        return [self.recorder.run_id, self.recorder.experiment_id, self.recorder.attempt]
 
     def export(self, path: str, offset: int, length: int) -> None:
         from mlrb.record import export_lines
@@ -269,57 +282,53 @@ class Served:
 
 
 OPERATIONS: dict[str, Callable[..., Any]] = {
-    "check_store": Served.check_store,
-    "open_run": Served.open_run,
-    "export": Served.export,
+    "check_store": Exporter.check_store,
+    "open_run": Exporter.open_run,
+    "export": Exporter.export,
 }
 
 
 class Collect(logging.Handler):
-    """mlrb's log records of one call, sent back with its answer: the harness logs them where
-    it logs its own (the run's log file, the console)."""
+    """mlrb's log lines of one request, sent back with its answer as (logger, level, message)."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.records: list[dict[str, Any]] = []
+        self.lines: list[list[Any]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        exc_text = self.formatter.formatException(record.exc_info) if record.exc_info and self.formatter else None
-        self.records.append({"name": record.name, "levelno": record.levelno, "levelname": record.levelname,
-                             "msg": record.getMessage(), "exc_text": exc_text, "created": record.created})  # fmt: skip
+        self.lines.append([record.name, record.levelno, record.getMessage()])
 
-    def take(self) -> list[dict[str, Any]]:
-        records, self.records = self.records, []
-        return records
+    def take(self) -> list[list[Any]]:
+        lines, self.lines = self.lines, []
+        return lines
 
 
-def serve(receiving: Connection, sending: Connection) -> None:
-    served = Served()
+def answer(exporter: Exporter, request: dict[str, Any]) -> dict[str, Any]:
+    try:
+        if os.getcwd() != request["cwd"]:
+            os.chdir(request["cwd"])  # relative paths in the config mean what they mean to the harness
+        return {"ok": True, "value": OPERATIONS[request["op"]](exporter, **request["args"])}
+    except ConfigError as e:
+        return {"ok": False, "error": "config", "message": str(e)}
+    except Exception as e:  # an MLflow, SQLAlchemy or OS error: the harness says what failed
+        return failed(f"{type(e).__name__}: {e}")
+
+
+def serve(receiving: IO[bytes], sending: IO[bytes]) -> None:
+    exporter = Exporter()
     collect = Collect()
-    collect.setFormatter(logging.Formatter())
     mlrb_log = logging.getLogger("mlrb")
     mlrb_log.addHandler(collect)
     mlrb_log.setLevel(logging.INFO)
     mlrb_log.propagate = False
-    while True:
+    for line in receiving:  # until the harness is done (or gone)
         try:
-            operation, cwd, args = receiving.recv()
-        except EOFError:  # the harness is done (or gone)
-            return
-        try:
-            if os.getcwd() != cwd:
-                os.chdir(cwd)  # relative paths in the config mean what they mean to the harness
-            answer = (True, OPERATIONS[operation](served, *args))
-        except ConfigError as e:
-            answer = (False, e)
-        except Exception as e:  # an MLflow, SQLAlchemy or OS error: the harness says what failed
-            log.debug("recording: %s failed", operation, exc_info=True)
-            answer = (False, portable(e))
-        logged = collect.take()
-        try:
-            sending.send((*answer, logged))
-        except (pickle.PicklingError, TypeError, AttributeError) as e:  # an answer pickle cannot carry
-            sending.send((False, RecordingError(f"{operation}: its answer cannot be sent back ({e})"), logged))
+            reply = answer(exporter, json.loads(line))
+        except (ValueError, KeyError, TypeError) as e:  # a request this process cannot read
+            reply = failed(f"the recording process cannot read the request ({type(e).__name__}: {e})")
+        reply["log"] = collect.take()
+        sending.write((json.dumps(reply, default=str) + "\n").encode("utf-8"))
+        sending.flush()
 
 
 def main(argv: list[str]) -> None:
@@ -327,7 +336,7 @@ def main(argv: list[str]) -> None:
     # through this process (a terminal signals its whole process group).
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
-    receiving, sending = Connection(int(argv[0]), writable=False), Connection(int(argv[1]), readable=False)
+    receiving, sending = os.fdopen(int(argv[0]), "rb"), os.fdopen(int(argv[1]), "wb")
     # The point of this process: these imports run while the harness composes its config.
     import mlflow  # noqa: F401
 
@@ -337,12 +346,8 @@ def main(argv: list[str]) -> None:
     serve(receiving, sending)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # nothing to tear down: every write was committed when its call was answered
+    os._exit(0)  # nothing to tear down: every write was committed when its request was answered
 
 
 if __name__ == "__main__":
-    # Run as the module it is (not as __main__), so that what it pickles back, a RecordingError
-    # say, names a class the harness can find: mlrb.recording_process's.
-    from mlrb.recording_process import main as serve_the_harness
-
-    serve_the_harness(sys.argv[1:])
+    main(sys.argv[1:])

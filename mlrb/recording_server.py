@@ -19,9 +19,9 @@ does.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import pickle
 import select
 import shutil
 import signal
@@ -39,7 +39,7 @@ from mlrb import recording_process
 log = logging.getLogger(__name__)
 
 ADDRESS_VAR = "MLRB_RECORDING_SERVER"  # the server's socket, in a local sweep's jobs
-MAX_MESSAGE = 1 << 20  # a job's request: its environment, pickled
+MAX_MESSAGE = 1 << 20  # a job's request: its environment, as JSON
 REAP_EVERY_S = 1.0
 REQUEST_WAIT_S = 30.0  # a fork takes milliseconds; past this, the job starts a new interpreter
 # At the sweep's end, its jobs' last forks are ending (a job's result is read before its
@@ -131,8 +131,8 @@ def serve(listener: socket.socket, alive: int) -> None:
         try:
             data, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 4)
             if len(fds) == 4 and data:
-                start_recording(conn, pickle.loads(data), fds, listener, alive)
-        except (OSError, pickle.UnpicklingError, EOFError):
+                start_recording(conn, json.loads(data), fds, listener, alive)
+        except (OSError, ValueError):
             pass  # that job starts a new interpreter
         finally:
             for fd in fds:
@@ -176,13 +176,13 @@ def start_recording(conn: socket.socket, env: dict[str, str], fds: list[int], li
         for fd in (*fds, go_r):
             os.close(fd)
         try:
-            conn.send(pickle.dumps(("started", g)))
+            conn.send(json.dumps(["started", g]).encode())
             os.write(go_w, b"1")
         except OSError:  # the job is gone, or started a new interpreter instead
             os.kill(g, signal.SIGKILL)
         os.close(go_w)
         _, status = os.waitpid(g, 0)
-        conn.send(pickle.dumps(("ended", os.waitstatus_to_exitcode(status))))
+        conn.send(json.dumps(["ended", os.waitstatus_to_exitcode(status)]).encode())
     finally:
         os._exit(0)
 
@@ -215,8 +215,8 @@ class ServedProcess:
             if not select.select([self.conn], [], [], timeout)[0]:
                 raise subprocess.TimeoutExpired("recording process", timeout or 0)
             try:
-                kind, code = pickle.loads(self.conn.recv(4096))
-            except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+                kind, code = json.loads(self.conn.recv(4096))
+            except (OSError, ValueError):
                 kind, code = "ended", -1  # the server's fork is gone: the status is lost
             self.returncode = code if kind == "ended" else -1
             self.conn.close()
@@ -248,11 +248,11 @@ def request(address: str, child_reads: int, child_writes_to: int) -> ServedProce
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         conn.connect(address)
-        socket.send_fds(conn, [pickle.dumps(dict(os.environ))], [child_reads, child_writes_to, out_w, err_w])
+        socket.send_fds(conn, [json.dumps(dict(os.environ)).encode()], [child_reads, child_writes_to, out_w, err_w])
         answer = conn.recv(4096) if select.select([conn], [], [], REQUEST_WAIT_S)[0] else b""
         try:
-            _, pid = pickle.loads(answer)
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError):
+            _, pid = json.loads(answer)
+        except (ValueError, TypeError):
             raise OSError(f"the recording server at {address} did not answer") from None
     except BaseException:
         conn.close()

@@ -12,6 +12,7 @@ import os
 import random
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -161,3 +162,29 @@ def test_a_run_recorded_through_the_process_has_its_params_and_a_trace_ended_by_
     (span,) = trace.data.spans
     assert span.name == "step 1" and span.status.status_code == "ERROR"
     assert span.status.description == "APIConnectionError: connection refused"
+
+
+@pytest.mark.fast
+def test_only_json_crosses_the_pipe_and_the_process_s_warnings_reach_the_harness_s_log(tmp_path, caplog):
+    store = tmp_path / "mlruns"
+    store.mkdir()
+    damaged = sqlite3.connect(store / "mlflow.db")  # a table MLflow cannot use and no runs: made afresh, with a warning
+    damaged.execute("CREATE TABLE experiments (x INTEGER)")
+    damaged.commit()
+    damaged.close()
+    process = recording_process.RecordingProcess()
+    try:
+        with caplog.at_level("WARNING", logger="mlrb"):
+            process.start_check(TrackingConfig(dir=str(store))).result()
+        (warning,) = [r for r in caplog.records if "was damaged and held no runs" in r.getMessage()]
+        assert (warning.name, warning.levelname) == ("mlrb.tracking", "WARNING")
+        # A request it cannot read (an argument it does not take) fails alone; the next is answered.
+        with pytest.raises(recording_process.RecordingError, match=r"TypeError: .*unexpected keyword.*'colour'"):
+            process.call("check_store", tracking={"dir": str(store)}, wait_for_server=False, colour="red")
+        with pytest.raises(recording_process.RecordingError, match=r"KeyError: 'rename_the_store'"):
+            process.call("rename_the_store")
+        process.start_check(TrackingConfig(dir=str(store))).result()
+    finally:
+        process.close()
+    assert process.process.returncode == 0
+    assert len(list(store.glob("mlflow.db.broken-*"))) == 1
