@@ -4,7 +4,8 @@ imports MLflow and the run is recorded whole; a Ctrl-C to the whole process grou
 terminal sends) still records the run as killed, and the recording process ends with the
 run; a recording process that dies is one line naming it, not a traceback or a hang. And,
 without a run, what crosses between the two processes: a refused store is the same
-ConfigError, a trace ended by an error names the error's type."""
+ConfigError, a trace ended by an error names the error's type, a warning the process logs is in
+the harness's log, and a request the process cannot read fails alone."""
 
 from __future__ import annotations
 
@@ -165,7 +166,7 @@ def test_a_run_recorded_through_the_process_has_its_params_and_a_trace_ended_by_
 
 
 @pytest.mark.fast
-def test_only_json_crosses_the_pipe_and_the_process_s_warnings_reach_the_harness_s_log(tmp_path, caplog):
+def test_the_process_s_warnings_reach_the_harness_s_log_and_a_request_it_cannot_read_fails_alone(tmp_path, caplog):
     store = tmp_path / "mlruns"
     store.mkdir()
     damaged = sqlite3.connect(store / "mlflow.db")  # a table MLflow cannot use and no runs: made afresh, with a warning
