@@ -1,0 +1,56 @@
+"""The durations the README and the tasks page quote are the benchmarks' figures, not a memory of
+them: a first build's time is benchmarks/build_times.json's, a run's is benchmarks/overhead.json's.
+When a benchmark is run again and its figure moves, the sentence that quotes it fails here until
+it says the new figure (rounded as `about` allows)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.fast
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def measured(name: str) -> dict:
+    return json.loads((REPO / "benchmarks" / name).read_text())
+
+
+def seconds(quoted: str, unit: str) -> float:
+    return float(quoted) * (60 if unit.startswith("min") else 1)
+
+
+def assert_about(quoted_s: float, measured_s: float, what: str) -> None:
+    """`about` a figure: within 10 s of it, or 15% of it for figures over a minute."""
+    assert abs(quoted_s - measured_s) <= max(10.0, 0.15 * measured_s), (
+        f"{what}: the text says about {quoted_s:.0f} s, the benchmark measured {measured_s:.0f} s"
+    )
+
+
+def test_the_readme_s_first_build_and_later_run_are_the_measured_ones():
+    readme = (REPO / "README.md").read_text()
+    text = " ".join(readme.split())  # sentences wrap across lines
+    build = re.search(r"The first run builds .*?\(about (\d+(?:\.\d+)?) (s|minutes?) on 2 idle CPU cores", text)
+    later = re.search(r"a run after that takes about (\d+(?:\.\d+)?) (s|minutes?)", text)
+    assert build and later, "the README's Quick start no longer says how long the first run's build and a run take"
+    assert "benchmarks/build_times.py" in text and "benchmarks/overhead.py" in text  # where each figure comes from
+    assert_about(seconds(*build.groups()), measured("build_times.json")["seconds"]["llm_merging"], "first build")
+    run_s = measured("overhead.json")["default"]["rows"]["run"]["wall_s"]["median"]
+    assert_about(seconds(*later.groups()), run_s, "a later default run")
+
+
+def test_the_tasks_page_s_range_of_first_builds_is_the_measured_one():
+    text = " ".join((REPO / "docs" / "tasks" / "index.md").read_text().split())
+    found = re.search(
+        r"from about (\d+(?:\.\d+)?) (s|minutes?) \((\w+)\) to about (\d+(?:\.\d+)?) (s|minutes?) \((\w+)\)", text
+    )
+    assert found, "the tasks page no longer gives the range of first builds"
+    low, low_unit, fastest, high, high_unit, slowest = found.groups()
+    builds = measured("build_times.json")["seconds"]
+    assert (fastest, slowest) == (min(builds, key=builds.get), max(builds, key=builds.get))
+    assert_about(seconds(low, low_unit), builds[fastest], f"{fastest}'s first build")
+    assert_about(seconds(high, high_unit), builds[slowest], f"{slowest}'s first build")
