@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.fast
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.fast
 
 
 def measured(name: str) -> dict:

@@ -82,18 +82,21 @@ def tasks_table(pages: list[TaskPage]) -> str:
     return "\n".join(rows)
 
 
-# MkDocs' events (https://www.mkdocs.org/dev-guide/plugins/#events); each finds the pages anew,
-# so that `mkdocs serve` follows a page added while it runs.
+# MkDocs' events (https://www.mkdocs.org/dev-guide/plugins/#events). Each build starts with
+# on_config, which finds the pages anew (so `mkdocs serve` follows a page added while it runs);
+# the build's other events use what it found.
+found: list[TaskPage] = []
 
 
 def on_config(config: Any) -> None:
-    fill_nav(config.nav, task_pages())
+    found[:] = task_pages()
+    fill_nav(config.nav, found)
     # `mkdocs serve` rebuilds when a page or a task.yaml changes, not only docs/
     config.watch.extend(str(root) for root in registry.TASK_PACKAGES.values())
 
 
 def on_files(files: Files, config: Any) -> None:
-    for page in task_pages():
+    for page in found:
         files.append(File.generated(config, page.site_path, abs_src_path=str(page.source)))
 
 
@@ -102,4 +105,4 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         return markdown
     if TABLE_MARKER not in markdown:
         raise PluginError(f"docs/{INDEX} lost its line '{TABLE_MARKER}', where the table of tasks goes")
-    return markdown.replace(TABLE_MARKER, tasks_table(task_pages()))
+    return markdown.replace(TABLE_MARKER, tasks_table(found))
