@@ -22,6 +22,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import hub_mirror  # noqa: E402
+import warm_start  # noqa: E402
+from conftest import TEST_CACHE, run_cli  # noqa: E402
 
 TASKS = ["baby_lm", "edge_llm_compression", "edge_llm_training", "llm_efficiency", "llm_merging", "math_reasoning",
          "mini_pile"]  # fmt: skip
@@ -56,24 +58,20 @@ FAST = {
 
 @pytest.fixture(scope="session")
 def mirror(tmp_path_factory) -> Path:
-    hf_home = tmp_path_factory.mktemp("hf_home")
-    env_before = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-    os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    try:
-        hub_mirror.build_mirror(hf_home, EVAL_TASKS)
-    finally:
-        for key, value in env_before.items():
-            if value is None:
-                os.environ.pop(key, None)
+    """This test process's own copy of the stand-in mirror (runs write beside its files: locks,
+    prepared tables), copied from the one the test cache keeps for this mirror's code."""
+    hf_home = tmp_path_factory.mktemp("mirror") / "hf_home"
+    shutil.copytree(hub_mirror.kept_mirror(TEST_CACHE, EVAL_TASKS), hf_home, symlinks=True)
     return hf_home
 
 
 def run(args, hf_home: Path, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    """`python -m ARGS` offline on the mirror, started warm (tests/warm_start.py): the Hugging Face
+    libraries read HF_HOME when they are imported, which the warm process has not done."""
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     for key in ("HF_HUB_CACHE", "HF_DATASETS_CACHE", "CUDA_VISIBLE_DEVICES"):
         env.pop(key, None)
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return warm_start.run(args[0], list(args[1:]), cwd, env, timeout)
 
 
 def full_overrides(task: str, cache_dir: Path) -> list:
@@ -134,12 +132,8 @@ def test_full_scale_run_from_the_mirror(mirror, tmp_path, task):
 
 @pytest.mark.fast
 def test_sweep_asking_for_more_gpus_than_visible_is_refused_before_it_starts(tmp_path):
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}  # the machine shows one GPU
-    proc = subprocess.run(
-        [sys.executable, "-m", "mlrb", "-m", "seed=1,2", "launcher=local", "hydra.launcher.slots=2",
-         "hydra.launcher.gpus_per_job=1"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = run_cli("-m", "seed=1,2", "launcher=local", "hydra.launcher.slots=2", "hydra.launcher.gpus_per_job=1",
+                   cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": "0"}, timeout=300)  # fmt: skip  # the machine shows one GPU
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip() == (
         "mlrb: error: launcher: 2 slots x 1 GPU(s) need 2 GPUs but 1 are visible ([0]); "
