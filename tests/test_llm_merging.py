@@ -17,7 +17,9 @@ from mlrb.scoring.runner import score_submission
 from mlrb.tasks.base import Task
 from mlrb.tasks.rules import weight_stats
 
-pytestmark = pytest.mark.integration
+# One test process for the module: the baseline merge (`merged`, the starter's merge.py, about
+# 10 CPU s) is made once, not once in each process that runs one of its tests.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("llm_merging_merged")]
 
 
 @pytest.fixture(scope="module")

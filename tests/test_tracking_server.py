@@ -98,6 +98,11 @@ class TrackingServer:
         assert not port_open(self.port), "the server still answers after it was stopped"
 
 
+# The tests that use the server share one test process, so the server (its database, MLflow's
+# tables, its workers) starts once, not once in each process that runs one of them.
+ONE_SERVER = pytest.mark.xdist_group("tracking_server")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     problem = postgres_problem()
@@ -176,6 +181,7 @@ def check_sweep(client, out: str) -> tuple:
 
 
 @pytest.mark.system
+@ONE_SERVER
 def test_a_sweep_through_the_server_loses_nothing_when_it_restarts_and_matches_sqlite(server, tmp_path, built_cache):
     from mlflow.tracking import MlflowClient
 
@@ -285,6 +291,7 @@ def test_tracking_server_needs_its_address(tmp_path):
 
 
 @pytest.mark.system
+@ONE_SERVER
 def test_a_sweep_whose_server_goes_away_ends_its_jobs_and_its_relaunch_uploads_them_without_running_them(
     server, tmp_path, built_cache
 ):
@@ -331,6 +338,7 @@ def test_a_sweep_whose_server_goes_away_ends_its_jobs_and_its_relaunch_uploads_t
 
 
 @pytest.mark.system
+@ONE_SERVER
 def test_a_run_whose_server_goes_away_finishes_and_sync_stores_it_as_a_live_run_holds_it(server, tmp_path, built_cache):
     """Runs last in this module: it stops the module's server, and starts it again for the sync."""
     import psycopg
