@@ -70,6 +70,9 @@ def prune(cache: Path) -> None:
     for record in cache.glob("*/unseen-seed-*.json"):  # tests/test_anchor_seeds.py's, beside their assets
         if not (record.parent / record.stem.removeprefix("unseen-seed-")).is_dir():
             record.unlink(missing_ok=True)
+    for mirror in cache.glob(f"{MIRRORS}/*"):  # kept_mirror's (a build cut short too)
+        if mirror.stat().st_mtime < cutoff:
+            shutil.rmtree(mirror, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -160,6 +163,33 @@ def empty_store() -> Path:
         os.replace(mine, db)
         mine.with_name(mine.name + ".lock").unlink(missing_ok=True)
     return db
+
+
+MIRRORS = "hub-mirrors"  # kept_mirror's folder in the test cache
+
+
+def kept_mirror(eval_tasks: list[str]) -> Path:
+    """The full-scale stand-in mirror for EVAL_TASKS (tests/hub_mirror.py), built once and kept in
+    the test cache under its `mirror_key`: a later test process or run of the same code copies it
+    instead of building it again (about 25 CPU s). Built under a name of this process's, then
+    renamed: test processes may race, and the first to finish wins."""
+    from unittest import mock
+
+    import hub_mirror
+
+    kept = TEST_CACHE / MIRRORS / hub_mirror.mirror_key(eval_tasks)
+    if not kept.is_dir():
+        mine = kept.with_name(f"{kept.name}.{os.getpid()}")
+        shutil.rmtree(mine, ignore_errors=True)
+        mine.mkdir(parents=True)
+        with mock.patch.dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"):
+            hub_mirror.build_mirror(mine, eval_tasks)
+        try:
+            os.rename(mine, kept)
+        except OSError:  # another process's is there already
+            shutil.rmtree(mine, ignore_errors=True)
+    os.utime(kept)  # used now: `prune` keeps it
+    return kept
 
 
 def mlflow_client(tmp_path: Path):

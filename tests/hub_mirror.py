@@ -329,7 +329,6 @@ def build_mirror(hf_home: Path, eval_tasks: Iterable[str], rows: int = 4, n_auto
 # (mlrb/tasks/hub.py) and the libraries that write the models, tokenizers and tables.
 MIRROR_SOURCES = (Path(__file__), Path(__file__).resolve().parents[1] / "mlrb" / "tasks" / "hub.py")
 MIRROR_LIBRARIES = ("torch", "transformers", "tokenizers", "datasets", "huggingface_hub", "lm_eval", "pyarrow")
-UNUSED_FOR_DAYS = 7  # kept mirrors of code no test run has used for this long are deleted
 
 
 def mirror_key(eval_tasks: Iterable[str]) -> str:
@@ -342,42 +341,6 @@ def mirror_key(eval_tasks: Iterable[str]) -> str:
     digest.update(json.dumps([[name, version(name)] for name in MIRROR_LIBRARIES]).encode())
     digest.update(json.dumps(sorted(eval_tasks)).encode())
     return digest.hexdigest()[:16]
-
-
-def kept_mirror(cache: Path, eval_tasks: Iterable[str]) -> Path:
-    """The mirror for EVAL_TASKS built once and kept under CACHE (the tests' cache), keyed by
-    `mirror_key`: a later test process or test run of the same code copies it instead of
-    building it again (about 25 CPU s). Built under a name of this process's, then renamed:
-    test processes may race, and the first to finish wins."""
-    import time
-
-    eval_tasks = list(eval_tasks)
-    folder = Path(cache) / "hub-mirrors"
-    kept = folder / mirror_key(eval_tasks)
-    if not kept.is_dir():
-        mine = folder / f"{kept.name}.{os.getpid()}"
-        shutil.rmtree(mine, ignore_errors=True)
-        mine.mkdir(parents=True)
-        offline = {key: os.environ.get(key) for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-        os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-        try:
-            build_mirror(mine, eval_tasks)
-        finally:
-            for key, value in offline.items():
-                if value is None:
-                    os.environ.pop(key)
-                else:
-                    os.environ[key] = value
-        try:
-            os.rename(mine, kept)
-        except OSError:  # another process's is there already
-            shutil.rmtree(mine, ignore_errors=True)
-    os.utime(kept)  # used now: kept from pruning
-    cutoff = time.time() - UNUSED_FOR_DAYS * 86400
-    for other in folder.iterdir():
-        if other != kept and other.stat().st_mtime < cutoff:  # a build cut short is pruned too
-            shutil.rmtree(other, ignore_errors=True)
-    return kept
 
 
 def remove(hf_home: Path, kind: str, repo: str) -> None:

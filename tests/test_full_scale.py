@@ -23,7 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import hub_mirror  # noqa: E402
 import warm_start  # noqa: E402
-from conftest import TEST_CACHE, run_cli  # noqa: E402
+from conftest import kept_mirror, run_cli  # noqa: E402
 
 TASKS = ["baby_lm", "edge_llm_compression", "edge_llm_training", "llm_efficiency", "llm_merging", "math_reasoning",
          "mini_pile"]  # fmt: skip
@@ -61,7 +61,7 @@ def mirror(tmp_path_factory) -> Path:
     """This test process's own copy of the stand-in mirror (runs write beside its files: locks,
     prepared tables), copied from the one the test cache keeps for this mirror's code."""
     hf_home = tmp_path_factory.mktemp("mirror") / "hf_home"
-    shutil.copytree(hub_mirror.kept_mirror(TEST_CACHE, EVAL_TASKS), hf_home, symlinks=True)
+    shutil.copytree(kept_mirror(EVAL_TASKS), hf_home, symlinks=True)
     return hf_home
 
 

@@ -13,8 +13,7 @@ import sys
 
 import pytest
 
-import hub_mirror
-from conftest import REPO, TEST_CACHE, tiny_llm_merging
+from conftest import REPO, kept_mirror, tiny_llm_merging
 from mlrb.assets import ensure_assets
 from test_full_scale import EVAL_TASKS
 
@@ -72,7 +71,7 @@ def test_the_gpu_checks_dry_run_scores_both_sides_and_the_full_stand_in(built_ca
     out = tmp_path / "gpu_check.json"
     # The script keeps its stand-in mirror in --work between calls; it is given the one the test
     # cache keeps (the same build_mirror's, tests/hub_mirror.py) instead of building its own.
-    shutil.copytree(hub_mirror.kept_mirror(TEST_CACHE, EVAL_TASKS), tmp_path / "work" / "hf_home", symlinks=True)
+    shutil.copytree(kept_mirror(EVAL_TASKS), tmp_path / "work" / "hf_home", symlinks=True)
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--tasks", "llm_merging",
          "--work", str(tmp_path / "work"), "--cache-dir", str(built_cache), "--out", str(out)],
