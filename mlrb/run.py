@@ -30,6 +30,7 @@ from pathlib import Path
 from mlrb import assets as assets_lib
 from mlrb import (
     console,
+    control,
     counting,
     events,
     instructions,
@@ -50,7 +51,7 @@ from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
 from mlrb.config import ConfigError, MlrbConfig
-from mlrb.scoring.runner import Scorer, score_submission
+from mlrb.scoring.runner import Scorer, ScorerError, score_submission
 from mlrb.status import Status, of_run
 from mlrb.tags import Tag
 from mlrb.tasks.base import ScoreReport, Task
@@ -371,7 +372,11 @@ class Stages:
                 self.recorder.log_folder(self.run_dir / "agent", "agent")
 
         def score_folder(scored_task: Task, folder: Path, work_dir: Path) -> ScoreReport:  # as the run's scorer
-            return score_submission(scored_task, folder, self.asset_path, work_dir, plan.sandbox, self.recorder.run_id)
+            try:
+                return score_submission(scored_task, folder, self.asset_path, work_dir, plan.sandbox,
+                                        self.recorder.run_id)  # fmt: skip
+            except ScorerError as e:  # a step whose dev scoring fails is not chosen; the final scoring has a control
+                return ScoreReport.invalid(f"dev scoring failed: {e}")
 
         chosen = task.judge.choose_snapshot(self.step_snapshots.root, self.asset_path, self.run_dir, score_folder)
         if chosen is not None:  # MLRC-Bench: the test split is scored on the snapshot with the best dev score
@@ -389,7 +394,12 @@ class Stages:
         self.submitted = workspace.collect(self.work, self.plan.submission, self.run_dir / "submission")
         # Checked again: scoring against assets changed since the run began would be a silent wrong score.
         self.asset_path = assets_lib.ensure_assets(self.task, self.plan.cache_dir)
-        self.report = self.scorer.score(self.run_dir / "submission")  # (restarted if those assets were rebuilt)
+        try:
+            self.report = self.scorer.score(self.run_dir / "submission")  # (restarted if those assets were rebuilt)
+        except ScorerError as failure:  # the submission's fault unless the task's baseline fails the same way
+            self.scorer.close()
+            self.report = control.blame(failure, self.task, self.asset_path, self.run_dir / "scoring" / "control",
+                                        self.plan.sandbox, self.recorder.run_id)  # fmt: skip
         if not self.submitted:
             self.report.details["collected"] = False
 

@@ -135,13 +135,15 @@ def test_the_wall_clock_budget_stops_the_agent_and_its_work_is_still_scored(tmp_
 
 
 def test_a_scorer_failure_is_an_infrastructure_error_not_a_zero(tmp_path, built_cache):
-    broken_cache = broken_copy_of(built_cache, tmp_path / "cache")
+    broken_cache = broken_copy_of(built_cache, tmp_path / "cache")  # its hidden test set is not JSON
     result = run_cli(*store_args(tmp_path, broken_cache), cwd=tmp_path)
     assert result.returncode == 1
-    # One line on the console: the cause and the log file that holds the traceback.
+    # One line on the console: the cause and the log file that holds the traceback. The control
+    # (the task's baseline submission, mlrb/control.py) failed the same way: the harness's fault.
     assert "Traceback" not in result.stdout + result.stderr
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("mlrb: run failed (") and "ScorerError: scorer exited 1" in line
+    assert "; the control failed too: scorer exited 1" in line
     log_file = Path(line.rsplit("the traceback is in ", 1)[1])
     assert log_file.is_relative_to(tmp_path / "run") and "Traceback" in log_file.read_text()
     # verbose=true shows it too.

@@ -139,9 +139,9 @@ LAYERS = [
     ("mlrb.run", "mlrb.sweep", "mlrb.sweep_summary", "mlrb.sync", "mlrb.rescore", "mlrb.prefetch", "mlrb.compare",
      "mlrb.report", "mlrb.tracking_server"),
     # what a run is made of: its plan, its stages' modules, the tasks, agents, sandboxes and scorers
-    ("mlrb.plan", "mlrb.assets", "mlrb.recording_process", "mlrb.recording_server", "mlrb.step_scoring",
-     "mlrb.instructions", "mlrb.metering", "mlrb.proxy", "mlrb.workspace", "mlrb.snapshots", "mlrb.anytime",
-     "mlrb.trajectory", "mlrb.environments", "mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring"),
+    ("mlrb.plan", "mlrb.assets", "mlrb.control", "mlrb.recording_process", "mlrb.recording_server",
+     "mlrb.step_scoring", "mlrb.instructions", "mlrb.metering", "mlrb.proxy", "mlrb.workspace", "mlrb.snapshots",
+     "mlrb.anytime", "mlrb.trajectory", "mlrb.environments", "mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring"),
     # what every layer shares: the config and its names, the record and the store (with the traces'
     # format, which the store writes), events, budgets, statuses, messages
     ("mlrb", "mlrb.config", "mlrb.registry", "mlrb.task_configs", "mlrb.run_names", "mlrb.record", "mlrb.tracking",

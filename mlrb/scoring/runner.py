@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -45,16 +46,25 @@ class ScoredTask(Protocol):
 
 
 class ScorerError(RuntimeError):
-    """The scorer itself failed: an infrastructure problem, never a score of 0."""
+    """Scoring failed without a judgement (the scorer raised, or was killed): whose fault it is
+    takes a control to tell (mlrb/control.py); never a score of 0."""
+
+
+class ScoringTimedOut(ScorerError):
+    """Scoring ran past the judge's time limit: a slow submission, or a slow machine."""
 
 
 def score_submission(
     task: ScoredTask, submission: Path, assets: Path, work_dir: Path, sandbox: SandboxConfig, run_id: str = ""
 ) -> ScoreReport:
     """Score in a fresh sandbox of the run's kind (a new namespace for bwrap, a new container
-    for docker, a plain subprocess for unconfined)."""
+    for docker, a plain subprocess for unconfined). A submission that runs past the time limit
+    is invalid here (a step scored mid-run, a rescoring); a run's own scoring asks a control."""
     with Scorer(task, assets, work_dir, sandbox, run_id) as scorer:
-        return scorer.score(submission)
+        try:
+            return scorer.score(submission)
+        except ScoringTimedOut as e:
+            return ScoreReport.invalid(str(e))
 
 
 class Scorer:
@@ -140,11 +150,10 @@ class Scorer:
         written.replace(self.request_file)  # whole, at once: a waiting scorer starts when it appears
         code = process.wait(self.job.timeout_s)
         if code is None:
-            return ScoreReport.invalid(f"scoring took longer than {self.job.timeout_s:g} s")
+            raise ScoringTimedOut(f"scoring took longer than {self.job.timeout_s:g} s")
         report_file = Path(request["report"])
         if code != 0 or not report_file.exists():
-            tail = self.log_file.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-            raise ScorerError(f"scorer exited {code}: {tail[0]} (log: {self.log_file})")
+            raise ScorerError(f"scorer exited {code}: {last_error(self.log_file)} (log: {self.log_file})")
         return ScoreReport(**json.loads(report_file.read_text()))
 
     def close(self) -> None:
@@ -161,6 +170,16 @@ class Scorer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def last_error(log_file: Path) -> str:
+    """The log's last exception line (`SomeError: ...`; a progress bar may follow it), else its last line."""
+    try:
+        lines = [line.strip() for line in log_file.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    errors = [line for line in lines if re.match(r"[\w.]*(Error|Exception|Interrupt)\b", line)]
+    return (errors or lines or ["(no output)"])[-1][:500]
 
 
 def folder_identity(folder: Path) -> tuple[int, int]:

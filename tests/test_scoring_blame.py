@@ -1,0 +1,74 @@
+"""A failed scoring is blamed on the harness only with proof (mlrb/control.py): the task's own
+baseline submission, scored by the same scorer in the same kind of sandbox, must fail too.
+An agent that breaks the scorer on purpose gets an invalid, counted run, not a free re-roll."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import mlflow_client, run_cli, store_args
+from mlrb.scoring.worker import PROBE_TEXT
+from test_command_agent import command_override
+
+pytestmark = pytest.mark.integration
+
+# The cheapest way to break the scorer on the test set while passing its probe sentence and every
+# rule check: the untouched base model, whose tokenizer gives every token the probe does not use an
+# id past the embedding. The model loads and runs on the probe; the test set's other tokens index
+# past the embedding and crash lm-eval. (The probe is written into the program: mlrb's own code
+# never enters the sandbox.)
+BREAK_THE_SCORER = (
+    f"PROBE = {PROBE_TEXT!r}\n"
+    + """
+import json, os, shutil
+from pathlib import Path
+from transformers import AutoTokenizer
+shutil.copytree(Path(os.environ["MLRB_DATA"]) / "base_model", "submission")
+used = set(AutoTokenizer.from_pretrained("submission")(PROBE)["input_ids"])
+size = json.loads(Path("submission/config.json").read_text())["vocab_size"]
+tokenizer = json.loads(Path("submission/tokenizer.json").read_text())
+vocab = tokenizer["model"]["vocab"]
+tokenizer["model"]["vocab"] = {token: i if i in used or i < 4 else size + i for token, i in vocab.items()}
+Path("submission/tokenizer.json").write_text(json.dumps(tokenizer))
+"""
+)
+
+
+def only_run(tmp_path: Path):
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    return run
+
+
+def test_a_submission_that_breaks_the_scorer_is_invalid_and_counted_when_the_control_scores(tmp_path, built_cache):
+    result = run_cli(*store_args(tmp_path, built_cache), "agent=command", command_override(BREAK_THE_SCORER),
+                     cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-unused"})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = only_run(tmp_path)
+    tags, metrics = run.data.tags, run.data.metrics
+    # The scorer did fail on it (its log says so), and the control scored: the failure is the submission's.
+    assert tags["mlrb.status"] == "invalid", tags.get("mlrb.error")
+    assert run.info.status == "FINISHED"  # not re-run by a relaunched sweep
+    reason = tags["mlrb.invalid_reason"]
+    assert reason.startswith("scoring failed on this submission (scorer exited 1: IndexError:"), reason
+    assert "the task's baseline submission scored" in reason
+    # Counted, as doing nothing: no better than not submitting at all.
+    assert tags["mlrb.counted_as"] != "not counted"
+    assert metrics["counted_score"] == metrics["do_nothing_score"]
+    assert "score" not in metrics
+    # The control is kept beside the assets: a second failure does not run the baseline again.
+    (control,) = built_cache.glob("llm_merging/*.control/*/done")
+    assert (control.parent / "submission" / "submission" / "config.json").is_file()
+
+
+def test_a_timeout_the_control_shares_is_an_infrastructure_error_not_the_agent_s(tmp_path, built_cache):
+    # A time limit no scoring can meet (the scorer's imports alone take seconds): the machine is
+    # too slow for the task, as the baseline shows; the honest submission is not blamed.
+    result = run_cli(*store_args(tmp_path, built_cache), "task.scales.tiny.score_timeout_s=0.5", cwd=tmp_path)
+    assert result.returncode == 1
+    run = only_run(tmp_path)
+    assert run.data.tags["mlrb.status"] == "infra_error"
+    error = run.data.tags["mlrb.error"]
+    assert "scoring took longer than 0.5 s; the control failed too: scoring took longer than 0.5 s" in error, error
