@@ -70,6 +70,9 @@ def prune(cache: Path) -> None:
     for record in cache.glob("*/unseen-seed-*.json"):  # tests/test_anchor_seeds.py's, beside their assets
         if not (record.parent / record.stem.removeprefix("unseen-seed-")).is_dir():
             record.unlink(missing_ok=True)
+    for control in cache.glob("*/*.control"):  # mlrb/control.py's, beside assets pruned above
+        if not control.with_suffix("").is_dir():
+            shutil.rmtree(control, ignore_errors=True)
     for mirror in cache.glob(f"{MIRRORS}/*"):  # kept_mirror's (a build cut short too)
         if mirror.stat().st_mtime < cutoff:
             shutil.rmtree(mirror, ignore_errors=True)

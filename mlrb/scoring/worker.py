@@ -8,8 +8,10 @@ the task from the request, scores the submission and writes the report.
 Who is to blame when scoring raises instead of judging: a submission that cannot be
 loaded or run (say a config.json that is not an object, or weights that do not fit
 the config) is the agent's failure, reported as invalid with the reason (exit 0);
-anything else (the task's hidden data, the scorer's own code, the machine) is a
-scorer failure (exit 1), which the harness records as an infrastructure error.
+anything else is a scorer failure (exit 1), whose blame the harness settles with a control
+(mlrb/control.py): the task's baseline submission scored the same way. Only a failure the
+control shares (the task's hidden data, the scorer's own code, the machine) is an
+infrastructure error; otherwise the submission is invalid.
 """
 
 from __future__ import annotations
