@@ -5,8 +5,11 @@ the score report. Reading weights' dtypes, shapes and sizes uses the safetensors
 headers only (no torch, no loading); comparing weights loads one tensor at a time.
 
 - `check_model_folder`: the folder is a plain transformers model (config, safetensors,
-  tokenizer; no pickles, custom code or links), of an allowed type and size.
-- `check_loadable`: transformers can load it (else scoring would crash, not judge).
+  tokenizer; no pickles, custom code, links, subfolders or adapters), of an allowed type and
+  size, whose weight files are exactly the ones transformers loads (`weight_files`).
+- `check_loadable`: transformers can load it (else scoring would crash, not judge), and what
+  it loads is what the files hold (`loaded_differs`): the checks and the scorer read the same
+  weights.
 - `check_fp16_fp32`: FP16/FP32 weights only, no quantization config or modules.
 - `check_base_model`: the declared starting model is an allowed *base* model, not an
   instruction-tuned one; `weight_distances` tells which known model the weights
@@ -43,6 +46,10 @@ INSTRUCTION_TUNED_PATTERN = re.compile(
     re.IGNORECASE,
 )
 _MAX_HEADER_BYTES = 100_000_000
+# The weight files transformers loads from a folder: the one file, or the shards its index names.
+WEIGHTS_FILE, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
+# Files that make transformers load weights from somewhere else (a PEFT adapter names its base model).
+ELSEWHERE_FILES = ("adapter_config.json",)
 
 
 @dataclass
@@ -119,6 +126,9 @@ def check_model_folder(submission: Path, model_types: list[str], max_params: int
     links = [p.name for p in submission.rglob("*") if p.is_symlink()]
     if links:
         return f"the submission contains symbolic links ({', '.join(links[:5])})", {}
+    problem = one_reading_problem(submission)
+    if problem:
+        return problem, {}
     pickled = [p.name for p in submission.rglob("*") if p.suffix in PICKLE_SUFFIXES]
     if pickled:
         return f"pickled weights are not accepted ({', '.join(pickled[:5])}); save with safetensors", {}
@@ -147,21 +157,95 @@ def check_model_folder(submission: Path, model_types: list[str], max_params: int
     return "", facts
 
 
+def weight_files(folder: Path) -> tuple[list[Path], str]:
+    """The weight files transformers loads from FOLDER (model.safetensors, or the shards that
+    model.safetensors.index.json names), and a problem ("" when none) when the folder holds other
+    weights, which the checks would read and the scorer would not."""
+    present = sorted(p.name for p in folder.glob("*.safetensors"))
+    index = folder / WEIGHTS_INDEX
+    if (folder / WEIGHTS_FILE).is_file():
+        extra = [name for name in present if name != WEIGHTS_FILE] + ([WEIGHTS_INDEX] if index.exists() else [])
+        if extra:
+            return [], f"weights beside {WEIGHTS_FILE} ({', '.join(extra[:5])}) that transformers would not load"
+        return [folder / WEIGHTS_FILE], ""
+    if not index.is_file():
+        if not present:
+            return [], ""  # no weights at all: check_model_folder says so
+        listed = ", ".join(present[:5])
+        return [], f"weights must be {WEIGHTS_FILE}, or shards named by {WEIGHTS_INDEX} (found {listed})"
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        shards = sorted({str(name) for name in weight_map.values()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return [], f"{WEIGHTS_INDEX} is not an index of weights (a JSON object with a weight_map)"
+    outside = [name for name in shards if name not in present]
+    if outside:
+        return [], f"{WEIGHTS_INDEX} names weights that are not files of the folder ({', '.join(outside[:3])})"
+    unused = [name for name in present if name not in shards]
+    if unused:
+        return [], f"weights {WEIGHTS_INDEX} does not name ({', '.join(unused[:5])}), which transformers would not load"
+    return [folder / name for name in shards], ""
+
+
+def one_reading_problem(submission: Path) -> str:
+    """Why the rule checks and the scorer might read different weights from this folder ("" when
+    they cannot): a subfolder or a file that is not plain, a file that makes transformers load
+    weights from elsewhere, or weight files transformers would not load."""
+    for path in submission.iterdir():
+        if path.is_dir():
+            return f"the submission holds a folder ({path.name}/): a model folder is flat, as save_pretrained writes it"
+        if not path.is_file():
+            return f"the submission holds {path.name}, which is not a plain file"
+    elsewhere = [name for name in ELSEWHERE_FILES if (submission / name).exists()]
+    if elsewhere:
+        return (f"the submission holds {elsewhere[0]}, which makes transformers load a model from elsewhere; "
+                "merge the adapter into its model (merge_and_unload) and save that")  # fmt: skip
+    return weight_files(submission)[1]
+
+
 def check_loadable(submission: Path) -> str:
     """Load the model and tokenizer once, on the CPU in their own dtype, so a folder that
     transformers cannot load (say weights whose shapes disagree with config.json) is an
-    invalid submission rather than a scorer failure."""
+    invalid submission rather than a scorer failure; and check that the model it loads is the
+    weight files' (`loaded_differs`)."""
     try:
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
         config = AutoConfig.from_pretrained(submission, trust_remote_code=False)
         loader = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
         model = loader.from_pretrained(submission, dtype="auto", trust_remote_code=False)
-        del model
         AutoTokenizer.from_pretrained(submission, trust_remote_code=False)
     except Exception as e:  # transformers raises many types for a broken folder
         first = (str(e).strip().splitlines() or [""])[-1][:200]
         return f"the model cannot be loaded with transformers: {type(e).__name__}: {first}"
+    return loaded_differs(model, submission)
+
+
+def loaded_differs(model, folder: Path) -> str:
+    """Why the model transformers loaded from FOLDER is not the tensors its weight files hold ("" when
+    it is): a tensor of the files that the model does not use or holds otherwise (config.json may
+    tie or rename weights), or a parameter that is in no file (transformers initialised it at random)
+    and shares no other one's storage (a tied weight)."""
+    import torch
+    from safetensors import safe_open
+
+    loaded = {**dict(model.named_buffers()), **dict(model.named_parameters(remove_duplicate=False))}
+    read: set[str] = set()
+    for file in weight_files(folder)[0]:
+        with safe_open(file, framework="pt") as f:
+            for name in f.keys():
+                tensor = loaded.get(name)
+                if tensor is None:
+                    return f"{file.name} holds {name}, which the model transformers loads does not use"
+                if not torch.equal(tensor, f.get_tensor(name).to(dtype=tensor.dtype, device=tensor.device)):
+                    return (f"{name} as transformers loads it is not {file.name}'s (config.json changes it, say by "
+                            "tying weights): the checks and the scorer would read different weights")  # fmt: skip
+                read.add(name)
+    from_files = {loaded[name].data_ptr() for name in read}
+    random = [name for name, p in model.named_parameters(remove_duplicate=False)
+              if name not in read and p.data_ptr() not in from_files]  # fmt: skip
+    if random:
+        return f"parameters in no weight file ({', '.join(random[:3])}): transformers would initialise them at random"
     return ""
 
 
@@ -539,6 +623,7 @@ class PeakMemory:
     def __enter__(self) -> PeakMemory:
         import torch
 
+        fix_evaluation_settings(self.model)
         storages = {}
         for tensor in list(self.model.parameters()) + list(self.model.buffers()):
             storage = tensor.untyped_storage()
@@ -594,6 +679,15 @@ class PeakMemory:
         else:
             self._trace(False)
         self._previous_shape, self._previous_needed = shape, needed
+
+
+def fix_evaluation_settings(model) -> None:
+    """The settings a memory limit is measured at, whatever the submission's config.json says: the
+    key-value cache on (as when generating on the device), PyTorch's own attention, no extra outputs.
+    Read from the submission, one flag (use_cache: false) would meet a limit with no compression."""
+    model.config.use_cache = True
+    model.config.output_attentions = model.config.output_hidden_states = False
+    model.set_attn_implementation("sdpa")
 
 
 def _input_shape(args, kwargs) -> tuple | None:

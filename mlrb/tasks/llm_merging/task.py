@@ -150,4 +150,5 @@ class LlmMerging(Task):
 
     def check_submission(self, submission: Path):
         """The competition's rules that can be checked on the files: (problem or "", facts)."""
-        return rules.check_model_folder(submission, self.spec.model_types, self.spec.max_params)
+        problem, facts = rules.check_model_folder(submission, self.spec.model_types, self.spec.max_params)
+        return problem or rules.check_loadable(submission), facts
