@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from conftest import task_from_config
-
 from mlrb.assets import ensure_assets
 from mlrb.config import SandboxConfig
 from mlrb.control import control_submission
