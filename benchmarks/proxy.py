@@ -8,7 +8,9 @@ The upstream is tests/fake_llm_server.py (a loopback HTTP server). Each call is 
 HTTP/1.1 POST over a kept-alive connection, so what is measured is the proxy and not an
 SDK: a whole Messages reply (latency to its last byte), and a streamed one whose upstream
 pauses after its first event (latency to the first byte, which must not wait for the pause).
-Calls alternate between direct and proxied, so both see the same machine load.
+Calls alternate between direct and proxied, so both see the same machine load. The proxy serves
+the paper's model only, priced from the genai-prices table, and holds each call's estimate
+from a dollar budget while it is in flight, as in a run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import results as results_page  # beside this file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the scripted upstream
 from fake_llm_server import FakeLlmServer, reply  # noqa: E402
+from mlrb.agents.prices import price_of  # noqa: E402
 from mlrb.budget import Budget  # noqa: E402
 from mlrb.config import BudgetConfig  # noqa: E402
 from mlrb.proxy import MeteringProxy, Upstream  # noqa: E402
@@ -34,11 +37,12 @@ TARGET_MS = 2.0  # added at the median per call
 FIRST_BYTE_TARGET_MS = 5.0  # a stream's first byte after the upstream's
 PAUSE_S = 0.05  # a streamed upstream's pause after its first event
 TOKEN, KEY = "bench-token", "sk-ant-bench"
+MODEL = "claude-3-5-sonnet-20240620"  # agent=claude's, priced from the table
 
 
 def timed_call(connection: http.client.HTTPConnection, path: str, stream: bool) -> tuple[float, float]:
     """(seconds to the first byte of the body, seconds to its end) of one POST."""
-    body = json.dumps({"model": "bench", "max_tokens": 10, "stream": stream,
+    body = json.dumps({"model": MODEL, "max_tokens": 10, "stream": stream,
                        "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
     headers = {"content-type": "application/json", "x-api-key": TOKEN, "anthropic-version": "2023-06-01"}
     started = time.perf_counter()
@@ -67,10 +71,11 @@ def main() -> None:
     script = [reply(text="ok", usage=(10, 5))] * (2 * args.calls + 10)
     script += [reply(text="ok", usage=(10, 5), gap_s=PAUSE_S)] * (2 * streams + 10)
     with FakeLlmServer(script) as server:
-        upstream = Upstream(server.anthropic_url, KEY)
-        with MeteringProxy(
-            {"anthropic": upstream}, TOKEN, Budget(BudgetConfig(name="bench", wall_time_s=3600, max_steps=1))
-        ) as proxy:
+        upstream = Upstream(
+            server.anthropic_url, KEY, models={MODEL: price_of("anthropic", MODEL, None, None, "bench")}
+        )
+        budget = Budget(BudgetConfig(name="bench", wall_time_s=3600, max_steps=1, max_usd=1000.0))
+        with MeteringProxy({"anthropic": upstream}, TOKEN, budget) as proxy:
             direct = http.client.HTTPConnection(urlsplit(server.anthropic_url).netloc, timeout=30)
             proxied = http.client.HTTPConnection(urlsplit(proxy.url).netloc, timeout=30)
             for connection, path in ((direct, "/v1/messages"), (proxied, "/anthropic/v1/messages")):

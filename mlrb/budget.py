@@ -6,9 +6,27 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from mlrb.config import BudgetConfig
 from mlrb.messages import time_left
+
+
+@dataclass(frozen=True)
+class Spend:
+    """Tokens and dollars: what a model call used, or what is held for one in flight."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usd: float = 0.0
+
+    def __add__(self, other: Spend) -> Spend:
+        return Spend(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
+                     self.usd + other.usd)  # fmt: skip
+
+    def __sub__(self, other: Spend) -> Spend:
+        return Spend(self.input_tokens - other.input_tokens, self.output_tokens - other.output_tokens,
+                     self.usd - other.usd)  # fmt: skip
 
 
 class Budget:
@@ -20,6 +38,10 @@ class Budget:
         self.input_tokens = 0
         self.output_tokens = 0
         self.usd = 0.0
+        # What the model calls in flight hold (the metering proxy reserves each call's estimate
+        # before it goes upstream), and how many there are.
+        self.held = Spend()
+        self.in_flight = 0
         self.lock = threading.Lock()  # the metering proxy charges calls from its own threads
 
     def elapsed_s(self) -> float:
@@ -47,7 +69,28 @@ class Budget:
             self.output_tokens += output_tokens
             self.usd += usd
 
-    charge = record_usage  # as the metering proxy (mlrb/proxy.py) calls it
+    def reserve(self, hold: Spend) -> str | None:
+        """Admit a model call about to go upstream (the metering proxy asks): None, and HOLD is
+        held until `settle`, while what is spent and held by the calls in flight is under every
+        limit; else the first limit it reaches. A call's own hold does not count against it, so
+        calls one after another go on as long as `spent()` allows, and calls at once overspend
+        by at most one call's hold (when holds are at least what calls use)."""
+        with self.lock:
+            held = self.held
+            limit = self.limit_reached(self.input_tokens + held.input_tokens, self.output_tokens + held.output_tokens,
+                                       self.usd + held.usd)  # fmt: skip
+            if limit is None:
+                self.held, self.in_flight = held + hold, self.in_flight + 1
+            return limit
+
+    def settle(self, hold: Spend, used: Spend) -> None:
+        """A call admitted by `reserve` is over: its HOLD is released and what it USED is charged."""
+        with self.lock:
+            self.in_flight -= 1
+            self.held = self.held - hold if self.in_flight else Spend()  # none in flight: exactly nothing held
+            self.input_tokens += used.input_tokens
+            self.output_tokens += used.output_tokens
+            self.usd += used.usd
 
     def exhausted(self) -> str | None:
         """The name of the first limit reached, or None while there is budget left."""
@@ -63,14 +106,18 @@ class Budget:
         """The first limit a model call may not go past (wall time, tokens, dollars), or None:
         what the metering proxy asks before each call. Steps are not among them: the step
         that is under way makes its call."""
+        return self.limit_reached(self.input_tokens, self.output_tokens, self.usd)
+
+    def limit_reached(self, input_tokens: int, output_tokens: int, usd: float) -> str | None:
+        """The first limit (wall time, tokens, dollars) that these figures reach, or None."""
         cfg = self.cfg
         if not self.remaining_s() > 0:
             return "wall_time"
-        if cfg.max_input_tokens is not None and not self.input_tokens < cfg.max_input_tokens:
+        if cfg.max_input_tokens is not None and not input_tokens < cfg.max_input_tokens:
             return "input_tokens"
-        if cfg.max_output_tokens is not None and not self.output_tokens < cfg.max_output_tokens:
+        if cfg.max_output_tokens is not None and not output_tokens < cfg.max_output_tokens:
             return "output_tokens"
-        if cfg.max_usd is not None and not self.usd < cfg.max_usd:
+        if cfg.max_usd is not None and not usd < cfg.max_usd:
             return "usd"
         return None
 

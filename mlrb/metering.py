@@ -54,10 +54,14 @@ class CallEvents:
     (its output, and whether it failed). Both are emitted when the answer comes, just before the
     call that carries it, the span starting when the tool was asked for. The exit code is not
     seen; a tool whose result never comes back (the agent ended first) is only in its call's
-    `tool_calls`."""
+    `tool_calls`.
+
+    `models_used` names every model the upstreams were asked for (a call that went upstream),
+    each with where its price comes from: the run records which models it used."""
 
     def __init__(self, sink: events.EventSink, budget: Budget, keys: list[str] | None = None, tools: bool = False):
         self.sink, self.budget, self.tools = sink, budget, tools
+        self.models_used: dict[str, str] = {}  # model -> its price's source (mlrb/agents/prices.py)
         self.asked: dict[str, tuple[dict[str, Any], int]] = {}  # tool call id -> (the call, when it was asked for)
         self.keys = [k for k in keys or [] if len(k) >= 8]  # the real keys: an upstream's error may quote one
         self.lock = threading.Lock()
@@ -72,6 +76,8 @@ class CallEvents:
                 self.sink.defer(e)
 
     def events_of(self, call: Call) -> None:
+        if call.attempts and call.price is not None:
+            self.models_used.setdefault(call.model, call.price.source)
         step = self.budget.steps
         attempt = call.agent_attempt or max(call.attempts, 1)
         conversation = conversation_of(call)

@@ -10,21 +10,30 @@ key (worth nothing anywhere else):
 streaming or not. For each call the proxy
 
 - checks the token (a wrong one: 401, in the provider's error shape);
+- refuses a model the run may not call (the agent's config lists them) as the provider answers
+  an unknown model: a 404, Anthropic's `not_found_error`, OpenAI's `model_not_found`;
 - refuses the call once the run's budget is spent (`meter.spent()`), as the provider says
   an account is out of credit: Anthropic's 400 `invalid_request_error`, OpenAI's 429
   `insufficient_quota`; nothing goes upstream;
+- holds what the call may cost from the budget while it is in flight (`meter.reserve()`: its
+  request's tokens, the most it may write, priced), so calls made at once cannot spend the
+  budget many times over: a call that the holds of the calls in flight leave no room for is
+  answered 429, a rate limit the SDKs retry, until they end;
 - sends it upstream with the real key, retrying connection failures, 408, 409, 429 and
   5xx with exponential backoff (a `retry-after` header wins), as the SDKs do;
 - passes the response back as it arrives: a stream is written to the agent chunk by chunk,
   never held back;
 - reads the provider's own usage fields from the response (for a stream, from its events;
   an OpenAI chat stream is asked for its usage, `stream_options.include_usage`) and charges
-  them to the meter at the configured prices;
+  them to the meter at the model's price (mlrb/agents/prices.py), releasing the call's hold;
+- charges every call the upstream served, whatever the agent does: an agent that hangs up
+  early (once it has its answer's text, say) is sent nothing more, but its reply is still read
+  to its end for its usage; a reply cut off before its usage is charged an estimate;
 - hands the whole call (request, response, usage, cost, timings) to `on_call` before the
   response's last bytes (a stream's closing event) go out: once an agent has its answer,
   the call is charged and recorded.
-  A server that reports no usage (some local ones) is charged an estimate, about 4 characters
-  a token, and the call says so (`estimated`).
+  A server that reports no usage (some local ones), or a reply cut off before it, is charged
+  an estimate, about 4 characters a token, and the call says so (`estimated`).
 
 An agent may send, with each call, how long it will wait (`x-mlrb-timeout-s`: the proxy then
 gives up upstream first, answering 504, so the call is still recorded in its place) and which
@@ -53,14 +62,16 @@ import socketserver
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from mlrb.agents.prices import Price, flat
 from mlrb.api_shapes import reply_of
+from mlrb.budget import Spend
 from mlrb.sandbox.base import ModelEndpoint
 
 log = logging.getLogger(__name__)
@@ -77,6 +88,8 @@ DROPPED_HEADERS = {"host", "content-length", "connection", "keep-alive", "transf
                    "upgrade", "proxy-authorization", "authorization", "x-api-key", "accept-encoding",
                    TIMEOUT_HEADER, ATTEMPT_HEADER}  # fmt: skip
 CHARS_PER_TOKEN = 4  # the estimate for a server that reports no usage
+OUTPUT_CAPS = ("max_tokens", "max_completion_tokens", "max_output_tokens")  # a request's cap on what the model writes
+DEFAULT_OUTPUT_HOLD = 4096  # the output tokens held for a call that sets no cap
 RESPONSE_DROPPED = {"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding"}
 RETRIED_STATUSES = {408, 409, 429}  # and every 5xx
 PROVIDERS = ("anthropic", "openai")
@@ -86,12 +99,21 @@ BASE_URL_ENV = {"anthropic": "ANTHROPIC_BASE_URL", "openai": "OPENAI_BASE_URL"}
 
 @dataclass(frozen=True)
 class Upstream:
-    """Where a provider's calls go, and the real key they carry."""
+    """Where a provider's calls go, the real key they carry, and the models an agent may call."""
 
     base_url: str  # e.g. https://api.anthropic.com (Anthropic), https://api.openai.com/v1 (OpenAI)
     api_key: str
-    price_input_per_mtok: float = 0.0
+    price_input_per_mtok: float = 0.0  # USD per million tokens, for any model when `models` is None
     price_output_per_mtok: float = 0.0
+    # The models an agent may call, each at its price; any other is refused. None: any model, at
+    # the prices above (an agent's upstreams always list theirs: mlrb/agents/llm.py, command.py).
+    models: Mapping[str, Price] | None = None
+
+    def price_of(self, provider: str, model: str) -> Price | None:
+        """MODEL's price, or None when it may not be called."""
+        if self.models is None:
+            return flat(provider, model, self.price_input_per_mtok, self.price_output_per_mtok, "the proxy's price")
+        return self.models.get(model)
 
 
 def upstream_url(provider: str, configured: str | None) -> str:
@@ -116,7 +138,8 @@ class Call:
     first_byte_s: float | None = None  # to the response's first byte (the stream's start)
     attempts: int = 0  # upstream tries (0: refused by the proxy)
     refused: str | None = None  # why the proxy answered itself (bad token, budget spent)
-    estimated: bool = False  # the server reported no usage: the tokens are an estimate
+    estimated: bool = False  # the server reported no usage (or the reply broke off): the tokens are an estimate
+    price: Price | None = None  # the model's price (None: refused before it was known)
     timeout_s: float | None = None  # how long the agent said it would wait (x-mlrb-timeout-s)
     agent_attempt: int | None = None  # the agent's own try (x-mlrb-attempt)
     started_ns: int = 0  # wall time the request arrived (time.time_ns())
@@ -125,12 +148,19 @@ class Call:
 
 
 class Meter(Protocol):
-    """What the proxy charges and asks before each call: the run's budget (mlrb/budget.py)."""
-
-    def charge(self, input_tokens: int, output_tokens: int, usd: float) -> None: ...
+    """What the proxy asks before each call and charges after it: the run's budget (mlrb/budget.py)."""
 
     def spent(self) -> str | None:
         """The first limit a call may not go past, or None while there is budget left."""
+        ...
+
+    def reserve(self, hold: Spend) -> str | None:
+        """Hold what a call may cost while it is in flight: None once held, else the first limit
+        that what is spent and held already reaches."""
+        ...
+
+    def settle(self, hold: Spend, used: Spend) -> None:
+        """Release a call's hold and charge what it used."""
         ...
 
 
@@ -147,6 +177,34 @@ def refusal(provider: str, reason: str) -> tuple[int, dict[str, Any]]:
     if provider == "anthropic":
         return 400, error_body(provider, 400, "invalid_request_error", message)
     return 429, error_body(provider, 429, "insufficient_quota", message, code="insufficient_quota")
+
+
+def not_allowed(provider: str, model: str, allowed: list[str]) -> tuple[int, dict[str, Any]]:
+    """The answer to a call naming a model the run may not call: the provider's unknown model."""
+    note = f"(mlrb: this run may call {', '.join(allowed) or 'no model'} here)"
+    if provider == "anthropic":
+        return 404, error_body(provider, 404, "not_found_error", f"model: {model} {note}")
+    message = f"The model `{model}` does not exist or you do not have access to it. {note}"
+    return 404, error_body(provider, 404, "invalid_request_error", message, code="model_not_found")
+
+
+def held_back(provider: str, limit: str) -> tuple[int, dict[str, Any]]:
+    """The answer to a call that the budget held by the calls in flight leaves no room for: a rate
+    limit, which the SDKs retry (the calls' ends may leave room)."""
+    message = (f"mlrb: the calls in flight hold the rest of the run's budget ({limit}); "
+               "try again when they have ended")  # fmt: skip
+    if provider == "anthropic":
+        return 429, error_body(provider, 429, "rate_limit_error", message)
+    return 429, error_body(provider, 429, "requests", message, code="rate_limit_exceeded")
+
+
+def hold_for(price: Price, request: dict[str, Any], body: bytes) -> Spend:
+    """What a call may cost, held from the budget while it is in flight: its request's tokens
+    (about 4 characters a token) and the most it may write (its own cap, else a default)."""
+    caps = [v for v in (request.get(k) for k in OUTPUT_CAPS) if isinstance(v, int) and not isinstance(v, bool)]
+    output_tokens = max(caps) if caps and max(caps) > 0 else DEFAULT_OUTPUT_HOLD
+    input_tokens = len(body) // CHARS_PER_TOKEN
+    return Spend(input_tokens, output_tokens, price.usd(input_tokens, output_tokens))
 
 
 def usage_of(provider: str, body: Any) -> tuple[int, int] | None:
@@ -176,6 +234,7 @@ class StreamUsage:
         self.input_tokens = 0
         self.output_tokens = 0
         self.reported = False  # whether the stream carried any usage
+        self.final = False  # whether it carried its final usage (not only message_start's)
         self.ended = False  # whether the stream's closing event has passed
 
     def feed(self, chunk: bytes) -> None:
@@ -202,18 +261,20 @@ class StreamUsage:
         if kind in CLOSING_EVENTS:
             self.ended = True
         if kind == "message_start":  # Anthropic: the input, and the output so far
-            self.take(usage_of("anthropic", event.get("message")))
-        elif kind == "message_delta":  # Anthropic: the output so far (a running total)
+            self.take(usage_of("anthropic", event.get("message")), final=False)
+        elif kind == "message_delta":  # Anthropic: the output, near the end (a running total)
             self.output_tokens = int((event.get("usage") or {}).get("output_tokens") or self.output_tokens)
-        elif kind == "response.completed":  # Responses: the whole response, its usage in it
+            self.final = True
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):  # Responses: its usage in it
             self.take(usage_of(self.provider, event.get("response")))
         elif isinstance(event.get("usage"), dict):  # Chat Completions: the last chunk
             self.take(usage_of(self.provider, event))
 
-    def take(self, usage: tuple[int, int] | None) -> None:
+    def take(self, usage: tuple[int, int] | None, final: bool = True) -> None:
         if usage is not None:
             self.input_tokens, self.output_tokens = usage
             self.reported = True
+            self.final = final
 
 
 def positive(value: str | None) -> float | None:
@@ -234,6 +295,20 @@ def estimated_usage(call: Call) -> tuple[int, int]:
     text, tool_calls, _ = reply_of(call.response, call.stream)
     written = text + json.dumps([t.get("arguments") for t in tool_calls])
     return len(json.dumps(call.request)) // CHARS_PER_TOKEN, len(written) // CHARS_PER_TOKEN
+
+
+def charged_usage(call: Call, status: int, reported: tuple[int, int] | None, final: bool) -> tuple[int, int]:
+    """The tokens a call is charged: the upstream's final usage; for a reply served without it
+    (cut off, or a server that reports none) an estimate, no less than what it did report, and
+    the call says so. An error the upstream answered costs what it reports, else nothing."""
+    if status != 200:
+        return reported or (0, 0)
+    if reported is not None and final:
+        return reported
+    call.estimated = True
+    estimate = estimated_usage(call)
+    reported = reported or (0, 0)
+    return max(reported[0], estimate[0]), max(reported[1], estimate[1])
 
 
 class UpstreamConnections:
@@ -372,18 +447,16 @@ class MeteringProxy:
             return min(stated, self.retry_max_delay_s)
         return min(self.retry_base_delay_s * 2 ** (attempt - 1), self.retry_max_delay_s)
 
-    def charge(self, call: Call) -> None:
-        upstream = self.upstreams[call.provider]
-        call.usd = (call.input_tokens * upstream.price_input_per_mtok
-                    + call.output_tokens * upstream.price_output_per_mtok) / 1e6  # fmt: skip
-        if self.meter is not None:
-            self.meter.charge(call.input_tokens, call.output_tokens, call.usd)
-
     def handler_class(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Of the request being answered: whether its call was reported, whether the agent has
+            # hung up, and the meter and what it holds for the call (until settled).
+            reported = False
+            agent_gone = False
+            hold: tuple[Meter, Spend] | None = None
 
             def setup(self) -> None:
                 super().setup()
@@ -396,6 +469,7 @@ class MeteringProxy:
                 pass
 
             def do_POST(self) -> None:
+                self.reported, self.agent_gone, self.hold = False, False, None
                 self.started = time.monotonic()
                 started_ns = time.time_ns()
                 route = ROUTES.get(self.path.split("?", 1)[0])
@@ -416,7 +490,6 @@ class MeteringProxy:
                 call = Call(provider, self.path, str(request.get("model", "")), bool(request.get("stream")), 0,
                             request=request, timeout_s=positive(self.headers.get(TIMEOUT_HEADER)),
                             agent_attempt=whole(self.headers.get(ATTEMPT_HEADER)), started_ns=started_ns)  # fmt: skip
-                self.reported = False
                 try:
                     self.handle_call(call, upstream_path, request, body)
                 finally:
@@ -441,12 +514,50 @@ class MeteringProxy:
                     return self.reply(401, error_body(provider, 401, "authentication_error", "invalid x-api-key"
                                                       if provider == "anthropic" else "Incorrect API key provided",
                                                       code="invalid_api_key"), call)  # fmt: skip
-                spent = proxy.meter.spent() if proxy.meter is not None else "not started"
-                if spent:
-                    call.refused = f"budget spent: {spent}"
-                    proxy.refused = proxy.refused or spent
-                    call.status, answer = refusal(provider, spent)
+                upstream = proxy.upstreams[provider]
+                call.price = upstream.price_of(provider, call.model)
+                if call.price is None:
+                    call.refused = f"model not allowed: {call.model!r}"
+                    call.status, answer = not_allowed(provider, call.model, sorted(upstream.models or ()))
                     return self.reply(call.status, answer, call)
+                meter = proxy.meter
+                spent = meter.spent() if meter is not None else "not started"
+                if meter is None or spent:
+                    return self.refuse_spent(call, spent or "not started")
+                hold = hold_for(call.price, request, body)
+                held = meter.reserve(hold)
+                if held:
+                    spent = meter.spent()  # a call that ended meanwhile may have spent it
+                    if spent:
+                        return self.refuse_spent(call, spent)
+                    call.refused = f"budget held by the calls in flight: {held}"
+                    call.status, answer = held_back(provider, held)
+                    return self.reply(call.status, answer, call, {"retry-after": "1"})
+                self.hold = (meter, hold)
+                try:
+                    self.go_upstream(call, upstream_path, request, body)
+                finally:
+                    if self.hold is not None:  # it failed before its usage was read
+                        if call.attempts and call.status == 200:  # yet the upstream served it: charged what it held
+                            call.input_tokens, call.output_tokens = hold.input_tokens, hold.output_tokens
+                            call.estimated = True
+                        self.settle(call)
+
+            def refuse_spent(self, call: Call, spent: str) -> None:
+                call.refused = f"budget spent: {spent}"
+                proxy.refused = proxy.refused or spent
+                call.status, answer = refusal(call.provider, spent)
+                self.reply(call.status, answer, call)
+
+            def settle(self, call: Call) -> None:
+                """Price the call's tokens, charge them, and release its hold."""
+                call.usd = call.price.usd(call.input_tokens, call.output_tokens) if call.price is not None else 0.0
+                if self.hold is not None:
+                    (meter, hold), self.hold = self.hold, None
+                    meter.settle(hold, Spend(call.input_tokens, call.output_tokens, call.usd))
+
+            def go_upstream(self, call: Call, upstream_path: str, request: dict, body: bytes) -> None:
+                provider = call.provider
                 if call.stream and provider == "openai" and upstream_path == "/chat/completions":
                     options = request.get("stream_options") or {}
                     if not options.get("include_usage"):  # the usage comes in the stream's last chunk
@@ -462,7 +573,7 @@ class MeteringProxy:
                         call.attempts, call.status = attempt, response.status
                         self.pass_on(call, response)
                 except (OSError, http.client.HTTPException) as e:
-                    if call.status:  # the answer had begun (the agent went away, or the upstream did): it stands
+                    if call.status:  # the answer had begun: it stands
                         return
                     if isinstance(e, TimeoutError):
                         wait = call.timeout_s or proxy.connections.timeout_s
@@ -474,55 +585,81 @@ class MeteringProxy:
                     self.reply(502, error_body(provider, 502, "api_error", message), call)
 
             def pass_on(self, call: Call, response: http.client.HTTPResponse) -> None:
+                """Pass the upstream's reply on as it arrives, and charge the call. An agent that hangs
+                up is sent nothing more, but the reply is still read to its end for its usage."""
                 self.send_response(response.status)
                 for key, value in response.getheaders():
                     if key.lower() not in RESPONSE_DROPPED:
                         self.send_header(key, value)
                 self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
+                self.to_agent(None)
                 streamed = "text/event-stream" in (response.getheader("content-type") or "")
                 reader = StreamUsage(call.provider) if streamed else None
                 whole = bytearray()
                 held = bytearray()  # a stream's bytes from its closing event on: sent once the call is reported
-                while chunk := response.read1(65536):
-                    if call.first_byte_s is None:
-                        call.first_byte_s = time.monotonic() - self.started
-                    if reader is None:
-                        whole += chunk
-                    else:
-                        reader.feed(chunk)
-                        if reader.ended:
-                            held += chunk
-                            continue
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
+                cut = False
+                try:
+                    while chunk := response.read1(65536):
+                        if call.first_byte_s is None:
+                            call.first_byte_s = time.monotonic() - self.started
+                        if reader is None:
+                            whole += chunk
+                        else:
+                            reader.feed(chunk)
+                            if reader.ended:
+                                held += chunk
+                                continue
+                        self.to_agent(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                except (
+                    OSError,
+                    http.client.HTTPException,
+                ):  # the upstream's reply broke off (or stalled past the timeout)
+                    cut = True
                 if reader is not None:
                     call.response = reader.events
-                    usage = (reader.input_tokens, reader.output_tokens) if reader.reported else None
+                    reported = (reader.input_tokens, reader.output_tokens) if reader.reported else None
+                    final = reader.final
                 else:
                     try:
                         call.response = json.loads(bytes(whole) or b"null")
                     except ValueError:
                         call.response = bytes(whole).decode("utf-8", "replace")
-                    usage = usage_of(call.provider, call.response)
-                if usage is None and response.status == 200:
-                    usage, call.estimated = estimated_usage(call), True
-                call.input_tokens, call.output_tokens = usage or (0, 0)
-                proxy.charge(call)
+                    reported, final = usage_of(call.provider, call.response), not cut
+                call.input_tokens, call.output_tokens = charged_usage(call, response.status, reported, final)
+                self.settle(call)
                 self.report(call)  # before the last bytes: an agent that has its answer finds it charged
+                if cut:  # the agent's reply ends cut off too, not closed as if whole
+                    self.close_connection = True
+                    return
                 if held:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(held), bytes(held)))
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
+                    self.to_agent(b"%x\r\n%s\r\n" % (len(held), bytes(held)))
+                self.to_agent(b"0\r\n\r\n")
 
-            def reply(self, status: int, payload: dict[str, Any], call: Call | None = None) -> None:
+            def to_agent(self, data: bytes | None) -> None:
+                """Send DATA (None: the headers) to the agent, unless it has hung up: then nothing more
+                is sent, and its connection is closed once its call has been read and charged."""
+                if self.agent_gone:
+                    return
+                try:
+                    if data is None:
+                        self.end_headers()
+                    else:
+                        self.wfile.write(data)
+                        self.wfile.flush()
+                except OSError:
+                    self.agent_gone = self.close_connection = True
+
+            def reply(self, status: int, payload: dict[str, Any], call: Call | None = None,
+                      headers: dict[str, str] | None = None) -> None:  # fmt: skip
                 if call is not None:
                     self.report(call)
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.to_agent(None)
+                self.to_agent(data)
 
         return Handler

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlrb.budget import Budget
+from mlrb.budget import Budget, Spend
 from mlrb.config import BudgetConfig
 
 pytestmark = pytest.mark.fast
@@ -56,3 +56,32 @@ def test_no_cap_when_a_limit_is_none():
     budget, clock = make()
     clock.now += 20
     assert budget.remaining_s() == 40
+
+
+def test_a_call_is_admitted_while_what_is_spent_and_held_is_under_every_limit():
+    """The metering proxy holds each call's estimate while it is in flight (reserve), then
+    charges what it used (settle). One call at a time goes on as long as spent() allows,
+    whatever it holds; a second call at once finds the first one's hold."""
+    budget, _ = make(max_usd=1.0, max_input_tokens=None, max_output_tokens=None)
+    budget.record_usage(0, 0, 0.9)
+    big = Spend(input_tokens=1000, output_tokens=4096, usd=0.5)
+    assert budget.spent() is None and budget.reserve(big) is None  # near the end, alone: admitted
+    assert budget.reserve(Spend(10, 10, 0.01)) == "usd"  # the first one's hold leaves no room
+    assert budget.spent() is None and budget.exhausted() is None  # holds are not spending
+    budget.settle(big, Spend(800, 100, 0.05))
+    assert (budget.usd, budget.input_tokens, budget.output_tokens) == (pytest.approx(0.95), 800, 100)
+    assert budget.held == Spend() and budget.in_flight == 0
+    assert budget.reserve(Spend(10, 10, 0.01)) is None  # its hold released: room again
+
+
+def test_token_limits_count_holds_too_and_wall_time_refuses_every_call():
+    budget, clock = make(max_usd=None, max_input_tokens=1000, max_output_tokens=100)
+    assert budget.reserve(Spend(600, 50, 0.0)) is None
+    assert budget.reserve(Spend(600, 10, 0.0)) is None  # 600 held: still under 1000
+    assert budget.reserve(Spend(1, 1, 0.0)) == "input_tokens"  # 1200 held
+    budget.settle(Spend(600, 50, 0.0), Spend(0, 0, 0.0))
+    budget.settle(Spend(600, 10, 0.0), Spend(0, 0, 0.0))
+    assert budget.held == Spend() and budget.reserve(Spend(0, 100, 0.0)) is None
+    assert budget.reserve(Spend(0, 1, 0.0)) == "output_tokens"
+    clock.now += 61
+    assert budget.reserve(Spend()) == "wall_time"

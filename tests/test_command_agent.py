@@ -23,7 +23,7 @@ client = anthropic.Anthropic(max_retries=0)
 assert "sk-ant" not in " ".join(os.environ.values()), "a real key reached the sandbox"
 while True:
     try:
-        text = client.messages.create(model="claude-test", max_tokens=100, messages=[
+        text = client.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=[
             {"role": "user", "content": os.environ["MLRB_PROMPT"][:500]}]).content[0].text
     except anthropic.BadRequestError as e:
         print("refused:", e.message)

@@ -165,7 +165,7 @@ def test_checking_a_config_imports_neither_sdk_nor_mlflow(tmp_path):
         "import sys\n"
         "from mlrb.config import AgentConfig\n"
         "from mlrb.agents.llm import LlmAgent\n"
-        f"LlmAgent.check_config(AgentConfig('claude', 'llm', {{'provider': 'anthropic', 'model': 'm', 'api_key_env': '{KEY_ENV}'}}))\n"
+        f"LlmAgent.check_config(AgentConfig('claude', 'llm', {{'provider': 'anthropic', 'model': 'claude-3-5-sonnet-20240620', 'api_key_env': '{KEY_ENV}'}}))\n"
         "print('HEAVY', [m for m in ('anthropic', 'openai', 'mlflow', 'torch') if m in sys.modules])\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)

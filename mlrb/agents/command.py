@@ -8,9 +8,10 @@ environment, the proxy as its API's base URL and the run's token as its key:
     MLRB_PROMPT                                 the task's prompt (as the built-in agent gets it)
     MLRB_AGENT_DIR                              agent.options.program_dir: your program's files (read-only)
 
-The real keys stay with the proxy. The proxy meters every call and refuses calls once the
-budget's tokens or dollars are spent; the harness's clock kills the program at the wall-time
-limit. The run ends `ok` when the program exits 0, `budget_exhausted` when a limit stopped
+The real keys stay with the proxy. The proxy meters every call, each model at its own price,
+refuses a model that `agent.options.providers.<provider>.models` does not list, and refuses
+calls once the budget's tokens or dollars are spent; the harness's clock kills the program at
+the wall-time limit. The run ends `ok` when the program exits 0, `budget_exhausted` when a limit stopped
 it (a refused call, or the clock), `agent_error` otherwise. Each model call is an event of
 the run (its trajectory, trace and metrics), as the proxy saw it (mlrb/metering.py).
 """
@@ -23,6 +24,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlrb.agents import prices
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.baseline import one_command_step
 from mlrb.config import AgentConfig, ConfigError
@@ -36,9 +38,11 @@ TOOL, CALL_ID = "command", "command"
 @dataclass
 class ProviderOptions:
     api_key_env: str
+    models: list[str] = field(default_factory=list)  # the models the program may call; any other is refused
     base_url: str | None = None  # None: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL, else the provider's
-    price_input_per_mtok: float = 0.0  # USD per million tokens: the budget's dollars are counted with these
-    price_output_per_mtok: float = 0.0
+    # USD per million tokens, for every model listed: None, the price table's (mlrb/agents/prices.py)
+    price_input_per_mtok: float | None = None
+    price_output_per_mtok: float | None = None
 
 
 @dataclass
@@ -57,6 +61,7 @@ class CommandOptions:
 
 
 OPTION_KEYS = ("command", "providers", "environment", "install", "program_dir")
+EXAMPLE_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-5"}
 
 
 def parse_options(cfg: AgentConfig) -> CommandOptions:
@@ -82,8 +87,13 @@ def parse_options(cfg: AgentConfig) -> CommandOptions:
             raise ConfigError(f"agent.options.providers.{name}: {e}") from None
         for price in ("price_input_per_mtok", "price_output_per_mtok"):
             value = getattr(providers[name], price)
-            if not isinstance(value, (int, float)) or not value >= 0:
+            if value is not None and (not isinstance(value, (int, float)) or not value >= 0):
                 raise ConfigError(f"agent.options.providers.{name}.{price} must be a price of 0 or more, not {value!r}")
+        models = providers[name].models
+        if isinstance(models, str) or not models or not all(isinstance(m, str) and m.strip() for m in models):
+            raise ConfigError(f"agent.options.providers.{name}.models must list the models the program may call, "
+                              f"e.g. [{EXAMPLE_MODELS[name]}], not {models!r}")  # fmt: skip
+        providers[name].models = list(models)
     install = None
     if options.get("install"):
         values = dict(options["install"])
@@ -105,13 +115,15 @@ def parse_options(cfg: AgentConfig) -> CommandOptions:
 
 
 def upstreams_of(agent: str, options: CommandOptions) -> dict[str, Upstream]:
-    """The providers whose key is in the environment, with where their calls go."""
+    """The providers whose key is in the environment, with where their calls go and the models
+    the program may call there, each at its price (a one-line ConfigError for a model with none)."""
     found = {}
     for name, provider in options.providers.items():
         key = os.environ.get(provider.api_key_env)
         if key:
-            found[name] = Upstream(upstream_url(name, provider.base_url), key, provider.price_input_per_mtok,
-                                   provider.price_output_per_mtok)  # fmt: skip
+            models = {model: prices.price_of(name, model, provider.price_input_per_mtok, provider.price_output_per_mtok,
+                                             f"agent.options.providers.{name}") for model in provider.models}  # fmt: skip
+            found[name] = Upstream(upstream_url(name, provider.base_url), key, models=models)
     if not found:
         names = " or ".join(f"${p.api_key_env}" for p in options.providers.values()) or "(no providers configured)"
         raise ConfigError(f"agent {agent} needs an API key: set {names} (the run's proxy holds it; "

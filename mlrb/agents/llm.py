@@ -31,6 +31,7 @@ from typing import Any, cast
 from omegaconf import MISSING, OmegaConf
 
 from mlrb import events
+from mlrb.agents import prices
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.providers import NO_KEY, ApiError, Message, Reply, ToolCall, ToolResult
 from mlrb.agents.tools import SUBMIT, TOOLS, ToolEnv, ToolOutput, run_tool
@@ -77,9 +78,10 @@ class LlmOptions:
     max_tokens_per_call: int = 4096
     # OpenAI format only: the name of the output cap (older servers know only max_tokens).
     max_tokens_param: str = "max_completion_tokens"
-    # USD per million tokens, for the cost the budget is checked against.
-    price_input_per_mtok: float = 0.0
-    price_output_per_mtok: float = 0.0
+    # USD per million tokens, for the cost the budget is checked against. null: the price table's
+    # (mlrb/agents/prices.py); a number overrides it, and a model the table lacks needs both.
+    price_input_per_mtok: float | None = None
+    price_output_per_mtok: float | None = None
     # Longest one API call may take (the remaining wall time may cut it shorter).
     request_timeout_s: float = 600.0
     # Failed calls are retried this often, waiting retry_base_delay_s * 2^(n-1) before the
@@ -126,16 +128,11 @@ def check_values(o: LlmOptions) -> None:
             f"unknown agent.options.max_tokens_param '{o.max_tokens_param}'; valid choices: {', '.join(MAX_TOKENS_PARAMS)}"
         )
     positive = ("max_tokens_per_call", "request_timeout_s", "context_chars", "tool_output_chars", "command_timeout_s")
-    not_negative = (
-        "price_input_per_mtok",
-        "price_output_per_mtok",
-        "max_retries",
-        "retry_base_delay_s",
-        "retry_max_delay_s",
-    )
+    not_negative = ("max_retries", "retry_base_delay_s", "retry_max_delay_s")
+    optional = ("temperature", "price_input_per_mtok", "price_output_per_mtok")
     for key in positive:
         check_positive(f"agent.options.{key}", getattr(o, key))
-    for key in not_negative + (("temperature",) if o.temperature is not None else ()):
+    for key in not_negative + tuple(k for k in optional if getattr(o, k) is not None):
         value = getattr(o, key)
         if not math.isfinite(value) or value < 0:  # a NaN price would make every call free
             raise ConfigError(f"agent.options.{key} must not be negative, got {value}: give a finite number, 0 or more")
@@ -145,6 +142,12 @@ def check_values(o: LlmOptions) -> None:
                           "or a class such as 5xx")  # fmt: skip
     if o.api_key_env is not None and not o.api_key_env.strip():
         raise ConfigError("agent.options.api_key_env is empty: name an environment variable, or null for no key")
+
+
+def price_of(options: LlmOptions) -> prices.Price:
+    """The model's price: the config's, else the price table's; a one-line ConfigError when neither has one."""
+    return prices.price_of(options.provider, options.model, options.price_input_per_mtok,
+                           options.price_output_per_mtok, "agent.options")  # fmt: skip
 
 
 def read_api_key(cfg: AgentConfig, options: LlmOptions) -> str | None:
@@ -221,10 +224,13 @@ class LlmAgent:
         self.cfg = cfg
         self.options = parse_options(cfg)
         self._api_key = read_api_key(cfg, self.options)
+        self.price = price_of(self.options)
 
     @classmethod
     def check_config(cls, cfg: AgentConfig) -> None:
-        read_api_key(cfg, parse_options(cfg))
+        options = parse_options(cfg)
+        read_api_key(cfg, options)
+        price_of(options)
 
     def redact(self, text: str) -> str:
         """Never let the key reach the model, the trajectory or a trace, even if a command printed it."""
@@ -243,10 +249,11 @@ class LlmAgent:
         threading.Thread(target=load, name=f"import {self.options.provider}", daemon=True).start()
 
     def model_upstreams(self) -> dict[str, Upstream]:
-        """What the run's metering proxy serves this agent: its provider, with the real key."""
+        """What the run's metering proxy serves this agent: its provider, with the real key, and
+        its model alone, at its price."""
         o = self.options
-        return {o.provider: Upstream(upstream_url(o.provider, o.base_url), self._api_key or NO_KEY,
-                                     o.price_input_per_mtok, o.price_output_per_mtok)}  # fmt: skip
+        upstream = Upstream(upstream_url(o.provider, o.base_url), self._api_key or NO_KEY, models={o.model: self.price})
+        return {o.provider: upstream}
 
     def make_provider(self, base_url: str, token: str, seed: int) -> Any:
         """The SDK client, talking to the run's proxy at BASE_URL; its errors name the upstream."""
