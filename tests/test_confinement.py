@@ -317,8 +317,9 @@ def forged_scores(submission: Path, tmp_path: Path) -> dict[str, float | None]:
     submission's folder imports it, as a scorer that is not isolated would: sitecustomize at
     start-up (the folder on PYTHONPATH), the others by name (the folder the current one)."""
     scores = {}
-    for module, code, env in (("sitecustomize", "pass", {"PYTHONPATH": "."}),
-                              ("usercustomize", "import usercustomize", {}), ("lm_eval", "import lm_eval", {})):  # fmt: skip
+    planted = [("sitecustomize", "pass", {"PYTHONPATH": "."}), ("usercustomize", "import usercustomize", {}),
+               ("lm_eval", "import lm_eval", {})]  # fmt: skip
+    for module, code, env in planted:
         request = tmp_path / f"forged-{module}" / "request.json"
         request.parent.mkdir()
         request.write_text(json.dumps({"report": str(request.with_name("report.json"))}))
