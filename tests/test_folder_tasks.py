@@ -155,6 +155,9 @@ def test_mlrc_folder_scores_test_on_the_best_dev_snapshot(tmp_path, cache_dir, s
                                                    "3": pytest.approx(1 / 3), "4": pytest.approx(1 / 3)}  # fmt: skip
     assert tags["mlrb.scored_step"] == "1" and m["best_dev_score"] == pytest.approx(87 / 90)
     assert tags["mlrb.status"] == "ok" and m["score"] == pytest.approx(0.95)  # the good method, on test
+    # ... its method run apart from the scorer, where the hidden labels are out of its reach
+    # (tests/test_folder_hidden_labels.py), and only what it wrote scored
+    assert (tmp_path / "claude" / "scoring" / "submission_command.log").is_file()
     assert m["normalised_score"] == pytest.approx(100 * (0.95 - 0.6) / 0.4)
     assert m["relative_improvement_to_human"] == pytest.approx(m["normalised_score"])
     assert m["absolute_improvement_to_baseline"] == pytest.approx(100 * (0.95 - 0.6) / 0.6)

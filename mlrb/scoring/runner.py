@@ -2,7 +2,13 @@
 of the run's kind that sees the copy and the hidden data but not the workspace or
 the network, with Python in isolated mode (-I: no PYTHON* variables, no user site,
 no current folder on sys.path) so nothing the agent shipped can load itself
-into the scorer."""
+into the scorer.
+
+A task whose scoring runs the submission's own code (MLRC-Bench's `main.py -m METHOD -p
+test` on the hidden test inputs) says so with `submission_command`: that code runs first, on
+the copy, in another fresh sandbox of the run's kind that sees the copy, the task's Python
+and the system but never the task's assets, so it cannot read the hidden labels; the scorer
+then scores what it left. (sandbox=unconfined confines nothing: there it can.)"""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ import json
 import re
 import shutil
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,7 +28,9 @@ from mlrb.config import SandboxConfig
 from mlrb.sandbox.base import (
     IsolatedCommand,
     IsolatedProcess,
+    Limits,
     Mount,
+    harness_hidden,
     limits_for,
     sandbox_environment,
     task_environment_mounts,
@@ -31,7 +41,11 @@ from mlrb.scoring.report import ScoreReport
 class ScoredTask(Protocol):
     """What scoring needs of a task (every mlrb.tasks.base.Task has it): its judge (the modules
     its scorer imports, its time limit), its rules and hardware, and the config its scorer's
-    process makes the task from (from the registry)."""
+    process makes the task from (from the registry).
+
+    A task whose scoring runs the submission's own code also has `submission_command(copy,
+    assets) -> SubmissionCommand | None` (its inputs put in the copy, the command to run there)
+    and `after_submission_command()`, the task the scorer's process scores with once it ran."""
 
     environment: Path | None
 
@@ -43,6 +57,17 @@ class ScoredTask(Protocol):
     @property
     def hardware(self) -> Any: ...
     def scorer_config(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class SubmissionCommand:
+    """The submission's own code, run on its copy before the copy is scored, where the task's
+    hidden files cannot be seen (see the module's docstring)."""
+
+    argv: list[str]  # run in the copy
+    env: dict[str, str]
+    shown: str  # how a failure names it, e.g. "`python main.py -m my_method -p test`"
+    timeout_s: float
 
 
 class ScorerError(RuntimeError):
@@ -107,11 +132,17 @@ class Scorer:
             env=scorer_environment(self.work_dir, self.sandbox),
             timeout_s=self.task.judge.timeout_s,
             log_file=self.log_file,
-            limits=dataclasses.replace(limits_for(self.task, self.sandbox), network=False),
+            limits=self.limits(),
             run_id=self.run_id,
         )
-        sandbox_class = registry.load(registry.SANDBOXES[self.sandbox.kind])
-        return sandbox_class.start_isolated(self.sandbox, self.job)
+        return self.sandbox_class().start_isolated(self.sandbox, self.job)
+
+    def sandbox_class(self) -> Any:
+        return registry.load(registry.SANDBOXES[self.sandbox.kind])
+
+    def limits(self) -> Limits:
+        """The task's, offline: what scoring runs in, the submission's own command too."""
+        return dataclasses.replace(limits_for(self.task, self.sandbox), network=False)
 
     def score(self, submission: Path) -> ScoreReport:
         """Score `submission` (a file or folder) on a fresh copy; the time limit counts from here."""
@@ -134,6 +165,12 @@ class Scorer:
             shutil.copytree(submission, fresh, symlinks=True)
         else:
             shutil.copy2(submission, fresh, follow_symlinks=False)
+        started = time.monotonic()  # the time limit covers the submission's own command too
+        command = submission_command(self.task, fresh, self.assets)
+        if command is not None:
+            problem = self.run_apart(command, fresh)
+            if problem:  # its own code failed: the submission's fault, as when it fails in the scorer
+                return ScoreReport.invalid(problem)
         process.hand_over(fresh)
 
         request: dict[str, Any] = {
@@ -144,17 +181,41 @@ class Scorer:
             "report": str(self.work_dir / "report.json"),
             # where a task's own scripts run (a folder's eval.py): its environment, or null for the harness's
             "environment": str(self.task.environment) if self.task.environment else None,
+            # the submission's own command ran apart: the scorer only reads what it left
+            "submission_command_ran": command is not None,
         }
         written = self.request_file.with_name(self.request_file.name + ".part")
         written.write_text(json.dumps(request, indent=2))
         written.replace(self.request_file)  # whole, at once: a waiting scorer starts when it appears
-        code = process.wait(self.job.timeout_s)
+        code = process.wait(max(0.0, self.job.timeout_s - (time.monotonic() - started)))
         if code is None:
             raise ScoringTimedOut(f"scoring took longer than {self.job.timeout_s:g} s")
         report_file = Path(request["report"])
         if code != 0 or not report_file.exists():
             raise ScorerError(f"scorer exited {code}: {last_error(self.log_file)} (log: {self.log_file})")
         return ScoreReport(**json.loads(report_file.read_text()))
+
+    def run_apart(self, command: SubmissionCommand, copy: Path) -> str:
+        """Run the submission's own command in a fresh sandbox of the run's kind that sees the
+        copy (writable), the task's Python and the system, as the agent's own sandbox shows them
+        (the harness's files hidden), and nothing else: not the assets, not the scorer's folder.
+        Why it failed, or ""; its output is kept in submission_command.log beside the scorer's."""
+        log_file = self.work_dir / "submission_command.log"
+        job = IsolatedCommand(
+            argv=command.argv,
+            mounts=[Mount(copy.absolute(), writable=True), *harness_hidden()]
+            + task_environment_mounts(self.task.environment),
+            workdir=str(copy.absolute()),
+            env=with_run_devices(command.env, self.sandbox),
+            timeout_s=command.timeout_s,
+            log_file=log_file,
+            limits=self.limits(),
+            run_id=self.run_id,
+        )
+        code = self.sandbox_class().run_isolated(self.sandbox, job)
+        if code is None:
+            return f"{command.shown} took longer than {command.timeout_s:g} s"
+        return f"{command.shown} exited {code}: {last_error(log_file)}" if code else ""
 
     def close(self) -> None:
         """Stop it (safe twice). One that scored nothing leaves no log: its output was only its
@@ -170,6 +231,12 @@ class Scorer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def submission_command(task: ScoredTask, copy: Path, assets: Path) -> SubmissionCommand | None:
+    """The submission's own command the task runs before scoring it (its inputs put in the copy), if any."""
+    command_of = getattr(task, "submission_command", None)
+    return command_of(copy, assets) if command_of is not None else None
 
 
 def last_error(log_file: Path) -> str:
@@ -220,7 +287,12 @@ def scorer_environment(work_dir: Path, sandbox: SandboxConfig | None = None) -> 
         "HF_DATASETS_CACHE": str(datasets_view(datasets_cache, work_dir / "hf_datasets")),
         "TOKENIZERS_PARALLELISM": "false",
     }
-    env = sandbox_environment(str(work_dir), extra)
+    return with_run_devices(sandbox_environment(str(work_dir), extra), sandbox)
+
+
+def with_run_devices(env: dict[str, str], sandbox: SandboxConfig | None) -> dict[str, str]:
+    """ENV with the run's own GPUs as its CUDA_VISIBLE_DEVICES (scorer_devices)."""
+    env = dict(env)
     devices = scorer_devices(sandbox)
     if devices is None:
         env.pop("CUDA_VISIBLE_DEVICES", None)

@@ -40,6 +40,8 @@ def main(request_file: str) -> None:
     task_cfg = TaskConfig(**request["task"])
     task = registry.make_task(task_cfg)
     task.environment = Path(request["environment"]) if request.get("environment") else None
+    if request.get("submission_command_ran"):  # its own code ran apart (runner.py): only what it left is scored
+        task = task.after_submission_command()
     if task_cfg.scales[task_cfg.scale].get("eval", {}).get("tasks"):
         import datasets
 

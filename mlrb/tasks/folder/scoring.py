@@ -1,7 +1,12 @@
 """A task folder's scorer, its judge's `score`, in the run's scoring sandbox: MLAgentBench,
 `get_score(workspace)` of scripts/eval.py; MLRC-Bench, `main.py -m METHOD -p PHASE` on the
 workspace (the test phase with the hidden test split put in place), then `get_score`, with
-MLRC-Bench's own improvement metrics. eval.py runs in a child process (scripts.py)."""
+MLRC-Bench's own improvement metrics. eval.py runs in a child process (scripts.py).
+
+`main.py` is the agent's code: the harness runs it apart, in a sandbox that cannot see the
+hidden files (`phase_command`, run by mlrb/scoring/runner.py), and the scoring sandbox then
+only reads what it wrote (`phase_ran`). `score` runs it itself (`run_phase`) for the task's
+own baseline only: its anchors, measured when the assets are built."""
 
 from __future__ import annotations
 
@@ -13,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlrb import workspace
 from mlrb.scoring.report import ScoreReport
+from mlrb.scoring.runner import SubmissionCommand
 from mlrb.tasks.anchors import Anchors
 from mlrb.tasks.folder.scripts import FolderScripts, last_line
 
@@ -42,10 +49,12 @@ class FolderScorer:
     timeout_s: float
     # For MLRC-Bench's metrics, which are measured from the baseline and the reference.
     anchors: Anchors
+    # MLRC: the phase ran apart already (phase_command): only its outputs are scored here.
+    phase_ran: bool = False
 
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
         hidden = assets / "hidden"
-        if self.format == "mlrc":
+        if self.format == "mlrc" and not self.phase_ran:
             problem = self.run_phase(submission, hidden)
             if problem:
                 return ScoreReport.invalid(problem)
@@ -67,22 +76,28 @@ class FolderScorer:
         return ScoreReport(valid=True, reason=f"scored by scripts/eval.py on {where}", score=score,
                            metrics=self.benchmark_metrics(score, assets))  # fmt: skip
 
+    @property
+    def shown(self) -> str:
+        """The phase's command, as a failure names it."""
+        return f"`python main.py -m {self.method} -p {self.phase}`"
+
+    def phase_command(self, folder: Path, hidden: Path) -> SubmissionCommand:
+        """MLRC: the phase's inputs put in the folder (a copy of the submission), and the command
+        that runs it there, for the harness to run where `hidden` cannot be seen."""
+        put_inputs_in_place(folder, hidden, self.phase)
+        argv = [self.scripts.python, "main.py", "-m", self.method, "-p", self.phase]
+        return SubmissionCommand(argv, self.scripts.env(folder), self.shown, self.timeout_s)
+
     def run_phase(self, folder: Path, hidden: Path) -> str:
-        """MLRC: `main.py -m METHOD -p PHASE` in the folder (test: the hidden split put in place
-        first); why it failed, or ""."""
-        if self.phase == "test":
-            if (hidden / "test_data").is_dir():
-                shutil.copytree(hidden / "test_data", folder / "data", dirs_exist_ok=True)
-            if (hidden / "test_constants.py").is_file():
-                shutil.copyfile(hidden / "test_constants.py", folder / "constants.py")
-        shutil.rmtree(folder / "output", ignore_errors=True)  # results are the scorer's own, never left over
-        shown = f"`python main.py -m {self.method} -p {self.phase}`"
+        """MLRC: `main.py -m METHOD -p PHASE` in the folder, in a child process (the task's own
+        baseline, at asset build); why it failed, or ""."""
+        put_inputs_in_place(folder, hidden, self.phase)
         try:
             proc = self.scripts.run(["main.py", "-m", self.method, "-p", self.phase], cwd=folder, home=folder,
                                     timeout_s=self.timeout_s)  # fmt: skip
         except subprocess.TimeoutExpired:
-            return f"{shown} took longer than {self.timeout_s:g} s"
-        return f"{shown} exited {proc.returncode}: {last_line(proc.stderr)}" if proc.returncode else ""
+            return f"{self.shown} took longer than {self.timeout_s:g} s"
+        return f"{self.shown} exited {proc.returncode}: {last_line(proc.stderr)}" if proc.returncode else ""
 
     def benchmark_metrics(self, score: float, assets: Path) -> dict[str, float]:
         """MLRC-Bench's own names for the two improvements it reports, in percent."""
@@ -97,3 +112,31 @@ class FolderScorer:
         if baseline is not None and reference is not None:
             metrics["relative_improvement_to_human"] = 100.0 * (score - baseline) / (reference - baseline)
         return metrics
+
+
+def put_inputs_in_place(folder: Path, hidden: Path, phase: str) -> None:
+    """The phase's inputs in the folder (test: the hidden split's `test_data/` over `data/`,
+    `test_constants.py` over `constants.py`), and no outputs left over: they are the scorer's
+    own. The folder is the agent's, copied, and this runs in the harness: a link the agent
+    left on the way is replaced, never written through."""
+    if phase == "test":
+        if (hidden / "test_data").is_dir():
+            for source in sorted((hidden / "test_data").rglob("*")):
+                if source.is_file():
+                    replace_file(folder, Path("data") / source.relative_to(hidden / "test_data"), source)
+        if (hidden / "test_constants.py").is_file():
+            replace_file(folder, Path("constants.py"), hidden / "test_constants.py")
+    workspace.remove(folder / "output")
+
+
+def replace_file(folder: Path, relative: Path, source: Path) -> None:
+    """`source` copied to folder/relative: whatever is there (a file, a folder, a link), and
+    anything but a real folder on the way to it, removed first."""
+    target = folder
+    for part in relative.parts:
+        if target != folder and not (target.is_dir() and not target.is_symlink()):
+            workspace.remove(target)
+            target.mkdir()
+        target = target / part
+    workspace.remove(target)
+    shutil.copyfile(source, target)

@@ -11,7 +11,8 @@ parts every task is made of, each the folder's own:
   one line naming the file;
 - the rules: the config's read-only files and the layout's `scripts/read_only_files.txt`;
 - the judge (scoring.py): scripts/eval.py's `get_score` on the workspace; MLRC, on the test
-  split of the step with the best dev score (selection.py).
+  split of the step with the best dev score (selection.py), after the agent's `main.py` ran
+  on it apart, where the hidden files cannot be seen (`submission_command`).
 
 The folder's scripts run in child processes (scripts.py), so the harness never imports a
 task's code.
@@ -19,6 +20,7 @@ task's code.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ from typing import Any
 
 from mlrb import environments
 from mlrb.config import ConfigError, TaskConfig
+from mlrb.scoring.runner import SubmissionCommand
 from mlrb.tasks.anchors import AnchorFailed, Anchors
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import PromptSpec, ScaleSpec, ScoreReport, Task
@@ -66,6 +69,7 @@ class FolderTask(Task):
         self.format = folder_format
         self.normalisation = "gap" if self.format == "mlrc" else "improvement"
         self.normalised_as = "human_gap" if self.format == "mlrc" else "improvement"
+        self.phase_ran = False  # MLRC: in the scorer's process, once the phase ran apart (submission_command)
         if not self.spec.baseline_command:  # the layout's own: the baseline agent runs it, calibration measures it
             mlrc = f"python main.py -m {self.spec.method} -p dev"
             self.spec.baseline_command = "python train.py" if self.format == "mlagentbench" else mlrc
@@ -90,6 +94,21 @@ class FolderTask(Task):
         scales = {**self.cfg.scales, self.cfg.scale: {**self.cfg.scales[self.cfg.scale], "phase": phase}}
         task = FolderTask(dataclasses.replace(self.cfg, scales=scales))
         task.environment = self.environment
+        return task
+
+    def submission_command(self, submission: Path, assets: Path) -> SubmissionCommand | None:
+        """MLRC: the agent's `main.py -m METHOD -p PHASE`, its inputs put in the submission's copy
+        first, for the harness to run in a sandbox of its own before the copy is scored
+        (mlrb/scoring/runner.py): the agent's code never runs where the hidden files are."""
+        if self.format != "mlrc":
+            return None
+        return self.folder_scorer.phase_command(submission, assets / "hidden")
+
+    def after_submission_command(self) -> FolderTask:
+        """This task as the scorer's process makes it once the phase ran apart: its scorer reads
+        the phase's outputs and runs none of the agent's code."""
+        task = copy.copy(self)
+        task.phase_ran = True
         return task
 
     def requirements(self) -> list[str]:
@@ -145,12 +164,17 @@ class FolderTask(Task):
                                    always_measured=("baseline",), workers=1)  # fmt: skip
 
     @property
+    def folder_scorer(self) -> FolderScorer:
+        spec = self.spec
+        return FolderScorer(self.scripts, self.format, spec.method, spec.phase, spec.score_timeout_s, self.anchors,
+                            phase_ran=self.phase_ran)  # fmt: skip
+
+    @property
     def judge(self) -> Judge:
         """scripts/eval.py (scoring.py); MLRC-Bench: the test split scored on the step snapshot
         with the best dev score (selection.py), every distinct one scored on dev first."""
         spec = self.spec
-        scorer = FolderScorer(self.scripts, self.format, spec.method, spec.phase, spec.score_timeout_s, self.anchors)
-        judge = Judge(scorer.score, timeout_s=spec.score_timeout_s, device=spec.eval.device)
+        judge = Judge(self.folder_scorer.score, timeout_s=spec.score_timeout_s, device=spec.eval.device)
         if self.format != "mlrc":
             return judge
         from mlrb.tasks.folder import selection
