@@ -7,6 +7,9 @@ in place), the task's Python and the system, never the task's asset folder; scri
 (`agent=command`) writes a method that, at test time, searches the whole file system for
 test_labels.json (tests/folder_tasks/mlrc-mini/scripts/prepare.py writes it into the hidden
 scripts folder) and predicts those labels: it must score no better than honest work.
+
+Nor does the scorer read them through a link the agent left: a submission linked to the hidden
+answers (found through its sandbox's mount table) is scored without the link.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import pytest
 
 from conftest import mlflow_client, run_cli, store_args
 from test_command_agent import command_override
-from test_folder_tasks import MLRC, SANDBOXES
+from test_folder_tasks import HOUSE_PRICE, MLRC, SANDBOXES
 
 # A method that is honest on dev (nearest centroid on feature a) and, on test, predicts the
 # hidden labels wherever the scorer keeps them; with none to be found it says so and fails.
@@ -120,3 +123,55 @@ def test_the_test_inputs_are_put_in_place_without_following_the_agents_links(tmp
     assert (copy / "constants.py").read_text() == "SPLIT = 'test'\n"
     assert not os.path.lexists(copy / "output")  # old outputs gone (a link too), never the labels copied
     assert not list(copy.rglob("test_labels.json"))
+
+
+# An agent that learns where its public data lies on the host (its sandbox's mount table names
+# /data's source) and links its submission to the hidden answers beside it, for eval.py to read
+# in the scorer's sandbox, which shows them.
+LINK_TO_THE_ANSWERS = """
+import os
+(public,) = [line.split()[3] for line in open("/proc/self/mountinfo") if line.split()[4] == "/data"]
+os.symlink(os.path.join(os.path.dirname(public), "hidden", "answer.csv"), "submission.csv")
+"""
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_submission_linked_to_the_hidden_answers_is_not_scored_through_the_link(tmp_path, cache_dir, sandbox):
+    task = ["task=folder", f"task.path={HOUSE_PRICE}", "task.higher_is_better=false", f"sandbox={sandbox}"]
+    result = run_cli(*store_args(tmp_path, cache_dir), *task, "agent=command", command_override(LINK_TO_THE_ANSWERS),
+                     cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-unused"})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("house-price-mini").experiment_id])
+    tags, metrics = run.data.tags, run.data.metrics
+    assert tags["mlrb.status"] == "invalid", (tags["mlrb.status"], metrics.get("score"))  # not an MAE of 0
+    reason = tags["mlrb.invalid_reason"]
+    assert reason.startswith("scripts/eval.py get_score raised FileNotFoundError: "), reason
+    assert reason.endswith("(links leading outside the submission were removed before scoring: submission.csv)")
+    assert "score" not in metrics
+
+
+@pytest.mark.fast
+def test_links_leading_outside_a_submission_are_removed_and_named(tmp_path):
+    from mlrb.tasks.folder.scoring import remove_links_out
+
+    submission, outside = tmp_path / "submission", tmp_path / "hidden"
+    (submission / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "answer.csv").write_text("id,y\n")
+    (submission / "train.csv").write_text("id,x\n")
+    (submission / "absolute").symlink_to(outside / "answer.csv")
+    (submission / "sub" / "climbs").symlink_to("../../hidden/answer.csv")
+    (submission / "folder").symlink_to(outside)
+    (submission / "via").symlink_to("absolute")  # a link to a link that leads out
+    (submission / "inside").symlink_to("train.csv")
+    (submission / "here").symlink_to(".")
+    (submission / "dangling").symlink_to("no-such-file")
+
+    assert sorted(remove_links_out(submission)) == ["absolute", "folder", "sub/climbs", "via"]
+    assert sorted(p.name for p in submission.iterdir()) == ["dangling", "here", "inside", "sub", "train.csv"]
+    assert (outside / "answer.csv").read_text() == "id,y\n"  # what they led to is untouched
+
+    (tmp_path / "linked").symlink_to(outside)  # a submission that is itself a link
+    assert remove_links_out(tmp_path / "linked") == ["."] and not os.path.lexists(tmp_path / "linked")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -58,22 +59,24 @@ class FolderScorer:
             problem = self.run_phase(submission, hidden)
             if problem:
                 return ScoreReport.invalid(problem)
+        # This sandbox shows the hidden files: a link the agent (or its method) left must not lead eval.py to them.
+        note = removed_note(remove_links_out(submission))
         try:
             proc = self.scripts.run(["-c", GET_SCORE, str(hidden), str(submission.resolve())], cwd=hidden,
                                     home=work_dir, timeout_s=self.timeout_s)  # fmt: skip
         except subprocess.TimeoutExpired:
-            return ScoreReport.invalid(f"scripts/eval.py took longer than {self.timeout_s:g} s")
+            return ScoreReport.invalid(f"scripts/eval.py took longer than {self.timeout_s:g} s{note}")
         lines = proc.stdout.strip().splitlines()
         result: dict[str, Any] = (
             json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"error": last_line(proc.stderr)}
         )
         if "error" in result:
-            return ScoreReport.invalid(f"scripts/eval.py get_score raised {result['error']}")
+            return ScoreReport.invalid(f"scripts/eval.py get_score raised {result['error']}{note}")
         score = result["score"]
         if not math.isfinite(score):
-            return ScoreReport.invalid(f"scripts/eval.py get_score returned {score}")
+            return ScoreReport.invalid(f"scripts/eval.py get_score returned {score}{note}")
         where = f"{self.phase} split" if self.format == "mlrc" else "the workspace"
-        return ScoreReport(valid=True, reason=f"scored by scripts/eval.py on {where}", score=score,
+        return ScoreReport(valid=True, reason=f"scored by scripts/eval.py on {where}{note}", score=score,
                            metrics=self.benchmark_metrics(score, assets))  # fmt: skip
 
     @property
@@ -112,6 +115,30 @@ class FolderScorer:
         if baseline is not None and reference is not None:
             metrics["relative_improvement_to_human"] = 100.0 * (score - baseline) / (reference - baseline)
         return metrics
+
+
+def remove_links_out(submission: Path) -> list[str]:
+    """Remove every symbolic link in the submission (or the submission itself, if one) that
+    leads outside it, a link to a link included; their paths, relative to it."""
+    if submission.is_symlink():
+        submission.unlink()
+        return ["."]
+    root = os.path.realpath(submission)
+    removed = []
+    for folder, subfolders, files in os.walk(submission):  # links to folders are listed, never entered
+        for name in subfolders + files:
+            link = os.path.join(folder, name)
+            target = os.path.realpath(link)
+            if os.path.islink(link) and target != root and not target.startswith(root + os.sep):
+                os.unlink(link)
+                removed.append(os.path.relpath(link, submission))
+    return removed
+
+
+def removed_note(removed: list[str]) -> str:
+    if not removed:
+        return ""
+    return f" (links leading outside the submission were removed before scoring: {', '.join(sorted(removed)[:5])})"
 
 
 def put_inputs_in_place(folder: Path, hidden: Path, phase: str) -> None:
