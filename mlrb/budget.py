@@ -43,19 +43,33 @@ class Budget:
         self.held = Spend()
         self.in_flight = 0
         self.lock = threading.Lock()  # the metering proxy charges calls from its own threads
+        self._pauses = 0  # pauses under way (`paused`)
+        self._paused_at: float | None = None  # when the clock stopped, while it stands still
 
     def elapsed_s(self) -> float:
-        return self.clock() - self.started
+        # Without the lock (`reserve` calls this under it): read once, as a pause may end meanwhile.
+        paused_at = self._paused_at
+        return (paused_at if paused_at is not None else self.clock()) - self.started
 
     @contextmanager
     def paused(self) -> Iterator[None]:
-        """The wall-time clock stands still inside: time the harness takes between the agent's
-        steps (scoring its workspace mid-run, scoring.every_steps) is not the agent's."""
-        began = self.clock()
+        """The wall-time clock stands still inside: time the harness takes for itself (scoring the
+        workspace mid-run, scoring.every_steps; writing the run's record, which waits on a store
+        that is away) is not the agent's. Pauses may nest and overlap across threads (the metering
+        proxy records calls from its own): the clock stands still from the first one's start to
+        the last one's end."""
+        with self.lock:
+            if self._pauses == 0:
+                self._paused_at = self.clock()
+            self._pauses += 1
         try:
             yield
         finally:
-            self.started += self.clock() - began
+            with self.lock:
+                self._pauses -= 1
+                if self._pauses == 0 and self._paused_at is not None:
+                    self.started += self.clock() - self._paused_at
+                    self._paused_at = None
 
     def remaining_s(self) -> float:
         return max(0.0, self.cfg.wall_time_s - self.elapsed_s())

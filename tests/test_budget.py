@@ -85,3 +85,24 @@ def test_token_limits_count_holds_too_and_wall_time_refuses_every_call():
     assert budget.reserve(Spend(0, 1, 0.0)) == "output_tokens"
     clock.now += 61
     assert budget.reserve(Spend()) == "wall_time"
+
+
+def test_pauses_that_overlap_stop_the_clock_once():
+    """The harness's own waits (the proxy's threads recording calls, the main thread scoring a step)
+    may overlap: the agent's clock stands still from the first one's start to the last one's end,
+    and is not taken back twice for the overlap."""
+    budget, clock = make()
+    clock.now += 10
+    first, second = budget.paused(), budget.paused()
+    first.__enter__()
+    clock.now += 5
+    second.__enter__()
+    assert budget.elapsed_s() == 10  # standing still
+    clock.now += 5
+    first.__exit__(None, None, None)
+    assert budget.elapsed_s() == 10  # still, while the second one waits
+    clock.now += 10
+    second.__exit__(None, None, None)
+    assert budget.elapsed_s() == 10 and budget.remaining_s() == 50
+    clock.now += 5
+    assert budget.elapsed_s() == 15
