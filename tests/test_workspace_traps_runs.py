@@ -1,0 +1,83 @@
+"""Whatever an agent leaves in its workspace, its run is scored and counted: a whole run of the
+default task through `python -m mlrb`, with a program of its own (`agent=command`) in the
+default bwrap sandbox that writes a valid submission and plants traps beside it and in it (a
+FIFO, a socket, a symbolic link loop, a 50 GiB sparse file, a name that is not UTF-8, a tree
+deeper than the walk's cap, a file of mode 000). The run ends as the submission deserves,
+never infra_error, and what the harness left out is in the run's notes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import mlflow_client, run_cli, store_args
+from fake_llm_server import FakeLlmServer
+from mlrb import workspace
+from test_command_agent import KEY, command_override
+
+pytestmark = pytest.mark.integration
+
+# The agent: the starter's merge, a valid submission; then the traps. It calls no model.
+TRAPS = """
+import os, socket, subprocess
+subprocess.run('python merge.py --data "$MLRB_DATA" --output submission', shell=True, check=True)
+os.mkfifo("submission/pipe")
+socket.socket(socket.AF_UNIX).bind("submission/agent.sock")
+os.mkfifo("pipe")
+socket.socket(socket.AF_UNIX).bind("server.sock")
+os.symlink("loop-b", "loop-a")
+os.symlink("loop-a", "loop-b")
+with open("checkpoint.bin", "wb") as f:
+    f.truncate(50 << 30)
+with open(b"notes-\\xff.txt", "w") as f:
+    f.write("not UTF-8\\n")
+os.makedirs("/".join(["deep"] * 80))
+with open("secret.txt", "w") as f:
+    f.write("mine")
+os.chmod("secret.txt", 0)
+"""
+LOOP_IN_SUBMISSION = """
+os.symlink("b", "submission/a")
+os.symlink("a", "submission/b")
+"""
+
+
+@pytest.mark.parametrize(
+    "extra, status",
+    [("", "ok"), (LOOP_IN_SUBMISSION, "invalid")],
+    ids=["traps-beside-a-valid-submission", "a-symlink-loop-in-the-submission"],
+)
+def test_a_workspace_full_of_traps_is_scored_and_counted_never_an_infra_error(tmp_path, built_cache, extra, status):
+    started = time.monotonic()
+    with FakeLlmServer([]) as server:
+        result = run_cli(*store_args(tmp_path, built_cache), "agent=command", command_override(TRAPS + extra),
+                         cwd=tmp_path, env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    tags = run.data.tags
+    assert run.info.status == "FINISHED" and tags["mlrb.status"] == status, (tags.get("mlrb.error"), took)
+    if status == "ok":  # the FIFO and the socket left out of the copy, the model scored
+        assert tags["mlrb.valid"] == "True" and "score" in run.data.metrics
+        assert tags["mlrb.counted_as"] == "score"
+    else:  # the loop is copied as links, and the task's rules name it
+        assert tags["mlrb.invalid_reason"].startswith("the submission contains symbolic links (")
+        assert tags["mlrb.counted_as"] == "do_nothing"
+
+    run_dir = tmp_path / "run"
+    notes = (run_dir / "record" / "workspace_notes.txt").read_text(encoding="utf-8")
+    assert "the patch: special files (FIFOs, sockets, devices) left out: 4 (" in notes
+    assert "the submission: special files (FIFOs, sockets, devices) left out: 2 (" in notes
+    assert f"the patch: {workspace.TOO_DEEP}: 1 (" in notes
+    patch = (run_dir / "record" / "workspace.patch").read_text(encoding="utf-8")
+    assert "Binary file checkpoint.bin added (53687091200 bytes, sha256 not computed)" in patch
+    assert "+++ b/notes-\\xff.txt" in patch
+    assert not (run_dir / "submission" / "pipe").exists() and (run_dir / "submission" / "config.json").is_file()
+    steps = [json.loads(line) for line in (run_dir / "snapshots" / "steps.jsonl").read_text().splitlines()]
+    assert steps[-1]["too_large"] == {"checkpoint.bin": 50 << 30}
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"workspace.patch", "workspace_notes.txt", "snapshots"} <= artifacts
+    print(f"the run took {took:.1f} s")
