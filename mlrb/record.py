@@ -37,10 +37,12 @@ the store, and the run ends saying it is not yet in the store (`RecordedRun.stor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,9 @@ class RecordedRun:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / FILE
         self.store_error: str | None = None  # why the store could not be reached, once it could not
+        # While set, each export runs inside it: the agent's budget clock stands still
+        # while the harness waits on the store, whose retries may take minutes when it is away.
+        self.export_pause: Callable[[], AbstractContextManager[object]] | None = None
         self._append("opened", run_id=self.run_id, experiment=experiment, run_name=run_name,
                      attempt=self.attempt, tags=opening_tags(tags, self.attempt))  # fmt: skip
 
@@ -80,7 +85,8 @@ class RecordedRun:
         if kind == "opened" or self.store_error is not None:
             return  # the store opened the run itself; a store that was away gets the record by sync
         try:
-            self.store_run.export(self.path, offset, len(data))
+            with self.export_pause() if self.export_pause is not None else contextlib.nullcontext():
+                self.store_run.export(self.path, offset, len(data))
         except Exception as e:
             if not store_unreachable(e):
                 raise  # the store refused what was sent: a failure of the run, as before
@@ -106,7 +112,12 @@ class RecordedRun:
     def log_text(self, text: str, name: str) -> None:
         kept = self.run_dir / TEXTS / name
         kept.parent.mkdir(parents=True, exist_ok=True)
-        kept.write_text(text, encoding="utf-8")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # say, a file name that is not UTF-8 (a surrogate escape): written escaped
+            data = text.encode("utf-8", "backslashreplace")
+            log.warning("%s: characters that UTF-8 cannot hold are written as backslash escapes", name)
+        kept.write_bytes(data)
         folder = str(Path(name).parent)
         self._artifact(kept, None if folder == "." else folder)
 

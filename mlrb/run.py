@@ -254,6 +254,7 @@ class Stages:
                  clock: timeline.StageClock):  # fmt: skip
         self.plan, self.recorder, self.run_dir, self.guard, self.clock = plan, recorder, run_dir, guard, clock
         self.task: Task = plan.task
+        self.calls: metering.CallEvents | None = None  # the model calls, for an agent that makes them
 
     def run(self) -> RunResult:
         timed = ((self.open, "recording"), (self.assets, "assets"), (self.start, "sandbox_start"), (self.agent, "agent"),
@@ -332,11 +333,13 @@ class Stages:
 
         sink: events.EventSink | None = None
         stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
+        self.recorder.export_pause = budget.paused  # the harness's waits on the store are not the agent's time
         try:
             sink = open_sink(self.run_dir / "trajectory.jsonl", self.recorder)
             if self.model is not None:  # the proxy charges the budget and emits each model call as the run's events,
                 # and the tool calls seen in them for an agent that does not emit its own
-                metering.attach(self.model, budget, sink, tools=not getattr(plan.agent, "emits_tool_events", False))
+                self.calls = metering.attach(self.model, budget, sink,
+                                             tools=not getattr(plan.agent, "emits_tool_events", False))  # fmt: skip
             sink.emit(events.RunStarted(plan.name, dataclasses.asdict(plan.budget)))
             context = AgentContext(self.task, self.prompt, self.sandbox, budget, sink, plan.seed, run_dir=self.run_dir,
                                    on_step_end=after_step, model=self.model)  # fmt: skip
@@ -356,20 +359,37 @@ class Stages:
                 self.model.close()
             if sink is not None:
                 sink.close(stopped_by)  # traces flushed, the trajectory file closed
+            self.recorder.export_pause = None
         log.info("agent ended: %s %s", self.outcome.status, self.outcome.message)
 
     def collect(self) -> None:
         """What the agent left: its final state and trajectory recorded, the step to score chosen
-        (MLRC-Bench: the best on dev), the read-only files restored."""
+        (MLRC-Bench: the best on dev), the read-only files restored, its submission copied out of
+        its reach. Nothing the agent left can fail the run here: what was left out or cut, and a
+        patch or an upload that failed, is a note (a warning in the run's log and a line of its
+        `workspace_notes.txt` artifact), and the run goes on to scoring."""
         plan, task, work = self.plan, self.task, self.work
+        notes: list[str] = []
+
+        def noted(what: str, call, *args) -> None:
+            """CALL(*ARGS), whose failure is a note; its traceback goes to the run's log."""
+            try:
+                call(*args)
+            except Exception as e:
+                log.warning("%s failed", what, exc_info=e, extra=console.LOG_FILE_ONLY)
+                notes.append(f"{what} failed: {type(e).__name__}: {tracking.first_line(e)}")
+
         # the final state (work left running may have changed it)
-        self.step_snapshots.take(self.budget.steps, work, self.before, self.spent["agent_time_s"])
+        noted("the final snapshot", self.step_snapshots.take, self.budget.steps, work, self.before,
+              self.spent["agent_time_s"])  # fmt: skip
+        patch_notes = workspace.Notes("the patch")
         with self.clock.stage("recording"):
-            self.recorder.log_file(self.run_dir / "trajectory.jsonl")
-            self.recorder.log_text(workspace.diff(self.before, work), "workspace.patch")
-            self.recorder.log_folder(self.step_snapshots.root, "snapshots")
+            noted("recording the trajectory", self.recorder.log_file, self.run_dir / "trajectory.jsonl")
+            noted("recording the workspace's patch",
+                  lambda: self.recorder.log_text(workspace.diff(self.before, work, patch_notes), "workspace.patch"))  # fmt: skip
+            noted("recording the snapshots", self.recorder.log_folder, self.step_snapshots.root, "snapshots")
             if (self.run_dir / "agent").is_dir():  # what an outside agent printed: its transcript
-                self.recorder.log_folder(self.run_dir / "agent", "agent")
+                noted("recording the agent's transcript", self.recorder.log_folder, self.run_dir / "agent", "agent")
 
         def score_folder(scored_task: Task, folder: Path, work_dir: Path) -> ScoreReport:  # as the run's scorer
             try:
@@ -385,13 +405,26 @@ class Stages:
                 self.recorder.log_metrics(chosen["metrics"])
                 self.recorder.set_tags(chosen["tags"])
         globs = task.rules.read_only_globs(self.asset_path)
-        self.restored = workspace.restore_read_only(self.start_files, work, globs, self.before)
+        submission_notes = workspace.Notes("the submission")
+        try:
+            self.restored = workspace.restore_read_only(self.start_files, work, globs, self.before)
+        except workspace.NotRestored as e:  # what the agent put there cannot be removed: not scored, and counted
+            self.restored, self.submitted = e.restored, False
+            submission_notes.say(f"{e}: the submission was not collected")
+        else:  # copied here, so that what it left out is noted with the rest
+            self.submitted = workspace.collect(work, plan.submission, self.run_dir / "submission", submission_notes)
         if self.restored:
             log.warning("the agent changed read-only files, restored before scoring: %s", ", ".join(self.restored))
+        lines = notes + patch_notes.lines() + submission_notes.lines()
+        for line in lines:
+            log.warning("%s", line)
+        if lines:
+            with self.clock.stage("recording"):
+                noted("recording the notes", self.recorder.log_text, "\n".join(lines) + "\n", "workspace_notes.txt")
 
     def score(self) -> None:
-        """The submission collected and scored in the scorer's sandbox."""
-        self.submitted = workspace.collect(self.work, self.plan.submission, self.run_dir / "submission")
+        """The submission (copied out by `collect`) scored in the scorer's sandbox; a scoring that
+        fails is judged by a control (mlrb/control.py)."""
         # Checked again: scoring against assets changed since the run began would be a silent wrong score.
         self.asset_path = assets_lib.ensure_assets(self.task, self.plan.cache_dir)
         try:
@@ -436,6 +469,7 @@ class Stages:
                 Tag.VALID: report.valid,
                 Tag.INVALID_REASON: "" if report.valid else report.reason,
                 Tag.READ_ONLY_RESTORED: ", ".join(self.restored),
+                Tag.MODELS_USED: ",".join(sorted(self.calls.models_used)) if self.calls else "",
                 **counted_tags(report, calibration, task.higher_is_better),
             }
         )

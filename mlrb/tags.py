@@ -27,6 +27,8 @@ class Tag:
     STATUS, ERROR, STOP_REASON = "mlrb.status", "mlrb.error", "mlrb.stop_reason"
     VALID, INVALID_REASON, AGENT_MESSAGE = "mlrb.valid", "mlrb.invalid_reason", "mlrb.agent_message"
     READ_ONLY_RESTORED = "mlrb.read_only_restored"
+    # The models the agent's calls named, comma-separated (the metering proxy served only allowed ones).
+    MODELS_USED = "mlrb.models_used"
     # How it counts in means (mlrb/counting.py): "score", "do_nothing" or "none", and why.
     COUNTED_AS, COUNTED_REASON = "mlrb.counted_as", "mlrb.counted_reason"
     # Which checkpoint a task's own selection scored, and the dev scores it chose by.

@@ -78,6 +78,7 @@ def test_a_program_in_bwrap_calls_its_model_through_the_proxy_and_submits(tmp_pa
     assert [r["headers"]["x-api-key"] for r in server.requests] == [KEY, KEY]
     assert run.data.metrics["llm.input_tokens"] == 2200 and run.data.metrics["llm.output_tokens"] == 60
     assert run.data.metrics["llm.cost_usd"] == pytest.approx((2200 * 3.0 + 60 * 15.0) / 1e6)
+    assert run.data.tags["mlrb.models_used"] == "claude-sonnet-4-5"  # every model the run's calls named
     trajectory = [json.loads(line) for line in (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()]
     calls = [e for e in trajectory if e["event"] == "model_call"]
     assert [(c["text"], c["input_tokens"]) for c in calls] == [("look around", 1000), ("merge", 1200)]

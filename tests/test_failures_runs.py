@@ -53,7 +53,7 @@ json.dump(config, open('submission/config.json', 'w'))"""
     "breakage, reason",
     [
         (BREAK_CONFIG, "config.json must hold a JSON object, not a list"),
-        (BREAK_WEIGHTS, "the model cannot be loaded or run with transformers: "),
+        (BREAK_WEIGHTS, "the model cannot be loaded with transformers: "),
     ],
     ids=["config-not-an-object", "weights-do-not-fit-config"],
 )

@@ -145,8 +145,7 @@ def test_code_shipped_in_the_submission_cannot_reach_the_scorer(task, assets, me
     payload = f"open({str(marker)!r}, 'w').write('ran')\nraise SystemExit(0)\n"
     (sub / "sitecustomize.py").write_text(payload)
     (sub / "usercustomize.py").write_text(payload)
-    (sub / "lm_eval").mkdir()
-    (sub / "lm_eval" / "__init__.py").write_text(payload)
+    (sub / "lm_eval.py").write_text(payload)  # (a package folder would make the model folder invalid)
     honest = score(task, assets, merged, tmp_path / "honest")
     report = score(task, assets, sub, tmp_path / "tampered")
     assert not marker.exists()

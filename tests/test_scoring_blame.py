@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mlflow_client, run_cli, store_args
+from conftest import mlflow_client, run_cli, store_args, tiny_llm_merging
+from mlrb.assets import asset_dir
 from mlrb.scoring.worker import PROBE_TEXT
 from test_command_agent import command_override
 
@@ -59,7 +60,8 @@ def test_a_submission_that_breaks_the_scorer_is_invalid_and_counted_when_the_con
     assert metrics["counted_score"] == metrics["do_nothing_score"]
     assert "score" not in metrics
     # The control is kept beside the assets: a second failure does not run the baseline again.
-    (control,) = built_cache.glob("llm_merging/*.control/*/done")
+    assets = asset_dir(tiny_llm_merging(), built_cache)
+    (control,) = assets.parent.glob(f"{assets.name}.control/*/done")
     assert (control.parent / "submission" / "submission" / "config.json").is_file()
 
 

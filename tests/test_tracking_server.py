@@ -361,6 +361,10 @@ def test_a_run_whose_server_goes_away_finishes_and_sync_stores_it_as_a_live_run_
         experiment = client.get_experiment_by_name("llm_merging")
         found = client.search_runs([experiment.experiment_id], "tags.`mlrb.seed` = '99'") if experiment else []
     run_id = found[0].info.run_id
+    trajectory = tmp_path / "run-99" / "trajectory.jsonl"
+    while not (trajectory.exists() and '"tool_call"' in trajectory.read_text()):  # the agent's step has begun
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
+        time.sleep(0.2)
     stopped = time.monotonic()
     server.stop()  # while the agent still works, and until the run has ended
     out, err = run.communicate(timeout=300)
@@ -396,6 +400,9 @@ def test_a_run_whose_server_goes_away_finishes_and_sync_stores_it_as_a_live_run_
 
     assert histories(offline_run) == histories(live_run)
     assert offline_run.data.metrics["valid"] == 0 and offline_run.data.metrics["agent_time_s"] >= 10
+    # The store's retries at the step's end (about 6 s) are the harness's wait, not the agent's time:
+    # the agent is charged its 10 s step (17.4 s before the wait was taken off its clock).
+    assert offline_run.data.metrics["agent_time_s"] < 13
 
     def files(run_id: str, folder: str | None = None) -> list:
         entries = client.list_artifacts(run_id, folder)

@@ -18,7 +18,6 @@ import re
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,6 +35,7 @@ from mlrb.sandbox.base import (
     task_environment_mounts,
 )
 from mlrb.scoring.report import ScoreReport
+from mlrb.scoring.submission_command import SubmissionCommand
 
 
 class ScoredTask(Protocol):
@@ -57,17 +57,6 @@ class ScoredTask(Protocol):
     @property
     def hardware(self) -> Any: ...
     def scorer_config(self) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True)
-class SubmissionCommand:
-    """The submission's own code, run on its copy before the copy is scored, where the task's
-    hidden files cannot be seen (see the module's docstring)."""
-
-    argv: list[str]  # run in the copy
-    env: dict[str, str]
-    shown: str  # how a failure names it, e.g. "`python main.py -m my_method -p test`"
-    timeout_s: float
 
 
 class ScorerError(RuntimeError):

@@ -21,7 +21,7 @@ from typing import Any
 
 from mlrb import workspace
 from mlrb.scoring.report import ScoreReport
-from mlrb.scoring.runner import SubmissionCommand
+from mlrb.scoring.submission_command import SubmissionCommand
 from mlrb.tasks.anchors import Anchors
 from mlrb.tasks.folder.scripts import FolderScripts, last_line
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from mlrb import environments
 from mlrb.config import ConfigError, TaskConfig
-from mlrb.scoring.runner import SubmissionCommand
+from mlrb.scoring.submission_command import SubmissionCommand
 from mlrb.tasks.anchors import AnchorFailed, Anchors
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import PromptSpec, ScaleSpec, ScoreReport, Task
