@@ -5,21 +5,32 @@ profiles, task starters and the sweep launchers all come from the installed pack
 from __future__ import annotations
 
 import base64
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO, mlflow_client
-from test_confinement import guarded, harness_attempts
+from test_confinement import Attack, Targets, attempts, guarded, outputs
 
 pytestmark = pytest.mark.system
 
 # What a wheel is built from: the repository's files, without what runs leave behind.
 NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "mlruns", "outputs", "multirun", "build", "dist", "*.egg-info",
                                      "__pycache__", ".pytest_cache", "reports", "test-artifacts")  # fmt: skip
+
+
+def harness_attacks() -> dict[str, Attack]:
+    """test_confinement's attacks on the harness itself (importing it, its metadata, its text in
+    any file); the others need a run's targets, which these do not read."""
+    nowhere = Path("/nonexistent")
+    every = attempts(Targets(nowhere, "", "", nowhere, nowhere, 0))
+    return {name: every[name] for name in ("import_harness", "harness_metadata", "harness_text")}
 
 
 def pip(python, *args, cwd):
@@ -68,15 +79,18 @@ def test_a_wheel_in_a_fresh_venv_runs_the_benchmark_from_any_folder(tmp_path, bu
 
     # A sweep goes through the installed launchers (hydra_plugins) and cluster profiles. Its
     # agent tries to reach the harness, which this venv holds whole: it is hidden from the sandbox.
-    probe = "\n".join(guarded(name, command) for name, command in harness_attempts().items())
+    probe = "\n".join(guarded(name, attack.command) for name, attack in harness_attacks().items())
     probe = base64.b64encode(probe.encode()).decode()
     sweep = subprocess.run([str(python), "-m", "mlrb", "-m", "seed=7",
                             f"task.scales.tiny.baseline_command='echo {probe} | base64 -d | bash'"],
                            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
     assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-3000:]
     assert "[sweep " in sweep.stdout and "parent run 'sweep llm_merging/baseline/smoke'" in sweep.stdout
-    tried = "".join(trajectory.read_text() for trajectory in elsewhere.rglob("trajectory.jsonl"))
-    assert "ESCAPED" not in tried and all(f"blocked-{name}" in tried for name in harness_attempts()), tried[-3000:]
+    results = [json.loads(line) for trajectory in elsewhere.rglob("trajectory.jsonl")
+               for line in trajectory.read_text().splitlines()]  # fmt: skip
+    tried = outputs("".join(e["output"] for e in results if e["event"] == "tool_result"))
+    for name, attack in harness_attacks().items():  # each refused by the sandbox, none got what it was after
+        assert re.search(attack.refused, tried[name]) and not any(g in tried[name] for g in attack.gets), tried
     profile = subprocess.run([str(python), "-c", "from mlrb.sweep import load_profile; print(load_profile('local_single_node')['partition'])"],
                              cwd=elsewhere, env=env, capture_output=True, text=True)  # fmt: skip
     assert profile.stdout.strip() == "debug", profile.stderr[-2000:]

@@ -684,9 +684,13 @@ class PeakMemory:
 def fix_evaluation_settings(model) -> None:
     """The settings a memory limit is measured at, whatever the submission's config.json says: the
     key-value cache on (as when generating on the device), PyTorch's own attention, no extra outputs.
-    Read from the submission, one flag (use_cache: false) would meet a limit with no compression."""
-    model.config.use_cache = True
-    model.config.output_attentions = model.config.output_hidden_states = False
+    Read from the submission, one flag (use_cache: false) would meet a limit with no compression.
+    A plain torch module has none of these settings."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return
+    config.use_cache = True
+    config.output_attentions = config.output_hidden_states = False
     model.set_attn_implementation("sdpa")
 
 
