@@ -26,13 +26,15 @@ def tool(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 
 
-def reply(*tool_calls: dict[str, Any], text: str = "", usage=(1000, 100), delay_s: float = 0.0,
-          gap_s: float = 0.0, linger_s: float = 0.0) -> dict[str, Any]:  # fmt: skip
+def reply(*tool_calls: dict[str, Any], text: str = "", usage=(1000, 100), delay_s: float = 0.0, gap_s: float = 0.0,
+          linger_s: float = 0.0, end_after_s: float = 0.0, cut: bool = False) -> dict[str, Any]:  # fmt: skip
     """A model turn: some text and tool calls, with the usage the server reports (None: none).
-    Streamed, its first event comes at once and the rest `gap_s` later; the stream closes
-    `linger_s` after its last event."""
+    Streamed, its first event comes at once and the rest `gap_s` later; its last two events (those
+    that carry its usage and its end, as a long answer's come late) `end_after_s` after the others,
+    or, with `cut`, never: the connection breaks there; the stream closes `linger_s` after its
+    last event."""
     return {"kind": "reply", "text": text, "tool_calls": list(tool_calls), "usage": usage, "delay_s": delay_s,
-            "gap_s": gap_s, "linger_s": linger_s}  # fmt: skip
+            "gap_s": gap_s, "linger_s": linger_s, "end_after_s": end_after_s, "cut": cut}  # fmt: skip
 
 
 def error(status: int, message: str = "scripted failure") -> dict[str, Any]:
@@ -126,15 +128,22 @@ class FakeLlmServer:
                         events = anthropic_events(reply)
                     else:
                         events = responses_events(reply) if responses else openai_chunks(reply, body)
-                    return self.stream(events, turn.get("gap_s", 0.0), turn.get("linger_s", 0.0))
+                    return self.stream(events, turn)
                 self.send(200, reply)
 
-            def stream(self, events: list[bytes], gap_s: float, linger_s: float) -> None:
+            def stream(self, events: list[bytes], turn: dict[str, Any]) -> None:
+                gap_s, linger_s = turn.get("gap_s", 0.0), turn.get("linger_s", 0.0)
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 for i, event in enumerate(events):
+                    if i == len(events) - 2 and (turn.get("end_after_s") or turn.get("cut")):
+                        time.sleep(turn.get("end_after_s", 0.0))
+                        if turn.get("cut"):
+                            self.close_connection = True
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                            return
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
                     self.wfile.flush()
                     if i == 0 and gap_s:

@@ -51,38 +51,6 @@ def usd(provider: str, input_tokens: int, output_tokens: int) -> float:
     return (input_tokens * price_in + output_tokens * price_out) / 1e6
 
 
-class PausingServer(FakeLlmServer):
-    """The scripted upstream, which pauses before a stream's last two events (those that carry
-    its usage and its end, as a long answer's last events come late); with `cut`, it breaks the
-    connection there instead, its usage never sent."""
-
-    def __init__(self, script: list[dict[str, Any]], pause_s: float = 0.5, cut: bool = False):
-        self.pause_s, self.cut = pause_s, cut  # before the server starts: its handler reads them
-        super().__init__(script)
-
-    def handler_class(self):
-        server, base = self, super().handler_class()
-
-        class Handler(base):  # type: ignore[valid-type, misc]
-            def stream(self, events: list[bytes], gap_s: float, linger_s: float) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                for i, event in enumerate(events):
-                    if i == len(events) - 2:
-                        time.sleep(server.pause_s)
-                        if server.cut:
-                            self.close_connection = True
-                            self.connection.shutdown(socket.SHUT_RDWR)
-                            return
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-
-        return Handler
-
-
 def proxy_for(server: FakeLlmServer, meter: Budget, calls: list[Call]) -> MeteringProxy:
     upstreams = {"anthropic": Upstream(server.anthropic_url, ANTHROPIC_KEY, *PRICES["anthropic"]),
                  "openai": Upstream(server.openai_url, OPENAI_KEY, *PRICES["openai"])}  # fmt: skip
@@ -133,7 +101,7 @@ def test_a_stream_the_agent_hangs_up_on_once_its_answer_is_in_is_charged_the_ups
     provider = api.split()[0]
     calls: list[Call] = []
     meter = budget()
-    with PausingServer([reply(text=ANSWER, usage=(BIG_PROMPT, 300))]) as server:
+    with FakeLlmServer([reply(text=ANSWER, usage=(BIG_PROMPT, 300), end_after_s=0.5)]) as server:
         with proxy_for(server, meter, calls) as proxy:
             connection = send(proxy, api, stream=True)
             response = connection.getresponse()
@@ -171,7 +139,7 @@ def test_a_whole_reply_the_agent_hangs_up_on_before_it_comes_is_charged(api):
 def test_a_stream_the_upstream_cuts_off_before_its_usage_is_charged_an_estimate_never_nothing(api):
     calls: list[Call] = []
     meter = budget()
-    with PausingServer([reply(text="x" * 4000, usage=(BIG_PROMPT, 300))], pause_s=0.1, cut=True) as server:
+    with FakeLlmServer([reply(text="x" * 4000, usage=(BIG_PROMPT, 300), end_after_s=0.1, cut=True)]) as server:
         with proxy_for(server, meter, calls) as proxy:
             connection = send(proxy, api, stream=True)
             with pytest.raises(http.client.IncompleteRead):  # the agent's reply is cut off too
