@@ -69,17 +69,21 @@ subprocess.run(["python", "main.py", "-m", "my_method", "-p", "dev"], check=True
 """
 
 
+def command_run(tmp_path, cache_dir, task: list[str], program: str, experiment: str) -> tuple[dict, dict]:
+    """`agent=command` running PROGRAM on the folder TASK, as a user would; its run's tags and metrics."""
+    result = run_cli(*store_args(tmp_path, cache_dir), *task, "agent=command", command_override(program),
+                     cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-unused"})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    return run.data.tags, run.data.metrics
+
+
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_a_method_that_searches_for_the_hidden_test_labels_finds_none(tmp_path, cache_dir, sandbox):
     task = ["task=folder", f"task.path={MLRC}", "task.scales.folder.baseline_score=0.6",
             "task.scales.folder.reference_score=1.0", f"sandbox={sandbox}"]  # fmt: skip
-    result = run_cli(*store_args(tmp_path, cache_dir), *task, "agent=command", command_override(AGENT),
-                     cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-unused"})  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-
-    client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("mlrc-mini").experiment_id])
-    tags, metrics = run.data.tags, run.data.metrics
+    tags, metrics = command_run(tmp_path, cache_dir, task, AGENT, "mlrc-mini")
     assert json.loads(tags["mlrb.dev_scores"]) == {"1": pytest.approx(66 / 90)}  # honest on dev: feature a alone
     # On test its method ran where there are no labels to find: invalid, with its own error as the reason.
     assert tags["mlrb.status"] == "invalid", (tags["mlrb.status"], metrics.get("score"))
@@ -138,13 +142,7 @@ os.symlink(os.path.join(os.path.dirname(public), "hidden", "answer.csv"), "submi
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_a_submission_linked_to_the_hidden_answers_is_not_scored_through_the_link(tmp_path, cache_dir, sandbox):
     task = ["task=folder", f"task.path={HOUSE_PRICE}", "task.higher_is_better=false", f"sandbox={sandbox}"]
-    result = run_cli(*store_args(tmp_path, cache_dir), *task, "agent=command", command_override(LINK_TO_THE_ANSWERS),
-                     cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-unused"})  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-
-    client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("house-price-mini").experiment_id])
-    tags, metrics = run.data.tags, run.data.metrics
+    tags, metrics = command_run(tmp_path, cache_dir, task, LINK_TO_THE_ANSWERS, "house-price-mini")
     assert tags["mlrb.status"] == "invalid", (tags["mlrb.status"], metrics.get("score"))  # not an MAE of 0
     reason = tags["mlrb.invalid_reason"]
     assert reason.startswith("scripts/eval.py get_score raised FileNotFoundError: "), reason

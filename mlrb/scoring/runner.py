@@ -188,7 +188,8 @@ class Scorer:
         """Run the submission's own command in a fresh sandbox of the run's kind that sees the
         copy (writable), the task's Python and the system, as the agent's own sandbox shows them
         (the harness's files hidden), and nothing else: not the assets, not the scorer's folder.
-        Why it failed, or ""; its output is kept in submission_command.log beside the scorer's."""
+        Why it failed, or ""; ScoringTimedOut past its time. Its output is kept in
+        submission_command.log beside the scorer's."""
         log_file = self.work_dir / "submission_command.log"
         job = IsolatedCommand(
             argv=command.argv,
@@ -202,8 +203,8 @@ class Scorer:
             run_id=self.run_id,
         )
         code = self.sandbox_class().run_isolated(self.sandbox, job)
-        if code is None:
-            return f"{command.shown} took longer than {command.timeout_s:g} s"
+        if code is None:  # a slow submission or a slow machine: a run's control tells which
+            raise ScoringTimedOut(f"{command.shown} took longer than {command.timeout_s:g} s")
         return f"{command.shown} exited {code}: {last_error(log_file)}" if code else ""
 
     def close(self) -> None:
