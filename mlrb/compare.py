@@ -127,6 +127,11 @@ def run(args: argparse.Namespace) -> int:
         raise CompareError(f"no runs match (filters: {filters.describe()}) in {shown_uri}")
     sides = resolve(rows, args.sides, f"the runs (filters: {filters.describe()})")
     chosen = [r for side in sides.values() for r in side]
+    plumbing = sorted({f"{r.task} (scale {r.scale})" for r in chosen if r.plumbing})
+    if plumbing:
+        raise CompareError(f"runs at a plumbing scale measure nothing and are not compared: {', '.join(plumbing)}; "
+                           "compare runs at a calibrated scale (task.scale=tiny or full), or leave these out "
+                           "with --scale")  # fmt: skip
     label = stratum_labeller(chosen)
     if len(sides) > 2:
         ranking = rank(sides, label, args.resamples, args.seed)

@@ -158,7 +158,50 @@ def packaged_task(name: str) -> dict[str, Any]:
     register_schema()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         composed = compose(config_name=f"task/{name}")  # the task's config alone, as its file holds it
-    return cast(dict[str, Any], OmegaConf.to_container(composed.task))
+    raw = cast(dict[str, Any], OmegaConf.to_container(composed.task))
+    raw["scales"] = resolve_scales(raw.get("scales") or {})
+    return raw
+
+
+EXTENDS = "extends"  # a scale's key that names the scale whose values it starts from
+
+
+def resolve_scales(scales: dict[str, Any]) -> dict[str, Any]:
+    """Each scale as a run reads it: one with `extends: OTHER` is OTHER's values (resolved the
+    same way) with its own on top, mappings merged key by key and anything else replaced. So a
+    scale that differs from another in a few values (a task's `plumbing` from its `tiny`) says
+    only those, and an override of the other (task.scales.tiny.max_params=...) reaches it too."""
+    resolved: dict[str, Any] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> Any:
+        if name in resolved:
+            return resolved[name]
+        own = scales[name]
+        base = own.get(EXTENDS) if isinstance(own, dict) else None
+        if base is None:
+            resolved[name] = own
+            return own
+        if base not in scales or base in chain:
+            why = (
+                f"scale '{base}' extends itself through {' -> '.join(chain)}" if base in chain else f"no scale '{base}'"
+            )
+            raise ConfigError(
+                f"task.scales.{name}.{EXTENDS}: {why}; valid: {', '.join(s for s in scales if s != name)}"
+            )
+        mine = {key: value for key, value in own.items() if key != EXTENDS}
+        resolved[name] = merge_over(resolve(base, (*chain, name)), mine)
+        return resolved[name]
+
+    for name in scales:
+        resolve(name, ())
+    return resolved
+
+
+def merge_over(base: Any, top: Any) -> Any:
+    """TOP over BASE: mappings merged key by key (recursively), anything else replaced by TOP."""
+    if not (isinstance(base, dict) and isinstance(top, dict)):
+        return top
+    return {**base, **{key: merge_over(base.get(key), value) for key, value in top.items()}}
 
 
 def folder_name(path: Any) -> str:
@@ -178,7 +221,7 @@ def to_typed(cfg: DictConfig) -> MlrbConfig:
         scales = OmegaConf.to_container(merged.task.scales, resolve=False, throw_on_missing=False)
         merged.task.scales = {}
         typed = cast(MlrbConfig, OmegaConf.to_object(merged))
-        typed.task.scales = cast(dict[str, Any], scales)
+        typed.task.scales = resolve_scales(cast(dict[str, Any], scales))
     except OmegaConfBaseException as e:
         raise ConfigError(describe_omegaconf_error(e)) from None
     check_rules(typed)

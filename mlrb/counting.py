@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCORE, DO_NOTHING, NONE = "score", "do_nothing", "none"  # the values of the `mlrb.counted_as` tag
+# Why a run at a plumbing scale (a task's `plumbing`: assets built in seconds) counts as nothing.
+PLUMBING = "a plumbing scale: its runs check that the harness works and measure nothing"
 
 
 def normalise(score: float, baseline: float | None, reference: float | None, higher_is_better: bool = True,

@@ -108,6 +108,7 @@ def make(cfg: MlrbConfig) -> RunPlan:
         Tag.NETWORK: str(cfg.task.network).lower(),
         Tag.NORMALISED_AS: task.normalised_as,
         Tag.UNENFORCED_RULES: ",".join(task.rules.unenforced),
+        Tag.PLUMBING: str(task.plumbing).lower(),
         Tag.RUN_KEY: key,
     }
     sweep_id, parent_run_id = os.environ.get(SWEEP_ID_VAR), os.environ.get(PARENT_RUN_VAR)

@@ -446,7 +446,7 @@ class Stages:
         with self.clock.stage("recording"):
             recorder.log_text(json.dumps(report.to_dict(), indent=2, default=float), "score_report.json")
             recorder.log_file(self.run_dir / "scoring" / "scorer.log")
-        calibration = task.anchors.read(self.asset_path)
+        calibration = task.run_anchors(self.asset_path)
         summary = summarise(report, calibration, task.higher_is_better, task.normalisation)
         # a run scored mid-run: its curve ends at its own score
         self.during.ended(self.budget.steps, report, self.spent)
@@ -470,7 +470,7 @@ class Stages:
                 Tag.INVALID_REASON: "" if report.valid else report.reason,
                 Tag.READ_ONLY_RESTORED: ", ".join(self.restored),
                 Tag.MODELS_USED: ",".join(sorted(self.calls.models_used)) if self.calls else "",
-                **counted_tags(report, calibration, task.higher_is_better),
+                **counted_tags(report, calibration, task.higher_is_better, plumbing=task.plumbing),
             }
         )
         return RunResult(
@@ -526,7 +526,10 @@ def summarise(report: ScoreReport, calibration: dict[str, float | None], higher_
     return metrics
 
 
-def counted_tags(report: ScoreReport, calibration: dict[str, float | None], higher_is_better: bool = True) -> dict:
+def counted_tags(report: ScoreReport, calibration: dict[str, float | None], higher_is_better: bool = True,
+                 plumbing: bool = False) -> dict:  # fmt: skip
     """How the attempt counts in means, and why (the `mlrb.counted_as` and `mlrb.counted_reason` tags)."""
+    if plumbing:
+        return {Tag.COUNTED_AS: counting.NONE, Tag.COUNTED_REASON: counting.PLUMBING}
     counted = counting.count(report.valid, report.score, calibration, higher_is_better)
     return {Tag.COUNTED_AS: counted.counted_as, Tag.COUNTED_REASON: counted.reason}

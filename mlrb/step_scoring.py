@@ -38,7 +38,7 @@ class StepScoring:
         self.cfg, self.task, self.asset_path, self.work, self.start_files = cfg, task, asset_path, work, start_files
         self.snapshots_root, self.sandbox, self.recorder, self.budget = snapshots_root, sandbox, recorder, budget
         self.folder = run_dir / "anytime"  # each scoring's report (its workspace copy is removed once scored)
-        self.anchors: dict[str, float | None] = task.anchors.read(asset_path) if self.on else {}
+        self.anchors: dict[str, float | None] = task.run_anchors(asset_path) if self.on else {}
         self.last_s: float | None = None  # the agent's clock at the last scoring; None: none yet
         self.scored: dict[str, Any] = {}  # a workspace's state -> its ScoreReport
 

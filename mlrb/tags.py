@@ -22,6 +22,9 @@ class Tag:
     ENVIRONMENT = "mlrb.environment"
     # The ids of the rules the scale states but nothing enforces (comma-separated; "": none).
     UNENFORCED_RULES = "mlrb.unenforced_rules"
+    # "true" on a run at a plumbing scale (the task's `plumbing`): it checks the harness and
+    # measures nothing, so the report's means and mlrb.compare leave it out.
+    PLUMBING = "mlrb.plumbing"
 
     # How it ended: STATUS is a mlrb.status.Status value, VALID "True" or "False".
     STATUS, ERROR, STOP_REASON = "mlrb.status", "mlrb.error", "mlrb.stop_reason"

@@ -104,7 +104,7 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
         (["budget.max_steps=0"], "budget.max_steps must be positive, got 0"),
         (["budget.max_usd=-1"], "budget.max_usd must be positive, got -1.0"),
         (["budget.wall_time_s=soon"], "invalid override 'budget.wall_time_s=soon'"),
-        (["task.scale=huge"], "unknown scale 'huge' for task llm_merging; valid choices: full, tiny"),
+        (["task.scale=huge"], "unknown scale 'huge' for task llm_merging; valid choices: full, plumbing, tiny"),
         (["task.scale=full"], "missing value for 'task.scales.full.assets.adapters'"),
         (["-m", "seed=1,2", "budget=smoke,bad"], "unknown budget 'bad'"),
         (["--cfg", "job", "task=math_reasoning", "--info"], "give only one of --run, --multirun, --cfg, --info"),

@@ -84,6 +84,8 @@ class GroupStats:
     # and how many of its runs were recorded before runs recorded them.
     unenforced_rules: tuple[str, ...] = ()
     rules_unknown: int = 0
+    # Runs at a plumbing scale (RunRow.plumbing): no mean of theirs is shown.
+    plumbing: bool = False
 
 
 def group_key_order(row_or_stats) -> tuple:
@@ -119,7 +121,8 @@ def anchor_sem(raw_mean: float | None, baseline: float | None, reference: float 
 def summarise_group(rows: list[RunRow]) -> GroupStats:
     attempts = [r for r in rows if r.is_attempt]
     scored = [r for r in attempts if r.scored]
-    scores = present(r.score for r in scored)
+    # A plumbing scale's runs check the harness: their scores mean nothing, so no mean shows one.
+    scores = [] if rows[0].plumbing else present(r.score for r in scored)
     counted_mean, counted_sem = over_every_attempt([r.counted_score for r in attempts])
     normalised_mean, normalised_sem = over_every_attempt([r.counted_normalised for r in attempts])
     baseline = mean(present(r.metric("baseline_score") for r in rows))
@@ -164,6 +167,7 @@ def summarise_group(rows: list[RunRow]) -> GroupStats:
         sandbox=first.sandbox,
         unenforced_rules=tuple(sorted({i for r in rows for i in r.unenforced_rules or ()})),
         rules_unknown=sum(r.unenforced_rules is None for r in rows),
+        plumbing=first.plumbing,
     )
 
 

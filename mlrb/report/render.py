@@ -339,6 +339,11 @@ class Report:
         else:
             sections.append(("Why runs did not score", "Every run scored.", None))
         sections += self.failures
+        plumbing = sorted({f"{s.task} (scale {s.scale})" for s in self.stats if s.plumbing})
+        if plumbing:
+            sections.append(("Plumbing runs", f"Runs at a plumbing scale check that the harness works and measure "
+                             f"nothing: {', '.join(plumbing)}. No mean is shown for them and mlrb.compare refuses "
+                             "them; run at task.scale=tiny or full for results.", None))  # fmt: skip
         if self.excluded:
             sections.append(("Runs not counted", "Not the agent's doing: kept out of every mean and rate.",
                              excluded_table(self.excluded)))  # fmt: skip

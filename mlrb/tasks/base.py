@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from omegaconf import MISSING, OmegaConf
 
 from mlrb import registry
-from mlrb.config import ConfigError, TaskConfig, describe_omegaconf_error
+from mlrb.config import ConfigError, TaskConfig, describe_omegaconf_error, resolve_scales
 from mlrb.scoring.report import ScoreReport  # every task's scorer returns one
 from mlrb.tasks import sources
 from mlrb.tasks.anchors import ANCHORS, DEFAULT_SEEDS, Anchors
@@ -93,6 +93,10 @@ class ScaleSpec:
     # Rules the prompt states that no check enforces (and known shortcuts), id -> why: every run
     # records the ids (tag mlrb.unenforced_rules) and the report marks its score with them.
     unenforced_rules: dict[str, str] = field(default_factory=dict)
+    # A scale whose runs check that the harness works (sandboxes, agents, sweeps, records) and
+    # measure nothing: its assets build in seconds, its anchors at one seed serve the harness only
+    # (the control of a failed scoring), and its runs get no anchors, normalised or counted score.
+    plumbing: bool = False
     prompt: PromptSpec = field(default_factory=PromptSpec)
 
 
@@ -130,7 +134,8 @@ class Task(abc.ABC):
         from omegaconf.errors import OmegaConfBaseException
 
         try:
-            node = OmegaConf.merge(OmegaConf.structured(cls.scale_class), cfg.scales[cfg.scale])
+            own = resolve_scales(cfg.scales)[cfg.scale]  # a scale that extends another: its values too
+            node = OmegaConf.merge(OmegaConf.structured(cls.scale_class), own)
             return OmegaConf.to_object(node)
         except OmegaConfBaseException as e:
             raise ConfigError(describe_omegaconf_error(e, prefix=f"task.scales.{cfg.scale}.")) from None
@@ -210,6 +215,16 @@ class Task(abc.ABC):
     def own_instructions(self) -> str | None:
         """The task's own prompt text instead of MLRB's template fields (None: the template)."""
         return None
+
+    @property
+    def plumbing(self) -> bool:
+        """Whether this scale only checks the harness's plumbing (ScaleSpec.plumbing)."""
+        return bool(self.spec.plumbing)
+
+    def run_anchors(self, assets: Path) -> dict[str, Any]:
+        """The anchors a run's score is normalised and counted on: the built ones, or none at a
+        plumbing scale, whose runs must never be read as results."""
+        return {} if self.plumbing else self.anchors.read(assets)
 
     @property
     def anchor_seeds(self) -> int:
