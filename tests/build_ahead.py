@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,27 +35,34 @@ TINY_TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_rea
 SEEDED = TINY_TASKS[1:]
 
 
-def wanted(config: pytest.Config) -> bool:
-    """Whether this is a run of the whole suite, as the README's test command and CI run it."""
+def wanted(config: pytest.Config) -> list[str]:
+    """The scales this run builds ahead: `tiny` (the calibrated builds) when it runs the system tier,
+    `plumbing` (seconds each) when it runs the integration tier; none for a run of a few tests (a
+    path named, or -k: they build what they use, when they use it), for the fast tier alone, and
+    for --collect-only, which runs nothing."""
     if config.args_source != pytest.Config.ArgsSource.TESTPATHS or config.option.keyword:
-        return False
-    if not config.option.markexpr:
-        return True
+        return []
+    if getattr(config.option, "collectonly", False):
+        return []
     from _pytest.mark.expression import Expression  # how pytest itself reads -m
 
-    selects = Expression.compile(config.option.markexpr).evaluate
-    return any(selects(lambda name, tier=tier, **_: name == tier) for tier in ("integration", "system"))
+    expression = config.option.markexpr
+    selects = Expression.compile(expression).evaluate if expression else (lambda matcher: True)
+    runs = {tier for tier in ("integration", "system") if selects(lambda name, tier=tier, **_: name == tier)}
+    return [scale for tier, scale in (("system", "tiny"), ("integration", "plumbing")) if tier in runs]
 
 
-def build(cache_dir: Path, say: Callable[[str], None]) -> None:
-    """Each tiny task's assets in cache_dir and, for the seeded ones, their unseen-seed scores.
+def build(cache_dir: Path, say: Callable[[str], None], scales: Sequence[str] = ("tiny",)) -> None:
+    """Each task's assets at SCALES in cache_dir and, for the seeded ones at tiny scale, their
+    unseen-seed scores.
     What the builds print (lm-eval's and transformers' progress bars and warnings, on stderr)
     goes to cache_dir/build-ahead.log, not between the suite's lines."""
     cache_dir.mkdir(parents=True, exist_ok=True)  # a first build on this machine
     log = cache_dir / "build-ahead.log"
     say(f"(their output: {log})")
     with stderr_to(log):
-        build_each(cache_dir, say)
+        for scale in scales:
+            build_each(cache_dir, say, scale)
 
 
 @contextlib.contextmanager
@@ -76,19 +83,19 @@ def stderr_to(path: Path) -> Iterator[None]:
             os.close(kept)
 
 
-def build_each(cache_dir: Path, say: Callable[[str], None]) -> None:
+def build_each(cache_dir: Path, say: Callable[[str], None], scale: str) -> None:
     from conftest import task_from_config
     from mlrb.assets import MANIFEST, asset_dir, ensure_assets
 
     for key in TINY_TASKS:
-        task = task_from_config(key)
+        task = task_from_config(key, scale=scale)
         fresh = not (asset_dir(task, cache_dir) / MANIFEST).exists()
         started = time.monotonic()
         try:
             assets = ensure_assets(task, cache_dir)
             if fresh:
-                say(f"{key}: built in {time.monotonic() - started:.0f} s")
-            if key in SEEDED and kept_unseen_seed_scores(task, assets) is None:
+                say(f"{key} ({scale}): built in {time.monotonic() - started:.0f} s")
+            if scale == "tiny" and key in SEEDED and kept_unseen_seed_scores(task, assets) is None:
                 started = time.monotonic()
                 with tempfile.TemporaryDirectory(prefix=f"unseen-seed-{key}-") as scratch:
                     unseen_seed_scores(task, assets, Path(scratch))

@@ -87,13 +87,15 @@ def built_cache(cache_dir) -> Path:
     return cache_dir
 
 
-def task_from_config(key: str, **tiny_overrides):
-    """Task KEY as mlrb/tasks/KEY/task.yaml defines it (composed), tiny scale, with some tiny-scale values overridden."""
+def task_from_config(key: str, scale: str = "tiny", **overrides):
+    """Task KEY as mlrb/tasks/KEY/task.yaml defines it (composed), at SCALE (tiny: the calibrated
+    one; plumbing: built in seconds, for tests of how runs move), with some of its values overridden."""
     from mlrb import registry
     from mlrb.config import TaskConfig, packaged_task
 
     raw = packaged_task(key)
-    raw["scales"]["tiny"].update(tiny_overrides)
+    raw["scale"] = scale
+    raw["scales"][scale].update(overrides)
     return registry.make_task(TaskConfig(**raw))
 
 
@@ -273,6 +275,26 @@ def anchors_of(task_key: str, cache_dir: Path) -> dict:
 
 
 TIERS = ("fast", "integration", "system")  # pyproject.toml says what each holds
+# What plain `pytest` runs (the README's test command): the system tier only on request (`-m system`,
+# as .ci/run runs it after), or when a test file or test is named.
+DEFAULT_TIERS = "not system"
+
+
+def pytest_configure(config):
+    """The default selection: with no `-m` and no test named, the fast and integration tiers."""
+    if default_selection(config):
+        config.option.markexpr = DEFAULT_TIERS
+
+
+def default_selection(config) -> bool:
+    """Whether this run takes the default tiers: no `-m` given and no test path named (in an xdist
+    worker the controller's choice has arrived already, as its `-m`)."""
+    return not config.option.markexpr and config.args_source == pytest.Config.ArgsSource.TESTPATHS
+
+
+def pytest_report_header(config):
+    if config.option.markexpr == DEFAULT_TIERS and not hasattr(config, "workerinput"):
+        return "tiers: fast and integration (the system tier runs with -m system; bash .ci/run runs every tier)"
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -300,7 +322,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 # Where the time goes, per tier: summed from every test's setup, call and teardown, printed at the
-# end of the run and written as JSON to $MLRB_SUITE_TIMES when it is set (benchmarks/suite_time.py).
+# end of the run and written as JSON to $MLRB_SUITE_TIMES when it is set: that file, or in that
+# folder one file per -m selection (benchmarks/suite_time.py).
 TIER_SECONDS: dict[str, float] = {}
 TIER_TESTS: dict[str, set[str]] = {}
 FILE_SECONDS: dict[str, float] = {}  # per test file: where to look first for time to save
@@ -326,13 +349,16 @@ def pytest_sessionstart(session):
     import build_ahead
 
     SESSION_STARTED.append(time.monotonic())
-    if hasattr(session.config, "workerinput") or not build_ahead.wanted(session.config):
+    scales = [] if hasattr(session.config, "workerinput") else build_ahead.wanted(session.config)
+    if not scales:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    reporter.write_sep("-", f"the tiny tasks' builds, ahead of the tests (cache {TEST_CACHE})")
+    reporter.write_sep(
+        "-", f"the tasks' builds at scale {' and '.join(scales)}, ahead of the tests (cache {TEST_CACHE})"
+    )
     TEST_CACHE.mkdir(parents=True, exist_ok=True)
     prune(TEST_CACHE)
-    build_ahead.build(TEST_CACHE, reporter.write_line)
+    build_ahead.build(TEST_CACHE, reporter.write_line, scales)
     BUILD_AHEAD_S.append(time.monotonic() - SESSION_STARTED[0])
     reporter.write_line(f"builds ahead: {BUILD_AHEAD_S[0]:.0f} s")
 
@@ -475,7 +501,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             "cpu_source": sorted(CPU_SOURCES),
             "tests_cpu_s": {test: round(cpu, 1) for test, cpu in sorted(TEST_CPU.items(), key=lambda t: -t[1])},
         }
-        Path(out).write_text(json.dumps(figures, indent=2) + "\n")
+        figures["selection"] = config.option.markexpr or ""  # the tiers this run chose (-m)
+        target = Path(out)
+        if target.is_dir():  # one file per pytest run: .ci/run runs two (benchmarks/suite_time.py ci-cold)
+            target = target / f"{selection_name(figures['selection'])}.json"
+        target.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def selection_name(markexpr: str) -> str:
+    """A file name for a -m selection: "not system" -> "not-system", "" -> "every-tier"."""
+    return "-".join(markexpr.split()) or "every-tier"
 
 
 def pytest_sessionfinish(session, exitstatus):

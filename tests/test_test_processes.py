@@ -57,25 +57,27 @@ def test_an_xdist_group_runs_in_one_process_and_its_module_fixture_is_made_once(
 
 
 @pytest.mark.parametrize(
-    "source, keyword, markexpr, builds",
+    "source, keyword, markexpr, collect_only, builds",
     [
-        ("TESTPATHS", "", "", True),  # the README's command, as CI runs it
-        ("TESTPATHS", "", "not system", True),
-        ("TESTPATHS", "", "system", True),
-        ("TESTPATHS", "", "fast or integration", True),
-        ("TESTPATHS", "", "fast", False),  # the edit loop uses no assets
-        ("TESTPATHS", "baseline", "", False),  # -k: a few tests, which build what they need
-        ("ARGS", "", "", False),  # a file or test named: only what it needs, when it needs it
+        ("TESTPATHS", "", "not system", False, ["plumbing"]),  # the README's command (conftest's default -m)
+        ("TESTPATHS", "", "system", False, ["tiny"]),  # CI's second command: the calibrated builds
+        ("TESTPATHS", "", "", False, ["tiny", "plumbing"]),  # every tier
+        ("TESTPATHS", "", "fast or integration", False, ["plumbing"]),
+        ("TESTPATHS", "", "fast", False, []),  # the edit loop uses no assets
+        ("TESTPATHS", "", "system", True, []),  # --collect-only runs nothing, so builds nothing
+        ("TESTPATHS", "baseline", "", False, []),  # -k: a few tests, which build what they need
+        ("ARGS", "", "", False, []),  # a file or test named: only what it needs, when it needs it
     ],
 )
-def test_only_a_run_of_the_whole_suite_builds_the_tiny_tasks_ahead(source, keyword, markexpr, builds):
+def test_only_a_run_of_whole_tiers_builds_ahead_and_only_the_scales_its_tiers_use(source, keyword, markexpr,
+                                                                                  collect_only, builds):  # fmt: skip
     from types import SimpleNamespace
 
     import build_ahead
 
-    config = SimpleNamespace(args_source=getattr(pytest.Config.ArgsSource, source),
-                             option=SimpleNamespace(keyword=keyword, markexpr=markexpr))  # fmt: skip
-    assert build_ahead.wanted(config) is builds
+    option = SimpleNamespace(keyword=keyword, markexpr=markexpr, collectonly=collect_only)
+    config = SimpleNamespace(args_source=getattr(pytest.Config.ArgsSource, source), option=option)
+    assert build_ahead.wanted(config) == builds
 
 
 def test_what_the_builds_ahead_print_goes_to_their_log_and_stderr_comes_back(tmp_path):
@@ -91,3 +93,30 @@ def test_what_the_builds_ahead_print_goes_to_their_log_and_stderr_comes_back(tmp
     assert log.read_text() == "a progress bar\na library's own write\n"
     os.write(2, b"")  # fd 2 is open again and not the log
     assert os.readlink("/proc/self/fd/2") != str(log)
+
+
+def collected(*args: str, cache) -> list[str]:
+    """The test ids `python -m pytest --collect-only ARGS` selects from the repository's root, with
+    the tests' asset cache at CACHE."""
+    import os
+
+    env = {**os.environ, "MLRB_TEST_CACHE": str(cache)}
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0", *args]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return [line for line in result.stdout.splitlines() if "::" in line]
+
+
+def test_plain_pytest_runs_fast_and_integration_and_collecting_builds_nothing(tmp_path):
+    """The README's test command leaves the system tier out, `-m system` runs it alone, a file named
+    runs whole; and collecting, of any tier, builds nothing (from an empty cache)."""
+    cache = tmp_path / "cache"
+    default = collected(cache=cache)
+    system = collected("-m", "system", cache=cache)
+    named = collected("tests/test_docker_runs.py", cache=cache)
+    docker_run = "tests/test_docker_runs.py::test_default_run_in_docker_scores_like_the_default_sandbox"
+    assert docker_run not in default and docker_run in system and docker_run in named
+    assert "tests/test_lock.py::test_install_sh_installs_with_the_lock" in default  # fast
+    assert "tests/test_lock.py::test_install_sh_installs_with_the_lock" not in system
+    assert not set(default) & set(system) and len(default) > 500 and len(system) > 40
+    assert not cache.exists() or not [p for p in cache.rglob("*") if p.name.startswith(("tiny-", "plumbing-"))]
