@@ -1,26 +1,39 @@
-"""How long the test suite takes, per tier: the figures the next change is compared with.
+"""How long the test suite takes, per run and per tier: the figures the next change is compared with.
 
-    .venv/bin/python benchmarks/suite_time.py cold [--out benchmarks/suite_time.json]
-    .venv/bin/python benchmarks/suite_time.py warm [--out benchmarks/suite_time.json]
+    .venv/bin/python benchmarks/suite_time.py default [--out benchmarks/suite_time.json]
+    .venv/bin/python benchmarks/suite_time.py default-cold [--out benchmarks/suite_time.json]
+    .venv/bin/python benchmarks/suite_time.py system [--out benchmarks/suite_time.json]
     .venv/bin/python benchmarks/suite_time.py fast [--out benchmarks/suite_time.json]
+    .venv/bin/python benchmarks/suite_time.py ci-cold [--out benchmarks/suite_time.json]
 
-Runs the README's test command, `.venv/bin/python -m pytest`, from the repository's root:
+Plain `pytest` runs the fast and integration tiers; the system tier runs with `-m system`;
+`.ci/run` runs both, one after the other. The kinds:
 
-- `cold`: every tier, with the tests' asset cache (MLRB_TEST_CACHE, default
-  ~/.cache/mlrb-tests) emptied first, as on a machine that never ran the tests or after a
-  change to every task's code;
-- `warm`: every tier, with that cache as an earlier run of the same code left it (after
-  `cold`, or any full run);
-- `fast`: the edit loop's tier alone (`-m fast`), warm.
+- `default`: the README's test command, `.venv/bin/python -m pytest`, from the repository's
+  root, warm: the tests' asset cache (MLRB_TEST_CACHE, default ~/.cache/mlrb-tests) as an
+  earlier run of the same code left it. Target 15 min.
+- `default-cold`: the same, with that cache emptied first, as on a machine that never ran
+  the tests or after a change to every task's code. Target 30 min.
+- `system`: `-m system`, warm. No target of its own: it counts in CI's.
+- `fast`: `-m fast`, the edit loop's tier, warm. Target 5 min.
+- `ci-cold`: the whole of `.ci/run` as CI runs it. The script clones the repository's
+  committed HEAD into a temporary folder (uncommitted changes are not measured; the commit
+  is recorded), empties the tests' asset cache and runs `bash .ci/run` there, its output
+  streamed here. It records the whole run's wall time, its exit status, and both pytest
+  runs' figures. Target 75 min. `.ci/run` installs packages and starts services: run it
+  where CI would (as root, on a machine it may change).
 
 tests/conftest.py sums each test's setup, call and teardown by tier, in wall time and in CPU
 time, and writes them, the session's wall time, the 20 slowest tests and every test's CPU time
-to the file named by MLRB_SUITE_TIMES; this
-script records that under the kind's entry of `--out`, with where it was measured, and
-prints it against issue 35's targets (cold 25 min, warm 15 min, fast 5 min on 2 idle
-cores). Services (Docker, SLURM, PostgreSQL) must be up, as `.ci/run` starts them, or
-their tests are skipped and the figures mean less (a skip is recorded). With `--out`
+to MLRB_SUITE_TIMES (a file; or a folder, one file per -m selection). This script records that
+under the kind's entry of `--out`, with where it was measured, and prints it against the
+targets (on 2 idle cores). Services (Docker, SLURM, PostgreSQL) must be up, as `.ci/run` starts
+them, or their tests are skipped and the figures mean less (a skip is recorded). With `--out`
 benchmarks/suite_time.json, benchmarks/RESULTS.md is written again.
+
+The entries `cold`, `warm` and `fast` measured before the split, when plain `pytest` ran every
+tier in one session, are kept: the first new entry recorded moves them, unchanged, under
+`before_split`.
 """
 
 from __future__ import annotations
@@ -32,11 +45,25 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TARGETS_MIN = {"cold": 25, "warm": 15, "fast": 5}
-COMMANDS = {"cold": [], "warm": [], "fast": ["-m", "fast"]}
+# Each kind's target in minutes on 2 idle cores; None: none of its own.
+TARGETS_MIN: dict[str, int | None] = {"default": 15, "default-cold": 30, "system": None, "fast": 5, "ci-cold": 75}
+WHAT_RUNS = {
+    "default": "`pytest`, warm",
+    "default-cold": "`pytest`, asset cache emptied",
+    "system": "`pytest -m system`, warm",
+    "fast": "`pytest -m fast`, warm",
+    "ci-cold": "`bash .ci/run` in a fresh clone, asset cache emptied",
+}
+COMMANDS = {"default": [], "default-cold": [], "system": ["-m", "system"], "fast": ["-m", "fast"]}
+COLD = {"default-cold", "ci-cold"}  # the kinds that empty the tests' asset cache first
+# The two pytest runs of .ci/run, as the files conftest writes to the MLRB_SUITE_TIMES folder.
+CI_RUNS = {"default": "not-system.json", "system": "system.json"}
+# The entries measured when plain `pytest` ran every tier in one session, with their targets then.
+BEFORE_SPLIT_TARGETS_MIN = {"cold": 25, "warm": 15, "fast": 5}
 # What issue 35 says the suite still runs for real however the rest gets cheaper, as test-id
 # parts (a test counts in the first group it matches). The suite is CPU-bound, so these tests'
 # CPU time over the cores is a floor under the whole suite's time: `floor` adds them up.
@@ -54,18 +81,44 @@ KEPT_REAL = {
 }  # fmt: skip
 
 
-def floor(entry: dict) -> dict:
-    """KEPT_REAL's groups with their tests' CPU seconds in ENTRY (a kind's figures), in all, and
-    over the measuring machine's cores: a lower bound on the session's minutes (Docker's
-    containers, outside the tests' cgroups, are not counted)."""
-    left = dict(entry["tests_cpu_s"])
+def floor(*entries: dict) -> dict:
+    """KEPT_REAL's groups with their tests' CPU seconds in ENTRIES (kinds' figures, their tests
+    merged: the warm default and system runs together make the whole suite), in all, and over
+    the first entry's machine's cores: a lower bound on the minutes those runs take together
+    (Docker's containers, outside the tests' cgroups, are not counted)."""
+    left: dict[str, float] = {}
+    for entry in entries:
+        for test, cpu in entry["tests_cpu_s"].items():
+            left[test] = left.get(test, 0.0) + cpu
     groups = {}
     for group, parts in KEPT_REAL.items():
         mine = [test for test in left if any(part in test for part in parts)]
         groups[group] = sum(left.pop(test) for test in mine)
-    cores = entry["measured"]["machine"]["cpus"]
+    cores = entries[0]["measured"]["machine"]["cpus"]
     cpu_min = sum(groups.values()) / 60
     return {"groups": groups, "cpu_min": cpu_min, "cores": cores, "floor_min": cpu_min / cores}
+
+
+def split(data: dict) -> tuple[dict, dict]:
+    """suite_time.json's DATA as (the kinds measured since the split, the entries from before it:
+    `cold`, `warm` and `fast` without a `selection`, wherever they are kept)."""
+    now, before = {}, dict(data.get("before_split", {}))
+    for key, entry in data.items():
+        if key == "before_split":
+            continue
+        if key in BEFORE_SPLIT_TARGETS_MIN and "selection" not in entry:
+            before[key] = entry
+        else:
+            now[key] = entry
+    return now, before
+
+
+def record(out: Path, kind: str, figures: dict) -> None:
+    """Write FIGURES as KIND's entry of OUT, keeping the others (the entries from before the split
+    unchanged, under `before_split`: the new `fast` would take the old one's place)."""
+    now, before = split(json.loads(out.read_text()) if out.exists() else {})
+    now[kind] = figures
+    out.write_text(json.dumps({**now, "before_split": before} if before else now, indent=2) + "\n")
 
 
 def test_cache() -> Path:
@@ -74,10 +127,10 @@ def test_cache() -> Path:
 
 
 def measure(kind: str) -> dict:
-    """Run the suite as `kind` says and return the figures conftest wrote."""
+    """Run pytest as `kind` says and return the figures conftest wrote."""
     with tempfile.TemporaryDirectory(prefix="mlrb-suite-time-") as scratch:
         env = {**os.environ, "MLRB_SUITE_TIMES": str(Path(scratch) / "times.json")}
-        if kind == "cold":
+        if kind in COLD:
             shutil.rmtree(test_cache(), ignore_errors=True)
         command = [str(REPO / ".venv" / "bin" / "python"), "-m", "pytest", *COMMANDS[kind]]
         done = subprocess.run(command, cwd=REPO, env=env)
@@ -87,32 +140,99 @@ def measure(kind: str) -> dict:
         return json.loads(times_file.read_text())
 
 
+def measure_ci() -> dict:
+    """Run `.ci/run` in a fresh clone of the committed HEAD, with the tests' asset cache emptied, and
+    return its wall time, exit status and the two pytest runs' figures."""
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    commit = commit.stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="mlrb-ci-cold-") as scratch:
+        clone, times = Path(scratch) / "mlrb", Path(scratch) / "times"
+        times.mkdir()
+        print(f"ci-cold: cloning {commit[:7]} (the committed HEAD: uncommitted changes are not measured)", flush=True)
+        subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+        head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True)
+        if head.stdout.strip() != commit:  # a detached HEAD here: the clone took the default branch
+            subprocess.run(["git", "-C", str(clone), "checkout", "--quiet", commit], check=True)
+        shutil.rmtree(test_cache(), ignore_errors=True)
+        env = {**os.environ, "MLRB_SUITE_TIMES": str(times)}
+        env.pop("VIRTUAL_ENV", None)  # the clone installs and uses its own .venv
+        started = time.monotonic()
+        done = subprocess.run(["bash", ".ci/run"], cwd=clone, env=env)  # its output goes to this terminal
+        ci_s = time.monotonic() - started
+        runs = {run: json.loads((times / name).read_text()) if (times / name).exists() else None
+                for run, name in CI_RUNS.items()}  # fmt: skip
+    if not any(runs.values()):
+        raise SystemExit(
+            f".ci/run exited {done.returncode} after {ci_s / 60:.1f} min without a pytest run writing its times "
+            "(it failed before the tests, or the clone's tests/conftest.py does not write to a folder)"
+        )
+    sessions = sum(figures["session_s"] for figures in runs.values() if figures)
+    return {
+        "ci_s": round(ci_s, 1),
+        "exit_status": done.returncode,
+        "commit": commit,
+        "clone": "a git clone of the committed HEAD: uncommitted changes are not measured",
+        # install, services, the sandbox image, lint, type checks and the docs site (and pytest's own start-up)
+        "before_tests_s": round(ci_s - sessions, 1),
+        **runs,
+    }
+
+
+def target_text(kind: str) -> str:
+    return "no target of its own" if TARGETS_MIN[kind] is None else f"target {TARGETS_MIN[kind]} min"
+
+
+def print_run(figures: dict, indent: str = "  ") -> None:
+    """A pytest run's tiers, as conftest wrote them."""
+    if figures.get("build_ahead_s") is not None:
+        print(f"{indent}{'builds ahead':12s} {'':10s} {figures['build_ahead_s'] / 60:6.1f} min")
+    for tier, entry in figures["tiers"].items():
+        print(
+            f"{indent}{tier:12s} {entry['tests']:4d} tests {entry['seconds'] / 60:6.1f} min, "
+            f"{entry['cpu_s'] / 60:6.1f} CPU min"
+        )
+    if figures.get("tests_cpu_s"):
+        kept = floor(figures)
+        print(f"{indent}what issue 35 keeps real, in this run: {kept['cpu_min']:.1f} CPU min, "
+              f"so no less than {kept['floor_min']:.1f} min on {kept['cores']} cores")  # fmt: skip
+
+
+def summary(kind: str, figures: dict) -> None:
+    if kind != "ci-cold":
+        exited = "" if figures["exit_status"] == 0 else f", pytest exited {figures['exit_status']}"
+        print(f"{kind}: {figures['session_s'] / 60:.1f} min ({target_text(kind)}{exited})", flush=True)
+        print_run(figures)
+        return
+    status = "" if figures["exit_status"] == 0 else f", .ci/run exited {figures['exit_status']}"
+    print(f"ci-cold: {figures['ci_s'] / 60:.1f} min ({target_text(kind)}{status}), commit {figures['commit'][:7]} "
+          "(a fresh clone: uncommitted changes are not measured)")  # fmt: skip
+    print(f"  before the tests (install, services, lint, docs): {figures['before_tests_s'] / 60:.1f} min")
+    for run, name in CI_RUNS.items():
+        run_figures = figures.get(run)
+        if not run_figures:
+            print(f"  {run}: no figures ({name} was not written)")
+            continue
+        exited = "" if run_figures["exit_status"] == 0 else f", pytest exited {run_figures['exit_status']}"
+        print(f"  {run} (-m {run_figures.get('selection')!r}): {run_figures['session_s'] / 60:.1f} min{exited}")
+        print_run(run_figures, indent="    ")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=list(TARGETS_MIN), help="cold, warm or fast (see above)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("kind", choices=list(TARGETS_MIN), help="default, default-cold, system, fast or ci-cold")
     parser.add_argument("--out", type=Path, default=None, help="record the figures under KIND in this JSON")
     args = parser.parse_args()
     import results as results_page  # beside this file (benchmarks/results.py loads this module by path)
 
     measured = results_page.provenance()  # as it starts: the load average is the start's
-    figures = {**measure(args.kind), "measured": measured}
-    session_min = figures["session_s"] / 60
-    target = TARGETS_MIN[args.kind]
-    print(f"{args.kind}: {session_min:.1f} min (target {target} min)", flush=True)
-    if figures.get("build_ahead_s") is not None:
-        print(f"  {'builds ahead':12s} {'':10s} {figures['build_ahead_s'] / 60:6.1f} min")
-    for tier, entry in figures["tiers"].items():
-        print(
-            f"  {tier:12s} {entry['tests']:4d} tests {entry['seconds'] / 60:6.1f} min, {entry['cpu_s'] / 60:6.1f} CPU min"
-        )
-    if figures.get("tests_cpu_s"):
-        kept = floor(figures)
-        print(f"  what issue 35 keeps real: {kept['cpu_min']:.1f} CPU min, "
-              f"so no less than {kept['floor_min']:.1f} min on {kept['cores']} cores")  # fmt: skip
+    figures = {**(measure_ci() if args.kind == "ci-cold" else measure(args.kind)), "measured": measured}
+    summary(args.kind, figures)
     if args.out:
-        data = json.loads(args.out.read_text()) if args.out.exists() else {}
-        data[args.kind] = figures
-        args.out.write_text(json.dumps(data, indent=2) + "\n")
+        record(args.out, args.kind, figures)
         print(results_page.update(args.out))
     sys.exit(figures["exit_status"])
 

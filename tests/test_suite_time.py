@@ -1,0 +1,137 @@
+"""benchmarks/suite_time.py's kinds since the split (plain `pytest` runs the fast and integration tiers,
+`-m system` the rest, `.ci/run` both): what it records, what the results page makes of it, and how
+`ci-cold` runs `.ci/run` in a clone of the committed HEAD. No real suite runs here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.fast
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def results():
+    sys.path.insert(0, str(BENCH))  # the scripts import each other by name, as when run from benchmarks/
+    try:
+        import results
+
+        yield results
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.fixture(scope="module")
+def suite_time(results):
+    return results.sibling("suite_time")
+
+
+def figures(results, selection: str, tests_cpu_s: dict[str, float]) -> dict:
+    """What tests/conftest.py writes for a pytest run, with provenance as the script adds it."""
+    measured = results.provenance(note="a unit test's figures")
+    measured["machine"]["cpus"] = 2
+    return {
+        "tiers": {"fast": {"tests": 3, "seconds": 60.0, "cpu_s": 30.0}},
+        "session_s": 600.0,
+        "build_ahead_s": 12.0,
+        "workers": 3,
+        "exit_status": 0,
+        "slowest": [],
+        "files": {},
+        "tests": {test: cpu * 2 for test, cpu in tests_cpu_s.items()},
+        "cpu_source": ["cgroup"],
+        "tests_cpu_s": tests_cpu_s,
+        "selection": selection,
+        "measured": measured,
+    }
+
+
+def test_new_kinds_are_recorded_beside_the_entries_from_before_the_split(results, suite_time, tmp_path):
+    folder = tmp_path / "benchmarks"
+    folder.mkdir()
+    for path in BENCH.glob("*.json"):
+        shutil.copy(path, folder)
+    out = folder / "suite_time.json"
+    old = json.loads(out.read_text())
+    _, old_before = suite_time.split(old)
+
+    default = figures(results, "not system", {"tests/test_mini_pile.py::test_baseline_run_is_recorded_with_its_score": 120.0,
+                                     "tests/test_config.py::test_a": 30.0})  # fmt: skip
+    system = figures(results, "system", {"tests/test_newcomer.py::test_the_readme_quick_start": 240.0,
+                                "tests/test_docker_sandbox.py::test_b": 60.0})  # fmt: skip
+    ci = {"ci_s": 3000.0, "exit_status": 1, "commit": "0123456789abcdef", "clone": "a git clone",
+          "before_tests_s": 1800.0, "default": default, "system": {**system, "exit_status": 1},
+          "measured": default["measured"]}  # fmt: skip
+    fast = figures(results, "fast", {})
+    for kind, entry in (("default", default), ("system", system), ("fast", fast), ("ci-cold", ci)):
+        suite_time.record(out, kind, entry)
+
+    written = json.loads(out.read_text())
+    assert written["before_split"] == old_before  # moved, unchanged: the new fast took the old one's place
+    assert set(old_before) == {"cold", "warm", "fast"} and "selection" not in old_before["fast"]
+    assert written["fast"]["selection"] == "fast" and written["default"] == default
+    assert suite_time.split(written) == (
+        {key: written[key] for key in ("default", "system", "fast", "ci-cold")},
+        old_before,
+    )
+
+    page = results.render(folder)
+    assert "| default | `pytest`, warm | 10.0 min | 3 processes | 15 min | builds ahead 0.2 min; fast 3 tests" in page
+    assert "| system | `pytest -m system`, warm | 10.0 min | 3 processes | - |" in page
+    assert "| default-cold | `pytest`, asset cache emptied | not measured | - | 30 min | - |" in page
+    assert (
+        "| ci-cold | `bash .ci/run` in a fresh clone, asset cache emptied | 50.0 min (.ci/run exited 1) | 3 processes "
+        "| 75 min | before the tests 30.0 min (install, services, lint, docs); default 10.0 min: builds ahead 0.2 min"
+    ) in page
+    assert "; system 10.0 min (pytest exited 1): builds ahead" in page
+    assert "It ran a fresh clone of commit 0123456: the committed HEAD" in page
+    assert "| before the split | session | target then | tiers | measured |" in page
+    assert "| warm | 48.4 min | 15 min |" in page
+    # the floor: the warm default and system runs' tests merged
+    assert "| one real tiny build and run per task | 120 s | 0 s | 120 s |" in page
+    assert "| the README's quick start and first command, from a fresh clone | 0 s | 240 s | 240 s |" in page
+    assert "**7.0 CPU min: no less than 3.5 min on 2 cores**" in page  # 120 + 240 + 60 s over 2 cores
+    assert "| costliest tests (default and system) | CPU time | wall time |" in page
+    kept = suite_time.floor(default, system)
+    assert kept["cpu_min"] == 7.0 and kept["groups"]["Docker"] == 60.0
+
+
+def test_ci_cold_runs_ci_in_a_clone_of_the_committed_head_with_the_asset_cache_emptied(
+    suite_time, tmp_path, monkeypatch
+):
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    # A stand-in for .ci/run: the two pytest runs' figures, as conftest writes them into the folder.
+    (repo / ".ci" / "run").write_text(
+        "set -eu\n"
+        'echo "{\\"session_s\\": 30, \\"exit_status\\": 0, \\"said\\": \\"$(cat said.txt)\\"}"'
+        ' > "$MLRB_SUITE_TIMES/not-system.json"\n'
+        'echo \'{"session_s": 20, "exit_status": 1}\' > "$MLRB_SUITE_TIMES/system.json"\n'
+        "exit 1\n"
+    )
+    (repo / "said.txt").write_text("committed")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "init", "--quiet", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "--quiet", "-m", "ci"], check=True)
+    (repo / "said.txt").write_text("uncommitted")
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    cache = tmp_path / "test-cache"
+    (cache / "some-task").mkdir(parents=True)
+    monkeypatch.setenv("MLRB_TEST_CACHE", str(cache))
+    monkeypatch.setattr(suite_time, "REPO", repo)
+
+    entry = suite_time.measure_ci()
+    assert not cache.exists()
+    assert entry["commit"] == commit and entry["exit_status"] == 1
+    assert entry["default"]["said"] == "committed"  # the clone's, not the working tree's
+    assert entry["system"] == {"session_s": 20, "exit_status": 1}
+    assert entry["before_tests_s"] == pytest.approx(entry["ci_s"] - 50, abs=0.2)
