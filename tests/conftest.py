@@ -80,10 +80,26 @@ def prune(cache: Path) -> None:
 
 @pytest.fixture(scope="session")
 def built_cache(cache_dir) -> Path:
-    """The session's cache, with the default task's assets already built in it."""
+    """The session's cache, with the default task's assets (tiny: the calibrated ones) built in it."""
     from mlrb.assets import ensure_assets
 
     ensure_assets(tiny_llm_merging(), cache_dir)
+    return cache_dir
+
+
+# The override that runs a task at its plumbing scale: assets built in seconds, a run that measures
+# nothing (no normalised or counted score). The integration tier's tests of how runs move (signals,
+# sweeps, records, sandboxes, agents) add it to their commands; the calibrated tiny scale's own tests
+# are the system tier's.
+PLUMBING = "task.scale=plumbing"
+
+
+@pytest.fixture(scope="session")
+def plumbing_cache(cache_dir) -> Path:
+    """The session's cache, with the default task's plumbing assets built in it."""
+    from mlrb.assets import ensure_assets
+
+    ensure_assets(plumbing_llm_merging(), cache_dir)
     return cache_dir
 
 
@@ -102,6 +118,11 @@ def task_from_config(key: str, scale: str = "tiny", **overrides):
 def tiny_llm_merging():
     """The llm_merging task as mlrb/tasks/llm_merging/task.yaml defines it (tiny scale)."""
     return task_from_config("llm_merging")
+
+
+def plumbing_llm_merging():
+    """The llm_merging task at its plumbing scale (task.yaml's `plumbing`: built in seconds)."""
+    return task_from_config("llm_merging", scale="plumbing")
 
 
 def broken_copy_of(cache_dir: Path, dest: Path) -> Path:
