@@ -125,15 +125,15 @@ def plumbing_llm_merging():
     return task_from_config("llm_merging", scale="plumbing")
 
 
-def broken_copy_of(cache_dir: Path, dest: Path) -> Path:
-    """A copy of the cache whose llm_merging test set is not JSON, with a manifest that
+def broken_copy_of(cache_dir: Path, dest: Path, scale: str = "tiny") -> Path:
+    """A copy of the cache whose llm_merging test set (at SCALE) is not JSON, with a manifest that
     agrees (as a builder bug would leave it): the check passes, the scorer itself breaks."""
     import json
     import shutil
 
     from mlrb.assets import MANIFEST, asset_dir, file_hashes, fingerprint_of
 
-    source = asset_dir(tiny_llm_merging(), cache_dir)
+    source = asset_dir(task_from_config("llm_merging", scale=scale), cache_dir)
     shutil.copytree(source, dest / source.relative_to(cache_dir))
     for test_set in dest.glob("llm_merging/*/hidden/test.jsonl"):
         test_set.write_text("{this is not json\n")
