@@ -176,7 +176,7 @@ def test_the_reports_interval_carries_the_anchors_sem():
     assert anchor_sem(0.7, 0.5, 0.9, [row(0.7)]) is None  # runs recorded before anchors had an SEM
 
 
-@pytest.mark.integration
+@pytest.mark.system
 @pytest.mark.parametrize("key", SEEDED)
 def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100(key, cache_dir, tmp_path):
     """Within 3 combined standard errors: the run's own seed noise (the anchor's per-run SD)

@@ -163,7 +163,7 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
 # ---- the task ------------------------------------------------------------------
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_assets_hide_the_pairs_and_the_baseline_beats_an_untrained_model(assets):
     public = {p.relative_to(assets / "public").as_posix() for p in (assets / "public").rglob("*") if p.is_file()}
     assert {"data/train.jsonl", "data/dev.jsonl", "data/test.jsonl", "tokenizer/tokenizer.json"} <= public
@@ -182,7 +182,7 @@ def test_assets_hide_the_pairs_and_the_baseline_beats_an_untrained_model(assets)
     assert calibration["reference_score"] > calibration["baseline_score"] + 0.25
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     metrics = baseline_run("baby_lm", tmp_path, cache_dir).data.metrics
     assert metrics["valid"] == 1.0 and metrics["success"] == 0.0
@@ -191,7 +191,7 @@ def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     assert len(subtasks) == 7
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_a_public_checkpoint_is_invalid_even_fine_tuned(assets, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -218,7 +218,7 @@ def test_a_public_checkpoint_is_invalid_even_fine_tuned(assets, tmp_path):
     assert not report.valid and "pretrained weights" in report.reason
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_an_honest_run_with_any_small_seed_is_trained_from_scratch(assets, tmp_path):
     # Seeds 0-2 are what agents pick; none may start from the hidden checkpoint's weights.
     task = load_task()
@@ -231,7 +231,7 @@ def test_an_honest_run_with_any_small_seed_is_trained_from_scratch(assets, tmp_p
         assert "copied_from" not in report.details["pretrained_check"]
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_too_large_corrupt_or_empty_submissions_are_invalid(assets, tmp_path):
     big = load_task(max_params=1000).score(checkpoint_copy(assets, tmp_path), assets, tmp_path / "w1")
     assert not big.valid and "exceed the limit of 1,000" in big.reason

@@ -35,7 +35,7 @@ def base_copy(assets: Path, tmp_path: Path, dtype: str = "float16") -> Path:
     return sub
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_doing_nothing_is_invalid_and_the_reference_compresses_within_the_limit(assets):
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
     assert "do_nothing_score" not in calibration
@@ -45,7 +45,7 @@ def test_doing_nothing_is_invalid_and_the_reference_compresses_within_the_limit(
     assert calibration["baseline_score"] < 0.35 < 0.6 < calibration["reference_score"]
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, assets):
     metrics = baseline_run("edge_llm_compression", tmp_path, cache_dir).data.metrics
     assert metrics["reference_score"] > metrics["baseline_score"]
@@ -59,7 +59,7 @@ def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, ass
     assert metrics["weight_memory_mb"] < 0.6
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_the_untouched_base_is_over_the_memory_limit_during_evaluation(assets, tmp_path):
     # The base as given (FP16): its weights alone fit under the limit, its evaluation does not.
     report = load_task().score(base_copy(assets, tmp_path), assets, tmp_path / "work")
@@ -68,13 +68,13 @@ def test_the_untouched_base_is_over_the_memory_limit_during_evaluation(assets, t
     assert report.metrics["peak_memory_mb"] > 1.9 > report.metrics["weight_memory_mb"]
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_weights_over_the_memory_limit_are_invalid_before_evaluation(assets, tmp_path):
     report = load_task().score(base_copy(assets, tmp_path, "float32"), assets, tmp_path / "work")
     assert not report.valid and "the weights alone take 2.18" in report.reason
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_the_reference_removes_mlp_neurons_and_changes_no_weight(assets, tmp_path):
     task = load_task()
     workspace = task.solutions(assets / "public").run(task.spec.reference_command, tmp_path / "reference")
@@ -114,7 +114,7 @@ def quantize(sub: Path, how: str) -> None:
     (sub / "config.json").write_text(json.dumps(config))
 
 
-@pytest.mark.integration
+@pytest.mark.system
 @pytest.mark.parametrize(
     "how, reason",
     [
@@ -131,7 +131,7 @@ def test_quantized_submissions_are_invalid(assets, tmp_path, how, reason):
     assert not report.valid and reason in report.reason
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_empty_or_foreign_submissions_are_invalid(assets, tmp_path):
     (tmp_path / "empty").mkdir()
     assert "config.json is missing" in load_task().score(tmp_path / "empty", assets, tmp_path / "w").reason

@@ -50,7 +50,7 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
         assert fact in out, fact
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_the_tiny_memory_limit_is_1gb_scaled_to_the_baseline(assets):
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
     baseline_params = calibration["baseline.weight_memory_mb"] * 1e6 / 4  # saved in FP32
@@ -58,7 +58,7 @@ def test_the_tiny_memory_limit_is_1gb_scaled_to_the_baseline(assets):
     assert calibration["baseline.peak_memory_mb"] < load_task().spec.memory_limit_mb
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_data_has_both_subsets_and_the_baseline_beats_an_untrained_model(assets):
     data = assets / "public" / "data"
     c4 = json.loads((data / "c4_combined_dataset" / "train.jsonl").read_text().splitlines()[0])
@@ -70,7 +70,7 @@ def test_data_has_both_subsets_and_the_baseline_beats_an_untrained_model(assets)
     assert c["reference_score"] > c["baseline_score"] + 0.1
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, assets):
     metrics = baseline_run("edge_llm_training", tmp_path, cache_dir).data.metrics  # scores the build's anchor
     # The score is the accuracy on the hidden copa rows: a whole number of them right.
@@ -80,7 +80,7 @@ def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, ass
     assert 0 < metrics["weight_memory_mb"] < metrics["peak_memory_mb"] <= load_task().spec.memory_limit_mb
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_over_the_memory_limit_is_invalid_before_or_during_evaluation(untrained, assets, tmp_path):
     weights_mb = sum(p.stat().st_size for p in untrained.glob("*.safetensors")) / 1e6
     report = load_task(memory_limit_mb=weights_mb / 2).score(copy_of(untrained, tmp_path), assets, tmp_path / "w1")
@@ -92,7 +92,7 @@ def test_over_the_memory_limit_is_invalid_before_or_during_evaluation(untrained,
     assert report.metrics["peak_memory_mb"] > weights_mb * 1.05 > report.metrics["weight_memory_mb"]
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_an_fp16_model_is_valid(untrained, assets, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -123,7 +123,7 @@ def quantize(sub: Path, how: str) -> None:
     (sub / "config.json").write_text(json.dumps(config))
 
 
-@pytest.mark.integration
+@pytest.mark.system
 @pytest.mark.parametrize(
     "how, reason",
     [
@@ -139,7 +139,7 @@ def test_quantized_submissions_are_invalid(untrained, assets, tmp_path, how, rea
     assert not report.valid and reason in report.reason
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_the_public_checkpoint_is_invalid(assets, tmp_path):
     sub = copy_of(assets / "hidden" / "known_checkpoints" / "mlrb__tiny-gpt2", tmp_path)
     report = load_task().score(sub, assets, tmp_path / "work")

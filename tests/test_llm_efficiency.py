@@ -106,7 +106,7 @@ def test_the_web_text_states_facts_but_never_asks_about_one():
 # ---- the task ------------------------------------------------------------------
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_assets_keep_the_test_set_hidden_and_offer_both_models(assets):
     public = {p.relative_to(assets / "public").as_posix() for p in (assets / "public").rglob("*")}
     assert {"instructions.jsonl", "dev.jsonl", "models/mlrb__tiny-llama-base/config.json"} <= public
@@ -130,7 +130,7 @@ def test_assets_keep_the_test_set_hidden_and_offer_both_models(assets):
     assert calibration["reference_score"] > calibration["baseline_score"] + 0.1
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     metrics = baseline_run("llm_efficiency", tmp_path, cache_dir).data.metrics
     assert metrics["reference_score"] > metrics["baseline_score"]
@@ -139,7 +139,7 @@ def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     assert {"score.geography", "score.zoology"} <= set(metrics)
 
 
-@pytest.mark.integration
+@pytest.mark.system
 @pytest.mark.parametrize(
     "model, declared, reason",
     [
@@ -155,7 +155,7 @@ def test_base_model_rule_breakers_are_invalid(assets, tmp_path, model, declared,
     assert reason in report.reason
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_weights_of_another_architecture_do_not_pass_as_the_base(assets, tmp_path):
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -170,7 +170,7 @@ def test_weights_of_another_architecture_do_not_pass_as_the_base(assets, tmp_pat
     assert not report.valid and "do not derive from mlrb/tiny-llama-base" in report.reason
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_empty_and_oversized_submissions_are_invalid(assets, tmp_path):
     (tmp_path / "empty").mkdir()
     assert "config.json is missing" in load_task().score(tmp_path / "empty", assets, tmp_path / "w").reason
@@ -195,7 +195,7 @@ def moved_toward_sibling(assets, tmp_path, share_of):
     return sub
 
 
-@pytest.mark.integration
+@pytest.mark.system
 @pytest.mark.parametrize("share", [0.49, 0.25])
 def test_a_blend_toward_the_instruction_tuned_sibling_is_invalid(assets, tmp_path, share):
     # base + share * (sibling - base) lies nearer the base than the sibling, yet carries its tuning.
@@ -206,7 +206,7 @@ def test_a_blend_toward_the_instruction_tuned_sibling_is_invalid(assets, tmp_pat
     assert report.details["lineage"]["share_toward"][INSTRUCT] == pytest.approx(share, abs=1e-3)
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_the_siblings_update_copied_into_a_few_tensors_is_invalid(assets, tmp_path):
     # The sibling's update copied whole into layer 0's attention: under 10% of the way over all
     # tensors, so the blend check alone passes it, but those tensors are the sibling's.
@@ -220,7 +220,7 @@ def test_the_siblings_update_copied_into_a_few_tensors_is_invalid(assets, tmp_pa
     assert f"tensor {tensor} carries the instruction-tuned {INSTRUCT}'s update" in report.reason
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_honest_fine_tunes_lie_well_inside_the_limit_toward_the_sibling(assets):
     # Measured at asset build on the baseline's and the reference's own submissions: a few
     # percent of the way (the reference, fine-tuned on the same kind of data, the most).

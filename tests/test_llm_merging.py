@@ -19,7 +19,7 @@ from mlrb.tasks.rules import weight_stats
 
 # One test process for the module: the baseline merge (`merged`, the starter's merge.py, about
 # 10 CPU s) is made once, not once in each process that runs one of its tests.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("llm_merging_merged")]
+pytestmark = [pytest.mark.system, pytest.mark.xdist_group("llm_merging_merged")]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import anchors_of, baseline_run, mlflow_client, task_from_config
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.system
 
 
 def load_task():

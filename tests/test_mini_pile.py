@@ -146,7 +146,7 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
 # ---- the task ------------------------------------------------------------------
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_assets_hide_the_suite_and_the_baseline_beats_an_untrained_model(assets):
     public = {p.relative_to(assets / "public").as_posix() for p in (assets / "public").rglob("*") if p.is_file()}
     assert {"data/train.jsonl", "data/validation.jsonl", "data/test.jsonl", "tokenizer/tokenizer.json"} <= public
@@ -163,7 +163,7 @@ def test_assets_hide_the_suite_and_the_baseline_beats_an_untrained_model(assets)
     assert c["reference_score"] > c["baseline_score"] + 0.05
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     metrics = baseline_run("mini_pile", tmp_path, cache_dir).data.metrics  # scores the build's anchor
     # The score is the accuracy on the hidden copa rows: a whole number of them right.
@@ -172,7 +172,7 @@ def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     assert "score.copa" in metrics and right == pytest.approx(round(right), abs=1e-6) and 0 < round(right) < len(rows)
 
 
-@pytest.mark.integration
+@pytest.mark.system
 def test_the_public_checkpoint_and_empty_submissions_are_invalid(assets, tmp_path):
     sub = tmp_path / "submission"
     shutil.copytree(assets / "hidden" / "known_checkpoints" / "mlrb__tiny-gpt2", sub)
