@@ -310,7 +310,8 @@ def test_the_documented_runs_work_as_written(workdir, built_cache):
     # `-m seed=1,2,3,4` only seed 4 is new).
     expected = ["claude/smoke/1", "claude/smoke/2", "claude/smoke/3", "claude/1h/1", "claude/1h/2", "claude/1h/3",
                 "baseline/smoke/0", "baseline/smoke/3", "baseline/smoke/1", "baseline/smoke/2", "baseline/1h/0",
-                "claude/smoke/0", "gpt4o/smoke/0", "openai_compatible/smoke/0", "claude/1h/0", "baseline/smoke/0",
+                "claude/smoke/0", "claude/smoke/0", "gpt4o/smoke/0", "openai_compatible/smoke/0", "claude/1h/0",
+                "baseline/smoke/0",
                 "baseline/smoke/4", "baseline/smoke/1", "baseline/smoke/2"]  # fmt: skip
     if without_docker:
         expected.remove("baseline/smoke/0")  # the docker sandbox's run
