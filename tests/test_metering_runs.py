@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import mlflow_client, run_cli, store_args
+from conftest import PLUMBING, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply
 from test_command_agent import command_override
 
@@ -48,13 +48,13 @@ shutil.copytree(os.path.join(os.environ["MLRB_DATA"], "base_model"), "submission
 """
 
 
-def test_an_agent_that_hangs_up_on_every_stream_pays_for_each_call_and_its_budget_stops_it(tmp_path, built_cache):
+def test_an_agent_that_hangs_up_on_every_stream_pays_for_each_call_and_its_budget_stops_it(tmp_path, plumbing_cache):
     # Each answer's usage and end come a second after its text: the agent has hung up by then.
     script = [reply(text="42.", usage=(INPUT_TOKENS, OUTPUT_TOKENS), end_after_s=1.0) for _ in range(3)]
     with FakeLlmServer(script) as server:
         env = {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url}
-        result = run_cli(*store_args(tmp_path, built_cache), "agent=command", command_override(HANG_UP), cwd=tmp_path,
-                         env=env)  # fmt: skip
+        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command", command_override(HANG_UP),
+                         cwd=tmp_path, env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])

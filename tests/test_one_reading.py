@@ -4,7 +4,8 @@ scorer evaluates, and the settings a limit is measured at are the task's, not th
 Each task's real scorer, in its bwrap sandbox, is handed a folder that shows the checks the task's
 own baseline submission (a weights file at the top) while a shard index points transformers at
 other weights: it must refuse it. On a harness that read the top-level files for its checks, the
-scorer evaluated the other model."""
+scorer evaluated the other model. These run on the tasks' plumbing assets (the tiny scale's models,
+built in seconds); the memory limit's test needs the tiny scale's calibrated limit (system tier)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,6 @@ from mlrb.config import SandboxConfig
 from mlrb.control import control_submission
 from mlrb.scoring.runner import score_submission
 from mlrb.tasks import rules
-
-pytestmark = pytest.mark.integration
 
 # Every task whose submission is a model folder (math_reasoning's is a file of Lean proofs).
 MODEL_TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "baby_lm", "mini_pile", "edge_llm_training"]
@@ -42,9 +41,10 @@ def two_models_in_one(shown: Path, dest: Path, hidden_dir: str | None = None) ->
     return dest
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("task_name", MODEL_TASKS)
 def test_the_checks_and_the_scorer_cannot_be_handed_different_weights(task_name, cache_dir, tmp_path):
-    task = task_from_config(task_name)
+    task = task_from_config(task_name, scale="plumbing")
     assets = ensure_assets(task, cache_dir)
     honest = control_submission(task, assets)  # the task's baseline submission: it passes every check
     submission = two_models_in_one(honest, tmp_path / "submission")
@@ -55,10 +55,11 @@ def test_the_checks_and_the_scorer_cannot_be_handed_different_weights(task_name,
     )
 
 
+@pytest.mark.integration
 def test_what_else_could_point_the_scorer_elsewhere_is_refused_and_an_honest_sharded_model_is_not(
     cache_dir, tmp_path
 ):  # fmt: skip
-    task = task_from_config("llm_merging")
+    task = task_from_config("llm_merging", scale="plumbing")
     honest = control_submission(task, ensure_assets(task, cache_dir))
     in_a_folder = two_models_in_one(honest, tmp_path / "in_a_folder", hidden_dir="weights")
     assert "holds a folder (weights/)" in rules.one_reading_problem(in_a_folder)
@@ -88,10 +89,13 @@ def test_what_else_could_point_the_scorer_elsewhere_is_refused_and_an_honest_sha
     assert rules.one_reading_problem(sharded) == "" and rules.check_loadable(sharded) == ""
 
 
+@pytest.mark.system
 def test_a_memory_limit_is_measured_at_the_task_s_settings_not_the_submission_s(cache_dir, tmp_path):
     """edge_llm_compression: the untouched base model fails the memory limit (doing nothing); one
     flag in its config.json (no key-value cache) took it under the limit with the reference's
-    accuracy. The scorer now sets what a limit measures itself; the reference still passes."""
+    accuracy. The scorer now sets what a limit measures itself; the reference still passes.
+    At tiny scale: the limit is calibrated there (at plumbing scale, with its 32 test rows, the
+    untouched base model stays under it)."""
     task = task_from_config("edge_llm_compression")
     assets = ensure_assets(task, cache_dir)
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mlflow_client, run_cli, store_args, tiny_llm_merging
+from conftest import PLUMBING, mlflow_client, plumbing_llm_merging, run_cli, store_args
 from mlrb.assets import asset_dir
 from mlrb.scoring.worker import PROBE_TEXT
 from test_command_agent import command_override
@@ -43,8 +43,8 @@ def only_run(tmp_path: Path):
     return run
 
 
-def test_a_submission_that_breaks_the_scorer_is_invalid_and_counted_when_the_control_scores(tmp_path, built_cache):
-    result = run_cli(*store_args(tmp_path, built_cache), "agent=command", command_override(BREAK_THE_SCORER),
+def test_a_submission_that_breaks_the_scorer_is_invalid_and_counted_when_the_control_scores(tmp_path, plumbing_cache):
+    result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command", command_override(BREAK_THE_SCORER),
                      cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-unused"})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     run = only_run(tmp_path)
@@ -55,20 +55,22 @@ def test_a_submission_that_breaks_the_scorer_is_invalid_and_counted_when_the_con
     reason = tags["mlrb.invalid_reason"]
     assert reason.startswith("scoring failed on this submission (scorer exited 1: IndexError:"), reason
     assert "the task's baseline submission scored" in reason
-    # Counted, as doing nothing: no better than not submitting at all.
-    assert tags["mlrb.counted_as"] != "not counted"
-    assert metrics["counted_score"] == metrics["do_nothing_score"]
-    assert "score" not in metrics
+    # An attempt, not a free re-roll: at tiny scale it counts as doing nothing. A plumbing run counts as
+    # nothing whatever it scores: it records that reason, not the "not counted" of an infrastructure error.
+    assert tags["mlrb.counted_as"] == "none" and "plumbing scale" in tags["mlrb.counted_reason"]
+    assert "score" not in metrics and "counted_score" not in metrics
     # The control is kept beside the assets: a second failure does not run the baseline again.
-    assets = asset_dir(tiny_llm_merging(), built_cache)
+    assets = asset_dir(plumbing_llm_merging(), plumbing_cache)
     (control,) = assets.parent.glob(f"{assets.name}.control/*/done")
     assert (control.parent / "submission" / "submission" / "config.json").is_file()
 
 
-def test_a_timeout_the_control_shares_is_an_infrastructure_error_not_the_agent_s(tmp_path, built_cache):
+def test_a_timeout_the_control_shares_is_an_infrastructure_error_not_the_agent_s(tmp_path, plumbing_cache):
     # A time limit no scoring can meet (the scorer polls for its request every 20 ms): the machine is
-    # too slow for the task, as the baseline shows; the honest submission is not blamed.
-    result = run_cli(*store_args(tmp_path, built_cache), "task.scales.tiny.score_timeout_s=0.01", cwd=tmp_path)
+    # too slow for the task, as the baseline shows; the honest submission is not blamed. (Set on tiny: the
+    # plumbing scale extends it.)
+    result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "task.scales.tiny.score_timeout_s=0.01",
+                     cwd=tmp_path)  # fmt: skip
     assert result.returncode == 1
     run = only_run(tmp_path)
     assert run.data.tags["mlrb.status"] == "infra_error"
