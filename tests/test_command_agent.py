@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, mlflow_client, run_cli, run_module, store_args
+from conftest import PLUMBING, REPO, mlflow_client, run_cli, run_module, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
 from test_docker_sandbox import needs_docker
 
@@ -59,8 +59,9 @@ def command_override(source: str) -> str:
 
 
 def command_run(tmp_path, cache, script, *overrides):
+    """`agent=command` running AGENT at the plumbing scale, against the scripted upstream."""
     with FakeLlmServer(script) as server:
-        result = run_cli(*store_args(tmp_path, cache), "agent=command", command_override(AGENT), *overrides,
+        result = run_cli(*store_args(tmp_path, cache), PLUMBING, "agent=command", command_override(AGENT), *overrides,
                          cwd=tmp_path, env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
@@ -68,9 +69,9 @@ def command_run(tmp_path, cache, script, *overrides):
 
 
 @pytest.mark.integration
-def test_a_program_in_bwrap_calls_its_model_through_the_proxy_and_submits(tmp_path, built_cache):
+def test_a_program_in_bwrap_calls_its_model_through_the_proxy_and_submits(tmp_path, plumbing_cache):
     script = [reply(text="look around", usage=(1000, 40)), reply(text="merge", usage=(1200, 20))]
-    result, server, client, run = command_run(tmp_path, built_cache, script)
+    result, server, client, run = command_run(tmp_path, plumbing_cache, script)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "llm_merging/command/smoke/0: score" in result.stdout and "status ok" in result.stdout
     assert run.data.tags["mlrb.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
@@ -91,19 +92,20 @@ def test_a_program_in_bwrap_calls_its_model_through_the_proxy_and_submits(tmp_pa
     assert KEY.encode() not in recorded
 
 
-# The worked example of docs/agents.md, as it shows it (its key aside), run from a clone's root.
+# The worked example of docs/agents.md, as it shows it (its key aside), run from a clone's root;
+# the test runs it at the plumbing scale (PLUMBING added).
 EXAMPLE = ("task=llm_merging", "agent=command", "agent.options.program_dir=examples/agents",
            "agent.options.command=python $MLRB_AGENT_DIR/shell_agent.py")  # fmt: skip
 
 
 @pytest.mark.integration
-def test_the_docs_worked_example_a_shell_agent_of_your_own_edits_runs_and_submits(tmp_path, built_cache):
+def test_the_docs_worked_example_a_shell_agent_of_your_own_edits_runs_and_submits(tmp_path, plumbing_cache):
     """examples/agents/shell_agent.py: the scripted model has it run the merge with its bash tool,
     then stops calling tools; the program reads nothing of mlrb but its environment."""
     (tmp_path / "examples").symlink_to(REPO / "examples")  # the clone's root, as the docs run it
     script = [reply(tool("bash", command=MERGE), usage=(900, 30)), reply(text="Merged.", usage=(1100, 10))]
     with FakeLlmServer(script) as server:
-        result = run_cli(*EXAMPLE, *store_args(tmp_path, built_cache), cwd=tmp_path,
+        result = run_cli(*EXAMPLE, PLUMBING, *store_args(tmp_path, plumbing_cache), cwd=tmp_path,
                          env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "llm_merging/command/smoke/0: score" in result.stdout and "(valid); status ok" in result.stdout
@@ -122,9 +124,9 @@ def test_a_program_dir_that_is_not_there_is_one_line(tmp_path):
 
 
 @pytest.mark.integration
-def test_once_its_tokens_are_spent_the_proxy_refuses_and_the_run_ends_budget_exhausted(tmp_path, built_cache):
+def test_once_its_tokens_are_spent_the_proxy_refuses_and_the_run_ends_budget_exhausted(tmp_path, plumbing_cache):
     script = [reply(text="think", usage=(100, 100))] * 5
-    result, server, client, run = command_run(tmp_path, built_cache, script, "budget.max_output_tokens=150")
+    result, server, client, run = command_run(tmp_path, plumbing_cache, script, "budget.max_output_tokens=150")
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(server.requests) == 2  # the third call was refused by the proxy, never sent
     assert run.data.tags["mlrb.status"] == "budget_exhausted"
@@ -235,7 +237,7 @@ def test_prefetch_installs_claude_code_for_offline_nodes_and_a_run_without_it_or
 
     checked = prefetch("--check", "agent=claude_code")
     assert checked.returncode == 1 and checked.stdout.startswith("missing: claude_code: @anthropic-ai/claude-code@")
-    no_npm = run_cli(*store_args(tmp_path, tmp_path / "cache"), "agent=claude_code", "sandbox=unconfined",
+    no_npm = run_cli(*store_args(tmp_path, tmp_path / "cache"), PLUMBING, "agent=claude_code", "sandbox=unconfined",
                      cwd=tmp_path, env={"ANTHROPIC_API_KEY": KEY, "PATH": "/nonexistent"})  # fmt: skip
     assert no_npm.returncode == 2, no_npm.stderr
     (line,) = no_npm.stderr.strip().splitlines()

@@ -24,16 +24,39 @@ from pathlib import Path
 
 import pytest
 
-from conftest import compose_config, mlflow_client, run_cli, store_args
+from conftest import PLUMBING, compose_config, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
 from test_bwrap_sandbox import host_processes, needs_namespaces
 from test_docker_sandbox import needs_docker
 
 KEY = "sk-ant-confinement-target-4711"
+# The default sandbox's runs at the plumbing scale (the integration tier); docker's at tiny (the system tier).
 SANDBOXES = [
-    pytest.param("bwrap", [], marks=[needs_namespaces, pytest.mark.integration], id="default-bwrap"),
+    pytest.param("bwrap", [PLUMBING], marks=[needs_namespaces, pytest.mark.integration], id="default-bwrap"),
     pytest.param("docker", ["sandbox=docker"], marks=[needs_docker, pytest.mark.system], id="docker"),
 ]
+
+
+def scale_of(overrides: list[str]) -> str:
+    return "plumbing" if PLUMBING in overrides else "tiny"
+
+
+def cache_for(request, overrides: list[str]) -> Path:
+    """The session's cache with the assets of the overrides' scale built in it."""
+    return request.getfixturevalue("plumbing_cache" if scale_of(overrides) == "plumbing" else "built_cache")
+
+
+def honest_score(metrics: dict, cache: Path, scale: str) -> float:
+    """The starter's merge's score at seed 0: the run's baseline anchor at tiny; at plumbing, whose
+    runs log no anchors, the baseline its assets' build measured (at its one seed, 0)."""
+    if scale == "tiny":
+        return metrics["baseline_score"]
+    from mlrb.assets import asset_dir
+    from mlrb.tasks.llm_merging.task import LlmMerging
+
+    assets = asset_dir(LlmMerging(compose_config(f"task.scale={scale}").task), cache)
+    return json.loads((assets / "hidden" / "calibration.json").read_text())["baseline_score"]
+
 
 # What the kernel answers a program that reaches for what the sandbox does not mount, mounts
 # read-only, or does not let its user write. A broken attack fails otherwise (a shell's
@@ -168,13 +191,13 @@ def unconfined(tries: dict[str, str], folder: Path) -> dict[str, str]:
     return outputs(done.stdout)
 
 
-def own_cache(cache: Path, tmp_path: Path) -> Path:
-    """A copy of the cache's llm_merging assets (and their control submission) for this test
-    alone: the unconfined attacks write into it."""
+def own_cache(cache: Path, tmp_path: Path, scale: str) -> Path:
+    """A copy of the cache's llm_merging assets at SCALE (and their control submission) for this
+    test alone: the unconfined attacks write into it."""
     from mlrb.assets import asset_dir
     from mlrb.tasks.llm_merging.task import LlmMerging
 
-    assets = asset_dir(LlmMerging(compose_config().task), cache)
+    assets = asset_dir(LlmMerging(compose_config(f"task.scale={scale}").task), cache)
     mine = tmp_path / "cache"
     for folder in (assets, assets.with_name(assets.name + ".control")):
         if folder.is_dir():
@@ -182,13 +205,13 @@ def own_cache(cache: Path, tmp_path: Path) -> Path:
     return mine
 
 
-def hidden_files(cache: Path) -> tuple[Path, str, str]:
-    """The task's hidden test set, one question of it that no public file holds, and one of
-    the public dev set that the hidden set does not hold (each as it stands in its JSON line)."""
+def hidden_files(cache: Path, scale: str) -> tuple[Path, str, str]:
+    """The task's hidden test set (at SCALE), one question of it that no public file holds, and one
+    of the public dev set that the hidden set does not hold (each as it stands in its JSON line)."""
     from mlrb.assets import asset_dir
     from mlrb.tasks.llm_merging.task import LlmMerging
 
-    assets = asset_dir(LlmMerging(compose_config().task), cache)
+    assets = asset_dir(LlmMerging(compose_config(f"task.scale={scale}").task), cache)
     hidden = assets / "hidden" / "test.jsonl"
     public_text = "".join(p.read_text(errors="replace") for p in (assets / "public").rglob("*.jsonl"))
 
@@ -208,9 +231,10 @@ def still_running(left: tuple[int, int]) -> list[int]:
 
 
 @pytest.mark.parametrize("kind, overrides", SANDBOXES)
-def test_a_claude_agent_that_tries_every_escape_gets_nowhere(kind, overrides, tmp_path, built_cache):
-    cache = own_cache(built_cache, tmp_path)
-    hidden, question, public_question = hidden_files(cache)
+def test_a_claude_agent_that_tries_every_escape_gets_nowhere(kind, overrides, tmp_path, request):
+    scale = scale_of(overrides)
+    cache = own_cache(cache_for(request, overrides), tmp_path, scale)
+    hidden, question, public_question = hidden_files(cache, scale)
     hidden_before = hidden.read_bytes()
     home_file = Path.home() / f"mlrb-pwned-{os.getpid()}"
     # Left running by the agent, and looked for on the host afterwards: numbers of this test
@@ -283,7 +307,7 @@ def test_a_claude_agent_that_tries_every_escape_gets_nowhere(kind, overrides, tm
     tags, metrics = run.data.tags, run.data.metrics
     assert run.info.status == "FINISHED" and tags["mlrb.status"] == "ok" and tags["mlrb.valid"] == "True"
     assert tags["mlrb.sandbox"] == kind and tags["mlrb.confined"] == "true" and tags["mlrb.network"] == "false"
-    assert metrics["score"] == pytest.approx(metrics["baseline_score"], abs=1e-6)  # exactly its honest work
+    assert metrics["score"] == pytest.approx(honest_score(metrics, cache, scale), abs=1e-6)  # exactly its honest work
     recorded = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
     assert KEY.encode() not in recorded and base64.b64encode(KEY.encode()) not in recorded
 
@@ -331,11 +355,12 @@ def forged_scores(submission: Path, tmp_path: Path) -> dict[str, float | None]:
 
 
 @pytest.mark.parametrize("kind, overrides", SANDBOXES)
-def test_a_submission_that_attacks_the_scorer_changes_nothing(kind, overrides, tmp_path, built_cache, monkeypatch):
+def test_a_submission_that_attacks_the_scorer_changes_nothing(kind, overrides, tmp_path, request, monkeypatch):
     from mlrb import run as run_lib
 
-    cfg = compose_config(*store_args(tmp_path, built_cache)[:2], *overrides, "task.read_only_files=[merge.py]")
-    cfg.task.scales["tiny"]["baseline_command"] = ADVERSARY.format(forged=FORGED_REPORT)
+    cache = cache_for(request, overrides)
+    cfg = compose_config(*store_args(tmp_path, cache)[:2], *overrides, "task.read_only_files=[merge.py]")
+    cfg.task.scales[cfg.task.scale]["baseline_command"] = ADVERSARY.format(forged=FORGED_REPORT)
     run_dir = tmp_path / "run"
     result = run_lib.execute(cfg, run_dir)
 
@@ -346,7 +371,8 @@ def test_a_submission_that_attacks_the_scorer_changes_nothing(kind, overrides, t
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok" and result.valid
     # the forged report, fake lm_eval and sitecustomize changed nothing
-    assert run.data.metrics["score"] == pytest.approx(run.data.metrics["baseline_score"], abs=1e-6)
+    honest = honest_score(run.data.metrics, cache, scale_of(overrides))
+    assert run.data.metrics["score"] == pytest.approx(honest, abs=1e-6)
     assert json.loads((run_dir / "scoring" / "report.json").read_text())["score"] != 1.0
     assert run.data.tags["mlrb.read_only_restored"] == "merge.py"  # it was tampered with, and restored
     assert "# tampered" not in (run_dir / "workspace" / "merge.py").read_text()

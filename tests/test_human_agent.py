@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mlflow_client, run_cli, store_args
+from conftest import PLUMBING, mlflow_client, run_cli, store_args
 from mlrb import events
 from mlrb.agents.human import Commands
 from test_docker_sandbox import needs_docker
@@ -72,11 +72,13 @@ class Person:
 
 
 @pytest.fixture
-def person_at(tmp_path, built_cache):
+def person_at(tmp_path, cache_dir):
+    """Starts a person's run with the given overrides; the test asks for the assets it runs on
+    (plumbing_cache with PLUMBING among the overrides, or built_cache)."""
     people: list[Person] = []
 
     def start(*overrides: str) -> Person:
-        people.append(Person(tmp_path, built_cache, *overrides))
+        people.append(Person(tmp_path, cache_dir, *overrides))
         return people[-1]
 
     yield start
@@ -99,8 +101,8 @@ def merge_and_exit(person: Person) -> None:
 
 
 @pytest.mark.integration
-def test_a_person_in_bwrap_merges_exits_and_is_scored_with_every_command_recorded(tmp_path, person_at):
-    person = person_at()
+def test_a_person_in_bwrap_merges_exits_and_is_scored_with_every_command_recorded(tmp_path, plumbing_cache, person_at):
+    person = person_at(PLUMBING)
     screen = person.wait_for("min left]")
     assert "# Task: LLM Merging" in screen and "`instructions` shows the task again" in screen
     person.type("id -u; pwd; env | grep -c sk-ant-human; echo said-$((6 * 7))")
@@ -137,9 +139,10 @@ def test_a_person_in_bwrap_merges_exits_and_is_scored_with_every_command_recorde
 
 
 @pytest.mark.integration
-def test_when_the_wall_time_runs_out_the_session_ends_budget_exhausted_and_is_scored(tmp_path, person_at):
+def test_when_the_wall_time_runs_out_the_session_ends_budget_exhausted_and_is_scored(tmp_path, plumbing_cache,
+                                                                                     person_at):  # fmt: skip
     """In the unconfined kind: a command still running at the limit is ended with the session."""
-    person = person_at("sandbox=unconfined", "budget.wall_time_s=10")
+    person = person_at(PLUMBING, "sandbox=unconfined", "budget.wall_time_s=10")
     person.wait_for("min left]")
     person.type("sleep 613")
     code, stdout, stderr = person.wait()
@@ -157,7 +160,7 @@ def test_when_the_wall_time_runs_out_the_session_ends_budget_exhausted_and_is_sc
 
 @pytest.mark.system
 @needs_docker
-def test_a_person_in_docker_merges_exits_and_is_scored(tmp_path, person_at):
+def test_a_person_in_docker_merges_exits_and_is_scored(tmp_path, built_cache, person_at):
     person = person_at("sandbox=docker")
     person.wait_for("min left]")
     person.type("id -u; pwd")

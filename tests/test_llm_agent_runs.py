@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, anchors_of, assert_record_matches_store, mlflow_client, run_cli, store_args, tiny_llm_merging
+from conftest import (
+    PLUMBING,
+    REPO,
+    assert_record_matches_store,
+    mlflow_client,
+    plumbing_llm_merging,
+    run_cli,
+    store_args,
+)
 from fake_llm_server import FakeLlmServer, error, reply, tool
 
 KEY = "sk-ant-e2e-secret-never-recorded-987"
@@ -39,7 +47,7 @@ def summed_merge_score(cache_dir: Path, folder: Path) -> float:
     """The score of merge.py run with every weight 1.0 (as the scripted edit makes it), scored directly."""
     from mlrb.assets import ensure_assets
 
-    task = tiny_llm_merging()
+    task = plumbing_llm_merging()
     assets = ensure_assets(task, cache_dir)
     experts = len([p for p in (assets / "public").rglob("adapter_config.json")])
     command = f"python merge.py {MERGE_ARGS} --weights {' '.join(['1.0'] * experts)}"
@@ -49,8 +57,16 @@ def summed_merge_score(cache_dir: Path, folder: Path) -> float:
     return report.score
 
 
+def plumbing_anchors(cache_dir: Path) -> dict:
+    """hidden/calibration.json of the plumbing assets: the anchors their build measured at its one
+    seed (a plumbing run logs none of them)."""
+    from mlrb.assets import ensure_assets
+
+    return json.loads((ensure_assets(plumbing_llm_merging(), cache_dir) / "hidden" / "calibration.json").read_text())
+
+
 @pytest.mark.integration
-def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, built_cache):
+def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, plumbing_cache):
     script = [
         error(529, "overloaded"),  # retried: the first attempt's span records the failure
         reply(
@@ -67,7 +83,8 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, bui
     with FakeLlmServer(script) as server:
         started = time.monotonic()
         result = run_cli(
-            *store_args(tmp_path, built_cache),
+            *store_args(tmp_path, plumbing_cache),
+            PLUMBING,
             "agent=claude",
             "agent.options.retry_base_delay_s=0.01",
             cwd=tmp_path,
@@ -95,7 +112,7 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, bui
     record = assert_record_matches_store(client, run)
     assert [step for step, _ in record["metrics"]["llm.cost_usd"]] == [1, 2, 3, 4]
     # The agent's edit (each expert's update at weight 1), replayed outside the harness, scores the same.
-    assert metrics["score"] == pytest.approx(summed_merge_score(built_cache, tmp_path / "replay"), abs=1e-6)
+    assert metrics["score"] == pytest.approx(summed_merge_score(plumbing_cache, tmp_path / "replay"), abs=1e-6)
 
     # Budget totals from the API's usage, and cost = tokens x the config's prices ($3 / $15 per million).
     input_tokens, output_tokens = 1200 + 1500 + 1700 + 2100, 80 + 120 + 60 + 40
@@ -154,7 +171,7 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, bui
 
 
 @pytest.mark.integration
-def test_gpt4o_runs_through_chat_completions_with_the_config_url(tmp_path, built_cache):
+def test_gpt4o_runs_through_chat_completions_with_the_config_url(tmp_path, plumbing_cache):
     key = "sk-proj-e2e-secret-never-recorded-654"
     script = [
         reply(tool("bash", command=f"python merge.py {MERGE_ARGS}", timeout_s=300), usage=(2000, 50)),
@@ -162,7 +179,8 @@ def test_gpt4o_runs_through_chat_completions_with_the_config_url(tmp_path, built
     ]
     with FakeLlmServer(script) as server:
         result = run_cli(
-            *store_args(tmp_path, built_cache),
+            *store_args(tmp_path, plumbing_cache),
+            PLUMBING,
             "agent=gpt4o",
             f"agent.options.base_url={server.openai_url}",
             cwd=tmp_path,
@@ -175,10 +193,8 @@ def test_gpt4o_runs_through_chat_completions_with_the_config_url(tmp_path, built
     client, run = only_run(tmp_path)
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok"
     assert run.data.tags["mlrb.valid"] == "True"
-    # Same merge as the baseline: the baseline anchor the asset build measured.
-    assert run.data.metrics["score"] == pytest.approx(
-        anchors_of("llm_merging", built_cache)["baseline_score"], abs=1e-6
-    )
+    # Same merge as the baseline: the baseline anchor the asset build measured (at its one seed, 0).
+    assert run.data.metrics["score"] == pytest.approx(plumbing_anchors(plumbing_cache)["baseline_score"], abs=1e-6)
     assert run.data.metrics["cost_usd"] == pytest.approx((4500 * 2.5 + 80 * 10) / 1e6, abs=1e-6)
     traces = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id, flush=True)
     assert len(traces) == 2
@@ -186,11 +202,12 @@ def test_gpt4o_runs_through_chat_completions_with_the_config_url(tmp_path, built
 
 
 @pytest.mark.integration
-def test_openai_compatible_server_needs_no_key_and_a_fatal_error_is_recorded(tmp_path, built_cache):
+def test_openai_compatible_server_needs_no_key_and_a_fatal_error_is_recorded(tmp_path, plumbing_cache):
     script = [reply(tool("list_files"), usage=(300, 20)), error(401, "bad token")]
     with FakeLlmServer(script) as server:
         result = run_cli(
-            *store_args(tmp_path, built_cache),
+            *store_args(tmp_path, plumbing_cache),
+            PLUMBING,
             "agent=openai_compatible",
             f"agent.options.base_url={server.openai_url}",
             "agent.options.model=local-llama",

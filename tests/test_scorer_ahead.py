@@ -4,7 +4,7 @@ the submission, a scorer nobody hands anything is stopped, it goes with a harnes
 and assets rebuilt in the meantime are the ones scored. It starts at once for the scripted
 baseline, which runs a known solution; for any other agent once its workspace holds a
 submission, so a run that hands nothing in starts none. Real bwrap sandboxes, the default
-task's real assets."""
+task's real assets at its plumbing scale."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, mlflow_client, run_cli, store_args, tiny_llm_merging
+from conftest import PLUMBING, REPO, mlflow_client, plumbing_llm_merging, run_cli, store_args
 from mlrb.assets import ensure_assets
 from mlrb.config import SandboxConfig
 from mlrb.scoring.runner import Scorer
@@ -28,8 +28,13 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def assets(built_cache) -> Path:
-    return ensure_assets(tiny_llm_merging(), built_cache)
+def assets(plumbing_cache) -> Path:
+    return ensure_assets(plumbing_llm_merging(), plumbing_cache)
+
+
+def hidden_rows(assets: Path) -> int:
+    """How many questions the hidden test set holds."""
+    return len((assets / "hidden" / "test.jsonl").read_text().splitlines())
 
 
 def submission_from(assets: Path, folder: Path) -> Path:
@@ -71,18 +76,18 @@ def gone_within(seconds: float, path: Path) -> bool:
 
 
 def test_an_agent_that_works_longer_than_the_scoring_limit_is_still_scored(assets, tmp_path):
-    task = tiny_llm_merging()
+    task = plumbing_llm_merging()
     task.spec.score_timeout_s = 10  # the limit is on scoring, counted from the submission
     with Scorer(task, assets, tmp_path / "scoring", SandboxConfig()) as scorer:
         time.sleep(12)  # the agent's work: the scorer has imported torch and lm-eval meanwhile, then waited
         report = scorer.score(submission_from(assets, tmp_path / "submission"))
     assert report.valid, report.reason
-    assert report.details["n"] == 240 and 0 < report.score < 1
+    assert report.details["n"] == hidden_rows(assets) and 0 < report.score < 1
 
 
 def test_a_scorer_that_is_never_handed_a_submission_is_stopped(assets, tmp_path):
     scoring = tmp_path / "scoring"
-    scorer = Scorer(tiny_llm_merging(), assets, scoring, SandboxConfig())
+    scorer = Scorer(plumbing_llm_merging(), assets, scoring, SandboxConfig())
     assert started_within(10, scoring)  # bwrap and the scorer inside it
     report = scorer.score(tmp_path / "nothing here")
     assert not report.valid and "no submission" in report.reason
@@ -91,7 +96,7 @@ def test_a_scorer_that_is_never_handed_a_submission_is_stopped(assets, tmp_path)
     assert scorer.score(submission_from(assets, tmp_path / "submission")).valid  # handed one after all: a fresh one
     scorer.close()
 
-    failed = Scorer(tiny_llm_merging(), assets, tmp_path / "failed", SandboxConfig())
+    failed = Scorer(plumbing_llm_merging(), assets, tmp_path / "failed", SandboxConfig())
     failed.close()  # as the run does when its agent failed
     assert gone_within(5, tmp_path / "failed") and not (tmp_path / "failed" / "scorer.log").exists()
 
@@ -104,10 +109,11 @@ def test_a_waiting_scorer_goes_with_a_harness_that_is_killed(assets, tmp_path, k
             "import sys, time\n"
             "from pathlib import Path\n"
             "sys.path.insert(0, 'tests')\n"
-            "from conftest import tiny_llm_merging\n"
+            "from conftest import plumbing_llm_merging\n"
             "from mlrb.config import SandboxConfig\n"
             "from mlrb.scoring.runner import Scorer\n"
-            f"Scorer(tiny_llm_merging(), Path({str(assets)!r}), Path({str(scoring)!r}), SandboxConfig(kind={kind!r}))\n"
+            f"Scorer(plumbing_llm_merging(), Path({str(assets)!r}), Path({str(scoring)!r}),"
+            f" SandboxConfig(kind={kind!r}))\n"
             "print('started', flush=True)\n"
             "time.sleep(600)\n"
         )],
@@ -128,35 +134,36 @@ def test_assets_rebuilt_while_the_agent_works_are_the_ones_scored(assets, tmp_pa
     # at the same path, which a sandbox started on the old one would not show.
     copy = tmp_path / "cache" / "llm_merging" / assets.name
     shutil.copytree(assets, copy)
-    with Scorer(tiny_llm_merging(), copy, tmp_path / "scoring", SandboxConfig()) as scorer:
+    with Scorer(plumbing_llm_merging(), copy, tmp_path / "scoring", SandboxConfig()) as scorer:
         copy.rename(copy.with_name(copy.name + ".damaged"))
         shutil.copytree(copy.with_name(copy.name + ".damaged"), copy)
         test_set = copy / "hidden" / "test.jsonl"
-        test_set.write_text("".join(test_set.read_text().splitlines(keepends=True)[:60]))
+        kept = hidden_rows(assets) // 2
+        test_set.write_text("".join(test_set.read_text().splitlines(keepends=True)[:kept]))
         report = scorer.score(submission_from(assets, tmp_path / "submission"))
     assert report.valid, report.reason
-    assert report.details["n"] == 60  # the rebuilt folder's test set, not the 240 items of the old one
+    assert report.details["n"] == kept  # the rebuilt folder's test set, not all the items of the old one
 
 
 def test_a_scorer_handed_a_second_submission_scores_it_afresh(assets, tmp_path):
-    with Scorer(tiny_llm_merging(), assets, tmp_path / "scoring", SandboxConfig(kind="unconfined")) as scorer:
+    with Scorer(plumbing_llm_merging(), assets, tmp_path / "scoring", SandboxConfig(kind="unconfined")) as scorer:
         first = scorer.score(submission_from(assets, tmp_path / "first"))
         second = scorer.score(tmp_path / "first")
     assert first.valid and second.valid and second.score == first.score
 
 
 def test_a_scorer_not_started_ahead_starts_when_asked_or_when_it_scores(assets, tmp_path):
-    later = Scorer(tiny_llm_merging(), assets, tmp_path / "later", SandboxConfig(), ahead=False)
+    later = Scorer(plumbing_llm_merging(), assets, tmp_path / "later", SandboxConfig(), ahead=False)
     assert not started_within(2, tmp_path / "later")
     later.start_ahead()  # the run's call once the workspace holds a submission
     assert started_within(10, tmp_path / "later")
     assert later.score(submission_from(assets, tmp_path / "submission")).valid
     later.close()
 
-    with Scorer(tiny_llm_merging(), assets, tmp_path / "at-score", SandboxConfig(), ahead=False) as at_score:
+    with Scorer(plumbing_llm_merging(), assets, tmp_path / "at-score", SandboxConfig(), ahead=False) as at_score:
         assert at_score.score(tmp_path / "submission").valid  # never asked ahead: it starts to score
 
-    never = Scorer(tiny_llm_merging(), assets, tmp_path / "never", SandboxConfig(), ahead=False)
+    never = Scorer(plumbing_llm_merging(), assets, tmp_path / "never", SandboxConfig(), ahead=False)
     assert not never.score(tmp_path / "nothing here").valid
     never.close()
     assert not processes_using(tmp_path / "never") and not (tmp_path / "never" / "scorer.log").exists()
@@ -191,7 +198,7 @@ class ScorerSightings:
 
 
 def test_an_llm_agent_s_scorer_starts_after_the_step_that_leaves_a_submission_and_never_without_one(
-    built_cache, tmp_path
+    plumbing_cache, tmp_path
 ):
     from fake_llm_server import FakeLlmServer, reply, tool
 
@@ -203,7 +210,7 @@ def test_an_llm_agent_s_scorer_starts_after_the_step_that_leaves_a_submission_an
         reply(tool("submit", summary="the base model")),
     ]
     with FakeLlmServer(hands_in) as server, ScorerSightings(tmp_path / "hands-in") as seen:
-        result = run_cli(*store_args(tmp_path / "hands-in", built_cache), "agent=claude", cwd=tmp_path,
+        result = run_cli(*store_args(tmp_path / "hands-in", plumbing_cache), PLUMBING, "agent=claude", cwd=tmp_path,
                          env={**env, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     client = mlflow_client(tmp_path / "hands-in")
@@ -216,7 +223,7 @@ def test_an_llm_agent_s_scorer_starts_after_the_step_that_leaves_a_submission_an
 
     nothing = [reply(tool("bash", command="sleep 3")), reply(tool("submit", summary="nothing"))]
     with FakeLlmServer(nothing) as server, ScorerSightings(tmp_path / "nothing") as seen:
-        result = run_cli(*store_args(tmp_path / "nothing", built_cache), "agent=claude", cwd=tmp_path,
+        result = run_cli(*store_args(tmp_path / "nothing", plumbing_cache), PLUMBING, "agent=claude", cwd=tmp_path,
                          env={**env, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "no submission" in result.stdout and seen.first is None

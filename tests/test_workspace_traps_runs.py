@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import mlflow_client, run_cli, store_args
+from conftest import PLUMBING, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer
 from mlrb import workspace
 from test_command_agent import KEY, command_override
@@ -49,23 +49,26 @@ os.symlink("a", "submission/b")
     [("", "ok"), (LOOP_IN_SUBMISSION, "invalid")],
     ids=["traps-beside-a-valid-submission", "a-symlink-loop-in-the-submission"],
 )
-def test_a_workspace_full_of_traps_is_scored_and_counted_never_an_infra_error(tmp_path, built_cache, extra, status):
+def test_a_workspace_full_of_traps_is_scored_and_counted_never_an_infra_error(tmp_path, plumbing_cache, extra,
+                                                                              status):  # fmt: skip
     started = time.monotonic()
     with FakeLlmServer([]) as server:
-        result = run_cli(*store_args(tmp_path, built_cache), "agent=command", command_override(TRAPS + extra),
-                         cwd=tmp_path, env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command",
+                         command_override(TRAPS + extra), cwd=tmp_path,
+                         env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
     took = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-3000:]
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     tags = run.data.tags
     assert run.info.status == "FINISHED" and tags["mlrb.status"] == status, (tags.get("mlrb.error"), took)
+    # Recorded as any plumbing run is, valid or not: it measures nothing, so it counts as nothing
+    # (at a calibrated scale the valid run counts its score, the invalid one the do-nothing anchor).
+    assert tags["mlrb.counted_as"] == "none" and tags["mlrb.plumbing"] == "true"
     if status == "ok":  # the FIFO and the socket left out of the copy, the model scored
         assert tags["mlrb.valid"] == "True" and "score" in run.data.metrics
-        assert tags["mlrb.counted_as"] == "score"
     else:  # the loop is copied as links, and the task's rules name it
         assert tags["mlrb.invalid_reason"].startswith("the submission contains symbolic links (")
-        assert tags["mlrb.counted_as"] == "do_nothing"
 
     run_dir = tmp_path / "run"
     notes = (run_dir / "record" / "workspace_notes.txt").read_text(encoding="utf-8")
