@@ -1,7 +1,9 @@
 """`python -m mlrb.report` over a store filled by real runs of the default task:
 a 2-seed x 2-budget sweep, an agent that fails, one that hands in pickled weights,
 and a run whose scorer crashes (an infrastructure error). The report's numbers are
-checked against what MlflowClient says about the same runs."""
+checked against what MlflowClient says about the same runs (tiny scale: its means are
+the calibrated ones; system tier). What the report writes and logs for a sweep, and its
+answers to bad input, are checked on a sweep at the plumbing scale (integration tier)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import broken_copy_of, mlflow_client, run_cli, run_module
+from conftest import PLUMBING, broken_copy_of, mlflow_client, run_cli, run_module
 
 SMOKE_S, ONE_HOUR_S = 600.0, 3600.0
 
@@ -29,8 +31,9 @@ def read_csv(path: Path) -> list:
         return list(csv.DictReader(f))
 
 
-# The store takes minutes to fill: its tests go to one test process, which fills it once.
+# A store takes minutes to fill: its tests go to one test process, which fills it once.
 ONE_STORE = pytest.mark.xdist_group("report_store")
+ONE_PLUMBING_STORE = pytest.mark.xdist_group("report_plumbing_store")
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +53,17 @@ def store(tmp_path_factory, built_cache) -> Path:
     # The scorer itself breaks on a corrupt hidden test set: an infrastructure error, not the agent's.
     broken = broken_copy_of(built_cache, root / "broken-cache")
     run("seed=5", f"hydra.run.dir={root / 'run5'}", cache=broken, expect=1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def plumbing_store(tmp_path_factory, plumbing_cache) -> Path:
+    """A folder whose mlruns/ holds a 2-seed x 2-budget sweep at the plumbing scale: 4 runs and their parent."""
+    root = tmp_path_factory.mktemp("report-plumbing-store")
+    result = run_cli("-m", PLUMBING, "seed=1,2", "budget=smoke,1h", f"hydra.sweep.dir={root / 'sweep'}",
+                     f"tracking.dir={root / 'mlruns'}", f"paths.cache_dir={plumbing_cache}", cwd=root,
+                     timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return root
 
 
@@ -96,7 +110,7 @@ def expected(runs, budget: str, assets: str) -> dict:
     }
 
 
-@pytest.mark.integration
+@pytest.mark.system
 @ONE_STORE
 def test_the_report_matches_the_runs_and_keeps_the_infrastructure_failure_out(store, tmp_path):
     out = tmp_path / "report"
@@ -162,9 +176,11 @@ def test_the_report_matches_the_runs_and_keeps_the_infrastructure_failure_out(st
 
 
 @pytest.mark.integration
-@ONE_STORE
-def test_a_sweeps_report_is_logged_on_its_parent_run_with_a_self_contained_page(store, tmp_path):
-    client, _, (parent,) = runs_of(store)
+@ONE_PLUMBING_STORE
+def test_a_sweeps_report_is_logged_on_its_parent_run_with_a_self_contained_page(plumbing_store, tmp_path):
+    store = plumbing_store
+    client, runs, (parent,) = runs_of(store)
+    assert {r.data.tags["mlrb.scale"] for r in runs} == {"plumbing"}
     sweep_id = parent.data.tags["mlrb.sweep_id"]
     out = tmp_path / "report"
     result = report(
@@ -181,8 +197,9 @@ def test_a_sweeps_report_is_logged_on_its_parent_run_with_a_self_contained_page(
     assert f"mlrb report: sweep {sweep_id}" in note and "| llm_merging | baseline | smoke | 2 (2) |" in note
 
     page = (out / "report.html").read_text()
-    # plots inlined: the three above and cost against score's
-    assert page.count('src="data:image/png;base64,') == 4 and 'src="score' not in page and 'src="cost' not in page
+    # plots inlined, every one: the three above (cost against score's needs counted scores: a plumbing run has none)
+    assert page.count("<img ") == page.count('src="data:image/png;base64,') == 3
+    assert 'src="score' not in page and 'src="cost' not in page
     assert "<td>llm_merging</td>" in page and f"sweep {sweep_id}" in page
 
 
@@ -193,8 +210,9 @@ def free_port() -> int:
 
 
 @pytest.mark.integration
-@ONE_STORE
-def test_bad_input_is_one_clear_line_and_a_failure(store, tmp_path):
+@ONE_PLUMBING_STORE
+def test_bad_input_is_one_clear_line_and_a_failure(plumbing_store, tmp_path):
+    store = plumbing_store
     cases = {
         "unknown experiment 'nope'; experiments in the store: Default, llm_merging": ["--experiment", "nope"],
         "no runs match (filters: task nope)": ["--task", "nope"],
