@@ -402,7 +402,7 @@ def rescore(run_id: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     return run_module("mlrb.rescore", run_id, *args, cwd=cwd)
 
 
-@pytest.mark.integration
+@pytest.mark.system  # the rise is the task's science, on counted normalised scores: the calibrated tiny scale's
 def test_a_scripted_agent_s_rise_at_known_steps_is_on_its_anytime_curve(tmp_path, built_cache):
     """Claude, scripted: step 1 reads (no submission), step 2 merges with the experts' weights summed (a
     valid submission, worse than the baseline), step 3 puts the baseline's averaging back and merges

@@ -437,7 +437,7 @@ def test_the_report_of_a_sweep_of_two_agents_compares_them_and_logs_it_on_the_pa
     assert "report/summary.md" in {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
 
 
-@pytest.mark.integration
+@pytest.mark.system  # counted normalised scores: the calibrated tiny scale's (mlrb.compare refuses plumbing runs)
 def test_a_sweep_of_an_agent_that_submits_the_baseline_and_one_that_submits_nothing_is_told_apart(
     tmp_path, built_cache
 ):
