@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import run_cli
+from conftest import PLUMBING, run_cli
 
 PROBE = (
     "import os, sys\n"
@@ -29,10 +29,10 @@ def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(tmp_path, users_set
 
 
 @pytest.mark.integration
-def test_a_run_keeps_library_noise_in_its_log_files(tmp_path, built_cache):
+def test_a_run_keeps_library_noise_in_its_log_files(tmp_path, plumbing_cache):
     # From a folder that is not a git checkout.
     # (A first run's asset build and its noise: tests/test_newcomer.py, from an empty cache.)
-    result = run_cli(cwd=tmp_path, env={"MLRB_CACHE_DIR": str(built_cache)}, timeout=900)
+    result = run_cli(PLUMBING, cwd=tmp_path, env={"MLRB_CACHE_DIR": str(plumbing_cache)}, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     console = (result.stdout + result.stderr).splitlines()
     assert console[-1].startswith("llm_merging/baseline/smoke/0: score ")

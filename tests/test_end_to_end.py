@@ -1,4 +1,5 @@
-"""Whole runs through `python -m mlrb`, asserted on what MLflow holds afterwards."""
+"""Whole runs through `python -m mlrb`, asserted on what MLflow holds afterwards: the README's
+default run (the calibrated tiny scale), and how failures and budgets move a run (plumbing scale)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import anchors_of, broken_copy_of, mlflow_client, run_cli, store_args
-
-pytestmark = pytest.mark.integration
+from conftest import PLUMBING, anchors_of, broken_copy_of, mlflow_client, plumbing_llm_merging, run_cli, store_args
 
 
 def only_run(tmp_path):
@@ -21,6 +20,18 @@ def only_run(tmp_path):
     return client, runs[0]
 
 
+def plumbing_anchors(cache_dir: Path) -> dict:
+    """hidden/calibration.json of llm_merging's plumbing assets in cache_dir: the anchors its build
+    measured at one seed (the runs read none of them)."""
+    from mlrb.assets import ensure_assets
+
+    assets = ensure_assets(plumbing_llm_merging(), cache_dir)
+    return json.loads((assets / "hidden" / "calibration.json").read_text())
+
+
+# The README's first command as it types it (no override): the calibrated tiny scale, its anchors,
+# normalised and counted score. The system tier's.
+@pytest.mark.system
 def test_default_run_is_recorded_finished_with_score_config_and_patch(tmp_path, cache_dir, monkeypatch):
     result = run_cli(*store_args(tmp_path, cache_dir), cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-never-logged"})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -87,9 +98,11 @@ def test_default_run_is_recorded_finished_with_score_config_and_patch(tmp_path, 
     assert b"sk-ant-never-logged" not in everything and "sk-ant-never-logged" not in json.dumps(params)
 
 
-def test_a_failing_agent_is_recorded_with_its_status_and_no_submission(tmp_path, cache_dir):
+@pytest.mark.integration
+def test_a_failing_agent_is_recorded_with_its_status_and_no_submission(tmp_path, plumbing_cache):
     result = run_cli(
-        *store_args(tmp_path, cache_dir),
+        *store_args(tmp_path, plumbing_cache),
+        PLUMBING,  # which extends tiny: an override of tiny's values is the plumbing run's too
         "seed=5",
         "task.scales.tiny.baseline_command='echo giving up at seed $MLRB_SEED >&2; exit 3'",
         cwd=tmp_path,
@@ -104,23 +117,21 @@ def test_a_failing_agent_is_recorded_with_its_status_and_no_submission(tmp_path,
     assert "no submission" in run.data.tags["mlrb.invalid_reason"]
     metrics = run.data.metrics
     assert metrics["valid"] == 0.0 and "score" not in metrics and "normalised_score" not in metrics
-    # It counts as doing nothing, on both scales: below the baseline's 0, never above doing nothing.
-    # The anchors from the built assets' file, not the run's own metrics.
-    anchors = anchors_of("llm_merging", cache_dir)
-    do_nothing, baseline, reference = anchors["do_nothing_score"], anchors["baseline_score"], anchors["reference_score"]
-    assert metrics["counted_score"] == pytest.approx(do_nothing, abs=1e-12)
-    assert metrics["counted_normalised_score"] == pytest.approx(100 * (do_nothing - baseline) / (reference - baseline))
-    assert metrics["counted_normalised_score"] < 0
-    assert run.data.tags["mlrb.counted_as"] == "do_nothing"
-    assert run.data.tags["mlrb.counted_reason"] == "no valid submission"
+    # A plumbing run counts as nothing, a failed one too (how a failure counts on the calibrated
+    # scale: tests/test_scale.py).
+    assert run.data.tags["mlrb.scale"] == "plumbing" and run.data.tags["mlrb.counted_as"] == "none"
+    assert "plumbing scale" in run.data.tags["mlrb.counted_reason"]
+    assert not {"counted_score", "counted_normalised_score", "do_nothing_score"} & set(metrics)
 
 
-def test_the_wall_clock_budget_stops_the_agent_and_its_work_is_still_scored(tmp_path, cache_dir):
+@pytest.mark.integration
+def test_the_wall_clock_budget_stops_the_agent_and_its_work_is_still_scored(tmp_path, plumbing_cache):
     # The agent puts a submission in place at once (the base model, copied: no imports
     # that a loaded machine could push past the budget), then overruns its budget.
     command = 'cp -r "$MLRB_DATA/base_model" submission && sleep 120'
     result = run_cli(
-        *store_args(tmp_path, cache_dir),
+        *store_args(tmp_path, plumbing_cache),
+        PLUMBING,
         f"task.scales.tiny.baseline_command='{command}'",
         "budget.wall_time_s=15",
         cwd=tmp_path,
@@ -131,12 +142,15 @@ def test_the_wall_clock_budget_stops_the_agent_and_its_work_is_still_scored(tmp_
     assert run.data.tags["mlrb.stop_reason"] == "wall_time"
     assert run.data.metrics["agent_time_s"] < 35
     assert run.data.tags["mlrb.valid"] == "True"
-    assert run.data.metrics["score"] == run.data.metrics["do_nothing_score"]
+    # the base model, scored: what the asset build measured as doing nothing
+    do_nothing = plumbing_anchors(plumbing_cache)["do_nothing_score"]
+    assert run.data.metrics["score"] == pytest.approx(do_nothing, abs=1e-6)
 
 
-def test_a_scorer_failure_is_an_infrastructure_error_not_a_zero(tmp_path, built_cache):
-    broken_cache = broken_copy_of(built_cache, tmp_path / "cache")  # its hidden test set is not JSON
-    result = run_cli(*store_args(tmp_path, broken_cache), cwd=tmp_path)
+@pytest.mark.integration
+def test_a_scorer_failure_is_an_infrastructure_error_not_a_zero(tmp_path, plumbing_cache):
+    broken_cache = broken_copy_of(plumbing_cache, tmp_path / "cache", scale="plumbing")  # its test set is not JSON
+    result = run_cli(*store_args(tmp_path, broken_cache), PLUMBING, cwd=tmp_path)
     assert result.returncode == 1
     # One line on the console: the cause and the log file that holds the traceback. The control
     # (the task's baseline submission, mlrb/control.py) failed the same way: the harness's fault.
@@ -147,7 +161,7 @@ def test_a_scorer_failure_is_an_infrastructure_error_not_a_zero(tmp_path, built_
     log_file = Path(line.rsplit("the traceback is in ", 1)[1])
     assert log_file.is_relative_to(tmp_path / "run") and "Traceback" in log_file.read_text()
     # verbose=true shows it too.
-    verbose = run_cli(*store_args(tmp_path / "verbose", broken_cache), "verbose=true", cwd=tmp_path)
+    verbose = run_cli(*store_args(tmp_path / "verbose", broken_cache), PLUMBING, "verbose=true", cwd=tmp_path)
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr + verbose.stdout
     _, run = only_run(tmp_path)
     assert run.info.status == "FAILED"

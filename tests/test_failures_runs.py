@@ -20,12 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mlflow_client, printed, run_cli, store_args
+from conftest import PLUMBING, mlflow_client, printed, run_cli, store_args
 from test_failures import garbage_server
 
 pytestmark = pytest.mark.integration
 
 MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
+# The runs here are at the plumbing scale (PLUMBING), which extends tiny: an override of tiny's
+# values (task.scales.tiny.baseline_command) is theirs too.
 
 
 def only_run(tmp_path: Path):
@@ -57,11 +59,11 @@ json.dump(config, open('submission/config.json', 'w'))"""
     ],
     ids=["config-not-an-object", "weights-do-not-fit-config"],
 )
-def test_a_broken_submission_is_invalid_and_finished_not_an_infrastructure_error(tmp_path, built_cache, breakage,
+def test_a_broken_submission_is_invalid_and_finished_not_an_infrastructure_error(tmp_path, plumbing_cache, breakage,
                                                                                    reason):  # fmt: skip
     # The agent's sandbox sees its workspace only: the script comes inside the command.
     script = base64.b64encode(breakage.encode()).decode()
-    result = run_cli(*store_args(tmp_path, built_cache),
+    result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING,
                      f"task.scales.tiny.baseline_command='{MERGE} && echo {script} | base64 -d | python'",
                      cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -77,9 +79,9 @@ def test_a_broken_submission_is_invalid_and_finished_not_an_infrastructure_error
 # ---- 2. a model server that answers 200 with something that is not JSON --------------------
 
 
-def test_a_model_server_answering_garbage_is_an_agent_error_and_the_workspace_is_scored(tmp_path, built_cache):
+def test_a_model_server_answering_garbage_is_an_agent_error_and_the_workspace_is_scored(tmp_path, plumbing_cache):
     with garbage_server() as url:
-        result = run_cli(*store_args(tmp_path, built_cache), "agent=openai_compatible",
+        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=openai_compatible",
                          f"agent.options.base_url={url}/v1", "agent.options.model=local", "agent.options.max_retries=1",
                          "agent.options.retry_base_delay_s=0.01", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -108,7 +110,8 @@ def as_in_a_terminal() -> None:
 
 def start_run(tmp_path: Path, cache: Path, command: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache), f"task.scales.tiny.baseline_command='{command}'"],
+        [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache), PLUMBING,
+         f"task.scales.tiny.baseline_command='{command}'"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal,
     )  # fmt: skip
 
@@ -159,8 +162,8 @@ def stopped_by(signum: int, tmp_path: Path, cache: Path, before: str = "true"):
     return process.returncode, out, err, running_with(f"sleep\0{seconds}"), took
 
 
-def test_sigterm_kills_the_agent_scores_its_workspace_and_records_the_run_killed(tmp_path, built_cache):
-    code, out, err, left, _ = stopped_by(signal.SIGTERM, tmp_path, built_cache, before=MERGE)
+def test_sigterm_kills_the_agent_scores_its_workspace_and_records_the_run_killed(tmp_path, plumbing_cache):
+    code, out, err, left, _ = stopped_by(signal.SIGTERM, tmp_path, plumbing_cache, before=MERGE)
     assert code == 128 + signal.SIGTERM, err[-3000:]
     assert left == []  # the agent's command did not outlive the run
     assert "Traceback" not in out + err
@@ -175,8 +178,8 @@ def test_sigterm_kills_the_agent_scores_its_workspace_and_records_the_run_killed
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
-def test_ctrl_c_or_a_closed_terminal_stop_the_run_as_killed_in_one_line(tmp_path, built_cache, signum):
-    code, out, err, left, took = stopped_by(signum, tmp_path, built_cache)
+def test_ctrl_c_or_a_closed_terminal_stop_the_run_as_killed_in_one_line(tmp_path, plumbing_cache, signum):
+    code, out, err, left, took = stopped_by(signum, tmp_path, plumbing_cache)
     assert code == 128 + signum, err[-3000:]
     assert left == [] and took < 120
     assert "Traceback" not in out + err
@@ -190,10 +193,10 @@ def test_ctrl_c_or_a_closed_terminal_stop_the_run_as_killed_in_one_line(tmp_path
 # ---- 6, 7. identical runs started together: one new store, a folder each ------------------
 
 
-def test_identical_runs_started_in_the_same_second_get_their_own_folders_and_trajectories(tmp_path, built_cache):
+def test_identical_runs_started_in_the_same_second_get_their_own_folders_and_trajectories(tmp_path, plumbing_cache):
     # Same config, same seed, same Hydra run folder, and a store neither has created yet.
     command = "echo I am $(od -An -N8 -tx8 /dev/urandom)"  # not $$: each sandbox may number its own PIDs
-    processes = [start_run(tmp_path, built_cache, command) for _ in range(2)]
+    processes = [start_run(tmp_path, plumbing_cache, command) for _ in range(2)]
     results = [p.communicate(timeout=600) for p in processes]
     assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in results]
     client = mlflow_client(tmp_path)
@@ -220,7 +223,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_password_in_the_tracking_uri_reaches_no_param_artifact_or_config_dump(tmp_path, built_cache):
+def test_a_password_in_the_tracking_uri_reaches_no_param_artifact_or_config_dump(tmp_path, plumbing_cache):
     port = free_port()
     server = subprocess.Popen(
         [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
@@ -239,8 +242,10 @@ def test_a_password_in_the_tracking_uri_reaches_no_param_artifact_or_config_dump
                 assert time.monotonic() < deadline, "mlflow server did not start"
                 time.sleep(1)
         uri = f"http://alice:s3cret-pw@127.0.0.1:{port}"
-        args = [a for a in store_args(tmp_path, built_cache) if not a.startswith("tracking.dir")]
-        result = run_cli(*args, f"tracking.uri={uri}", "task.scales.tiny.baseline_command='echo hi'", cwd=tmp_path)
+        args = [a for a in store_args(tmp_path, plumbing_cache) if not a.startswith("tracking.dir")]
+        result = run_cli(
+            *args, PLUMBING, f"tracking.uri={uri}", "task.scales.tiny.baseline_command='echo hi'", cwd=tmp_path
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         from mlflow.tracking import MlflowClient
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_record_matches_store, mlflow_client, run_cli
+from conftest import PLUMBING, assert_record_matches_store, mlflow_client, run_cli
 from mlrb import record, tracking
 from mlrb.config import TrackingConfig
 
@@ -223,13 +223,15 @@ def test_sync_refuses_a_folder_without_a_record_in_one_line(tmp_path, capsys):
 
 
 @pytest.mark.integration
-def test_the_documented_rebuild_of_a_lost_store(tmp_path, built_cache):
+def test_the_documented_rebuild_of_a_lost_store(tmp_path, plumbing_cache):
     """docs/runs.md's two lines, as written, after a run from the same folder."""
     import subprocess
 
     from mlflow.tracking import MlflowClient
 
-    done = run_cli("task=llm_merging", "agent=baseline", cwd=tmp_path, env={"MLRB_CACHE_DIR": str(built_cache)})
+    done = run_cli(
+        "task=llm_merging", "agent=baseline", PLUMBING, cwd=tmp_path, env={"MLRB_CACHE_DIR": str(plumbing_cache)}
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     # Read through a copy: MLflow keeps a store's engine per URI in this process, which would
     # still read the deleted file after `rm -rf mlruns`.

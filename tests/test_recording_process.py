@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import store_args
+from conftest import PLUMBING, store_args
 from mlrb import events, record, recording_process
 from mlrb.agents.tracing import TraceWriter
 from mlrb.config import ConfigError, TrackingConfig
@@ -51,11 +51,13 @@ def alive(pid: int) -> bool:
 
 def start_long_run(tmp_path: Path, cache: Path, then: str = "true") -> tuple[subprocess.Popen, str]:
     """A run in its own process group whose agent starts a long sleep, then runs THEN once the
-    sleep ends; returns once the sleep runs, with the sleep's marker (for `running_with`)."""
+    sleep ends; returns once the sleep runs, with the sleep's marker (for `running_with`). At the
+    plumbing scale, which extends tiny: tiny's baseline_command is its own."""
     seconds = str(random.randrange(10**6, 10**7))
     command = f"(sleep {seconds} & echo $! > agent.started; wait); {then}"
     process = subprocess.Popen(
-        [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache), f"task.scales.tiny.baseline_command='{command}'"],
+        [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache), PLUMBING,
+         f"task.scales.tiny.baseline_command='{command}'"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal,
         process_group=0,
     )  # fmt: skip
@@ -66,9 +68,9 @@ def start_long_run(tmp_path: Path, cache: Path, then: str = "true") -> tuple[sub
 
 
 @pytest.mark.integration
-def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path, built_cache):
+def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path, plumbing_cache):
     result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "mlrb", *store_args(tmp_path, built_cache)],
+        [sys.executable, "-X", "importtime", "-m", "mlrb", *store_args(tmp_path, plumbing_cache), PLUMBING],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -78,15 +80,15 @@ def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path
     assert not {m for m in imported if m.split(".")[0] in ("mlflow", "sqlalchemy", "alembic")}
     client, run = only_run(tmp_path)
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok"
-    assert {"score", "normalised_score", "stage_time_s.recording"} <= set(run.data.metrics)
+    assert {"score", "stage_time_s.recording"} <= set(run.data.metrics) and run.data.tags["mlrb.scale"] == "plumbing"
     assert run.data.params["task.name"] == "llm_merging"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "instructions.md", "score_report.json", "workspace.patch"} <= artifacts
 
 
 @pytest.mark.integration
-def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_process_ends(tmp_path, built_cache):
-    process, marker = start_long_run(tmp_path, built_cache)
+def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_process_ends(tmp_path, plumbing_cache):
+    process, marker = start_long_run(tmp_path, plumbing_cache)
     (recorder_pid,) = recording_processes_of(process.pid)
     os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the harness and every process of its group
     out, err = process.communicate(timeout=300)
@@ -104,8 +106,8 @@ def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_pr
 
 
 @pytest.mark.integration
-def test_a_recording_process_that_dies_is_one_line_naming_it(tmp_path, built_cache):
-    process, marker = start_long_run(tmp_path, built_cache)
+def test_a_recording_process_that_dies_is_one_line_naming_it(tmp_path, plumbing_cache):
+    process, marker = start_long_run(tmp_path, plumbing_cache)
     (recorder_pid,) = recording_processes_of(process.pid)
     os.kill(recorder_pid, signal.SIGKILL)  # say, the kernel's OOM killer
     for pid in running_with(marker):

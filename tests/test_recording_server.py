@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mlflow_client, store_args
+from conftest import PLUMBING, mlflow_client, store_args
 from mlrb import record, recording_process, recording_server
 from mlrb.config import TrackingConfig
 from test_failures_runs import running_with
@@ -172,12 +172,12 @@ def test_a_closed_server_removes_its_socket(sweep_process):
 
 
 @pytest.mark.integration
-def test_a_local_sweep_s_jobs_record_through_its_server_and_leave_no_process(tmp_path, built_cache):
+def test_a_local_sweep_s_jobs_record_through_its_server_and_leave_no_process(tmp_path, plumbing_cache):
     seconds = str(random.randrange(10**6, 10**7))
     command = f"(sleep {seconds} & echo $! > agent.started; wait)"  # ends when the test ends the sleep
     sweep = subprocess.Popen(
-        [sys.executable, "-m", "mlrb", "-m", "seed=1,2", "hydra.launcher.slots=2", *store_args(tmp_path, built_cache)[:2],
-         f"task.scales.tiny.baseline_command='{command}'"],
+        [sys.executable, "-m", "mlrb", "-m", "seed=1,2", "hydra.launcher.slots=2", *store_args(tmp_path, plumbing_cache)[:2],
+         PLUMBING, f"task.scales.tiny.baseline_command='{command}'"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=STARTING_ENV,
     )  # fmt: skip
     deadline = time.monotonic() + 300

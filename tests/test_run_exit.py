@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mlflow_client, run_cli, store_args
+from conftest import PLUMBING, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
 
 pytestmark = pytest.mark.integration
@@ -37,6 +37,7 @@ def noop_run(tmp_path: Path, cache: Path, *extra: str, env: dict | None = None):
     with FakeLlmServer([reply(tool("submit", summary="nothing to do"))]) as server:
         return run_cli(
             *store_args(tmp_path, cache),
+            PLUMBING,
             "agent=claude",
             *extra,
             cwd=tmp_path,
@@ -44,8 +45,8 @@ def noop_run(tmp_path: Path, cache: Path, *extra: str, env: dict | None = None):
         )
 
 
-def test_a_run_that_ends_at_once_has_its_record_log_and_result_line_complete(tmp_path, built_cache):
-    result = noop_run(tmp_path / "fast", built_cache)
+def test_a_run_that_ends_at_once_has_its_record_log_and_result_line_complete(tmp_path, plumbing_cache):
+    result = noop_run(tmp_path / "fast", plumbing_cache)
     assert result.returncode == 0, result.stderr[-3000:]
     # Standard output is a pipe here, so buffered: the result line is there only if it was flushed.
     last_line = result.stdout.splitlines()[-1]
@@ -74,7 +75,7 @@ def test_a_run_that_ends_at_once_has_its_record_log_and_result_line_complete(tmp
     (tmp_path / "user").mkdir()
     (tmp_path / "user" / "late_writer.py").write_text(LATE_WRITER)
     slow = tmp_path / "slow"
-    result = noop_run(slow, built_cache, "+hydra.callbacks.late._target_=late_writer.LateWriter",
+    result = noop_run(slow, plumbing_cache, "+hydra.callbacks.late._target_=late_writer.LateWriter",
                       env={"PYTHONPATH": str(tmp_path / "user")})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert (slow / "late.txt").read_text() == "written after the run"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli, tiny_llm_merging
+from conftest import PLUMBING, REPO, plumbing_llm_merging, run_cli
 from mlrb.assets import asset_dir
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ def assert_one_valid_finished_run(cwd: Path, result) -> None:
 
 
 @pytest.mark.skipif(not OTHER_FILESYSTEM.is_dir(), reason="needs /dev/shm, a second filesystem")
-def test_a_path_with_spaces_through_a_link_with_the_cache_on_another_filesystem(tmp_path, built_cache):
+def test_a_path_with_spaces_through_a_link_with_the_cache_on_another_filesystem(tmp_path, plumbing_cache):
     real = tmp_path / "real folder with spaces"
     real.mkdir()
     (tmp_path / "my runs").symlink_to(real)
@@ -40,9 +40,9 @@ def test_a_path_with_spaces_through_a_link_with_the_cache_on_another_filesystem(
     cache = Path(tempfile.mkdtemp(prefix="mlrb cache ", dir=OTHER_FILESYSTEM))
     try:
         assert cache.stat().st_dev != cwd.stat().st_dev
-        assets = asset_dir(tiny_llm_merging(), built_cache)
-        shutil.copytree(assets, cache / assets.relative_to(built_cache), symlinks=True)
-        result = run_cli(f"paths.cache_dir='{cache}'", cwd=cwd, env={"HOME": str(tmp_path)})
+        assets = asset_dir(plumbing_llm_merging(), plumbing_cache)
+        shutil.copytree(assets, cache / assets.relative_to(plumbing_cache), symlinks=True)
+        result = run_cli(PLUMBING, f"paths.cache_dir='{cache}'", cwd=cwd, env={"HOME": str(tmp_path)})
         assert_one_valid_finished_run(cwd, result)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
@@ -51,12 +51,12 @@ def test_a_path_with_spaces_through_a_link_with_the_cache_on_another_filesystem(
 @pytest.mark.skipif(
     Path(sys.prefix).parent != REPO, reason="the venv of this checkout is elsewhere; test_newcomer.py runs it in a clone"
 )  # fmt: skip
-def test_inside_the_source_tree_beside_the_venv(built_cache):
+def test_inside_the_source_tree_beside_the_venv(plumbing_cache):
     """The editable install's package is shown read-only to the scorer; the run's own folders in the
     same tree stay writable."""
     cwd = Path(tempfile.mkdtemp(prefix=".test-run-", dir=REPO))
     try:
-        result = run_cli(f"paths.cache_dir={built_cache}", cwd=cwd)
+        result = run_cli(PLUMBING, f"paths.cache_dir={plumbing_cache}", cwd=cwd)
         assert_one_valid_finished_run(cwd, result)
     finally:
         shutil.rmtree(cwd, ignore_errors=True)

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mlflow_client, printed, run_cli, store_args
+from conftest import PLUMBING, mlflow_client, printed, run_cli, store_args
 from mlrb.sweep import slot_devices
 
-# A quick job: the agent hands in nothing, so no model is scored.
+# A quick job: the agent hands in nothing, so no model is scored. The integration tier's sweeps run
+# at the plumbing scale (PLUMBING), which extends tiny: an override of tiny's values is theirs too.
 QUICK = "task.scales.tiny.baseline_command='echo GPU=$CUDA_VISIBLE_DEVICES'"
 
 
@@ -80,11 +81,11 @@ def test_a_three_seed_sweep_on_slurm_gives_three_finished_runs_under_one_parent(
 
 
 @pytest.mark.integration
-def test_local_slots_get_distinct_gpus(tmp_path, built_cache):
+def test_local_slots_get_distinct_gpus(tmp_path, plumbing_cache):
     result = run_cli(
-        "-m", "seed=1,2,3,4", QUICK, "task.scales.tiny.hardware.gpus=1",
+        "-m", "seed=1,2,3,4", PLUMBING, QUICK, "task.scales.tiny.hardware.gpus=1",
         "hydra.launcher.slots=2", "hydra.launcher.gpus_per_job=1", "hydra.launcher.devices=[6,7]",
-        *sweep_args(tmp_path, built_cache), cwd=tmp_path, timeout=600,
+        *sweep_args(tmp_path, plumbing_cache), cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     client, _, children = runs_by_role(tmp_path)
@@ -113,7 +114,7 @@ def test_more_slots_than_gpus_is_refused():
 @pytest.mark.integration
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
 def test_ctrl_c_stops_a_local_sweep_in_one_line_once_its_running_jobs_are_recorded_as_killed(
-    tmp_path, built_cache, signum
+    tmp_path, plumbing_cache, signum
 ):
     """A terminal's Ctrl-C (SIGINT to the whole process group), or a SIGTERM to the sweep's
     process alone (which its jobs get as SIGINT: submitit lets a job's SIGTERM pass)."""
@@ -122,8 +123,8 @@ def test_ctrl_c_stops_a_local_sweep_in_one_line_once_its_running_jobs_are_record
     seconds = str(random.randrange(10**6, 10**7))
     command = f"(sleep {seconds} & echo $! > agent.started; wait)"
     sweep = subprocess.Popen(
-        [sys.executable, "-m", "mlrb", "-m", "seed=1,2,3", "hydra.launcher.slots=2", *sweep_args(tmp_path, built_cache),
-         f"task.scales.tiny.baseline_command='{command}'"],
+        [sys.executable, "-m", "mlrb", "-m", "seed=1,2,3", "hydra.launcher.slots=2",
+         *sweep_args(tmp_path, plumbing_cache), PLUMBING, f"task.scales.tiny.baseline_command='{command}'"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal,
         process_group=0,
     )  # fmt: skip
@@ -154,10 +155,10 @@ def test_ctrl_c_stops_a_local_sweep_in_one_line_once_its_running_jobs_are_record
 
 
 @pytest.mark.integration
-def test_a_relaunched_sweep_finishes_only_what_is_missing(tmp_path, built_cache):
+def test_a_relaunched_sweep_finishes_only_what_is_missing(tmp_path, plumbing_cache):
     # Three jobs, one at a time; the second is killed with SIGKILL while it runs.
     commands = "task.scales.tiny.baseline_command='sleep 1','sleep 15','sleep 2'"
-    args = ["-m", commands, *sweep_args(tmp_path, built_cache)]
+    args = ["-m", PLUMBING, commands, *sweep_args(tmp_path, plumbing_cache)]
     first = subprocess.Popen(
         [sys.executable, "-m", "mlrb", *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -173,21 +174,26 @@ def test_a_relaunched_sweep_finishes_only_what_is_missing(tmp_path, built_cache)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"  # the same sweep, the same parent
     assert len(children) == 3 and all(r.info.status == "FINISHED" for r in children)  # one run per job
     (retried,) = [r for r in children if r.data.tags.get("mlrb.attempt") == "2"]
-    assert retried.data.params["task.scales.tiny.baseline_command"] == "sleep 15"
+    assert retried.data.params["task.scales.plumbing.baseline_command"] == "sleep 15"  # the run's scale's, resolved
 
 
 @pytest.mark.integration
 def test_a_relaunched_sweep_syncs_a_run_that_ended_while_the_store_was_away_instead_of_running_it_again(
-    tmp_path, built_cache
+    tmp_path, plumbing_cache
 ):
     # Two quick jobs; then the store is left as an outage leaves it (the server went away just after the
     # second run started, tests/test_tracking_server.py): that run unfinished, without its end. Its run
     # folder's record has the whole run.
-    args = ["-m", "task.scales.tiny.baseline_command='sleep 1','sleep 2'", *sweep_args(tmp_path, built_cache)]
+    args = [
+        "-m",
+        PLUMBING,
+        "task.scales.tiny.baseline_command='sleep 1','sleep 2'",
+        *sweep_args(tmp_path, plumbing_cache),
+    ]
     first = run_cli(*args, cwd=tmp_path, timeout=600)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     client, _, children = runs_by_role(tmp_path)
-    (cut,) = [r for r in children if r.data.params["task.scales.tiny.baseline_command"] == "sleep 2"]
+    (cut,) = [r for r in children if r.data.params["task.scales.plumbing.baseline_command"] == "sleep 2"]
     client.update_run(cut.info.run_id, status="RUNNING")
     for tag in ("mlrb.status", "mlrb.valid", "mlrb.counted_as"):
         client.delete_tag(cut.info.run_id, tag)
@@ -320,7 +326,9 @@ def release_when_requeued(job_id: str, timeout: float) -> None:
 MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
 
 
-@pytest.mark.integration
+# Its point is the configuration's counted and normalised means: the calibrated tiny scale's (a
+# plumbing sweep's summary shows no mean), so the system tier's.
+@pytest.mark.system
 def test_a_sweep_ends_with_a_summary_that_matches_the_store(tmp_path, built_cache):
     # Two seeds x two commands: the baseline's merge (a valid submission) and one that hands in nothing.
     result = run_cli(

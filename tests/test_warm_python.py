@@ -209,7 +209,7 @@ def test_a_training_run_warm_writes_the_bytes_a_fresh_one_writes(cache_dir, tmp_
     to a few steps: the model the warm interpreter saves is byte for byte the fresh run's."""
     from mlrb.assets import ensure_assets
 
-    task = task_from_config("baby_lm")
+    task = task_from_config("baby_lm", scale="plumbing")
     assets = ensure_assets(task, cache_dir)
     command = task.spec.baseline_command + " --max-steps 5"
     solutions = task.solutions(assets / "public")
