@@ -94,7 +94,8 @@ def floor(*entries: dict) -> dict:
     for group, parts in KEPT_REAL.items():
         mine = [test for test in left if any(part in test for part in parts)]
         groups[group] = sum(left.pop(test) for test in mine)
-    cores = entries[0]["measured"]["machine"]["cpus"]
+    # a run inside ci-cold's entry has no provenance of its own: the machine measuring it is this one
+    cores = entries[0].get("measured", {}).get("machine", {}).get("cpus") or len(os.sched_getaffinity(0))
     cpu_min = sum(groups.values()) / 60
     return {"groups": groups, "cpu_min": cpu_min, "cores": cores, "floor_min": cpu_min / cores}
 
@@ -230,9 +231,10 @@ def main() -> None:
 
     measured = results_page.provenance()  # as it starts: the load average is the start's
     figures = {**(measure_ci() if args.kind == "ci-cold" else measure(args.kind)), "measured": measured}
+    if args.out:  # recorded first: an hour's measurement must not be lost to a printing error
+        record(args.out, args.kind, figures)
     summary(args.kind, figures)
     if args.out:
-        record(args.out, args.kind, figures)
         print(results_page.update(args.out))
     sys.exit(figures["exit_status"])
 
