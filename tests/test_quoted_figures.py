@@ -53,3 +53,18 @@ def test_the_tasks_page_s_range_of_first_builds_is_the_measured_one():
     assert (fastest, slowest) == (min(builds, key=builds.get), max(builds, key=builds.get))
     assert_about(seconds(low, low_unit), builds[fastest], f"{fastest}'s first build")
     assert_about(seconds(high, high_unit), builds[slowest], f"{slowest}'s first build")
+
+
+def test_the_readme_s_test_times_are_the_measured_ones():
+    """The tests' time on 2 cores, warm and the first time, and the whole of CI's from cold: the
+    figures of benchmarks/suite_time.py's `default` and `ci-cold` runs."""
+    text = " ".join((REPO / "README.md").read_text().split())
+    found = re.search(r"The second line runs the fast and integration tiers: about (\d+) minutes on 2 CPU cores, "
+                      r"about (\d+) minutes the first time", text)  # fmt: skip
+    whole = re.search(r"`bash \.ci/run` .*? about (\d+) minutes from an empty cache", text)
+    assert found and whole, "the README no longer says how long the tests and CI take"
+    assert "benchmarks/suite_time.py" in text
+    times = measured("suite_time.json")
+    assert_about(seconds(found.group(1), "min"), times["default"]["session_s"], "the default run, warm")
+    assert_about(seconds(found.group(2), "min"), times["ci-cold"]["default"]["session_s"], "the default run, cold")
+    assert_about(seconds(whole.group(1), "min"), times["ci-cold"]["ci_s"], "the whole of .ci/run, cold")
