@@ -5,7 +5,8 @@ and mount namespaces; inside, the agent is uid 1000 with no capabilities and no
 way to make further user namespaces. It sees the system read-only (/usr and a
 short allow-list of /etc), the harness's Python read-only, the task's public
 data read-only at /data, its workspace at /workspace (the only writable place
-besides a private /tmp), its own /proc and a minimal /dev. Nothing else of the
+besides a private /tmp), its own /proc and a minimal /dev: of the GPUs, only the run's own device nodes
+(gpus.py: its allocation, numbered 0..n-1 inside). Nothing else of the
 host exists inside: not the hidden data, the scorer, the rest of the asset
 cache, the run folder, any home folder or the harness's processes. The
 environment is built from an allow-list. No network unless the task opts in.
@@ -15,12 +16,14 @@ PID 1: background processes live on between commands and die with the
 namespace when the run ends or the harness dies (--die-with-parent).
 
 Scoring (`run_isolated`) runs in a fresh namespace that sees the submission's
-copy and the hidden data, never the agent's workspace or the network.
+copy and the hidden data, never the agent's workspace or the network; it has the
+run's GPUs as the agent's sandbox has them.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import shutil
@@ -29,10 +32,12 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlrb.config import ConfigError, SandboxConfig
+from mlrb.sandbox import gpus
 from mlrb.sandbox.base import (
     AGENT_UID,
     WORKSPACE,
@@ -51,6 +56,8 @@ from mlrb.sandbox.base import (
     shown_instead,
 )
 from mlrb.sandbox.cgroup import Cgroup, joined
+
+log = logging.getLogger(__name__)
 
 # /etc entries a program may need to start (dynamic linker, TLS roots, locale, time zone);
 # the rest of /etc (shadow, ssh keys, ...) stays out.
@@ -133,26 +140,28 @@ def identity(scratch: Path) -> Path:
     return folder
 
 
-def gpu_args(limits: Limits, dev: Path = Path("/dev")) -> list[MountArgs]:
-    """NVIDIA device nodes, only for runs that asked for GPUs; which ones the run may use
-    is said by CUDA_VISIBLE_DEVICES (the launcher's allocation)."""
-    if not limits.gpus:
-        return []
-    args = []
-    for node in sorted(dev.glob("nvidia*")):
-        if node.is_char_device() or (node.name == "nvidia-caps" and node.is_dir()):
-            args.append((str(node), ["--dev-bind", str(node), str(node)]))
-    return args
+def gpu_args(nodes: Sequence[Path]) -> list[MountArgs]:
+    """The run's own NVIDIA device nodes (gpus.run_gpus), each at /dev/<its name> inside."""
+    return [(f"/dev/{node.name}", ["--dev-bind", str(node), f"/dev/{node.name}"]) for node in nodes]
 
 
-def mount_args(options: BwrapOptions, limits: Limits, mounts: list[Mount], identity_dir: Path) -> list[str]:
+def run_gpus(cfg: SandboxConfig, limits: Limits) -> gpus.GpuView:
+    """The run's GPUs (gpus.run_gpus) from its allocation; why fewer than asked for, logged."""
+    view = gpus.run_gpus(limits.gpus, cfg.gpu_ids, os.environ, gpus.DEV, gpus.DRIVER)
+    if view.note:
+        log.log(logging.WARNING if limits.gpus else logging.INFO, "sandbox=bwrap: %s", view.note)
+    return view
+
+
+def mount_args(options: BwrapOptions, limits: Limits, mounts: list[Mount], identity_dir: Path,
+               gpu_nodes: Sequence[Path] = ()) -> list[str]:  # fmt: skip
     """Every mount of the sandbox, the system's and the run's, the least specific first: each after
     any folder it lies in (a bind under /tmp after the private /tmp, a writable run folder after
     a read-only source tree around it)."""
     fixed = system_args() + etc_args(limits.network, identity_dir)
     fixed += [("/proc", ["--proc", "/proc"]), ("/dev", ["--dev", "/dev"])]
     fixed += [("/tmp", ["--size", str(options.tmp_size_mb << 20), "--tmpfs", "/tmp"])]
-    fixed += gpu_args(limits)
+    fixed += gpu_args(gpu_nodes)
     shown = [Mount(Path(path)) for path in options.ro_paths] + python_mounts() + mounts
     fixed += [(m.target, bind_args(m)) for m in shown]
     return [arg for _, args in least_specific_first(fixed, lambda mount: mount[0]) for arg in args]
@@ -168,16 +177,20 @@ def bind_args(mount: Mount) -> list[str]:
 
 
 def bwrap_argv(binary: str, options: BwrapOptions, limits: Limits, mounts: list[Mount], workdir: str,
-               env: dict, identity_dir: Path, new_session: bool = True) -> list[str]:  # fmt: skip
+               env: dict, identity_dir: Path, new_session: bool = True,
+               gpu_view: gpus.GpuView | None = None) -> list[str]:  # fmt: skip
     """The whole bwrap command line before the command itself (kept pure so it can be checked).
     `new_session` detaches what runs inside from the caller's terminal (so it cannot push input
-    into it); only a person's shell, whose terminal is its own tmux pane, keeps it."""
+    into it); only a person's shell, whose terminal is its own tmux pane, keeps it. `gpu_view`:
+    the run's GPU device nodes and their numbering inside (none without it)."""
+    gpu_view = gpu_view or gpus.GpuView()
+    env = {**env, **gpu_view.env}
     argv = [binary, "--unshare-all", "--unshare-user", "--disable-userns"]
     if limits.network:
         argv.append("--share-net")
     argv += ["--uid", str(AGENT_UID), "--gid", str(AGENT_UID), "--hostname", "mlrb-sandbox"]
     argv += ["--die-with-parent", *(["--new-session"] if new_session else []), "--cap-drop", "ALL", "--clearenv"]
-    argv += mount_args(options, limits, mounts, identity_dir)
+    argv += mount_args(options, limits, mounts, identity_dir, gpu_view.nodes)
     # The sandbox's own root (where the folders above were made) read-only too: the
     # workspace and /tmp stay the only writable places.
     argv += ["--remount-ro", "/"]
@@ -196,6 +209,11 @@ class BwrapSandbox(Sandbox):
     def preflight(cls, cfg: SandboxConfig) -> None:
         options = cls.parse_options(cfg)
         binary = find_bwrap(options.binary)
+        try:
+            gpus.check_allocation(cfg.gpu_ids, os.environ, gpus.DRIVER)
+        except gpus.GpuError as e:
+            named = "sandbox.gpu_ids" if cfg.gpu_ids is not None else "CUDA_VISIBLE_DEVICES"
+            raise ConfigError(f"sandbox=bwrap: {named} names a GPU this run cannot have: {e}") from None
         with tempfile.TemporaryDirectory(prefix="mlrb-preflight-") as scratch:
             argv = bwrap_argv(binary, options, Limits(), [], "/", {"PATH": "/usr/bin:/bin"}, identity(Path(scratch)))
             try:
@@ -222,7 +240,9 @@ class BwrapSandbox(Sandbox):
         self.binary = find_bwrap(self.options.binary)
         self.scratch = Path(tempfile.mkdtemp(prefix="mlrb-bwrap-"))
         self.identity_dir = identity(self.scratch)
-        argv = bwrap_argv(self.binary, self.options, limits, mounts, WORKSPACE, env, self.identity_dir)
+        self.gpu_view = run_gpus(cfg, limits)  # the run's own GPUs only, 0..n-1 inside
+        argv = bwrap_argv(self.binary, self.options, limits, mounts, WORKSPACE, env, self.identity_dir,
+                          gpu_view=self.gpu_view)  # fmt: skip
         argv += ["--as-pid-1", sys.executable, "-I", "-S", SERVER_INSIDE, WORKSPACE]
         self.cgroup = Cgroup.create(cgroup_name(run_id), limits, cfg.pids_limit)
         self.stderr_log = open(self.scratch / "bwrap.log", "w+b")
@@ -263,7 +283,7 @@ class BwrapSandbox(Sandbox):
         process in it, when `argv` does or its terminal goes. The model bridge runs only in `exec`'s."""
         mounts, environment = self.layout
         inner = bwrap_argv(self.binary, self.options, self.limits, mounts, WORKSPACE, {**environment, **env},
-                           self.identity_dir, new_session=False)  # fmt: skip
+                           self.identity_dir, new_session=False, gpu_view=self.gpu_view)  # fmt: skip
         return joined(inner + argv, self.cgroup)
 
     def _reply(self, timeout_s: float) -> dict | None:
@@ -299,7 +319,10 @@ class BwrapSandbox(Sandbox):
                 cgroup.remove()
             shutil.rmtree(scratch, ignore_errors=True)
 
-        argv = bwrap_argv(binary, options, job.limits, job.mounts, job.workdir, job.env, identity(scratch))
+        # The run's own GPUs, as the agent's sandbox has them (the job's CUDA_VISIBLE_DEVICES, in
+        # the host's numbering, is replaced by theirs inside).
+        argv = bwrap_argv(binary, options, job.limits, job.mounts, job.workdir, job.env, identity(scratch),
+                          gpu_view=run_gpus(cfg, job.limits))  # fmt: skip
         # Killing its group kills bwrap's init, and the namespace with it.
         return GroupProcess(joined(argv + job.argv, cgroup), job, release)
 
