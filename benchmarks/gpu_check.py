@@ -4,8 +4,8 @@ CUDA build of torch (`MLRB_TORCH=... bash install.sh`):
     .venv/bin/python benchmarks/gpu_check.py [--tasks a,b] [--parts tiny,pinning,full]
         [--gpu 0] [--work DIR] [--out gpu_check.json]
 
-Three parts, each run as a user runs it (`python -m mlrb ...` in a subprocess, the baseline
-agent, the default bwrap sandbox, HF_HUB_OFFLINE=1), read back from each run's MLflow store:
+Four parts. The first three run as a user runs it (`python -m mlrb ...` in a subprocess, the
+baseline agent, the default bwrap sandbox, HF_HUB_OFFLINE=1), read back from each run's MLflow store:
 
 - tiny: every tiny task twice, its evaluation on `cpu` then on `cuda`
   (`task.scales.tiny.eval.device`, and `hardware.gpus=1` so the sandboxes see the GPU's
@@ -20,16 +20,21 @@ agent, the default bwrap sandbox, HF_HUB_OFFLINE=1), read back from each run's M
   where the same run given GPU `--gpu` records one.
 - full: every full-scale task from the stand-in mirror (tests/hub_mirror.py; the shortened
   overrides of tests/test_full_scale.py) with its evaluation on `cuda`: status ok, valid.
+- devices: a bwrap sandbox for a run given GPU `--gpu` (its first), as a run's: inside, the
+  /dev/nvidia* nodes must be that GPU's and the control nodes only, torch must see exactly one
+  GPU, and the same after the command sets CUDA_VISIBLE_DEVICES to every GPU of the node.
 
 `--device cpu` puts `cpu` where `cuda` would be: a dry run of the script itself on a
-machine without a GPU (its tiny part then compares cpu with cpu, pinning is skipped).
+machine without a GPU (its tiny part then compares cpu with cpu, pinning and devices are skipped).
 
 Assets are built into `--cache-dir` (default `--work`/cache) and kept, as is the mirror:
 run the parts in several calls where one command may only run so long. Prints one table
 per part and writes every figure to `--out`. Exits 1, naming each, when a check fails: a run
 not ok, cpu and device disagreeing on validity or on the score by more than `--tolerance`,
-the pinning run reaching the GPU, a full-scale run not ok and valid. tests/test_gpu_check.py
-runs the dry run and feeds `failed_checks` mismatching results.
+the pinning run reaching the GPU, a full-scale run not ok and valid, a sandbox with another
+GPU's node or torch seeing other than one GPU in it. tests/test_gpu_check.py runs the dry run
+and feeds `failed_checks` mismatching results; tests/test_sandbox_gpus.py runs the devices part
+on a GPU node it makes (device nodes and the driver's /proc files, no torch).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile",
          "edge_llm_training"]  # fmt: skip
-PARTS = ("tiny", "pinning", "full")
+PARTS = ("tiny", "pinning", "full", "devices")
 MEMORY_METRICS = ("peak_memory_mb", "weight_memory_mb", "cuda_allocator_peak_mb")
 # How far the device's score may be from the cpu's: float kernels differ, so an item or two
 # on a near tie may flip (llm_merging's tiny test set: 240 items, 0.004 each). The tiny tasks'
@@ -154,6 +159,81 @@ def full_part(tasks: list[str], device: str, gpu: str, work: Path, env: dict[str
     return results
 
 
+# Run in the sandbox: its GPU device nodes, its CUDA_VISIBLE_DEVICES and (torch_inside) torch's GPU count.
+DEVICE_PROBE = """
+import glob, json, os, sys
+count = None
+if sys.argv[1] == "1":
+    import torch
+    count = torch.cuda.device_count()
+print(json.dumps({"nodes": sorted(glob.glob("/dev/nvidia*")), "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                  "torch": count}))
+"""
+
+
+def devices_part(gpu: str, work: Path, torch_inside: bool = True) -> dict:
+    """A bwrap sandbox for a run given GPU `gpu` (CUDA_VISIBLE_DEVICES, as a launcher sets it)
+    whose task asks for one: which /dev/nvidia* it has, and how many GPUs torch sees there, as
+    is and asking for every GPU of the node. The node is mlrb.sandbox.gpus.DEV and DRIVER."""
+    from mlrb.config import SandboxConfig
+    from mlrb.sandbox import gpus
+    from mlrb.sandbox.base import Limits
+    from mlrb.sandbox.bwrap import BwrapSandbox
+
+    workspace = work / "devices" / "workspace"
+    (workspace / "data").mkdir(parents=True, exist_ok=True)
+    (workspace / "probe.py").write_text(DEVICE_PROBE)
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    try:
+        view = gpus.run_gpus(1, None, os.environ, gpus.DEV, gpus.DRIVER)
+        sandbox = BwrapSandbox(SandboxConfig(), workspace, workspace / "data", "gpu-check-devices", Limits(gpus=1))
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES")
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
+    every = ",".join(str(i) for i in range(len(gpus.driver_gpus(gpus.DRIVER))))
+    seen = {}
+    try:
+        for label, prefix in (("", ""), ("_asking_for_all", f"export CUDA_VISIBLE_DEVICES={every}; ")):
+            result = sandbox.exec(f"{prefix}python probe.py {int(torch_inside)}", timeout_s=300)
+            if result.exit_code != 0:
+                raise RuntimeError(f"the devices probe failed in the sandbox: {result.stderr.strip()[-500:]}")
+            seen[label] = json.loads(result.stdout.strip().splitlines()[-1])
+    finally:
+        sandbox.close()
+    found = {
+        "gpu": gpu,
+        "expected": sorted(f"/dev/{node.name}" for node in view.nodes),
+        "host": sorted(f"/dev/{node.name}" for node in gpus.DEV.glob("nvidia*")),
+        "visible": seen[""]["visible"],
+        **{f"inside{label}": probe["nodes"] for label, probe in seen.items()},
+        **{f"torch_devices{label}": probe["torch"] for label, probe in seen.items()},
+    }
+    others = sorted(set(found["host"]) - set(found["inside"]))
+    print(f"\ndevices (a bwrap sandbox given GPU {gpu}): inside {' '.join(found['inside']) or 'none'}; "
+          f"absent {' '.join(others) or 'none'}; CUDA_VISIBLE_DEVICES={found['visible']}; torch sees "
+          f"{cell(found['torch_devices'])} GPU(s), {cell(found['torch_devices_asking_for_all'])} asking for all",
+          flush=True)  # fmt: skip
+    return found
+
+
+def devices_failures(found: dict) -> list[str]:
+    failed = []
+    for label, shown, asking in (("", "", ""), ("_asking_for_all", " (asking for every GPU)", " asking for every GPU")):
+        inside, expected = found[f"inside{label}"], found["expected"]
+        failed += [f"devices: the sandbox for GPU {found.get('gpu', '0')} has {node}{shown}"
+                   for node in inside if node not in expected]  # fmt: skip
+        failed += [f"devices: the sandbox lacks {node}{shown}" for node in expected if node not in inside]
+        count = found.get(f"torch_devices{label}")
+        if count is not None and count != 1:
+            failed.append(f"devices: torch in the sandbox sees {count} GPU(s){asking}, not 1")
+    if found.get("visible") != "0":
+        failed.append(f"devices: CUDA_VISIBLE_DEVICES in the sandbox is {found.get('visible')!r}, not '0'")
+    return failed
+
+
 def failed_checks(results: dict, tolerance: float = TOLERANCE) -> list[str]:
     """One line for each check the results fail; empty when the device agrees with the cpu."""
     failed = []
@@ -178,6 +258,8 @@ def failed_checks(results: dict, tolerance: float = TOLERANCE) -> list[str]:
     for task, record in results.get("full", {}).items():
         if record.get("status") != "ok" or record.get("valid") != "True":
             failed.append(f"full {task}: status {record.get('status')}, valid {record.get('valid')}")
+    if "devices" in results:
+        failed += devices_failures(results["devices"])
     return failed
 
 
@@ -222,6 +304,11 @@ def main() -> None:
             print("\npinning: skipped (--device cpu: there is no GPU to keep a run off)")
     if "full" in parts:
         results["full"] = full_part(tasks, args.device, args.gpu, work, env)
+    if "devices" in parts:
+        if args.device == "cuda":
+            results["devices"] = devices_part(args.gpu.split(",")[0], work)
+        else:
+            print("\ndevices: skipped (--device cpu: there is no GPU device node to keep from a run)")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2))
     failed = failed_checks(results, args.tolerance)

@@ -21,6 +21,7 @@ import pytest
 
 from mlrb.config import ConfigError, SandboxConfig
 from mlrb.sandbox import bwrap as bw
+from mlrb.sandbox import gpus
 from mlrb.sandbox.base import Limits
 
 pytestmark = pytest.mark.fast
@@ -70,18 +71,22 @@ def test_a_task_that_allows_network_gets_the_hosts_network(tmp_path):
     assert "--share-net" in args and "/etc/resolv.conf" in args
 
 
-def test_gpu_devices_only_for_runs_that_ask_for_gpus(tmp_path):
-    assert "--dev-bind" not in argv(Limits(gpus=0), tmp_path)
-    # A GPU node's /dev (character devices, as the NVIDIA driver makes them; root makes them here).
+def test_gpu_devices_only_those_of_the_run_s_own_gpus(tmp_path):
+    # Which nodes those are (the allocation through the driver's facts): tests/test_sandbox_gpus.py.
+    assert "--dev-bind" not in argv(Limits(gpus=1), tmp_path)  # none without the run's GPU view
     dev = tmp_path / "dev"
-    (dev / "nvidia-caps").mkdir(parents=True)
-    for minor, name in enumerate(("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm")):
+    dev.mkdir()
+    for minor, name in enumerate(("nvidia3", "nvidiactl")):
         os.mknod(dev / name, stat.S_IFCHR | 0o666, os.makedev(195, minor))
-    (dev / "nvidia-notes.txt").write_text("not a device")
-    args = [arg for _, mount in bw.gpu_args(Limits(gpus=1), dev) for arg in mount]
-    nodes = [str(dev / n) for n in ("nvidia-caps", "nvidia-uvm", "nvidia0", "nvidia1", "nvidiactl")]
-    assert args[0::3] == ["--dev-bind"] * 5 and args[1::3] == args[2::3] == nodes
-    assert bw.gpu_args(Limits(gpus=0), dev) == []
+    view = gpus.GpuView((dev / "nvidia3", dev / "nvidiactl"), {"CUDA_VISIBLE_DEVICES": "0"})
+    args = bw.bwrap_argv("bwrap", bw.BwrapOptions(), Limits(gpus=1), [], "/workspace", {"CUDA_VISIBLE_DEVICES": "3"},
+                         tmp_path, gpu_view=view)  # fmt: skip
+    binds = [tuple(args[i : i + 3]) for i, a in enumerate(args) if a == "--dev-bind"]
+    assert binds == [("--dev-bind", str(dev / "nvidia3"), "/dev/nvidia3"),
+                     ("--dev-bind", str(dev / "nvidiactl"), "/dev/nvidiactl")]  # fmt: skip
+    assert args.index("--dev") < args.index("--dev-bind")  # after the sandbox's own /dev
+    setenv = [tuple(args[i + 1 : i + 3]) for i, a in enumerate(args) if a == "--setenv"]
+    assert setenv == [("CUDA_VISIBLE_DEVICES", "0")]  # the run's GPUs are 0..n-1 inside
 
 
 def test_a_missing_bwrap_binary_is_one_clear_error():

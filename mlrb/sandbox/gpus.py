@@ -169,6 +169,8 @@ def run_gpus(wanted: int, gpu_ids: Sequence[object] | None, environ: Mapping[str
         chosen = resolve(named, gpus)[:wanted]
     except GpuError as e:
         return GpuView((), none.env, f"{e}: no GPU device is shown")
+    if not chosen:
+        return GpuView((), none.env, f"the task asks for {wanted} GPU(s) but the run was allocated none")
     mig = [e for e in named if e.lower().startswith("mig-")][:wanted]
     nodes = [dev / f"nvidia{gpu.minor}" for gpu in chosen]
     missing = [str(node) for node in nodes if not node.is_char_device()]
@@ -180,5 +182,5 @@ def run_gpus(wanted: int, gpu_ids: Sequence[object] | None, environ: Mapping[str
     visible = ",".join(mig) if mig else ",".join(str(i) for i in range(len(chosen)))
     note = ""
     if len(chosen) < wanted:
-        note = f"the task asks for {wanted} GPU(s) but the run was allocated {len(chosen)} ({named or 'none'})"
+        note = f"the task asks for {wanted} GPU(s) but the run was allocated {len(chosen)} ({','.join(named)})"
     return GpuView(tuple(nodes), {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, note)
