@@ -120,8 +120,12 @@ def test_no_gpu_device_unless_the_run_has_its_own(tmp_path):
     assert view(2, "3").env["CUDA_VISIBLE_DEVICES"] == "0"  # fewer than asked for: only those
     assert view(1, gpu_ids=["3"], visible="0").nodes[0] == dev / "nvidia1"  # sandbox.gpu_ids wins
     assert view(1).nodes[0] == dev / "nvidia2"  # nothing set: the node is the harness's, the first GPU
-    # nodes without the driver's facts: none shown
-    assert gpus.run_gpus(1, None, {"CUDA_VISIBLE_DEVICES": "0"}, dev, tmp_path / "none").nodes == ()
+    # Nodes without the driver's facts: none shown. No driver: the allocation names nothing here, and
+    # is left as it is (a CPU machine's sweep hands out GPU ids all the same).
+    no_driver = gpus.run_gpus(1, None, {"CUDA_VISIBLE_DEVICES": "0"}, dev, tmp_path / "none")
+    assert no_driver.nodes == () and no_driver.env == {} and "no GPU device is shown" in no_driver.note
+    assert gpus.run_gpus(1, None, {}, tmp_path / "no-dev", tmp_path / "none").env == {}
+    assert gpus.run_gpus(0, None, {}, tmp_path / "no-dev", tmp_path / "none") == gpus.GpuView()
 
 
 def test_a_mig_device_is_on_its_gpu():

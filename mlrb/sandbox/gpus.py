@@ -151,18 +151,20 @@ def run_gpus(wanted: int, gpu_ids: Sequence[object] | None, environ: Mapping[str
     `wanted` of its allocation (all of the node's, in PCI bus order, when nothing is set) and the
     control nodes they need; none at all when it asks for none or names a GPU the driver does not
     know. Inside, its GPUs are 0..n-1 (CUDA_VISIBLE_DEVICES, in PCI bus order), MIG devices by
-    their own names."""
+    their own names; CUDA_VISIBLE_DEVICES is empty where it has none. On a machine without the
+    NVIDIA driver nothing is shown and the environment is left as it is."""
     gpus = driver_gpus(driver)
-    nodes_here = sorted(dev.glob("nvidia*"))
-    none = GpuView((), {"CUDA_VISIBLE_DEVICES": ""})
-    if wanted <= 0:
-        note = "the task asks for no GPU: no GPU device is shown" if gpus or nodes_here else ""
-        return GpuView((), none.env, note)
-    if not gpus:
-        note = "the task asks for GPUs but the NVIDIA driver lists none here"
+    if not gpus:  # no GPU here (or none the driver vouches for): nothing shown, nothing renumbered
+        nodes_here = any(dev.glob("nvidia*"))
+        if wanted <= 0 and not nodes_here:
+            return GpuView()
+        note = "the task asks for no GPU" if wanted <= 0 else "the task asks for GPUs but the NVIDIA driver lists none"
         if nodes_here:
             note += f" ({driver / 'gpus'} is missing or empty): no GPU device is shown"
-        return GpuView((), none.env, note)
+        return GpuView((), {}, note)
+    none = GpuView((), {"CUDA_VISIBLE_DEVICES": ""})
+    if wanted <= 0:
+        return GpuView((), none.env, "the task asks for no GPU: no GPU device is shown")
     entries = allocation(gpu_ids, environ)
     named = entries if entries is not None else [str(i) for i in range(len(gpus))]
     try:
