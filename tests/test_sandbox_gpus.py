@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -128,6 +130,29 @@ def test_no_gpu_device_unless_the_run_has_its_own(tmp_path):
     assert gpus.run_gpus(0, None, {}, tmp_path / "no-dev", tmp_path / "none") == gpus.GpuView()
 
 
+@needs_root
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs util-linux's unshare")
+def test_under_a_job_s_device_cgroup_an_index_counts_the_job_s_own_gpus(tmp_path):
+    """SLURM's ConstrainDevices: the job may open only its GPUs' nodes, and CUDA_VISIBLE_DEVICES
+    numbers those from 0. Here the other GPUs' nodes refuse to open as a cgroup would refuse them
+    (each bound over itself as nodev, in a mount namespace of the test's own)."""
+    dev, driver = make_node(tmp_path)
+    refused = [dev / f"nvidia{minor}" for minor in (2, 0)]  # the node's GPUs 0 and 1 (PCI bus order)
+    mounts = "; ".join(f"mount --bind {n} {n} && mount -o remount,bind,nodev {n}" for n in refused)
+    probe = (
+        "import json, sys; from pathlib import Path; from mlrb.sandbox import gpus\n"
+        f"view = gpus.run_gpus(1, None, {{'CUDA_VISIBLE_DEVICES': sys.argv[1]}}, Path({str(dev)!r}), "
+        f"Path({str(driver)!r}))\nprint(json.dumps([str(n) for n in view.nodes[:1]]))"
+    )
+    for visible, node in (("0", dev / "nvidia3"), ("1", dev / "nvidia1"), (NODE[2][2], dev / "nvidia3")):
+        out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                              f'{mounts} && exec "$0" -c "$1" "$2"', sys.executable, probe, visible],
+                             capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        assert json.loads(out.stdout) == [str(node)], (visible, out.stderr)
+    # without the cgroup, index 0 is the node's first GPU
+    assert gpus.run_gpus(1, None, {"CUDA_VISIBLE_DEVICES": "0"}, dev, driver).nodes[0] == dev / "nvidia2"
+
+
 def test_a_mig_device_is_on_its_gpu():
     listing = (f"GPU 0: NVIDIA A100 (UUID: {NODE[0][2]})\n"
                "  MIG 3g.20gb     Device  0: (UUID: MIG-11111111-2222-3333-4444-555555555555)\n"
@@ -154,10 +179,10 @@ def test_a_gpu_the_driver_does_not_know_is_one_line_before_the_run(node, monkeyp
         bw.BwrapSandbox.preflight(SandboxConfig(gpu_ids=["GPU-ffff"]))
     for fine in ("1", NODE[2][2], "", "-1"):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", fine)
-        gpus.check_allocation(None, os.environ, gpus.DRIVER)
+        gpus.check_allocation(None, os.environ, gpus.DEV, gpus.DRIVER)
     monkeypatch.setattr(gpus, "DRIVER", node[1].parent / "no-driver")  # a machine without the driver: nothing to check
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
-    gpus.check_allocation(None, os.environ, gpus.DRIVER)
+    gpus.check_allocation(None, os.environ, gpus.DEV, gpus.DRIVER)
 
 
 # ---- a live sandbox on the made node ----------------------------------------------

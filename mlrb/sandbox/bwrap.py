@@ -210,7 +210,7 @@ class BwrapSandbox(Sandbox):
         options = cls.parse_options(cfg)
         binary = find_bwrap(options.binary)
         try:
-            gpus.check_allocation(cfg.gpu_ids, os.environ, gpus.DRIVER)
+            gpus.check_allocation(cfg.gpu_ids, os.environ, gpus.DEV, gpus.DRIVER)
         except gpus.GpuError as e:
             named = "sandbox.gpu_ids" if cfg.gpu_ids is not None else "CUDA_VISIBLE_DEVICES"
             raise ConfigError(f"sandbox=bwrap: {named} names a GPU this run cannot have: {e}") from None

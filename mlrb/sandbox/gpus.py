@@ -4,7 +4,8 @@ The allocation is what the harness was given: `sandbox.gpu_ids`, else `CUDA_VISI
 as the launcher or SLURM set it (indices, `GPU-<uuid>`, `MIG-...`). It is mapped to device
 nodes through the driver's own facts: each GPU's `/proc/driver/nvidia/gpus/<bus id>/information`
 says its `Device Minor` (its node, /dev/nvidiaN), its `GPU UUID` and its `Bus Location`; an
-index counts GPUs in PCI bus order (CUDA's order under `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
+index counts GPUs in PCI bus order (CUDA's order under `CUDA_DEVICE_ORDER=PCI_BUS_ID`), those
+this process may open (under SLURM's device cgroup, the job's own, which it numbers from 0).
 
 `run_gpus` is what a sandbox binds and the environment it sets inside (the run's GPUs as
 0..n-1); `check_allocation` is the one-line error before a run whose allocation names a GPU
@@ -66,6 +67,21 @@ def driver_gpus(driver: Path = DRIVER) -> list[Gpu]:
     return sorted(found, key=lambda gpu: gpu.bus_id)
 
 
+def usable(gpus: Sequence[Gpu], dev: Path = DEV) -> list[Gpu]:
+    """Those of `gpus` this process may open: a job's device cgroup (SLURM's ConstrainDevices)
+    refuses the node of a GPU it was not given, and then numbers the job's own from 0."""
+    allowed = []
+    for gpu in gpus:
+        try:
+            os.close(os.open(dev / f"nvidia{gpu.minor}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK))
+        except (PermissionError, FileNotFoundError):
+            continue
+        except OSError:  # the node is there but says nothing of this process (no device behind it)
+            pass
+        allowed.append(gpu)
+    return allowed
+
+
 def allocation(gpu_ids: Sequence[object] | None, environ: Mapping[str, str]) -> list[str] | None:
     """The run's GPUs as named: sandbox.gpu_ids, else CUDA_VISIBLE_DEVICES; None when neither is set
     (the whole node is the harness's). As for CUDA, a negative index ends the list ("-1": none)."""
@@ -106,16 +122,19 @@ def smi_listing() -> str:
         return ""
 
 
-def resolve(entries: Sequence[str], gpus: Sequence[Gpu], listing: str | None = None) -> list[Gpu]:
-    """The driver's GPU for each entry (an index in PCI bus order, a GPU UUID or a unique prefix
-    of one, a MIG device's UUID: its GPU); GpuError naming the first it does not know."""
+def resolve(entries: Sequence[str], gpus: Sequence[Gpu], listing: str | None = None,
+            counted: Sequence[Gpu] | None = None) -> list[Gpu]:  # fmt: skip
+    """The driver's GPU for each entry (an index in PCI bus order over `counted`, by default all of
+    `gpus`; a GPU UUID or a unique prefix of one; a MIG device's UUID: its GPU); GpuError naming
+    the first it does not know."""
+    counted = gpus if counted is None else counted
     by_uuid = {gpu.uuid.lower(): gpu for gpu in gpus if gpu.uuid}
     chosen: list[Gpu] = []
     for entry in entries:
         key = entry.lower()
         gpu: Gpu | None = None
         if entry.isdigit():
-            gpu = gpus[int(entry)] if int(entry) < len(gpus) else None
+            gpu = counted[int(entry)] if int(entry) < len(counted) else None
         elif key.startswith("mig-gpu-"):  # MIG-GPU-<uuid>/<gi>/<ci> (drivers before 470)
             gpu = by_uuid.get(key[len("mig-") :].split("/")[0])
         elif key.startswith("mig-"):
@@ -136,13 +155,13 @@ def resolve(entries: Sequence[str], gpus: Sequence[Gpu], listing: str | None = N
 
 
 def check_allocation(gpu_ids: Sequence[object] | None, environ: Mapping[str, str] = os.environ,
-                     driver: Path = DRIVER) -> None:  # fmt: skip
+                     dev: Path = DEV, driver: Path = DRIVER) -> None:  # fmt: skip
     """GpuError where the allocation names a GPU the driver does not know (nothing to check
     where there is no driver)."""
     gpus = driver_gpus(driver)
     entries = allocation(gpu_ids, environ)
     if gpus and entries:
-        resolve(entries, gpus)
+        resolve(entries, gpus, counted=usable(gpus, dev))
 
 
 def run_gpus(wanted: int, gpu_ids: Sequence[object] | None, environ: Mapping[str, str] = os.environ,
@@ -166,9 +185,10 @@ def run_gpus(wanted: int, gpu_ids: Sequence[object] | None, environ: Mapping[str
     if wanted <= 0:
         return GpuView((), none.env, "the task asks for no GPU: no GPU device is shown")
     entries = allocation(gpu_ids, environ)
-    named = entries if entries is not None else [str(i) for i in range(len(gpus))]
+    counted = usable(gpus, dev)  # what an index counts: the GPUs this process may use
+    named = entries if entries is not None else [str(i) for i in range(len(counted))]
     try:
-        chosen = resolve(named, gpus)[:wanted]
+        chosen = resolve(named, gpus, counted=counted)[:wanted]
     except GpuError as e:
         return GpuView((), none.env, f"{e}: no GPU device is shown")
     if not chosen:
