@@ -45,6 +45,19 @@ class Budget:
         self.lock = threading.Lock()  # the metering proxy charges calls from its own threads
         self._pauses = 0  # pauses under way (`paused`)
         self._paused_at: float | None = None  # when the clock stopped, while it stands still
+        # Called (outside the lock) after each step and each call charged: a resumable run saves its progress.
+        self.on_change: Callable[[], None] | None = None
+
+    def carry(self, steps: int, input_tokens: int, output_tokens: int, usd: float, agent_time_s: float) -> None:
+        """Go on from what an earlier attempt of the run spent: its steps, tokens, dollars and time."""
+        with self.lock:
+            self.steps, self.input_tokens, self.output_tokens = steps, input_tokens, output_tokens
+            self.usd = usd
+            self.started -= agent_time_s
+
+    def changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def elapsed_s(self) -> float:
         # Without the lock (`reserve` calls this under it): read once, as a pause may end meanwhile.
@@ -76,12 +89,14 @@ class Budget:
 
     def record_step(self) -> None:
         self.steps += 1
+        self.changed()
 
     def record_usage(self, input_tokens: int, output_tokens: int, usd: float) -> None:
         with self.lock:
             self.input_tokens += input_tokens
             self.output_tokens += output_tokens
             self.usd += usd
+        self.changed()
 
     def reserve(self, hold: Spend) -> str | None:
         """Admit a model call about to go upstream (the metering proxy asks): None, and HOLD is
@@ -105,6 +120,7 @@ class Budget:
             self.input_tokens += used.input_tokens
             self.output_tokens += used.output_tokens
             self.usd += used.usd
+        self.changed()
 
     def exhausted(self) -> str | None:
         """The name of the first limit reached, or None while there is budget left."""

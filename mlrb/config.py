@@ -133,6 +133,9 @@ class MlrbConfig:
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     seed: int = 0
+    # A run begun before with this config whose process ended before it was recorded (a time limit,
+    # a pre-emption, SIGKILL) goes on where it was (mlrb/resume.py); false: start over.
+    resume: bool = True
     verbose: bool = False  # libraries' progress bars and warnings on the console too (always in the run's log)
 
 

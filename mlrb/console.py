@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 #: `extra=` for a record that belongs in the log file only, such as a failure's traceback:
@@ -43,6 +44,21 @@ def log_file_stream() -> Any | None:
         if isinstance(handler, logging.FileHandler):
             return handler.stream
     return None
+
+
+def move_log(folder: Path) -> None:
+    """Write the run's log file in FOLDER from now on (a resumed run's folder), appended to
+    the one there."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.acquire()
+            try:
+                handler.close()
+                handler.baseFilename = str(Path(folder) / Path(handler.baseFilename).name)
+                handler.mode = "a"
+                handler.stream = handler._open()
+            finally:
+                handler.release()
 
 
 @contextlib.contextmanager

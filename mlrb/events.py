@@ -25,6 +25,16 @@ class RunStarted:
 
 
 @dataclass(frozen=True)
+class RunResumed:
+    """The run goes on in a new attempt, after its process ended before the run was recorded."""
+
+    attempt: int  # this attempt (the first is 1)
+    why: str  # how the attempt before it ended, as far as the harness knows
+    spent: dict[str, Any]  # what the attempts before it spent, carried
+    workspace: str  # "as it was" (the folder survived) or "from step N's snapshot"
+
+
+@dataclass(frozen=True)
 class RunEnded:
     """The agent is done (the harness scores its workspace next)."""
 
@@ -165,6 +175,7 @@ class Submitted:
 
 Event = (
     RunStarted
+    | RunResumed
     | RunEnded
     | AgentStarted
     | StepStarted

@@ -83,6 +83,7 @@ class RunPlan:
     params: dict[str, str]  # the resolved config, flattened, as MLflow params
     config_yaml: str  # the same, as the run's config.yaml artifact
     sweep_id: str | None
+    resume: bool  # go on with this run if it was begun before and never ended (mlrb/resume.py)
 
 
 def make(cfg: MlrbConfig) -> RunPlan:
@@ -127,5 +128,5 @@ def make(cfg: MlrbConfig) -> RunPlan:
         limits=limits_for(task, cfg.sandbox), budget=cfg.budget, scoring=cfg.scoring, tracking=cfg.tracking,
         cache_dir=Path(cfg.paths.cache_dir), submission=cfg.task.submission, tags=tags, resume_tags=resume_tags,
         params=tracking.flatten(resolved), config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
-        sweep_id=sweep_id,
+        sweep_id=sweep_id, resume=cfg.resume,
     )  # fmt: skip

@@ -202,8 +202,9 @@ class LocalRecording:
         return Deferred(lambda: check_store(cfg, wait_for_server=wait_for_server))
 
     def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
-                 resume_tags: dict[str, str] | None = None) -> LocalStoreRun:  # fmt: skip
-        return LocalStoreRun(open_run(cfg, experiment, run_name, tags, resume_tags=resume_tags))
+                 resume_tags: dict[str, str] | None = None, reopen: tuple[str, int] | None = None
+                 ) -> LocalStoreRun:  # fmt: skip
+        return LocalStoreRun(open_run(cfg, experiment, run_name, tags, resume_tags=resume_tags, reopen=reopen))
 
 
 LOCAL = LocalRecording()

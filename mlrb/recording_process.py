@@ -206,10 +206,11 @@ class RecordingProcess:
         return self.submit("check_store", tracking=dataclasses.asdict(cfg), wait_for_server=wait_for_server)
 
     def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
-                 resume_tags: dict[str, str] | None = None) -> RemoteStoreRun:  # fmt: skip
+                 resume_tags: dict[str, str] | None = None,
+                 reopen: tuple[str, int] | None = None) -> RemoteStoreRun:  # fmt: skip
         run_id, experiment_id, attempt = self.call(
             "open_run", tracking=dataclasses.asdict(cfg), experiment=experiment, run_name=run_name,
-            tags={k: str(v) for k, v in tags.items()}, resume_tags=resume_tags,
+            tags={k: str(v) for k, v in tags.items()}, resume_tags=resume_tags, reopen=reopen,
         )  # fmt: skip
         return RemoteStoreRun(self, run_id, experiment_id, attempt)
 
@@ -269,10 +270,11 @@ class Exporter:
         store.check_store(TrackingConfig(**tracking), wait_for_server=wait_for_server)
 
     def open_run(self, tracking: dict[str, Any], experiment: str, run_name: str, tags: dict[str, str],
-                 resume_tags: dict[str, str] | None) -> list[Any]:  # fmt: skip
+                 resume_tags: dict[str, str] | None, reopen: list[Any] | None = None) -> list[Any]:  # fmt: skip
         from mlrb import tracking as store
 
-        self.recorder = store.open_run(TrackingConfig(**tracking), experiment, run_name, tags, resume_tags=resume_tags)
+        self.recorder = store.open_run(TrackingConfig(**tracking), experiment, run_name, tags, resume_tags=resume_tags,
+                                       reopen=(reopen[0], int(reopen[1])) if reopen else None)  # fmt: skip
         return [self.recorder.run_id, self.recorder.experiment_id, self.recorder.attempt]
 
     def export(self, path: str, offset: int, length: int) -> None:

@@ -40,6 +40,7 @@ from mlrb import (
     record,
     recording_process,
     recording_server,
+    resume,
     snapshots,
     step_scoring,
     timeline,
@@ -51,6 +52,7 @@ from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
 from mlrb.config import ConfigError, MlrbConfig
+from mlrb.resume import Resumption
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission
 from mlrb.status import Status, of_run
 from mlrb.tags import Tag
@@ -58,7 +60,7 @@ from mlrb.tasks.base import ScoreReport, Task
 
 log = logging.getLogger(__name__)
 
-CLAIM_FILE = ".mlrb-run"  # in a run folder: a run has claimed it
+CLAIM_FILE = resume.CLAIM  # in a run folder: a run has claimed it
 SUCCESS_IMPROVEMENT = 0.10  # MLAgentBench: success = more than 10% better than the baseline
 ASSETS_PARAM = "assets.fingerprint"  # beside the config's params (task.name, agent.name, seed, sandbox.kind...)
 
@@ -107,21 +109,30 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
         discard_unused(Path(run_dir))
         raise
     git.join()
-    run_dir = claim_run_dir(Path(run_dir).resolve())
+    run_dir = Path(run_dir).resolve()
+    resumed = resume_in(run_dir, plan) if plan.resume else None  # None: a run of its own
+    if resumed is None:
+        run_dir = claim_run_dir(run_dir, plan)
     scrub_hydra_files(Path(run_dir), tracking.secrets_in(plan.tracking))
 
     tags = {**plan.tags, Tag.RUN_DIR: str(run_dir), **commit}
+    reopen = (resumed.run_id, resumed.attempt) if resumed else None
     with interrupts.guarded() as guard:
         with guard.hold(), clock.stage("recording"):  # a run is created whole or not at all
             # every call a line of the run folder's record.jsonl, which the store is written from
             recorder = record.RecordedRun(
-                recording.open_run(plan.tracking, plan.experiment, plan.name, tags, resume_tags=plan.resume_tags),
+                recording.open_run(plan.tracking, plan.experiment, plan.name, tags, resume_tags=plan.resume_tags,
+                                   reopen=reopen),
                 run_dir, plan.experiment, plan.name, tags,
             )  # fmt: skip
-        log.info("run %s (%s) started; files in %s", plan.name, recorder.run_id, run_dir)
+        if resumed:
+            log.info("run %s (%s) goes on in attempt %d (%s); files in %s", plan.name, recorder.run_id,
+                     resumed.attempt, resumed.why, run_dir)  # fmt: skip
+        else:
+            log.info("run %s (%s) started; files in %s", plan.name, recorder.run_id, run_dir)
         try:
             guard.release()  # a signal that came while the run was created stops it now
-            result = Stages(plan, recorder, run_dir, guard, clock).run()
+            result = Stages(plan, recorder, run_dir, guard, clock, resumed).run()
         except BaseException as e:
             with guard.hold():  # signals now come too late to change anything
                 replacement = stopped(plan, recorder, run_dir, e)
@@ -161,6 +172,12 @@ def stopped(plan: plans.RunPlan, recorder, run_dir: Path, e: BaseException) -> B
         log.error("run %s failed", plan.name, exc_info=e, extra=console.LOG_FILE_ONLY)
         message = f"{type(e).__name__}: {e}"
         status, tags = Status.INFRA_ERROR, {Tag.ERROR: message[:5000]}
+    elif isinstance(e, SystemExit) and plan.resume:  # a launcher's requeue (submitit exits the job): it goes on later
+        why = "the launcher requeued its job (a time limit or a pre-emption)"
+        log.warning("run %s: %s; its next job goes on where it stopped", plan.name, why)
+        with contextlib.suppress(Exception):  # the store's account of it; the record is what resumes it
+            recorder.set_tags({Tag.ATTEMPT_ENDED: why})
+        return e
     else:  # a signal, or a launcher's requeue (submitit exits the job): not the agent's doing, nor a failure
         cause = e.name if isinstance(e, interrupts.Interrupted) else f"the launcher ({type(e).__name__}: requeued?)"
         message = f"interrupted by {cause}; the workspace was not scored"
@@ -206,20 +223,39 @@ class RunInterrupted(KeyboardInterrupt):
         return self.signal.exit_code
 
 
-def claim_run_dir(run_dir: Path) -> Path:
+def claim_run_dir(run_dir: Path, plan: plans.RunPlan) -> Path:
     """A run folder no other run uses. Hydra names it by config and second, so two runs of
     one config started in the same second get the same one: the first to create the claim
     file keeps it, the others take the next free sibling (NAME-2, NAME-3, ...)."""
+    owner = resume.me(plan.key, plan.sweep_id)
     for n in itertools.count(1):
         candidate = run_dir if n == 1 else run_dir.with_name(f"{run_dir.name}-{n}")
         candidate.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(candidate / CLAIM_FILE, "x") as claim:
-                claim.write(f"{os.getpid()}\n")
+        if resume.write_owner(candidate, owner, exclusive=True):
             return candidate
-        except FileExistsError:
-            continue
     raise AssertionError("unreachable")
+
+
+def resume_in(run_dir: Path, plan: plans.RunPlan) -> Resumption | None:
+    """The run RUN_DIR holds, taken over to go on in a new attempt, when it is this plan's run,
+    begun and not ended, and its owner is gone (mlrb/resume.py); else None."""
+    if not resume.resumable(run_dir, plan.key, plan.sweep_id):
+        return None
+    state = record.fold(record.read(run_dir))
+    attempt = int(state["attempt"] or 1) + 1
+    if not resume.take_over(run_dir, plan.key, plan.sweep_id, attempt):
+        return None  # another process resumed it first
+    why = state["tags"].get(Tag.ATTEMPT_ENDED) or "its process ended before the run was recorded"
+    return Resumption(attempt, state["run_id"], why, resume.load(run_dir), run_dir / resume.AGENT_STATE)
+
+
+def folder_for(run_dir: Path, cfg: MlrbConfig) -> Path:
+    """Where a run of CFG goes: RUN_DIR (Hydra's, new), or the folder of this run begun before
+    and never ended, to go on in (unless resume=false)."""
+    if not cfg.resume:
+        return run_dir
+    found = resume.find(run_dir, plans.run_key(cfg), os.environ.get(plans.SWEEP_ID_VAR))
+    return found or run_dir
 
 
 def discard_unused(run_dir: Path) -> None:
@@ -251,10 +287,12 @@ class Stages:
     to the record is timed apart, as `recording`."""
 
     def __init__(self, plan: plans.RunPlan, recorder: record.RecordedRun, run_dir: Path, guard: interrupts.Guard,
-                 clock: timeline.StageClock):  # fmt: skip
+                 clock: timeline.StageClock, resumed: Resumption | None = None):  # fmt: skip
         self.plan, self.recorder, self.run_dir, self.guard, self.clock = plan, recorder, run_dir, guard, clock
+        self.resumed = resumed  # an earlier attempt's run, gone on with
         self.task: Task = plan.task
         self.calls: metering.CallEvents | None = None  # the model calls, for an agent that makes them
+        self.outcome: AgentOutcome  # how the agent ended (`agent`)
 
     def run(self) -> RunResult:
         timed = ((self.open, "recording"), (self.assets, "assets"), (self.start, "sandbox_start"), (self.agent, "agent"),
@@ -270,7 +308,12 @@ class Stages:
 
     def open(self) -> None:
         """The run's record begun (the run itself is created before, whole or not at all): a
-        retried job starts afresh, and the config is recorded."""
+        resumed run goes on with what its earlier attempts left, a job retried in a folder of
+        its own starts afresh; the config is recorded."""
+        if self.resumed is not None:
+            for leftover in ("submission", "scoring", "dev"):  # what scoring leaves: scored again
+                shutil.rmtree(self.run_dir / leftover, ignore_errors=True)
+            return  # its params and config are in the record already
         if self.recorder.attempt > 1:
             for leftover in ("workspace", "submission", "scoring", "snapshots", "dev"):
                 shutil.rmtree(self.run_dir / leftover, ignore_errors=True)
@@ -303,8 +346,11 @@ class Stages:
         )
         self.work = self.run_dir / "workspace"
         self.start_files = task.workspace_files(self.asset_path)
-        self.before = workspace.prepare(self.start_files, self.work)
         self.step_snapshots = snapshots.StepSnapshots(self.run_dir / "snapshots")
+        if self.resumed is None:
+            self.before = workspace.prepare(self.start_files, self.work)
+        else:
+            self.before, self.workspace_as = resumed_workspace(self.start_files, self.work, self.step_snapshots.root)
         self.model = metering.start(plan.agent)
         self.sandbox = plan.sandbox_class(
             plan.sandbox, self.work, self.asset_path / "public", self.recorder.run_id, plan.limits, seed=plan.seed,
@@ -318,12 +364,31 @@ class Stages:
 
     def agent(self) -> None:
         """The agent's run in its sandbox, under the budget, its events into the trajectory."""
-        plan, work = self.plan, self.work
+        plan, work, resumed = self.plan, self.work, self.resumed
         budget = self.budget = Budget(plan.budget)
         # scoring.every_steps / every_minutes: the workspace scored mid-run too, off the agent's clock
         self.during = step_scoring.StepScoring(plan.scoring, self.task, self.asset_path, work, self.start_files,
                                                self.step_snapshots.root, plan.sandbox, self.recorder, self.run_dir,
                                                budget)  # fmt: skip
+        progress = resumed.progress if resumed else None
+        if progress is not None and progress.outcome is not None:  # the agent had ended: only scoring was left
+            outcome = dict(progress.outcome)
+            self.outcome = AgentOutcome(
+                Status(outcome["status"]), outcome.get("stop_reason"), outcome.get("message", "")
+            )
+            self.spent = dict(progress.spent or {})
+            budget.carry(self.spent["steps"], self.spent["input_tokens"], self.spent["output_tokens"],
+                         self.spent["cost_usd"], self.spent["agent_time_s"])  # fmt: skip
+            self.sandbox.close()
+            if self.model is not None:
+                self.model.close()
+            log.info("the agent had ended in an earlier attempt (%s): its workspace is scored", self.outcome.status)
+            return
+        if progress is not None:  # what calls in flight held when the attempt before ended is charged
+            budget.carry(progress.steps, progress.input_tokens + progress.held_input_tokens,
+                         progress.output_tokens + progress.held_output_tokens, progress.cost_usd + progress.held_usd,
+                         progress.agent_time_s)  # fmt: skip
+        keeper = resume.Keeper(self.run_dir, self.recorder.attempt, budget)
 
         def after_step(step: int) -> None:
             self.during.after(self.step_snapshots.take(step, work, self.before, budget.elapsed_s()))
@@ -340,15 +405,22 @@ class Stages:
                 # and the tool calls seen in them for an agent that does not emit its own
                 self.calls = metering.attach(self.model, budget, sink,
                                              tools=not getattr(plan.agent, "emits_tool_events", False))  # fmt: skip
-            sink.emit(events.RunStarted(plan.name, dataclasses.asdict(plan.budget)))
+            if resumed is None:
+                sink.emit(events.RunStarted(plan.name, dataclasses.asdict(plan.budget)))
+            else:
+                sink.emit(events.RunResumed(resumed.attempt, resumed.why, budget.summary(), self.workspace_as))
             context = AgentContext(self.task, self.prompt, self.sandbox, budget, sink, plan.seed, run_dir=self.run_dir,
-                                   on_step_end=after_step, model=self.model)  # fmt: skip
+                                   on_step_end=after_step, model=self.model, resumed=resumed,
+                                   state_dir=self.run_dir / resume.AGENT_STATE)  # fmt: skip
+            (self.run_dir / resume.AGENT_STATE).mkdir(exist_ok=True)
             try:
-                self.outcome: AgentOutcome = plan.agent.run(context)
+                with keeper.running():  # its spend saved as it goes: a later attempt carries it
+                    self.outcome = plan.agent.run(context)
             except interrupts.Interrupted as e:  # the workspace is still scored (a second signal skips that)
                 self.outcome = AgentOutcome(Status.KILLED, e.name, f"interrupted by {e.name}")
                 log.warning("%s: stopped the agent; scoring its workspace (send it again to skip scoring)", e.name)
             self.spent = budget.summary()  # taken now, so the agent's time does not include scoring
+            keeper.ended(dataclasses.asdict(self.outcome), self.spent)
             sink.emit(events.RunEnded(dataclasses.asdict(self.outcome), self.spent))
         except BaseException as e:
             stopped_by = e
@@ -484,6 +556,21 @@ class Stages:
             run_dir=str(self.run_dir),
             store_error=recorder.store_error,
         )
+
+
+def resumed_workspace(start_files: Path, work: Path, snapshot_root: Path) -> tuple[workspace.Snapshot, str]:
+    """A resumed run's workspace: the folder as the agent left it when it survived, else its
+    last step's snapshot (or its starting files, before any step). Returns the starting state
+    (what the run's patch is taken against) and how the workspace was found."""
+    before = workspace.starting_state(start_files)
+    if work.is_dir():
+        return before, "as it was"
+    steps = snapshots.load_steps(snapshot_root)
+    if not steps:
+        workspace.prepare(start_files, work)
+        return before, "from its starting files"
+    snapshots.materialise(snapshot_root, steps[-1], start_files, work)
+    return before, f"from step {steps[-1]['step']}'s snapshot"
 
 
 def record_assets(recorder, fingerprint: str) -> None:

@@ -18,6 +18,8 @@ class Tag:
     NORMALISED_AS, RUN_KEY, RUN_DIR, SWEEP_ID = "mlrb.normalised_as", "mlrb.run_key", "mlrb.run_dir", "mlrb.sweep_id"
     # 1, then one more each time a resumed run starts again; the code and assets it ran on.
     ATTEMPT, GIT_DIRTY, ASSETS_FINGERPRINT = "mlrb.attempt", "mlrb.git_dirty", "mlrb.assets_fingerprint"
+    # How an attempt that did not end the run ended (say, its job requeued): the next attempt says why it resumed.
+    ATTEMPT_ENDED = "mlrb.attempt_ended"
     # The Python environment the agent ran in: "harness", or the task's own's key (mlrb/environments.py).
     ENVIRONMENT = "mlrb.environment"
     # The ids of the rules the scale states but nothing enforces (comma-separated; "": none).

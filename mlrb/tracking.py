@@ -531,13 +531,21 @@ def open_run(
     run_name: str,
     tags: dict[str, Any],
     resume_tags: dict[str, str] | None = None,
+    reopen: tuple[str, int] | None = None,
 ) -> RunRecorder:
     """A new run; or, when `resume_tags` match an unfinished run (a job of the same
     sweep that failed, was killed or requeued), that run again, so each job of a
-    sweep keeps one run however often it is retried."""
+    sweep keeps one run however often it is retried. REOPEN (the run's id, the attempt
+    that goes on in it) is a resumed run's own (mlrb/resume.py)."""
     client, artifact_root = client_for(cfg)
     exp_id = experiment_id(client, experiment, artifact_root)
     tags = {k: str(v) for k, v in tags.items()}
+    if reopen:
+        run_id, attempt = reopen
+        with_retries(lambda: client.update_run(run_id, status=MlflowStatus.RUNNING))
+        recorder = RunRecorder(client, run_id, exp_id, attempt)
+        recorder.set_tags(opening_tags(tags, attempt))
+        return recorder
     if resume_tags:
         previous = find_runs(
             client,

@@ -47,6 +47,8 @@ class TrajectoryWriter:
         match event:
             case events.RunStarted():
                 record("start", run=event.run, budget=event.budget)
+            case events.RunResumed():
+                record("resume", **dataclasses.asdict(event))
             case events.RunEnded():
                 record("end", **event.outcome, **event.spent)
             case events.AgentStarted():

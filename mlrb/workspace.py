@@ -316,6 +316,18 @@ def prepare(starter_dir: Path, workspace: Path) -> Snapshot:
     return snapshot(workspace)
 
 
+def starting_state(starter_dir: Path) -> Snapshot:
+    """The state `prepare` leaves a workspace in (what a resumed run's patch is taken against)."""
+    if not starter_dir.is_dir():
+        return Snapshot()
+    snap = snapshot(starter_dir)
+    for rel in [rel for rel in snap.hashes if "__pycache__" in Path(rel).parts]:
+        snap.hashes.pop(rel)
+        snap.sizes.pop(rel, None)
+        snap.texts.pop(rel, None)
+    return snap
+
+
 def snapshot(root: Path, notes: Notes | None = None, texts: bool = True) -> Snapshot:
     """ROOT's state, bounded as `walk` is and by MAX_READ_BYTES read; the texts kept when TEXTS."""
     notes = notes if notes is not None else Notes(str(root))

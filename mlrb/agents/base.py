@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from mlrb.budget import Budget
 from mlrb.config import AgentConfig
 from mlrb.events import EventSink
+from mlrb.resume import Resumption
 from mlrb.sandbox.base import Sandbox
 from mlrb.status import Status
 from mlrb.tasks.base import Task
@@ -32,6 +33,11 @@ class AgentContext:
     # The run's metering proxy (mlrb/proxy.MeteringProxy), for an agent that asked for one
     # (`model_upstreams()`); the sandbox's `model_url` is where it is reached from inside.
     model: Any = None
+    # A run that goes on in a new attempt (mlrb/resume.py): None on its first.
+    resumed: Resumption | None = None
+    # A folder of the run (outside the sandbox) kept across its attempts, for the agent's own state
+    # (a conversation, a session's id): what it needs to go on where it was when the run resumes.
+    state_dir: Path | None = None
 
     def step_ended(self, step: int) -> None:
         if self.on_step_end is not None:
