@@ -9,17 +9,44 @@ agent's.
 
 from __future__ import annotations
 
+import datetime
 import json
 import secrets
 import threading
 from typing import Any
 
 from mlrb import events
+from mlrb.agents.prices import retired_on
 from mlrb.api_shapes import reply_of, tool_results_of
 from mlrb.budget import Budget
 from mlrb.proxy import Call, MeteringProxy
 
 PROXY_RETRIES = 6  # upstream tries after the first, for an agent that does not retry by itself
+SET_MODEL = "set a model it serves with agent.options.model=NAME"
+
+
+class ModelNotFound(RuntimeError):
+    """The provider has no model the run's config names (a retired one, say): the config's fault,
+    not the agent's. Raised by the agent once its run is over, it ends the run as an
+    infrastructure error (mlrb/run.py), in one line: the model, where, and the models the
+    config allows."""
+
+
+def model_not_found(proxy: MeteringProxy | None, fix: str = SET_MODEL) -> ModelNotFound | None:
+    """The run's configuration error when an upstream said it has no model the config allows
+    (the proxy notes it: `MeteringProxy.missing_model`), else None. FIX says how to set another."""
+    missing = getattr(proxy, "missing_model", None)
+    if proxy is None or missing is None:
+        return None
+    allowed = sorted(proxy.upstreams[missing.provider].models or ())
+    retired = retired_on(missing.provider, missing.model)
+    when = ""
+    if retired:
+        past = retired <= datetime.date.today().isoformat()
+        when = f"; {missing.provider} {'retired' if past else 'retires'} it on {retired}"
+    return ModelNotFound(f"the {missing.provider} API at {missing.base_url} has no model '{missing.model}' "
+                         f"(it answered 404: {missing.message.rstrip('.')}){when}. The config allows "
+                         f"{', '.join(allowed)} there: {fix}")  # fmt: skip
 
 
 def start(agent: Any) -> MeteringProxy | None:

@@ -12,6 +12,10 @@ streaming or not. For each call the proxy
 - checks the token (a wrong one: 401, in the provider's error shape);
 - refuses a model the run may not call (the agent's config lists them) as the provider answers
   an unknown model: a 404, Anthropic's `not_found_error`, OpenAI's `model_not_found`;
+- notes the upstream's own such answer for a model the config allows (`missing_model`): the
+  config names a model the provider does not serve (a retired one, say), and the agent ends the
+  run as a configuration error (mlrb/metering.py); later calls of that model get the same
+  answer from the proxy, without going upstream;
 - refuses the call once the run's budget is spent (`meter.spent()`), as the provider says
   an account is out of credit: Anthropic's 400 `invalid_request_error`, OpenAI's 429
   `insufficient_quota`; nothing goes upstream;
@@ -114,6 +118,31 @@ class Upstream:
         if self.models is None:
             return flat(provider, model, self.price_input_per_mtok, self.price_output_per_mtok, "the proxy's price")
         return self.models.get(model)
+
+
+@dataclass(frozen=True)
+class MissingModel:
+    """A model the upstream said it does not have, when the run's config allows it."""
+
+    provider: str
+    model: str
+    base_url: str  # the upstream that said so
+    message: str  # its own words, e.g. "model: claude-3-5-sonnet-20240620"
+    answer: dict[str, Any] = field(default_factory=dict)  # its whole answer (a 404), given to later calls
+
+
+def model_not_found(provider: str, status: int, body: Any) -> str | None:
+    """The upstream's message when its answer says it has no such model (Anthropic: 404
+    `not_found_error` "model: NAME"; OpenAI: 404 with the code `model_not_found`), else None."""
+    error = body.get("error") if status == 404 and isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return None
+    message = str(error.get("message") or "")
+    if provider == "anthropic":
+        found = error.get("type") == "not_found_error" and message.startswith("model:")
+    else:
+        found = error.get("code") == "model_not_found"
+    return message if found else None
 
 
 def upstream_url(provider: str, configured: str | None) -> str:
@@ -350,6 +379,7 @@ class MeteringProxy:
         )
         self.connections = UpstreamConnections(request_timeout_s)
         self.refused: str | None = None  # the first budget limit a refused call named
+        self.missing_model: MissingModel | None = None  # the first allowed model the upstream said it lacks
         handler = self.handler_class()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.servers: list[socketserver.BaseServer] = [self.server]
@@ -520,6 +550,11 @@ class MeteringProxy:
                     call.refused = f"model not allowed: {call.model!r}"
                     call.status, answer = not_allowed(provider, call.model, sorted(upstream.models or ()))
                     return self.reply(call.status, answer, call)
+                missing = proxy.missing_model
+                if missing is not None and (missing.provider, missing.model) == (provider, call.model):
+                    call.refused = f"model not found upstream: {call.model!r}"
+                    call.status = 404
+                    return self.reply(404, missing.answer, call)
                 meter = proxy.meter
                 spent = meter.spent() if meter is not None else "not started"
                 if meter is None or spent:
@@ -625,6 +660,11 @@ class MeteringProxy:
                     except ValueError:
                         call.response = bytes(whole).decode("utf-8", "replace")
                     reported, final = usage_of(call.provider, call.response), not cut
+                    said = model_not_found(call.provider, response.status, call.response)
+                    if said is not None and proxy.missing_model is None:  # noted before the agent has the answer
+                        proxy.missing_model = MissingModel(call.provider, call.model,
+                                                           proxy.upstreams[call.provider].base_url, said,
+                                                           call.response)  # fmt: skip
                 call.input_tokens, call.output_tokens = charged_usage(call, response.status, reported, final)
                 self.settle(call)
                 self.report(call)  # before the last bytes: an agent that has its answer finds it charged

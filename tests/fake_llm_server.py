@@ -10,6 +10,10 @@ can assert on what the real SDK clients sent.
     server = FakeLlmServer([reply(tool("bash", command="ls")), error(429), reply(tool("submit"))])
     server.anthropic_url  # for ANTHROPIC_BASE_URL / agent.options.base_url
     server.openai_url     # for OPENAI_BASE_URL / agent.options.base_url
+
+Given `models`, it serves those alone, as the real APIs do: a request for any other model is
+answered as the provider answers a model it does not have (Anthropic: 404 `not_found_error`
+"model: NAME"; OpenAI: 404 with the code `model_not_found`), and plays no turn.
 """
 
 from __future__ import annotations
@@ -55,8 +59,9 @@ ANTHROPIC_ERRORS = {
 
 
 class FakeLlmServer:
-    def __init__(self, script: list[dict[str, Any]], port: int = 0):
+    def __init__(self, script: list[dict[str, Any]], port: int = 0, models: list[str] | None = None):
         self.script = list(script)
+        self.models = models  # None: any model
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), self.handler_class())
@@ -89,6 +94,9 @@ class FakeLlmServer:
     def next_turn(self, request: dict[str, Any]) -> dict[str, Any] | None:
         with self.lock:
             self.requests.append(request)
+            model = request["body"].get("model")
+            if self.models is not None and model not in self.models:
+                return {"kind": "no_such_model", "model": model}
             return self.script.pop(0) if self.script else None
 
     def handler_class(self):
@@ -119,6 +127,8 @@ class FakeLlmServer:
                     return self.send(400, error_body(anthropic, 400, "fake server: the script is exhausted"))
                 if turn["kind"] == "error":
                     return self.send(turn["status"], error_body(anthropic, turn["status"], turn["message"]))
+                if turn["kind"] == "no_such_model":
+                    return self.send(404, no_such_model(anthropic, turn["model"]))
                 if turn["delay_s"]:
                     time.sleep(turn["delay_s"])
                 render = anthropic_reply if anthropic else responses_reply if responses else openai_reply
@@ -170,6 +180,15 @@ def error_body(anthropic: bool, status: int, message: str) -> dict[str, Any]:
     if anthropic:
         return {"type": "error", "error": {"type": kind, "message": message}}
     return {"error": {"message": message, "type": kind, "code": None, "param": None}}
+
+
+def no_such_model(anthropic: bool, model: str) -> dict[str, Any]:
+    """The provider's answer to a model it does not have (the bodies its APIs send)."""
+    if anthropic:
+        return {"type": "error", "error": {"type": "not_found_error", "message": f"model: {model}"},
+                "request_id": "req_fake"}  # fmt: skip
+    message = f"The model `{model}` does not exist or you do not have access to it."
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "model_not_found"}}
 
 
 def anthropic_reply(turn: dict[str, Any], model: str, n: int) -> dict[str, Any]:

@@ -10,7 +10,8 @@ The loop bounds every call by the budget: the remaining wall time is the call's 
 limit reached stops the run cleanly. It retries failed calls by its config's policy (the
 proxy, started with `proxy_retries = 0`, does not) and emits its steps, retries and tool
 calls as events (mlrb/events.py) to the run's sink, whose subscribers write the trajectory,
-the MLflow traces and the metrics.
+the MLflow traces and the metrics. A provider that has no such model (a retired one) ends
+the run as a configuration error, not the agent's (metering.ModelNotFound).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any, cast
 
 from omegaconf import MISSING, OmegaConf
 
-from mlrb import events
+from mlrb import events, metering
 from mlrb.agents import prices
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.providers import NO_KEY, ApiError, Message, Reply, ToolCall, ToolResult
@@ -366,6 +367,9 @@ class LlmAgent:
         except NoTimeLeft:
             return AgentOutcome(Status.BUDGET_EXHAUSTED, "wall_time", "no wall time left for a model call")
         except ApiError as error:
+            missing = metering.model_not_found(ctx.model)  # the provider has no such model: the config's fault
+            if missing is not None:
+                raise missing from None
             message = self.redact(str(error))
             limit = ctx.budget.exhausted()
             if limit:

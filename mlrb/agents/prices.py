@@ -8,6 +8,10 @@ day of the call, tiers included (Claude Sonnet 4.5 costs twice as much past 200k
 An agent's config may set a price instead (USD per million tokens): it overrides the table,
 and a model the table does not know (a local server's, say) needs one. The library is imported
 only when a price is looked up, so composing a config stays fast.
+
+The table keeps a model's price after its provider retires it. `RETIRED` says which models the
+providers have retired, or will soon: the one list the configs' defaults are checked against,
+and what a run's "model not found" error quotes.
 """
 
 from __future__ import annotations
@@ -19,6 +23,26 @@ from typing import Any
 from mlrb.messages import ConfigError
 
 TABLE = "genai-prices"
+
+# Models their provider has retired (its API answers 404 for them) or has announced it will
+# retire, with the day: provider -> model ID -> YYYY-MM-DD. Aliases and dated IDs alike.
+RETIRED: dict[str, dict[str, str]] = {
+    "anthropic": {
+        "claude-3-5-sonnet-20240620": "2025-10-22",  # the MLRB paper's model
+        "claude-3-5-sonnet-20241022": "2025-10-22",
+        "claude-sonnet-4-20250514": "2026-06-15",
+        "claude-sonnet-4-0": "2026-06-15",
+        "claude-opus-4-20250514": "2026-06-15",
+        "claude-opus-4-0": "2026-06-15",
+        "claude-sonnet-4-5": "2026-11-30",
+        "claude-sonnet-4-5-20250929": "2026-11-30",
+    },
+}
+
+
+def retired_on(provider: str, model: str) -> str | None:
+    """The day PROVIDER retired MODEL, or will (YYYY-MM-DD); None when it has said nothing."""
+    return RETIRED.get(provider, {}).get(model)
 
 
 @dataclass(frozen=True)
