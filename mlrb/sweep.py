@@ -481,6 +481,27 @@ def job_minutes(job: SweepJob, overhead_min: float) -> int:
     return int(math.ceil(job.wall_time_s / 60 + overhead_min))
 
 
+def chain_of(job: SweepJob, profile: dict[str, Any]) -> tuple[int, int]:
+    """The time limit of each of a run's SLURM jobs, and how many jobs its run needs: one, or
+    a chain when its budget and overhead are longer than the partition allows a job
+    (`time_limit_min`). Each job of a chain stops at submitit's time-limit signal, is requeued,
+    and its run goes on where it was (mlrb/resume.py); the agent's clock runs only while it works."""
+    needed = job_minutes(job, profile.get("overhead_min", 10))
+    limit = profile.get("time_limit_min")
+    if not limit or needed <= limit:
+        return needed, 1
+    # Each job loses its start-up and the time between the signal and its end to the chain.
+    usable = limit - profile.get("signal_delay_s", 120) / 60 - CHAIN_JOB_START_MIN
+    if usable <= 0:
+        raise ConfigError(f"launcher: the cluster profile's time_limit_min ({limit}) leaves no time for a run's "
+                          f"work after its signal_delay_s ({profile.get('signal_delay_s', 120)} s) and a job's "
+                          f"start ({CHAIN_JOB_START_MIN} min): give a longer time limit or a shorter signal delay")  # fmt: skip
+    return int(limit), int(math.ceil(needed / usable))
+
+
+CHAIN_JOB_START_MIN = 1.0  # a chained job's own start: the harness, the asset check, the sandbox
+
+
 def squeue_states() -> dict[str, str]:
     """Job id (array tasks as "123_4") -> state, from squeue (works without accounting)."""
     import subprocess
@@ -516,8 +537,9 @@ class SlurmSweepLauncher(SweepLauncher):
         memory = job.memory_gb or profile.get("default_mem_gb") or 4
         if profile.get("max_mem_gb"):
             memory = min(memory, profile["max_mem_gb"])
+        minutes, _ = chain_of(job, profile)
         params = {
-            "timeout_min": job_minutes(job, profile.get("overhead_min", 10)),
+            "timeout_min": minutes,
             "gpus_per_node": job.gpus,
             "cpus_per_task": int(cpus),
             "mem_gb": int(math.ceil(memory)),
@@ -534,6 +556,11 @@ class SlurmSweepLauncher(SweepLauncher):
         try:
             profile = load_profile(str(self.params.get("cluster", "local_single_node")))
         except ValueError as e:
+            return str(e)
+        try:
+            for job in jobs:
+                chain_of(job, profile)
+        except ConfigError as e:
             return str(e)
         most = profile.get("max_gpus_per_job")
         greedy = [job for job in jobs if most is not None and job.gpus > most]
@@ -552,9 +579,10 @@ class SlurmSweepLauncher(SweepLauncher):
             groups.setdefault(repr(sorted(self.resources(job, profile).items())), []).append(job)
         submitted: list[tuple[Any, SweepJob]] = []
         for group in groups.values():
+            links = max(chain_of(job, profile)[1] for job in group)
             executor = submitit.AutoExecutor(
                 folder=self.params["submitit_folder"], cluster="slurm",
-                slurm_max_num_timeout=int(profile.get("max_requeues", 3)),
+                slurm_max_num_timeout=int(profile.get("max_requeues", 3)) + links - 1,  # a chain's links are time-outs
             )  # fmt: skip
             executor.update_parameters(name="mlrb", **self.resources(group[0], profile))
             array = executor.map_array(self, *zip(*(self.submission(job) for job in group), strict=True))

@@ -1,0 +1,214 @@
+"""A run whose process ends before the run is recorded (SIGKILL, a lost node, a job's time limit)
+goes on where it was: the same command, run again, finds its folder and resumes it as one run
+(mlrb/resume.py). The whole-run tests kill `python -m mlrb` with SIGKILL mid-agent, as a node
+failure or the OOM killer would, then run the same command again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PLUMBING, mlflow_client, printed, store_args
+from mlrb import resume
+from mlrb.budget import Budget
+from mlrb.config import BudgetConfig
+
+MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
+# Its first attempt writes a mark and works on (a long sleep); an attempt that finds the mark
+# writes the submission and ends. The mark is in the workspace: what survives is what the agent left.
+AGENT = f"if [ -f mark ]; then echo found the mark; {MERGE}; else echo first > mark; sleep 3000; fi"
+
+
+def command_args(tmp_path: Path, cache: Path, *extra: str) -> list[str]:
+    """The same command each time, with the run folders where a user's go (outputs/runs/<time>_...)."""
+    stored = [a for a in store_args(tmp_path, cache) if not a.startswith("hydra.run.dir=")]
+    return [sys.executable, "-m", "mlrb", *stored, PLUMBING, f"task.scales.tiny.baseline_command='{AGENT}'", *extra]
+
+
+def run_folders(tmp_path: Path) -> list[Path]:
+    return sorted(p for p in (tmp_path / "outputs" / "runs").glob("*") if p.is_dir())
+
+
+def killed_mid_agent(tmp_path: Path, cache: Path, *extra: str) -> Path:
+    """Start the run, wait until its agent has left the mark in a run folder not there before
+    and its progress was saved once more, then SIGKILL the harness: no word to anyone. Returns
+    its run folder."""
+    before = set(run_folders(tmp_path))
+    process = subprocess.Popen(command_args(tmp_path, cache, *extra), cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (marked := [f for f in run_folders(tmp_path) if f not in before and (f / "workspace" / "mark").exists()]):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the agent did not start: {process.communicate()[1][-3000:]}")
+        time.sleep(0.2)
+    time.sleep(resume.HEARTBEAT_S + 2)  # the agent's clock saved at least once past its start
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    return marked[0]
+
+
+@pytest.mark.integration
+def test_a_run_killed_with_sigkill_goes_on_where_it_was_when_the_same_command_runs_again(tmp_path, plumbing_cache):
+    folder = killed_mid_agent(tmp_path, plumbing_cache)
+    first = json.loads((folder / resume.PROGRESS).read_text())
+    assert first["steps"] == 1 and first["agent_time_s"] >= resume.HEARTBEAT_S
+
+    again = subprocess.run(command_args(tmp_path, plumbing_cache), cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert run_folders(tmp_path) == [folder]  # the second command went on in the first one's folder
+
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
+    assert run.data.tags["mlrb.status"] == "ok" and "score" in run.data.metrics
+    assert f"mlflow run {run.info.run_id}" in again.stdout
+    # its spend carried: the first attempt's step and clock, then its own
+    assert run.data.metrics["steps"] == 2
+    assert run.data.metrics["agent_time_s"] >= first["agent_time_s"]
+    events = [json.loads(line) for line in (folder / "trajectory.jsonl").read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds.count("start") == 1 and kinds.count("resume") == 1 and kinds.count("end") == 1
+    resumed = events[kinds.index("resume")]
+    assert resumed["attempt"] == 2 and resumed["workspace"] == "as it was"
+    assert resumed["spent"]["steps"] == 1 and "ended before the run was recorded" in resumed["why"]
+    assert [printed(e).splitlines()[0] for e in events if e["event"] == "tool_result"] == ["found the mark"]
+    # the record holds both attempts, in the one run
+    opened = [json.loads(line) for line in (folder / "record.jsonl").read_text().splitlines()]
+    assert [(o["run_id"], o["attempt"]) for o in opened if o["kind"] == "opened"] == [
+        (run.info.run_id, 1),
+        (run.info.run_id, 2),
+    ]
+    assert (folder / "workspace" / "mark").read_text() == "first\n"
+
+
+@pytest.mark.integration
+def test_resume_false_starts_over_in_a_run_of_its_own(tmp_path, plumbing_cache):
+    folder = killed_mid_agent(tmp_path, plumbing_cache)
+    record_before = (folder / "record.jsonl").read_text()
+    # started over: a folder of its own, whose agent finds no mark and leaves one (stopped here)
+    over = killed_mid_agent(tmp_path, plumbing_cache, "resume=false")
+    assert over != folder and (over / "workspace" / "mark").is_file()
+    assert (folder / "record.jsonl").read_text() == record_before  # the run begun before is left as it was
+    opened = [json.loads(line) for line in (over / "record.jsonl").read_text().splitlines()]
+    assert opened[0]["attempt"] == 1 and opened[0]["run_id"] != json.loads(record_before.splitlines()[0])["run_id"]
+
+
+# ---- who owns a run folder ---------------------------------------------------------------------
+
+
+def claimed(tmp_path: Path, owner: resume.Owner, ended: bool = False) -> Path:
+    """A run folder claimed by OWNER, begun (a record), ended or not."""
+    folder = tmp_path / "run"
+    folder.mkdir(exist_ok=True)
+    resume.write_owner(folder, owner)
+    lines = [{"v": 1, "t": 0, "kind": "opened", "run_id": "r1", "attempt": 1, "tags": {}}]
+    if ended:
+        lines.append({"v": 1, "t": 1, "kind": "status", "status": "FINISHED"})
+    (folder / "record.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return folder
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+@pytest.mark.fast
+def test_a_run_whose_process_lives_is_never_taken_over(tmp_path):
+    mine = resume.me("key", None)
+    assert not resume.resumable(claimed(tmp_path, mine), "key", None)
+
+
+@pytest.mark.fast
+def test_a_run_whose_process_ended_is_resumed_only_by_its_own_config_and_sweep(tmp_path):
+    gone = resume.Owner("key", "", socket.gethostname(), dead_pid(), "123", "")
+    folder = claimed(tmp_path, gone)
+    assert resume.resumable(folder, "key", None)
+    assert not resume.resumable(folder, "another-key", None)  # another config's run
+    assert not resume.resumable(folder, "key", "sweep1")  # a sweep's job is not a single run's
+
+
+@pytest.mark.fast
+def test_a_reused_process_id_is_not_taken_for_the_run_s_process(tmp_path):
+    # this process's PID, but a start time that is not its own: the run's process ended long ago
+    reused = resume.Owner("key", "", socket.gethostname(), os.getpid(), "1", "")
+    assert resume.resumable(claimed(tmp_path, reused), "key", None)
+
+
+@pytest.mark.fast
+def test_a_run_recorded_to_its_end_is_never_resumed(tmp_path):
+    gone = resume.Owner("key", "", socket.gethostname(), dead_pid(), "123", "")
+    assert not resume.resumable(claimed(tmp_path, gone, ended=True), "key", None)
+
+
+@pytest.mark.fast
+def test_another_host_s_run_is_resumed_by_its_requeued_slurm_job_or_once_its_heartbeat_stopped(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    requeued = resume.Owner("key", "s", "node-17", 99, "1", "4242")
+    assert resume.resumable(claimed(tmp_path, requeued), "key", "s")  # the same job, requeued onto this node
+    other = resume.Owner("key", "s", "node-17", 99, "1", "777")
+    folder = claimed(tmp_path, other)
+    assert not resume.resumable(folder, "key", "s")  # another job may be running it there now
+    stale = time.time() - resume.STALE_AFTER_S - 60
+    os.utime(folder / resume.CLAIM, (stale, stale))
+    assert resume.resumable(folder, "key", "s")  # its node went away: no heartbeat for long
+
+
+@pytest.mark.fast
+def test_two_processes_resuming_one_run_at_once_one_gets_it(tmp_path):
+    folder = claimed(tmp_path, resume.Owner("key", "", socket.gethostname(), dead_pid(), "123", ""))
+    assert resume.take_over(folder, "key", None, attempt=2)
+    assert not resume.take_over(folder, "key", None, attempt=2)
+    assert resume.read_owner(folder) == resume.me("key", None)
+
+
+# ---- the budget goes on, not over -------------------------------------------------------------
+
+
+@pytest.mark.fast
+def test_a_carried_budget_goes_on_from_what_was_spent():
+    budget = Budget(BudgetConfig(name="t", wall_time_s=100, max_steps=10, max_usd=1.0))
+    budget.carry(steps=4, input_tokens=10, output_tokens=5, usd=0.25, agent_time_s=60)
+    assert budget.steps == 4 and budget.usd == 0.25
+    assert 39 < budget.remaining_s() <= 40
+    spent = Budget(BudgetConfig(name="t", wall_time_s=100, max_steps=10, max_usd=1.0))
+    spent.carry(steps=4, input_tokens=10, output_tokens=5, usd=1.0, agent_time_s=60)
+    assert spent.exhausted() == "usd"
+
+
+@pytest.mark.fast
+def test_a_budget_spent_in_earlier_attempts_leaves_none_for_the_next():
+    budget = Budget(BudgetConfig(name="t", wall_time_s=100, max_steps=10))
+    budget.carry(steps=1, input_tokens=0, output_tokens=0, usd=0.0, agent_time_s=100)
+    assert budget.exhausted() == "wall_time"
+
+
+@pytest.mark.fast
+def test_progress_is_saved_on_every_step_and_charge_with_what_calls_in_flight_hold(tmp_path):
+    from mlrb.budget import Spend
+
+    budget = Budget(BudgetConfig(name="t", wall_time_s=100, max_steps=10, max_usd=1.0))
+    keeper = resume.Keeper(tmp_path, 1, budget)
+    with keeper.running():
+        budget.record_step()
+        assert resume.load(tmp_path).steps == 1
+        hold = Spend(100, 50, 0.02)
+        assert budget.reserve(hold) is None
+        budget.record_step()  # a step's save while a call is in flight: what it holds is saved too
+        saved = resume.load(tmp_path)
+        assert (saved.steps, saved.held_usd, saved.held_input_tokens) == (2, 0.02, 100)
+        budget.settle(hold, Spend(80, 40, 0.015))
+        saved = resume.load(tmp_path)
+        assert (saved.cost_usd, saved.held_usd, saved.input_tokens) == (0.015, 0.0, 80)
