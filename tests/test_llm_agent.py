@@ -243,7 +243,7 @@ def test_anthropic_loop_acts_through_the_sandbox_and_submits(tmp_path, monkeypat
     assert all(r["headers"].get("x-api-key") == KEY and "authorization" not in r["headers"] for r in requests)
     assert not any(h.startswith("x-mlrb") for r in requests for h in r["headers"])
     first = requests[0]["body"]
-    assert first["model"] == "claude-3-5-sonnet-20240620" and first["max_tokens"] == 4096
+    assert first["model"] == "claude-sonnet-5" and first["max_tokens"] == 4096  # agent=claude's default
     assert "Your working directory is your workspace" in first["system"]
     assert {t["name"] for t in first["tools"]} == {
         "bash", "run_python", "read_file", "write_file", "edit_file", "list_files", "submit",
@@ -256,9 +256,9 @@ def test_anthropic_loop_acts_through_the_sandbox_and_submits(tmp_path, monkeypat
     assert [b["tool_use_id"] for b in last if b["type"] == "tool_result"] == tool_use_ids
     assert "plan: sum" in last[1]["content"] and "replaced 1 occurrence" in last[0]["content"]
     assert "18 of 20 steps" in last[-1]["text"] and "$0.9" in last[-1]["text"]
-    # Usage from the API: 3 calls of 1000 in / 100 out tokens at $3 / $15 per million.
+    # Usage from the API: 3 calls of 1000 in / 100 out tokens at Claude Sonnet 5's $2 / $10 per million.
     assert budget.summary()["input_tokens"] == 3000 and budget.summary()["output_tokens"] == 300
-    assert budget.usd == pytest.approx(3 * (1000 * 3 + 100 * 15) / 1e6)
+    assert budget.usd == pytest.approx(3 * (1000 * 2 + 100 * 10) / 1e6)
     events = [e["event"] for e in run.events]
     assert events.count("model_call") == 3 and events.count("tool_result") == 4 and events[-1] == "submit"
 
@@ -312,8 +312,8 @@ def busy(n: int, usage=(1000, 100)):
         ({"max_steps": 2}, (1000, 100), 2, "steps"),
         ({"max_input_tokens": 1500}, (1000, 100), 2, "input_tokens"),
         ({"max_output_tokens": 250}, (10, 100), 3, "output_tokens"),
-        # $3 / $15 per million: 1000 in + 100 out = $0.0045 a call; $0.01 is gone after 3 calls.
-        ({"max_usd": 0.01}, (1000, 100), 3, "usd"),
+        # $2 / $10 per million: 1000 in + 100 out = $0.003 a call; $0.01 is gone after 4 calls.
+        ({"max_usd": 0.01}, (1000, 100), 4, "usd"),
     ],
 )
 def test_each_budget_limit_stops_the_run_cleanly(tmp_path, limits, usage, calls, stop_reason):

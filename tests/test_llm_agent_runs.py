@@ -114,10 +114,10 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, plu
     # The agent's edit (each expert's update at weight 1), replayed outside the harness, scores the same.
     assert metrics["score"] == pytest.approx(summed_merge_score(plumbing_cache, tmp_path / "replay"), abs=1e-6)
 
-    # Budget totals from the API's usage, and cost = tokens x the config's prices ($3 / $15 per million).
+    # Budget totals from the API's usage, and cost = tokens x the default model's prices ($2 / $10 per million).
     input_tokens, output_tokens = 1200 + 1500 + 1700 + 2100, 80 + 120 + 60 + 40
     assert (metrics["steps"], metrics["input_tokens"], metrics["output_tokens"]) == (4, input_tokens, output_tokens)
-    assert metrics["cost_usd"] == pytest.approx(input_tokens * 3 / 1e6 + output_tokens * 15 / 1e6, abs=1e-6)
+    assert metrics["cost_usd"] == pytest.approx(input_tokens * 2 / 1e6 + output_tokens * 10 / 1e6, abs=1e-6)
     history = client.get_metric_history(run_id, "llm.cost_usd")
     assert [m.step for m in history] == [1, 2, 3, 4]
     assert [m.value for m in history] == sorted(m.value for m in history)
@@ -141,7 +141,7 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, plu
     assert ok_chat[1].inputs["new_messages"][1]["content"][0]["type"] == "tool_result"
     assert ok_chat[0].outputs["tool_calls"][0]["name"] == "read_file"
     assert sum(s.attributes["mlflow.chat.tokenUsage"]["input_tokens"] for s in ok_chat) == input_tokens
-    assert all(s.attributes["mlflow.llm.model"] == "claude-3-5-sonnet-20240620" for s in ok_chat)
+    assert all(s.attributes["mlflow.llm.model"] == "claude-sonnet-5" for s in ok_chat)
     tools = {s.name: s for s in spans if s.span_type == "TOOL"}
     assert set(tools) == {"read_file", "edit_file", "run_python", "submit"}
     assert tools["edit_file"].inputs["new_text"] == SUMMED_WEIGHTS

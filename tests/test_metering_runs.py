@@ -15,7 +15,9 @@ pytestmark = pytest.mark.integration
 
 KEY = "sk-ant-metering-runs-real-key-4242"
 INPUT_TOKENS, OUTPUT_TOKENS = 250_000, 300  # what the upstream reports for each call
-# claude-sonnet-4-5 past 200k input tokens (its long-context price): $6 / $22.50 per million
+# claude-sonnet-4-5 past 200k input tokens (its long-context price): $6 / $22.50 per million; the
+# run names it (agent.options.model) and the program calls the model it is given ($MLRB_MODEL)
+MODEL = "claude-sonnet-4-5"
 CALL_USD = (INPUT_TOKENS * 6.0 + OUTPUT_TOKENS * 22.5) / 1e6
 
 # Raw HTTP, as an agent that wants free calls would write it: a large prompt (about the tokens the
@@ -28,7 +30,7 @@ base = urlsplit(os.environ["ANTHROPIC_BASE_URL"])
 prompt = "word " * 200_000
 for i in range(3):
     c = http.client.HTTPConnection(base.hostname, base.port, timeout=60)
-    body = {"model": "claude-sonnet-4-5", "max_tokens": 300, "stream": True,
+    body = {"model": os.environ["MLRB_MODEL"], "max_tokens": 300, "stream": True,
             "messages": [{"role": "user", "content": prompt}]}
     c.request("POST", base.path.rstrip("/") + "/v1/messages", json.dumps(body),
               {"x-api-key": os.environ["ANTHROPIC_API_KEY"], "anthropic-version": "2023-06-01",
@@ -54,7 +56,7 @@ def test_an_agent_that_hangs_up_on_every_stream_pays_for_each_call_and_its_budge
     with FakeLlmServer(script) as server:
         env = {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url}
         result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command", command_override(HANG_UP),
-                         cwd=tmp_path, env=env)  # fmt: skip
+                         f"agent.options.model={MODEL}", cwd=tmp_path, env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
@@ -67,4 +69,4 @@ def test_an_agent_that_hangs_up_on_every_stream_pays_for_each_call_and_its_budge
     transcript = (tmp_path / "run" / "agent" / "stdout.txt").read_text()
     assert "call 0 answered, hung up" in transcript, transcript
     assert "call 1 refused: 400" in transcript and "budget is spent (input_tokens)" in transcript, transcript
-    assert tags["mlrb.models_used"] == "claude-sonnet-4-5"
+    assert tags["mlrb.models_used"] == MODEL

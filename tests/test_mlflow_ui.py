@@ -281,7 +281,7 @@ def test_a_run_page_shows_the_score_the_params_runs_are_compared_by_and_the_work
     browser.close_assistant()
     params = run.data.params
     assert params["assets.fingerprint"] == run.data.tags["mlrb.assets_fingerprint"]
-    expected = {"task.name": "llm_merging", "agent.name": "claude", "agent.options.model": "claude-3-5-sonnet-20240620",
+    expected = {"task.name": "llm_merging", "agent.name": "claude", "agent.options.model": "claude-sonnet-5",
                 "budget.name": "smoke", "seed": "1", "sandbox.kind": "bwrap", "assets.fingerprint": params["assets.fingerprint"]}  # fmt: skip
     assert list(expected) == COMPARED_BY
     search = browser.wait("the parameters' search box",

@@ -1,6 +1,7 @@
 """Model prices (mlrb/agents/prices.py): genai-prices' table, per provider and model, for every
 model an agent config can name; a config's price overrides it; a model with neither is a
-one-line config error before the run starts; nothing is fetched to price a call."""
+one-line config error before the run starts; nothing is fetched to price a call. The configs'
+default models are current ones: priced by the table and not among the retired."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ KEY_ENV = "MLRB_TEST_PRICES_KEY"
 
 
 def configured_prices() -> list[prices.Price]:
-    """The price of every model the agent configs name (a model left to the user, ???, aside)."""
+    """The price of every model the agent configs name (a model left to the user, ???, aside):
+    an LLM agent's, and a command agent's `model` and side models."""
     found = []
     for path in AGENT_CONFIGS:
         raw = yaml.safe_load(path.read_text())
@@ -42,15 +44,32 @@ def configured_prices() -> list[prices.Price]:
 
 def test_every_model_an_agent_config_names_has_a_price_from_the_table_with_its_source_and_date():
     found = {(p.provider, p.model): p for p in configured_prices()}
-    assert {("anthropic", "claude-3-5-sonnet-20240620"), ("openai", "gpt-4o"), ("anthropic", "claude-sonnet-4-5"),
-            ("anthropic", "claude-haiku-4-5"), ("openai", "gpt-5")} <= set(found)  # fmt: skip
+    assert set(found) == {("anthropic", "claude-sonnet-5"), ("anthropic", "claude-haiku-4-5"), ("openai", "gpt-4o"),
+                          ("openai", "gpt-5")}  # fmt: skip
     for price in found.values():
         assert price.source.startswith("genai-prices 0.2.3, ") and ", as of 20" in price.source, price.source
         assert price.input_per_mtok > 0 and price.output_per_mtok > price.input_per_mtok
+    sonnet = found[("anthropic", "claude-sonnet-5")]
+    assert (sonnet.input_per_mtok, sonnet.output_per_mtok) == (2.0, 10.0)
     # The paper's model, retired upstream, is still in the table, at the price it had.
-    paper = found[("anthropic", "claude-3-5-sonnet-20240620")]
+    paper = prices.price_of("anthropic", "claude-3-5-sonnet-20240620", None, None, "agent.options")
     assert (paper.input_per_mtok, paper.output_per_mtok) == (3.0, 15.0) and "anthropic.com/pricing" in paper.source
     assert paper.usd(1_000_000, 100_000) == pytest.approx(3.0 + 1.5)
+
+
+def test_the_default_models_are_current_and_the_paper_s_retired_one_is_a_documented_override():
+    """No config's default is a model its provider has retired or will retire (prices.RETIRED, the
+    one list of them); agent=claude's file says how to ask for the paper's model, and that
+    Anthropic retired it."""
+    for price in configured_prices():
+        assert prices.retired_on(price.provider, price.model) is None, (price.provider, price.model)
+    assert prices.retired_on("anthropic", "claude-3-5-sonnet-20240620") == "2025-10-22"
+    assert prices.retired_on("anthropic", "claude-sonnet-4-5") == "2026-11-30"
+    claude = (REPO / "mlrb" / "conf" / "agent" / "claude.yaml").read_text()
+    assert "agent.options.model=claude-3-5-sonnet-20240620" in claude and "retired" in claude
+    for path in AGENT_CONFIGS:  # every retired model a config quotes is that one override
+        for model in prices.RETIRED["anthropic"]:
+            assert model not in path.read_text() or (path.name, model) == ("claude.yaml", "claude-3-5-sonnet-20240620")
 
 
 def test_the_table_s_tiers_apply_a_long_prompt_costs_what_the_provider_bills():
@@ -88,7 +107,8 @@ def test_a_model_with_no_price_is_refused_before_the_run_starts(tmp_path, monkey
 def test_a_command_agent_lists_the_models_it_may_call():
     options = {"command": "true", "providers": {"anthropic": {"api_key_env": KEY_ENV}}}
     with pytest.raises(ConfigError, match=r"agent.options.providers.anthropic.models must list the models the "
-                                          r"program may call, e.g. \[claude-sonnet-4-5\]"):  # fmt: skip
+                                          r"program may call, e.g. \[claude-sonnet-5\], or agent.options.model "
+                                          r"name one"):  # fmt: skip
         command_options(AgentConfig(name="command", kind="command", options=options))
 
 
@@ -99,7 +119,8 @@ import sys
 opened = []
 sys.addaudithook(lambda event, args: opened.append(event) if event.startswith(("socket.", "urllib.")) else None)
 from mlrb.agents import prices
-for provider, model in [("anthropic", "claude-3-5-sonnet-20240620"), ("openai", "gpt-4o"), ("openai", "gpt-5")]:
+for provider, model in [("anthropic", "claude-sonnet-5"), ("anthropic", "claude-3-5-sonnet-20240620"),
+                        ("openai", "gpt-4o"), ("openai", "gpt-5")]:
     prices.price_of(provider, model, None, None, "agent.options").usd(1000, 100)
 print(sorted(set(opened)))
 """

@@ -223,7 +223,7 @@ def test_a_model_the_config_does_not_allow_is_refused_as_the_provider_refuses_an
                     model="claude-opus-4-1", max_tokens=10, messages=[{"role": "user", "content": "Hi"}]
                 )
             assert server.requests == []
-            allowed = claude.messages.create(model="claude-3-5-sonnet-20240620", max_tokens=10,
+            allowed = claude.messages.create(model="claude-sonnet-5", max_tokens=10,
                                              messages=[{"role": "user", "content": "Hi"}])  # fmt: skip
         proxy, openai_calls = started(llm_agent("gpt4o", server.openai_url), meter, tmp_path, seen)
         with proxy:
@@ -236,8 +236,8 @@ def test_a_model_the_config_does_not_allow_is_refused_as_the_provider_refuses_an
     assert refused.value.body["error"]["type"] == "not_found_error" and "claude-opus-4-1" in refused.value.message
     assert chat_refused.value.code == responses_refused.value.code == "model_not_found"
     assert allowed.content[0].text == "allowed"
-    assert [r["body"]["model"] for r in server.requests] == ["claude-3-5-sonnet-20240620", "gpt-4o"]
-    assert list(calls.models_used) == ["claude-3-5-sonnet-20240620"] and list(openai_calls.models_used) == ["gpt-4o"]
+    assert [r["body"]["model"] for r in server.requests] == ["claude-sonnet-5", "gpt-4o"]
+    assert list(calls.models_used) == ["claude-sonnet-5"] and list(openai_calls.models_used) == ["gpt-4o"]
     assert [(c.model, c.status, c.attempts, c.refused) for c in seen if c.refused] == [
         ("claude-opus-4-1", 404, 0, "model not allowed: 'claude-opus-4-1'"),
         ("gpt-5", 404, 0, "model not allowed: 'gpt-5'"),

@@ -17,7 +17,7 @@ import subprocess
 
 import anthropic
 
-MODEL = os.environ.get("SHELL_AGENT_MODEL", "claude-sonnet-4-5")
+MODEL = os.environ.get("MLRB_MODEL", "claude-sonnet-5")  # the run's agent.options.model
 BASH = {
     "name": "bash",
     "description": "Run a shell command in the workspace; returns its exit status and output.",

@@ -6,14 +6,18 @@ environment, the proxy as its API's base URL and the run's token as its key:
 
     ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY       OPENAI_BASE_URL, OPENAI_API_KEY
     MLRB_PROMPT                                 the task's prompt (as the built-in agent gets it)
+    MLRB_MODEL                                  agent.options.model: the model to call (the command may
+                                                name it: claude --model "$MLRB_MODEL")
     MLRB_AGENT_DIR                              agent.options.program_dir: your program's files (read-only)
 
 The real keys stay with the proxy. The proxy meters every call, each model at its own price,
-refuses a model that `agent.options.providers.<provider>.models` does not list, and refuses
-calls once the budget's tokens or dollars are spent; the harness's clock kills the program at
-the wall-time limit. The run ends `ok` when the program exits 0, `budget_exhausted` when a limit stopped
-it (a refused call, or the clock), `agent_error` otherwise. Each model call is an event of
-the run (its trajectory, trace and metrics), as the proxy saw it (mlrb/metering.py).
+refuses a model the config does not allow (`agent.options.model`, and the side models that
+`agent.options.providers.<provider>.models` lists), and refuses calls once the budget's tokens
+or dollars are spent; the harness's clock kills the program at the wall-time limit. The run
+ends `ok` when the program exits 0, `budget_exhausted` when a limit stopped it (a refused call,
+or the clock), `agent_error` otherwise; a provider that has no model the config allows ends it
+as a configuration error (metering.ModelNotFound). Each model call is an event of the run (its
+trajectory, trace and metrics), as the proxy saw it (mlrb/metering.py).
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlrb import metering
 from mlrb.agents import prices
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.baseline import one_command_step
 from mlrb.config import AgentConfig, ConfigError
-from mlrb.proxy import PROVIDERS, Upstream, upstream_url
+from mlrb.proxy import PROVIDERS, MissingModel, Upstream, upstream_url
 from mlrb.sandbox.base import ExecResult
 from mlrb.status import Status
 
@@ -38,7 +43,8 @@ TOOL, CALL_ID = "command", "command"
 @dataclass
 class ProviderOptions:
     api_key_env: str
-    models: list[str] = field(default_factory=list)  # the models the program may call; any other is refused
+    # The models the program may call here besides agent.options.model (its side models); any other is refused.
+    models: list[str] = field(default_factory=list)
     base_url: str | None = None  # None: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL, else the provider's
     # USD per million tokens, for every model listed: None, the price table's (mlrb/agents/prices.py)
     price_input_per_mtok: float | None = None
@@ -54,14 +60,15 @@ class InstallOptions:
 @dataclass
 class CommandOptions:
     command: str = ""
+    model: str | None = None  # the program's model ($MLRB_MODEL), allowed at the provider that serves it
     providers: dict[str, ProviderOptions] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)  # more variables for the program
     install: InstallOptions | None = None
     program_dir: Path | None = None  # your program's files on this machine: read-only in the sandbox, $MLRB_AGENT_DIR
 
 
-OPTION_KEYS = ("command", "providers", "environment", "install", "program_dir")
-EXAMPLE_MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-5"}
+OPTION_KEYS = ("command", "model", "providers", "environment", "install", "program_dir")
+EXAMPLE_MODELS = {"anthropic": "claude-sonnet-5", "openai": "gpt-5"}
 
 
 def parse_options(cfg: AgentConfig) -> CommandOptions:
@@ -90,10 +97,21 @@ def parse_options(cfg: AgentConfig) -> CommandOptions:
             if value is not None and (not isinstance(value, (int, float)) or not value >= 0):
                 raise ConfigError(f"agent.options.providers.{name}.{price} must be a price of 0 or more, not {value!r}")
         models = providers[name].models
-        if isinstance(models, str) or not models or not all(isinstance(m, str) and m.strip() for m in models):
+        if isinstance(models, str) or not all(isinstance(m, str) and m.strip() for m in models or ()):
             raise ConfigError(f"agent.options.providers.{name}.models must list the models the program may call, "
                               f"e.g. [{EXAMPLE_MODELS[name]}], not {models!r}")  # fmt: skip
-        providers[name].models = list(models)
+        providers[name].models = list(models or ())
+    model = options.get("model")
+    if model is not None:
+        if not isinstance(model, str) or not model.strip() or model != model.strip():
+            raise ConfigError(f"agent.options.model must name a model, e.g. {EXAMPLE_MODELS['anthropic']}, "
+                              f"not {model!r}")  # fmt: skip
+        serving = providers[provider_of(model, providers)]
+        serving.models = [model, *(m for m in serving.models if m != model)]
+    if providers and not any(provider.models for provider in providers.values()):
+        name = next(iter(providers))
+        raise ConfigError(f"agent.options.providers.{name}.models must list the models the program may call, "
+                          f"e.g. [{EXAMPLE_MODELS[name]}], or agent.options.model name one, not []")  # fmt: skip
     install = None
     if options.get("install"):
         values = dict(options["install"])
@@ -110,8 +128,23 @@ def parse_options(cfg: AgentConfig) -> CommandOptions:
         if install is not None:
             raise ConfigError("agent.options.program_dir and agent.options.install cannot both be given: "
                               "the sandbox mounts one folder of the agent's programs")  # fmt: skip
-    return CommandOptions(command=command, providers=providers, environment=environment, install=install,
-                          program_dir=program_dir)  # fmt: skip
+    return CommandOptions(command=command, model=model, providers=providers, environment=environment,
+                          install=install, program_dir=program_dir)  # fmt: skip
+
+
+def provider_of(model: str, providers: dict[str, ProviderOptions]) -> str:
+    """Which configured provider serves agent.options.model: the one whose models list it, else
+    the only one, else the one whose price table knows it; a one-line ConfigError otherwise."""
+    listed = [name for name, provider in providers.items() if model in provider.models]
+    if listed:
+        return listed[0]
+    if len(providers) == 1:
+        return next(iter(providers))
+    known = [name for name in providers if prices.from_table(name, model) is not None]
+    if len(known) == 1:
+        return known[0]
+    where = " or ".join(f"agent.options.providers.{name}.models" for name in providers) or "agent.options.providers"
+    raise ConfigError(f"agent.options.model={model}: say which provider serves it, listing it in {where}")
 
 
 def upstreams_of(agent: str, options: CommandOptions) -> dict[str, Upstream]:
@@ -168,6 +201,7 @@ class CommandAgent:
             "ANTHROPIC_BASE_URL": f"{url}/anthropic", "ANTHROPIC_API_KEY": token,
             "OPENAI_BASE_URL": f"{url}/openai/v1", "OPENAI_API_KEY": token,
             "MLRB_PROMPT": ctx.instructions,
+            **({"MLRB_MODEL": self.options.model} if self.options.model else {}),
             **({"MLRB_AGENT_DIR": str(self.options.program_dir)} if self.options.program_dir else {}),
         }  # fmt: skip
         configured = dict(self.options.environment)  # these may refer to variables ($TMPDIR, $PATH)
@@ -182,10 +216,23 @@ class CommandAgent:
                 (ctx.run_dir / "agent" / "stdout.txt").write_text(result.stdout)
                 (ctx.run_dir / "agent" / "stderr.txt").write_text(result.stderr)
 
-        return one_command_step(
+        outcome = one_command_step(
             ctx, TOOL, CALL_ID, {"command": self.options.command}, f"export {exports}; {self.options.command}",
             lambda result: self.outcome(ctx, result, ctx.model.refused), on_result=keep_transcript,
         )  # fmt: skip
+        missing = metering.model_not_found(ctx.model, self.how_to_set(ctx.model.missing_model))
+        if missing is not None:  # the provider has no model the config allows: the config's fault, not the program's
+            raise missing
+        return outcome
+
+    def how_to_set(self, missing: MissingModel | None) -> str:
+        """How to name another model in place of the one the provider lacks."""
+        if missing is None or missing.model == self.options.model:
+            return metering.SET_MODEL
+        return (
+            f"set the program's model with agent.options.model=NAME, and its side models in "
+            f"agent.options.providers.{missing.provider}.models (and where the command names them)"
+        )
 
     @staticmethod
     def outcome(ctx: AgentContext, result: ExecResult, refused: str | None) -> AgentOutcome:
