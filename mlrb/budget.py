@@ -47,6 +47,7 @@ class Budget:
         self._paused_at: float | None = None  # when the clock stopped, while it stands still
         # Called (outside the lock) after each step and each call charged: a resumable run saves its progress.
         self.on_change: Callable[[], None] | None = None
+        self.notice: str | None = None  # the last-minutes notice, once given (mlrb/agent_clock.py)
 
     def carry(self, steps: int, input_tokens: int, output_tokens: int, usd: float, agent_time_s: float) -> None:
         """Go on from what an earlier attempt of the run spent: its steps, tokens, dollars and time."""
@@ -164,7 +165,8 @@ class Budget:
             parts.append(f"{max(0, cfg.max_input_tokens - self.input_tokens):,} input tokens")
         if cfg.max_output_tokens is not None:
             parts.append(f"{max(0, cfg.max_output_tokens - self.output_tokens):,} output tokens")
-        return "[Budget left: " + ", ".join(parts) + "]"
+        note = "[Budget left: " + ", ".join(parts) + "]"
+        return f"{note}\n[{self.notice}]" if self.notice else note
 
     def summary(self) -> dict:
         return {

@@ -35,6 +35,15 @@ class RunResumed:
 
 
 @dataclass(frozen=True)
+class BudgetNotice:
+    """The agent's time is nearly up: said once (mlrb/agent_clock.py)."""
+
+    step: int
+    seconds_left: float
+    text: str
+
+
+@dataclass(frozen=True)
 class RunEnded:
     """The agent is done (the harness scores its workspace next)."""
 
@@ -176,6 +185,7 @@ class Submitted:
 Event = (
     RunStarted
     | RunResumed
+    | BudgetNotice
     | RunEnded
     | AgentStarted
     | StepStarted

@@ -22,7 +22,7 @@ def render(task: Task, budget: BudgetConfig, workspace: str, data_dir: str) -> s
     own = task.own_instructions()
     if own is not None:  # a folder task's research problem, then the run's environment
         return OWN_TEMPLATE.format(problem=own.strip(), budget=describe_budget(budget), workspace=workspace,
-                                   data_dir=data_dir)  # fmt: skip
+                                   data_dir=data_dir) + clock_note(workspace)  # fmt: skip
     prompt, hw = task.prompt, task.hardware
     compute = f"{hw.gpus} x {hw.gpu_type} GPU" if hw.gpus else "CPU only, no GPU"
     if hw.cpus:
@@ -46,7 +46,15 @@ def render(task: Task, budget: BudgetConfig, workspace: str, data_dir: str) -> s
         "data_dir": data_dir,
         "submission": task.rules.submission,
     }
-    return TEMPLATE.read_text().format_map(fields)
+    return TEMPLATE.read_text().format_map(fields) + clock_note(workspace)
+
+
+def clock_note(workspace: str) -> str:
+    """Where the agent reads its clock (mlrb/agent_clock.py)."""
+    return (
+        f"\nThe file {workspace}/.mlrb_budget.json (also $MLRB_BUDGET_FILE) always holds the wall time, steps "
+        "and money you have left; a notice comes there, once, in the last minutes.\n"
+    )
 
 
 def describe_budget(budget: BudgetConfig) -> str:

@@ -28,7 +28,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,8 +219,11 @@ class Keeper:
     """Keeps a running run's progress and claim fresh: on every change of its budget (a step,
     a model call charged) and every HEARTBEAT_S."""
 
-    def __init__(self, run_dir: Path, attempt: int, budget: Any):
-        self.run_dir, self.attempt, self.budget = Path(run_dir), attempt, budget
+    def __init__(self, run_dir: Path, attempt: int, budget: Any, also: Callable[[], float | None] | None = None):
+        """ALSO: called with each save (the agent's budget file, mlrb/agent_clock.py); what it
+        returns, when a number, is how soon it wants to be called again."""
+        self.run_dir, self.attempt, self.budget, self.also = Path(run_dir), attempt, budget, also
+        self.next_in_s = HEARTBEAT_S
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.beat, name="progress", daemon=True)
@@ -233,9 +236,11 @@ class Keeper:
                 cost_usd=b.usd, agent_time_s=b.elapsed_s(), held_input_tokens=b.held.input_tokens,
                 held_output_tokens=b.held.output_tokens, held_usd=b.held.usd,
             ))  # fmt: skip
+            if self.also is not None:
+                self.next_in_s = min(HEARTBEAT_S, self.also() or HEARTBEAT_S)
 
     def beat(self) -> None:
-        while not self.stop.wait(HEARTBEAT_S):
+        while not self.stop.wait(self.next_in_s):
             try:
                 self.save()
                 os.utime(self.run_dir / CLAIM)
@@ -249,10 +254,12 @@ class Keeper:
         self.thread.start()
         try:
             yield
-        finally:
+        finally:  # saved once more as the agent stops, whatever stops it (a launcher's requeue: its clock to the end)
             self.stop.set()
             self.thread.join()
             self.budget.on_change = None
+            with contextlib.suppress(OSError):
+                self.save()
 
     def ended(self, outcome: dict[str, Any], spent: dict[str, Any]) -> None:
         """The agent's end, final: a later attempt goes straight to scoring."""

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlrb import assets as assets_lib
 from mlrb import (
+    agent_clock,
     console,
     control,
     counting,
@@ -47,6 +47,7 @@ from mlrb import (
     tracking,
     workspace,
 )
+from mlrb import assets as assets_lib
 from mlrb import plan as plans
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.recording import open_sink
@@ -388,7 +389,6 @@ class Stages:
             budget.carry(progress.steps, progress.input_tokens + progress.held_input_tokens,
                          progress.output_tokens + progress.held_output_tokens, progress.cost_usd + progress.held_usd,
                          progress.agent_time_s)  # fmt: skip
-        keeper = resume.Keeper(self.run_dir, self.recorder.attempt, budget)
 
         def after_step(step: int) -> None:
             self.during.after(self.step_snapshots.take(step, work, self.before, budget.elapsed_s()))
@@ -401,6 +401,9 @@ class Stages:
         self.recorder.export_pause = budget.paused  # the harness's waits on the store are not the agent's time
         try:
             sink = open_sink(self.run_dir / "trajectory.jsonl", self.recorder)
+            # its spend saved as it goes, for a later attempt; what is left written where the agent reads it
+            keeper = resume.Keeper(self.run_dir, self.recorder.attempt, budget,
+                                   also=agent_clock.AgentClock(work, budget, sink).update)  # fmt: skip
             if self.model is not None:  # the proxy charges the budget and emits each model call as the run's events,
                 # and the tool calls seen in them for an agent that does not emit its own
                 self.calls = metering.attach(self.model, budget, sink,
@@ -414,7 +417,7 @@ class Stages:
                                    state_dir=self.run_dir / resume.AGENT_STATE)  # fmt: skip
             (self.run_dir / resume.AGENT_STATE).mkdir(exist_ok=True)
             try:
-                with keeper.running():  # its spend saved as it goes: a later attempt carries it
+                with keeper.running():
                     self.outcome = plan.agent.run(context)
             except interrupts.Interrupted as e:  # the workspace is still scored (a second signal skips that)
                 self.outcome = AgentOutcome(Status.KILLED, e.name, f"interrupted by {e.name}")

@@ -47,6 +47,8 @@ class TrajectoryWriter:
         match event:
             case events.RunStarted():
                 record("start", run=event.run, budget=event.budget)
+            case events.BudgetNotice():
+                record("budget_notice", **dataclasses.asdict(event))
             case events.RunResumed():
                 record("resume", **dataclasses.asdict(event))
             case events.RunEnded():

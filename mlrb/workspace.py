@@ -109,6 +109,10 @@ def shown(rel: str) -> str:
 # ---- walking -----------------------------------------------------------------------------
 
 
+# The harness's file of what is left of the agent's budget, at the workspace's top (mlrb/agent_clock.py).
+BUDGET_FILE = ".mlrb_budget.json"
+
+
 def scan(root: Path, notes: Notes, skip: frozenset[str] = frozenset()) -> Iterator[tuple[os.DirEntry[str], str]]:
     """Every entry under ROOT with its path relative to it, each folder before what it holds,
     read folder by folder (one open at a time), never following a symbolic link; entries named
@@ -167,10 +171,13 @@ class File(NamedTuple):
 
 
 def walk(root: Path, notes: Notes | None = None) -> Iterator[File]:
-    """Every regular file under ROOT, __pycache__ aside, bounded as `scan` is. Symbolic links
-    are no files of the workspace (skipped); FIFOs, sockets and devices are noted."""
+    """Every regular file under ROOT, __pycache__ and the harness's budget file aside, bounded
+    as `scan` is. Symbolic links are no files of the workspace (skipped); FIFOs, sockets and
+    devices are noted."""
     notes = notes if notes is not None else Notes(str(root))
     for entry, rel in scan(root, notes, skip=PYCACHE):
+        if rel.startswith(BUDGET_FILE.removesuffix(".json")):  # the file, or the harness's new one for it
+            continue
         try:
             if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
                 continue

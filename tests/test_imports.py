@@ -141,7 +141,8 @@ LAYERS = [
     # what a run is made of: its plan, its stages' modules, the tasks, agents, sandboxes and scorers
     ("mlrb.plan", "mlrb.assets", "mlrb.control", "mlrb.recording_process", "mlrb.recording_server",
      "mlrb.step_scoring", "mlrb.instructions", "mlrb.metering", "mlrb.proxy", "mlrb.workspace", "mlrb.snapshots",
-     "mlrb.anytime", "mlrb.trajectory", "mlrb.environments", "mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring"),
+     "mlrb.anytime", "mlrb.trajectory", "mlrb.environments", "mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring",
+     "mlrb.resume", "mlrb.agent_clock"),
     # what every layer shares: the config and its names, the record and the store (with the traces'
     # format, which the store writes), events, budgets, statuses, messages
     ("mlrb", "mlrb.config", "mlrb.registry", "mlrb.task_configs", "mlrb.run_names", "mlrb.record", "mlrb.tracking",

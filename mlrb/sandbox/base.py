@@ -226,7 +226,12 @@ def agent_environment(workspace: str, data_dir: str, seed: int, task_environment
     """MLRB_SEED is the run's seed, so that a script can draw its randomness from it (the
     tasks' baseline and reference commands pass it on as --seed): a sweep over seeds then
     measures their seed noise, as calibration does."""
-    variables = {"MLRB_WORKSPACE": workspace, "MLRB_DATA": data_dir, "MLRB_SEED": str(seed)}
+    variables = {
+        "MLRB_WORKSPACE": workspace,
+        "MLRB_DATA": data_dir,
+        "MLRB_SEED": str(seed),
+        "MLRB_BUDGET_FILE": f"{workspace}/.mlrb_budget.json",
+    }  # what is left of its budget (mlrb/agent_clock.py)
     return sandbox_environment(workspace, variables, task_environment)
 
 
