@@ -5,11 +5,12 @@ and mount namespaces; inside, the agent is uid 1000 with no capabilities and no
 way to make further user namespaces. It sees the system read-only (/usr and a
 short allow-list of /etc), the harness's Python read-only, the task's public
 data read-only at /data, its workspace at /workspace (the only writable place
-besides a private /tmp), its own /proc and a minimal /dev: of the GPUs, only the run's own device nodes
-(gpus.py: its allocation, numbered 0..n-1 inside). Nothing else of the
-host exists inside: not the hidden data, the scorer, the rest of the asset
-cache, the run folder, any home folder or the harness's processes. The
-environment is built from an allow-list. No network unless the task opts in.
+besides a private /tmp), its own /proc and a minimal /dev with, of the node's
+GPUs, only the run's own device nodes (gpus.py: its allocation, numbered 0..n-1
+inside). Nothing else of the host exists inside: not the hidden data, the
+scorer, the rest of the asset cache, the run folder, any home folder or the
+harness's processes. The environment is built from an allow-list. No network
+unless the task opts in.
 
 Commands run through a small server (exec_server.py) that is the namespace's
 PID 1: background processes live on between commands and die with the
@@ -146,10 +147,11 @@ def gpu_args(nodes: Sequence[Path]) -> list[MountArgs]:
 
 
 def run_gpus(cfg: SandboxConfig, limits: Limits) -> gpus.GpuView:
-    """The run's GPUs (gpus.run_gpus) from its allocation; why fewer than asked for, logged."""
+    """The run's GPUs (gpus.run_gpus) from its allocation; why fewer than the task asks for, a
+    warning (that a task which asks for none gets none, only a debug line)."""
     view = gpus.run_gpus(limits.gpus, cfg.gpu_ids, os.environ, gpus.DEV, gpus.DRIVER)
     if view.note:
-        log.log(logging.WARNING if limits.gpus else logging.INFO, "sandbox=bwrap: %s", view.note)
+        log.log(logging.WARNING if limits.gpus else logging.DEBUG, "sandbox=bwrap: %s", view.note)
     return view
 
 
