@@ -305,3 +305,25 @@ def test_the_gpu_check_names_a_sandbox_with_another_run_s_gpu():
     assert line == "devices: the sandbox for GPU 0 has /dev/nvidia1 (asking for every GPU)"
     (line,) = failed_checks({"devices": {**ok, "torch_devices_asking_for_all": 2}})
     assert line == "devices: torch in the sandbox sees 2 GPU(s) asking for every GPU, not 1"
+
+
+# ---- the single-GPU rule, broken on purpose -------------------------------------------------
+# What a full-scale task states ("on a single GPU") holds under the default sandbox: an agent given
+# one GPU that reaches for the node's others finds no such device, where the same reads outside any
+# sandbox find all four.
+SECOND_GPUS = "for n in 0 1 3; do stat -c %n {dev}/nvidia$n; done"
+
+
+def unconfined(command: str) -> subprocess.CompletedProcess:
+    """COMMAND run outside any sandbox, as a process of the harness would."""
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+
+
+@needs_root
+@needs_namespaces
+def test_an_agent_given_one_gpu_that_reaches_for_the_others_finds_no_such_device(start, node):
+    sandbox = start("0", 1)  # index 0: /dev/nvidia2 on the made node
+    tried = sandbox.exec("export CUDA_VISIBLE_DEVICES=0,1,2,3; " + SECOND_GPUS.format(dev="/dev"), timeout_s=30)
+    assert tried.exit_code != 0 and tried.stderr.count("No such file or directory") == 3, tried
+    outside = unconfined(SECOND_GPUS.format(dev=node[0]))
+    assert outside.returncode == 0 and len(outside.stdout.split()) == 3  # the node's other GPUs are there

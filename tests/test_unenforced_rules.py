@@ -64,6 +64,15 @@ HIDDEN = Breaks(
 )
 
 
+# The default sandbox binds the device nodes of the run's own GPUs only: an agent given one that
+# reaches for the node's others finds no such device (the same reads shown to work unconfined).
+SINGLE_GPU = Breaks(
+    "test_sandbox_gpus.py::test_an_agent_given_one_gpu_that_reaches_for_the_others_finds_no_such_device",
+    ("No such file or directory",),
+    KERNEL,
+)
+
+
 def params(test: str) -> Breaks:
     return Breaks(test, ("exceed the limit of",), "mlrb.tasks.rules:check_model_folder")
 
@@ -205,10 +214,9 @@ RULES: dict[str, dict[str, dict[str, Breaks | None]]] = {
         "You may not use any data that is not open-source (here, only the data given).": {"only_given_data": None},
         "You may not use any data that is not open-source.": {"only_open_data": None},
         "Training must complete within the time limit, on this machine.": {"time_limit": BUDGET},
-        # Nothing limits the GPUs the default sandbox shows: it binds every /dev/nvidia* of the node.
         "Training should be done on a single GPU and must complete in 24 hours.": {
             "time_limit": BUDGET,
-            "single_gpu": None,
+            "single_gpu": SINGLE_GPU,
         },
         "The submission must be a llama model of at most 5M parameters, stored as safetensors.": {
             "max_params": params("test_llm_efficiency.py::test_empty_and_oversized_submissions_are_invalid"),
@@ -231,7 +239,7 @@ RULES: dict[str, dict[str, dict[str, Breaks | None]]] = {
         "Merging must finish within the time limit.": {"time_limit": BUDGET},
         "Merging and evaluation must finish within 1 hour on one A100 40GB.": {
             "time_limit": BUDGET,
-            "single_gpu": None,  # as llm_efficiency's
+            "single_gpu": SINGLE_GPU,
         },
         "No training on MMLU.": {"no_mmlu_training": None},
         "Use the merge-method template (`merge.py`) for your method.": {"merge_template": None},
@@ -403,23 +411,6 @@ def test_each_hidden_evaluation_set_is_shown_kept_in_the_hidden_folder():
         assert {"hidden", "public"} <= asserted_by(test), test  # it reads the one and looks at the other
 
 
-def test_the_single_gpu_rule_is_declared_unenforced_as_the_default_sandbox_binds_every_gpu(tmp_path):
-    """What makes the rule unenforced: a run that asks for one GPU sees all of a node's."""
-    import stat
-
-    from mlrb.sandbox import bwrap as bw
-    from mlrb.sandbox.base import Limits
-
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    for minor, name in enumerate(("nvidia0", "nvidia1", "nvidiactl")):  # as on a node with two GPUs (root makes them)
-        os.mknod(dev / name, stat.S_IFCHR | 0o666, os.makedev(195, minor))
-    bound = [mount[0] for mount in bw.gpu_args(Limits(gpus=1), dev)]
-    assert {str(dev / "nvidia0"), str(dev / "nvidia1")} <= set(bound)
-    for task in ("llm_efficiency", "llm_merging"):
-        assert "single_gpu" in packaged_task(task)["scales"]["full"]["unenforced_rules"]
-
-
 @pytest.mark.parametrize("task", PACKAGED)
 def test_each_task_page_lists_the_rules_its_config_declares_not_enforced(task):
     page = (TASKS / task / "page.md").read_text().split("## Rules not enforced", 1)[1].split("\n## ", 1)[0]
@@ -457,9 +448,9 @@ def test_the_report_flags_rows_of_tasks_with_unenforced_rules_and_says_why():
     assert "copa_facts_in_text" in report.html() and UNENFORCED_MARK in report.html()
 
 
-def test_a_full_scale_run_on_gpus_is_flagged_for_the_single_gpu_rule():
+def test_a_full_scale_run_is_flagged_for_the_rules_its_scale_declares_unenforced():
     declared = tuple(packaged_task("llm_merging")["scales"]["full"]["unenforced_rules"])  # what its runs record
     stats = summarise([run("llm_merging", declared, scale="full")])
     assert results_table(stats).rows[0][0] == f"llm_merging {UNENFORCED_MARK}"
     markdown = Report(title="r", context="c", stats=stats, causes=[], excluded=[], rows=[], plots={}).markdown()
-    assert "| llm_merging | full | single_gpu | the default sandbox (bwrap) shows the agent every GPU" in markdown
+    assert "| llm_merging | full | no_mmlu_training | MMLU is public and nothing checks" in markdown
