@@ -4,7 +4,8 @@ agent that calls models, charging the run's budget, and its calls as the run's e
 Every agent's model calls go through it, the built-in loop's as an outside program's, so there
 is one account of tokens and dollars and one source of the model-call events (the trajectory's
 `model_call` lines, the traces' CHAT_MODEL spans, the `llm.*` metrics): the harness's, not the
-agent's.
+agent's. A model the provider says it does not have, when the config allows it, is the config's
+fault: the agent ends the run with `ModelNotFound` (`model_not_found`), one line.
 """
 
 from __future__ import annotations

@@ -64,7 +64,9 @@ def test_the_proxy_allows_agent_options_model_and_the_listed_side_models_each_at
 
 
 @pytest.mark.fast
-def test_a_model_no_configured_provider_is_known_to_serve_is_one_line(monkeypatch):
+def test_a_model_no_configured_provider_is_known_to_serve_or_none_where_the_command_wants_one_is_one_line(
+    monkeypatch,
+):
     monkeypatch.setenv(KEY_ENV, KEY)
     with pytest.raises(ConfigError) as e:
         command_agent("command", model="my-local-model")
@@ -74,6 +76,10 @@ def test_a_model_no_configured_provider_is_known_to_serve_is_one_line(monkeypatc
                                                       "price_output_per_mtok": 0}}  # fmt: skip
     agent = command_agent("command", model="my-local-model", providers=listed)
     assert set(agent.model_upstreams()["openai"].models or {}) == {"my-local-model"}
+    with pytest.raises(ConfigError) as e:  # Claude Code's command names the model: it must be set
+        command_agent("claude_code", model=None)
+    assert str(e.value) == ("agent.options.command names $MLRB_MODEL, and agent.options.model is not set: name the "
+                            "model, e.g. agent.options.model=claude-sonnet-5")  # fmt: skip
 
 
 @pytest.mark.fast
@@ -197,3 +203,28 @@ def test_a_sweep_over_models_charges_each_run_its_own_model_s_price(tmp_path, pl
     charged = {r.data.params["agent.options.model"]: r.data.metrics["cost_usd"] for r in children}
     assert charged == {model: pytest.approx((10_000 * i + 1_000 * o) / 1e6) for model, (i, o) in models.items()}
     assert {r.data.tags["mlrb.models_used"] for r in children} == set(models)
+
+
+# Claude Code and Codex, the real binaries, each given a model its stand-in API does not serve.
+NOT_SERVED = {
+    "claude_code": ("anthropic", PAPER, ["claude-sonnet-5", "claude-haiku-4-5"], f"model: {PAPER})",
+                    f"{PAPER}, claude-haiku-4-5"),
+    "codex": ("openai", "gpt-4o-2024-05-13", ["gpt-5"],
+              "The model `gpt-4o-2024-05-13` does not exist or you do not have access to it)", "gpt-4o-2024-05-13"),
+}  # fmt: skip
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("agent", sorted(NOT_SERVED))
+def test_claude_code_or_codex_given_a_model_the_provider_lacks_ends_the_run_in_one_line(tmp_path, plumbing_cache,
+                                                                                        agent):  # fmt: skip
+    """Each prints the API's answer and stops; the run ends as a configuration error, in one line."""
+    provider, model, served, said, allowed = NOT_SERVED[agent]
+    with FakeLlmServer([], models=served) as server:
+        url = server.anthropic_url if provider == "anthropic" else server.openai_url
+        env = {f"{provider.upper()}_API_KEY": KEY, f"{provider.upper()}_BASE_URL": url}
+        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, f"agent={agent}",
+                         f"agent.options.model={model}", cwd=tmp_path, env=env)  # fmt: skip
+    ends_in_one_line(result, f"{provider} API at {url}", model, f"it answered 404: {said}", allowed)
+    assert [r["body"]["model"] for r in server.requests] == [model]  # asked once, not retried
+    recorded_as_a_config_failure(tmp_path, model)

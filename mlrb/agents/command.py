@@ -108,6 +108,9 @@ def parse_options(cfg: AgentConfig) -> CommandOptions:
                               f"not {model!r}")  # fmt: skip
         serving = providers[provider_of(model, providers)]
         serving.models = [model, *(m for m in serving.models if m != model)]
+    elif "MLRB_MODEL" in command:
+        raise ConfigError("agent.options.command names $MLRB_MODEL, and agent.options.model is not set: "
+                          f"name the model, e.g. agent.options.model={EXAMPLE_MODELS['anthropic']}")  # fmt: skip
     if providers and not any(provider.models for provider in providers.values()):
         name = next(iter(providers))
         raise ConfigError(f"agent.options.providers.{name}.models must list the models the program may call, "
