@@ -20,6 +20,10 @@ from collections.abc import Callable, Iterator
 log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# What stops a run from outside without deciding its end: `kill`, `timeout`, a job's time limit
+# without a launcher that requeues, a closed terminal. A run so stopped goes on where it was when
+# the same command runs again (mlrb/resume.py); Ctrl-C (SIGINT) ends it, its workspace scored.
+SUSPENDING = (signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(KeyboardInterrupt):

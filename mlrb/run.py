@@ -173,12 +173,17 @@ def stopped(plan: plans.RunPlan, recorder, run_dir: Path, e: BaseException) -> B
         log.error("run %s failed", plan.name, exc_info=e, extra=console.LOG_FILE_ONLY)
         message = f"{type(e).__name__}: {e}"
         status, tags = Status.INFRA_ERROR, {Tag.ERROR: message[:5000]}
-    elif isinstance(e, SystemExit) and plan.resume:  # a launcher's requeue (submitit exits the job): it goes on later
-        why = "the launcher requeued its job (a time limit or a pre-emption)"
-        log.warning("run %s: %s; its next job goes on where it stopped", plan.name, why)
+    elif plan.resume and (isinstance(e, SystemExit) or isinstance(e, interrupts.Interrupted)
+                          and e.signum in interrupts.SUSPENDING):  # fmt: skip
+        # a launcher's requeue (submitit exits the job), `kill`, a closed terminal: it goes on later
+        if isinstance(e, SystemExit):
+            why = "the launcher requeued its job (a time limit or a pre-emption)"
+        else:
+            why = f"{e.name} stopped it"
+        log.warning("run %s: %s; it goes on where it stopped when its job or command runs again", plan.name, why)
         with contextlib.suppress(Exception):  # the store's account of it; the record is what resumes it
             recorder.set_tags({Tag.ATTEMPT_ENDED: why})
-        return e
+        return RunSuspended(e.signum, recorder.run_id) if isinstance(e, interrupts.Interrupted) else e
     else:  # a signal, or a launcher's requeue (submitit exits the job): not the agent's doing, nor a failure
         cause = e.name if isinstance(e, interrupts.Interrupted) else f"the launcher ({type(e).__name__}: requeued?)"
         message = f"interrupted by {cause}; the workspace was not scored"
@@ -222,6 +227,18 @@ class RunInterrupted(KeyboardInterrupt):
     @property
     def exit_code(self) -> int:
         return self.signal.exit_code
+
+
+class RunSuspended(RunInterrupted):
+    """The run was stopped by a signal before its end, to go on later where it was (mlrb/resume.py)."""
+
+    def __init__(self, signum: int, run_id: str):
+        self.result, self.run_id, self.signal = None, run_id, interrupts.Interrupted(signum)
+        KeyboardInterrupt.__init__(
+            self,
+            f"run stopped by {self.signal.name} before its end; run the same command again to go on where it "
+            f"stopped (resume=false starts over); mlflow run {run_id}",
+        )
 
 
 def claim_run_dir(run_dir: Path, plan: plans.RunPlan) -> Path:
@@ -420,6 +437,8 @@ class Stages:
                 with keeper.running():
                     self.outcome = plan.agent.run(context)
             except interrupts.Interrupted as e:  # the workspace is still scored (a second signal skips that)
+                if plan.resume and e.signum in interrupts.SUSPENDING:
+                    raise  # the run goes on later, where it was (`stopped`)
                 self.outcome = AgentOutcome(Status.KILLED, e.name, f"interrupted by {e.name}")
                 log.warning("%s: stopped the agent; scoring its workspace (send it again to skip scoring)", e.name)
             self.spent = budget.summary()  # taken now, so the agent's time does not include scoring

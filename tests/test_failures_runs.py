@@ -162,32 +162,38 @@ def stopped_by(signum: int, tmp_path: Path, cache: Path, before: str = "true"):
     return process.returncode, out, err, running_with(f"sleep\0{seconds}"), took
 
 
-def test_sigterm_kills_the_agent_scores_its_workspace_and_records_the_run_killed(tmp_path, plumbing_cache):
-    code, out, err, left, _ = stopped_by(signal.SIGTERM, tmp_path, plumbing_cache, before=MERGE)
-    assert code == 128 + signal.SIGTERM, err[-3000:]
-    assert left == []  # the agent's command did not outlive the run
+def test_ctrl_c_kills_the_agent_scores_its_workspace_and_records_the_run_killed(tmp_path, plumbing_cache):
+    code, out, err, left, took = stopped_by(signal.SIGINT, tmp_path, plumbing_cache, before=MERGE)
+    assert code == 128 + signal.SIGINT, err[-3000:]
+    assert left == [] and took < 120  # the agent's command did not outlive the run
     assert "Traceback" not in out + err
     client, run = only_run(tmp_path)
     (line,) = mlrb_lines(err)
-    assert line.startswith("mlrb: run interrupted by SIGTERM; recorded as killed (workspace scored: 0.")
+    assert line.startswith("mlrb: run interrupted by SIGINT; recorded as killed (workspace scored: 0.")
     assert line.endswith(f"mlflow run {run.info.run_id}")
     assert run.info.status == "KILLED"  # not FINISHED: a re-launched sweep runs it again
     tags = run.data.tags
-    assert (tags["mlrb.status"], tags["mlrb.stop_reason"], tags["mlrb.valid"]) == ("killed", "SIGTERM", "True")
+    assert (tags["mlrb.status"], tags["mlrb.stop_reason"], tags["mlrb.valid"]) == ("killed", "SIGINT", "True")
     assert "score" in run.data.metrics  # the submission written before the signal was scored
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
-def test_ctrl_c_or_a_closed_terminal_stop_the_run_as_killed_in_one_line(tmp_path, plumbing_cache, signum):
-    code, out, err, left, took = stopped_by(signum, tmp_path, plumbing_cache)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_kill_or_a_closed_terminal_stop_the_run_to_go_on_later_in_one_line(tmp_path, plumbing_cache, signum):
+    # `kill`, `timeout`, a closed terminal: the environment stopped the run, not its user; it is
+    # left unended, to go on where it was when the same command runs again (tests/test_resume.py)
+    code, out, err, left, took = stopped_by(signum, tmp_path, plumbing_cache, before=MERGE)
     assert code == 128 + signum, err[-3000:]
     assert left == [] and took < 120
     assert "Traceback" not in out + err
+    client, run = only_run(tmp_path)
     (line,) = mlrb_lines(err)
     name = signal.Signals(signum).name
-    assert line.startswith(f"mlrb: run interrupted by {name}; recorded as killed (workspace scored: invalid: no ")
-    _, run = only_run(tmp_path)
-    assert run.info.status == "KILLED" and run.data.tags["mlrb.status"] == "killed"
+    assert line == (f"mlrb: run stopped by {name} before its end; run the same command again to go on where it "
+                    f"stopped (resume=false starts over); mlflow run {run.info.run_id}")  # fmt: skip
+    assert run.info.status == "RUNNING" and run.data.tags["mlrb.attempt_ended"] == f"{name} stopped it"
+    assert "score" not in run.data.metrics and "mlrb.status" not in run.data.tags  # nothing decided yet
+    record = [json.loads(line) for line in (tmp_path / "run" / "record.jsonl").read_text().splitlines()]
+    assert "status" not in {line["kind"] for line in record}  # its end is not recorded: it goes on later
 
 
 # ---- 6, 7. identical runs started together: one new store, a folder each ------------------
