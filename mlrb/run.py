@@ -365,6 +365,8 @@ class Stages:
         self.work = self.run_dir / "workspace"
         self.start_files = task.workspace_files(self.asset_path)
         self.step_snapshots = snapshots.StepSnapshots(self.run_dir / "snapshots")
+        self.state_dir = self.run_dir / resume.AGENT_STATE  # the agent's own, across attempts
+        self.state_dir.mkdir(exist_ok=True)
         if self.resumed is None:
             self.before = workspace.prepare(self.start_files, self.work)
         else:
@@ -373,7 +375,7 @@ class Stages:
         self.sandbox = plan.sandbox_class(
             plan.sandbox, self.work, self.asset_path / "public", self.recorder.run_id, plan.limits, seed=plan.seed,
             task_environment=task.environment, model_endpoint=self.model.endpoint() if self.model else None,
-            agent_tools=getattr(plan.agent, "tools_dir", None),
+            agent_tools=getattr(plan.agent, "tools_dir", None), state_dir=self.state_dir,
         )  # fmt: skip
         self.guard.on_interrupt(self.sandbox.close)  # a signal stops the agent's processes at once
         self.prompt = instructions.render(task, plan.budget, self.sandbox.workspace, self.sandbox.data_dir)
@@ -431,8 +433,7 @@ class Stages:
                 sink.emit(events.RunResumed(resumed.attempt, resumed.why, budget.summary(), self.workspace_as))
             context = AgentContext(self.task, self.prompt, self.sandbox, budget, sink, plan.seed, run_dir=self.run_dir,
                                    on_step_end=after_step, model=self.model, resumed=resumed,
-                                   state_dir=self.run_dir / resume.AGENT_STATE)  # fmt: skip
-            (self.run_dir / resume.AGENT_STATE).mkdir(exist_ok=True)
+                                   state_dir=self.state_dir)  # fmt: skip
             try:
                 with keeper.running():
                     self.outcome = plan.agent.run(context)

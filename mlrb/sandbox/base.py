@@ -36,6 +36,7 @@ from mlrb.config import ConfigError, SandboxConfig, describe_omegaconf_error
 
 #: Where the workspace and the task's public data appear inside confined sandboxes.
 WORKSPACE, DATA = "/workspace", "/data"
+STATE = "/agent-state"  # the agent's own state, kept across a run's attempts (mlrb/resume.py)
 AGENT_UID = 1000
 MAX_CAPTURE_BYTES = 1_000_000
 
@@ -222,7 +223,8 @@ def sandbox_environment(
     return env
 
 
-def agent_environment(workspace: str, data_dir: str, seed: int, task_environment: Path | None = None) -> dict[str, str]:
+def agent_environment(workspace: str, data_dir: str, seed: int, task_environment: Path | None = None,
+                      state_dir: str | None = None) -> dict[str, str]:  # fmt: skip
     """MLRB_SEED is the run's seed, so that a script can draw its randomness from it (the
     tasks' baseline and reference commands pass it on as --seed): a sweep over seeds then
     measures their seed noise, as calibration does."""
@@ -230,8 +232,10 @@ def agent_environment(workspace: str, data_dir: str, seed: int, task_environment
         "MLRB_WORKSPACE": workspace,
         "MLRB_DATA": data_dir,
         "MLRB_SEED": str(seed),
-        "MLRB_BUDGET_FILE": f"{workspace}/.mlrb_budget.json",
-    }  # what is left of its budget (mlrb/agent_clock.py)
+        "MLRB_BUDGET_FILE": f"{workspace}/.mlrb_budget.json",  # what is left of its budget (mlrb/agent_clock.py)
+    }
+    if state_dir is not None:  # a folder of its own kept across the run's attempts (mlrb/resume.py)
+        variables["MLRB_STATE_DIR"] = state_dir
     return sandbox_environment(workspace, variables, task_environment)
 
 
@@ -340,7 +344,7 @@ class Sandbox(abc.ABC):
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
                  task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
-                 agent_tools: Path | None = None):  # fmt: skip
+                 agent_tools: Path | None = None, state_dir: Path | None = None):  # fmt: skip
         self.cfg = cfg
         self.options = self.parse_options(cfg)
         self.root = Path(workspace).resolve()
@@ -351,6 +355,7 @@ class Sandbox(abc.ABC):
         self.task_environment = task_environment  # the task's own venv (read-only, first on PATH), or None
         self.model_endpoint = model_endpoint
         self.agent_tools = agent_tools  # an agent's programs (mlrb/agents/installed.py): read-only, same path
+        self.state_dir = state_dir  # the agent's own state across the run's attempts: writable, at STATE
 
     @classmethod
     def parse_options(cls, cfg: SandboxConfig) -> Any:
@@ -406,7 +411,10 @@ class Sandbox(abc.ABC):
             mounts += [Mount(self.model_endpoint.socket, MODEL_SOCKET), Mount(MODEL_BRIDGE, BRIDGE_INSIDE)]
         if self.agent_tools is not None:
             mounts.append(Mount(Path(self.agent_tools)))
-        return mounts, agent_environment(WORKSPACE, DATA, self.seed, self.task_environment)
+        if self.state_dir is not None:
+            mounts.append(Mount(Path(self.state_dir), STATE, writable=True))
+        return mounts, agent_environment(WORKSPACE, DATA, self.seed, self.task_environment,
+                                         STATE if self.state_dir is not None else None)  # fmt: skip
 
     def start_model_bridge(self, python: str) -> None:
         """In a confined sandbox given a model endpoint: start the bridge to it in the background

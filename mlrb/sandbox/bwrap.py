@@ -234,8 +234,9 @@ class BwrapSandbox(Sandbox):
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
                  task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
-                 agent_tools: Path | None = None):  # fmt: skip
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools)
+                 agent_tools: Path | None = None, state_dir: Path | None = None):  # fmt: skip
+        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools,
+                         state_dir)  # fmt: skip
         mounts, env = self.confined_layout()
         self.layout = (list(mounts), env)  # for a person's shell (interactive_argv)
         mounts.append(Mount(EXEC_SERVER, SERVER_INSIDE))

@@ -234,13 +234,16 @@ class DockerSandbox(Sandbox):
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
                  task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
-                 agent_tools: Path | None = None):  # fmt: skip
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools)
+                 agent_tools: Path | None = None, state_dir: Path | None = None):  # fmt: skip
+        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools,
+                         state_dir)  # fmt: skip
         mounts, environment = self.confined_layout()
         self.client = connect(self.options)
         self.stale_removed = remove_stale(self.client)
         self.user = run_user(self.options)
         hand_over(self.root, self.user)
+        if state_dir is not None:  # the agent's own state across attempts: its to write
+            hand_over(Path(state_dir), self.user)
         options = container_options(cfg, limits, run_id, "agent", mounts)
         environment.pop("CUDA_VISIBLE_DEVICES", None)  # see numbers_own_gpus
         self.container = self.client.containers.run(
