@@ -212,3 +212,51 @@ def test_progress_is_saved_on_every_step_and_charge_with_what_calls_in_flight_ho
         budget.settle(hold, Spend(80, 40, 0.015))
         saved = resume.load(tmp_path)
         assert (saved.cost_usd, saved.held_usd, saved.input_tokens) == (0.015, 0.0, 80)
+
+
+# ---- each agent goes on with its own state -------------------------------------------------
+
+KEY = "sk-ant-resume-test-key"
+
+
+@pytest.mark.integration
+def test_the_built_in_agent_goes_on_with_its_conversation_and_pays_for_no_call_twice(tmp_path, plumbing_cache):
+    from fake_llm_server import FakeLlmServer, reply, tool
+
+    args = [sys.executable, "-m", "mlrb", *store_args(tmp_path, plumbing_cache), PLUMBING, "agent=claude"]
+    first_script = [
+        reply(tool("write_file", path="notes.txt", content="tried the mean merge\n"), usage=(1000, 50)),
+        reply(tool("bash", command="sleep 3000"), usage=(1200, 30)),  # killed while this runs
+    ]
+    with FakeLlmServer(first_script) as server:
+        env = {**os.environ, "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url}
+        process = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 300
+        while len(server.requests) < 2 or not (tmp_path / "run" / "workspace" / "notes.txt").exists():
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+            time.sleep(0.2)
+        time.sleep(2)  # the sleep under way
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate(timeout=60)
+    first_calls = [r["body"] for r in server.requests]
+
+    with FakeLlmServer([reply(tool("submit", summary="done"), usage=(1500, 20))]) as server:
+        env = {**os.environ, "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url}
+        again = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    (resumed_call,) = [r["body"] for r in server.requests]  # one call: none of the first attempt's again
+    messages = resumed_call["messages"]
+    # the conversation goes on: the first attempt's two replies, then the stopped call and the note
+    assert messages[: len(first_calls[1]["messages"])] == first_calls[1]["messages"]
+    uses = [part for m in messages if m["role"] == "assistant" for part in m["content"] if part["type"] == "tool_use"]
+    assert [u["name"] for u in uses] == ["write_file", "bash"]
+    last = messages[-1]["content"]
+    assert last[0]["type"] == "tool_result" and last[0]["tool_use_id"] == uses[1]["id"] and last[0]["is_error"]
+    assert "goes on now, attempt 2" in json.dumps(last)
+
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
+    # the two calls of the first attempt are charged once, with the third
+    assert run.data.metrics["input_tokens"] == 1000 + 1200 + 1500 and run.data.metrics["steps"] == 3

@@ -27,12 +27,13 @@ import re
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 from omegaconf import MISSING, OmegaConf
 
 from mlrb import events, metering
-from mlrb.agents import prices
+from mlrb.agents import conversation, prices
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.providers import NO_KEY, ApiError, Message, Reply, ToolCall, ToolResult
 from mlrb.agents.tools import SUBMIT, TOOLS, ToolEnv, ToolOutput, run_tool
@@ -179,6 +180,25 @@ def system_prompt(ctx: AgentContext) -> str:
     )
 
 
+def resumed_history(ctx: AgentContext) -> list[Message] | None:
+    """A resumed run's conversation as the attempt before left it, told that it goes on (its
+    tool calls that never ended answered as stopped); None on a first attempt."""
+    if ctx.resumed is None or ctx.state_dir is None:
+        return None
+    history = conversation.load(ctx.state_dir)
+    if not history:
+        return None
+    note = conversation.resumed_note(ctx.resumed.why, ctx.resumed.attempt) + "\n" + ctx.budget.note()
+    last = history[-1]
+    if last.role == "assistant":  # stopped while its tools ran: each call is answered, as the APIs require
+        stopped = [ToolResult(c.id, "[stopped: the run was stopped before this call ended]", True)
+                   for c in last.tool_calls]  # fmt: skip
+        history.append(Message("user", note, tool_results=stopped))
+    else:
+        last.text = f"{last.text}\n{note}" if last.text else note
+    return history
+
+
 def message_chars(m: Message) -> int:
     return (
         len(m.text)
@@ -226,6 +246,7 @@ class LlmAgent:
         self.options = parse_options(cfg)
         self._api_key = read_api_key(cfg, self.options)
         self.price = price_of(self.options)
+        self.kept: Path | None = None  # where the conversation is kept, while the agent runs
 
     @classmethod
     def check_config(cls, cfg: AgentConfig) -> None:
@@ -274,7 +295,8 @@ class LlmAgent:
         provider = self.make_provider(ctx.model.base_url(o.provider), ctx.model.token, ctx.seed)
         env = ToolEnv(ctx.sandbox, ctx.budget.remaining_s, o.command_timeout_s, o.tool_output_chars)
         system = system_prompt(ctx)
-        history = [Message("user", ctx.instructions + "\n\n" + ctx.budget.note())]
+        history = resumed_history(ctx) or [Message("user", ctx.instructions + "\n\n" + ctx.budget.note())]
+        self.kept = ctx.state_dir  # the conversation is kept there after each reply and step: a resumed run goes on
         sink.emit(events.AgentStarted(o.provider, o.model, [t.name for t in TOOLS], system))
         while True:
             limit = ctx.budget.exhausted()
@@ -286,6 +308,7 @@ class LlmAgent:
             step = ctx.budget.steps
             sink.emit(events.StepStarted(step, ctx.budget.note()))
             outcome = self.step(ctx, sink, provider, env, system, history, step)
+            self.keep(history)
             sink.emit(events.StepEnded(step, dataclasses.asdict(outcome) if outcome else None))
             ctx.step_ended(step)
             if outcome is not None:
@@ -302,6 +325,7 @@ class LlmAgent:
         if isinstance(reply, AgentOutcome):
             return reply
         history.append(Message("assistant", reply.text, tool_calls=reply.tool_calls))
+        self.keep(history)  # a kill while its tools run does not pay for this reply again
 
         results: list[ToolResult] = []
         summary: str | None = None
@@ -319,6 +343,10 @@ class LlmAgent:
         )
         history.append(Message("user", nudge + ctx.budget.note(), tool_results=results))
         return None
+
+    def keep(self, history: list[Message]) -> None:
+        if self.kept is not None:
+            conversation.save(self.kept, history)
 
     def max_tokens(self, budget: Budget) -> int:
         """The per-call cap, never more than the output-token budget has left."""

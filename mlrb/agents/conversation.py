@@ -1,0 +1,44 @@
+"""The built-in agent's conversation, kept in the run's agent state folder after each step, so
+that a resumed run (mlrb/resume.py) goes on with the model's memory of what it did, instead of
+starting the task over and paying for its calls again."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from mlrb.agents.providers import Message, ToolCall, ToolResult
+
+FILE = "conversation.json"
+
+
+def save(state_dir: Path, history: list[Message]) -> None:
+    """HISTORY, written whole (a new file renamed over the old: a kill mid-write leaves the last one)."""
+    path = Path(state_dir) / FILE
+    temporary = path.with_name(f".{FILE}.tmp")
+    temporary.write_text(json.dumps([dataclasses.asdict(m) for m in history]))
+    os.replace(temporary, path)
+
+
+def load(state_dir: Path) -> list[Message] | None:
+    """The conversation an earlier attempt kept, or None when there is none."""
+    try:
+        data = json.loads((Path(state_dir) / FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return [
+        Message(
+            m["role"], m["text"],
+            tool_calls=[ToolCall(**c) for c in m["tool_calls"]],
+            tool_results=[ToolResult(**r) for r in m["tool_results"]],
+        )
+        for m in data
+    ]  # fmt: skip
+
+
+def resumed_note(why: str, attempt: int) -> str:
+    """What the model is told when its run goes on in a new attempt."""
+    return (f"[The run was stopped ({why}) and goes on now, attempt {attempt}. Your workspace is as you left it; "
+            "processes you had running were stopped. Go on where you were.]")  # fmt: skip
