@@ -45,9 +45,12 @@ def model_not_found(proxy: MeteringProxy | None, fix: str = SET_MODEL) -> ModelN
     if retired:
         past = retired <= datetime.date.today().isoformat()
         when = f"; {missing.provider} {'retired' if past else 'retires'} it on {retired}"
+    said = " ".join(missing.message.split())[:300].rstrip(".")
+    for upstream in proxy.upstreams.values():  # an upstream's words never show a key
+        said = said.replace(upstream.api_key, "***") if len(upstream.api_key) >= 8 else said
     return ModelNotFound(f"the {missing.provider} API at {missing.base_url} has no model '{missing.model}' "
-                         f"(it answered 404: {missing.message.rstrip('.')}){when}. The config allows "
-                         f"{', '.join(allowed)} there: {fix}")  # fmt: skip
+                         f"(it answered 404: {said}){when}. The config allows {', '.join(allowed)} there: "
+                         f"{fix}")  # fmt: skip
 
 
 def start(agent: Any) -> MeteringProxy | None:

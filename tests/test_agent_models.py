@@ -11,9 +11,11 @@ import yaml
 
 from conftest import PLUMBING, REPO, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
+from mlrb import metering
+from mlrb.agents import prices
 from mlrb.agents.command import CommandAgent
 from mlrb.config import AgentConfig, ConfigError
-from mlrb.proxy import model_not_found
+from mlrb.proxy import MeteringProxy, MissingModel, Upstream, model_not_found
 from test_command_agent import command_override
 from test_sweeps import runs_by_role, sweep_args
 
@@ -93,6 +95,19 @@ def test_the_proxy_knows_each_provider_s_model_not_found_answer_and_no_other_404
     assert model_not_found("anthropic", 404, path) is None and model_not_found("anthropic", 400, anthropic) is None
     assert model_not_found("openai", 404, {"error": {"message": "no", "code": None}}) is None
     assert model_not_found("openai", 404, "<html>404</html>") is None
+
+
+@pytest.mark.fast
+def test_the_line_names_the_model_the_api_and_the_models_the_config_allows_and_never_a_key():
+    allowed = {m: prices.price_of("anthropic", m, None, None, "agent.options") for m in ("claude-sonnet-5", PAPER)}
+    upstream = Upstream("https://api.anthropic.com", KEY, models=allowed)
+    with MeteringProxy({"anthropic": upstream}, "run-token", meter=None) as proxy:
+        assert metering.model_not_found(proxy) is None
+        proxy.missing_model = MissingModel("anthropic", PAPER, upstream.base_url, f"model: {PAPER} (for {KEY}).")
+        error = metering.model_not_found(proxy)
+    assert str(error) == (f"the anthropic API at https://api.anthropic.com has no model '{PAPER}' (it answered 404: "
+                          f"model: {PAPER} (for ***)); anthropic retired it on 2025-10-22. The config allows "
+                          f"{PAPER}, claude-sonnet-5 there: set a model it serves with agent.options.model=NAME")  # fmt: skip
 
 
 # ---- through `python -m mlrb`, at the plumbing scale ---------------------------------------------
