@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
 from mlrb.config import ConfigError, MlrbConfig
 from mlrb.resume import Resumption
+from mlrb.sandbox.base import SandboxStopped
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission
 from mlrb.status import Status, of_run
 from mlrb.tags import Tag
@@ -62,6 +64,9 @@ from mlrb.tasks.base import ScoreReport, Task
 log = logging.getLogger(__name__)
 
 CLAIM_FILE = resume.CLAIM  # in a run folder: a run has claimed it
+# A SLURM job stopped with no warning signal first gets SIGTERM, then SIGKILL this long after
+# (its KillWait, 30 s by default): time enough for SLURM to end it before the harness would.
+SLURM_KILL_WAIT_S = 300
 SUCCESS_IMPROVEMENT = 0.10  # MLAgentBench: success = more than 10% better than the baseline
 ASSETS_PARAM = "assets.fingerprint"  # beside the config's params (task.name, agent.name, seed, sandbox.kind...)
 
@@ -169,6 +174,12 @@ def preflight(plan: plans.RunPlan, recording: recording_process.RecordingProcess
 
 def stopped(plan: plans.RunPlan, recorder, run_dir: Path, e: BaseException) -> BaseException:
     """Record a run that ended early; the exception for the caller."""
+    if isinstance(e, SandboxStopped) and plan.resume:  # its job is being stopped from outside: not its end
+        if resume.slurm_job_id():
+            log.warning("the sandbox was stopped from outside: waiting up to %d s for SLURM to end the job "
+                        "(the run goes on when it runs again)", SLURM_KILL_WAIT_S)  # fmt: skip
+            time.sleep(SLURM_KILL_WAIT_S)
+        e = interrupts.Interrupted(signal.SIGTERM)
     if isinstance(e, Exception):
         log.error("run %s failed", plan.name, exc_info=e, extra=console.LOG_FILE_ONLY)
         message = f"{type(e).__name__}: {e}"

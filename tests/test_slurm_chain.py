@@ -29,9 +29,9 @@ BUDGET_S = 150
 
 
 def short_partition(tmp_path: Path, **changes) -> Path:
-    """The one-node cluster's profile, with jobs capped at 2 minutes."""
+    """The one-node cluster's profile, with jobs capped at 2 minutes (unless CHANGES say otherwise)."""
     profile = yaml.safe_load((PROFILES_DIR / "local_single_node.yaml").read_text())
-    profile.update(time_limit_min=2, signal_delay_s=30, overhead_min=1, max_requeues=1, **changes)
+    profile.update({"time_limit_min": 2, "signal_delay_s": 30, "overhead_min": 1, "max_requeues": 1, **changes})
     path = tmp_path / "short.yaml"
     path.write_text(yaml.safe_dump(profile))
     return path
@@ -86,3 +86,34 @@ def test_a_run_twice_as_long_as_its_partition_allows_finishes_in_a_chain_of_jobs
     resumes = [e for e in events if e["event"] == "resume"]
     assert resumes and "requeued" in resumes[0]["why"]
     assert "1 jobs:" in out and "1 done, 0 failed" in out  # the sweep counts the chained run once
+
+
+def test_a_job_killed_without_warning_and_requeued_goes_on_where_it_was(tmp_path, plumbing_cache):
+    # No time limit to speak of: SLURM requeues the running job itself (as after a node failure),
+    # which kills it with no signal that submitit or mlrb could act on first.
+    profile = short_partition(tmp_path, time_limit_min=None, overhead_min=5)
+    process = sweep(tmp_path, plumbing_cache, profile)
+    try:
+        ticks = tmp_path / "sweep" / "0_llm_merging_baseline_5" / "workspace" / "ticks"
+        deadline = time.monotonic() + 300
+        while not (ticks.exists() and len(ticks.read_text().split()) >= 15):  # the agent has worked a while
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0][-3000:]
+            time.sleep(1)
+        (job,) = own_slurm_jobs(tmp_path)
+        subprocess.run(["scontrol", "requeue", job], check=True)
+    except BaseException:
+        process.kill()
+        raise
+    out = release_requeued_until_done(tmp_path, process, timeout=600)
+
+    _, _, children = runs_by_role(tmp_path)
+    (run,) = children
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2", out[-3000:]
+    assert run.data.tags["mlrb.valid"] == "True" and run.data.tags["mlrb.stop_reason"] == "wall_time"
+    folder = Path(run.data.tags["mlrb.run_dir"])
+    assert (folder / "workspace" / "ticks").read_text().split()[:15] == ["1"] * 15  # the first job's work kept
+    events = [json.loads(line) for line in (folder / "trajectory.jsonl").read_text().splitlines()]
+    (resumed,) = [e for e in events if e["event"] == "resume"]
+    assert "ended before the run was recorded" in resumed["why"] and resumed["spent"]["agent_time_s"] >= 10
+    # the budget went on: the time the first job's agent worked is carried (less at most one heartbeat)
+    assert BUDGET_S - 10 <= run.data.metrics["agent_time_s"] <= BUDGET_S * 1.05

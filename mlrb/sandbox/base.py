@@ -49,6 +49,12 @@ class SandboxError(RuntimeError):
     """The sandbox itself failed (could not start, died): an infrastructure error."""
 
 
+class SandboxStopped(SandboxError):
+    """The sandbox was stopped from outside the run (SIGTERM to the job's processes: SLURM
+    stopping or requeuing a job with no warning signal first): the run is not over, it goes on
+    when its job runs again (mlrb/resume.py)."""
+
+
 @dataclass
 class ExecResult:
     exit_code: int

@@ -28,6 +28,7 @@ import logging
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,7 @@ from mlrb.sandbox.base import (
     Mount,
     Sandbox,
     SandboxError,
+    SandboxStopped,
     kill_group,
     least_specific_first,
     python_mounts,
@@ -272,11 +274,11 @@ class BwrapSandbox(Sandbox):
             self.requests.write((json.dumps({"command": command, "timeout_s": timeout_s}) + "\n").encode())
             self.requests.flush()
         except OSError:
-            raise SandboxError(f"the bwrap sandbox is gone: {self._log_tail()}") from None
+            raise self._gone("the bwrap sandbox is gone") from None
         # The server kills the command at its timeout; the margin covers the kill and the reply.
         reply = self._reply(timeout_s + 30)
         if reply is None:
-            raise SandboxError(f"the bwrap sandbox stopped answering: {self._log_tail()}")
+            raise self._gone("the bwrap sandbox stopped answering")
         reply["duration_s"] = time.monotonic() - started
         return ExecResult(**reply)
 
@@ -293,6 +295,12 @@ class BwrapSandbox(Sandbox):
         ready, _, _ = select.select([self.replies], [], [], timeout_s)
         line = self.replies.readline() if ready else b""
         return json.loads(line) if line else None
+
+    def _gone(self, what: str) -> SandboxError:
+        """Why the sandbox is gone: SIGTERM from outside (its job being stopped), or a failure."""
+        if self.proc.poll() == -signal.SIGTERM:
+            return SandboxStopped(f"{what}: stopped by SIGTERM from outside the run (its job being stopped?)")
+        return SandboxError(f"{what}: {self._log_tail()}")
 
     def _log_tail(self) -> str:
         self.stderr_log.seek(0)
