@@ -260,3 +260,108 @@ def test_the_built_in_agent_goes_on_with_its_conversation_and_pays_for_no_call_t
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
     # the two calls of the first attempt are charged once, with the third
     assert run.data.metrics["input_tokens"] == 1000 + 1200 + 1500 and run.data.metrics["steps"] == 3
+
+
+def killed_mid_tool_then_resumed(tmp_path: Path, cache: Path, agent: str, key_env: dict, first: list, second: list,
+                                 url: str, marker: Path):  # fmt: skip
+    """Run AGENT against a scripted API (FIRST), SIGKILL the harness once MARKER exists and the
+    script is spent (its last call runs a long command), then run the same command against SECOND.
+    Returns (the first server's requests, the second's, the second run's result)."""
+    from fake_llm_server import FakeLlmServer
+
+    args = [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache), PLUMBING, f"agent={agent}"]
+    with FakeLlmServer(first) as server:
+        env = {**os.environ, **key_env, url: getattr(server, "anthropic_url" if "ANTHROPIC" in url else "openai_url")}
+        process = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 300
+        while len(server.requests) < len(first) or not marker.exists():
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+            time.sleep(0.2)
+        time.sleep(resume.HEARTBEAT_S)  # the long command under way
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate(timeout=60)
+    with FakeLlmServer(second) as again_server:
+        env[url] = getattr(again_server, "anthropic_url" if "ANTHROPIC" in url else "openai_url")
+        again = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    return server.requests, again_server.requests, again
+
+
+# A command that runs until the kill (Claude Code refuses a bare `sleep`).
+LONG = "python -c 'import time; time.sleep(3000)'"
+
+
+@pytest.mark.system
+def test_claude_code_goes_on_in_its_own_session(tmp_path, plumbing_cache):
+    from fake_llm_server import reply, tool
+
+    first = [reply(tool("Bash", command="echo tried the mean > notes.txt", description="note"), usage=(3000, 50)),
+             reply(tool("Bash", command=LONG, description="wait"), usage=(3100, 30))]  # fmt: skip
+    second = [reply(text="Done.", usage=(3300, 10))]
+    before, after, again = killed_mid_tool_then_resumed(
+        tmp_path, plumbing_cache, "claude_code", {"ANTHROPIC_API_KEY": KEY}, first, second, "ANTHROPIC_BASE_URL",
+        tmp_path / "run" / "workspace" / "notes.txt",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    (call,) = after  # its one call goes on from the session: the first attempt's turns are in it
+    sent = json.dumps(call["body"]["messages"])
+    assert "echo tried the mean > notes.txt" in sent and "time.sleep(3000)" in sent and "attempt 2" in sent
+    assert json.dumps(before[0]["body"]["messages"][0]["content"])[:200] in sent  # the task's prompt, as first sent
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
+    assert run.data.metrics["llm.input_tokens"] == 3000 + 3100 + 3300
+    assert (tmp_path / "run" / "agent" / "stdout.attempt-2.txt").exists()
+
+
+@pytest.mark.system
+def test_codex_goes_on_in_its_own_session(tmp_path, plumbing_cache):
+    from fake_llm_server import reply, tool
+
+    first = [reply(tool("exec_command", cmd="echo tried the mean > notes.txt"), usage=(3000, 50)),
+             reply(tool("exec_command", cmd=LONG, yield_time_ms=300_000), usage=(3100, 30))]  # fmt: skip
+    second = [reply(text="Done.", usage=(3300, 10))]
+    before, after, again = killed_mid_tool_then_resumed(
+        tmp_path, plumbing_cache, "codex", {"OPENAI_API_KEY": KEY}, first, second, "OPENAI_BASE_URL",
+        tmp_path / "run" / "workspace" / "notes.txt",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    (call,) = after  # its one call goes on from the session: the first attempt's turns are in it
+    sent = json.dumps(call["body"]["input"])
+    assert "echo tried the mean > notes.txt" in sent and "time.sleep(3000)" in sent and "attempt 2" in sent
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
+    assert run.data.metrics["llm.input_tokens"] == 3000 + 3100 + 3300
+
+
+@pytest.mark.integration
+def test_a_program_of_your_own_is_told_it_resumes_and_keeps_its_state_folder(tmp_path, plumbing_cache):
+    program = tmp_path / "agent"
+    program.mkdir()
+    (program / "a.sh").write_text(
+        'echo "attempt ${MLRB_ATTEMPT:-1} resumed=${MLRB_RESUMED:-0}" >> "$MLRB_STATE_DIR/log"\n'
+        'if [ -n "$MLRB_RESUMED" ]; then cp "$MLRB_STATE_DIR/log" seen.txt; echo "$MLRB_RESUME_NOTE" > note.txt; '
+        f"{MERGE}; else touch mark; sleep 3000; fi\n"
+    )
+    extra = (
+        "agent=command",
+        f"agent.options.program_dir={program}",
+        "agent.options.command='bash $MLRB_AGENT_DIR/a.sh'",
+    )
+    env = {"ANTHROPIC_API_KEY": KEY}
+    args = [a for a in command_args(tmp_path, plumbing_cache, *extra) if not a.startswith("task.scales.tiny.baseline")]
+    process = subprocess.Popen(args, cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not list((tmp_path / "outputs" / "runs").glob("*/workspace/mark")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    again = subprocess.run(args, cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    (folder,) = run_folders(tmp_path)
+    assert (folder / "workspace" / "seen.txt").read_text() == "attempt 1 resumed=0\nattempt 2 resumed=1\n"
+    assert "goes on now, attempt 2" in (folder / "workspace" / "note.txt").read_text()
+    assert (folder / resume.AGENT_STATE / "log").is_file()  # in the run folder, out of the workspace

@@ -9,6 +9,10 @@ environment, the proxy as its API's base URL and the run's token as its key:
     MLRB_MODEL                                  agent.options.model: the model to call (the command may
                                                 name it: claude --model "$MLRB_MODEL")
     MLRB_AGENT_DIR                              agent.options.program_dir: your program's files (read-only)
+    MLRB_STATE_DIR                              a folder of its own, kept across the run's attempts
+    MLRB_RESUMED, MLRB_ATTEMPT                  a run that goes on after its process died (mlrb/resume.py):
+    MLRB_RESUME_NOTE                            1, the attempt, and what to tell the agent as it goes on
+    MLRB_BUDGET_FILE                            what is left of its budget, always current (mlrb/agent_clock.py)
 
 The real keys stay with the proxy. The proxy meters every call, each model at its own price,
 refuses a model the config does not allow (`agent.options.model`, and the side models that
@@ -32,6 +36,7 @@ from mlrb import metering
 from mlrb.agents import prices
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.baseline import one_command_step
+from mlrb.agents.conversation import resumed_note
 from mlrb.config import AgentConfig, ConfigError
 from mlrb.proxy import PROVIDERS, MissingModel, Upstream, upstream_url
 from mlrb.sandbox.base import ExecResult
@@ -206,6 +211,7 @@ class CommandAgent:
             "MLRB_PROMPT": ctx.instructions,
             **({"MLRB_MODEL": self.options.model} if self.options.model else {}),
             **({"MLRB_AGENT_DIR": str(self.options.program_dir)} if self.options.program_dir else {}),
+            **resumed_variables(ctx),
         }  # fmt: skip
         configured = dict(self.options.environment)  # these may refer to variables ($TMPDIR, $PATH)
         if self.options.install is not None and self.tools_dir is not None:
@@ -216,8 +222,9 @@ class CommandAgent:
         def keep_transcript(result: ExecResult) -> None:  # whole (the trajectory keeps a cut copy)
             if ctx.run_dir is not None:
                 (ctx.run_dir / "agent").mkdir(exist_ok=True)
-                (ctx.run_dir / "agent" / "stdout.txt").write_text(result.stdout)
-                (ctx.run_dir / "agent" / "stderr.txt").write_text(result.stderr)
+                attempt = f".attempt-{ctx.resumed.attempt}" if ctx.resumed else ""  # each attempt's own
+                (ctx.run_dir / "agent" / f"stdout{attempt}.txt").write_text(result.stdout)
+                (ctx.run_dir / "agent" / f"stderr{attempt}.txt").write_text(result.stderr)
 
         outcome = one_command_step(
             ctx, TOOL, CALL_ID, {"command": self.options.command}, f"export {exports}; {self.options.command}",
@@ -247,6 +254,15 @@ class CommandAgent:
             tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
             return AgentOutcome(Status.AGENT_ERROR, None, f"the command exited {result.exit_code}: {tail[:500]}")
         return AgentOutcome(Status.OK, None, "the command finished")
+
+
+def resumed_variables(ctx: AgentContext) -> dict[str, str]:
+    """A resumed run's: MLRB_RESUMED=1, its attempt, and a note to give the agent as its prompt
+    (the program's own state is in $MLRB_STATE_DIR, kept across attempts)."""
+    if ctx.resumed is None:
+        return {}
+    return {"MLRB_RESUMED": "1", "MLRB_ATTEMPT": str(ctx.resumed.attempt),
+            "MLRB_RESUME_NOTE": resumed_note(ctx.resumed.why, ctx.resumed.attempt)}  # fmt: skip
 
 
 def expanding(value: str) -> str:
