@@ -217,3 +217,39 @@ def test_commands_are_read_from_the_terminal_even_when_a_read_cuts_a_mark_in_two
         )
         assert ended == events.ToolEnded(1, "shell", "human-1", True, 2, 2.5, "epoch 1\n100%")
         assert exit_started.arguments == {"command": "exit"} and exit_ended.exit_code is None
+
+
+@pytest.mark.integration
+def test_a_person_s_run_killed_goes_on_in_a_new_terminal_on_the_same_workspace(tmp_path, plumbing_cache, person_at):
+    person = person_at(PLUMBING)
+    person.wait_for("min left]")
+    person.type("echo from-the-first-terminal > notes.txt; echo noted-$((6 * 7))")
+    person.wait_for("noted-42")
+    time.sleep(6)  # the run's progress saved past its start
+    person.proc.kill()  # SIGKILL: the harness dies; its tmux server and the person's shell live on
+    person.proc.wait()
+    again = person_at(PLUMBING)  # the same command: the run goes on
+    deadline = time.monotonic() + 120
+    while "attach with" not in again.stdout.read_text():  # its terminal is open (the first one's server ended)
+        assert again.proc.poll() is None and time.monotonic() < deadline, again.stderr.read_text()[-2000:]
+        time.sleep(0.2)
+    again.wait_for("min left]")
+    again.type("cat notes.txt; echo read-$((6 * 7))")
+    screen = again.wait_for("read-42")
+    assert "from-the-first-terminal" in screen and "noted-42" not in screen  # a new terminal, the same workspace
+    merge_and_exit(again)
+    code, stdout, stderr = again.wait()
+    assert code == 0, stderr[-3000:]
+    client, run = one_run(tmp_path)
+    assert (
+        run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2" and run.data.tags["mlrb.valid"] == "True"
+    )
+    trajectory = again.trajectory()  # one, for both attempts: the first terminal's command, then the second's
+    kinds = [e["event"] for e in trajectory]
+    calls = [e["arguments"]["command"] for e in trajectory if e["event"] == "tool_call"]
+    assert calls[:2] == [
+        "echo from-the-first-terminal > notes.txt; echo noted-$((6 * 7))",
+        "cat notes.txt; echo read-$((6 * 7))",
+    ]
+    first_call_after = next(e for e in trajectory[kinds.index("resume") :] if e["event"] == "tool_call")
+    assert first_call_after["arguments"]["command"] == calls[1]

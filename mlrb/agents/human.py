@@ -180,7 +180,8 @@ class Terminal:
         self.transcript = run_dir / "agent" / "terminal.txt"
         self.transcript.parent.mkdir(parents=True, exist_ok=True)
         self.transcript.touch()
-        self.offset = 0  # how much of the transcript has been read
+        # how much of the transcript has been read: a resumed run's earlier attempts' is theirs
+        self.offset = self.transcript.stat().st_size
         self.env = {name: os.environ[name] for name in TMUX_VARIABLES if name in os.environ}
         self.pane_pid: int | None = None
 
@@ -191,11 +192,22 @@ class Terminal:
             raise SandboxError(f"tmux {args[0]} failed: {result.stderr.strip()[-300:]}")
         return result
 
+    def end_earlier_server(self) -> None:
+        """A resumed run's earlier server (its harness was killed; tmux lives on) ends, and is
+        gone before a new one starts on its socket: a new terminal on the same workspace."""
+        if not self.socket.exists() or self.tmux("kill-server", check=False).returncode != 0:
+            return
+        deadline = time.monotonic() + 10
+        while self.tmux("list-sessions", check=False).returncode == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.socket.unlink(missing_ok=True)
+
     def start(self, argv: list[str]) -> None:
         # The pane's command is a script (a command line this long, or with an argument that ends
         # in ';', is not safe among tmux's own arguments), exec'd: the pane's process is the sandbox's.
         script = self.folder / "shell.sh"
         script.write_text(f"exec {shlex.join(argv)}\n")
+        self.end_earlier_server()
         # One tmux command line, so the transcript is piped before the pane's first output is read.
         self.tmux("-f", os.devnull, "new-session", "-d", "-s", SESSION, "-x", "160", "-y", "48", "/bin/sh",
                   str(script), ";", "pipe-pane", "-O", "-t", SESSION, f"cat >> {shlex.quote(str(self.transcript))}")  # fmt: skip
