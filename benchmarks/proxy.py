@@ -37,7 +37,7 @@ TARGET_MS = 2.0  # added at the median per call
 FIRST_BYTE_TARGET_MS = 5.0  # a stream's first byte after the upstream's
 PAUSE_S = 0.05  # a streamed upstream's pause after its first event
 TOKEN, KEY = "bench-token", "sk-ant-bench"
-MODEL = "claude-3-5-sonnet-20240620"  # agent=claude's, priced from the table
+MODEL = "claude-sonnet-5"  # agent=claude's default, priced from the table
 
 
 def timed_call(connection: http.client.HTTPConnection, path: str, stream: bool) -> tuple[float, float]:
