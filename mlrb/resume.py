@@ -172,6 +172,26 @@ def take_over(run_dir: Path, key: str, sweep_id: str | None, attempt: int) -> bo
     return True
 
 
+@contextlib.contextmanager
+def heartbeat(run_dir: Path) -> Iterator[None]:
+    """While the block runs, the run folder's claim is refreshed every HEARTBEAT_S: the sign,
+    from another host, that the run is alive (`resumable`), whatever stage it is in."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            with contextlib.suppress(OSError):
+                os.utime(Path(run_dir) / CLAIM)
+
+    thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 @dataclass(frozen=True)
 class Resumption:
     """A run that goes on in a new attempt."""
@@ -216,8 +236,8 @@ def save(run_dir: Path, progress: Progress) -> None:
 
 
 class Keeper:
-    """Keeps a running run's progress and claim fresh: on every change of its budget (a step,
-    a model call charged) and every HEARTBEAT_S."""
+    """Keeps a running agent's progress saved: on every change of its budget (a step, a model
+    call charged), every HEARTBEAT_S, and as it stops."""
 
     def __init__(self, run_dir: Path, attempt: int, budget: Any, also: Callable[[], float | None] | None = None):
         """ALSO: called with each save (the agent's budget file, mlrb/agent_clock.py); what it
@@ -243,7 +263,6 @@ class Keeper:
         while not self.stop.wait(self.next_in_s):
             try:
                 self.save()
-                os.utime(self.run_dir / CLAIM)
             except OSError as e:  # a full disk: the run goes on, resuming it may lose a little
                 log.warning("could not save the run's progress: %s", e)
 

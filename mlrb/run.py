@@ -138,7 +138,8 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
             log.info("run %s (%s) started; files in %s", plan.name, recorder.run_id, run_dir)
         try:
             guard.release()  # a signal that came while the run was created stops it now
-            result = Stages(plan, recorder, run_dir, guard, clock, resumed).run()
+            with resume.heartbeat(run_dir):  # the run's sign of life, for who would resume it
+                result = Stages(plan, recorder, run_dir, guard, clock, resumed).run()
         except BaseException as e:
             with guard.hold():  # signals now come too late to change anything
                 replacement = stopped(plan, recorder, run_dir, e)
@@ -342,7 +343,8 @@ class Stages:
         if self.resumed is not None:
             for leftover in ("submission", "scoring", "dev"):  # what scoring leaves: scored again
                 shutil.rmtree(self.run_dir / leftover, ignore_errors=True)
-            return  # its params and config are in the record already
+            if self.recorder.logged_params():
+                return  # its params and config are in the record already
         if self.recorder.attempt > 1:
             for leftover in ("workspace", "submission", "scoring", "snapshots", "dev"):
                 shutil.rmtree(self.run_dir / leftover, ignore_errors=True)
