@@ -166,6 +166,7 @@ class SweepLauncher(BaseSubmititLauncher):
             summary = sweep_summary.summarise(
                 client, parent.experiment_id, jobs[0].experiment, sweep_id, parent_name, parent.run_id,
                 tracking.store_location(jobs[0].tracking)[0], time.monotonic() - started,
+                others=job_experiments(client, jobs),
             )  # fmt: skip
             parent.log_metrics(
                 {"jobs": len(jobs), "jobs_skipped": len(jobs) - len(todo), "jobs_failed": len(failed),
@@ -246,6 +247,13 @@ def open_parent_run(client: Any, first: SweepJob, sweep_id: str, name: str, n_jo
                                                  **tracking.harness_commit()},
     ))  # fmt: skip
     return tracking.RunRecorder(client, run.info.run_id, exp)
+
+
+def job_experiments(client: Any, jobs: list[SweepJob]) -> dict[str, str]:
+    """Each experiment the sweep's runs are recorded in (a sweep over tasks has one per task): id -> name."""
+    _, artifact_root = tracking.client_for(jobs[0].tracking)
+    names = sorted({job.experiment for job in jobs})
+    return {tracking.experiment_id(client, name, artifact_root): name for name in names}
 
 
 def find_finished(job: SweepJob) -> str | None:

@@ -100,9 +100,12 @@ def open_command(tracking_uri: str, experiment_id: str, parent_run_id: str) -> s
 
 def summarise(
     client: Any, experiment_id: str, experiment: str, sweep_id: str, parent_name: str, parent_run_id: str,
-    tracking_uri: str, elapsed_s: float | None = None,
+    tracking_uri: str, elapsed_s: float | None = None, others: dict[str, str] | None = None,
 ) -> SweepSummary:  # fmt: skip
-    rows = load(client, {experiment_id: experiment}, Filters(sweep_ids=[sweep_id])).rows
+    """The sweep's runs, in its parent's experiment (EXPERIMENT_ID, EXPERIMENT) and in OTHERS
+    (id -> name: a sweep over tasks records each task's runs in its own experiment)."""
+    experiments = {experiment_id: experiment, **(others or {})}
+    rows = load(client, experiments, Filters(sweep_ids=[sweep_id])).rows
     stats = aggregate.summarise(rows)
     causes = aggregate.why_not_scored(rows)
     counts = {kind: sum(r.kind == kind for r in rows) for kind in render.KIND_LABELS}
@@ -123,4 +126,7 @@ def summarise(
         f"MLflow: experiment '{experiment}', parent run '{parent_name}' ({parent_run_id})",
         f"  {open_command(tracking_uri, experiment_id, parent_run_id)}",
     ]
+    if len(experiments) > 1:
+        names = ", ".join(f"'{name}'" for name in sorted(set(experiments.values()) - {experiment}))
+        parts.append(f"  its runs are in experiment '{experiment}' and in {names}")
     return SweepSummary(rows=rows, text="\n".join(parts), metrics=parent_metrics(rows) if rows else {})

@@ -408,3 +408,15 @@ def test_run_names_are_unique_in_a_sweep_and_the_parent_says_what_varies(monkeyp
     assert sweep_name(jobs, names[0]) == "sweep llm_merging/baseline/1h: seed=1,2 sandbox=bwrap,docker"
     budgets = [[f"budget={b}", "seed=3"] for b in ("smoke", "1h")]
     assert sweep_name(budgets, "llm_merging/baseline/smoke/3") == "sweep llm_merging/baseline: budget=smoke,1h"
+
+
+@pytest.mark.integration
+def test_a_sweep_over_tasks_sums_up_every_task_s_runs(tmp_path, plumbing_cache):
+    # Each task's runs are recorded in its own experiment; the sweep's summary and its parent's
+    # metrics cover them all, not only the first task's.
+    result = run_cli("-m", "task=llm_merging,math_reasoning", PLUMBING, QUICK, *sweep_args(tmp_path, plumbing_cache),
+                     cwd=tmp_path, timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "done" in result.stdout and ": 2 runs (" in result.stdout, result.stdout[-3000:]
+    assert "llm_merging/baseline/smoke/0" in result.stdout and "math_reasoning/baseline/smoke/0" in result.stdout
+    assert "its runs are in experiment 'llm_merging' and in 'math_reasoning'" in result.stdout
