@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -365,3 +366,33 @@ def test_a_program_of_your_own_is_told_it_resumes_and_keeps_its_state_folder(tmp
     assert (folder / "workspace" / "seen.txt").read_text() == "attempt 1 resumed=0\nattempt 2 resumed=1\n"
     assert "goes on now, attempt 2" in (folder / "workspace" / "note.txt").read_text()
     assert (folder / resume.AGENT_STATE / "log").is_file()  # in the run folder, out of the workspace
+
+
+@pytest.mark.fast
+def test_a_workspace_that_is_gone_comes_back_as_its_last_step_s_snapshot(tmp_path):
+    from mlrb import snapshots, workspace
+    from mlrb.run import resumed_workspace
+
+    start, work = tmp_path / "start", tmp_path / "run" / "workspace"
+    start.mkdir()
+    (start / "train.py").write_text("print('starter')\n")
+    before = workspace.prepare(start, work)
+    steps = snapshots.StepSnapshots(tmp_path / "run" / "snapshots")
+    (work / "train.py").write_text("print('step 1')\n")
+    steps.take(1, work, before, 10.0)
+    (work / "notes.txt").write_text("step 2's\n")
+    steps.take(2, work, before, 20.0)
+    (work / "unsaved.txt").write_text("after the last step: lost with the node\n")
+
+    assert resumed_workspace(start, work, steps.root)[1] == "as it was"  # the folder survived: as it is
+    assert (work / "unsaved.txt").exists()
+    shutil.rmtree(work)  # a node's local disk, gone
+    again, found = resumed_workspace(start, work, steps.root)
+    assert found == "from step 2's snapshot"
+    assert (work / "train.py").read_text() == "print('step 1')\n" and (work / "notes.txt").read_text() == "step 2's\n"
+    assert not (work / "unsaved.txt").exists()
+    assert again.hashes == before.hashes  # the patch is still taken against the starting files
+    shutil.rmtree(work)
+    shutil.rmtree(steps.root)
+    assert resumed_workspace(start, work, steps.root)[1] == "from its starting files"
+    assert (work / "train.py").read_text() == "print('starter')\n"
