@@ -261,6 +261,9 @@ def test_the_built_in_agent_goes_on_with_its_conversation_and_pays_for_no_call_t
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
     # the two calls of the first attempt are charged once, with the third
     assert run.data.metrics["input_tokens"] == 1000 + 1200 + 1500 and run.data.metrics["steps"] == 3
+    # kept where the harness alone writes it: the run folder, not the state folder the sandbox mounts
+    assert (tmp_path / "run" / "conversation.json").is_file()
+    assert not any((tmp_path / "run" / resume.AGENT_STATE).iterdir())
 
 
 def killed_mid_tool_then_resumed(tmp_path: Path, cache: Path, agent: str, key_env: dict, first: list, second: list,

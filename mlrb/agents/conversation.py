@@ -1,6 +1,8 @@
-"""The built-in agent's conversation, kept in the run's agent state folder after each step, so
-that a resumed run (mlrb/resume.py) goes on with the model's memory of what it did, instead of
-starting the task over and paying for its calls again."""
+"""The built-in agent's conversation, kept in the run folder after each reply and step, so that
+a resumed run (mlrb/resume.py) goes on with the model's memory of what it did, instead of
+starting the task over and paying for its calls again. The harness writes and reads it, out of
+the sandbox's reach (the agent's state folder, which the sandbox mounts, is not the place): a
+file the agent cannot change, and one that does not fit is no conversation (a fresh start)."""
 
 from __future__ import annotations
 
@@ -14,28 +16,28 @@ from mlrb.agents.providers import Message, ToolCall, ToolResult
 FILE = "conversation.json"
 
 
-def save(state_dir: Path, history: list[Message]) -> None:
+def save(folder: Path, history: list[Message]) -> None:
     """HISTORY, written whole (a new file renamed over the old: a kill mid-write leaves the last one)."""
-    path = Path(state_dir) / FILE
+    path = Path(folder) / FILE
     temporary = path.with_name(f".{FILE}.tmp")
     temporary.write_text(json.dumps([dataclasses.asdict(m) for m in history]))
     os.replace(temporary, path)
 
 
-def load(state_dir: Path) -> list[Message] | None:
+def load(folder: Path) -> list[Message] | None:
     """The conversation an earlier attempt kept, or None when there is none."""
     try:
-        data = json.loads((Path(state_dir) / FILE).read_text())
-    except (OSError, ValueError):
+        data = json.loads((Path(folder) / FILE).read_text())
+        return [
+            Message(
+                m["role"], m["text"],
+                tool_calls=[ToolCall(**c) for c in m["tool_calls"]],
+                tool_results=[ToolResult(**r) for r in m["tool_results"]],
+            )
+            for m in data
+        ]  # fmt: skip
+    except (OSError, ValueError, TypeError, KeyError):
         return None
-    return [
-        Message(
-            m["role"], m["text"],
-            tool_calls=[ToolCall(**c) for c in m["tool_calls"]],
-            tool_results=[ToolResult(**r) for r in m["tool_results"]],
-        )
-        for m in data
-    ]  # fmt: skip
 
 
 def resumed_note(why: str, attempt: int) -> str:

@@ -183,9 +183,9 @@ def system_prompt(ctx: AgentContext) -> str:
 def resumed_history(ctx: AgentContext) -> list[Message] | None:
     """A resumed run's conversation as the attempt before left it, told that it goes on (its
     tool calls that never ended answered as stopped); None on a first attempt."""
-    if ctx.resumed is None or ctx.state_dir is None:
+    if ctx.resumed is None or ctx.run_dir is None:
         return None
-    history = conversation.load(ctx.state_dir)
+    history = conversation.load(ctx.run_dir)
     if not history:
         return None
     note = conversation.resumed_note(ctx.resumed.why, ctx.resumed.attempt) + "\n" + ctx.budget.note()
@@ -296,7 +296,8 @@ class LlmAgent:
         env = ToolEnv(ctx.sandbox, ctx.budget.remaining_s, o.command_timeout_s, o.tool_output_chars)
         system = system_prompt(ctx)
         history = resumed_history(ctx) or [Message("user", ctx.instructions + "\n\n" + ctx.budget.note())]
-        self.kept = ctx.state_dir  # the conversation is kept there after each reply and step: a resumed run goes on
+        # the conversation, kept in the run folder (out of the agent's reach) after each reply and step
+        self.kept = ctx.run_dir
         sink.emit(events.AgentStarted(o.provider, o.model, [t.name for t in TOOLS], system))
         while True:
             limit = ctx.budget.exhausted()
