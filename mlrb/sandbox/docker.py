@@ -191,18 +191,20 @@ def remove_stale(client) -> list[str]:
 
     removed = []
     host = socket.gethostname()
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=true"}):
-        info = container.labels
+    # The listing's own fields, not each container inspected after it (as `containers.list` does):
+    # one that another run removes meanwhile would fail the inspection.
+    for container in client.api.containers(all=True, filters={"label": f"{LABEL}=true"}):
+        info = container.get("Labels") or {}
         if info.get(HOST_LABEL) != host or pid_alive(int(info.get(PID_LABEL, "0"))):
             continue
         try:
-            container.remove(force=True)
+            client.api.remove_container(container["Id"], force=True)
         except APIError as error:
             # Another run starting on this host beat us to it (404, or 409 while it removes).
             if getattr(error, "status_code", None) not in (404, 409):
                 raise
             continue
-        removed.append(container.name)
+        removed.append((container.get("Names") or [container["Id"]])[0].lstrip("/"))
     return removed
 
 
