@@ -135,9 +135,18 @@ def check_store(cfg: TrackingConfig, wait_for_server: bool = False) -> None:
     shown = mask_uri(uri) if uri else f"sqlite:///{Path(cfg.dir).expanduser().resolve() / 'mlflow.db'}"
     where = "tracking.uri" if cfg.uri else ("$MLFLOW_TRACKING_URI" if uri else "tracking.dir")
     if uri and uri.startswith(("http://", "https://")):
-        if wait_for_server:
-            wait_for_http_server(uri, cfg.retry_for_s)
-        return check_http_store(uri, shown, where)
+        if not wait_for_server:
+            return check_http_store(uri, shown, where)
+        # A server that goes away between the wait and the check (a restart) is waited for again.
+        deadline = time.monotonic() + cfg.retry_for_s
+        while True:
+            wait_for_http_server(uri, max(1.0, deadline - time.monotonic()))
+            try:
+                return check_http_store(uri, shown, where)
+            except ConfigError as e:
+                if "cannot reach it" not in str(e) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(1.0)
     scheme = urlsplit(uri).scheme if uri else "sqlite"
     if scheme in ("", "file") and uri:
         return check_folder_store(Path(urlsplit(uri).path if scheme else uri), shown, where)
