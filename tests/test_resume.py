@@ -295,48 +295,44 @@ def killed_mid_tool_then_resumed(tmp_path: Path, cache: Path, agent: str, key_en
 LONG = "python -c 'import time; time.sleep(3000)'"
 
 
+# Each program's scripted turns: a note written, then a long command the kill cuts; what it is
+# given (its key and endpoint variables), and where its request holds the conversation.
+SESSIONS = {
+    "claude_code": (lambda tool: [tool("Bash", command="echo tried the mean > notes.txt", description="note"),
+                                  tool("Bash", command=LONG, description="wait")],
+                    "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "messages"),
+    "codex": (lambda tool: [tool("exec_command", cmd="echo tried the mean > notes.txt"),
+                            tool("exec_command", cmd=LONG, yield_time_ms=300_000)],
+              "OPENAI_API_KEY", "OPENAI_BASE_URL", "input"),
+}  # fmt: skip
+
+
 @pytest.mark.system
-def test_claude_code_goes_on_in_its_own_session(tmp_path, plumbing_cache):
+@pytest.mark.parametrize("agent", sorted(SESSIONS))
+def test_claude_code_and_codex_go_on_in_their_own_sessions(tmp_path, plumbing_cache, agent):
     from fake_llm_server import reply, tool
 
-    first = [reply(tool("Bash", command="echo tried the mean > notes.txt", description="note"), usage=(3000, 50)),
-             reply(tool("Bash", command=LONG, description="wait"), usage=(3100, 30))]  # fmt: skip
-    second = [reply(text="Done.", usage=(3300, 10))]
+    calls, key_env, url_env, field = SESSIONS[agent]
+    note, long = calls(tool)
+    first, second = (
+        [reply(note, usage=(3000, 50)), reply(long, usage=(3100, 30))],
+        [reply(text="Done.", usage=(3300, 10))],
+    )
     before, after, again = killed_mid_tool_then_resumed(
-        tmp_path, plumbing_cache, "claude_code", {"ANTHROPIC_API_KEY": KEY}, first, second, "ANTHROPIC_BASE_URL",
+        tmp_path, plumbing_cache, agent, {key_env: KEY}, first, second, url_env,
         tmp_path / "run" / "workspace" / "notes.txt",
     )  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     (call,) = after  # its one call goes on from the session: the first attempt's turns are in it
-    sent = json.dumps(call["body"]["messages"])
+    sent = json.dumps(call["body"][field])
     assert "echo tried the mean > notes.txt" in sent and "time.sleep(3000)" in sent and "attempt 2" in sent
-    assert json.dumps(before[0]["body"]["messages"][0]["content"])[:200] in sent  # the task's prompt, as first sent
+    if agent == "claude_code":  # its first message is the task's prompt, as first sent
+        assert json.dumps(before[0]["body"]["messages"][0]["content"])[:200] in sent
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
     assert run.data.metrics["llm.input_tokens"] == 3000 + 3100 + 3300
     assert (tmp_path / "run" / "agent" / "stdout.attempt-2.txt").exists()
-
-
-@pytest.mark.system
-def test_codex_goes_on_in_its_own_session(tmp_path, plumbing_cache):
-    from fake_llm_server import reply, tool
-
-    first = [reply(tool("exec_command", cmd="echo tried the mean > notes.txt"), usage=(3000, 50)),
-             reply(tool("exec_command", cmd=LONG, yield_time_ms=300_000), usage=(3100, 30))]  # fmt: skip
-    second = [reply(text="Done.", usage=(3300, 10))]
-    before, after, again = killed_mid_tool_then_resumed(
-        tmp_path, plumbing_cache, "codex", {"OPENAI_API_KEY": KEY}, first, second, "OPENAI_BASE_URL",
-        tmp_path / "run" / "workspace" / "notes.txt",
-    )  # fmt: skip
-    assert again.returncode == 0, again.stderr[-3000:]
-    (call,) = after  # its one call goes on from the session: the first attempt's turns are in it
-    sent = json.dumps(call["body"]["input"])
-    assert "echo tried the mean > notes.txt" in sent and "time.sleep(3000)" in sent and "attempt 2" in sent
-    client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
-    assert run.data.metrics["llm.input_tokens"] == 3000 + 3100 + 3300
 
 
 @pytest.mark.integration
