@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
+from mlrb import resume
 from mlrb.agents.providers import Message, ToolCall, ToolResult
 
 FILE = "conversation.json"
@@ -18,10 +18,7 @@ FILE = "conversation.json"
 
 def save(folder: Path, history: list[Message]) -> None:
     """HISTORY, written whole (a new file renamed over the old: a kill mid-write leaves the last one)."""
-    path = Path(folder) / FILE
-    temporary = path.with_name(f".{FILE}.tmp")
-    temporary.write_text(json.dumps([dataclasses.asdict(m) for m in history]))
-    os.replace(temporary, path)
+    resume.atomic_write(Path(folder) / FILE, json.dumps([dataclasses.asdict(m) for m in history]))
 
 
 def load(folder: Path) -> list[Message] | None:
