@@ -6,7 +6,10 @@ scored and the run recorded as killed.
 
 A launcher that handles a signal itself keeps it: submitit installs its own
 SIGTERM and SIGUSR2 handlers in its jobs (it requeues a pre-empted or timed-out
-job on SIGUSR2 and ignores SIGTERM), and those are left as they are.
+job on SIGUSR2 and ignores SIGTERM), and those are left as they are. The guard
+still notes a SIGTERM such a launcher handles: SLURM sends one to every process of
+a job it kills (a requeue, a lost node), and the run must know that the agent's
+command died of it rather than of its own doing.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,7 @@ class Guard:
     def __init__(self) -> None:
         self.cleanups: list[Callable[[], None]] = []
         self.received: list[int] = []
+        self.seen_by_launcher: list[int] = []  # signals a launcher handled (it is told them too)
         self.holding = False
         self.pending: int | None = None
 
@@ -65,6 +70,14 @@ class Guard:
                         signal.Signals(signum).name)  # fmt: skip
             return
         self.interrupt(signum)
+
+    def launcher_signalled(self, signum: int, within_s: float = 0.0) -> bool:
+        """Whether a launcher's handler got `signum`, waiting up to `within_s` for it: a
+        job's processes are signalled one by one, the agent's maybe first."""
+        deadline = time.monotonic() + within_s
+        while signum not in self.seen_by_launcher and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return signum in self.seen_by_launcher
 
     def interrupt(self, signum: int) -> None:
         for cleanup in self.cleanups:
@@ -97,6 +110,16 @@ def ours(signum: int) -> bool:
     return signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler)
 
 
+def noted(guard: Guard, handler: Callable) -> Callable:
+    """The launcher's own handler, the signal noted first."""
+
+    def handle(signum: int, frame) -> None:
+        guard.seen_by_launcher.append(signum)
+        handler(signum, frame)
+
+    return handle
+
+
 @contextlib.contextmanager
 def guarded() -> Iterator[Guard]:
     """Install the guard for the signals no launcher handles (main thread only: Python
@@ -105,9 +128,12 @@ def guarded() -> Iterator[Guard]:
     if threading.current_thread() is not threading.main_thread():
         yield guard
         return
-    previous = {s: signal.getsignal(s) for s in SIGNALS if ours(s)}
-    for signum in previous:
-        signal.signal(signum, guard.handle)
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
+    for signum, handler in previous.items():
+        if ours(signum):
+            signal.signal(signum, guard.handle)
+        elif signum == signal.SIGTERM and callable(handler):
+            signal.signal(signum, noted(guard, handler))
     try:
         yield guard
     finally:

@@ -55,7 +55,7 @@ from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
 from mlrb.config import ConfigError, MlrbConfig
 from mlrb.resume import Resumption
-from mlrb.sandbox.base import SandboxStopped
+from mlrb.sandbox.base import SandboxError, SandboxStopped
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission
 from mlrb.status import Status, of_run
 from mlrb.tags import Tag
@@ -67,6 +67,9 @@ CLAIM_FILE = resume.CLAIM  # in a run folder: a run has claimed it
 # A SLURM job stopped with no warning signal first gets SIGTERM, then SIGKILL this long after
 # (its KillWait, 30 s by default): time enough for SLURM to end it before the harness would.
 SLURM_KILL_WAIT_S = 300
+# How long an agent that ended badly under SLURM waits for the job's own SIGTERM: SLURM signals a
+# killed job's processes one by one, and the agent's command may die of it before the harness hears.
+JOB_SIGTERM_GRACE_S = 5
 SUCCESS_IMPROVEMENT = 0.10  # MLAgentBench: success = more than 10% better than the baseline
 ASSETS_PARAM = "assets.fingerprint"  # beside the config's params (task.name, agent.name, seed, sandbox.kind...)
 
@@ -449,7 +452,14 @@ class Stages:
                                    state_dir=self.state_dir)  # fmt: skip
             try:
                 with keeper.running():
-                    self.outcome = plan.agent.run(context)
+                    try:
+                        self.outcome = plan.agent.run(context)
+                    except SandboxError as e:
+                        if self.job_stopping(within_s=JOB_SIGTERM_GRACE_S):
+                            raise SandboxStopped(f"{e} (SLURM is stopping its job)") from e
+                        raise
+                    if self.job_stopping(within_s=0 if self.outcome.status == Status.OK else JOB_SIGTERM_GRACE_S):
+                        raise SandboxStopped(f"the agent ended ({self.outcome.message[:200]}) as SLURM stopped its job")
             except interrupts.Interrupted as e:  # the workspace is still scored (a second signal skips that)
                 if plan.resume and e.signum in interrupts.SUSPENDING:
                     raise  # the run goes on later, where it was (`stopped`)
@@ -469,6 +479,14 @@ class Stages:
                 sink.close(stopped_by)  # traces flushed, the trajectory file closed
             self.recorder.export_pause = None
         log.info("agent ended: %s %s", self.outcome.status, self.outcome.message)
+
+    def job_stopping(self, within_s: float) -> bool:
+        """Whether SLURM is killing this run's job (a requeue, a lost node): its SIGTERM reached the
+        harness through the launcher's handler. The agent cannot send it (the sandbox has its own PIDs)."""
+        if not (self.plan.resume and resume.slurm_job_id()):
+            return False
+        with self.budget.paused():  # the wait is not the agent's time
+            return self.guard.launcher_signalled(signal.SIGTERM, within_s)
 
     def collect(self) -> None:
         """What the agent left: its final state and trajectory recorded, the step to score chosen

@@ -381,13 +381,19 @@ def test_a_signal_while_the_outcome_is_recorded_waits_for_it():
 
 
 @pytest.mark.fast
-def test_a_launchers_own_handler_is_left_alone():
+def test_a_launchers_own_handler_keeps_its_signal_and_the_run_knows_it_came():
+    told = []
+
     def launcher_handler(signum, frame):
-        pass
+        told.append(signum)
 
     previous = signal.signal(signal.SIGTERM, launcher_handler)  # as submitit does in its jobs
     try:
-        with interrupts.guarded():
-            assert signal.getsignal(signal.SIGTERM) is launcher_handler
+        with interrupts.guarded() as guard:
+            assert not guard.launcher_signalled(signal.SIGTERM, within_s=0.3)
+            os.kill(os.getpid(), signal.SIGTERM)  # no Interrupted: the launcher decides
+            assert guard.launcher_signalled(signal.SIGTERM, within_s=5) and told == [signal.SIGTERM]
+            assert guard.received == []
+        assert signal.getsignal(signal.SIGTERM) is launcher_handler
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -21,6 +21,7 @@ from conftest import PLUMBING, mlflow_client, printed, store_args
 from mlrb import resume
 from mlrb.budget import Budget
 from mlrb.config import BudgetConfig
+from test_failures_runs import running_with
 
 MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
 # Its first attempt writes a mark and works on (a long sleep); an attempt that finds the mark
@@ -102,6 +103,70 @@ def test_resume_false_starts_over_in_a_run_of_its_own(tmp_path, plumbing_cache):
     assert (folder / "record.jsonl").read_text() == record_before  # the run begun before is left as it was
     opened = [json.loads(line) for line in (over / "record.jsonl").read_text().splitlines()]
     assert opened[0]["attempt"] == 1 and opened[0]["run_id"] != json.loads(record_before.splitlines()[0])["run_id"]
+
+
+# ---- a SLURM job killed with its processes one by one --------------------------------------------
+
+# As a submitit job runs the harness: SLURM's job id in its environment, and a launcher's own SIGTERM
+# handler, which lets the job go on (submitit's ignores SIGTERM and acts on its warning signal).
+AS_SLURM_JOB = ("import runpy, signal, sys; signal.signal(signal.SIGTERM, lambda signum, frame: None); "
+                "sys.argv = ['mlrb', *sys.argv[1:]]; runpy.run_module('mlrb', run_name='__main__')")  # fmt: skip
+
+
+def as_slurm_job(tmp_path: Path, cache: Path, agent: str) -> subprocess.Popen:
+    args = command_args(tmp_path, cache, f"task.scales.tiny.baseline_command='{agent}'")[3:]
+    env = {**os.environ, "SLURM_JOB_ID": "4242"}
+    return subprocess.Popen([sys.executable, "-c", AS_SLURM_JOB, *args], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+
+
+def wait_for(what, process: subprocess.Popen, timeout: float = 300):
+    deadline = time.monotonic() + timeout
+    while not (found := what()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"not seen in time: {process.communicate()[1][-3000:]}")
+        time.sleep(0.2)
+    return found
+
+
+@pytest.mark.integration
+def test_an_agent_killed_by_its_job_s_sigterm_before_the_harness_hears_goes_on_in_the_requeued_job(
+    tmp_path, plumbing_cache
+):
+    # SLURM kills a job's processes one by one (a requeue, a lost node). The agent's command dies of its
+    # SIGTERM first: that is not the agent's error, and the run goes on when the job runs again.
+    process = as_slurm_job(tmp_path, plumbing_cache, AGENT)
+    (sleeping,) = wait_for(lambda: running_with("sleep\0" + "3000"), process)
+    time.sleep(resume.HEARTBEAT_S + 1)  # its progress saved past the start
+    os.kill(int(sleeping), signal.SIGTERM)  # the agent's command first: it exits 143
+    time.sleep(1)
+    os.kill(process.pid, signal.SIGTERM)  # then the harness, whose launcher lets it go on
+    folder = wait_for(lambda: [f for f in run_folders(tmp_path)
+                               if any("waiting up to" in log.read_text() for log in f.glob("*.log"))], process)[0]  # fmt: skip
+    os.killpg(process.pid, signal.SIGKILL)  # SLURM's SIGKILL, once its kill wait is over
+    process.communicate(timeout=60)
+
+    again = subprocess.run(command_args(tmp_path, plumbing_cache), cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
+    assert run.data.tags["mlrb.status"] == "ok" and "score" in run.data.metrics
+    assert run_folders(tmp_path) == [folder] and (folder / "workspace" / "mark").read_text() == "first\n"
+
+
+@pytest.mark.integration
+def test_an_agent_that_kills_itself_with_sigterm_under_slurm_is_still_its_own_error(tmp_path, plumbing_cache):
+    # Dying of SIGTERM is not a way to a second attempt: the job's own signal never came.
+    process = as_slurm_job(tmp_path, plumbing_cache, "kill -TERM $$")
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err[-3000:]
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "agent_error"
+    assert "exited 143" in run.data.tags["mlrb.agent_message"] and run.data.tags["mlrb.attempt"] == "1"
 
 
 # ---- who owns a run folder ---------------------------------------------------------------------
