@@ -5,8 +5,9 @@ Each line is one JSON object with the format's version `v`, the time `t` (Unix s
 a `kind`:
 
 - `opened`: the store's `run_id`, the `experiment`'s and the run's name (`run_name`), the
-  `attempt`, and the `tags` the run was opened with (a retried sweep job appends a second
-  `opened` with the next attempt);
+  `attempt`, the `tags` the run was opened with (a retried sweep job appends a second
+  `opened` with the next attempt) and the `store` (its `uri`, any password masked, or the
+  `dir` of its SQLite store);
 - `params`: `params`, name -> value;
 - `tags`: `tags`, name -> value (a later value replaces an earlier one);
 - `metrics`: `metrics`, name -> value, at `step`;
@@ -23,16 +24,16 @@ The agent's events are in `trajectory.jsonl` beside it. `fold` turns the lines i
 store holds, and `python -m mlrb.sync` (mlrb/sync.py) puts what a store lacks of it into
 that store, through the same `export`.
 
-The store is written from the record: each line, once appended, is read back from the file
-and written by `export`, the one place where a record line becomes an MLflow call. For a
-single run and a local sweep's job it runs in the recording process (mlrb/recording_process.py,
-mlrb/recording_server.py), which is told only where the new line lies; for a SLURM sweep's job,
-in the harness's process (`LocalStoreRun`).
+The store is written from the record, by one exporter: the recording process
+(mlrb/recording_process.py), which reads each line back from the file once the harness has
+appended it and writes it with `export`, the one place where a record line becomes an MLflow
+call. The harness never waits for it during the run: only at the run's end, for the lines
+still on their way (`RecordedRun.finish`).
 
-When the store cannot be reached in the middle of a run (a server or database away past
-`tracking.retry_for_s`), the run goes on: its record stays complete, nothing more is sent to
-the store, and the run ends saying it is not yet in the store (`RecordedRun.store_error`);
-`python -m mlrb.sync`, or relaunching its sweep, uploads it.
+When the store cannot be reached in the middle of a run (a server or database away), the run
+goes on and ends as it would: its record stays complete, and the run ends saying it is not yet
+in the store (`RecordedRun.store_error`); `python -m mlrb.sync RUN_DIR` uploads it to the store
+the run was recorded for (the `store` of its `opened` line), or relaunching its sweep does.
 """
 
 from __future__ import annotations
@@ -41,14 +42,13 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mlrb.config import TrackingConfig
 from mlrb.messages import first_line
-from mlrb.tracking import RunRecorder, check_store, open_run, opening_tags, store_unreachable
+from mlrb.recording_process import StoreAway
+from mlrb.tracking import RunRecorder, opening_tags, store_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ TEXTS = "record"  # the folder, in the run folder, of the texts a run logs as ar
 
 class RecordedRun:
     """A run's recorder: each call is a line appended to the run folder's record, which the
-    store's run (`LocalStoreRun`, or the recording process's `RemoteStoreRun`) then exports."""
+    recording process's run in the store (`recording_process.RemoteStoreRun`) then exports."""
 
     def __init__(self, store_run: Any, run_dir: Path, experiment: str, run_name: str, tags: dict[str, Any]):
         """`store_run` was just opened in EXPERIMENT as RUN_NAME with TAGS."""
@@ -70,26 +70,30 @@ class RecordedRun:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / FILE
         self.store_error: str | None = None  # why the store could not be reached, once it could not
-        # While set, each export runs inside it: the agent's budget clock stands still
-        # while the harness waits on the store, whose retries may take minutes when it is away.
-        self.export_pause: Callable[[], AbstractContextManager[object]] | None = None
         self._append("opened", run_id=self.run_id, experiment=experiment, run_name=run_name,
-                     attempt=self.attempt, tags=opening_tags(tags, self.attempt))  # fmt: skip
+                     attempt=self.attempt, tags=opening_tags(tags, self.attempt), store=store_run.store)  # fmt: skip
 
     def _append(self, kind: str, **fields: Any) -> None:
-        """Append one line, then have the store's run export it (unless the store has been away)."""
+        """Append one line, then hand it to the store's run to export (unless the store has been
+        away); an export of an earlier line that the store refused raises here."""
         data = line_of(kind, **fields).encode("utf-8")
         with open(self.path, "ab") as f:
             offset = f.tell()
             f.write(data)
         if kind == "opened" or self.store_error is not None:
             return  # the store opened the run itself; a store that was away gets the record by sync
+        with self.store_failures():
+            self.store_run.export(self.path, offset, len(data))
+
+    @contextlib.contextmanager
+    def store_failures(self) -> Iterator[None]:
+        """A store that cannot be reached: noted once, and the run goes on without it. A store that
+        refused what was sent: a failure of the run, as before."""
         try:
-            with self.export_pause() if self.export_pause is not None else contextlib.nullcontext():
-                self.store_run.export(self.path, offset, len(data))
+            yield
         except Exception as e:
-            if not store_unreachable(e):
-                raise  # the store refused what was sent: a failure of the run, as before
+            if not (isinstance(e, StoreAway) or store_unreachable(e)):
+                raise
             self.store_error = first_line(e)
             log.warning("the tracking store cannot be reached (%s); the run goes on and keeps its record in %s: "
                         "`python -m mlrb.sync %s` uploads it once the store is back",
@@ -136,7 +140,11 @@ class RecordedRun:
         return fold(read(self.run_dir))["params"]
 
     def finish(self, status: str) -> None:
+        """The run's end; returns once the store holds the whole record, or is found away."""
         self._append("status", status=status)
+        if self.store_error is None:
+            with self.store_failures():
+                self.store_run.flush()
 
 
 def export_lines(recorder: RunRecorder, path: Path, offset: int, length: int) -> None:
@@ -169,45 +177,6 @@ def export(recorder: RunRecorder, lines: list[dict], run_dir: Path) -> None:
                 recorder.log_trace(line["trace"])
             case "status":
                 recorder.finish(line["status"])
-
-
-class LocalStoreRun:
-    """A run in the store, written from this process: what a SLURM sweep's jobs use (their
-    processes live on after one run, or import MLflow anyway)."""
-
-    def __init__(self, recorder: RunRecorder):
-        self.recorder = recorder
-        self.run_id, self.experiment_id, self.attempt = recorder.run_id, recorder.experiment_id, recorder.attempt
-
-    def export(self, path: Path, offset: int, length: int) -> None:
-        export_lines(self.recorder, path, offset, length)
-
-
-class Deferred:
-    """A call made when its result is asked for."""
-
-    def __init__(self, call: Callable[[], Any]):
-        self.call = call
-
-    def result(self) -> Any:
-        return self.call()
-
-
-class LocalRecording:
-    """The store checked and the run opened in this process (a single run's harness hands both
-    to the recording process, mlrb/recording_process.py, with the same calls)."""
-
-    def start_check(self, cfg: TrackingConfig, wait_for_server: bool = False) -> Deferred:
-        """`tracking.check_store`, run when its result() is asked for."""
-        return Deferred(lambda: check_store(cfg, wait_for_server=wait_for_server))
-
-    def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
-                 resume_tags: dict[str, str] | None = None, reopen: tuple[str, int] | None = None
-                 ) -> LocalStoreRun:  # fmt: skip
-        return LocalStoreRun(open_run(cfg, experiment, run_name, tags, resume_tags=resume_tags, reopen=reopen))
-
-
-LOCAL = LocalRecording()
 
 
 def line_of(kind: str, **fields: Any) -> str:

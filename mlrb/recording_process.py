@@ -15,8 +15,10 @@ The two talk in JSON lines over a pair of pipes, one request and one answer at a
   answer is empty, or a config error to refuse the run with in one line;
 - `open_run` (the tracking config, experiment, run name, tags, resume tags): the answer is
   the store's run id, its experiment's id and the attempt;
-- `export` (the record's path, a byte offset and a length): the answer comes once the lines
-  are in the store, so a line is in the store when its call returns, as in one process.
+- `export` (the run's id, its record's path, a byte offset and a length): the answer comes
+  once the lines are in the store. The harness does not wait for it: the process exports in
+  the order asked, and the harness waits for what is left at the run's end
+  (`RemoteStoreRun.flush`).
 
 A failed request is answered with its kind (`config`, or `failed` with the error's type and
 message, which `tracking.store_unreachable` reads) and mlrb's log lines of each request come
@@ -31,10 +33,10 @@ whole process group): the harness, which handles them, still records the run as 
 through it. It ends when the harness closes its end of the pipe, at the run's end or when
 the harness dies.
 
-A local sweep's jobs record the same way, through a process forked by their sweep's recording
-server (mlrb/recording_server.py). A SLURM sweep's jobs and `mlrb.cli.main()` called from
-Python record in their own process (`record.LOCAL`): their processes may live on after one
-run, or import MLflow anyway.
+Every run records this way: a single run's, a SLURM job's, one run by `mlrb.cli.main()`
+called from Python, through a new interpreter; a local sweep's job, through a process forked
+by its sweep's recording server (mlrb/recording_server.py), which has imported MLflow once.
+`forked_or_new` is where that is chosen.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -58,6 +61,8 @@ from mlrb.config import ConfigError, TrackingConfig
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_S = 10.0  # the process ends as soon as it reads the end of its pipe
+# At a run's end, while an export is waited for, the store is asked whether it still answers.
+FLUSH_POLL_S, ASK_EVERY_S = 0.5, 5.0
 
 
 class RecordingError(RuntimeError):
@@ -111,8 +116,18 @@ def new_interpreter(child_reads: int, child_writes_to: int) -> subprocess.Popen:
     )  # fmt: skip
 
 
+def forked_or_new(child_reads: int, child_writes_to: int) -> Any:
+    """A local sweep's job asks its sweep's recording server to fork the process (MLflow is
+    imported there once, mlrb/recording_server.py); any other run starts a new interpreter."""
+    from mlrb import recording_server
+
+    if recording_server.serving():
+        return recording_server.spawn(child_reads, child_writes_to)
+    return new_interpreter(child_reads, child_writes_to)
+
+
 # How the process is started: the tests start it from a warm process instead (tests/warm_start.py).
-spawn: Callable[[int, int], Any] = new_interpreter
+spawn: Callable[[int, int], Any] = forked_or_new
 
 
 class RecordingProcess:
@@ -141,6 +156,7 @@ class RecordingProcess:
         self.requests: queue.SimpleQueue[tuple[bytes, Pending] | None] = queue.SimpleQueue()
         self.ended: str | None = None  # why the process can take no more requests
         self.used = False  # a request was sent: the process may have written to the store
+        self.abandoned = False  # its exports wait for a store that is away: not waited for at the end
         self.io = threading.Thread(target=self.exchange, name="recording-io", daemon=True)
         self.io.start()
 
@@ -185,8 +201,9 @@ class RecordingProcess:
         that was never asked anything (the command stopped before its run: a config refused,
         --help) is ended at once: it has written nothing, and it would hold the harness's
         standard output and error open (a pipe's reader waits for them) until its imports are
-        done."""
-        if not self.used:
+        done. So is one left exporting to a store that is away (`abandoned`): the record
+        keeps what it did not write, and `python -m mlrb.sync` uploads it."""
+        if self.abandoned or not self.used:
             self.process.kill()
         self.requests.put(None)
         self.io.join(CLOSE_WAIT_S)
@@ -208,25 +225,58 @@ class RecordingProcess:
     def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
                  resume_tags: dict[str, str] | None = None,
                  reopen: tuple[str, int] | None = None) -> RemoteStoreRun:  # fmt: skip
-        run_id, experiment_id, attempt = self.call(
+        run_id, experiment_id, attempt, store = self.call(
             "open_run", tracking=dataclasses.asdict(cfg), experiment=experiment, run_name=run_name,
             tags={k: str(v) for k, v in tags.items()}, resume_tags=resume_tags, reopen=reopen,
         )  # fmt: skip
-        return RemoteStoreRun(self, run_id, experiment_id, attempt)
+        return RemoteStoreRun(self, run_id, experiment_id, attempt, store, cfg)
+
+
+class StoreAway(RuntimeError):
+    """The store stopped answering while the run's record was being exported to it."""
 
 
 class RemoteStoreRun:
-    """The run the recording process opened: it exports each new line of the run's record."""
+    """The run the recording process opened: it exports each new line of the run's record, in
+    order, while the harness goes on; the harness waits for the exports only at the run's end."""
 
-    def __init__(self, process: RecordingProcess, run_id: str, experiment_id: str, attempt: int):
+    def __init__(self, process: RecordingProcess, run_id: str, experiment_id: str, attempt: int,
+                 store: dict[str, str], cfg: TrackingConfig):  # fmt: skip
         self.process = process
+        self.cfg = cfg
         self.run_id = run_id
         self.experiment_id = experiment_id
         self.attempt = attempt
+        self.store = store  # as tracking.store_named gives it: where `python -m mlrb.sync` uploads the record
+        self.sent: list[Pending] = []  # the exports not yet seen answered, in order
 
     def export(self, path: Path, offset: int, length: int) -> None:
-        """Have the process write the record's bytes [offset, offset + length) to the store."""
-        self.process.call("export", path=str(Path(path).resolve()), offset=offset, length=length)
+        """Have the process write the record's bytes [offset, offset + length) to the store,
+        after the lines sent before; returns at once. An earlier export that failed raises here."""
+        self.answered()
+        self.sent.append(self.process.submit("export", run_id=self.run_id, path=str(Path(path).resolve()),
+                                             offset=offset, length=length))  # fmt: skip
+
+    def answered(self) -> None:
+        """Drop the exports answered so far; the first that failed raises its error."""
+        while self.sent and self.sent[0].done.is_set():
+            self.sent.pop(0).result()
+
+    def flush(self) -> None:
+        """Wait until every export sent is in the store (or raise the first that failed). While
+        one is waited for, the store is asked every ASK_EVERY_S whether it still answers:
+        StoreAway at once if not, rather than the store's minutes of retries."""
+        from mlrb import tracking
+
+        asked = 0.0
+        while self.sent:
+            if not self.sent[0].done.wait(FLUSH_POLL_S) and time.monotonic() - asked > ASK_EVERY_S:
+                asked = time.monotonic()
+                reason = tracking.store_away(self.cfg)
+                if reason:
+                    self.process.abandoned = True
+                    raise StoreAway(reason)
+            self.answered()
 
 
 # ------------------------------------------------------------- the harness's one process
@@ -262,7 +312,7 @@ class Exporter:
     """The recording process's side: the run it opened, and what each request does."""
 
     def __init__(self) -> None:
-        self.recorder: Any = None
+        self.recorders: dict[str, Any] = {}  # the runs it opened, by id
 
     def check_store(self, tracking: dict[str, Any], wait_for_server: bool) -> None:
         from mlrb import tracking as store
@@ -273,14 +323,16 @@ class Exporter:
                  resume_tags: dict[str, str] | None, reopen: list[Any] | None = None) -> list[Any]:  # fmt: skip
         from mlrb import tracking as store
 
-        self.recorder = store.open_run(TrackingConfig(**tracking), experiment, run_name, tags, resume_tags=resume_tags,
-                                       reopen=(reopen[0], int(reopen[1])) if reopen else None)  # fmt: skip
-        return [self.recorder.run_id, self.recorder.experiment_id, self.recorder.attempt]
+        cfg = TrackingConfig(**tracking)
+        recorder = store.open_run(cfg, experiment, run_name, tags, resume_tags=resume_tags,
+                                  reopen=(reopen[0], int(reopen[1])) if reopen else None)  # fmt: skip
+        self.recorders[recorder.run_id] = recorder
+        return [recorder.run_id, recorder.experiment_id, recorder.attempt, store.store_named(cfg)]
 
-    def export(self, path: str, offset: int, length: int) -> None:
+    def export(self, run_id: str, path: str, offset: int, length: int) -> None:
         from mlrb.record import export_lines
 
-        export_lines(self.recorder, Path(path), offset, length)
+        export_lines(self.recorders[run_id], Path(path), offset, length)
 
 
 OPERATIONS: dict[str, Callable[..., Any]] = {

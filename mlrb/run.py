@@ -40,7 +40,6 @@ from mlrb import (
     prefetch,
     record,
     recording_process,
-    recording_server,
     resume,
     snapshots,
     step_scoring,
@@ -107,11 +106,9 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
     commit: dict[str, str] = {}  # git runs in its own processes while the store is checked
     git = threading.Thread(target=lambda: commit.update(tracking.harness_commit()), name="git", daemon=True)
     git.start()
-    # MLflow: in a process of its own for a single run's harness (started with it) and a local
-    # sweep's job (forked by its sweep's recording server), else here
-    recording = recording_process.running() or (
-        recording_process.start(recording_server.spawn) if recording_server.serving() else record.LOCAL
-    )
+    # MLflow: in a process of its own (started with `python -m mlrb`, else now), which the
+    # record is exported through
+    recording = recording_process.start()
     try:
         preflight(plan, recording, clock)
     except ConfigError:
@@ -150,14 +147,14 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
                 raise
             raise replacement from e
         with guard.hold():
-            recorder.finish(result.status.mlflow_status)
+            recorder.finish(result.status.mlflow_status)  # waits for the store, unless it is away
+        result = dataclasses.replace(result, store_error=recorder.store_error)
     if result.status == Status.KILLED:
         raise RunInterrupted(result, guard.received[0])
     return result
 
 
-def preflight(plan: plans.RunPlan, recording: recording_process.RecordingProcess | record.LocalRecording,
-              clock: timeline.StageClock) -> None:  # fmt: skip
+def preflight(plan: plans.RunPlan, recording: recording_process.RecordingProcess, clock: timeline.StageClock) -> None:
     """Everything the run needs, checked before it exists: a ConfigError is one line, and
     nothing is recorded."""
     # e.g. no namespaces, a dead Docker daemon
@@ -433,7 +430,6 @@ class Stages:
 
         sink: events.EventSink | None = None
         stopped_by: BaseException | None = None  # an error that stopped the agent: the sink's open spans end with it
-        self.recorder.export_pause = budget.paused  # the harness's waits on the store are not the agent's time
         try:
             sink = open_sink(self.run_dir / "trajectory.jsonl", self.recorder)
             # its spend saved as it goes, for a later attempt; what is left written where the agent reads it
@@ -477,7 +473,6 @@ class Stages:
                 self.model.close()
             if sink is not None:
                 sink.close(stopped_by)  # traces flushed, the trajectory file closed
-            self.recorder.export_pause = None
         log.info("agent ended: %s %s", self.outcome.status, self.outcome.message)
 
     def job_stopping(self, within_s: float) -> bool:
@@ -608,7 +603,6 @@ class Stages:
             score=report.score,
             normalised_score=summary.get("normalised_score"),
             run_dir=str(self.run_dir),
-            store_error=recorder.store_error,
         )
 
 

@@ -1,9 +1,10 @@
 """Put runs into a tracking store from their run folders' records (mlrb/record.py):
 
-    python -m mlrb.sync RUN_DIR [RUN_DIR ...] [--tracking-dir mlruns | --tracking-uri URI]
-    python -m mlrb.sync --all [--outputs outputs] [--tracking-dir mlruns | --tracking-uri URI]
+    python -m mlrb.sync RUN_DIR [RUN_DIR ...] [--tracking-dir DIR | --tracking-uri URI]
+    python -m mlrb.sync --all [--outputs outputs] [--tracking-dir DIR | --tracking-uri URI]
 
-For each run folder, what the store lacks of the record is uploaded: params, tags, metric
+Each run folder goes to the store it was recorded for (its record names it), or to the one
+named. For each, what the store lacks of the record is uploaded: params, tags, metric
 values (by step), artifacts, the agent's traces (by step, with their own times) and the end
 status. A run the store already holds (the record's run id, or a run synced from it before,
 tagged `mlrb.synced_from`) is completed; otherwise a run is created with the record's name
@@ -33,9 +34,33 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("run_dirs", nargs="*", type=Path, help="run folders (outputs/runs/<run>), each with record.jsonl")
     p.add_argument("--all", action="store_true", help="every run folder under --outputs")
     p.add_argument("--outputs", type=Path, default=Path("outputs"), help="where --all looks (default: outputs)")
-    p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else SQLite in --tracking-dir")
-    p.add_argument("--tracking-dir", default="mlruns")
+    p.add_argument("--tracking-uri", default=None, help="this store instead of the one each run was recorded for")
+    p.add_argument("--tracking-dir", default=None, help="the SQLite store in this folder instead")
     return p
+
+
+def recorded_store(run_dir: Path) -> TrackingConfig:
+    """The store RUN_DIR's run was recorded for (its record's last `opened` line); a record that
+    does not name one goes to $MLFLOW_TRACKING_URI, else to the SQLite store in mlruns."""
+    opened = [line for line in record.read(run_dir) if line["kind"] == "opened"]
+    store = opened[-1].get("store") if opened else None
+    if not store:
+        return TrackingConfig(uri=os.environ.get("MLFLOW_TRACKING_URI"))
+    if "***" in (store.get("uri") or ""):
+        raise ConfigError(f"{run_dir}: its store {store['uri']} needs a password, which the record does not keep: "
+                          "name the store with --tracking-uri")  # fmt: skip
+    return TrackingConfig(uri=store.get("uri"), dir=store.get("dir") or "mlruns")
+
+
+def stores_of(args: argparse.Namespace, folders: list[Path]) -> dict[tuple[str | None, str], list[Path]]:
+    """The run folders by the store each goes to, as (uri, dir)."""
+    if args.tracking_uri or args.tracking_dir:
+        return {(args.tracking_uri, args.tracking_dir or "mlruns"): folders}
+    grouped: dict[tuple[str | None, str], list[Path]] = {}
+    for folder in folders:
+        cfg = recorded_store(folder)
+        grouped.setdefault((cfg.uri, cfg.dir), []).append(folder)
+    return grouped
 
 
 def run_dirs(args: argparse.Namespace) -> list[Path]:
@@ -179,12 +204,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         from mlrb import tracking
 
-        folders = run_dirs(args)
-        cfg = TrackingConfig(uri=args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"), dir=args.tracking_dir)
-        tracking.check_store(cfg)
-        client, artifact_root = tracking.client_for(cfg)
-        for folder in folders:
-            print(sync_run(client, artifact_root, folder), flush=True)
+        for (uri, folder_of_store), folders in stores_of(args, run_dirs(args)).items():
+            cfg = TrackingConfig(uri=uri, dir=folder_of_store)
+            tracking.check_store(cfg)
+            client, artifact_root = tracking.client_for(cfg)
+            for folder in folders:
+                print(sync_run(client, artifact_root, folder), flush=True)
     except (ConfigError, ValueError) as e:
         print(f"mlrb.sync: error: {e}", file=sys.stderr)
         sys.exit(2)

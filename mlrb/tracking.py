@@ -48,6 +48,13 @@ def store_location(cfg: TrackingConfig) -> tuple[str, str | None]:
     return f"sqlite:///{root / 'mlflow.db'}", artifact_root
 
 
+def store_named(cfg: TrackingConfig) -> dict[str, str]:
+    """Which store CFG names, as a run's record keeps it (mlrb/record.py): its URI with any password
+    masked, or the absolute folder of its SQLite store."""
+    uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    return {"uri": mask_uri(uri)} if uri else {"dir": str(Path(cfg.dir).expanduser().resolve())}
+
+
 def sqlite_path(uri: str) -> Path | None:
     """The database file of an sqlite:/// URI (None for other stores and in-memory ones)."""
     if not uri.startswith("sqlite:///"):
@@ -294,25 +301,10 @@ def check_sql_store(uri: str, shown: str, where: str) -> None:
 def check_http_store(uri: str, shown: str, where: str) -> None:
     """An MLflow server: it answers an experiment search, with the credentials MLflow
     would send ($MLFLOW_TRACKING_TOKEN, or a user and password)."""
-    import base64
-    import json
     import urllib.error
-    import urllib.request
 
-    parts = urlsplit(uri)
-    host = parts.hostname or ""
-    netloc = host if parts.port is None else f"{host}:{parts.port}"
-    base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-    request = urllib.request.Request(f"{base}/api/2.0/mlflow/experiments/search?max_results=1")
-    user = parts.username or os.environ.get("MLFLOW_TRACKING_USERNAME")
-    password = parts.password or os.environ.get("MLFLOW_TRACKING_PASSWORD")
-    if os.environ.get("MLFLOW_TRACKING_TOKEN"):
-        request.add_header("Authorization", f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}")
-    elif user and password:
-        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
     try:
-        with urllib.request.urlopen(request, timeout=CHECK_TIMEOUT_S) as response:
-            json.loads(response.read() or b"{}")
+        ask_http_store(uri, CHECK_TIMEOUT_S)
     except urllib.error.HTTPError as e:
         what = "the credentials were refused" if e.code in (401, 403) else "it is not an MLflow tracking server"
         raise ConfigError(
@@ -326,6 +318,50 @@ def check_http_store(uri: str, shown: str, where: str) -> None:
     except ValueError:
         raise ConfigError(f"tracking store '{shown}' ({where}): the answer is not MLflow's (not JSON); "
                           "check the URI's host, port and path") from None  # fmt: skip
+
+
+def ask_http_store(uri: str, timeout_s: float) -> None:
+    """Search the server's experiments once (no retries), as MLflow's client would ask."""
+    import base64
+    import json
+    import urllib.request
+
+    parts = urlsplit(uri)
+    host = parts.hostname or ""
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+    request = urllib.request.Request(f"{base}/api/2.0/mlflow/experiments/search?max_results=1")
+    user = parts.username or os.environ.get("MLFLOW_TRACKING_USERNAME")
+    password = parts.password or os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        request.add_header("Authorization", f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}")
+    elif user and password:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        json.loads(response.read() or b"{}")
+
+
+AWAY_CHECK_TIMEOUT_S = 5.0
+
+
+def store_away(cfg: TrackingConfig) -> str | None:
+    """Why the run's store does not answer now (None: it does, or cannot be asked without
+    MLflow). Asked at a run's end while an export waits, so that the run need not sit through
+    the store's retries: only a tracking server can be asked; its database counts with it."""
+    import urllib.error
+
+    uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+    if not uri.startswith(("http://", "https://")):
+        return None
+    try:
+        ask_http_store(uri, AWAY_CHECK_TIMEOUT_S)
+    except urllib.error.HTTPError as e:
+        return f"the tracking server at {mask_uri(uri)} answers HTTP {e.code}" if e.code >= 500 else None
+    except (urllib.error.URLError, OSError) as e:
+        return f"the tracking server at {mask_uri(uri)} cannot be reached ({getattr(e, 'reason', e)})"
+    except ValueError:
+        return None  # it answers; what it said is for the export to judge
+    return None
 
 
 def wait_for_http_server(uri: str, retry_for_s: float) -> None:

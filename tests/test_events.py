@@ -14,7 +14,7 @@ import pytest
 
 from conftest import mlflow_client
 from fake_llm_server import FakeLlmServer, error, reply, tool
-from mlrb import events, metering, record
+from mlrb import events, metering, record, recording_process
 from mlrb.agents.base import AgentContext
 from mlrb.agents.llm import LlmAgent
 from mlrb.agents.recording import MetricsWriter, open_sink
@@ -30,7 +30,7 @@ from test_llm_agent import KEY, KEY_ENV, agent_config, budget_config, metered
 def recorded_run(tmp_path, name: str) -> record.RecordedRun:
     """A run recorded as the harness records one: through its folder's record into the store."""
     (tmp_path / "run").mkdir()
-    store_run = record.LOCAL.open_run(TrackingConfig(dir=str(tmp_path / "mlruns")), "events", name, {})
+    store_run = recording_process.start().open_run(TrackingConfig(dir=str(tmp_path / "mlruns")), "events", name, {})
     return record.RecordedRun(store_run, tmp_path / "run", "events", name, {})
 
 
@@ -87,6 +87,7 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
     )
 
     # The traces: one per step, its spans in the same order, with the same usage and outputs.
+    recorder.store_run.flush()  # the record's lines are in the store, as at the run's end
     client = mlflow_client(tmp_path)
     traces = client.search_traces(locations=[recorder.experiment_id], run_id=recorder.run_id)
     by_step = {int(t.info.tags["mlrb.step"]): sorted(t.data.spans, key=lambda s: s.start_time_ns) for t in traces}
@@ -137,6 +138,7 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
     with pytest.raises(ValueError, match="closed file"):
         sink.emit(late)
     sink.emit(events.BudgetState(9, 4401, 261, 1.0))  # a call's metrics are written with its totals
+    recorder.store_run.flush()
     assert history("llm.latency_s")[-1] == (9, 0.5) and history("llm.cost_usd")[-1] == (9, 1.0)
     assert (tmp_path / "trajectory.jsonl").read_text().count("\n") == len(lines)
     recorder.finish("FINISHED")
@@ -198,6 +200,7 @@ def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path,
             sandbox.close()
     sink.close(stopped)  # as the harness closes it when an interruption stops the agent
     assert isinstance(stopped, KeyboardInterrupt)
+    recorder.store_run.flush()
     [trace] = mlflow_client(tmp_path).search_traces(locations=[recorder.experiment_id], run_id=recorder.run_id)
     spans = sorted(trace.data.spans, key=lambda s: s.start_time_ns)
     # MLflow marks a span failed for an Exception only; an interruption (a KeyboardInterrupt,

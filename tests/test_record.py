@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PLUMBING, assert_record_matches_store, mlflow_client, run_cli
-from mlrb import record, tracking
+from mlrb import record, recording_process
 from mlrb.config import TrackingConfig
 
 
@@ -24,8 +24,9 @@ def test_every_call_is_in_the_record_and_the_record_folds_into_what_the_store_ho
     (run_dir / "snapshots" / "step-1").mkdir(parents=True)
     (run_dir / "snapshots" / "step-1" / "train.py").write_text("print(1)\n")
     opened_with = {"mlrb.run_dir": str(run_dir), "mlrb.seed": 0}
-    store = tracking.open_run(TrackingConfig(dir=str(tmp_path / "mlruns")), "record", "record/0", opened_with)
-    recorder = record.RecordedRun(record.LocalStoreRun(store), run_dir, "record", "record/0", opened_with)
+    store = recording_process.start().open_run(TrackingConfig(dir=str(tmp_path / "mlruns")), "record", "record/0",
+                                               opened_with)  # fmt: skip
+    recorder = record.RecordedRun(store, run_dir, "record", "record/0", opened_with)
     recorder.log_params({"seed": "0", "task.name": "llm_merging"})
     recorder.set_tags({"mlrb.status": "running", "mlrb.valid": True})
     recorder.log_metrics({"llm.cost_usd": 0.01, "llm.latency_s": None}, step=1)  # None: not logged, as by MLflow
@@ -62,11 +63,9 @@ def recorded_run(tmp_path, store_dir):
     (run_dir / "snapshots" / "step-1" / "train.py").write_text("print(1)\n")
     (run_dir / "trajectory.jsonl").write_text('{"step": 1}\n')
     opened_with = {"mlrb.run_dir": str(run_dir), "mlrb.task": "llm_merging"}
-    store = tracking.open_run(TrackingConfig(dir=str(store_dir)), "llm_merging", "llm_merging/claude/smoke/0",
-                              opened_with)  # fmt: skip
-    recorder = record.RecordedRun(
-        record.LocalStoreRun(store), run_dir, "llm_merging", "llm_merging/claude/smoke/0", opened_with
-    )
+    store = recording_process.start().open_run(TrackingConfig(dir=str(store_dir)), "llm_merging",
+                                               "llm_merging/claude/smoke/0", opened_with)  # fmt: skip
+    recorder = record.RecordedRun(store, run_dir, "llm_merging", "llm_merging/claude/smoke/0", opened_with)
     recorder.log_params({"seed": "0", "long": "x" * 7000})  # longer than MLflow keeps
     recorder.log_text("seed: 0\n", "config.yaml")
     for step in (1, 2, 3):

@@ -145,9 +145,11 @@ def test_a_run_recorded_through_the_process_has_its_params_and_a_trace_ended_by_
         # The harness appends each line to the run's record; the process reads it there and writes it.
         recorder = record.RecordedRun(store_run, tmp_path / "run", "experiment", "a run", {"mlrb.task": "t"})
         recorder.log_params({"seed": "3"})
-        # MLflow's own error, in the recording process: the harness gets it as one of mlrb's, by name
+        recorder.log_params({"seed": "4"})  # returns at once: the process writes it while the harness goes on
+        # MLflow's own error, in the recording process: the harness gets it as one of mlrb's, by name,
+        # when it next waits for the store (at the latest, the run's end)
         with pytest.raises(recording_process.RecordingError, match=r"^MlflowException: .*seed"):
-            recorder.log_params({"seed": "4"})
+            store_run.flush()
         traces = TraceWriter(recorder, session=recorder.run_id)  # its traces go through the process
         traces.handle(events.StepStarted(1, "10 steps left"))
 
