@@ -8,6 +8,7 @@ stay cheap (no torch, no mlflow).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
@@ -100,6 +101,11 @@ class TrackingConfig:
     # A SLURM sweep refuses an SQLite store (one file on a shared filesystem loses writes
     # under concurrent jobs) unless this is true.
     allow_sqlite_on_slurm: bool = False
+
+    def named_uri(self) -> str | None:
+        """The store's URI: `uri`, else $MLFLOW_TRACKING_URI; None for the SQLite store in `dir`.
+        The one place this is worked out."""
+        return self.uri or os.environ.get("MLFLOW_TRACKING_URI")
 
 
 # The longest MLflow's HTTP retries can last (10 retries, pauses of at most 120 s; see tracking.py).
@@ -261,12 +267,10 @@ def check_positive(key: str, value: Any) -> None:
 
 def check_tracking_kind(cfg: TrackingConfig) -> None:
     """tracking=server needs the server's address (http or https)."""
-    import os
-
     if cfg.kind not in ("sqlite", "server"):
         raise ConfigError(f"tracking.kind must be sqlite or server, got '{cfg.kind}' (choose with tracking=sqlite or "
                           "tracking=server)")  # fmt: skip
-    uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = cfg.named_uri()
     if cfg.kind == "server" and not (uri or "").startswith(("http://", "https://")):
         got = f"got '{uri}'" if uri else "got none"
         raise ConfigError(f"tracking=server needs the MLflow server's address: tracking.uri=http://HOST:PORT ({got}; "

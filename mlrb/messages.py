@@ -47,6 +47,15 @@ def mask_uri(uri: str) -> str:
 # ---- durations ---------------------------------------------------------------------------
 
 
+URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>,;)]+")
+
+
+def mask_uris_in(text: str) -> str:
+    """TEXT with every URI in it masked as `mask_uri` masks one (an error message that names
+    its store, say)."""
+    return URI_IN_TEXT.sub(lambda found: mask_uri(found.group(0)), text)
+
+
 def duration(seconds: float | None) -> str:
     """A duration at a glance (reports, a sweep's end, a run's age): "45 s", "3.5 min", "2.25 h"."""
     if seconds is None:

@@ -17,7 +17,6 @@ team's server).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -45,7 +44,7 @@ def recorded_store(run_dir: Path) -> TrackingConfig:
     opened = [line for line in record.read(run_dir) if line["kind"] == "opened"]
     store = opened[-1].get("store") if opened else None
     if not store:
-        return TrackingConfig(uri=os.environ.get("MLFLOW_TRACKING_URI"))
+        return TrackingConfig()
     if "***" in (store.get("uri") or ""):
         raise ConfigError(f"{run_dir}: its store {store['uri']} needs a password, which the record does not keep: "
                           "name the store with --tracking-uri")  # fmt: skip

@@ -34,7 +34,7 @@ SECRET_KEY = re.compile(r"(api_?key|secret|password|passwd|auth_token|access_tok
 def store_location(cfg: TrackingConfig) -> tuple[str, str | None]:
     """(tracking URI, artifact root for new experiments or None for the server's default).
     A new SQLite store is created here, whole (see `create_sqlite_store`)."""
-    uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = cfg.named_uri()
     if uri:
         path = sqlite_path(uri)
         if path is not None and not path.exists():
@@ -51,7 +51,7 @@ def store_location(cfg: TrackingConfig) -> tuple[str, str | None]:
 def store_named(cfg: TrackingConfig) -> dict[str, str]:
     """Which store CFG names, as a run's record keeps it (mlrb/record.py): its URI with any password
     masked, or the absolute folder of its SQLite store."""
-    uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = cfg.named_uri()
     return {"uri": mask_uri(uri)} if uri else {"dir": str(Path(cfg.dir).expanduser().resolve())}
 
 
@@ -113,7 +113,7 @@ CHECK_TIMEOUT_S = 10.0
 
 def secrets_in(cfg: TrackingConfig) -> list[str]:
     """The secrets the store's URI carries (to mask wherever the config is written)."""
-    uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = cfg.named_uri()
     if not uri:
         return []
     parts = urlsplit(uri)
@@ -138,7 +138,7 @@ def check_store(cfg: TrackingConfig, wait_for_server: bool = False) -> None:
     to do. Takes seconds at most (MLflow's own retries would take minutes), unless
     `wait_for_server`: a sweep's job (its launcher checked the store already) waits for
     a tracking server that is away, as long as its writes would (tracking.retry_for_s)."""
-    uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = cfg.named_uri()
     shown = mask_uri(uri) if uri else f"sqlite:///{Path(cfg.dir).expanduser().resolve() / 'mlflow.db'}"
     where = "tracking.uri" if cfg.uri else ("$MLFLOW_TRACKING_URI" if uri else "tracking.dir")
     if uri and uri.startswith(("http://", "https://")):
@@ -350,7 +350,7 @@ def store_away(cfg: TrackingConfig) -> str | None:
     the store's retries: only a tracking server can be asked; its database counts with it."""
     import urllib.error
 
-    uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+    uri = cfg.named_uri() or ""
     if not uri.startswith(("http://", "https://")):
         return None
     try:
@@ -555,7 +555,7 @@ SQLITE_ON_SLURM = (
 
 def is_sqlite(cfg: TrackingConfig) -> bool:
     """Whether runs would go to an SQLite file (the default store, or a sqlite:/// URI)."""
-    uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = cfg.named_uri()
     return uri is None or uri.startswith("sqlite:")
 
 
@@ -610,16 +610,22 @@ def open_run(
 
 
 # What a store call's error says when the store could not be reached at all (an MLflow server
-# or a database away past tracking.retry_for_s), as against a call the store refused.
-UNREACHABLE_SIGNS = ("failed with exception", "Max retries exceeded", "Connection refused", "OperationalError",
-                     "could not connect to server", "failed with error code 50")  # fmt: skip
+# or a database away past tracking.retry_for_s), as against a call the store refused. The
+# network's own words first: `unreachable_sign` names the first found.
+UNREACHABLE_SIGNS = ("Connection refused", "timed out", "Name or service not known", "No route to host",
+                     "Failed to establish a new connection", "could not connect to server", "Max retries exceeded",
+                     "failed with exception", "failed with error code 50", "OperationalError")  # fmt: skip
+
+
+def unreachable_sign(error: BaseException) -> str | None:
+    """The words of a store call's error that say the store was away, not that it refused what
+    was sent (the recording process hands errors over as RecordingError with the original's text)."""
+    text = f"{type(error).__name__}: {error}"
+    return next((sign for sign in UNREACHABLE_SIGNS if sign in text), None)
 
 
 def store_unreachable(error: BaseException) -> bool:
-    """Whether a store call failed because the store was away, not because of what was sent
-    (the recording process hands errors over as RecordingError with the original's text)."""
-    text = f"{type(error).__name__}: {error}"
-    return any(sign in text for sign in UNREACHABLE_SIGNS)
+    return unreachable_sign(error) is not None
 
 
 def opening_tags(tags: dict[str, Any], attempt: int) -> dict[str, str]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from mlrb.messages import first_line_of
+from mlrb.config import TrackingConfig
+from mlrb.messages import first_line_of, mask_uris_in
 from mlrb.report.runs import Filters, Selection, load
 from mlrb.tags import Tag
 
@@ -75,15 +75,10 @@ def split(values: list[str]) -> list[str]:
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
 
-def hide_credentials(text: str) -> str:
-    """user:password@ in a URI never reaches the output."""
-    return re.sub(r"(//)[^/@\s]+@", r"\1***@", text)
-
-
 def tracking_uri(args: argparse.Namespace) -> str:
     """As the harness: --tracking-uri, else $MLFLOW_TRACKING_URI, else SQLite in --tracking-dir.
     A missing SQLite file is an error here: a report must not create an empty store."""
-    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = TrackingConfig(uri=args.tracking_uri).named_uri()
     if not uri:
         db = Path(args.tracking_dir).expanduser().resolve() / "mlflow.db"
         if not db.is_file():
@@ -106,17 +101,14 @@ def connect(uri: str) -> Any:
     return MlflowClient(tracking_uri=uri)
 
 
-NETWORK_FAILURES = ("Connection refused", "timed out", "Name or service not known", "No route to host",
-                    "Failed to establish a new connection")  # fmt: skip
-
-
 def why(error: Exception) -> str:
     """The gist of a store error in a few words (MLflow's own messages run to paragraphs)."""
-    text = hide_credentials(str(error).strip())
-    for failure in NETWORK_FAILURES:
-        if failure in text:
-            return f"the server does not answer ({failure.lower()})"
-    return first_line_of(text, 300) or type(error).__name__
+    from mlrb.tracking import unreachable_sign
+
+    sign = unreachable_sign(error)
+    if sign:
+        return f"the server does not answer ({sign.lower()})"
+    return first_line_of(mask_uris_in(str(error).strip()), 300) or type(error).__name__
 
 
 def experiments(client: Any, names: list[str]) -> dict[str, str]:
@@ -146,7 +138,7 @@ def read(args: argparse.Namespace, filters: Filters) -> tuple[Any, Selection, st
     """(client, the runs that pass the filters, the store's URI as shown) of the store the
     arguments name; a store that is missing or does not answer is a ReportError."""
     uri = tracking_uri(args)
-    shown_uri = hide_credentials(uri)
+    shown_uri = mask_uris_in(uri)
     try:
         client = connect(uri)
         chosen = experiments(client, filters.experiments)
