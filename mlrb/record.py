@@ -47,8 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.messages import first_line
-from mlrb.recording_process import StoreAway
-from mlrb.tracking import RunRecorder, opening_tags, store_unreachable
+from mlrb.tracking import RunRecorder, StoreAway, opening_tags, store_unreachable
 
 log = logging.getLogger(__name__)
 

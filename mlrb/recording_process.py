@@ -118,11 +118,15 @@ def new_interpreter(child_reads: int, child_writes_to: int) -> subprocess.Popen:
 
 def forked_or_new(child_reads: int, child_writes_to: int) -> Any:
     """A local sweep's job asks its sweep's recording server to fork the process (MLflow is
-    imported there once, mlrb/recording_server.py); any other run starts a new interpreter."""
+    imported there once, mlrb/recording_server.py); any other run, or a job that cannot reach
+    the server, starts a new interpreter."""
     from mlrb import recording_server
 
     if recording_server.serving():
-        return recording_server.spawn(child_reads, child_writes_to)
+        try:
+            return recording_server.request(os.environ[recording_server.ADDRESS_VAR], child_reads, child_writes_to)
+        except OSError as e:
+            log.debug("recording server not reached (%s): a new interpreter records instead", e)
     return new_interpreter(child_reads, child_writes_to)
 
 
@@ -232,10 +236,6 @@ class RecordingProcess:
         return RemoteStoreRun(self, run_id, experiment_id, attempt, store, cfg)
 
 
-class StoreAway(RuntimeError):
-    """The store stopped answering while the run's record was being exported to it."""
-
-
 class RemoteStoreRun:
     """The run the recording process opened: it exports each new line of the run's record, in
     order, while the harness goes on; the harness waits for the exports only at the run's end."""
@@ -275,7 +275,7 @@ class RemoteStoreRun:
                 reason = tracking.store_away(self.cfg)
                 if reason:
                     self.process.abandoned = True
-                    raise StoreAway(reason)
+                    raise tracking.StoreAway(reason)
             self.answered()
 
 

@@ -31,10 +31,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
-
-from mlrb import recording_process
+from typing import IO
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +67,10 @@ class Server:
         os.waitpid(self.pid, 0)
 
 
-def start() -> Server | None:
-    """Fork the server from this process (a sweep's, before it opens the store); None where it
-    cannot serve: a thread runs (it could hold a lock the fork would copy held), or no socket."""
+def start(recording_main: Callable[[list[str]], None]) -> Server | None:
+    """Fork the server from this process (a sweep's, before it opens the store), whose forks run
+    RECORDING_MAIN (`recording_process.main`); None where it cannot serve: a thread runs (it could
+    hold a lock the fork would copy held), or no socket."""
     import mlflow  # noqa: F401  # what every recording process imports, once
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
@@ -96,7 +96,7 @@ def start() -> Server | None:
         code = 0
         try:
             os.close(alive_w)
-            serve(listener, alive_r)
+            serve(listener, alive_r, recording_main)
         except BaseException:  # a job that cannot reach it starts a new interpreter
             code = 1
         finally:
@@ -107,7 +107,7 @@ def start() -> Server | None:
     return Server(pid, str(folder / "socket"), alive_w)
 
 
-def serve(listener: socket.socket, alive: int) -> None:
+def serve(listener: socket.socket, alive: int, recording_main: Callable[[list[str]], None]) -> None:
     """Fork a recording process for each job that asks, until the sweep's process is gone."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)  # the sweep's Ctrl-C: its jobs still record themselves
@@ -131,7 +131,7 @@ def serve(listener: socket.socket, alive: int) -> None:
         try:
             data, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 4)
             if len(fds) == 4 and data:
-                start_recording(conn, json.loads(data), fds, listener, alive)
+                start_recording(conn, json.loads(data), fds, listener, alive, recording_main)
         except (OSError, ValueError):
             pass  # that job starts a new interpreter
         finally:
@@ -152,8 +152,8 @@ def reap() -> bool:
             return True
 
 
-def start_recording(conn: socket.socket, env: dict[str, str], fds: list[int], listener: socket.socket,
-                    alive: int) -> None:  # fmt: skip
+def start_recording(conn: socket.socket, env: dict[str, str], fds: list[int], listener: socket.socket, alive: int,
+                    recording_main: Callable[[list[str]], None]) -> None:  # fmt: skip
     """C: fork G, the job's recording process, tell the job its pid, then its exit status. G
     starts serving only once the job has its pid: a job that gave up waiting (and started a new
     interpreter on the same pipes) gets no second reader of them."""
@@ -170,7 +170,7 @@ def start_recording(conn: socket.socket, env: dict[str, str], fds: list[int], li
                 conn.close()
                 os.close(go_w)
                 if os.read(go_r, 1) == b"1":
-                    become_recording_process(env, child_reads, child_writes_to, out, err)  # ends with exit 0
+                    become_recording_process(env, child_reads, child_writes_to, out, err, recording_main)
             finally:
                 os._exit(1)
         for fd in (*fds, go_r):
@@ -187,7 +187,8 @@ def start_recording(conn: socket.socket, env: dict[str, str], fds: list[int], li
         os._exit(0)
 
 
-def become_recording_process(env: dict[str, str], child_reads: int, child_writes_to: int, out: int, err: int) -> None:
+def become_recording_process(env: dict[str, str], child_reads: int, child_writes_to: int, out: int, err: int,
+                             recording_main: Callable[[list[str]], None]) -> None:  # fmt: skip
     """G: as a new interpreter started by the job would be: the job's environment and output,
     no logging set up by the sweep's process, then `recording_process.main`."""
     os.dup2(out, 1)
@@ -200,7 +201,7 @@ def become_recording_process(env: dict[str, str], child_reads: int, child_writes
     for handler in list(root.handlers):  # the sweep's console and log file are not this process's
         root.removeHandler(handler)
     root.setLevel(logging.WARNING)
-    recording_process.main([str(child_reads), str(child_writes_to)])  # ends the process
+    recording_main([str(child_reads), str(child_writes_to)])  # ends the process (exit 0)
 
 
 class ServedProcess:
@@ -228,16 +229,6 @@ class ServedProcess:
                 os.kill(self.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-
-
-def spawn(child_reads: int, child_writes_to: int) -> ServedProcess | Any:
-    """A local sweep's job's recording process: asked of its sweep's server, or, where that
-    cannot be reached, started as a single run's is (`recording_process.spawn`)."""
-    try:
-        return request(os.environ[ADDRESS_VAR], child_reads, child_writes_to)
-    except (KeyError, OSError) as e:
-        log.debug("recording server not reached (%s): a new interpreter records instead", e)
-    return recording_process.spawn(child_reads, child_writes_to)
 
 
 def request(address: str, child_reads: int, child_writes_to: int) -> ServedProcess:

@@ -37,7 +37,7 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import OmegaConf
 
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
-from mlrb import experiment_view, recording_server, run_names, sweep_summary, tracking
+from mlrb import experiment_view, recording_process, recording_server, run_names, sweep_summary, tracking
 from mlrb.config import ConfigError, TrackingConfig, to_typed
 from mlrb.messages import first_line
 from mlrb.plan import PARENT_RUN_VAR, SWEEP_ID_VAR, experiment_name, run_key, run_name
@@ -307,7 +307,9 @@ class LocalSweepLauncher(SweepLauncher):
     record through processes forked by this process's recording server (mlrb/recording_server.py)."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        server = recording_server.start()  # forked before the store is opened here: it holds no connection
+        server = recording_server.start(
+            recording_process.main
+        )  # forked before the store is opened here: it holds no connection
         if server:
             os.environ[recording_server.ADDRESS_VAR] = server.address  # submitit hands it to every job
         try:

@@ -344,6 +344,10 @@ def ask_http_store(uri: str, timeout_s: float) -> None:
 AWAY_CHECK_TIMEOUT_S = 5.0
 
 
+class StoreAway(RuntimeError):
+    """The store stopped answering while a run's record was being exported to it."""
+
+
 def store_away(cfg: TrackingConfig) -> str | None:
     """Why the run's store does not answer now (None: it does, or cannot be asked without
     MLflow). Asked at a run's end while an export waits, so that the run need not sit through

@@ -29,8 +29,8 @@ from warm_start import STARTING_ENV
 # The sweep's side, in a process of its own (a test process runs threads: no server forks there).
 SWEEP = """
 import sys
-from mlrb import recording_server
-server = recording_server.start()
+from mlrb import recording_process, recording_server
+server = recording_server.start(recording_process.main)
 print(server.address, server.pid, flush=True)
 sys.stdin.read()  # until the test closes it, or kills this process
 server.close()
@@ -82,7 +82,7 @@ sweep_process = pytest.fixture(start_sweep_process)  # for tests that end it
 
 def record_a_run(tmp_path: Path) -> tuple[recording_process.RecordingProcess, str]:
     """A run recorded through a RecordingProcess, as run.execute records one: its id."""
-    process = recording_process.RecordingProcess(recording_server.spawn)
+    process = recording_process.RecordingProcess(recording_process.forked_or_new)
     cfg = TrackingConfig(dir=str(tmp_path / "mlruns"))
     try:
         process.start_check(cfg).result()
@@ -123,7 +123,7 @@ def test_a_served_process_is_the_server_s_fork_with_the_job_s_environment(tmp_pa
     # (set here), not the sweep's (which has none). tracking.dir is where it would go otherwise.
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'by-env' / 'mlflow.db'}")
     (tmp_path / "by-env").mkdir()
-    process = recording_process.RecordingProcess(recording_server.spawn)
+    process = recording_process.RecordingProcess(recording_process.forked_or_new)
     try:
         assert parent_of(parent_of(process.process.pid)) == server_pid  # forked by the server's fork
         process.start_check(TrackingConfig(dir=str(tmp_path / "by-dir"))).result()
@@ -147,7 +147,7 @@ def test_the_server_ends_with_the_sweep_s_process_and_its_recording_processes_wi
 ):
     sweep, address, server_pid = sweep_process
     monkeypatch.setenv(recording_server.ADDRESS_VAR, address)
-    process = recording_process.RecordingProcess(recording_server.spawn)
+    process = recording_process.RecordingProcess(recording_process.forked_or_new)
     served = process.process
     sweep.kill()  # the sweep's process dies (its Ctrl-C, say): its job goes on recording
     sweep.wait()

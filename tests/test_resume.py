@@ -136,8 +136,10 @@ def test_an_agent_killed_by_its_job_s_sigterm_before_the_harness_hears_goes_on_i
 ):
     # SLURM kills a job's processes one by one (a requeue, a lost node). The agent's command dies of its
     # SIGTERM first: that is not the agent's error, and the run goes on when the job runs again.
-    process = as_slurm_job(tmp_path, plumbing_cache, AGENT)
-    (sleeping,) = wait_for(lambda: running_with("sleep\0" + "3000"), process)
+    sleep = "3017"  # a sleep of its own: other tests' agents sleep 3000 s
+    agent = AGENT.replace("sleep 3000", f"sleep {sleep}")
+    process = as_slurm_job(tmp_path, plumbing_cache, agent)
+    (sleeping,) = wait_for(lambda: running_with(f"sleep\0{sleep}"), process)
     time.sleep(resume.HEARTBEAT_S + 1)  # its progress saved past the start
     os.kill(int(sleeping), signal.SIGTERM)  # the agent's command first: it exits 143
     time.sleep(1)
@@ -147,8 +149,8 @@ def test_an_agent_killed_by_its_job_s_sigterm_before_the_harness_hears_goes_on_i
     os.killpg(process.pid, signal.SIGKILL)  # SLURM's SIGKILL, once its kill wait is over
     process.communicate(timeout=60)
 
-    again = subprocess.run(command_args(tmp_path, plumbing_cache), cwd=tmp_path, capture_output=True, text=True,
-                           timeout=600)  # fmt: skip
+    again = subprocess.run(command_args(tmp_path, plumbing_cache, f"task.scales.tiny.baseline_command='{agent}'"),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
