@@ -43,6 +43,8 @@ import sys
 import time
 from pathlib import Path
 
+from mlrb.stats import sd as sample_sd  # the one sample SD
+
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile",
          "edge_llm_training"]  # fmt: skip
@@ -104,11 +106,6 @@ def mean_sem(values: list) -> dict:
         return {"mean": mean, "sem": None, "n": 1}
     sd = sample_sd(values)
     return {"mean": mean, "sem": sd / math.sqrt(n), "sd": sd, "n": n}
-
-
-def sample_sd(values: list) -> float:
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def checks(anchors: dict, items: int, score_unit: float) -> dict:

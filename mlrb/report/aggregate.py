@@ -27,19 +27,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from mlrb.report.runs import CAUSES, CONFINED, CRASHED, NOT_COUNTED, RUNNING, RunRow
+from mlrb.stats import sem
 
 
 def mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def sem(values: Sequence[float]) -> float | None:
-    """Standard error of the mean (sample standard deviation / sqrt(n)); None below 2 values."""
-    n = len(values)
-    if n < 2:
-        return None
-    m = sum(values) / n
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1) / n)
 
 
 def present(values: Iterable[float | None]) -> list[float]:
