@@ -1,7 +1,9 @@
 """One place for each fact (issue 60): facts that were spelt or computed in several places, and could
 drift apart again, are each held here to their one place. A test fails when a copy comes back.
 
-- the sample SD (and the SEM and pooled SD made from it): mlrb/stats.py's `sd`, `sem`, `pooled_sd`."""
+- the sample SD (and the SEM and pooled SD made from it): mlrb/stats.py's `sd`, `sem`, `pooled_sd`;
+- a model call's tokens, from any API's usage: mlrb/api_shapes.py's `tokens_of` (the proxy's and the
+  agents' providers' alike: tests/test_api_shapes.py checks their numbers)."""
 
 from __future__ import annotations
 
@@ -40,3 +42,13 @@ def test_the_sd_rule_sees_the_copies_it_replaced():
     ]
     assert all(SD_BY_HAND.search(line) for line in copies)
     assert not SD_BY_HAND.search("variance = 2 * sum(sd**2 for sd in sds) / len(sds) ** 2")  # a sum of variances
+
+
+# The usage fields only one API has: reading them is reading usage, which mlrb/api_shapes.py alone does.
+USAGE_FIELDS = re.compile(r"\b(prompt_tokens|completion_tokens|cache_creation_input_tokens|cache_read_input_tokens)\b")
+
+
+def test_a_calls_usage_is_read_in_mlrb_api_shapes_alone():
+    here = [f"{p.relative_to(REPO)}:{n}" for p in sources("mlrb") if p != REPO / "mlrb" / "api_shapes.py"
+            for n, line in enumerate(p.read_text().splitlines(), 1) if USAGE_FIELDS.search(line)]  # fmt: skip
+    assert not here, f"usage read outside mlrb/api_shapes.py (call api_shapes.usage_of or tokens_of): {here}"
