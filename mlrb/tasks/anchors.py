@@ -25,6 +25,7 @@ from typing import Any
 
 from mlrb import stats
 from mlrb.scoring.report import ScoreReport
+from mlrb.tags import Metric
 
 DEFAULT_SEEDS = 3
 ANCHORS = ("do_nothing", "baseline", "reference")
@@ -150,10 +151,10 @@ class Anchors:
         for anchor in ("baseline", "reference"):  # a stated anchor has no SEM
             if self.stated.get(f"{anchor}_score") is None and measured.get(f"{anchor}_sem") is not None:
                 anchors[f"{anchor}_sem"] = measured[f"{anchor}_sem"]
-        problem = anchor_problem(anchors["baseline_score"], anchors["reference_score"], self.higher_is_better)
+        problem = anchor_problem(anchors[Metric.BASELINE_SCORE], anchors[Metric.REFERENCE_SCORE], self.higher_is_better)
         if problem:  # a scale on which the reference does not beat the baseline means nothing
             logging.getLogger(__name__).warning("%s: no normalised score: %s", self.task_name, problem)
-            anchors["reference_score"] = None
+            anchors[Metric.REFERENCE_SCORE] = None
         return anchors
 
 
