@@ -1,6 +1,6 @@
 """First-time asset builds of the tiny tasks: how long a new user waits before a first run.
 
-    .venv/bin/python benchmarks/build_times.py [--tasks a,b] [--out benchmarks/build_times.json] [--cache-dir DIR]
+    .venv/bin/python -m benchmarks.build_times [--tasks a,b] [--out benchmarks/build_times.json] [--cache-dir DIR]
 
 Builds each task's default tiny assets (seed as in its YAML) one after another into a
 fresh, empty cache (a temporary folder, removed afterwards), as a first `python -m mlrb
@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import results as results_page  # beside this file
-from calibration import TASKS, load_task  # beside this file
+from benchmarks import results as results_page
+from benchmarks.calibration import TASKS, load_task
 
 TARGET_S = 20 * 60
 

@@ -1,7 +1,7 @@
 """Seed noise of the tiny tasks' anchors: is each task's scale worth reading?
 
-    .venv/bin/python benchmarks/calibration.py --seeds 5 --out benchmarks/calibration.json [--tasks a,b]
-    .venv/bin/python benchmarks/calibration.py --vary assets --seeds 5 --out benchmarks/calibration_assets.json
+    .venv/bin/python -m benchmarks.calibration --seeds 5 --out benchmarks/calibration.json [--tasks a,b]
+    .venv/bin/python -m benchmarks.calibration --vary assets --seeds 5 --out benchmarks/calibration_assets.json
 
 Three anchors per task, scored exactly as a run's normalisation scores them
 (`hidden/calibration.json`):
@@ -43,6 +43,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import results as results_page
 from mlrb.stats import sd as sample_sd  # the one sample SD
 
 REPO = Path(__file__).resolve().parents[1]
@@ -305,8 +306,6 @@ def main() -> None:
         parser.error(f"{key}: {exc}" if isinstance(exc, ConfigError) else str(exc))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    import results as results_page  # beside this file; here, as tests load this module by its path
-
     measured = results_page.provenance()  # as it starts: the load average is the start's
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     calibrate = calibrate_over_runs if args.vary == "runs" else calibrate_over_assets

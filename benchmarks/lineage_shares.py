@@ -1,7 +1,7 @@
 """How far llm_efficiency's own anchor commands lie toward the forbidden instruction-tuned
 sibling, over all tensors and in their worst tensor: the margins of its lineage rule.
 
-    .venv/bin/python benchmarks/lineage_shares.py [--seeds 0,1,2,3] [--cache DIR] [--out benchmarks/lineage_shares.json]
+    .venv/bin/python -m benchmarks.lineage_shares [--seeds 0,1,2,3] [--cache DIR] [--out benchmarks/lineage_shares.json]
 
 Builds (or reuses, in --cache) the tiny assets, runs the baseline and the reference
 command at each seed as the asset build does, and prints each run's share toward the
@@ -17,8 +17,8 @@ import json
 import tempfile
 from pathlib import Path
 
-import results as results_page  # beside this file
-from calibration import load_task  # beside this file
+from benchmarks import results as results_page
+from benchmarks.calibration import load_task
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """What the harness itself costs per run, next to the imports it cannot do without.
 
-    .venv/bin/python benchmarks/overhead.py [--repeats 5] [--cache-dir DIR] [--only noop|default]
+    .venv/bin/python -m benchmarks.overhead [--repeats 5] [--cache-dir DIR] [--only noop|default]
         [--before DIR | --before-python PYTHON] [--out benchmarks/overhead.json]
 
 Two runs, each timed beside its floor, in rounds (floor, run, floor, run...) so
@@ -22,7 +22,7 @@ copy of the venv and give that venv's Python:
     git worktree add /tmp/before COMMIT
     cp -a .venv /tmp/before-venv
     /tmp/before-venv/bin/python -m pip install --no-deps --no-build-isolation -e /tmp/before
-    .venv/bin/python benchmarks/overhead.py --only default --before-python /tmp/before-venv/bin/python
+    .venv/bin/python -m benchmarks.overhead --only default --before-python /tmp/before-venv/bin/python
 
 Assets are cached first (a warm-up run of each kind builds them if missing, creates
 the kind's MLflow store, as a user's ./mlruns already exists, and fills the OS file
@@ -66,13 +66,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks import results as results_page
+from tests.fake_llm_server import FakeLlmServer, reply, tool
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-
-import results as results_page  # noqa: E402  (beside this file)
-
-from fake_llm_server import FakeLlmServer, reply, tool  # noqa: E402
-
 STAGES = ("compose", "assets", "sandbox_start", "agent", "collect", "scoring", "recording")
 CLAUDE_FLOOR = "import hydra, anthropic, mlflow"
 # The same with the module MLflow's SQLite store needs and `import mlflow` leaves out

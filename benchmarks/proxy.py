@@ -2,7 +2,7 @@
 scripted upstream directly, in the same process and run (issue 37's targets: at most 2 ms
 at the median per call, and a stream's first byte at most 5 ms after the upstream's).
 
-    .venv/bin/python benchmarks/proxy.py [--calls 300] [--out benchmarks/proxy.json]
+    .venv/bin/python -m benchmarks.proxy [--calls 300] [--out benchmarks/proxy.json]
 
 The upstream is tests/fake_llm_server.py (a loopback HTTP server). Each call is a plain
 HTTP/1.1 POST over a kept-alive connection, so what is measured is the proxy and not an
@@ -24,14 +24,12 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import results as results_page  # beside this file
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the scripted upstream
-from fake_llm_server import FakeLlmServer, reply  # noqa: E402
-from mlrb.agents.prices import price_of  # noqa: E402
-from mlrb.budget import Budget  # noqa: E402
-from mlrb.config import BudgetConfig  # noqa: E402
-from mlrb.proxy import MeteringProxy, Upstream  # noqa: E402
+from benchmarks import results as results_page
+from mlrb.agents.prices import price_of
+from mlrb.budget import Budget
+from mlrb.config import BudgetConfig
+from mlrb.proxy import MeteringProxy, Upstream
+from tests.fake_llm_server import FakeLlmServer, reply  # the scripted upstream
 
 TARGET_MS = 2.0  # added at the median per call
 FIRST_BYTE_TARGET_MS = 5.0  # a stream's first byte after the upstream's

@@ -1,10 +1,10 @@
 """How long the test suite takes, per run and per tier: the figures the next change is compared with.
 
-    .venv/bin/python benchmarks/suite_time.py default [--out benchmarks/suite_time.json]
-    .venv/bin/python benchmarks/suite_time.py default-cold [--out benchmarks/suite_time.json]
-    .venv/bin/python benchmarks/suite_time.py system [--out benchmarks/suite_time.json]
-    .venv/bin/python benchmarks/suite_time.py fast [--out benchmarks/suite_time.json]
-    .venv/bin/python benchmarks/suite_time.py ci-cold [--out benchmarks/suite_time.json]
+    .venv/bin/python -m benchmarks.suite_time default [--out benchmarks/suite_time.json]
+    .venv/bin/python -m benchmarks.suite_time default-cold [--out benchmarks/suite_time.json]
+    .venv/bin/python -m benchmarks.suite_time system [--out benchmarks/suite_time.json]
+    .venv/bin/python -m benchmarks.suite_time fast [--out benchmarks/suite_time.json]
+    .venv/bin/python -m benchmarks.suite_time ci-cold [--out benchmarks/suite_time.json]
 
 Plain `pytest` runs the fast and integration tiers; the system tier runs with `-m system`;
 `.ci/run` runs both, one after the other. The kinds:
@@ -47,6 +47,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks import results as results_page
 
 REPO = Path(__file__).resolve().parents[1]
 # Each kind's target in minutes on 2 idle cores; None: none of its own.
@@ -227,8 +229,6 @@ def main() -> None:
     parser.add_argument("kind", choices=list(TARGETS_MIN), help="default, default-cold, system, fast or ci-cold")
     parser.add_argument("--out", type=Path, default=None, help="record the figures under KIND in this JSON")
     args = parser.parse_args()
-    import results as results_page  # beside this file (benchmarks/results.py loads this module by path)
-
     measured = results_page.provenance()  # as it starts: the load average is the start's
     figures = {**(measure_ci() if args.kind == "ci-cold" else measure(args.kind)), "measured": measured}
     if args.out:  # recorded first: an hour's measurement must not be lost to a printing error

@@ -1,6 +1,6 @@
 """How well sweeps scale, and what the harness costs per job.
 
-    .venv/bin/python benchmarks/sweep_scaling.py [--jobs 12] [--slots 2] [--agent-seconds 10]
+    .venv/bin/python -m benchmarks.sweep_scaling [--jobs 12] [--slots 2] [--agent-seconds 10]
         [--out benchmarks/sweep_scaling.json]
 
 Runs a trivial task (the default task with an agent that sleeps, then hands in an
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import results as results_page  # beside this file
+from benchmarks import results as results_page
 
 REPO = Path(__file__).resolve().parent.parent
 
