@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from benchmarks import results as results_page
+from benchmarks.results import Section, commands, load, spread, table, where
 from mlrb.agents.prices import price_of
 from mlrb.budget import Budget
 from mlrb.config import BudgetConfig
@@ -107,6 +108,32 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
         print(f"written to {results_page.update(args.out)}", file=sys.stderr)
+
+
+# -- its section of the results page (benchmarks/results.py) -----------------------------------
+
+
+def proxy_section(bench_dir: Path) -> str:
+    data = load(bench_dir, "proxy.json")
+    targets = data["targets_ms"]
+    rows = [
+        ["a whole reply (to its last byte)", spread(data["added_ms"], " ms"), f"<= {targets['added']:g} ms",
+         str(data["calls"])],
+        [f"a stream's first byte (the upstream pauses {data['upstream_pause_s'] * 1000:.0f} ms after it)",
+         spread(data["first_byte_added_ms"], " ms"), f"<= {targets['first_byte_added']:g} ms", str(data["streams"])],
+    ]  # fmt: skip
+    return "\n\n".join([
+        "What a model call pays for going through the run's metering proxy (`mlrb/proxy.py`): the same "
+        "scripted upstream (tests/fake_llm_server.py) called directly and through the proxy, alternately, over "
+        "kept-alive HTTP/1.1 connections, so the figures are the proxy's and not an SDK's.",
+        "Measured with:",
+        commands("-m benchmarks.proxy --out benchmarks/proxy.json"),
+        f"Output: `benchmarks/proxy.json`. {where(data.get('measured'))}",
+        table(["added to", "median [min-max]", "target (issue 37)", "calls"], rows),
+    ])  # fmt: skip
+
+
+SECTION = Section("The metering proxy's cost", order=70, reads=("proxy.json",), render=proxy_section)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,15 @@
 """benchmarks/RESULTS.md is written by benchmarks/results.py from the committed JSON files, never by
-hand; every JSON a benchmark writes there has its section; the scripts' writers give the shape
-the page is rendered from."""
+hand; every JSON a benchmark writes there has its section, declared in that benchmark's own script;
+the scripts import one another through the package, never through sys.path; the scripts' writers
+give the shape the page is rendered from."""
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import json
+import pkgutil
 import shutil
 from pathlib import Path
 
@@ -24,7 +28,7 @@ def test_the_page_is_what_the_scripts_write_from_the_committed_json():
 
 
 def test_every_benchmark_json_has_a_section():
-    covered = [name for _, names in results.SECTIONS for name in names]
+    covered = [name for section in results.sections() for name in section.reads]
     committed = sorted(path.name for path in BENCH.glob("*.json"))
     assert sorted(covered) == committed  # a new JSON needs a section; a section, its committed JSON
     page = results.render(BENCH)
@@ -33,6 +37,60 @@ def test_every_benchmark_json_has_a_section():
     # the scripts' own default outputs are among them
     for script, name in (("overhead", "overhead.json"), ("sweep_scaling", "sweep_scaling.json")):
         assert f'"benchmarks" / "{name}"' in (BENCH / f"{script}.py").read_text(), script
+
+
+def test_each_script_declares_its_own_section():
+    """A section is declared in its benchmark's script, as its `SECTION`, beside the function that
+    writes it, and reads first the JSON named after that script: results.py declares none, so a new
+    benchmark touches one file."""
+    modules = [importlib.import_module(f"benchmarks.{found.name}") for found in pkgutil.iter_modules([str(BENCH)])]
+    declared = {module.__name__: module.SECTION for module in modules if hasattr(module, "SECTION")}
+    assert "benchmarks.results" not in declared and len(declared) >= 7
+    for name, section in declared.items():
+        assert section.render.__module__ == name, f"{name}'s section is written in {section.render.__module__}"
+        assert section.reads[0] == f"{name.removeprefix('benchmarks.')}.json", name
+    assert results.sections() == sorted(declared.values(), key=lambda section: section.order)
+    assert len({section.order for section in declared.values()}) == len(declared)  # one place each on the page
+    for path in BENCH.glob("*.py"):  # a Section made anywhere but as a script's SECTION is one found nowhere
+        tree = ast.parse(path.read_text())
+        made = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and "Section" in ast.unparse(node.func)]
+        as_section = [node.value for node in tree.body if isinstance(node, ast.Assign)
+                      and [ast.unparse(target) for target in node.targets] == ["SECTION"]]  # fmt: skip
+        assert made == as_section, f"{path.name}: a Section made other than as its SECTION"
+
+
+def path_tricks(source: str, siblings: set[str]) -> list[int]:
+    """The lines where SOURCE uses sys.path, loads a module from its file's path, or imports one of
+    SIBLINGS by its bare name (which works only with benchmarks/ itself on sys.path)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and ast.unparse(node) in (
+            "sys.path",
+            "importlib.util.spec_from_file_location",
+        ):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Import) and any(alias.name.split(".")[0] in siblings for alias in node.names):
+            found.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in siblings:
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_scripts_import_the_package_and_leave_sys_path_alone():
+    siblings = {path.stem for path in BENCH.glob("*.py")}
+    tricks = {path.name: lines for path in BENCH.glob("*.py") if (lines := path_tricks(path.read_text(), siblings))}
+    assert not tricks, f"import through the package (`from benchmarks import results`), not sys.path: {tricks}"
+
+
+def test_the_sys_path_rule_sees_what_it_replaced():
+    replaced = (
+        'sys.path.insert(0, str(REPO / "tests"))  # the scripted upstream\n'
+        "import results as results_page  # beside this file\n"
+        "from calibration import TASKS, load_task  # beside this file\n"
+        'spec = importlib.util.spec_from_file_location(f"benchmark_{name}", HERE / f"{name}.py")\n'
+    )
+    assert path_tricks(replaced, {"results", "calibration"}) == [1, 2, 3, 4]
+    assert path_tricks("from benchmarks import results\nfrom tests.fake_llm_server import reply\n", {"results"}) == []
 
 
 def test_the_page_is_plain_markdown():
