@@ -1,6 +1,6 @@
 """First-time asset builds of the tiny tasks: how long a new user waits before a first run.
 
-    .venv/bin/python benchmarks/build_times.py [--tasks a,b] [--out benchmarks/build_times.json] [--cache-dir DIR]
+    .venv/bin/python -m benchmarks.build_times [--tasks a,b] [--out benchmarks/build_times.json] [--cache-dir DIR]
 
 Builds each task's default tiny assets (seed as in its YAML) one after another into a
 fresh, empty cache (a temporary folder, removed afterwards), as a first `python -m mlrb
@@ -25,8 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import results as results_page  # beside this file
-from calibration import TASKS, load_task  # beside this file
+from benchmarks import results as results_page
+from benchmarks.calibration import TASKS, load_task
+from benchmarks.results import Section, commands, load, table, where
 
 TARGET_S = 20 * 60
 
@@ -71,6 +72,33 @@ def main() -> None:
         figures = {"seconds": seconds, "total_s": total, "cpus": os.cpu_count(), "measured": measured}
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
         print(f"written to {results_page.update(args.out)}", file=sys.stderr)
+
+
+# -- its section of the results page (benchmarks/results.py) -----------------------------------
+
+
+def build_times_section(bench_dir: Path) -> str:
+    data = load(bench_dir, "build_times.json")
+    seconds, total = data["seconds"], data["total_s"]
+    rows = [[f"`{key}`", f"{s:.1f} s"] for key, s in seconds.items()]
+    rows.append(["total", f"{total:.1f} s ({total / 60:.1f} min; target for all seven: 20 min, issue 34)"])
+    return "\n\n".join([
+        "How long a new user waits before a first run: `benchmarks/build_times.py` builds each task's "
+        "default tiny assets (the seed in its YAML) one after another into a fresh, empty cache, as a first "
+        "`python -m mlrb task=<key>` would, and records each build's wall time and the total. An asset build "
+        "runs its anchors' commands side by side, one per core, each on one thread (a plain `python SCRIPT` "
+        "forked from a warm interpreter that has done the starter's imports, mlrb/tasks/warm_python.py), and "
+        "scores each as it ends, on one thread too. Builds are cached under "
+        "`~/.cache/mlrb`, so a user pays this once per task. The figures move with the machine's load "
+        "(a busy machine stretches them several times over): measure on an idle machine.",
+        "Measured again on an idle machine with:",
+        commands("-m benchmarks.build_times --out benchmarks/build_times.json"),
+        f"Output: `benchmarks/build_times.json`. {where(data.get('measured'))}",
+        table(["task", "first build"], rows),
+    ])  # fmt: skip
+
+
+SECTION = Section("First asset builds", order=20, reads=("build_times.json",), render=build_times_section)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Seed noise of the tiny tasks' anchors: is each task's scale worth reading?
 
-    .venv/bin/python benchmarks/calibration.py --seeds 5 --out benchmarks/calibration.json [--tasks a,b]
-    .venv/bin/python benchmarks/calibration.py --vary assets --seeds 5 --out benchmarks/calibration_assets.json
+    .venv/bin/python -m benchmarks.calibration --seeds 5 --out benchmarks/calibration.json [--tasks a,b]
+    .venv/bin/python -m benchmarks.calibration --vary assets --seeds 5 --out benchmarks/calibration_assets.json
 
 Three anchors per task, scored exactly as a run's normalisation scores them
 (`hidden/calibration.json`):
@@ -42,6 +42,10 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from benchmarks import results as results_page
+from benchmarks.results import Section, commands, load, where
+from mlrb.stats import sd as sample_sd  # the one sample SD
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile",
@@ -104,11 +108,6 @@ def mean_sem(values: list) -> dict:
         return {"mean": mean, "sem": None, "n": 1}
     sd = sample_sd(values)
     return {"mean": mean, "sem": sd / math.sqrt(n), "sd": sd, "n": n}
-
-
-def sample_sd(values: list) -> float:
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def checks(anchors: dict, items: int, score_unit: float) -> dict:
@@ -308,8 +307,6 @@ def main() -> None:
         parser.error(f"{key}: {exc}" if isinstance(exc, ConfigError) else str(exc))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    import results as results_page  # beside this file; here, as tests load this module by its path
-
     measured = results_page.provenance()  # as it starts: the load average is the start's
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     calibrate = calibrate_over_runs if args.vary == "runs" else calibrate_over_assets
@@ -318,6 +315,106 @@ def main() -> None:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(table({k: results[k] for k in keys}))
     print(f"written to {results_page.update(args.out)}", file=sys.stderr)
+
+
+# -- its section of the results page (benchmarks/results.py) -----------------------------------
+
+
+def calibration_section(bench_dir: Path) -> str:
+    runs, assets = load(bench_dir, "calibration.json"), load(bench_dir, "calibration_assets.json")
+    machines = load(bench_dir, "machine_spread.json")
+    return "\n\n".join([
+        "A tiny task is worth running only if its numbers separate a good solution from a bad one by far more "
+        "than seed noise. `benchmarks/calibration.py` scores each task's three anchors as a run's normalisation "
+        "does: `do_nothing` (the starting point submitted unchanged, or \"invalid\" where the rules reject it), "
+        "`baseline` (the starter as given: 0 on the normalised scale) and `reference` (100), each with seeds 0 to "
+        "N-1. It records per task and anchor the mean, the SEM over seeds, the per-run SD and n, the number of "
+        "scored items, and "
+        "the checks: `do_nothing` below the baseline by 3 combined SEM (or invalid), the reference above the "
+        "baseline by max(10%, 5 combined SEM), one scored item worth at most 2 normalised points, the baseline's "
+        "SEM at most 5 normalised points.",
+        "Builds are deterministic (seeded, one torch thread, deterministic algorithms), so two builds on one "
+        "machine give byte-identical assets; another CPU's floating-point kernels can give other numbers, so "
+        "compare figures only from one kind of machine.",
+        commands("-m benchmarks.calibration --seeds 5 --out benchmarks/calibration.json",
+                 "-m benchmarks.calibration --vary assets --seeds 5 --out benchmarks/calibration_assets.json"),
+        "### Seeds of the runs, on the shipped assets",
+        "`--vary runs` (the default): the task's assets as every user builds them (its YAML's `assets.seed`), and "
+        "each anchor run with the seed a sweep's run gets (`-m seed=0,1,2,3,4`): `$MLRB_SEED`, which the anchors' "
+        "commands pass on as `--seed`. That is the noise a user sees between runs of one solution, and the bars "
+        "are checked on it. Seed 0 is the asset build's own measurement, the one runs are normalised with. An "
+        "anchor that no seed reaches scores alike on every run on one machine and is measured once; its noise "
+        "is between machines: the table gives the values that machines of this kind built, where they were "
+        "seen (`benchmarks/machine_spread.json`, collected from those machines' builds), and the baseline's "
+        "SD across them in normalised points where a SEM over seeds cannot be had.",
+        f"Output: `benchmarks/calibration.json`. {calibration_where(runs)}",
+        table(runs, machines["anchors"]),
+        bars(runs),
+        "### Draws of the assets",
+        "`--vary assets`: the assets built with `assets.seed=s`, a new draw of the task's synthetic world (its "
+        "facts, data and base model), with the anchors run on each draw. No user sees this between runs, since "
+        "everyone builds the same draw, but it shows whether that draw is typical. A score from assets built "
+        "with another `assets.seed` is not comparable with the shipped draw's (each run records its assets' "
+        "fingerprint, and the report keeps runs of different fingerprints apart).",
+        f"Output: `benchmarks/calibration_assets.json`. {calibration_where(assets)}",
+        table(assets),
+        bars(assets),
+    ])  # fmt: skip
+
+
+BARS = {
+    "do_nothing_below_baseline": "do_nothing below the baseline",
+    "reference_beats_baseline": "reference above the baseline",
+    "item_worth_at_most_2": "one item worth at most 2 normalised points",
+    "baseline_sem_at_most_5": "baseline SEM at most 5 normalised points",
+}
+
+
+# The figure each numeric bar is checked on, shown where a task misses it.
+NUMBERS = {
+    "item_worth_at_most_2": "item_worth_normalised_points",
+    "baseline_sem_at_most_5": "baseline_sem_normalised_points",
+}
+
+
+def bars(results: dict) -> str:
+    """Which of the four bars each task meets, from the checks the benchmark computed."""
+    missed, unchecked = [], []
+    for key, result in results.items():
+        for bar, text in BARS.items():
+            value = result["checks"].get(bar)
+            if value is None:  # one seed: no SEM to check it on
+                unchecked.append(f"{key} ({text})")
+            elif value is False:
+                figure = result["checks"].get(NUMBERS.get(bar, ""))
+                missed.append(f"{key} ({text}" + ("" if figure is None else f": {figure:.1f}") + ")")
+    if not missed and not unchecked:
+        return f"All {len(results)} tasks meet the four bars."
+    lines = []
+    if missed:
+        lines.append("Bars not met: " + "; ".join(missed) + ".")
+    if unchecked:
+        lines.append("Not checked (a single seed): " + "; ".join(unchecked) + ".")
+    return " ".join(lines)
+
+
+def calibration_where(results: dict) -> str:
+    """The provenance of a calibration file's tasks: one line per distinct measurement (the script
+    writes each task as it finishes, and `--tasks` reruns some of them)."""
+    groups: dict[str, list[str]] = {}
+    for key, result in results.items():
+        groups.setdefault(json.dumps(result.get("measured"), sort_keys=True), []).append(key)
+    if len(groups) == 1:
+        return where(next(iter(results.values())).get("measured"))
+    return " ".join(f"{', '.join(keys)}: {where(json.loads(measured))}" for measured, keys in groups.items())
+
+
+SECTION = Section(
+    "How far apart the anchors are",
+    order=50,
+    reads=("calibration.json", "calibration_assets.json", "machine_spread.json"),
+    render=calibration_section,
+)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Which tests CI runs at two commits, and what changed between them: the check that a change to
 how the suite is split or selected drops no test from CI.
 
-    .venv/bin/python benchmarks/ci_test_ids.py BEFORE [AFTER]   # AFTER: HEAD
+    .venv/bin/python -m benchmarks.ci_test_ids BEFORE [AFTER]   # AFTER: HEAD
 
 Each commit is cloned into a temporary folder and its tests collected as its `.ci/run` selects
 them: every `python -m pytest` line of `.ci/run`, run with `--collect-only` and a `-k` that

@@ -1,7 +1,7 @@
 """The GPU checks, as one command for a machine with a CUDA GPU and mlrb installed with a
 CUDA build of torch (`MLRB_TORCH=... bash install.sh`):
 
-    .venv/bin/python benchmarks/gpu_check.py [--tasks a,b] [--parts tiny,pinning,full]
+    .venv/bin/python -m benchmarks.gpu_check [--tasks a,b] [--parts tiny,pinning,full]
         [--gpu 0] [--work DIR] [--out gpu_check.json]
 
 Four parts. The first three run as a user runs it (`python -m mlrb ...` in a subprocess, the
@@ -47,7 +47,6 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile",
          "edge_llm_training"]  # fmt: skip
 PARTS = ("tiny", "pinning", "full", "devices")
@@ -133,9 +132,7 @@ def pinning_part(gpu: str, work: Path, cache: Path, env: dict[str, str]) -> dict
 
 
 def full_part(tasks: list[str], device: str, gpu: str, work: Path, env: dict[str, str]) -> dict:
-    sys.path.insert(0, str(REPO / "tests"))
-    import hub_mirror
-    import test_full_scale
+    from tests import hub_mirror, test_full_scale
 
     hf_home = work / "hf_home"
     if not (hf_home / "hub").is_dir():

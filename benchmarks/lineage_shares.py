@@ -1,7 +1,7 @@
 """How far llm_efficiency's own anchor commands lie toward the forbidden instruction-tuned
 sibling, over all tensors and in their worst tensor: the margins of its lineage rule.
 
-    .venv/bin/python benchmarks/lineage_shares.py [--seeds 0,1,2,3] [--cache DIR] [--out benchmarks/lineage_shares.json]
+    .venv/bin/python -m benchmarks.lineage_shares [--seeds 0,1,2,3] [--cache DIR] [--out benchmarks/lineage_shares.json]
 
 Builds (or reuses, in --cache) the tiny assets, runs the baseline and the reference
 command at each seed as the asset build does, and prints each run's share toward the
@@ -17,8 +17,9 @@ import json
 import tempfile
 from pathlib import Path
 
-import results as results_page  # beside this file
-from calibration import load_task  # beside this file
+from benchmarks import results as results_page
+from benchmarks.calibration import load_task
+from benchmarks.results import Section, commands, load, table, where
 
 
 def main() -> None:
@@ -63,6 +64,28 @@ def main() -> None:
         figures = {"sibling": sibling_name, "limits": limits, "runs": rows, "measured": measured}
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
         print(results_page.update(args.out))
+
+
+# -- its section of the results page (benchmarks/results.py) -----------------------------------
+
+
+def lineage_section(bench_dir: Path) -> str:
+    data = load(bench_dir, "lineage_shares.json")
+    limits = data["limits"]
+    rows = [[r["anchor"], str(r["seed"]), f"{r['share']:.1%}", f"{r['worst_tensor_share']:.1%}", f"`{r['worst_tensor']}`"]
+            for r in data["runs"]]  # fmt: skip
+    return "\n\n".join([
+        "How far the task's own anchor commands lie from the base toward the forbidden instruction-tuned "
+        f"sibling (`{data['sibling']}`), over all tensors (limit {limits['overall']:.0%}) and in their worst "
+        f"tensor (limit {limits['per_tensor']:.0%}): an honest fine-tune must stay well inside both at every seed.",
+        "Measured with:",
+        commands("-m benchmarks.lineage_shares --seeds 0,1,2,3 --out benchmarks/lineage_shares.json"),
+        f"Output: `benchmarks/lineage_shares.json`. {where(data.get('measured'))}",
+        table(["anchor", "seed", "over all tensors", "worst tensor", "which"], rows),
+    ])  # fmt: skip
+
+
+SECTION = Section("llm_efficiency's lineage margins", order=60, reads=("lineage_shares.json",), render=lineage_section)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What the harness itself costs per run, next to the imports it cannot do without.
 
-    .venv/bin/python benchmarks/overhead.py [--repeats 5] [--cache-dir DIR] [--only noop|default]
+    .venv/bin/python -m benchmarks.overhead [--repeats 5] [--cache-dir DIR] [--only noop|default]
         [--before DIR | --before-python PYTHON] [--out benchmarks/overhead.json]
 
 Two runs, each timed beside its floor, in rounds (floor, run, floor, run...) so
@@ -22,7 +22,7 @@ copy of the venv and give that venv's Python:
     git worktree add /tmp/before COMMIT
     cp -a .venv /tmp/before-venv
     /tmp/before-venv/bin/python -m pip install --no-deps --no-build-isolation -e /tmp/before
-    .venv/bin/python benchmarks/overhead.py --only default --before-python /tmp/before-venv/bin/python
+    .venv/bin/python -m benchmarks.overhead --only default --before-python /tmp/before-venv/bin/python
 
 Assets are cached first (a warm-up run of each kind builds them if missing, creates
 the kind's MLflow store, as a user's ./mlruns already exists, and fills the OS file
@@ -66,13 +66,11 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks import results as results_page
+from benchmarks.results import Section, commands, load, signed, spread, table, where
+from tests.fake_llm_server import FakeLlmServer, reply, tool
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-
-import results as results_page  # noqa: E402  (beside this file)
-
-from fake_llm_server import FakeLlmServer, reply, tool  # noqa: E402
-
 STAGES = ("compose", "assets", "sandbox_start", "agent", "collect", "scoring", "recording")
 CLAUDE_FLOOR = "import hydra, anthropic, mlflow"
 # The same with the module MLflow's SQLite store needs and `import mlflow` leaves out
@@ -192,15 +190,15 @@ def before_version(before: str | None, before_python: str | None) -> dict | None
     if before:
         return {"option": "--before", "path": before, "commit": checkout_commit(Path(before))}
     if before_python:
-        where = subprocess.run([before_python, "-c", "import mlrb, pathlib; print(pathlib.Path(mlrb.__file__).parent)"],
+        found = subprocess.run([before_python, "-c", "import mlrb, pathlib; print(pathlib.Path(mlrb.__file__).parent)"],
                                capture_output=True, text=True)  # fmt: skip
-        package = Path(where.stdout.strip()).resolve()
+        package = Path(found.stdout.strip()).resolve()
         top = subprocess.run(
             ["git", "-C", str(package), "rev-parse", "--show-toplevel"], capture_output=True, text=True
         )
         # only a checkout installed in place (-e) tells its commit; a copy in site-packages does not
         commit = (
-            checkout_commit(package) if where.returncode == 0 and Path(top.stdout.strip()) / "mlrb" == package else None
+            checkout_commit(package) if found.returncode == 0 and Path(top.stdout.strip()) / "mlrb" == package else None
         )
         return {"option": "--before-python", "path": before_python, "commit": commit}
     return None
@@ -383,6 +381,137 @@ def main() -> None:
         print("  " + f"{key:15s}" + "".join(f"{c:12.2f}" for c in cells))
     write_entries(args.out, entries(kinds, list(versions), wall, peak, tree, stages, cpu, args.repeats, measured,
                                     before))  # fmt: skip
+
+
+# -- its section of the results page (benchmarks/results.py) -----------------------------------
+
+
+def overhead_section(bench_dir: Path) -> str:
+    data = load(bench_dir, "overhead.json")
+    parts = [
+        "`benchmarks/overhead.py` times two runs beside their import floors, in rounds (floor, run, floor, "
+        "run...) so that both see the same load. The no-op run is `agent=claude` against a scripted stand-in "
+        "for the Anthropic API on loopback that submits at once; its floor is "
+        '`python -c "import hydra, anthropic, mlflow"`. The default run is `python -m mlrb` (llm_merging, the '
+        "baseline agent); its floor is the imports of its harness process (`import hydra, mlflow`) plus those "
+        "of its scorer process (`import torch, transformers, lm_eval...`), each a process of its own. Assets and "
+        "the MLflow store exist before timing starts. `--before DIR` (an earlier checkout's `mlrb` on "
+        "PYTHONPATH) or `--before-python PYTHON` (a venv in which an earlier checkout is installed, which the "
+        "default run's scorer then runs too; the script's docstring says how) also times the runs of an "
+        "earlier version in the same rounds.",
+        "Figures are median [min-max] over the rounds; a figure with no range was recorded as its median only. "
+        "Peak memory is the `ru_maxrss` that `os.wait4` returns for the run's process: the largest resident set "
+        "of any single process of its tree that was waited for, not their sum; processes inside a bwrap sandbox "
+        "are not seen (bwrap's own init reaps them). Tree, summed, is the resident sets of every process of the "
+        "run added up (the harness, MLflow's recording process, the sandboxes' processes), read from `/proc` "
+        "every 20 ms: what the run holds at once. Ratios and differences to the floor are taken per round. "
+        "Figures vary by a few tenths of a second between rounds and batches on a 2-core machine: compare "
+        "within a batch, as the per-round figures do.",
+        "Each run writes its own entry of `benchmarks/overhead.json` (`noop`, `default`), keeping the other's:",
+        commands("-m benchmarks.overhead --only noop --repeats 7",
+                 "-m benchmarks.overhead --only default --repeats 5 --before-python P   # P: a venv's Python, the earlier commit installed in it"),
+    ]  # fmt: skip
+    if "noop" in data:
+        parts += noop_part(data["noop"])
+    if "default" in data:
+        parts += default_part(data["default"])
+    return "\n\n".join(parts)
+
+
+MEMORY_HEADER = ["peak memory (one process)", "tree, summed"]
+
+
+def memory(row: dict) -> list[str]:
+    return [spread(row.get("peak_mib"), " MiB", 0), spread(row.get("tree_mib"), " MiB", 0)]
+
+
+def before_label(entry: dict) -> str:
+    before = entry.get("before") or {}
+    return f"before ({before['commit']})" if before.get("commit") else "before"
+
+
+def noop_part(entry: dict) -> list[str]:
+    rows, per_round = entry["rows"], entry["per_round"]
+    lines = [["floor: `import hydra, anthropic, mlflow`", spread(rows["floor"]["wall_s"], " s"), "",
+              *memory(rows["floor"])]]  # fmt: skip
+    if rows.get("store_floor"):
+        store = per_round["store_floor"]
+        lines.append(["floor and the SQL store's module (`mlflow.store.tracking.sqlalchemy_store`)",
+                      spread(rows["store_floor"]["wall_s"], " s"),
+                      f"{spread(store['ratio'], ' x')}; peak {signed(store['peak_above_floor_mib'], ' MiB')}",
+                      *memory(rows["store_floor"])])  # fmt: skip
+    for key, label in (("run_before", f"no-op run, {before_label(entry)}"), ("run", "no-op run, now")):
+        if not rows.get(key):
+            continue
+        figures = per_round[key]
+        lines.append([label, spread(rows[key]["wall_s"], " s"),
+                      f"{spread(figures['ratio'], ' x')} (target <= 1.2 x); peak "
+                      f"{signed(figures['peak_above_floor_mib'], ' MiB')} (target <= +50 MiB); summed "
+                      f"{signed(figures['tree_above_floor_mib'], ' MiB')}", *memory(rows[key])])  # fmt: skip
+    return [
+        "### The no-op run",
+        f"{entry['repeats']} rounds. {where(entry.get('measured'))}",
+        table(["", "wall", "to its floor, per round", *MEMORY_HEADER], lines),
+        stages_table(entry),
+    ]
+
+
+def default_part(entry: dict) -> list[str]:
+    rows, per_round = entry["rows"], entry["per_round"]
+    lines = [
+        ["harness floor: `import hydra, mlflow`", spread(rows["harness_floor"]["wall_s"], " s"), "",
+         *memory(rows["harness_floor"])],
+        ["scorer floor: `import torch, transformers, lm_eval...`", spread(rows["scorer_floor"]["wall_s"], " s"), "",
+         *memory(rows["scorer_floor"])],
+    ]  # fmt: skip
+    for key, label in (("run_before", f"default run, {before_label(entry)}"), ("run", "default run, now")):
+        if not rows.get(key):
+            continue
+        beyond = per_round[key]["beyond_imports_s"]
+        text = f"{spread(beyond, ' s')} beyond its imports"
+        if key == "run" and per_round.get("run_before"):
+            share = beyond["median"] / per_round["run_before"]["beyond_imports_s"]["median"]
+            text += f": {100 * share:.0f}% of before (target <= 50%)"
+        lines.append([label, spread(rows[key]["wall_s"], " s"), text, *memory(rows[key])])
+    return [
+        "### The default run",
+        f"{entry['repeats']} rounds. {where(entry.get('measured'))}",
+        "Beyond its imports: the run's wall time less both floors', per round. The scorer starts with the run "
+        "and imports its libraries while the agent works, so a run holds the scorer's process (with torch, "
+        "transformers and lm-eval imported) beside the agent's for as long as the agent works: that is most of "
+        "the difference between the summed memory and the peak of one process.",
+        table(["", "wall", "to its floors, per round", *MEMORY_HEADER], lines),
+        stages_table(entry),
+    ]  # fmt: skip
+
+
+def stages_table(entry: dict) -> str:
+    """Median seconds of each stage (`stage_time_s.<stage>` metrics), one row per version timed."""
+    recorded = entry.get("stages_s")
+    if not recorded:
+        return "Stage times: not recorded."
+    names = list(next(iter(recorded.values())))
+    labels = {"run": "now", "run_before": before_label(entry)}
+    rows = [[labels.get(key, key), *(f"{times[n]:.2f}" for n in names)] for key, times in recorded.items()]
+    intro = (
+        "Stage times, median seconds (`mlrb/timeline.py` says what each holds; other: the wall time less their sum):"
+    )
+    return intro + "\n\n" + table(["", *names], rows) + cpu_table(entry, labels)
+
+
+def cpu_table(entry: dict, labels: dict[str, str]) -> str:
+    """Median CPU seconds of each of the run's processes, by what it is (older entries have none)."""
+    recorded = entry.get("cpu_s")
+    if not recorded:
+        return ""
+    names = list(next(iter(recorded.values())))
+    rows = [[labels.get(key, key), *(f"{cpu[n]:.2f}" for n in names)] for key, cpu in recorded.items()]
+    intro = ("CPU seconds each of the run's processes spent, median (read from `/proc` every 20 ms; sandbox: bwrap, "
+             "its exec server and the agent's commands): what a run costs a machine whose cores are all busy.")  # fmt: skip
+    return "\n\n" + intro + "\n\n" + table(["", *names], rows)
+
+
+SECTION = Section("Per-run overhead", order=40, reads=("overhead.json",), render=overhead_section)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 scripted upstream directly, in the same process and run (issue 37's targets: at most 2 ms
 at the median per call, and a stream's first byte at most 5 ms after the upstream's).
 
-    .venv/bin/python benchmarks/proxy.py [--calls 300] [--out benchmarks/proxy.json]
+    .venv/bin/python -m benchmarks.proxy [--calls 300] [--out benchmarks/proxy.json]
 
 The upstream is tests/fake_llm_server.py (a loopback HTTP server). Each call is a plain
 HTTP/1.1 POST over a kept-alive connection, so what is measured is the proxy and not an
@@ -24,14 +24,13 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import results as results_page  # beside this file
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the scripted upstream
-from fake_llm_server import FakeLlmServer, reply  # noqa: E402
-from mlrb.agents.prices import price_of  # noqa: E402
-from mlrb.budget import Budget  # noqa: E402
-from mlrb.config import BudgetConfig  # noqa: E402
-from mlrb.proxy import MeteringProxy, Upstream  # noqa: E402
+from benchmarks import results as results_page
+from benchmarks.results import Section, commands, load, spread, table, where
+from mlrb.agents.prices import price_of
+from mlrb.budget import Budget
+from mlrb.config import BudgetConfig
+from mlrb.proxy import MeteringProxy, Upstream
+from tests.fake_llm_server import FakeLlmServer, reply  # the scripted upstream
 
 TARGET_MS = 2.0  # added at the median per call
 FIRST_BYTE_TARGET_MS = 5.0  # a stream's first byte after the upstream's
@@ -109,6 +108,32 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
         print(f"written to {results_page.update(args.out)}", file=sys.stderr)
+
+
+# -- its section of the results page (benchmarks/results.py) -----------------------------------
+
+
+def proxy_section(bench_dir: Path) -> str:
+    data = load(bench_dir, "proxy.json")
+    targets = data["targets_ms"]
+    rows = [
+        ["a whole reply (to its last byte)", spread(data["added_ms"], " ms"), f"<= {targets['added']:g} ms",
+         str(data["calls"])],
+        [f"a stream's first byte (the upstream pauses {data['upstream_pause_s'] * 1000:.0f} ms after it)",
+         spread(data["first_byte_added_ms"], " ms"), f"<= {targets['first_byte_added']:g} ms", str(data["streams"])],
+    ]  # fmt: skip
+    return "\n\n".join([
+        "What a model call pays for going through the run's metering proxy (`mlrb/proxy.py`): the same "
+        "scripted upstream (tests/fake_llm_server.py) called directly and through the proxy, alternately, over "
+        "kept-alive HTTP/1.1 connections, so the figures are the proxy's and not an SDK's.",
+        "Measured with:",
+        commands("-m benchmarks.proxy --out benchmarks/proxy.json"),
+        f"Output: `benchmarks/proxy.json`. {where(data.get('measured'))}",
+        table(["added to", "median [min-max]", "target (issue 37)", "calls"], rows),
+    ])  # fmt: skip
+
+
+SECTION = Section("The metering proxy's cost", order=70, reads=("proxy.json",), render=proxy_section)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """How long the test suite takes, per run and per tier: the figures the next change is compared with.
 
-    .venv/bin/python benchmarks/suite_time.py default [--out benchmarks/suite_time.json]
-    .venv/bin/python benchmarks/suite_time.py default-cold [--out benchmarks/suite_time.json]
-    .venv/bin/python benchmarks/suite_time.py system [--out benchmarks/suite_time.json]
-    .venv/bin/python benchmarks/suite_time.py fast [--out benchmarks/suite_time.json]
-    .venv/bin/python benchmarks/suite_time.py ci-cold [--out benchmarks/suite_time.json]
+    .venv/bin/python -m benchmarks.suite_time default [--out benchmarks/suite_time.json]
+    .venv/bin/python -m benchmarks.suite_time default-cold [--out benchmarks/suite_time.json]
+    .venv/bin/python -m benchmarks.suite_time system [--out benchmarks/suite_time.json]
+    .venv/bin/python -m benchmarks.suite_time fast [--out benchmarks/suite_time.json]
+    .venv/bin/python -m benchmarks.suite_time ci-cold [--out benchmarks/suite_time.json]
 
 Plain `pytest` runs the fast and integration tiers; the system tier runs with `-m system`;
 `.ci/run` runs both, one after the other. The kinds:
@@ -47,6 +47,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks import results as results_page
+from benchmarks.results import Section, commands, load, table, where
 
 REPO = Path(__file__).resolve().parents[1]
 # Each kind's target in minutes on 2 idle cores; None: none of its own.
@@ -227,8 +230,6 @@ def main() -> None:
     parser.add_argument("kind", choices=list(TARGETS_MIN), help="default, default-cold, system, fast or ci-cold")
     parser.add_argument("--out", type=Path, default=None, help="record the figures under KIND in this JSON")
     args = parser.parse_args()
-    import results as results_page  # beside this file (benchmarks/results.py loads this module by path)
-
     measured = results_page.provenance()  # as it starts: the load average is the start's
     figures = {**(measure_ci() if args.kind == "ci-cold" else measure(args.kind)), "measured": measured}
     if args.out:  # recorded first: an hour's measurement must not be lost to a printing error
@@ -237,6 +238,161 @@ def main() -> None:
     if args.out:
         print(results_page.update(args.out))
     sys.exit(figures["exit_status"])
+
+
+# -- its section of the results page (benchmarks/results.py) -----------------------------------
+
+
+def suite_time_section(bench_dir: Path) -> str:
+    data = load(bench_dir, "suite_time.json")
+    now, before = split(data)
+    rows, places = [], []
+    for kind, target in TARGETS_MIN.items():
+        entry = now.get(kind)
+        target_cell = "-" if target is None else f"{target} min"
+        if not entry:
+            rows.append([kind, WHAT_RUNS[kind], "not measured", "-", target_cell, "-"])
+            continue
+        if kind == "ci-cold":
+            runs = [(run, entry.get(run)) for run in CI_RUNS]
+            tiers = (
+                f"before the tests {entry['before_tests_s'] / 60:.1f} min (install, services, lint, docs); "
+                + "; ".join(
+                    f"{run} {figures['session_s'] / 60:.1f} min{exited(figures, 'pytest')}: {tiers_text(figures)}"
+                    if figures
+                    else f"{run}: no figures"
+                    for run, figures in runs
+                )
+            )
+            workers = next((workers_text(figures) for _, figures in runs if figures), "-")
+            session = f"{entry['ci_s'] / 60:.1f} min{exited(entry, '.ci/run')}"
+            places.append(f"ci-cold: {where(entry.get('measured'))} It ran a fresh clone of commit "
+                          f"{entry['commit'][:7]}: the committed HEAD, so uncommitted changes were not measured.")  # fmt: skip
+        else:
+            tiers, workers = tiers_text(entry), workers_text(entry)
+            session = f"{entry['session_s'] / 60:.1f} min{exited(entry, 'pytest')}"
+            places.append(f"{kind}: {where(entry.get('measured'))}")
+        rows.append([kind, WHAT_RUNS[kind], session, workers, target_cell, tiers])
+    return "\n\n".join(
+        part
+        for part in [
+            "How long the tests take, per run and per tier. Plain `pytest` (the README's test command) runs the fast "
+            "and integration tiers; `pytest -m system` runs the system tier; `.ci/run` runs both, one after the other. "
+            "*default*: plain `pytest`, warm, with the tests' asset cache as an earlier run of the same code left it. "
+            "*default-cold*: the same with that cache emptied first. *system*: `-m system`, warm; it has no target "
+            "of its own and counts in CI's. *fast*: `-m fast`, warm. *ci-cold*: the whole `.ci/run` in a fresh "
+            "clone of the committed HEAD with the asset cache emptied: installs, services, lint, docs and both "
+            "pytest runs. Targets are for 2 idle cores. Services (Docker, SLURM, PostgreSQL) are up, as `.ci/run` "
+            "starts them.",
+            "tests/conftest.py sums each test's setup, call and teardown by its tier marker, in wall time and in CPU "
+            "time: its test process's and every process it started, read from a cpuacct cgroup where the machine has "
+            "one (else only the processes it waited for; the JSON's `cpu_source` says which), not Docker's "
+            "containers. The tests keep every core busy, so the CPU time is what a change saves. A session's time "
+            "includes collection and, for a run with the integration or system tier, the tasks' builds ahead of "
+            "the tests (tests/build_ahead.py).",
+            "Measured with:",
+            commands(*(f"-m benchmarks.suite_time {kind} --out benchmarks/suite_time.json" for kind in TARGETS_MIN)),
+            "Output: `benchmarks/suite_time.json`." + "".join(f" {place}" for place in places),
+            table(
+                ["run", "what runs", "time", "tests ran in", "target", "tiers (summed test time, over all processes)"],
+                rows,
+            ),
+            before_split_table(before, BEFORE_SPLIT_TARGETS_MIN),
+            costliest_table(now, before),
+            floor_table(data),
+        ]
+        if part
+    )
+
+
+def exited(entry: dict, what: str) -> str:
+    return "" if entry.get("exit_status") == 0 else f" ({what} exited {entry.get('exit_status')})"
+
+
+def workers_text(entry: dict) -> str:
+    return f"{entry['workers']} processes" if entry.get("workers") else "one process"
+
+
+def tiers_text(entry: dict) -> str:
+    """A pytest run's tiers: tests, summed wall time and CPU time, after its builds ahead."""
+    tiers = ", ".join(
+        f"{tier} {t['tests']} tests {t['seconds'] / 60:.1f} min"
+        + (f" ({t['cpu_s'] / 60:.1f} CPU min)" if "cpu_s" in t else "")  # older entries have none
+        for tier, t in entry["tiers"].items()
+    )
+    if entry.get("build_ahead_s") is not None:  # tests/build_ahead.py, before the tests started
+        tiers = f"builds ahead {entry['build_ahead_s'] / 60:.1f} min; {tiers}"
+    return tiers
+
+
+def before_split_table(before: dict, targets: dict) -> str:
+    """The entries measured when plain `pytest` ran every tier in one session."""
+    if not before:
+        return ""
+    rows = []
+    for kind, entry in before.items():
+        measured = entry.get("measured") or {}
+        rows.append([kind, f"{entry['session_s'] / 60:.1f} min{exited(entry, 'pytest')}",
+                     f"{targets[kind]} min" if kind in targets else "-", tiers_text(entry),
+                     f"{measured.get('commit') or 'not recorded'}, {measured.get('date') or 'not recorded'}"])  # fmt: skip
+    return (
+        "Before the split (every tier in one pytest run): *cold* and *warm* ran plain `pytest`, which then ran every "
+        "tier, with the asset cache emptied first and as an earlier run left it; *fast* ran `-m fast`, warm.\n\n"
+        + table(["before the split", "session", "target then", "tiers", "measured"], rows)
+    )
+
+
+def costliest_table(now: dict, before: dict) -> str:
+    """The 20 tests that took the most CPU time in the warm runs (default and system together where
+    both are measured), else the 20 slowest in wall time; from before the split while nothing since is."""
+    measured = [(kind, now[kind]) for kind in ("default", "system", "default-cold", "fast") if now.get(kind)]
+    measured += [(f"{kind}, before the split", before[kind]) for kind in ("warm", "cold", "fast") if before.get(kind)]
+    with_cpu = [(kind, entry) for kind, entry in measured if entry.get("tests_cpu_s")]
+    if with_cpu:
+        label, entries = with_cpu[0][0], [with_cpu[0][1]]
+        if label == "default" and now.get("system", {}).get("tests_cpu_s"):
+            label, entries = "default and system", [now["default"], now["system"]]
+        cpu = {test: s for entry in entries for test, s in entry["tests_cpu_s"].items()}
+        wall = {test: s for entry in entries for test, s in entry["tests"].items()}
+        costliest = sorted(cpu.items(), key=lambda item: -item[1])[:20]
+        return table([f"costliest tests ({label})", "CPU time", "wall time"],
+                     [[f"`{test}`", f"{s:.0f} s", f"{wall.get(test, 0):.0f} s"] for test, s in costliest])  # fmt: skip
+    label, entry = next(((kind, entry) for kind, entry in measured if entry.get("slowest")), (None, None))
+    if not entry:
+        return ""
+    return table([f"slowest tests ({label})", "phase", "time"],
+                 [[f"`{r['test']}`", r["when"], f"{r['seconds']:.0f} s"] for r in entry["slowest"]])  # fmt: skip
+
+
+def floor_table(data: dict) -> str:
+    """The checks issue 35 keeps real, with their CPU time in the warm default and system runs (merged:
+    together they are the whole suite), or in the warm run from before the split while those are not
+    both measured. On a CPU-bound suite, their sum over the cores is a floor under the runs' time
+    (KEPT_REAL)."""
+    now, before = split(data)
+    measured = [now.get(kind) for kind in ("default", "system")]
+    if all(entry and entry.get("tests_cpu_s") and entry.get("measured") for entry in measured):
+        columns = {"default": [measured[0]], "system": [measured[1]], "together": measured}
+        which = "the warm default and system runs above, which together are the whole suite"
+    elif (warm := before.get("warm")) and warm.get("tests_cpu_s") and warm.get("measured"):
+        columns = {"warm, before the split": [warm]}
+        which = "the warm run from before the split, when one pytest run ran every tier"
+    else:
+        return ""
+    kept = {column: floor(*entries) for column, entries in columns.items()}
+    rows = [[group] + [f"{kept[column]['groups'][group]:.0f} s" for column in columns] for group in KEPT_REAL]
+    rows.append(["**in all**"] + [f"**{k['cpu_min']:.1f} CPU min: no less than {k['floor_min']:.1f} min on "
+                                  f"{k['cores']} cores**" for k in kept.values()])  # fmt: skip
+    targets = TARGETS_MIN
+    return (
+        f"What the suite must still run for real (issue 35), with its tests' CPU time in {which} "
+        "(`suite_time.KEPT_REAL` says which tests; Docker's containers not counted), against the targets of "
+        f"{targets['default']} min for the default run and {targets['ci-cold']} min for the whole of `.ci/run` "
+        "from cold:\n\n" + table(["kept real", *(f"CPU time ({column})" for column in columns)], rows)
+    )
+
+
+SECTION = Section("Test suite time", order=10, reads=("suite_time.json",), render=suite_time_section)
 
 
 if __name__ == "__main__":

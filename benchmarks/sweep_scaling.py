@@ -1,6 +1,6 @@
 """How well sweeps scale, and what the harness costs per job.
 
-    .venv/bin/python benchmarks/sweep_scaling.py [--jobs 12] [--slots 2] [--agent-seconds 10]
+    .venv/bin/python -m benchmarks.sweep_scaling [--jobs 12] [--slots 2] [--agent-seconds 10]
         [--out benchmarks/sweep_scaling.json]
 
 Runs a trivial task (the default task with an agent that sleeps, then hands in an
@@ -34,7 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import results as results_page  # beside this file
+from benchmarks import results as results_page
+from benchmarks.results import Section, commands, load, table, where
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -189,6 +190,55 @@ def main() -> None:
             wall, before, after = timings
             print(f"  {sandbox:10s} {wall:7.1f}s {before:23.1f}s {after:30.1f}s")
         write(args.out, figures(args, measured, one, many, single, job_times))
+
+
+# -- its section of the results page (benchmarks/results.py) -----------------------------------
+
+
+def sweep_scaling_section(bench_dir: Path) -> str:
+    data = load(bench_dir, "sweep_scaling.json")
+    jobs, slots = data["jobs"], data["slots"]
+
+    def seconds(value: float | None) -> str:
+        return "not recorded" if value is None else f"{value:.1f} s"
+
+    def percent(value: float | None) -> str:
+        return "not recorded" if value is None else f"{value:.0f}%"
+
+    scaling = [
+        ["one job through the launcher (a one-job sweep)", seconds(data["one_job_s"])],
+        [f"sweep of {jobs} jobs, {slots} slots", seconds(data["sweep_s"])],
+        [f"ideal ({jobs} x one job / {slots})", seconds(data["ideal_s"])],
+        ["scaling efficiency: ideal / sweep (target >= 90%)", percent(data["efficiency_pct"])],
+        [f"sweep's fixed cost: one-job sweep - one plain run (`sandbox={data['plain_run_sandbox']}`)",
+         seconds(data["fixed_cost_s"])],
+        ["efficiency with the fixed cost taken out of both sides", percent(data["efficiency_without_fixed_cost_pct"])],
+        ["median MLflow run time per job", seconds(data["median_job_s"])],
+    ]  # fmt: skip
+    overhead = []
+    for sandbox, figures in data["sandboxes"].items():
+        if "not_measured" in figures:
+            overhead.append([f"`{sandbox}`", f"not measured: {figures['not_measured']}", "", ""])
+            continue
+        overhead.append([f"`{sandbox}`", seconds(figures["wall_s"]), seconds(figures["to_first_action_s"]),
+                         seconds(figures["after_last_action_s"])])  # fmt: skip
+    return "\n\n".join([
+        "`benchmarks/sweep_scaling.py` runs a trivial task (the default task with an agent that sleeps "
+        f"{data['agent_seconds']:g} s, then hands in an empty submission: every stage of the harness runs, the "
+        "scorer included, in its own process or fresh container, but there is no model to evaluate). It times "
+        "one job through the local launcher and a sweep of many such jobs with a few at once, against the ideal "
+        "(jobs x one job / slots). A sweep pays once for composing every job and opening its parent run, so the "
+        "efficiency can pass 100%; taken out of both sides (one plain run as the single-job time), what is left "
+        "is the scaling of the jobs. Then, per sandbox, one plain run's harness overhead: from launching "
+        "`python -m mlrb` to the agent's first action, and from its last action to the score recorded in MLflow.",
+        commands("-m benchmarks.sweep_scaling   # --jobs 12 --slots 2 --agent-seconds 10 by default"),
+        f"Output: `benchmarks/sweep_scaling.json`. {where(data.get('measured'))}",
+        table(["", "figure"], scaling),
+        table(["sandbox", "one run, total", "launch -> first action", "last action -> score recorded"], overhead),
+    ])  # fmt: skip
+
+
+SECTION = Section("Sweep scaling", order=30, reads=("sweep_scaling.json",), render=sweep_scaling_section)
 
 
 if __name__ == "__main__":

@@ -22,15 +22,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mlrb import counting
+from mlrb.tags import Metric
 
-VALID = "anytime.valid"
-SCORE = "anytime.score"
-NORMALISED = "anytime.normalised_score"
-COUNTED = "anytime.counted_normalised_score"
-WALL_S = "anytime.wall_s"
-USD = "anytime.usd"
+VALID, SCORE, NORMALISED = Metric.ANYTIME_VALID, Metric.ANYTIME_SCORE, Metric.ANYTIME_NORMALISED
+COUNTED, WALL_S, USD = Metric.ANYTIME_COUNTED, Metric.ANYTIME_WALL_S, Metric.ANYTIME_USD
 METRICS = (VALID, SCORE, NORMALISED, COUNTED, WALL_S, USD)
-ANCHORS = ("do_nothing_score", "baseline_score", "reference_score")  # the run's metrics that normalise and count
+ANCHORS = Metric.ANCHORS  # the run's metrics that normalise and count
 
 
 def step_metrics(valid: bool, score: float | None, anchors: dict[str, float | None], higher_is_better: bool,
@@ -41,7 +38,7 @@ def step_metrics(valid: bool, score: float | None, anchors: dict[str, float | No
     if valid:
         assert score is not None
         metrics[SCORE] = score
-        metrics[NORMALISED] = counting.normalise(score, anchors.get("baseline_score"), anchors.get("reference_score"),
+        metrics[NORMALISED] = counting.normalise(score, anchors.get(Metric.BASELINE_SCORE), anchors.get(Metric.REFERENCE_SCORE),
                                                  higher_is_better, normalisation)  # fmt: skip
     metrics[COUNTED] = counting.count(valid, score, anchors, higher_is_better, normalisation).normalised
     return {name: value for name, value in metrics.items() if value is not None}

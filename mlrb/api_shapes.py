@@ -4,7 +4,9 @@ Anthropic Messages API, OpenAI Chat Completions and OpenAI Responses, whole or s
 - `reply_of`: a call's answer: the model's text, the tools it asked for (id, name, arguments)
   and why it stopped;
 - `tool_results_of`: the tools' results an agent sends back in its next request (id, output,
-  whether it failed).
+  whether it failed);
+- `usage_of`, `tokens_of`: the tokens a call used, read the same for every shape by the metering
+  proxy (mlrb/proxy.py) and the built-in agent's providers (mlrb/agents/providers.py).
 
 Together they let the harness see an outside agent's tool calls without its help: asked in one
 call's answer, answered in the next call's request.
@@ -37,6 +39,25 @@ def reply_of(response: Any, stream: bool) -> Reply:
     tools = [tool(t.get("id"), (t.get("function") or {}).get("name"), (t.get("function") or {}).get("arguments"))
              for t in message.get("tool_calls") or []]  # fmt: skip
     return message.get("content") or "", tools, choice.get("finish_reason")
+
+
+def usage_of(body: Any) -> tuple[int, int] | None:
+    """(input tokens, output tokens) of a whole JSON response (or a stream's Anthropic message or
+    Responses response); None when it reports none."""
+    return tokens_of(body.get("usage") if isinstance(body, dict) else None)
+
+
+def tokens_of(usage: Any) -> tuple[int, int] | None:
+    """(input tokens, output tokens) of a `usage` object, in any API's shape; None when it is not one.
+    Chat Completions: prompt_tokens and completion_tokens. Anthropic and Responses: input_tokens and
+    output_tokens; Anthropic reports cached prompt tokens apart from input_tokens, and all of them were
+    read, so they are input too (Responses counts its cached tokens within input_tokens)."""
+    if not isinstance(usage, dict):
+        return None
+    if "prompt_tokens" in usage:  # Chat Completions
+        return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    cached = int(usage.get("cache_creation_input_tokens") or 0) + int(usage.get("cache_read_input_tokens") or 0)
+    return int(usage.get("input_tokens") or 0) + cached, int(usage.get("output_tokens") or 0)
 
 
 def streamed_reply(events: list[dict[str, Any]]) -> Reply:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from mlrb.config import BudgetConfig
 from mlrb.messages import time_left
+from mlrb.tags import Metric
 
 
 @dataclass(frozen=True)
@@ -170,9 +171,9 @@ class Budget:
 
     def summary(self) -> dict:
         return {
-            "steps": self.steps,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cost_usd": round(self.usd, 6),
-            "agent_time_s": round(self.elapsed_s(), 3),
+            Metric.STEPS: self.steps,
+            Metric.INPUT_TOKENS: self.input_tokens,
+            Metric.OUTPUT_TOKENS: self.output_tokens,
+            Metric.COST_USD: round(self.usd, 6),
+            Metric.AGENT_TIME_S: round(self.elapsed_s(), 3),
         }

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlrb.tags import Metric
+
 SCORE, DO_NOTHING, NONE = "score", "do_nothing", "none"  # the values of the `mlrb.counted_as` tag
 # Why a run at a plumbing scale (a task's `plumbing`: assets built in seconds) counts as nothing.
 PLUMBING = "a plumbing scale: its runs check that the harness works and measure nothing"
@@ -64,7 +66,7 @@ class Counted:
     normalised: float | None = None
 
     def metrics(self) -> dict[str, float]:
-        values = {"counted_score": self.score, "counted_normalised_score": self.normalised}
+        values = {Metric.COUNTED_SCORE: self.score, Metric.COUNTED_NORMALISED_SCORE: self.normalised}
         return {key: value for key, value in values.items() if value is not None}
 
 
@@ -72,7 +74,7 @@ def count(valid: bool, score: float | None, calibration: dict[str, float | None]
           normalisation: str = "gap") -> Counted:  # fmt: skip
     """How one attempt counts, from its validity and raw score and the task's anchors
     (`do_nothing_score`, `baseline_score`, `reference_score`)."""
-    do_nothing, baseline = calibration.get("do_nothing_score"), calibration.get("baseline_score")
+    do_nothing, baseline = calibration.get(Metric.DO_NOTHING_SCORE), calibration.get(Metric.BASELINE_SCORE)
     problem = floor_problem(do_nothing, baseline, higher_is_better)
     if problem:
         return Counted(NONE, problem)
@@ -84,7 +86,7 @@ def count(valid: bool, score: float | None, calibration: dict[str, float | None]
         reason = f"its score ({score:.4g}) is worse than doing nothing ({do_nothing:.4g})"
     else:
         counted_as, reason, counted = SCORE, "", score
-    reference = calibration.get("reference_score")
+    reference = calibration.get(Metric.REFERENCE_SCORE)
     return Counted(
         counted_as, reason, counted, normalise(counted, baseline, reference, higher_is_better, normalisation)
     )

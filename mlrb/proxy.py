@@ -74,7 +74,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from mlrb.agents.prices import Price, flat
-from mlrb.api_shapes import reply_of
+from mlrb.api_shapes import reply_of, usage_of
 from mlrb.budget import Spend
 from mlrb.sandbox.base import ModelEndpoint
 
@@ -236,19 +236,6 @@ def hold_for(price: Price, request: dict[str, Any], body: bytes) -> Spend:
     return Spend(input_tokens, output_tokens, price.usd(input_tokens, output_tokens))
 
 
-def usage_of(provider: str, body: Any) -> tuple[int, int] | None:
-    """(input tokens, output tokens) from a whole JSON response; None when it has none."""
-    usage = body.get("usage") if isinstance(body, dict) else None
-    if not isinstance(usage, dict):
-        return None
-    if "prompt_tokens" in usage:  # Chat Completions
-        return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    inputs = int(usage.get("input_tokens") or 0)
-    if provider == "anthropic":  # cached prompt tokens are input too
-        inputs += int(usage.get("cache_creation_input_tokens") or 0) + int(usage.get("cache_read_input_tokens") or 0)
-    return inputs, int(usage.get("output_tokens") or 0)
-
-
 # The events after which an SDK may hand the agent its answer without reading on.
 CLOSING_EVENTS = {"message_stop", "error", "response.completed", "response.failed", "response.incomplete"}
 
@@ -290,14 +277,14 @@ class StreamUsage:
         if kind in CLOSING_EVENTS:
             self.ended = True
         if kind == "message_start":  # Anthropic: the input, and the output so far
-            self.take(usage_of("anthropic", event.get("message")), final=False)
+            self.take(usage_of(event.get("message")), final=False)
         elif kind == "message_delta":  # Anthropic: the output, near the end (a running total)
             self.output_tokens = int((event.get("usage") or {}).get("output_tokens") or self.output_tokens)
             self.final = True
         elif kind in ("response.completed", "response.incomplete", "response.failed"):  # Responses: its usage in it
-            self.take(usage_of(self.provider, event.get("response")))
+            self.take(usage_of(event.get("response")))
         elif isinstance(event.get("usage"), dict):  # Chat Completions: the last chunk
-            self.take(usage_of(self.provider, event))
+            self.take(usage_of(event))
 
     def take(self, usage: tuple[int, int] | None, final: bool = True) -> None:
         if usage is not None:
@@ -659,7 +646,7 @@ class MeteringProxy:
                         call.response = json.loads(bytes(whole) or b"null")
                     except ValueError:
                         call.response = bytes(whole).decode("utf-8", "replace")
-                    reported, final = usage_of(call.provider, call.response), not cut
+                    reported, final = usage_of(call.response), not cut
                     said = model_not_found(call.provider, response.status, call.response)
                     if said is not None and proxy.missing_model is None:  # noted before the agent has the answer
                         proxy.missing_model = MissingModel(call.provider, call.model,

@@ -35,7 +35,7 @@ from typing import Any, cast
 from mlrb import anytime
 from mlrb.config import ConfigError
 from mlrb.messages import duration
-from mlrb.tags import Tag
+from mlrb.tags import Metric, Tag
 
 
 class ScoringFailed(RuntimeError):
@@ -165,7 +165,7 @@ def rescore(args: argparse.Namespace) -> str:
     report = loaded.score(entry)
     name = loaded.run.info.run_name
     if report.valid and report.score is not None and math.isfinite(report.score):
-        loaded.log({"step_score": report.score}, args.step)
+        loaded.log({Metric.STEP_SCORE: report.score}, args.step)
         return f"{name} step {args.step}: score {report.score:.4f} (valid)"
     return f"{name} step {args.step}: no score (invalid: {report.reason})"
 

@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrb.tags import Metric
+
 log = logging.getLogger(__name__)
 
 CLAIM = ".mlrb-run"  # in a run folder: who runs it now
@@ -284,4 +286,4 @@ class Keeper:
         """The agent's end, final: a later attempt goes straight to scoring."""
         with self.lock:
             save(self.run_dir, Progress(attempt=self.attempt, outcome=outcome, spent=spent, **{
-                k: spent[k] for k in ("steps", "input_tokens", "output_tokens", "cost_usd", "agent_time_s")}))  # fmt: skip
+                k: spent[k] for k in Metric.SPENT}))  # fmt: skip

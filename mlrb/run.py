@@ -57,7 +57,7 @@ from mlrb.resume import Resumption
 from mlrb.sandbox.base import SandboxError, SandboxStopped
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission
 from mlrb.status import Status, of_run
-from mlrb.tags import Tag
+from mlrb.tags import Metric, Tag
 from mlrb.tasks.base import ScoreReport, Task
 
 log = logging.getLogger(__name__)
@@ -410,8 +410,8 @@ class Stages:
                 Status(outcome["status"]), outcome.get("stop_reason"), outcome.get("message", "")
             )
             self.spent = dict(progress.spent or {})
-            budget.carry(self.spent["steps"], self.spent["input_tokens"], self.spent["output_tokens"],
-                         self.spent["cost_usd"], self.spent["agent_time_s"])  # fmt: skip
+            budget.carry(self.spent[Metric.STEPS], self.spent[Metric.INPUT_TOKENS], self.spent[Metric.OUTPUT_TOKENS],
+                         self.spent[Metric.COST_USD], self.spent[Metric.AGENT_TIME_S])  # fmt: skip
             self.sandbox.close()
             if self.model is not None:
                 self.model.close()
@@ -502,7 +502,7 @@ class Stages:
 
         # the final state (work left running may have changed it)
         noted("the final snapshot", self.step_snapshots.take, self.budget.steps, work, self.before,
-              self.spent["agent_time_s"])  # fmt: skip
+              self.spent[Metric.AGENT_TIME_S])  # fmt: skip
         patch_notes = workspace.Notes("the patch")
         with self.clock.stage("recording"):
             noted("recording the trajectory", self.recorder.log_file, self.run_dir / "trajectory.jsonl")
@@ -576,9 +576,9 @@ class Stages:
                 **summary,
                 **report.metrics,
                 **self.spent,
-                "prepare_time_s": self.prepare_time,
-                "score_time_s": score_time,
-                "wall_time_s": time.monotonic() - self.run_started,
+                Metric.PREPARE_TIME_S: self.prepare_time,
+                Metric.SCORE_TIME_S: score_time,
+                Metric.WALL_TIME_S: time.monotonic() - self.run_started,
                 **self.clock.metrics(),
             }
         )
@@ -601,7 +601,7 @@ class Stages:
             valid=report.valid,
             reason=report.reason,
             score=report.score,
-            normalised_score=summary.get("normalised_score"),
+            normalised_score=summary.get(Metric.NORMALISED_SCORE),
             run_dir=str(self.run_dir),
         )
 
@@ -635,29 +635,30 @@ def summarise(report: ScoreReport, calibration: dict[str, float | None], higher_
     """Score, its normalised form, MLAgentBench's success flag, and how the attempt counts in
     means (mlrb/counting.py). Normalised: "gap", 0 = baseline, 100 = reference; "improvement"
     (MLAgentBench), percent better than the baseline."""
-    baseline, reference = calibration.get("baseline_score"), calibration.get("reference_score")
-    metrics: dict[str, float] = {"valid": float(report.valid)}
-    for anchor in ("do_nothing_score", "baseline_score", "reference_score"):
+    baseline, reference = calibration.get(Metric.BASELINE_SCORE), calibration.get(Metric.REFERENCE_SCORE)
+    metrics: dict[str, float] = {Metric.VALID: float(report.valid)}
+    for anchor in Metric.ANCHORS:
         value = calibration.get(anchor)
         if value is not None:
             metrics[anchor] = value
     # The measured anchors' SEM over their seeds: the report carries it into its intervals.
-    for anchor in ("baseline", "reference"):
+    for anchor, score, name in (("baseline", Metric.BASELINE_SCORE, Metric.BASELINE_SCORE_SEM),
+                                ("reference", Metric.REFERENCE_SCORE, Metric.REFERENCE_SCORE_SEM)):  # fmt: skip
         sem = calibration.get(f"{anchor}_sem")
-        if sem is not None and calibration.get(f"{anchor}_score") is not None:
-            metrics[f"{anchor}_score_sem"] = sem
+        if sem is not None and calibration.get(score) is not None:
+            metrics[name] = sem
     metrics.update(counting.count(report.valid, report.score, calibration, higher_is_better, normalisation).metrics())
     if not report.valid or report.score is None:
         return metrics
-    metrics["score"] = report.score
+    metrics[Metric.SCORE] = report.score
     normalised = counting.normalise(report.score, baseline, reference, higher_is_better, normalisation)
     if normalised is not None:
-        metrics["normalised_score"] = normalised
+        metrics[Metric.NORMALISED_SCORE] = normalised
     if baseline:
         direction = 1.0 if higher_is_better else -1.0
         improvement = direction * (report.score - baseline) / abs(baseline)
-        metrics["improvement"] = improvement
-        metrics["success"] = float(improvement > SUCCESS_IMPROVEMENT)
+        metrics[Metric.IMPROVEMENT] = improvement
+        metrics[Metric.SUCCESS] = float(improvement > SUCCESS_IMPROVEMENT)
     return metrics
 
 

@@ -30,12 +30,29 @@ CHUNK = 1000  # bootstrap resamples drawn at once (bounds the memory of one draw
 
 
 def sd(values: Sequence[float]) -> float | None:
-    """The sample standard deviation (n - 1); None below 2 values."""
+    """The sample standard deviation (n - 1); None below 2 values. The one place it is computed
+    (tests/test_one_place.py holds it): the report, the anchors and the benchmarks call it."""
     n = len(values)
     if n < 2:
         return None
     m = sum(values) / n
     return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+
+
+def sem(values: Sequence[float]) -> float | None:
+    """The standard error of the mean: the sample SD / sqrt(n); None below 2 values."""
+    spread = sd(values)
+    return None if spread is None else spread / math.sqrt(len(values))
+
+
+def pooled_sd(groups: Sequence[Sequence[float]]) -> tuple[float | None, int]:
+    """The within-group SD pooled over the groups with 2 values or more, and their values in all."""
+    usable = [g for g in groups if len(g) >= 2]
+    dof = sum(len(g) - 1 for g in usable)
+    if not dof:
+        return None, 0
+    squares = sum(sum((v - sum(g) / len(g)) ** 2 for v in g) for g in usable)
+    return math.sqrt(squares / dof), sum(len(g) for g in usable)
 
 
 def mean_of_means(groups: Sequence[Sequence[float]]) -> float:

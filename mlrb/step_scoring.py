@@ -26,6 +26,7 @@ from mlrb import anytime, snapshots, workspace
 from mlrb.budget import Budget
 from mlrb.config import SandboxConfig, ScoringConfig
 from mlrb.scoring.runner import ScorerError, score_submission
+from mlrb.tags import Metric
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class StepScoring:
             return
         if self.last_s is None:
             self.log(0, None, 0.0, 0.0)
-        self.log(step, report, spent["agent_time_s"], spent["cost_usd"])
+        self.log(step, report, spent[Metric.AGENT_TIME_S], spent[Metric.COST_USD])
 
     def log(self, step: int, report: Any, agent_s: float, usd: float) -> None:
         if step and report is None:

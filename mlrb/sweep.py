@@ -43,7 +43,7 @@ from mlrb.messages import first_line
 from mlrb.plan import PARENT_RUN_VAR, SWEEP_ID_VAR, experiment_name, run_key, run_name
 from mlrb.run_names import NAME_KEYS_VAR
 from mlrb.status import MlflowStatus
-from mlrb.tags import SWEEP_ROLE, Tag
+from mlrb.tags import SWEEP_ROLE, Metric, Tag
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +169,8 @@ class SweepLauncher(BaseSubmititLauncher):
                 others=job_experiments(client, jobs),
             )  # fmt: skip
             parent.log_metrics(
-                {"jobs": len(jobs), "jobs_skipped": len(jobs) - len(todo), "jobs_failed": len(failed),
-                 "jobs_done": len(todo) - len(failed), **summary.metrics}
+                {Metric.JOBS: len(jobs), Metric.JOBS_SKIPPED: len(jobs) - len(todo), Metric.JOBS_FAILED: len(failed),
+                 Metric.JOBS_DONE: len(todo) - len(failed), **summary.metrics}
             )  # fmt: skip
             print(summary.text, flush=True)
         except Exception as e:  # the runs' records are whole in their folders: nothing is lost

@@ -19,6 +19,7 @@ from typing import Any
 from mlrb.messages import duration
 from mlrb.report import aggregate, render
 from mlrb.report.runs import Filters, RunRow, load
+from mlrb.tags import Metric
 
 
 @dataclass
@@ -81,9 +82,9 @@ def parent_metrics(rows: Sequence[RunRow]) -> dict[str, float]:
     for group in stats:
         prefix = metric_prefix(group, varying)
         metrics.update({prefix + key: value for key, value in group_metrics(group).items()})
-    costs = aggregate.present(r.metric("cost_usd") for r in rows)
+    costs = aggregate.present(r.metric(Metric.COST_USD) for r in rows)
     if costs:
-        metrics["cost_usd_total"] = float(sum(costs))
+        metrics[Metric.COST_USD_TOTAL] = float(sum(costs))
     return metrics
 
 

@@ -1,4 +1,4 @@
-"""The names of the tags mlrb puts on MLflow runs, each spelt once.
+"""The names of the tags and metrics mlrb puts on MLflow runs, each spelt once.
 
 The harness writes them (run.py, sweep.py, tracking.py, a task's checkpoint
 selection); the report, rescoring and sweep resumption read them back. The
@@ -50,3 +50,43 @@ class Tag:
 
 
 SWEEP_ROLE = "sweep"
+
+
+class Metric:
+    """Metric names, as `Metric.SCORE` (a namespace, as `Tag`): what the harness logs on a run and
+    the report, comparison, rescoring and sweep summary read back. The values are what stored runs
+    carry: changing one would orphan every run recorded before. A task's own metrics (its
+    ScoreReport's `metrics`, say `bleu`) are its own; tests/test_one_place.py holds mlrb/ to these."""
+
+    # The score and how it counts (run.py's summarise, mlrb/counting.py): VALID and SUCCESS are 1.0 or 0.0.
+    VALID, SCORE, NORMALISED_SCORE = "valid", "score", "normalised_score"
+    COUNTED_SCORE, COUNTED_NORMALISED_SCORE = "counted_score", "counted_normalised_score"
+    IMPROVEMENT, SUCCESS = "improvement", "success"
+    # The task's anchors, by the names its anchors file gives them too (mlrb/tasks/anchors.py), and the
+    # SEM over their seeds of the measured ones.
+    DO_NOTHING_SCORE, BASELINE_SCORE, REFERENCE_SCORE = "do_nothing_score", "baseline_score", "reference_score"
+    ANCHORS = (DO_NOTHING_SCORE, BASELINE_SCORE, REFERENCE_SCORE)  # what normalises a score and counts it
+    BASELINE_SCORE_SEM, REFERENCE_SCORE_SEM = "baseline_score_sem", "reference_score_sem"
+
+    # What the agent spent (mlrb/budget.py's summary), kept across a resumed run's attempts.
+    STEPS, INPUT_TOKENS, OUTPUT_TOKENS = "steps", "input_tokens", "output_tokens"
+    COST_USD, AGENT_TIME_S = "cost_usd", "agent_time_s"
+    SPENT = (STEPS, INPUT_TOKENS, OUTPUT_TOKENS, COST_USD, AGENT_TIME_S)
+    # The run's own times; STAGE_TIME_S is a prefix, + a stage's name (mlrb/timeline.py).
+    PREPARE_TIME_S, SCORE_TIME_S, WALL_TIME_S = "prepare_time_s", "score_time_s", "wall_time_s"
+    STAGE_TIME_S = "stage_time_s."
+
+    # At each step of the agent (mlrb/agents/recording.py): a model call's latency, the run's totals after it.
+    LLM_LATENCY_S, LLM_INPUT_TOKENS = "llm.latency_s", "llm.input_tokens"
+    LLM_OUTPUT_TOKENS, LLM_COST_USD = "llm.output_tokens", "llm.cost_usd"
+    # A step's workspace scored afterwards (`python -m mlrb.rescore RUN_ID --step N`).
+    STEP_SCORE = "step_score"
+    # The anytime metrics at each scored step (mlrb/anytime.py says what each holds).
+    ANYTIME_VALID, ANYTIME_SCORE = "anytime.valid", "anytime.score"
+    ANYTIME_NORMALISED, ANYTIME_COUNTED = "anytime.normalised_score", "anytime.counted_normalised_score"
+    ANYTIME_WALL_S, ANYTIME_USD = "anytime.wall_s", "anytime.usd"
+
+    # A sweep's parent run: its jobs, and what the whole sweep cost (mlrb/sweep_summary.py adds each
+    # configuration's aggregates, prefixed).
+    JOBS, JOBS_SKIPPED, JOBS_FAILED, JOBS_DONE = "jobs", "jobs_skipped", "jobs_failed", "jobs_done"
+    COST_USD_TOTAL = "cost_usd_total"

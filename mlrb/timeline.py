@@ -20,6 +20,8 @@ import os
 import time
 from collections.abc import Iterator
 
+from mlrb.tags import Metric
+
 
 class StageClock:
     """Seconds per stage, from the run's own thread. A stage timed inside another (the record
@@ -45,7 +47,7 @@ class StageClock:
                 self.inner[-1] += elapsed
 
     def metrics(self) -> dict[str, float]:
-        return {f"stage_time_s.{stage}": round(seconds, 4) for stage, seconds in self.times.items()}
+        return {Metric.STAGE_TIME_S + stage: round(seconds, 4) for stage, seconds in self.times.items()}
 
 
 def since_process_start() -> float:

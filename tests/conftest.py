@@ -524,7 +524,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         }
         figures["selection"] = config.option.markexpr or ""  # the tiers this run chose (-m)
         target = Path(out)
-        if target.is_dir():  # one file per pytest run: .ci/run runs two (benchmarks/suite_time.py ci-cold)
+        if target.is_dir():  # one file per pytest run: .ci/run runs two (python -m benchmarks.suite_time ci-cold)
             target = target / f"{selection_name(figures['selection'])}.json"
         target.write_text(json.dumps(figures, indent=2) + "\n")
 

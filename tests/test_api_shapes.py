@@ -16,7 +16,7 @@ from fake_llm_server import (
     responses_reply,
     tool,
 )
-from mlrb.api_shapes import reply_of, tool_results_of
+from mlrb.api_shapes import reply_of, tool_results_of, usage_of
 from mlrb.proxy import StreamUsage
 
 pytestmark = pytest.mark.fast
@@ -79,3 +79,29 @@ def test_arguments_that_are_not_json_are_kept_as_they_came():
         {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{not json"}}]},
         "finish_reason": "tool_calls"}]}  # fmt: skip
     assert reply_of(body, False)[1] == [{"id": "c", "name": "bash", "arguments": {"raw": "{not json"}}]
+
+
+# A call's tokens, as Anthropic reports a prompt partly written to and read from its cache: all 1234 were read.
+CACHED = {"input_tokens": 1000, "cache_creation_input_tokens": 200, "cache_read_input_tokens": 34, "output_tokens": 56}
+
+
+@pytest.mark.parametrize("shape", WHOLE)
+def test_the_proxy_and_the_agents_providers_read_a_calls_tokens_alike(shape):
+    """One reading of usage (api_shapes.tokens_of): the proxy's, of the JSON whole or streamed, and the
+    built-in agent's providers', of the SDK's objects, give the same numbers for every shape."""
+    import anthropic.types
+    import openai.types.chat
+
+    from mlrb.agents.providers import tokens_of
+
+    body = {**WHOLE[shape], "usage": CACHED} if shape == "anthropic" else WHOLE[shape]
+    whole = usage_of(body)
+    reader = StreamUsage(shape)
+    asked = {"stream": True, "stream_options": {"include_usage": True}}  # as the proxy asks a chat stream
+    reader.feed(b"".join(openai_chunks(WHOLE[shape], asked) if shape == "chat" else STREAMS[shape]))
+    assert (reader.input_tokens, reader.output_tokens) == usage_of(WHOLE[shape])  # the stream's, as its body's
+    sdk = {"anthropic": anthropic.types.Message, "chat": openai.types.chat.ChatCompletion}.get(shape)
+    if sdk is not None:  # the built-in agent speaks these two
+        assert tokens_of(sdk.model_validate(body).usage) == whole
+    assert whole == ((1234, 56) if shape == "anthropic" else (1000, 100))
+    assert usage_of({**body, "usage": None}) is None and tokens_of(None) == (None, None)

@@ -4,7 +4,7 @@ benchmarks/calibration.json (seeds of the anchors' runs) and benchmarks/calibrat
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 from pathlib import Path
 
@@ -16,10 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def benchmark():
@@ -109,9 +106,9 @@ def test_a_trial_design_changes_the_tiny_scale_and_a_typo_is_refused(tmp_path):
         ("assets.num_layers=-3", "task.scales.tiny.assets: num_layers must be a whole number above 0, not -3"),
         ("num_layers", "--set 'num_layers': expected KEY=VALUE"),
     ]:
-        result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "calibration.py"), "--tasks",
-                                 "llm_efficiency", "--set", value, "--out", str(out), "--cache-dir", str(tmp_path)],
-                                capture_output=True, text=True)  # fmt: skip
+        result = subprocess.run([sys.executable, "-m", "benchmarks.calibration", "--tasks", "llm_efficiency",
+                                 "--set", value, "--out", str(out), "--cache-dir", str(tmp_path)],
+                                cwd=REPO, capture_output=True, text=True)  # fmt: skip
         assert result.returncode == 2 and expected in result.stderr.strip().splitlines()[-1]
         assert not out.exists() and not (tmp_path / "llm_efficiency").exists()  # nothing built or written
 

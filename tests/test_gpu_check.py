@@ -5,7 +5,6 @@ the script is known to work when a GPU machine runs it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -13,17 +12,10 @@ import sys
 
 import pytest
 
+from benchmarks import gpu_check
 from conftest import REPO, kept_mirror, tiny_llm_merging
 from mlrb.assets import ensure_assets
 from test_full_scale import EVAL_TASKS
-
-
-def gpu_check_module():
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def tiny_pair(cpu_score, device_score, cpu_valid="True", device_valid="True") -> dict:
@@ -37,7 +29,7 @@ def tiny_pair(cpu_score, device_score, cpu_valid="True", device_valid="True") ->
 @pytest.mark.fast
 def test_a_device_that_disagrees_with_the_cpu_fails_the_check():
     # A dry run compares cpu with cpu, so it cannot show a mismatch: fed one, the check must name it.
-    failed_checks = gpu_check_module().failed_checks
+    failed_checks = gpu_check.failed_checks
     assert failed_checks({"tiny": {"llm_merging": tiny_pair(0.5625, 0.5625)}}) == []
     assert failed_checks({"tiny": {"llm_merging": tiny_pair(0.5625, 0.5667)}}) == []  # one item flipped of 240
     (line,) = failed_checks({"tiny": {"llm_merging": tiny_pair(0.5625, 0.45)}})
@@ -54,7 +46,6 @@ def test_a_device_that_disagrees_with_the_cpu_fails_the_check():
 
 @pytest.mark.fast
 def test_the_gpu_check_exits_1_naming_a_mismatch(tmp_path, monkeypatch, capsys):
-    gpu_check = gpu_check_module()
     # The tiny part's runs stood in for: the device scores well below the cpu.
     monkeypatch.setattr(gpu_check, "tiny_part", lambda *args: {"llm_merging": tiny_pair(0.5625, 0.45)})
     monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--device", "cpu", "--parts", "tiny", "--tasks", "llm_merging",
@@ -73,9 +64,9 @@ def test_the_gpu_checks_dry_run_scores_both_sides_and_the_full_stand_in(built_ca
     # cache keeps (the same build_mirror's, tests/hub_mirror.py) instead of building its own.
     shutil.copytree(kept_mirror(EVAL_TASKS), tmp_path / "work" / "hf_home", symlinks=True)
     proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--tasks", "llm_merging",
+        [sys.executable, "-m", "benchmarks.gpu_check", "--device", "cpu", "--tasks", "llm_merging",
          "--work", str(tmp_path / "work"), "--cache-dir", str(built_cache), "--out", str(out)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+        cwd=REPO, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr  # cpu against cpu: every check passes
     assert "FAILED" not in proc.stderr
@@ -98,8 +89,8 @@ def test_the_gpu_checks_dry_run_scores_both_sides_and_the_full_stand_in(built_ca
 
 @pytest.mark.integration
 def test_the_gpu_check_refuses_without_a_gpu_in_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--work", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--work", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 2
     assert "sees no CUDA GPU here (use --device cpu to dry-run)" in proc.stderr.strip().splitlines()[-1]
     assert not any(tmp_path.iterdir())  # nothing run, nothing written

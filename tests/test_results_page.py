@@ -1,16 +1,21 @@
 """benchmarks/RESULTS.md is written by benchmarks/results.py from the committed JSON files, never by
-hand; every JSON a benchmark writes there has its section; the scripts' writers give the shape
-the page is rendered from."""
+hand; every JSON a benchmark writes there has its section, declared in that benchmark's own script;
+the scripts import one another through the package, never through sys.path; the scripts' writers
+give the shape the page is rendered from."""
 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import json
+import pkgutil
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+
+from benchmarks import overhead, results, sweep_scaling
 
 pytestmark = pytest.mark.fast
 
@@ -18,24 +23,12 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
 
 
-@pytest.fixture(scope="module")
-def results():
-    # The scripts import each other by name (`import results`), as when run from benchmarks/.
-    sys.path.insert(0, str(BENCH))
-    try:
-        import results
-
-        yield results
-    finally:
-        sys.path.remove(str(BENCH))
+def test_the_page_is_what_the_scripts_write_from_the_committed_json():
+    assert (BENCH / "RESULTS.md").read_text() == results.render(BENCH), "run python -m benchmarks.results"
 
 
-def test_the_page_is_what_the_scripts_write_from_the_committed_json(results):
-    assert (BENCH / "RESULTS.md").read_text() == results.render(BENCH), "run python benchmarks/results.py"
-
-
-def test_every_benchmark_json_has_a_section(results):
-    covered = [name for _, names in results.SECTIONS for name in names]
+def test_every_benchmark_json_has_a_section():
+    covered = [name for section in results.sections() for name in section.reads]
     committed = sorted(path.name for path in BENCH.glob("*.json"))
     assert sorted(covered) == committed  # a new JSON needs a section; a section, its committed JSON
     page = results.render(BENCH)
@@ -46,7 +39,61 @@ def test_every_benchmark_json_has_a_section(results):
         assert f'"benchmarks" / "{name}"' in (BENCH / f"{script}.py").read_text(), script
 
 
-def test_the_page_is_plain_markdown(results):
+def test_each_script_declares_its_own_section():
+    """A section is declared in its benchmark's script, as its `SECTION`, beside the function that
+    writes it, and reads first the JSON named after that script: results.py declares none, so a new
+    benchmark touches one file."""
+    modules = [importlib.import_module(f"benchmarks.{found.name}") for found in pkgutil.iter_modules([str(BENCH)])]
+    declared = {module.__name__: module.SECTION for module in modules if hasattr(module, "SECTION")}
+    assert "benchmarks.results" not in declared and len(declared) >= 7
+    for name, section in declared.items():
+        assert section.render.__module__ == name, f"{name}'s section is written in {section.render.__module__}"
+        assert section.reads[0] == f"{name.removeprefix('benchmarks.')}.json", name
+    assert results.sections() == sorted(declared.values(), key=lambda section: section.order)
+    assert len({section.order for section in declared.values()}) == len(declared)  # one place each on the page
+    for path in BENCH.glob("*.py"):  # a Section made anywhere but as a script's SECTION is one found nowhere
+        tree = ast.parse(path.read_text())
+        made = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and "Section" in ast.unparse(node.func)]
+        as_section = [node.value for node in tree.body if isinstance(node, ast.Assign)
+                      and [ast.unparse(target) for target in node.targets] == ["SECTION"]]  # fmt: skip
+        assert made == as_section, f"{path.name}: a Section made other than as its SECTION"
+
+
+def path_tricks(source: str, siblings: set[str]) -> list[int]:
+    """The lines where SOURCE uses sys.path, loads a module from its file's path, or imports one of
+    SIBLINGS by its bare name (which works only with benchmarks/ itself on sys.path)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and ast.unparse(node) in (
+            "sys.path",
+            "importlib.util.spec_from_file_location",
+        ):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Import) and any(alias.name.split(".")[0] in siblings for alias in node.names):
+            found.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in siblings:
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_scripts_import_the_package_and_leave_sys_path_alone():
+    siblings = {path.stem for path in BENCH.glob("*.py")}
+    tricks = {path.name: lines for path in BENCH.glob("*.py") if (lines := path_tricks(path.read_text(), siblings))}
+    assert not tricks, f"import through the package (`from benchmarks import results`), not sys.path: {tricks}"
+
+
+def test_the_sys_path_rule_sees_what_it_replaced():
+    replaced = (
+        'sys.path.insert(0, str(REPO / "tests"))  # the scripted upstream\n'
+        "import results as results_page  # beside this file\n"
+        "from calibration import TASKS, load_task  # beside this file\n"
+        'spec = importlib.util.spec_from_file_location(f"benchmark_{name}", HERE / f"{name}.py")\n'
+    )
+    assert path_tricks(replaced, {"results", "calibration"}) == [1, 2, 3, 4]
+    assert path_tricks("from benchmarks import results\nfrom tests.fake_llm_server import reply\n", {"results"}) == []
+
+
+def test_the_page_is_plain_markdown():
     page = results.render(BENCH)
     assert "<!--" not in page and "](" not in page  # no HTML comments, no relative links
     assert page.startswith("# Benchmark results\n\n*Generated by `benchmarks/results.py`")
@@ -61,9 +108,7 @@ def bench_copy(tmp_path: Path) -> Path:
     return folder
 
 
-def test_overhead_writes_its_runs_entries_and_keeps_the_others(results, tmp_path):
-    import overhead
-
+def test_overhead_writes_its_runs_entries_and_keeps_the_others(tmp_path):
     wall = {"hfloor": [1.5, 1.6, 1.4], "sfloor": [3.3, 3.2, 3.4], "default": [8.6, 7.9, 8.8],
             "default before": [14.3, 13.7, 15.2]}  # fmt: skip
     peak = {key: [240.0, 241.0, 242.0] for key in wall}
@@ -101,9 +146,7 @@ def test_overhead_writes_its_runs_entries_and_keeps_the_others(results, tmp_path
     assert "| now | 1.30 | 3.30 | 4.20 | 5.00 | 13.60 |" in page
 
 
-def test_sweep_scaling_writes_its_figures(results, tmp_path):
-    import sweep_scaling
-
+def test_sweep_scaling_writes_its_figures(tmp_path):
     args = argparse.Namespace(jobs=12, slots=2, agent_seconds=10.0)
     single = {"bwrap": (15.0, 3.6, 0.2), "unconfined": (14.8, 3.5, 0.2), "docker": "DockerException: no engine"}
     measured = results.provenance()
@@ -122,9 +165,7 @@ def test_sweep_scaling_writes_its_figures(results, tmp_path):
     assert "| `bwrap` | 15.0 s | 3.6 s | 0.2 s |" in page
 
 
-def test_overhead_noop_entry_renders_with_its_store_floor(results, tmp_path):
-    import overhead
-
+def test_overhead_noop_entry_renders_with_its_store_floor(tmp_path):
     wall = {"floor": [2.8, 2.7, 2.9], "store_floor": [4.1, 3.6, 4.5], "noop": [2.9, 2.8, 3.0]}
     peak = {"floor": [231.0] * 3, "store_floor": [279.0] * 3, "noop": [241.0] * 3}
     tree = {"floor": [229.0] * 3, "store_floor": [279.0] * 3, "noop": [497.0] * 3}

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import gpu_check
 from mlrb.config import ConfigError, SandboxConfig
 from mlrb.sandbox import bwrap as bw
 from mlrb.sandbox import gpus
 from mlrb.sandbox.base import IsolatedCommand, Limits, Mount, sandbox_environment
 from mlrb.scoring.runner import with_run_devices
 from test_bwrap_sandbox import needs_namespaces
-from test_gpu_check import gpu_check_module
 
 pytestmark = pytest.mark.fast
 
@@ -284,7 +284,6 @@ def test_the_scorer_has_the_run_s_gpus_as_the_agent_does(tmp_path, node, monkeyp
 @needs_root
 @needs_namespaces
 def test_the_gpu_check_s_devices_part_sees_only_the_run_s_nodes(tmp_path, node):
-    gpu_check = gpu_check_module()
     found = gpu_check.devices_part("1", tmp_path, torch_inside=False)
     assert found["expected"] == sorted(CONTROLS + ["/dev/nvidia0"])
     assert found["inside"] == found["inside_asking_for_all"] == found["expected"]
@@ -295,7 +294,7 @@ def test_the_gpu_check_s_devices_part_sees_only_the_run_s_nodes(tmp_path, node):
 
 
 def test_the_gpu_check_names_a_sandbox_with_another_run_s_gpu():
-    failed_checks = gpu_check_module().failed_checks
+    failed_checks = gpu_check.failed_checks
     ok = {"expected": ["/dev/nvidia0", "/dev/nvidiactl"], "inside": ["/dev/nvidia0", "/dev/nvidiactl"],
           "inside_asking_for_all": ["/dev/nvidia0", "/dev/nvidiactl"], "visible": "0", "torch_devices": 1,
           "torch_devices_asking_for_all": 1}  # fmt: skip

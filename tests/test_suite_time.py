@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from benchmarks import results, suite_time
 
 pytestmark = pytest.mark.fast
 
@@ -18,23 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
 
 
-@pytest.fixture(scope="module")
-def results():
-    sys.path.insert(0, str(BENCH))  # the scripts import each other by name, as when run from benchmarks/
-    try:
-        import results
-
-        yield results
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-@pytest.fixture(scope="module")
-def suite_time(results):
-    return results.sibling("suite_time")
-
-
-def figures(results, selection: str, tests_cpu_s: dict[str, float]) -> dict:
+def figures(selection: str, tests_cpu_s: dict[str, float]) -> dict:
     """What tests/conftest.py writes for a pytest run, with provenance as the script adds it."""
     measured = results.provenance(note="a unit test's figures")
     measured["machine"]["cpus"] = 2
@@ -54,7 +39,7 @@ def figures(results, selection: str, tests_cpu_s: dict[str, float]) -> dict:
     }
 
 
-def test_new_kinds_are_recorded_beside_the_entries_from_before_the_split(results, suite_time, tmp_path):
+def test_new_kinds_are_recorded_beside_the_entries_from_before_the_split(tmp_path):
     folder = tmp_path / "benchmarks"
     folder.mkdir()
     for path in BENCH.glob("*.json"):
@@ -63,14 +48,14 @@ def test_new_kinds_are_recorded_beside_the_entries_from_before_the_split(results
     old = json.loads(out.read_text())
     _, old_before = suite_time.split(old)
 
-    default = figures(results, "not system", {"tests/test_mini_pile.py::test_baseline_run_is_recorded_with_its_score": 120.0,
-                                     "tests/test_config.py::test_a": 30.0})  # fmt: skip
-    system = figures(results, "system", {"tests/test_newcomer.py::test_the_readme_quick_start": 240.0,
-                                "tests/test_docker_sandbox.py::test_b": 60.0})  # fmt: skip
+    default = figures("not system", {"tests/test_mini_pile.py::test_baseline_run_is_recorded_with_its_score": 120.0,
+                            "tests/test_config.py::test_a": 30.0})  # fmt: skip
+    system = figures("system", {"tests/test_newcomer.py::test_the_readme_quick_start": 240.0,
+                       "tests/test_docker_sandbox.py::test_b": 60.0})  # fmt: skip
     ci = {"ci_s": 3000.0, "exit_status": 1, "commit": "0123456789abcdef", "clone": "a git clone",
           "before_tests_s": 1800.0, "default": default, "system": {**system, "exit_status": 1},
           "measured": default["measured"]}  # fmt: skip
-    fast = figures(results, "fast", {})
+    fast = figures("fast", {})
     for kind, entry in (("default", default), ("system", system), ("fast", fast), ("ci-cold", ci)):
         suite_time.record(out, kind, entry)
 
@@ -104,9 +89,7 @@ def test_new_kinds_are_recorded_beside_the_entries_from_before_the_split(results
     assert kept["cpu_min"] == 7.0 and kept["groups"]["Docker"] == 60.0
 
 
-def test_ci_cold_runs_ci_in_a_clone_of_the_committed_head_with_the_asset_cache_emptied(
-    suite_time, tmp_path, monkeypatch
-):
+def test_ci_cold_runs_ci_in_a_clone_of_the_committed_head_with_the_asset_cache_emptied(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     (repo / ".ci").mkdir(parents=True)
     # A stand-in for .ci/run: the two pytest runs' figures, as conftest writes them into the folder.

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlrb import api_shapes
 from mlrb.agents.tools import Tool
 
 # Sent when a server needs no key (a local model server): the OpenAI SDK refuses an empty one.
@@ -66,6 +67,13 @@ class ApiError(Exception):
         self.status = status
         self.transient = transient
         self.retry_after_s = retry_after_s
+
+
+def tokens_of(usage: Any) -> tuple[int | None, int | None]:
+    """(input tokens, output tokens) of an SDK reply's usage, read as the metering proxy reads the same
+    JSON (mlrb/api_shapes.py); (None, None) when the server reported none."""
+    tokens = api_shapes.tokens_of(usage.model_dump() if usage is not None else None)
+    return tokens if tokens is not None else (None, None)
 
 
 def retry_after(headers: Any) -> float | None:
@@ -193,19 +201,13 @@ class AnthropicProvider:
                 text.append(block.text)
             elif block.type == "tool_use":
                 calls.append(ToolCall(block.id, block.name, dict(block.input)))
-        usage = response.usage
-        input_tokens = None
-        if usage is not None:
-            # Cached prompt tokens are reported apart from input_tokens; all of them were read.
-            input_tokens = (
-                usage.input_tokens + (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
-            )
+        input_tokens, output_tokens = tokens_of(response.usage)
         return Reply(
             text="\n".join(text),
             tool_calls=calls,
             stop_reason=str(response.stop_reason),
             input_tokens=input_tokens,
-            output_tokens=usage.output_tokens if usage is not None else None,
+            output_tokens=output_tokens,
         )
 
 
@@ -287,11 +289,11 @@ class OpenAIProvider:
                 continue
             arguments, error = parse_arguments(function.arguments)
             calls.append(ToolCall(call.id, function.name, arguments, error))
-        usage = response.usage
+        input_tokens, output_tokens = tokens_of(response.usage)
         return Reply(
             text=choice.message.content or "",
             tool_calls=calls,
             stop_reason=str(choice.finish_reason),
-            input_tokens=usage.prompt_tokens if usage is not None else None,
-            output_tokens=usage.completion_tokens if usage is not None else None,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
         )

@@ -8,6 +8,7 @@ from pathlib import Path
 from mlrb import events
 from mlrb.agents.tracing import TraceWriter
 from mlrb.record import RecordedRun
+from mlrb.tags import Metric
 from mlrb.trajectory import Trajectory, TrajectoryWriter
 
 
@@ -22,12 +23,12 @@ class MetricsWriter:
     def handle(self, event: events.Event) -> None:
         match event:
             case events.ModelCalled():
-                self.pending = {"llm.latency_s": event.latency_s}
+                self.pending = {Metric.LLM_LATENCY_S: event.latency_s}
             case events.BudgetState():
                 totals = {
-                    "llm.input_tokens": event.input_tokens,
-                    "llm.output_tokens": event.output_tokens,
-                    "llm.cost_usd": event.usd,
+                    Metric.LLM_INPUT_TOKENS: event.input_tokens,
+                    Metric.LLM_OUTPUT_TOKENS: event.output_tokens,
+                    Metric.LLM_COST_USD: event.usd,
                 }
                 self.recorder.log_metrics({**self.pending, **totals}, step=event.step)
                 self.pending = {}

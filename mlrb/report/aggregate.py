@@ -27,19 +27,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from mlrb.report.runs import CAUSES, CONFINED, CRASHED, NOT_COUNTED, RUNNING, RunRow
+from mlrb.stats import sem
+from mlrb.tags import Metric
 
 
 def mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def sem(values: Sequence[float]) -> float | None:
-    """Standard error of the mean (sample standard deviation / sqrt(n)); None below 2 values."""
-    n = len(values)
-    if n < 2:
-        return None
-    m = sum(values) / n
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1) / n)
 
 
 def present(values: Iterable[float | None]) -> list[float]:
@@ -109,8 +102,8 @@ def anchor_sem(raw_mean: float | None, baseline: float | None, reference: float 
     give a mean normalised score of 100 (raw_mean - b) / (r - b), to first order; None unless
     the runs recorded both anchors and an SEM for at least one."""
     b, r = baseline, reference
-    sem_b = mean(present(x.metric("baseline_score_sem") for x in rows))
-    sem_r = mean(present(x.metric("reference_score_sem") for x in rows))
+    sem_b = mean(present(x.metric(Metric.BASELINE_SCORE_SEM) for x in rows))
+    sem_r = mean(present(x.metric(Metric.REFERENCE_SCORE_SEM) for x in rows))
     if raw_mean is None or b is None or r is None or r == b or (sem_b is None and sem_r is None):
         return None
     d_b = 100 * (raw_mean - r) / (r - b) ** 2  # d(normalised)/d(baseline)
@@ -125,8 +118,8 @@ def summarise_group(rows: list[RunRow]) -> GroupStats:
     scores = [] if rows[0].plumbing else present(r.score for r in scored)
     counted_mean, counted_sem = over_every_attempt([r.counted_score for r in attempts])
     normalised_mean, normalised_sem = over_every_attempt([r.counted_normalised for r in attempts])
-    baseline = mean(present(r.metric("baseline_score") for r in rows))
-    reference = mean(present(r.metric("reference_score") for r in rows))
+    baseline = mean(present(r.metric(Metric.BASELINE_SCORE) for r in rows))
+    reference = mean(present(r.metric(Metric.REFERENCE_SCORE) for r in rows))
     anchors_sem = anchor_sem(counted_mean, baseline, reference, rows) if rows[0].normalised_as == "gap" else None
     if normalised_sem is not None and anchors_sem is not None:
         normalised_sem = math.hypot(normalised_sem, anchors_sem)
@@ -151,10 +144,10 @@ def summarise_group(rows: list[RunRow]) -> GroupStats:
         success_rate=mean(successes),
         success_n=len(successes),
         valid_rate=len(scored) / len(attempts) if attempts else None,
-        cost_usd_mean=mean(present(r.metric("cost_usd") for r in attempts)),
-        input_tokens_mean=mean(present(r.metric("input_tokens") for r in attempts)),
-        output_tokens_mean=mean(present(r.metric("output_tokens") for r in attempts)),
-        wall_time_s_mean=mean(present(r.metric("wall_time_s") for r in attempts)),
+        cost_usd_mean=mean(present(r.metric(Metric.COST_USD) for r in attempts)),
+        input_tokens_mean=mean(present(r.metric(Metric.INPUT_TOKENS) for r in attempts)),
+        output_tokens_mean=mean(present(r.metric(Metric.OUTPUT_TOKENS) for r in attempts)),
+        wall_time_s_mean=mean(present(r.metric(Metric.WALL_TIME_S) for r in attempts)),
         baseline_score=baseline,
         reference_score=reference,
         budget_wall_time_s=next((r.budget_wall_time_s for r in rows if r.budget_wall_time_s is not None), None),

@@ -115,10 +115,10 @@ class GroupCurves:
 def band(values: Sequence[float]) -> tuple[float, float | None, float | None]:
     """(mean, low, high): the mean and its 95% t interval over the values; no interval for one."""
     mean = sum(values) / len(values)
-    spread = stats.sd(values)
-    if spread is None:
+    error = stats.sem(values)
+    if error is None:
         return mean, None, None
-    half = stats.t_quantile(1 - (1 - LEVEL) / 2, len(values) - 1) * spread / math.sqrt(len(values))
+    half = stats.t_quantile(1 - (1 - LEVEL) / 2, len(values) - 1) * error
     return mean, mean - half, mean + half
 
 

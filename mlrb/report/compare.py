@@ -437,16 +437,6 @@ class Noise:
     source: str
 
 
-def pooled_sd(groups: Sequence[Sequence[float]]) -> tuple[float | None, int]:
-    """The within-group SD pooled over the groups with 2 values or more, and their values in all."""
-    usable = [g for g in groups if len(g) >= 2]
-    dof = sum(len(g) - 1 for g in usable)
-    if not dof:
-        return None, 0
-    squares = sum(sum((v - sum(g) / len(g)) ** 2 for v in g) for g in usable)
-    return math.sqrt(squares / dof), sum(len(g) for g in usable)
-
-
 def noise_of_runs(rows: Sequence[RunRow], label: Callable[[tuple[str, str]], str]) -> list[Noise]:
     """Per task, from each group's counted runs (runs that never pool: RunRow.group): their SD
     pooled over the groups, times sqrt(2), the SD of the difference of two independent runs."""
@@ -457,7 +447,7 @@ def noise_of_runs(rows: Sequence[RunRow], label: Callable[[tuple[str, str]], str
             groups.setdefault((r.task, r.scale), {}).setdefault(r.group, []).append(value)
     found = []
     for key in sorted({(r.task, r.scale) for r in rows}):
-        sd, n = pooled_sd(list(groups.get(key, {}).values()))
+        sd, n = stats.pooled_sd(list(groups.get(key, {}).values()))
         source = (f"per-seed scores ({n} counted runs in groups of 2 or more) × √2" if sd is not None
                   else "fewer than 2 counted runs in any group")  # fmt: skip
         found.append(Noise(label(key), None if sd is None else math.sqrt(2) * sd, source))
@@ -492,7 +482,7 @@ def noise_of_calibration(calibration: dict, tasks: Sequence[str] = ()) -> list[N
         anchors = entry.get("anchors", {})
         base, ref = anchors.get("baseline", {}).get("mean"), anchors.get("reference", {}).get("mean")
         values = [anchors.get(name, {}).get("values") or [] for name in ("baseline", "reference")]
-        sd, n = pooled_sd(values)
+        sd, n = stats.pooled_sd(values)
         if base is None or ref is None or ref == base:
             found.append(Noise(task, None, "calibration: no baseline-to-reference scale"))
         elif sd is None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from mlrb.messages import duration
 from mlrb.report.aggregate import GroupStats, varying
 from mlrb.report.runs import RunRow
+from mlrb.tags import Metric
 
 
 def pyplot():
@@ -132,10 +133,10 @@ def score_vs_cost(stats: Sequence[GroupStats], rows: Sequence[RunRow], path: Pat
         for r in scored:
             series.setdefault(label(r, show_budget), []).append(r)
         for i, (name, points) in enumerate(sorted(series.items())):
-            ax.scatter([r.metric("cost_usd") or 0.0 for r in points], [r.score for r in points],
+            ax.scatter([r.metric(Metric.COST_USD) or 0.0 for r in points], [r.score for r in points],
                        marker=markers[i % len(markers)], label=name, alpha=0.8)  # fmt: skip
         anchors(ax, [s for s in stats if task_key(s) == key])
-        most = max((r.metric("cost_usd") or 0.0 for r in scored), default=0.0)
+        most = max((r.metric(Metric.COST_USD) or 0.0 for r in scored), default=0.0)
         right = most * 1.1 if most > 0 else 1.0  # a scripted agent costs nothing: show $0 to $1 then
         ax.set_xlim(-0.03 * right, right)
         ax.set_xlabel("cost of the run (USD)")

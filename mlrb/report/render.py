@@ -19,6 +19,7 @@ from mlrb.messages import duration
 from mlrb.report.aggregate import Cause, GroupStats, varying
 from mlrb.report.runs import CONFINED, CRASHED, NOT_COUNTED, RUNNING, RunRow
 from mlrb.status import Status
+from mlrb.tags import Metric
 
 KIND_LABELS = {
     Status.OK.value: "ok",
@@ -284,8 +285,8 @@ def run_records(rows: Sequence[RunRow]) -> list[dict[str, object]]:
          "counted_normalised_score": r.counted_normalised, "normalised_as": r.normalised_as,
          "unenforced_rules": "unknown" if r.unenforced_rules is None else ",".join(r.unenforced_rules),
          "success": r.success,
-         **{name: r.metric(name) for name in ("do_nothing_score", "baseline_score", "reference_score", "cost_usd", "input_tokens",
-                                              "output_tokens", "wall_time_s")}}
+         **{name: r.metric(name) for name in (*Metric.ANCHORS, Metric.COST_USD, Metric.INPUT_TOKENS, Metric.OUTPUT_TOKENS,
+                                              Metric.WALL_TIME_S)}}
         for r in rows
     ]  # fmt: skip
 

@@ -23,7 +23,7 @@ from typing import Any
 from mlrb.messages import duration, first_line_of
 from mlrb.retries import with_retries
 from mlrb.status import MlflowStatus, Status, parse
-from mlrb.tags import SWEEP_ROLE, Tag
+from mlrb.tags import SWEEP_ROLE, Metric, Tag
 
 # Runs without an outcome yet (they have no status): the report's own two states.
 RUNNING = "running"
@@ -132,12 +132,12 @@ class RunRow:
     @property
     def score(self) -> float | None:
         """The raw score: only a valid submission has one."""
-        return self.metric("score") if self.scored else None
+        return self.metric(Metric.SCORE) if self.scored else None
 
     @property
     def normalised(self) -> float | None:
         """The raw normalised score (0 = the baseline, 100 = the reference): only a valid submission has one."""
-        return self.metric("normalised_score") if self.scored else None
+        return self.metric(Metric.NORMALISED_SCORE) if self.scored else None
 
     @property
     def counted_score(self) -> float | None:
@@ -145,20 +145,20 @@ class RunRow:
         anchor's when it has no valid one or one worse than doing nothing. None for runs that
         are not attempts, for tasks without a do-nothing anchor, and for runs recorded before
         runs recorded it."""
-        return self.metric("counted_score") if self.is_attempt else None
+        return self.metric(Metric.COUNTED_SCORE) if self.is_attempt else None
 
     @property
     def counted_normalised(self) -> float | None:
         """The counted score on the normalised scale."""
-        return self.metric("counted_normalised_score") if self.is_attempt else None
+        return self.metric(Metric.COUNTED_NORMALISED_SCORE) if self.is_attempt else None
 
     @property
     def success(self) -> float | None:
         """MLAgentBench's success (more than 10% over the baseline); an attempt
         without a valid submission is a failure, when the baseline is known."""
         if self.scored:
-            return self.metric("success")
-        if self.is_attempt and self.metric("baseline_score"):
+            return self.metric(Metric.SUCCESS)
+        if self.is_attempt and self.metric(Metric.BASELINE_SCORE):
             return 0.0
         return None
 

@@ -16,7 +16,6 @@ import functools
 import hashlib
 import json
 import logging
-import math
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -24,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlrb import stats
 from mlrb.scoring.report import ScoreReport
+from mlrb.tags import Metric
 
 DEFAULT_SEEDS = 3
 ANCHORS = ("do_nothing", "baseline", "reference")
@@ -150,10 +151,10 @@ class Anchors:
         for anchor in ("baseline", "reference"):  # a stated anchor has no SEM
             if self.stated.get(f"{anchor}_score") is None and measured.get(f"{anchor}_sem") is not None:
                 anchors[f"{anchor}_sem"] = measured[f"{anchor}_sem"]
-        problem = anchor_problem(anchors["baseline_score"], anchors["reference_score"], self.higher_is_better)
+        problem = anchor_problem(anchors[Metric.BASELINE_SCORE], anchors[Metric.REFERENCE_SCORE], self.higher_is_better)
         if problem:  # a scale on which the reference does not beat the baseline means nothing
             logging.getLogger(__name__).warning("%s: no normalised score: %s", self.task_name, problem)
-            anchors["reference_score"] = None
+            anchors[Metric.REFERENCE_SCORE] = None
         return anchors
 
 
@@ -190,13 +191,10 @@ def contents_digest(path: Path) -> str | None:
 def seed_statistics(anchor: str, values: list[float]) -> dict[str, Any]:
     """An anchor's scores over seeds 0, 1, ...: `<anchor>_score` (their mean), `_sd` (the sample
     SD of one run, None from one seed), `_sem` (SD / sqrt(n)) and `_seeds` (each seed's)."""
-    n = len(values)
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
     return {
-        f"{anchor}_score": mean,
-        f"{anchor}_sd": sd,
-        f"{anchor}_sem": sd / math.sqrt(n) if sd is not None else None,
+        f"{anchor}_score": sum(values) / len(values),
+        f"{anchor}_sd": stats.sd(values),
+        f"{anchor}_sem": stats.sem(values),
         f"{anchor}_seeds": values,
     }
 

@@ -22,6 +22,7 @@ from typing import Any
 from mlrb import workspace
 from mlrb.scoring.report import ScoreReport
 from mlrb.scoring.submission_command import SubmissionCommand
+from mlrb.tags import Metric
 from mlrb.tasks.anchors import Anchors
 from mlrb.tasks.folder.scripts import FolderScripts, last_line
 
@@ -107,7 +108,7 @@ class FolderScorer:
         if self.format != "mlrc":
             return {}
         anchors = self.anchors.read(assets)
-        baseline, reference = anchors["baseline_score"], anchors["reference_score"]
+        baseline, reference = anchors[Metric.BASELINE_SCORE], anchors[Metric.REFERENCE_SCORE]
         direction = 1.0 if self.anchors.higher_is_better else -1.0
         metrics: dict[str, float] = {}
         if baseline:
