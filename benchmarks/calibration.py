@@ -71,7 +71,7 @@ def load_task(key: str, seed: int | None = None, overrides: dict | None = None):
         place[leaf] = value
     if seed is not None:
         raw["scales"]["tiny"]["assets"]["seed"] = seed
-    return registry.make_task(TaskConfig(**raw))
+    return registry.load_task(TaskConfig(**raw))
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -144,14 +144,14 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
     to seeds-1, side by side (one per core, each on one thread, as at asset build)."""
     import shutil
     import tempfile
-    from concurrent.futures import ThreadPoolExecutor
 
-    from mlrb.assets import ensure_assets
+    from mlrb.assets import prepare
     from mlrb.tasks.tiny_models import deterministic
 
     task = load_task(key, None, overrides)
     started = time.monotonic()
-    assets = ensure_assets(task, cache_dir)
+    assets, environment = prepare(task, cache_dir)
+    task = task.in_environment(environment)
     build_s = json.loads((assets / "manifest.json").read_text()).get("build_seconds")
     measured = json.loads((assets / "hidden" / "calibration.json").read_text())
     commands, solutions = task.anchors.commands, task.solutions(assets / "public")
@@ -160,20 +160,15 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
 
     built = int(measured.get("anchor_seeds", 1))  # seeds 0..built-1 were run at build (older builds: seed 0)
     jobs = [(anchor, seed) for seed in range(built, seeds) for anchor in seeded]
-    results: dict[tuple[str, int], float | None] = {}
-    # Scored on one torch thread, as at asset build (the same sums, and no contention with the
-    # runs training beside it: with every core's thread it was a hundred times slower).
-    # The runs in a warm interpreter, as at asset build (mlrb/tasks/warm_python.py).
-    with (ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool, deterministic(0),
-          solutions.warm() as warm):  # fmt: skip
-        running = {(anchor, seed): pool.submit(solutions.run, commands[anchor],
-                                               scratch / f"{anchor}-{seed}" / "workspace", seed, warm)
-                   for anchor, seed in jobs}  # fmt: skip
-        for anchor, seed in jobs:  # scored one at a time, as at asset build, while the others train
-            workspace = running[(anchor, seed)].result()
-            report = task.score(workspace / task.cfg.submission, assets, scratch / f"{anchor}-{seed}" / "scoring")
-            results[(anchor, seed)] = report.score if report.valid else None
-            shutil.rmtree(scratch / f"{anchor}-{seed}", ignore_errors=True)
+    # The anchors part runs and scores them as at asset build: side by side, one per core, in a warm
+    # interpreter (mlrb/tasks/warm_python.py), each scored on one torch thread as its run ends.
+    with deterministic(0), solutions.warm() as warm:
+        reports = task.anchors.score_seeds(
+            scratch, jobs, run=lambda command, workspace, seed: solutions.run(command, workspace, seed, warm),
+            score=lambda submission, work_dir: task.judge.score(submission, assets, work_dir),
+            workers=os.cpu_count() or 1, invalid_stops=False,
+        )  # fmt: skip
+    results = {job: report.score if report.valid else None for job, report in reports.items()}
     shutil.rmtree(scratch, ignore_errors=True)
     anchors = {}
     for anchor in ANCHORS:
@@ -302,7 +297,7 @@ def main() -> None:
         overrides = parse_overrides(args.set)
         for key in keys:
             task = load_task(key, 0, overrides)
-            type(task).check_assets(task.cfg)
+            task.builder.check_params(task.scale)
     except (ValueError, ConfigError) as exc:  # pydantic's ValidationError is a ValueError
         parser.error(f"{key}: {exc}" if isinstance(exc, ConfigError) else str(exc))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

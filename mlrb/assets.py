@@ -21,6 +21,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from mlrb import environments
 from mlrb.tasks.base import Task
@@ -40,10 +41,26 @@ def asset_dir(task: Task, cache_dir: Path) -> Path:
     return Path(cache_dir).expanduser() / task.name / f"{task.scale}-{digest}"
 
 
+class Prepared(NamedTuple):
+    """What a run of a task needs built: its assets and its own Python environment."""
+
+    path: Path  # the verified asset folder
+    environment: Path | None  # the task's own Python environment (mlrb/environments.py); None: the harness's
+
+
 def ensure_assets(task: Task, cache_dir: Path) -> Path:
-    """The task's verified asset folder, built (or rebuilt, if damaged) when needed; the
-    task's own Python environment first (its anchors run in it), set on `task`."""
-    task.environment = environments.ensure(task.name, task.requirements(), cache_dir)
+    """The task's verified asset folder, built (or rebuilt, if damaged) when needed (`prepare`)."""
+    return prepare(task, cache_dir).path
+
+
+def prepare(task: Task, cache_dir: Path) -> Prepared:
+    """The task's own Python environment, built first (its anchors run in it), and its verified
+    asset folder, built (or rebuilt, if damaged) when needed, by the task in that environment."""
+    environment = environments.ensure(task.name, list(task.requirements), cache_dir)
+    return Prepared(built(task.in_environment(environment), cache_dir), environment)
+
+
+def built(task: Task, cache_dir: Path) -> Path:
     target = asset_dir(task, cache_dir)
     if not problems(target):
         return target

@@ -309,8 +309,7 @@ def check_rules(cfg: MlrbConfig) -> None:
         agent_class.check_config(cfg.agent)
     registry.check_choice("sandbox kind", cfg.sandbox.kind, registry.SANDBOXES)
     registry.load(registry.SANDBOXES[cfg.sandbox.kind]).parse_options(cfg.sandbox)  # a misspelt option: one line
-    task_class = registry.task_class(cfg.task)
-    task_class.scale_spec(cfg.task)
-    task_class.check_assets(cfg.task)  # a tiny builder's parameters (unknown skills, sub-tasks...)
-    if hasattr(task_class, "check_config"):  # say, a folder task's folder has the files its layout needs
-        task_class.check_config(cfg.task)  # raises ConfigError on an unknown scale or bad key
+    task = registry.load_task(cfg.task)  # raises ConfigError on an unknown scale or bad key
+    task.builder.check_params(cfg.task.scale)  # a tiny builder's parameters (unknown skills, sub-tasks...)
+    if task.check_config is not None:  # say, a folder task's folder has the files its layout needs
+        task.check_config()

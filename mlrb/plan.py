@@ -1,6 +1,6 @@
 """A run's plan: its config resolved once, before anything runs, into what the run's stages
-need (issue 36). `make(cfg)` names the run, keys it, loads its task, agent and sandbox
-classes, and works out its limits, tags and the params and config it records; `run.py`'s
+need (issue 36). `make(cfg)` names the run, keys it, loads its task (a frozen value, registry.load_task),
+its agent and its sandbox class, and works out its limits, tags and the params and config it records; `run.py`'s
 stages take the plan and read nothing else of the config.
 
 The naming functions (`experiment_name`, `run_name`, `run_key`) are light: a sweep uses
@@ -94,7 +94,7 @@ def make(cfg: MlrbConfig) -> RunPlan:
     from mlrb.sandbox.base import limits_for
     from mlrb.tags import Tag
 
-    task = registry.make_task(cfg.task)
+    task = registry.load_task(cfg.task)
     agent = registry.load(registry.AGENTS[cfg.agent.kind])(cfg.agent)
     sandbox_class = registry.load(registry.SANDBOXES[cfg.sandbox.kind])
     key = run_key(cfg)

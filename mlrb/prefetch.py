@@ -86,7 +86,7 @@ def configured_tasks(overrides: list[str]) -> list[tuple[Any, Path]]:
             for name in names:
                 try:
                     cfg = to_typed(compose(config_name="config", overrides=[f"task={name}", *rest]))
-                    tasks.append((registry.make_task(cfg.task), Path(cfg.paths.cache_dir)))
+                    tasks.append((registry.load_task(cfg.task), Path(cfg.paths.cache_dir)))
                 except Exception as e:  # Hydra and OmegaConf raise many types; all are config errors here
                     if named and len(names) == 1:
                         raise ConfigError(str(e).splitlines()[0]) from None
@@ -102,7 +102,7 @@ def prefetch_environment(task: Any, cache_dir: Path, check_only: bool) -> int:
     package index, not the Hub, so HF_HUB_OFFLINE does not stop it."""
     from mlrb import environments
 
-    requirements = task.requirements()
+    requirements = list(task.requirements)
     if not requirements:
         return 0
     where = environments.location(requirements, cache_dir)

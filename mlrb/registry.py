@@ -16,7 +16,7 @@ from mlrb.messages import ConfigError
 
 # Where tasks are: a package's folder (import name -> path). A task is a folder in one of them
 # holding a `task.yaml` (its config, Hydra's group `task`, the folder's name being the task's)
-# and a `task.py` that defines its `Task` class; nothing else lists tasks.
+# and a `task.py` whose function `task(cfg, environment)` returns its `Task`; nothing else lists tasks.
 TASK_PACKAGES: dict[str, Path] = {"mlrb.tasks": Path(__file__).resolve().parent / "tasks"}
 TASK_CONFIG = "task.yaml"
 
@@ -49,28 +49,15 @@ def check_choice(what: str, name: str, choices: Mapping[str, Any]) -> None:
         raise ConfigError(f"unknown {what} '{name}'; valid choices: {', '.join(sorted(choices))}")
 
 
-def task_class(task_cfg: Any) -> Any:
-    """The class behind a task config: the `Task` that its folder's task.py defines, the
-    folder being its `kind` if set (folder tasks), else its name."""
-    import inspect
-
+def load_task(task_cfg: Any, environment: Path | None = None) -> Any:
+    """The task a task config describes (mlrb.tasks.base.Task, a frozen value), its parts running
+    in `environment` (the task's own Python environment; None: the harness's): made by the
+    function `task(cfg, environment)` of its folder's task.py, the folder being its `kind` if set
+    (folder tasks), else its name. Every task is made here."""
     key = task_cfg.kind or task_cfg.name
     folders = task_folders()
     check_choice("task", key, folders)
-    module = importlib.import_module(f"{folders[key][0]}.{key}.task")
-    (found,) = [value for value in vars(module).values()
-                if inspect.isclass(value) and value.__module__ == module.__name__ and is_task(value)]  # fmt: skip
-    return found
-
-
-def is_task(cls: type) -> bool:
-    """A subclass of mlrb.tasks.base.Task (told by name: that module imports this one)."""
-    return any((base.__module__, base.__qualname__) == ("mlrb.tasks.base", "Task") for base in cls.__mro__[1:])
-
-
-def make_task(task_cfg: Any) -> Any:
-    """The task a task config describes, configured."""
-    return task_class(task_cfg)(task_cfg)
+    return importlib.import_module(f"{folders[key][0]}.{key}.task").task(task_cfg, environment)
 
 
 def load(target: str) -> Any:

@@ -146,9 +146,10 @@ def load(args: argparse.Namespace) -> SnapshottedRun:
             f"run {args.run_id} has no step snapshots (runs recorded before they were kept have none)"
         ) from None
     task_cfg = TaskConfig(**config["task"])
-    task = registry.make_task(task_cfg)
+    task = registry.load_task(task_cfg)
     cache_dir = Path(args.cache_dir or config["paths"]["cache_dir"]).expanduser()
-    asset_path = assets_lib.ensure_assets(task, cache_dir)
+    asset_path, environment = assets_lib.prepare(task, cache_dir)
+    task = task.in_environment(environment)
     if assets_lib.fingerprint(asset_path) != run.data.tags.get(Tag.ASSETS_FINGERPRINT):
         print(f"warning: the assets differ from the run's (fingerprint {assets_lib.fingerprint(asset_path)}, "
               f"run {run.data.tags.get(Tag.ASSETS_FINGERPRINT)})", file=sys.stderr)  # fmt: skip

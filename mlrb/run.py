@@ -355,11 +355,11 @@ class Stages:
     def assets(self) -> None:
         """The task's assets, found in the cache or built, and which ones the run uses."""
         started = time.monotonic()
-        self.asset_path = assets_lib.ensure_assets(self.task, self.plan.cache_dir)
+        self.asset_path, environment = assets_lib.prepare(self.task, self.plan.cache_dir)
+        self.task = self.task.in_environment(environment)  # its parts run in its own environment
         self.prepare_time = time.monotonic() - started
         with self.clock.stage("recording"):
             record_assets(self.recorder, assets_lib.fingerprint(self.asset_path))
-            environment = self.task.environment
             self.recorder.set_tags({Tag.ENVIRONMENT: environment.name if environment else "harness"})
         # wall time counts from here: building a task's assets is a one-off of whichever run
         # needs them first, and would make that run look slow next to its siblings.

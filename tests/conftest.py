@@ -112,7 +112,7 @@ def task_from_config(key: str, scale: str = "tiny", **overrides):
     raw = packaged_task(key)
     raw["scale"] = scale
     raw["scales"][scale].update(overrides)
-    return registry.make_task(TaskConfig(**raw))
+    return registry.load_task(TaskConfig(**raw))
 
 
 def tiny_llm_merging():

@@ -20,27 +20,27 @@ from mlrb.counting import normalise
 from mlrb.report.aggregate import anchor_sem
 from mlrb.report.runs import RunRow
 from mlrb.tasks.anchors import Anchors, seed_statistics
-from mlrb.tasks.base import ScoreReport, Task
+from mlrb.tasks.base import ScoreReport, Task, packaged_task, scale_spec
 
 
-class SeedTask(Task):
-    """Its baseline answers its seed: the score is the seed, so the spread is known."""
-
-    name = "seeded"
-    starter = None  # an empty folder: the workspace it starts from
-
-    def starter_dir(self):
-        return self.starter
-
-    def build_tiny(self, out_dir, params):
-        (out_dir / "public").mkdir(parents=True, exist_ok=True)
-        return {}
-
-    def score(self, submission, assets, work_dir):
-        return ScoreReport(valid=True, reason="ok", score=float((submission / "answer.txt").read_text()))
+def build_public(out_dir, params):
+    (out_dir / "public").mkdir(parents=True, exist_ok=True)
+    return {}
 
 
-def seed_task(tmp_path, **assets) -> SeedTask:
+def score_answer(submission, assets, work_dir):
+    return ScoreReport(valid=True, reason="ok", score=float((submission / "answer.txt").read_text()))
+
+
+def seeded(cfg: TaskConfig, starter, score=score_answer, download=None) -> Task:
+    """Its baseline answers its seed: the score is the seed, so the spread is known. Its starter
+    files are `starter` (an empty folder: the workspace it starts from)."""
+    made = packaged_task(cfg, scale_spec(cfg), None, module=__name__, score=score, build=build_public,
+                         download=download)  # fmt: skip
+    return dataclasses.replace(made, package_dir=starter.parent)
+
+
+def seed_task(tmp_path, scale: dict | None = None, score=score_answer, **assets) -> Task:
     raw = yaml.safe_load("""
         name: seeded
         title: Seeded
@@ -53,10 +53,9 @@ def seed_task(tmp_path, **assets) -> SeedTask:
             prompt: {task: t, dataset: d, dataset_shape: s, models: m, result: r, evaluation: e}
     """)
     raw["scales"]["tiny"]["assets"] = assets
-    task = SeedTask(TaskConfig(**raw))
-    task.starter = tmp_path / "starter"
-    task.starter.mkdir(exist_ok=True)
-    return task
+    raw["scales"]["tiny"].update(scale or {})
+    (tmp_path / "starter").mkdir(exist_ok=True)
+    return seeded(TaskConfig(**raw), tmp_path / "starter", score)
 
 
 @pytest.mark.fast
@@ -77,8 +76,7 @@ def test_the_anchors_are_means_over_the_seeds_with_their_spread(tmp_path):
 
 @pytest.mark.fast
 def test_three_seeds_by_default_and_a_stated_anchor_has_no_sem(tmp_path):
-    task = seed_task(tmp_path)
-    task.spec.reference_score = 20.0  # stated, as a paper's figure would be: not measured
+    task = seed_task(tmp_path, scale={"reference_score": 20.0})  # stated, as a paper's figure would be: not measured
     task.build_assets(tmp_path / "assets")
     stored = json.loads((tmp_path / "assets" / "hidden" / "calibration.json").read_text())
     assert stored["baseline_seeds"] == [0.0, 1.0, 2.0] and "reference_seeds" not in stored
@@ -92,10 +90,9 @@ def test_three_seeds_by_default_and_a_stated_anchor_has_no_sem(tmp_path):
 @pytest.mark.fast
 @pytest.mark.parametrize("bad", [0, -2, 1.5, "three", True])
 def test_a_bad_number_of_anchor_seeds_is_one_clear_error(bad, tmp_path):
-    cfg = seed_task(tmp_path).cfg
-    cfg.scales["tiny"]["assets"] = {"anchor_seeds": bad}
+    task = seed_task(tmp_path, anchor_seeds=bad)
     with pytest.raises(ConfigError, match=r"task\.scales\.tiny\.assets\.anchor_seeds must be a whole number"):
-        SeedTask.check_assets(cfg)
+        task.builder.check_params("tiny")
 
 
 @pytest.mark.fast
@@ -106,7 +103,7 @@ def test_the_anchors_part_measures_alike_one_at_a_time_and_side_by_side(tmp_path
     measured = {}
     for workers in (None, 1):  # None: one run per core; 1: one at a time, as a task folder measures
         assets = tmp_path / f"workers-{workers}"
-        task.build_tiny(assets, {})
+        task.builder.make(assets)
         measured[workers] = measure(dataclasses.replace(task.anchors, workers=workers), task, assets)
     assert measured[None] == measured[1] and measured[1]["baseline_seeds"] == [0.0, 1.0, 2.0]
     assert json.loads((assets / "hidden" / "calibration.json").read_text()) == measured[1]
@@ -114,12 +111,11 @@ def test_the_anchors_part_measures_alike_one_at_a_time_and_side_by_side(tmp_path
 
 @pytest.mark.fast
 def test_a_stated_anchor_is_measured_only_where_the_part_must_measure_it(tmp_path):
-    task = seed_task(tmp_path)
-    task.spec.baseline_score = 0.5
+    task = seed_task(tmp_path, scale={"baseline_score": 0.5})
     assert set(task.anchors.to_measure()) == {"reference"}  # a packaged task trusts the stated figure
     folder_like = dataclasses.replace(task.anchors, always_measured=("baseline",))
     assert set(folder_like.to_measure()) == {"baseline", "reference"}  # a folder runs its baseline all the same
-    task.build_tiny(tmp_path / "assets", {})
+    task.builder.make(tmp_path / "assets")
     assert measure(folder_like, task, tmp_path / "assets")["baseline_seeds"] == [0.0, 1.0, 2.0]
     assert folder_like.read(tmp_path / "assets")["baseline_score"] == 0.5  # ... and the stated figure still wins
 
@@ -136,11 +132,10 @@ def measure(anchors: Anchors, task: Task, assets) -> dict:
 def test_a_submission_already_scored_is_not_scored_again(tmp_path):
     # do_nothing copies a fixed answer whatever the seed: its three submissions hold the same
     # bytes, so one score stands for all three; the seeded baseline and reference are each scored.
-    task = seed_task(tmp_path)
-    task.spec.do_nothing_command = "mkdir -p submission && echo 7 > submission/answer.txt"
     scored = []
-    score = task.score
-    task.score = lambda submission, assets, work_dir: scored.append(submission) or score(submission, assets, work_dir)
+    task = seed_task(tmp_path, scale={"do_nothing_command": "mkdir -p submission && echo 7 > submission/answer.txt"},
+                     score=lambda submission, assets, work_dir: scored.append(submission)
+                     or score_answer(submission, assets, work_dir))  # fmt: skip
     task.build_assets(tmp_path / "assets")
     stored = json.loads((tmp_path / "assets" / "hidden" / "calibration.json").read_text())
     assert stored["do_nothing_seeds"] == [7.0, 7.0, 7.0] and stored["do_nothing_sd"] == 0.0

@@ -20,6 +20,7 @@ from mlrb.budget import Budget
 from mlrb.config import AgentConfig, BudgetConfig, SandboxConfig
 from mlrb.sandbox.base import Limits, Sandbox
 from mlrb.sandbox.unconfined import UnconfinedSandbox
+from mlrb.tasks.base import Task
 
 pytestmark = pytest.mark.fast
 
@@ -56,10 +57,10 @@ def test_the_agent_and_task_examples_run_and_score_through_the_registry(tmp_path
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         task_cfg = to_typed(compose(config_name="config", overrides=["task=answer"])).task
     assert task_cfg.name == "answer" and "answer" in registry.task_folders()
-    task = registry.make_task(task_cfg)
-    assert type(task).__name__ == "AnswerTask" and task.name == "answer"
+    task = registry.load_task(task_cfg)
+    assert type(task) is Task and task.name == "answer"  # a frozen value, made by the folder's task()
     assets = tmp_path / "assets"
-    facts = task.build_assets(assets)  # build_tiny, as `assets.source: build` (the default) says
+    facts = task.build_assets(assets)  # its `build`, as `assets.source: build` (the default) says
     assert (assets / "hidden" / "target.txt").read_text() == "42"
     assert facts["calibration"]["baseline_score"] == -42.0  # the baseline's answer, 0, scored
 

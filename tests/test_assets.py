@@ -4,6 +4,7 @@ silent wrong score, never the agent's fault."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -14,20 +15,17 @@ import pytest
 from conftest import compose_config, mlflow_client, store_args
 from mlrb.assets import MANIFEST, AssetError, ensure_assets, fingerprint, problems
 from mlrb.config import TaskConfig
-from mlrb.tasks.base import ScoreReport, Task
+from mlrb.tasks.base import packaged_task, scale_spec
 
 
-class CountingTask(Task):
-    """A task whose assets are three small files; counts its builds."""
+class Counting:
+    """The maker of a task whose assets are three small files; counts its builds."""
 
-    name = "counting"
-
-    def __init__(self, cfg: TaskConfig):
-        super().__init__(cfg)
+    def __init__(self):
         self.builds = 0
         self.broken = False
 
-    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
+    def build(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         if self.broken:
             raise RuntimeError("the data source is gone")
         self.builds += 1
@@ -37,21 +35,24 @@ class CountingTask(Task):
         (out_dir / "hidden" / "test.jsonl").write_text('{"answer": 2}\n' * 100)
         return {}
 
-    def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
-        raise AssertionError("not used")
 
-    def calibrate(self, out_dir: Path) -> dict[str, Any]:
-        return {}
-
-    def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
-        raise AssertionError("not used")
+def not_used(*args: Any) -> Any:
+    raise AssertionError("not used")
 
 
 @pytest.fixture
-def task():
+def counting():
+    return Counting()
+
+
+@pytest.fixture
+def task(counting):
     prompt = {key: "-" for key in ("task", "dataset", "dataset_shape", "models", "result", "evaluation")}
     scale = {"description": "tiny", "time_limit_s": 60, "baseline_command": "true", "prompt": prompt}
-    return CountingTask(TaskConfig(name="counting", title="Counting", scales={"tiny": scale}))
+    cfg = TaskConfig(name="counting", title="Counting", scales={"tiny": scale})
+    made = packaged_task(cfg, scale_spec(cfg), None, module=__name__, score=not_used, build=counting.build,
+                         download=not_used)  # fmt: skip
+    return dataclasses.replace(made, anchors=dataclasses.replace(made.anchors, measured_by=lambda out_dir, extra: {}))
 
 
 def flip_one_byte(path: Path, offset: int = 5) -> None:
@@ -61,12 +62,12 @@ def flip_one_byte(path: Path, offset: int = 5) -> None:
 
 
 @pytest.mark.fast
-def test_the_manifest_records_every_file_and_a_fingerprint(task, tmp_path):
+def test_the_manifest_records_every_file_and_a_fingerprint(task, counting, tmp_path):
     assets = ensure_assets(task, tmp_path)
     manifest = json.loads((assets / MANIFEST).read_text())
     assert set(manifest["files"]) == {"public/train.jsonl", "hidden/test.jsonl"}
     assert len(fingerprint(assets)) == 16 and problems(assets) == []
-    assert ensure_assets(task, tmp_path) == assets and task.builds == 1  # a sound folder is reused
+    assert ensure_assets(task, tmp_path) == assets and counting.builds == 1  # a sound folder is reused
 
 
 @pytest.mark.fast
@@ -80,22 +81,22 @@ def test_the_manifest_records_every_file_and_a_fingerprint(task, tmp_path):
     ],
     ids=["one-byte", "truncated", "missing", "added"],
 )
-def test_damage_is_detected_named_and_rebuilt(task, tmp_path, caplog, damage, named):
+def test_damage_is_detected_named_and_rebuilt(task, counting, tmp_path, caplog, damage, named):
     assets = ensure_assets(task, tmp_path)
     good = fingerprint(assets)
     damage(assets)
     assert any(named in problem for problem in problems(assets))
     with caplog.at_level(logging.WARNING, logger="mlrb.assets"):
         assert ensure_assets(task, tmp_path) == assets
-    assert task.builds == 2 and problems(assets) == [] and fingerprint(assets) == good
+    assert counting.builds == 2 and problems(assets) == [] and fingerprint(assets) == good
     assert named in caplog.text and "rebuilding" in caplog.text
 
 
 @pytest.mark.fast
-def test_damage_that_cannot_be_rebuilt_is_one_error_naming_the_file(task, tmp_path):
+def test_damage_that_cannot_be_rebuilt_is_one_error_naming_the_file(task, counting, tmp_path):
     assets = ensure_assets(task, tmp_path)
     flip_one_byte(assets / "hidden" / "test.jsonl")
-    task.broken = True
+    counting.broken = True
     with pytest.raises(
         AssetError, match=r"damaged \(hidden/test.jsonl has changed.*could not be rebuilt: .*data source is gone"
     ):
@@ -121,7 +122,7 @@ def test_assets_changed_during_a_run_are_rebuilt_before_scoring(tmp_path, caplog
     cfg.task.scales["folder"]["baseline_command"] = (
         f'python train.py && for f in {hidden}; do [ ! -f "$f" ] || printf X | dd of="$f" bs=1 seek=10 conv=notrunc; done'
     )
-    task = registry.make_task(cfg.task)
+    task = registry.load_task(cfg.task)
     with caplog.at_level(logging.WARNING, logger="mlrb.assets"):
         result = run_lib.execute(cfg, tmp_path / "run")
     assert "hidden/answer.csv has changed" in caplog.text and "rebuilding" in caplog.text

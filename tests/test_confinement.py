@@ -52,9 +52,9 @@ def honest_score(metrics: dict, cache: Path, scale: str) -> float:
     if scale == "tiny":
         return metrics["baseline_score"]
     from mlrb.assets import asset_dir
-    from mlrb.tasks.llm_merging.task import LlmMerging
+    from mlrb.registry import load_task
 
-    assets = asset_dir(LlmMerging(compose_config(f"task.scale={scale}").task), cache)
+    assets = asset_dir(load_task(compose_config(f"task.scale={scale}").task), cache)
     return json.loads((assets / "hidden" / "calibration.json").read_text())["baseline_score"]
 
 
@@ -195,9 +195,9 @@ def own_cache(cache: Path, tmp_path: Path, scale: str) -> Path:
     """A copy of the cache's llm_merging assets at SCALE (and their control submission) for this
     test alone: the unconfined attacks write into it."""
     from mlrb.assets import asset_dir
-    from mlrb.tasks.llm_merging.task import LlmMerging
+    from mlrb.registry import load_task
 
-    assets = asset_dir(LlmMerging(compose_config(f"task.scale={scale}").task), cache)
+    assets = asset_dir(load_task(compose_config(f"task.scale={scale}").task), cache)
     mine = tmp_path / "cache"
     for folder in (assets, assets.with_name(assets.name + ".control")):
         if folder.is_dir():
@@ -209,9 +209,9 @@ def hidden_files(cache: Path, scale: str) -> tuple[Path, str, str]:
     """The task's hidden test set (at SCALE), one question of it that no public file holds, and one
     of the public dev set that the hidden set does not hold (each as it stands in its JSON line)."""
     from mlrb.assets import asset_dir
-    from mlrb.tasks.llm_merging.task import LlmMerging
+    from mlrb.registry import load_task
 
-    assets = asset_dir(LlmMerging(compose_config(f"task.scale={scale}").task), cache)
+    assets = asset_dir(load_task(compose_config(f"task.scale={scale}").task), cache)
     hidden = assets / "hidden" / "test.jsonl"
     public_text = "".join(p.read_text(errors="replace") for p in (assets / "public").rglob("*.jsonl"))
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.fast
 def test_the_plan_names_keys_and_configures_the_run_once_and_cannot_be_changed(monkeypatch):
     from mlrb.agents.baseline import BaselineAgent
     from mlrb.sandbox.bwrap import BwrapSandbox
-    from mlrb.tasks.llm_merging.task import LlmMerging
+    from mlrb.tasks.base import Task
 
     monkeypatch.delenv(plans.SWEEP_ID_VAR, raising=False)
     cfg = compose_config("task=llm_merging", "agent=baseline", "seed=3",
@@ -25,7 +25,7 @@ def test_the_plan_names_keys_and_configures_the_run_once_and_cannot_be_changed(m
     plan = plans.make(cfg)
     assert (plan.experiment, plan.name, plan.seed) == ("llm_merging", "llm_merging/baseline/smoke/3", 3)
     assert plan.key == plans.run_key(cfg) and plan.tags[Tag.RUN_KEY] == plan.key
-    assert isinstance(plan.task, LlmMerging) and isinstance(plan.agent, BaselineAgent)
+    assert type(plan.task) is Task and plan.task.name == "llm_merging" and isinstance(plan.agent, BaselineAgent)
     assert plan.sandbox_class is BwrapSandbox and plan.submission == "submission"
     assert plan.sweep_id is None and plan.resume_tags is None  # a single run: nothing to resume
     assert plan.params["task.name"] == "llm_merging" and plan.params["seed"] == "3"

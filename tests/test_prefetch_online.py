@@ -96,7 +96,7 @@ from mlrb.tasks.hub import is_present, load_dataset, task_needs
 (task,) = tasks_for(sys.argv[1:])
 out = Path({str(tmp_path / "assets")!r})
 params = {{k: v for k, v in dict(task.spec.assets).items() if k != "source"}}
-facts = task.download(out, params)
+facts = task.builder.makers["hub"](out, params)
 print(json.dumps({{
     "present": {{item.describe(): is_present(item) for item in task_needs(task)}},
     "rows": facts["rows"],

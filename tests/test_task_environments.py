@@ -26,10 +26,10 @@ SANDBOXES = [
 
 
 def folder_task(path: Path, *requirements: str):
+    from mlrb import registry
     from mlrb.config import TaskConfig
-    from mlrb.tasks.folder.task import FolderTask
 
-    return FolderTask(TaskConfig(name=path.name, title=path.name, kind="folder", path=str(path), submission=".",
+    return registry.load_task(TaskConfig(name=path.name, title=path.name, kind="folder", path=str(path), submission=".",
                                  scales={"folder": {}}, scale="folder", requirements=list(requirements)))  # fmt: skip
 
 
@@ -41,9 +41,9 @@ def test_requirements_come_from_the_folder_then_the_config_comments_dropped(tmp_
     shutil.copytree(NUMPY1, folder)
     (folder / "scripts" / "requirements.txt").write_text("scipy==1.11.4  # MLRC-Bench keeps it here\nnumpy==1.26.4\n")
     task = folder_task(folder, "pandas==2.1.4")
-    assert task.requirements() == ["numpy==1.26.4", "scipy==1.11.4", "pandas==2.1.4"]
+    assert task.requirements == ("numpy==1.26.4", "scipy==1.11.4", "pandas==2.1.4")
     # the environment is keyed by them: another pin is another environment, the same pins the same one
-    assert environments.key(task.requirements()) == environments.key(list(task.requirements()))
+    assert environments.key(list(task.requirements)) == environments.key(list(task.requirements))
     assert environments.key(["numpy==1.26.4"]) != environments.key(["numpy==1.26.3"])
     assert environments.ensure("t", [], tmp_path) is None  # nothing declared: the harness's libraries
 
@@ -53,7 +53,7 @@ def test_a_packaged_task_without_requirements_keeps_its_asset_key_and_the_harnes
     from conftest import tiny_llm_merging
 
     task = tiny_llm_merging()
-    assert task.requirements() == [] and "requirements" not in task.asset_key()  # fingerprints unchanged
+    assert task.requirements == () and "requirements" not in task.asset_key()  # fingerprints unchanged
     assert task.python == sys.executable
     pinned = folder_task(NUMPY1)
     assert pinned.asset_key()["requirements"] == ["numpy==1.26.4"]  # the anchors were measured in it

@@ -5,6 +5,8 @@ test_anchor_seeds.py), its rules for an attempt (mlrb/tasks/attempt_rules.py) an
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 import sys
 
@@ -15,17 +17,15 @@ from mlrb.config import ConfigError
 from mlrb.tasks.anchors import AnchorFailed
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import ScoreReport
-from test_anchor_seeds import SeedTask, seed_task
+from test_anchor_seeds import seed_task, seeded
 
 pytestmark = pytest.mark.fast
 
 
-class DownloadingTask(SeedTask):
-    """SeedTask with a full scale fetched from the hub: its maker says it ran."""
-
-    def download(self, out_dir, params):
-        (out_dir / "public").mkdir(parents=True, exist_ok=True)
-        return {"downloaded": params}
+def download(out_dir, params):
+    """A full scale fetched from the hub: the maker says it ran."""
+    (out_dir / "public").mkdir(parents=True, exist_ok=True)
+    return {"downloaded": params}
 
 
 def test_the_builder_runs_the_maker_the_source_names_and_refuses_another_by_name(tmp_path):
@@ -34,8 +34,7 @@ def test_the_builder_runs_the_maker_the_source_names_and_refuses_another_by_name
     assert "downloaded" not in built and built["calibration"] == calibration
     assert (calibration["baseline_seeds"], calibration["reference_score"]) == ([0.0, 1.0, 2.0], 11.0)  # seeds 0-2
     hub = seed_task(tmp_path, source="hub", size=3)
-    fetched = DownloadingTask(hub.cfg)
-    fetched.starter = hub.starter
+    fetched = seeded(hub.cfg, tmp_path / "starter", download=download)
     # The maker gets the scale's assets less what is not its own (the source, the anchors' seeds).
     assert fetched.builder.make(tmp_path / "fetched") == {"downloaded": {"size": 3}}
     with pytest.raises(ValueError, match=r"^unknown assets.source 'hub' for task seeded; valid: build$"):
@@ -44,12 +43,9 @@ def test_the_builder_runs_the_maker_the_source_names_and_refuses_another_by_name
 
 
 def test_a_build_that_fails_leaves_nothing_behind_and_says_which_anchor_seed(tmp_path):
-    task = seed_task(tmp_path)
-    task.cfg.scales["tiny"]["reference_command"] = (
+    task = seed_task(tmp_path, scale={"reference_command": (
         'test "$MLRB_SEED" != 1 || { echo "no seed 1" >&2; exit 4; }; mkdir -p submission && echo 1 > submission/answer.txt'
-    )
-    task = SeedTask(task.cfg)
-    task.starter = tmp_path / "starter"
+    )})  # fmt: skip
     with pytest.raises(AnchorFailed) as failed:
         task.build_assets(tmp_path / "assets")
     assert (failed.value.seed, failed.value.ran) == (1, False)
@@ -58,11 +54,8 @@ def test_a_build_that_fails_leaves_nothing_behind_and_says_which_anchor_seed(tmp
 
 
 def test_an_anchor_that_makes_an_invalid_submission_is_named_with_its_command_and_seed(tmp_path):
-    task = seed_task(tmp_path)
-    task.cfg.scales["tiny"]["baseline_command"] = "mkdir -p submission && echo x > submission/answer.txt"
-    task = SeedTask(task.cfg)
-    task.starter = tmp_path / "starter"
-    task.score = lambda submission, assets, work_dir: scored_if_a_number(submission)
+    task = seed_task(tmp_path, scale={"baseline_command": "mkdir -p submission && echo x > submission/answer.txt"},
+                     score=lambda submission, assets, work_dir: scored_if_a_number(submission))  # fmt: skip
     with pytest.raises(AnchorFailed) as failed:
         task.build_assets(tmp_path / "assets")
     # The seeds run side by side and each is scored as it ends: the first to end is the one named.
@@ -82,16 +75,15 @@ def scored_if_a_number(submission) -> ScoreReport:
 
 
 def test_a_bad_builder_param_is_one_config_error_before_anything_is_built(tmp_path):
-    cfg = seed_task(tmp_path).cfg
-    cfg.scales["tiny"]["assets"] = {"anchor_seeds": 0}
     with pytest.raises(ConfigError, match=r"^task\.scales\.tiny\.assets\.anchor_seeds must be a whole number"):
-        SeedTask.check_assets(cfg)
+        seed_task(tmp_path, anchor_seeds=0).builder.check_params("tiny")
     from conftest import task_from_config
+    from mlrb import registry
 
     task = task_from_config("llm_merging")
     task.cfg.scales["tiny"]["assets"]["skills"] = ["geography", "astrology"]
     with pytest.raises(ConfigError, match=r"^task\.scales\.tiny\.assets: .*astrology"):
-        type(task).check_assets(task.cfg)
+        registry.load_task(task.cfg).builder.check_params("tiny")
 
 
 def test_the_rules_say_what_is_scored_and_restore_the_configs_and_the_assets_read_only_files(tmp_path):
@@ -113,8 +105,7 @@ def test_the_judge_scores_with_the_tasks_own_scorer_and_says_what_its_process_im
     assert "lm_eval.evaluator" in merging.judge.imports and merging.judge.timeout_s == 42
     formalizing = task_from_config("math_reasoning")  # scored with BLEU and ROUGE-L: no lm-eval to import
     assert formalizing.judge.imports == () and formalizing.judge.device == "cpu"
-    task = seed_task(tmp_path)
-    task.score = lambda submission, assets, work_dir: scored_if_a_number(submission)
+    task = seed_task(tmp_path, score=lambda submission, assets, work_dir: scored_if_a_number(submission))
     (tmp_path / "submission").mkdir()
     (tmp_path / "submission" / "answer.txt").write_text("7")
     assert task.judge.score(tmp_path / "submission", tmp_path, tmp_path).score == 7.0
@@ -139,9 +130,9 @@ def test_a_builder_module_that_cannot_import_what_it_needs_says_so_when_the_conf
     # The same line where the command line checks a config.
     from conftest import compose_config
     from mlrb.config import check_rules
-    from mlrb.tasks.llm_merging.task import LlmMerging
+    from mlrb.tasks import base
 
-    monkeypatch.setattr(LlmMerging, "builder_module", classmethod(lambda cls: "handmade.assets"))
+    monkeypatch.setattr(base, "builder_module", lambda module: "handmade.assets")
     with pytest.raises(ConfigError) as told:
         check_rules(compose_config("task=llm_merging"))
     assert str(told.value) == (
@@ -160,7 +151,6 @@ def test_a_task_folder_is_made_of_the_same_parts_as_a_packaged_task_and_gives_it
     from mlrb.tasks.anchors import Anchors
     from mlrb.tasks.base import Task
     from mlrb.tasks.builder import AssetBuilder
-    from mlrb.tasks.folder.task import FolderTask
     from mlrb.tasks.judge import Judge
     from mlrb.tasks.solutions import Solutions
     from test_task_environments import folder_task
@@ -170,14 +160,29 @@ def test_a_task_folder_is_made_of_the_same_parts_as_a_packaged_task_and_gives_it
         parts = (task.builder, task.anchors, task.rules, task.judge, task.solutions(tmp_path / "public"))
         assert [type(part) for part in parts] == [AssetBuilder, Anchors, Rules, Judge, Solutions]
     # The folder's own: its one maker, its baseline alone (measured one seed at a time), the
-    # layout's read-only list, eval.py's scorer choosing the best dev step, its prepared env/.
+    # layout's read-only list, eval.py's scorer choosing the best dev step after main.py ran
+    # apart, its prepared env/.
     assert list(mlrc.builder.makers) == ["build"]
     assert mlrc.anchors.commands == {"baseline": "python main.py -m my_method -p dev"} and mlrc.anchors.workers == 1
     assert mlrc.rules.read_only_listed_in == "hidden/read_only_files.txt"
-    assert mlrc.judge.snapshot_chooser is not None
+    assert mlrc.judge.snapshot_chooser is not None and mlrc.judge.submission_command is not None
     assert mlrc.solutions(tmp_path / "public").starting_files == tmp_path / "public"
-    # Besides its config, it overrides the parts and the code they call: no other hook of a task.
-    overridden = {name for name in vars(FolderTask) if hasattr(Task, name) and not name.startswith("_")}
-    assert overridden <= {"scale_class", "builds_at_preflight", "scale_spec", "requirements", "workspace_files",
-                          "own_instructions", "rules", "builder", "anchors", "judge", "score", "asset_key",
-                          "calibrate"}, overridden  # fmt: skip
+    # A task is a value of its parts, never subclassed: what differs between tasks is in their fields.
+    assert type(mlrc) is Task and type(task_from_config("llm_merging")) is Task
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        mlrc.judge = None  # type: ignore[misc]
+
+
+def test_every_packaged_task_is_a_frozen_value_its_folder_makes_and_subclasses_nothing():
+    import inspect
+
+    from conftest import task_from_config
+    from mlrb import registry
+    from mlrb.tasks.base import Task
+
+    for key in registry.task_folders():
+        module = importlib.import_module(f"mlrb.tasks.{key}.task")
+        assert callable(module.task), key  # the folder's function, which registry.load_task calls
+        assert not [c for _, c in inspect.getmembers(module, inspect.isclass) if issubclass(c, Task) and c is not Task]
+        if key != "folder":
+            assert type(task_from_config(key)) is Task

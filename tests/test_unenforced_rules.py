@@ -88,7 +88,7 @@ def fp16_fp32(test: str) -> Breaks:
 EDGE_TRAINING_MEMORY = Breaks(
     "test_edge_llm_training.py::test_over_the_memory_limit_is_invalid_before_or_during_evaluation",
     ("the weights alone take", "during evaluation exceeds the limit"),
-    "mlrb.tasks.from_scratch.task:FromScratchTask.score",
+    "mlrb.tasks.from_scratch.task:FromScratch.score",
 )  # fmt: skip
 EDGE_COMPRESSION_MEMORY = Breaks(
     "test_edge_llm_compression.py::test_the_untouched_base_is_over_the_memory_limit_during_evaluation",
@@ -364,10 +364,9 @@ def check_strings(check: str) -> set[str]:
 
 
 def scorer_classes(task: str) -> list[type]:
-    """The classes of mlrb the task's class is made of (its scorer's code)."""
-    return [
-        c for c in registry.task_class(TaskConfig(**packaged_task(task))).__mro__ if c.__module__.startswith("mlrb.")
-    ]
+    """The classes of mlrb that hold the task's code (its scorer's): the owners of its judge's scorer."""
+    score = registry.load_task(TaskConfig(**packaged_task(task))).judge.score
+    return [c for c in type(score.__self__).__mro__ if c.__module__.startswith("mlrb.")]
 
 
 def runs(task: str, check: str) -> bool:
@@ -425,7 +424,7 @@ def test_a_misspelt_key_is_refused_in_one_line():
     tiny["unenforced_rule"] = tiny.pop("unenforced_rules")
     cfg = TaskConfig(name="edge_llm_compression", title="t", scales={"tiny": tiny})
     with pytest.raises(ConfigError) as e:
-        registry.task_class(cfg).scale_spec(cfg)
+        registry.load_task(cfg)
     assert "task.scales.tiny.unenforced_rule" in str(e.value) and "\n" not in str(e.value)
 
 

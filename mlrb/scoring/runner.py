@@ -41,13 +41,14 @@ from mlrb.scoring.submission_command import SubmissionCommand
 class ScoredTask(Protocol):
     """What scoring needs of a task (every mlrb.tasks.base.Task has it): its judge (the modules
     its scorer imports, its time limit), its rules and hardware, and the config its scorer's
-    process makes the task from (from the registry).
+    process loads the task from (registry.load_task).
 
-    A task whose scoring runs the submission's own code also has `submission_command(copy,
-    assets) -> SubmissionCommand | None` (its inputs put in the copy, the command to run there)
-    and `after_submission_command()`, the task the scorer's process scores with once it ran."""
+    A task whose scoring runs the submission's own code says so with its judge's
+    `submission_command(copy, assets) -> SubmissionCommand | None` (its inputs put in the copy,
+    the command to run there); the scorer's process then scores with `judge.after_command()`."""
 
-    environment: Path | None
+    @property
+    def environment(self) -> Path | None: ...  # where the task's own scripts run (None: the harness's Python)
 
     # (typed Any: scoring never imports mlrb.tasks, which stands above it)
     @property
@@ -225,7 +226,7 @@ class Scorer:
 
 def submission_command(task: ScoredTask, copy: Path, assets: Path) -> SubmissionCommand | None:
     """The submission's own command the task runs before scoring it (its inputs put in the copy), if any."""
-    command_of = getattr(task, "submission_command", None)
+    command_of = task.judge.submission_command
     return command_of(copy, assets) if command_of is not None else None
 
 

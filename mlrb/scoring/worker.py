@@ -2,7 +2,7 @@
 
 Started before there is anything to score (while the agent works), it imports the
 modules named (the task's judge's imports: torch, lm-eval; seconds), waits for the
-harness to write REQUEST.json (it does once the submission is copied), then builds
+harness to write REQUEST.json (it does once the submission is copied), then loads
 the task from the request, scores the submission and writes the report.
 
 Who is to blame when scoring raises instead of judging: a submission that cannot be
@@ -38,17 +38,17 @@ POLL_S = 0.02  # how often a waiting scorer looks for its request
 def main(request_file: str) -> None:
     request = json.loads(Path(request_file).read_text())
     task_cfg = TaskConfig(**request["task"])
-    task = registry.make_task(task_cfg)
-    task.environment = Path(request["environment"]) if request.get("environment") else None
+    task = registry.load_task(task_cfg, Path(request["environment"]) if request.get("environment") else None)
+    judge = task.judge
     if request.get("submission_command_ran"):  # its own code ran apart (runner.py): only what it left is scored
-        task = task.after_submission_command()
+        judge = judge.after_command()
     if task_cfg.scales[task_cfg.scale].get("eval", {}).get("tasks"):
         import datasets
 
         datasets.disable_caching()  # the evaluation sets are the user's, read-only: nothing is written beside them
     submission = Path(request["submission"])
     try:
-        report = task.judge.score(submission, Path(request["assets"]), Path(request["work_dir"]))
+        report = judge.score(submission, Path(request["assets"]), Path(request["work_dir"]))
     except Exception as error:  # scoring crashed: find out whose fault it is
         problem = submission_problem(submission)
         if not problem:

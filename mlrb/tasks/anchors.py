@@ -3,10 +3,13 @@ anchor solutions score (`hidden/calibration.json`), and reads them back for coun
 normalisation: do_nothing (the floor a failed attempt counts as), baseline (0 on the
 normalised scale) and reference (100).
 
-Packaged tasks and task folders use the same part. A packaged task measures its three
-commands side by side, one run per core; a task folder measures its baseline one seed
-after another (its code may use every core) and names its own files when one fails
-(it catches `AnchorFailed`). Nothing here imports torch unless scores are taken side by side.
+Packaged tasks and task folders use the same part; what differs is in its fields. A packaged
+task measures its three commands side by side, one run per core; a task folder measures its
+baseline one seed after another (its code may use every core) and names its own files when
+one fails (`failed`); a task may score more for the record (`for_the_record`) or measure the
+anchors its own way (`measured_by`: llm_merging merges the adapters itself). benchmarks/
+calibration.py runs more seeds with `score_seeds`. Nothing here imports torch unless scores
+are taken side by side.
 """
 
 from __future__ import annotations
@@ -21,11 +24,15 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlrb import stats
 from mlrb.scoring.report import ScoreReport
 from mlrb.tags import Metric
+
+if TYPE_CHECKING:
+    from mlrb.tasks.judge import Judge
+    from mlrb.tasks.solutions import Solutions
 
 DEFAULT_SEEDS = 3
 ANCHORS = ("do_nothing", "baseline", "reference")
@@ -63,6 +70,32 @@ class Anchors:
     # Where the submission lies in a run's workspace.
     submission: str = "submission"
     task_name: str = ""
+    # Scores measured at build for the record (the assets' folder -> {name: score}), before the anchors.
+    for_the_record: Callable[[Path], dict[str, Any]] | None = None
+    # The task's own measurement instead of the commands' ((assets' folder, scores for the record)
+    # -> what calibration.json holds, which it writes).
+    measured_by: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None
+    # The error a failed anchor stops the build with (a folder's names its files); None: AnchorFailed.
+    failed: Callable[[AnchorFailed], Exception] | None = None
+
+    def calibrate(self, out_dir: Path, solutions: Solutions, judge: Judge) -> dict[str, Any]:
+        """Measure the anchors on the built assets in out_dir (hidden/calibration.json): each
+        command run by the solutions part (in a warm interpreter) and scored by the judge."""
+        extra = self.for_the_record(out_dir) if self.for_the_record else {}
+        if self.measured_by:
+            return self.measured_by(out_dir, extra)
+        try:
+            with solutions.warm() as warm:
+                return self.measure(
+                    out_dir,
+                    run=lambda command, workspace, seed: solutions.run(command, workspace, seed, warm),
+                    score=lambda submission, work_dir: judge.score(submission, out_dir, work_dir),
+                    extra=extra,
+                )
+        except AnchorFailed as e:
+            if self.failed is None:
+                raise
+            raise self.failed(e) from None
 
     def to_measure(self) -> dict[str, str]:
         return {anchor: command for anchor, command in self.commands.items()
@@ -85,41 +118,7 @@ class Anchors:
         todo = self.to_measure()
         scratch = out_dir / "calibration"
         jobs = [(anchor, seed) for anchor in reversed(todo) for seed in range(self.seeds)]
-        reports: dict[tuple[str, int], ScoreReport] = {}
-        scored: dict[str, ScoreReport] = {}  # by the submission's contents_digest
-
-        def folder(anchor: str, seed: int) -> Path:
-            return scratch / anchor / f"seed-{seed}"
-
-        workers = self.workers or max(1, min(len(jobs), os.cpu_count() or 1))
-        with contextlib.ExitStack() as side_by_side:
-            finished: Iterator[tuple[tuple[str, int], Callable[[], Path]]]
-            if workers == 1:  # each run when its workspace is asked for, in order
-                finished = ((job, functools.partial(run, todo[job[0]], folder(*job) / "workspace", job[1]))
-                            for job in jobs)  # fmt: skip
-            else:
-                from concurrent.futures import ThreadPoolExecutor, as_completed  # only when building
-
-                pool = side_by_side.enter_context(ThreadPoolExecutor(max_workers=workers))
-                side_by_side.enter_context(one_torch_thread())
-                started = {pool.submit(run, todo[job[0]], folder(*job) / "workspace", job[1]): job for job in jobs}
-                # Each scored as soon as its run is done: a short run that ends while a long one
-                # still trains is scored then, not after it, so fewer scores are left at the end.
-                finished = ((started[future], future.result) for future in as_completed(started))
-            for (anchor, seed), result in finished:
-                try:
-                    done = result()
-                except RuntimeError as e:
-                    raise AnchorFailed(todo[anchor], seed, str(e), ran=False) from None
-                digest = contents_digest(done / self.submission)
-                report = scored.get(digest) if digest else None
-                if report is None:
-                    report = score(done / self.submission, folder(anchor, seed) / "scoring")
-                    if digest:
-                        scored[digest] = report
-                reports[anchor, seed] = report
-                if not report.valid and anchor != "do_nothing":
-                    raise AnchorFailed(todo[anchor], seed, report.reason, ran=True)
+        reports = self.score_seeds(scratch, jobs, run, score)
         scores: dict[str, Any] = dict(extra or {})
         for anchor in todo:
             runs = [reports[anchor, seed] for seed in range(self.seeds)]
@@ -137,6 +136,49 @@ class Anchors:
         (out_dir / "hidden").mkdir(parents=True, exist_ok=True)
         (out_dir / "hidden" / "calibration.json").write_text(json.dumps(scores, indent=2))
         return scores
+
+    def score_seeds(self, scratch: Path, jobs: list[tuple[str, int]], run: RunSolution, score: ScoreSubmission,
+                    workers: int | None = None, invalid_stops: bool = True) -> dict[tuple[str, int], ScoreReport]:  # fmt: skip
+        """Run each (anchor, seed) of `jobs` in scratch/ANCHOR/seed-SEED and score it, side by side
+        unless one worker (see `measure`); the reports. An invalid submission stops it
+        (AnchorFailed), except do_nothing's, unless `invalid_stops` is False."""
+        reports: dict[tuple[str, int], ScoreReport] = {}
+        scored: dict[str, ScoreReport] = {}  # by the submission's contents_digest
+
+        def folder(anchor: str, seed: int) -> Path:
+            return scratch / anchor / f"seed-{seed}"
+
+        workers = workers or self.workers or max(1, min(len(jobs), os.cpu_count() or 1))
+        with contextlib.ExitStack() as side_by_side:
+            finished: Iterator[tuple[tuple[str, int], Callable[[], Path]]]
+            if workers == 1:  # each run when its workspace is asked for, in order
+                finished = ((job, functools.partial(run, self.commands[job[0]], folder(*job) / "workspace", job[1]))
+                            for job in jobs)  # fmt: skip
+            else:
+                from concurrent.futures import ThreadPoolExecutor, as_completed  # only when building
+
+                pool = side_by_side.enter_context(ThreadPoolExecutor(max_workers=workers))
+                side_by_side.enter_context(one_torch_thread())
+                started = {pool.submit(run, self.commands[job[0]], folder(*job) / "workspace", job[1]): job
+                           for job in jobs}  # fmt: skip
+                # Each scored as soon as its run is done: a short run that ends while a long one
+                # still trains is scored then, not after it, so fewer scores are left at the end.
+                finished = ((started[future], future.result) for future in as_completed(started))
+            for (anchor, seed), result in finished:
+                try:
+                    done = result()
+                except RuntimeError as e:
+                    raise AnchorFailed(self.commands[anchor], seed, str(e), ran=False) from None
+                digest = contents_digest(done / self.submission)
+                report = scored.get(digest) if digest else None
+                if report is None:
+                    report = score(done / self.submission, folder(anchor, seed) / "scoring")
+                    if digest:
+                        scored[digest] = report
+                reports[anchor, seed] = report
+                if invalid_stops and not report.valid and anchor != "do_nothing":
+                    raise AnchorFailed(self.commands[anchor], seed, report.reason, ran=True)
+        return reports
 
     def read(self, assets: Path) -> dict[str, float | None]:
         """Do-nothing, baseline and reference scores for counting and normalisation, each

@@ -1,24 +1,28 @@
-"""What every task is: its config (a scale spec, data), its starting files and instructions,
-and the parts the harness reads: the rules of an attempt (attempt_rules.py), the asset
-builder (builder.py), the anchors (anchors.py), the solutions that run an anchor's command
-(solutions.py) and the judge, its scorer (judge.py).
+"""What every task is: a frozen value, `Task`, of its config (a scale spec, data) and its
+parts: the rules of an attempt (attempt_rules.py), the asset builder (builder.py), the
+anchors (anchors.py), the judge, its scorer (judge.py), the agent's starting workspace and
+its prompt. The solutions part (solutions.py) runs an anchor's command.
 
-A packaged task adds its own fields to `ScaleSpec` and writes its own code: `score` (its
-judge's), `build_tiny` (its builder's maker on this machine; by default its assets.py's
-`build_tiny_assets`) and `download` (its maker from the hub), where it has them. A task whose
-parts differ otherwise gives its own part (a task folder gives all of them). Nothing here
-imports torch: configs are checked with these classes.
+A task folder's task.py has a function `task(cfg, environment) -> Task` (`load_task`, in
+mlrb/registry.py, the one loader, calls it): a packaged task adds its own fields to
+`ScaleSpec` (`scale_spec(cfg, its class)`), writes its own code (its scorer, and its makers
+`build` on this machine, by default its assets.py's `build_tiny_assets`, and `hub`) and gives
+them to `packaged_task`, which makes the parts it does not give; a task whose parts differ
+(a task folder) gives its own. No task subclasses `Task`. Nothing here imports torch: configs
+are checked with these values.
 """
 
 from __future__ import annotations
 
-import abc
 import dataclasses
+import functools
+import importlib
 import shutil
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
@@ -28,8 +32,8 @@ from mlrb.scoring.report import ScoreReport  # every task's scorer returns one
 from mlrb.tasks import sources
 from mlrb.tasks.anchors import ANCHORS, DEFAULT_SEEDS, Anchors
 from mlrb.tasks.attempt_rules import Rules
-from mlrb.tasks.builder import AssetBuilder
-from mlrb.tasks.judge import Judge
+from mlrb.tasks.builder import AssetBuilder, Maker
+from mlrb.tasks.judge import Judge, Score
 from mlrb.tasks.solutions import Solutions
 
 
@@ -100,15 +104,51 @@ class ScaleSpec:
     prompt: PromptSpec = field(default_factory=PromptSpec)
 
 
-class Task(abc.ABC):
-    """A task: its config and its parts. A subclass sets `scale_class` and writes `score`."""
+def scale_spec(cfg: TaskConfig, scale_class: type = ScaleSpec) -> Any:
+    """The task's scale, checked against its scale class: a ConfigError on an unknown scale or key."""
+    if cfg.scale not in cfg.scales:
+        raise ConfigError(
+            f"unknown scale '{cfg.scale}' for task {cfg.name}; valid choices: {', '.join(sorted(cfg.scales))}"
+        )
+    from omegaconf.errors import OmegaConfBaseException
 
-    scale_class: ClassVar[type] = ScaleSpec
-    # Bump when the asset builder changes, so caches built by older code are not reused.
-    assets_version: ClassVar[int] = 1
-    # The assets are built (once) and checked before the run is recorded, so that a broken task
-    # is one line (a ConfigError of its builder) and no run: a task folder's own code may fail.
-    builds_at_preflight: ClassVar[bool] = False
+    try:
+        own = resolve_scales(cfg.scales)[cfg.scale]  # a scale that extends another: its values too
+        node = OmegaConf.merge(OmegaConf.structured(scale_class), own)
+        return OmegaConf.to_object(node)
+    except OmegaConfBaseException as e:
+        raise ConfigError(describe_omegaconf_error(e, prefix=f"task.scales.{cfg.scale}.")) from None
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task: its config and its parts, made once by its folder's `task(cfg, environment)`
+    (through registry.load_task) and never changed; the harness reads these, not its config."""
+
+    cfg: TaskConfig  # its name is its folder's (mlrb/registry.py), or a folder task's folder's
+    spec: Any  # the scale's ScaleSpec (a task's own subclass of it)
+    # ---- the parts -------------------------------------------------------------------
+    # What is scored, what the agent may not change, whether it may reach the network and what
+    # nothing enforces (mlrb/tasks/attempt_rules.py).
+    rules: Rules
+    # What makes the assets (mlrb/tasks/builder.py): the maker that the scale's `assets.source` names.
+    builder: AssetBuilder
+    # What measures the anchors at build and reads them back (mlrb/tasks/anchors.py).
+    anchors: Anchors
+    # What scores a submission (mlrb/tasks/judge.py): its scorer, its process's imports, time limit, device.
+    judge: Judge
+    # The task's code: its starter/ folder, and the package whose code keys its assets (sources.py).
+    package_dir: Path
+    # The workspace: the assets -> the agent's starting files; None: the starter/ folder.
+    workspace: Callable[[Path], Path] | None = None
+    # The prompt: the task's own text instead of MLRB's template fields (instructions.md); None: the template.
+    own_prompt: Callable[[], str] | None = None
+    # The pip requirements of the task's own Python environment; none: the harness's libraries.
+    requirements: tuple[str, ...] = ()
+    # What else determines the built assets, beside what every task's key holds (asset_key).
+    key: Callable[[], Mapping[str, Any]] | None = None
+    # Checked with the config, after the scale (a folder: it has the files its layout needs).
+    check_config: Callable[[], None] | None = None
     # How the normalised score is made: "gap" (MLRC-Bench: the share of the baseline-to-
     # reference gap closed) or "improvement" (MLAgentBench: percent better than the baseline).
     normalisation: str = "gap"
@@ -116,42 +156,18 @@ class Task(abc.ABC):
     # it when tasks differ): "gap" (0 = baseline, 100 = reference), "improvement" (MLAgentBench)
     # or "human_gap" (MLRC-Bench: 100 = the top human entry).
     normalised_as: str = "gap"
-
-    def __init__(self, cfg: TaskConfig):
-        self.cfg = cfg
-        self.name = cfg.name  # its folder's (mlrb/registry.py), or a folder task's folder's
-        self.spec = self.scale_spec(cfg)
-        # The task's own Python environment (mlrb/environments.py), set once it is built
-        # (assets.ensure_assets); None: the harness's libraries.
-        self.environment: Path | None = None
-
-    @classmethod
-    def scale_spec(cls, cfg: TaskConfig) -> Any:
-        if cfg.scale not in cfg.scales:
-            raise ConfigError(
-                f"unknown scale '{cfg.scale}' for task {cfg.name}; valid choices: {', '.join(sorted(cfg.scales))}"
-            )
-        from omegaconf.errors import OmegaConfBaseException
-
-        try:
-            own = resolve_scales(cfg.scales)[cfg.scale]  # a scale that extends another: its values too
-            node = OmegaConf.merge(OmegaConf.structured(cls.scale_class), own)
-            return OmegaConf.to_object(node)
-        except OmegaConfBaseException as e:
-            raise ConfigError(describe_omegaconf_error(e, prefix=f"task.scales.{cfg.scale}.")) from None
-
-    @classmethod
-    def check_assets(cls, cfg: TaskConfig) -> None:
-        """The scale's asset params, checked when the config is (before a task is made), so
-        that a bad one is one line (ConfigError) before anything is built or recorded: the
-        anchors' seeds, and a scale built on this machine (source `build`) by the builder
-        module's `check_params(params)`, which raises ValueError naming the bad key and what
-        is valid."""
-        params = dict(cls.scale_spec(cfg).assets)
-        check = f"{cls.builder_module()}:check_params"
-        AssetBuilder(cfg.name, params, makers={}, check=check).check_params(cfg.scale)
+    # The assets are built (once) and checked before the run is recorded, so that a broken task
+    # is one line (a ConfigError of its builder) and no run: a task folder's own code may fail.
+    builds_at_preflight: bool = False
+    # The task's own Python environment (mlrb/environments.py) its parts run in, as the assets'
+    # build returned it (assets.prepare); None: the harness's libraries.
+    environment: Path | None = None
 
     # ---- what the harness reads of a task: these, not its config (`cfg`, `spec`) ----------
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
 
     @property
     def scale(self) -> str:
@@ -183,26 +199,22 @@ class Task(abc.ABC):
         return self.spec.baseline_command
 
     def scorer_config(self) -> dict[str, Any]:
-        """The config the scorer's process makes the task from (mlrb/scoring/worker.py): this
+        """The config the scorer's process loads the task from (mlrb/scoring/worker.py): this
         one, with its own scale only."""
         cfg = dataclasses.asdict(self.cfg)
         cfg["scales"] = {self.scale: cfg["scales"][self.scale]}
         return cfg
 
-    def requirements(self) -> list[str]:
-        """The pip requirements of the task's own environment; none: the harness's libraries."""
-        return list(self.cfg.requirements)
+    def in_environment(self, environment: Path | None) -> Task:
+        """This task with its parts running in `environment` (the loader makes it again)."""
+        if environment == self.environment:
+            return self
+        return registry.load_task(self.cfg, environment)
 
     @property
     def python(self) -> str:
         """The interpreter the task's own code runs on (its environment's, else the harness's)."""
-        return str(self.environment / "bin" / "python") if self.environment else sys.executable
-
-    @property
-    def package_dir(self) -> Path:
-        import inspect
-
-        return Path(inspect.getfile(type(self))).parent
+        return python_of(self.environment)
 
     def starter_dir(self) -> Path:
         """Files copied into the agent's workspace."""
@@ -210,11 +222,11 @@ class Task(abc.ABC):
 
     def workspace_files(self, assets: Path) -> Path:
         """The agent's starting workspace: the starter files (a folder task: its prepared env/)."""
-        return self.starter_dir()
+        return self.workspace(assets) if self.workspace else self.starter_dir()
 
     def own_instructions(self) -> str | None:
         """The task's own prompt text instead of MLRB's template fields (None: the template)."""
-        return None
+        return self.own_prompt() if self.own_prompt else None
 
     @property
     def plumbing(self) -> bool:
@@ -226,52 +238,15 @@ class Task(abc.ABC):
         plumbing scale, whose runs must never be read as results."""
         return {} if self.plumbing else self.anchors.read(assets)
 
-    @property
-    def anchor_seeds(self) -> int:
-        """How many seeds (0, 1, ...) each anchor command runs at build: the anchors are their
-        means (`assets.anchor_seeds` of the scale, DEFAULT_SEEDS unless set)."""
-        return int(self.spec.assets.get("anchor_seeds", DEFAULT_SEEDS))
-
-    # ---- the parts -------------------------------------------------------------------
-
-    @property
-    def rules(self) -> Rules:
-        """The part that says what is scored, what the agent may not change, whether it may
-        reach the network and what nothing enforces (mlrb/tasks/attempt_rules.py)."""
-        return Rules(self.cfg.submission, self.cfg.network, tuple(self.cfg.read_only_files),
-                     unenforced=dict(self.spec.unenforced_rules))  # fmt: skip
-
-    @property
-    def builder(self) -> AssetBuilder:
-        """The part that makes the assets (mlrb/tasks/builder.py): `build_tiny` for source
-        `build` (models and data made on this machine), `download` for `hub` (fetched through
-        the Hugging Face cache), where the task has them."""
-        makers = {"build": self.build_tiny, **({"hub": self.download} if hasattr(self, "download") else {})}
-        return AssetBuilder(self.name, dict(self.spec.assets), makers, check=f"{self.builder_module()}:check_params")
-
-    @property
-    def anchors(self) -> Anchors:
-        """The part that measures the anchors at build and reads them back (mlrb/tasks/anchors.py):
-        its commands are the solutions measured at build, do_nothing (for the record), baseline
-        (0 on the normalised scale) and reference (100), those the scale has."""
-        spec = self.spec
-        commands = {"do_nothing": spec.do_nothing_command, "baseline": self.baseline_command(),
-                    "reference": spec.reference_command}  # fmt: skip
-        stated = {f"{anchor}_score": getattr(spec, f"{anchor}_score") for anchor in ANCHORS}
-        return Anchors({anchor: command for anchor, command in commands.items() if command}, self.anchor_seeds,
-                       stated, higher_is_better=self.higher_is_better, submission=self.rules.submission,
-                       task_name=self.name)  # fmt: skip
-
     def solutions(self, public: Path) -> Solutions:
         """The part that runs a solution's command as the scripted baseline agent does, on the
         assets' `public` folder (mlrb/tasks/solutions.py)."""
         return Solutions(self.workspace_files(Path(public).parent), Path(public), self.environment)
 
-    @property
-    def judge(self) -> Judge:
-        """The part that scores a submission (mlrb/tasks/judge.py): this task's `score`, its
-        time limit and device; a task that evaluates with lm-eval adds lm-eval's imports."""
-        return Judge(self.score, timeout_s=self.spec.score_timeout_s, device=self.spec.eval.device)
+    def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
+        """The judge's score of the submission (the harness scores in a process of its own:
+        mlrb/scoring/runner.py)."""
+        return self.judge.score(submission, assets, work_dir)
 
     # ---- the assets, made and measured by the parts ---------------------------------
 
@@ -280,14 +255,14 @@ class Task(abc.ABC):
         calibration stored with them depends on how models are evaluated and on the anchors."""
         return {
             "task": self.name,
-            "version": self.assets_version,
             "assets": self.spec.assets,
             "eval": dataclasses.asdict(self.spec.eval),
             "anchors": self.anchors.commands,
-            "anchor_seeds": self.anchor_seeds,
+            "anchor_seeds": self.anchors.seeds,
             "sources": sources.digest(self.package_dir),  # the builder's and the scorer's code
             # the anchors run in the task's environment (absent when it has none: keys stay as they were)
-            **({"requirements": self.requirements()} if self.requirements() else {}),
+            **({"requirements": list(self.requirements)} if self.requirements else {}),
+            **(self.key() if self.key else {}),
         }
 
     def build_assets(self, out_dir: Path) -> dict[str, Any]:
@@ -296,39 +271,57 @@ class Task(abc.ABC):
         the assets' manifest; a build that fails leaves nothing behind."""
         try:
             facts = self.builder.make(out_dir)
-            facts["calibration"] = self.calibrate(out_dir)
+            facts["calibration"] = self.anchors.calibrate(out_dir, self.solutions(out_dir / "public"), self.judge)
             return facts
         except BaseException:
             shutil.rmtree(out_dir, ignore_errors=True)  # nothing half-built is left in the cache
             raise
 
-    def calibrate(self, out_dir: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Measure the anchors on the built assets (hidden/calibration.json), with `extra` scores
-        for the record: the anchors part runs each command with the solutions part (in a warm
-        interpreter) and scores it with the judge."""
-        solutions = self.solutions(out_dir / "public")
-        with solutions.warm() as warm:
-            return self.anchors.measure(
-                out_dir,
-                run=lambda command, workspace, seed: solutions.run(command, workspace, seed, warm),
-                score=lambda submission, work_dir: self.judge.score(submission, out_dir, work_dir),
-                extra=extra,
-            )
 
-    # ---- the task's own code, which its parts call ------------------------------------
+def python_of(environment: Path | None) -> str:
+    """The interpreter of a task's environment, else the harness's."""
+    return str(environment / "bin" / "python") if environment else sys.executable
 
-    @classmethod
-    def builder_module(cls) -> str:
-        """The module that makes the tiny scale's assets: the task package's assets.py (it
-        imports torch only inside its functions)."""
-        return f"{cls.__module__.rpartition('.')[0]}.assets"
 
-    def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
-        """The builder's maker for source `build`: `build_tiny_assets(out_dir, params)` of
-        `builder_module()` -> the manifest's facts."""
-        return registry.load(f"{self.builder_module()}:build_tiny_assets")(out_dir, params)
+def builder_module(module: str) -> str:
+    """The module that makes a packaged task's tiny assets, beside its task.py (`module`): its
+    assets.py (it imports torch only inside its functions)."""
+    return f"{module.rpartition('.')[0]}.assets"
 
-    @abc.abstractmethod
-    def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
-        """Check the submission's validity, then score it against hidden data (the judge's
-        `score`: the harness calls it through `judge`)."""
+
+def packaged_task(cfg: TaskConfig, spec: Any, environment: Path | None, *, module: str, score: Score,
+                  build: Maker | None = None, download: Maker | None = None, imports: tuple[str, ...] = (),
+                  key: Callable[[], Mapping[str, Any]] | None = None) -> Task:  # fmt: skip
+    """A packaged task of `module` (its task.py's `__name__`), its parts made from its config and
+    its code: `score` (its judge's scorer, whose process imports `imports` ahead), its makers
+    `build` (source `build`; by default `build_tiny_assets(out_dir, params)` of its assets.py,
+    imported only then) and `download` (source `hub`), and `key`, what else its assets depend on."""
+    check = f"{builder_module(module)}:check_params"
+    makers = {"build": build or functools.partial(build_tiny, module), **({"hub": download} if download else {})}
+    rules = Rules(cfg.submission, cfg.network, tuple(cfg.read_only_files), unenforced=dict(spec.unenforced_rules))
+    return Task(
+        cfg=cfg, spec=spec, rules=rules, builder=AssetBuilder(cfg.name, dict(spec.assets), makers, check=check),
+        anchors=anchors(cfg, spec), judge=Judge(score, imports=imports, timeout_s=spec.score_timeout_s,
+                                                device=spec.eval.device),
+        package_dir=Path(importlib.import_module(module).__file__ or "").parent,
+        requirements=tuple(cfg.requirements), key=key, environment=environment,
+    )  # fmt: skip
+
+
+def build_tiny(module: str, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """The builder's default maker for source `build`: `build_tiny_assets(out_dir, params)` of
+    the task's assets.py -> the manifest's facts."""
+    return registry.load(f"{builder_module(module)}:build_tiny_assets")(out_dir, params)
+
+
+def anchors(cfg: TaskConfig, spec: Any) -> Anchors:
+    """A task's anchors part, from its scale: its commands are the solutions measured at build,
+    do_nothing (for the record), baseline (0 on the normalised scale) and reference (100), those
+    the scale has, each at `assets.anchor_seeds` seeds (DEFAULT_SEEDS unless set)."""
+    commands = {"do_nothing": spec.do_nothing_command, "baseline": spec.baseline_command,
+                "reference": spec.reference_command}  # fmt: skip
+    stated = {f"{anchor}_score": getattr(spec, f"{anchor}_score") for anchor in ANCHORS}
+    seeds = spec.assets.get("anchor_seeds", DEFAULT_SEEDS)  # not a number: refused by the builder's check_params
+    return Anchors({anchor: command for anchor, command in commands.items() if command},
+                   seeds if isinstance(seeds, int) else DEFAULT_SEEDS, stated,
+                   higher_is_better=cfg.higher_is_better, submission=cfg.submission, task_name=cfg.name)  # fmt: skip

@@ -7,20 +7,23 @@ process (mlrb/assets.py); and after the run `choose_snapshot` says which state o
 workspace is scored (None: the final one). The anchors part scores its anchor solutions with
 the same `score`.
 
-A packaged task's judge scores with its own `score` hook (importing lm-eval ahead where it
-evaluates with lm-eval); a task folder's runs its scripts/eval.py and, in MLRC-Bench's
-layout, chooses the step with the best dev score. What a submission must be (format, size,
+A packaged task's judge scores with its own scorer (importing lm-eval ahead where it
+evaluates with lm-eval: `imports` is a field, set by the task's code); a task folder's runs
+its scripts/eval.py and, in MLRC-Bench's layout, runs the agent's main.py apart first
+(`submission_command`) and chooses the step with the best dev score. What a submission must be (format, size,
 lineage) is checked inside `score`, with the checks of rules.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mlrb.scoring.report import ScoreReport
+from mlrb.scoring.submission_command import SubmissionCommand
 
 # (submission, assets, work_dir) -> the report: scores the submission at the given path
 # against the assets' hidden data, working in the given folder.
@@ -42,6 +45,17 @@ class Judge:
     device: str = "cpu"
     # After the run, the step snapshot to score instead of the final workspace; None: the final one.
     snapshot_chooser: ChooseSnapshot | None = None
+    # A task whose scoring runs the submission's own code (MLRC-Bench's main.py): (the submission's
+    # copy, the assets) -> the command the harness runs apart, where the hidden files cannot be
+    # seen, before the copy is scored (mlrb/scoring/runner.py); None: none.
+    submission_command: Callable[[Path, Path], SubmissionCommand | None] | None = None
+    # ...and the scorer the scoring process scores with once that command ran (it reads what the
+    # command left and runs none of the agent's code).
+    score_after_command: Score | None = None
+
+    def after_command(self) -> Judge:
+        """This judge as the scoring process has it once the submission's command ran apart."""
+        return dataclasses.replace(self, score=self.score_after_command or self.score, submission_command=None)
 
     def choose_snapshot(self, snapshots_root: Path, assets: Path, run_dir: Path,
                         score_folder: ScoreFolder) -> dict[str, Any] | None:  # fmt: skip

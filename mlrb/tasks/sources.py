@@ -2,7 +2,7 @@
 
 The calibration stored with the assets is measured by the task's builder and scorer,
 so assets built by other code are other assets: a changed builder, starter file or
-scorer gets them built again, without anyone remembering to bump `assets_version`.
+scorer gets them built again, without anyone remembering to bump a version by hand.
 The code is the task's package folder (its starter files included, its config and page not) and,
 transitively, the task packages and modules of `mlrb.tasks` and `mlrb.scoring` that it imports.
 """

@@ -6,9 +6,12 @@ grammatical minimal pairs with lm-eval. Scoring and calibration: see
 
 from __future__ import annotations
 
-from mlrb.tasks.from_scratch.task import FromScratchTask
+from pathlib import Path
+
+from mlrb.config import TaskConfig
+from mlrb.tasks.base import Task
+from mlrb.tasks.from_scratch.task import from_scratch_task
 
 
-class BabyLm(FromScratchTask):
-    suite_group = "mlrb_blimp"
-    assets_version = 2
+def task(cfg: TaskConfig, environment: Path | None) -> Task:
+    return from_scratch_task(cfg, environment, module=__name__, suite_group="mlrb_blimp")

@@ -19,15 +19,14 @@ uncompressed model and doing nothing scores 100).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrb.config import TaskConfig
 from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
-from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
-from mlrb.tasks.judge import Judge
+from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, packaged_task, scale_spec
 
 TEST_TASK = "mlrb_edge_llm_compression_test"
 MB = 1e6
@@ -41,17 +40,18 @@ class EdgeCompressionScale(ScaleSpec):
     model_types: list[str] = field(default_factory=lambda: ["phi"])
 
 
-class EdgeLlmCompression(Task):
-    scale_class = EdgeCompressionScale
-    assets_version = 2
+def task(cfg: TaskConfig, environment: Path | None) -> Task:
+    """Scored with lm-eval, which the scoring process imports while the agent works."""
+    code = EdgeLlmCompression(scale_spec(cfg, EdgeCompressionScale))
+    return packaged_task(cfg, code.spec, environment, module=__name__, score=code.score, download=code.download,
+                         imports=lmeval.IMPORTS, key=lambda: {"memory_limit_mb": code.spec.memory_limit_mb})  # fmt: skip
 
-    @property
-    def judge(self) -> Judge:
-        """Scored with lm-eval, which the scoring process imports while the agent works."""
-        return dataclasses.replace(super().judge, imports=lmeval.IMPORTS)
 
-    def asset_key(self) -> dict[str, Any]:
-        return {**super().asset_key(), "memory_limit_mb": self.spec.memory_limit_mb}
+@dataclass(frozen=True)
+class EdgeLlmCompression:
+    """The task's own code, which its parts call: its scorer and its maker from the hub."""
+
+    spec: EdgeCompressionScale
 
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the base model from the Hugging Face hub."""

@@ -7,9 +7,12 @@ alpaca-cleaned only, that runs within 1 GB of memory in FP16/FP32, scored with l
 
 from __future__ import annotations
 
-from mlrb.tasks.from_scratch.task import FromScratchTask
+from pathlib import Path
+
+from mlrb.config import TaskConfig
+from mlrb.tasks.base import Task
+from mlrb.tasks.from_scratch.task import from_scratch_task
 
 
-class EdgeLlmTraining(FromScratchTask):
-    suite_group = "mlrb_superglue"
-    assets_version = 2
+def task(cfg: TaskConfig, environment: Path | None) -> Task:
+    return from_scratch_task(cfg, environment, module=__name__, suite_group="mlrb_superglue")

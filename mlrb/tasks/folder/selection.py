@@ -3,6 +3,7 @@ states at each step, the one with the best dev score (read-only files restored).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable
@@ -13,12 +14,19 @@ from mlrb import snapshots
 from mlrb.tags import Tag
 
 
+def with_phase(cfg: Any, phase: str) -> Any:
+    """The folder task's config, scored on another split (MLRC: the dev scores that choose the step)."""
+    return dataclasses.replace(cfg, scales={**cfg.scales, cfg.scale: {**cfg.scales[cfg.scale], "phase": phase}})
+
+
 def best_dev_snapshot(task: Any, root: Path, assets: Path, run_dir: Path,
                       score: Callable[[Any, Path, Path], Any]) -> dict[str, Any] | None:  # fmt: skip
     """Score each distinct step state on dev with `score(task, folder, work_dir)` (the run's
     scorer, in its sandbox); the best step's entry with the dev scores as metrics and tags, or
     None when no step scored on dev."""
-    dev_task = task.with_phase("dev")
+    from mlrb.registry import load_task
+
+    dev_task = load_task(with_phase(task.cfg, "dev"), task.environment)
     globs = task.rules.read_only_globs(assets)
     by_state: dict[str, float | None] = {}
     dev_scores: dict[int, float | None] = {}

@@ -23,18 +23,19 @@ the record: a model at chance), `baseline_command` (0) and `reference_command` (
 
 from __future__ import annotations
 
-import dataclasses
+import importlib
 import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from mlrb import registry
+from mlrb.config import TaskConfig
 from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
-from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
-from mlrb.tasks.judge import Judge
+from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, builder_module, packaged_task, scale_spec
+from mlrb.tasks.solutions import Solutions
 
 MB = 1e6
 SUITE_FILE = "suite.json"  # in hidden/: {"group": ..., "subtasks": {name: format}}
@@ -65,32 +66,37 @@ def checkpoint_dir(assets: Path, name: str) -> Path:
     return assets / "hidden" / CHECKPOINTS_DIR / hub.folder_name(name)
 
 
-class FromScratchTask(Task):
-    """Subclasses set `name` and `suite_group`: data, no code."""
+def from_scratch_task(cfg: TaskConfig, environment: Path | None, module: str, suite_group: str) -> Task:
+    """The task of `module` (a from-scratch task's task.py), scored on the local suite of the
+    lm-eval group `suite_group` (at tiny scale) with lm-eval, which the scoring process imports
+    while the agent works. Its builder module's maker also takes the suite group:
+    build_tiny_assets(out_dir, params, suite_group) writes the public data and the hidden suite
+    (hidden/suite.json + hidden/suite/<sub-task>.jsonl) and returns manifest facts."""
+    starter = Path(importlib.import_module(module).__file__ or "").parent / "starter"
+    code = FromScratch(scale_spec(cfg, FromScratchScale), module, suite_group, starter, environment, cfg.submission)
+    return packaged_task(cfg, code.spec, environment, module=module, score=code.score, build=code.build_tiny,
+                         download=code.download, imports=lmeval.IMPORTS, key=code.key)  # fmt: skip
 
-    scale_class = FromScratchScale
-    # The lm-eval group name of the local suite.
-    suite_group: ClassVar[str]
-    # Here the builder module's maker also takes the suite group: build_tiny_assets(out_dir,
-    # params, suite_group) writes the public data and the hidden suite (hidden/suite.json +
-    # hidden/suite/<sub-task>.jsonl) and returns manifest facts.
 
-    @property
-    def judge(self) -> Judge:
-        """Scored with lm-eval, which the scoring process imports while the agent works."""
-        return dataclasses.replace(super().judge, imports=lmeval.IMPORTS)
+@dataclass(frozen=True)
+class FromScratch:
+    """The from-scratch tasks' own code, which their parts call: the scorer and the makers."""
 
-    def asset_key(self) -> dict[str, Any]:
+    spec: FromScratchScale
+    module: str  # the task's task.py, beside its assets.py
+    suite_group: str  # the lm-eval group name of the local suite
+    starter: Path  # the task's starter files, which its known checkpoints' command runs on
+    environment: Path | None
+    submission: str
+
+    def key(self) -> dict[str, Any]:
         spec = self.spec  # the rules decide which solutions calibration accepts
-        return {
-            **super().asset_key(),
-            "rules": [spec.model_types, spec.max_params, spec.memory_limit_mb, spec.fp16_fp32_only,
-                      spec.known_checkpoints, spec.copy_similarity],
-        }  # fmt: skip
+        return {"rules": [spec.model_types, spec.max_params, spec.memory_limit_mb, spec.fp16_fp32_only,
+                          spec.known_checkpoints, spec.copy_similarity]}  # fmt: skip
 
     # ---- assets ----------------------------------------------------------------
     def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
-        facts = registry.load(f"{self.builder_module()}:build_tiny_assets")(out_dir, params, self.suite_group)
+        facts = registry.load(f"{builder_module(self.module)}:build_tiny_assets")(out_dir, params, self.suite_group)
         facts["known_checkpoints"] = self.train_known_checkpoints(out_dir, params)
         return facts
 
@@ -122,10 +128,11 @@ class FromScratchTask(Task):
             return {}
         facts = {}
         for name in self.spec.known_checkpoints:
-            workspace = self.solutions(out_dir / "public").run(command, out_dir / "calibration" / "checkpoint")
+            solutions = Solutions(self.starter, out_dir / "public", self.environment)
+            workspace = solutions.run(command, out_dir / "calibration" / "checkpoint")
             target = checkpoint_dir(out_dir, name)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(workspace / self.cfg.submission), target)
+            shutil.move(str(workspace / self.submission), target)
             facts[name] = {"path": str(target.relative_to(out_dir)), "command": command}
         shutil.rmtree(out_dir / "calibration", ignore_errors=True)
         return facts
@@ -176,7 +183,8 @@ class FromScratchTask(Task):
         Returns (result with per-sub-task scores, PeakMemory or None)."""
         from mlrb.tasks.from_scratch import suites
 
-        ev, include = self.spec.eval, None
+        ev: Any = self.spec.eval  # (its tasks are names here; lm-eval takes configs too)
+        include = None
         tasks = list(ev.tasks)
         if not tasks:
             suite = json.loads((assets / "hidden" / SUITE_FILE).read_text())

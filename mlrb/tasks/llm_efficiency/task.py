@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrb.config import TaskConfig
 from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
-from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
-from mlrb.tasks.judge import Judge
+from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, packaged_task, scale_spec
 
 TEST_TASK = "mlrb_llm_efficiency_test"
 
@@ -69,14 +69,21 @@ def model_dir(assets: Path, name: str) -> Path:
     return assets / "public" / "models" / hub.folder_name(name)
 
 
-class LlmEfficiency(Task):
-    scale_class = LlmEfficiencyScale
-    assets_version = 4
+def task(cfg: TaskConfig, environment: Path | None) -> Task:
+    """Scored with lm-eval, which the scoring process imports while the agent works; the
+    instruction-tuned siblings are scored at build too, for the record."""
+    code = LlmEfficiency(scale_spec(cfg, LlmEfficiencyScale))
+    made = packaged_task(cfg, code.spec, environment, module=__name__, score=code.score, download=code.download,
+                         imports=lmeval.IMPORTS)  # fmt: skip
+    return dataclasses.replace(made, anchors=dataclasses.replace(made.anchors, for_the_record=code.model_scores))
 
-    @property
-    def judge(self) -> Judge:
-        """Scored with lm-eval, which the scoring process imports while the agent works."""
-        return dataclasses.replace(super().judge, imports=lmeval.IMPORTS)
+
+@dataclass(frozen=True)
+class LlmEfficiency:
+    """The task's own code, which its parts call: its scorer, its maker from the hub and the
+    scores its anchors measure for the record."""
+
+    spec: LlmEfficiencyScale
 
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the baseline's base model and instruction data from the Hugging Face hub."""
@@ -85,9 +92,6 @@ class LlmEfficiency(Task):
         rows = hub.load_dataset(params["dataset"], split="train")
         rows.to_json(str(out_dir / "public" / "instructions.jsonl"), lines=True)
         return {"base_model": name, "dataset": params["dataset"], "instructions": len(rows)}
-
-    def calibrate(self, out_dir: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        return super().calibrate(out_dir, {**self.model_scores(out_dir), **(extra or {})})
 
     def model_scores(self, out_dir: Path) -> dict[str, float]:
         """For the record: the forbidden instruction-tuned siblings' accuracy as they are (the

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrb.config import TaskConfig
 from mlrb.scoring import lmeval
 from mlrb.tasks import hub, rules
-from mlrb.tasks.anchors import Anchors, anchor_problem
-from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
-from mlrb.tasks.judge import Judge
+from mlrb.tasks.anchors import anchor_problem
+from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, packaged_task, scale_spec
 from mlrb.tasks.llm_merging.lineage import check_is_merge
 
 TEST_TASK = "mlrb_llm_merging_test"
@@ -39,14 +39,31 @@ class LlmMergingScale(ScaleSpec):
     min_merge_cosine: float = 0.5
 
 
-class LlmMerging(Task):
-    scale_class = LlmMergingScale
-    assets_version = 3
+def task(cfg: TaskConfig, environment: Path | None) -> Task:
+    """Scored with lm-eval, which the scoring process imports while the agent works. Its anchors
+    have no commands: calibration merges the adapters itself (LlmMerging.calibrate), so the
+    assets do not depend on the baseline command, and runs that override it share one build."""
+    code = LlmMerging(scale_spec(cfg, LlmMergingScale), cfg.higher_is_better, Path(__file__).parent / "starter")
+    made = packaged_task(cfg, code.spec, environment, module=__name__, score=code.score, download=code.download,
+                         imports=lmeval.IMPORTS, key=lambda: given_anchors(code.spec))  # fmt: skip
+    return dataclasses.replace(made, anchors=dataclasses.replace(made.anchors, commands={}, measured_by=code.calibrate))
 
-    @property
-    def judge(self) -> Judge:
-        """Scored with lm-eval, which the scoring process imports while the agent works."""
-        return dataclasses.replace(super().judge, imports=lmeval.IMPORTS)
+
+def given_anchors(spec: LlmMergingScale) -> dict[str, Any]:
+    """Both anchors given in the config: nothing is measured, so the assets depend on them."""
+    if spec.baseline_score is not None and spec.reference_score is not None:
+        return {"given_anchors": [spec.baseline_score, spec.reference_score]}
+    return {}
+
+
+@dataclass(frozen=True)
+class LlmMerging:
+    """The task's own code, which its parts call: its scorer, its maker from the hub and its
+    calibration (its anchors' own measurement)."""
+
+    spec: LlmMergingScale
+    higher_is_better: bool
+    starter: Path  # the starter files, whose merge.py calibration runs
 
     # ---- assets and calibration ------------------------------------------------
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
@@ -55,18 +72,6 @@ class LlmMerging(Task):
         for repo in params["adapters"]:
             hub.copy_model(repo, out_dir / "public" / "adapters" / hub.folder_name(repo))
         return {"base_model": params["base_model"], "adapters": list(params["adapters"])}
-
-    @property
-    def anchors(self) -> Anchors:
-        """No commands: calibration merges the adapters itself (see calibrate), so the assets do
-        not depend on the baseline command, and runs that override it share one build."""
-        return dataclasses.replace(super().anchors, commands={})
-
-    def asset_key(self) -> dict[str, Any]:
-        key = super().asset_key()
-        if self.spec.baseline_score is not None and self.spec.reference_score is not None:
-            key["given_anchors"] = [self.spec.baseline_score, self.spec.reference_score]  # nothing measured
-        return key
 
     def calibrate(self, out_dir: Path, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Anchor the normalised score on the hidden test set.
@@ -107,7 +112,7 @@ class LlmMerging(Task):
             ceiling = max(result["accuracy"] for result in per_expert.values())
         scores["reference_score"] = ceiling
         problem = anchor_problem(scores["baseline_score"], ceiling, self.higher_is_better)
-        if problem:  # Task.calibration then gives no reference: no normalised score
+        if problem:  # the anchors part then gives no reference: no normalised score
             scores["normalisation_refused"] = problem
         shutil.rmtree(scratch)
         (hidden / "calibration.json").write_text(json.dumps(scores, indent=2))
@@ -116,7 +121,7 @@ class LlmMerging(Task):
     def merge(self, public: Path, out: Path, weights: list[float]) -> Path:
         """Run the starter merge script, as the baseline agent does."""
         proc = subprocess.run(
-            [sys.executable, str(self.starter_dir() / "merge.py"), "--data", str(public), "--output", str(out),
+            [sys.executable, str(self.starter / "merge.py"), "--data", str(public), "--output", str(out),
              "--weights", *map(str, weights)],
             capture_output=True, text=True,
         )  # fmt: skip

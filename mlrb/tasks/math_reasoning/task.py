@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrb.config import TaskConfig
 from mlrb.tasks import hub
-from mlrb.tasks.base import ScaleSpec, ScoreReport, Task
+from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, packaged_task, scale_spec
 
 # A Lean 3 declaration: optional attributes/comments, then theorem or lemma, a name and `:=`.
 LEAN3_DECLARATION = re.compile(r"^\s*(?:@\[[^\]]*\]\s*)?(?:theorem|lemma)\s+\S+[\s\S]*:=", re.MULTILINE)
@@ -53,9 +54,16 @@ class MathReasoningScale(ScaleSpec):
     lean: LeanSpec = field(default_factory=LeanSpec)
 
 
-class MathReasoning(Task):
-    scale_class = MathReasoningScale
-    assets_version = 2
+def task(cfg: TaskConfig, environment: Path | None) -> Task:
+    code = MathReasoning(scale_spec(cfg, MathReasoningScale))
+    return packaged_task(cfg, code.spec, environment, module=__name__, score=code.score, download=code.download)
+
+
+@dataclass(frozen=True)
+class MathReasoning:
+    """The task's own code, which its parts call: its scorer and its maker from the hub."""
+
+    spec: MathReasoningScale
 
     def download(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """Full scale: the competition's data and the baseline's model from the Hugging Face hub."""
