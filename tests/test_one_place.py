@@ -4,7 +4,10 @@ drift apart again, are each held here to their one place. A test fails when a co
 - the sample SD (and the SEM and pooled SD made from it): mlrb/stats.py's `sd`, `sem`, `pooled_sd`;
 - a model call's tokens, from any API's usage: mlrb/api_shapes.py's `tokens_of` (the proxy's and the
   agents' providers' alike: tests/test_api_shapes.py checks their numbers);
-- the names of the metrics the harness logs and reads back: mlrb/tags.py's `Metric`, as tags are `Tag`."""
+- the names of the metrics the harness logs and reads back: mlrb/tags.py's `Metric`, as tags are `Tag`;
+- the tracking store's URI (tracking.uri, else $MLFLOW_TRACKING_URI): mlrb/config.py's `TrackingConfig.named_uri`;
+- a URI's credentials, masked: mlrb/messages.py's `mask_uri` and `mask_uris_in`;
+- the words of an error that say the store could not be reached: mlrb/tracking.py's `UNREACHABLE_SIGNS`."""
 
 from __future__ import annotations
 
@@ -164,3 +167,35 @@ def bare_metric_names_at(path: Path) -> list[str]:
         return bare_metric_names(path, metric_names())
     finally:
         REPO = saved
+
+
+# Each fact's one module, and the text that works it out anew elsewhere.
+ONE_PLACE = {
+    "the tracking URI (TrackingConfig.named_uri)": (
+        re.compile(r"(uri|cfg\.uri)\s+or\s+os\.environ|environ\.get\(\s*[\"']MLFLOW_TRACKING_URI"),
+        # tracing.py reads the variable only to put back what it was after pointing MLflow's fluent API at a run
+        {"mlrb/config.py", "mlrb/agents/tracing.py"},
+    ),
+    "a URI's credentials masked (messages.mask_uri, mask_uris_in)": (re.compile(r"\*\*\*@"), {"mlrb/messages.py"}),
+    "a store that cannot be reached (tracking.unreachable_sign)": (
+        re.compile(r"[\"'](Connection refused|Max retries exceeded|Failed to establish a new connection)"),
+        {"mlrb/tracking.py"},
+    ),
+}
+
+
+@pytest.mark.parametrize("fact", sorted(ONE_PLACE))
+def test_the_store_s_facts_are_worked_out_in_one_place(fact):
+    pattern, homes = ONE_PLACE[fact]
+    here = [f"{p.relative_to(REPO)}:{n}" for p in sources("mlrb") if str(p.relative_to(REPO)) not in homes
+            for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]  # fmt: skip
+    assert not here, f"{fact}, worked out again: {here}"
+
+
+def test_the_store_rules_see_the_copies_they_replaced():
+    copies = {
+        "the tracking URI (TrackingConfig.named_uri)": 'uri = cfg.uri or os.environ.get("MLFLOW_TRACKING_URI")',
+        "a URI's credentials masked (messages.mask_uri, mask_uris_in)": 'return re.sub(r"(//)[^/@\\s]+@", r"\\1***@", text)',
+        "a store that cannot be reached (tracking.unreachable_sign)": 'NETWORK_FAILURES = ("Connection refused", "timed out")',
+    }
+    assert all(ONE_PLACE[fact][0].search(line) for fact, line in copies.items())
