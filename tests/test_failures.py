@@ -27,6 +27,7 @@ from mlrb import interrupts, tracking
 from mlrb.budget import Budget
 from mlrb.config import BudgetConfig, ConfigError, TrackingConfig
 from mlrb.status import Status, of_run
+from mlrb.tasks.llm_merging.task import LlmMerging
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:
@@ -260,7 +261,8 @@ def model_folder(path: Path) -> Path:
 def test_llm_merging_refuses_a_config_that_is_not_an_object_with_the_shared_rule(tmp_path):
     folder = model_folder(tmp_path / "model")
     (folder / "config.json").write_text("[1]")
-    problem, _ = tiny_llm_merging().check_submission(folder)
+    task = tiny_llm_merging()
+    problem, _ = LlmMerging(task.spec, task.higher_is_better, folder).check_submission(folder)
     assert problem == "config.json must hold a JSON object, not a list"
 
 

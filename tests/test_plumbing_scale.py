@@ -39,7 +39,7 @@ def test_every_task_has_a_plumbing_scale_and_an_override_of_tiny_reaches_it():
     for key in TINY_TASKS:
         tiny, plumbing = task_from_config(key), task_from_config(key, scale="plumbing")
         assert plumbing.plumbing and not tiny.plumbing, key
-        assert plumbing.anchor_seeds == 1 and plumbing.spec.prompt == tiny.spec.prompt, key
+        assert plumbing.anchors.seeds == 1 and plumbing.spec.prompt == tiny.spec.prompt, key
         assert plumbing.asset_key() != tiny.asset_key(), key
     cfg = compose_config("task=llm_merging", "task.scale=plumbing", "task.scales.tiny.max_params=7")
     assert cfg.task.scales["plumbing"]["max_params"] == 7 and cfg.task.scales["plumbing"]["plumbing"] is True

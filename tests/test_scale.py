@@ -3,6 +3,7 @@ direction, a failed attempt counts as doing nothing, and unlike runs are never p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -30,8 +31,8 @@ def test_a_lower_is_better_task_keeps_a_reference_below_its_baseline(tmp_path):
     (tmp_path / "hidden" / "calibration.json").write_text(json.dumps({"baseline_score": 3.0, "reference_score": 2.0}))
     task = tiny_llm_merging()
     assert task.anchors.read(tmp_path)["reference_score"] is None  # higher is better: 2.0 does not beat 3.0
-    task.cfg.higher_is_better = False
-    assert task.anchors.read(tmp_path)["reference_score"] == 2.0
+    lower_is_better = dataclasses.replace(task.anchors, higher_is_better=False)  # as a loss task's anchors are
+    assert lower_is_better.read(tmp_path)["reference_score"] == 2.0
 
 
 # ---- a failed attempt counts as doing nothing ------------------------------------------

@@ -306,7 +306,7 @@ def test_names_that_are_not_utf8_reach_the_patch_the_record_and_the_copy(tmp_pat
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     exported = []
-    store_run = type("StoreRun", (), {"run_id": "r", "attempt": 1, "experiment_id": "0",
+    store_run = type("StoreRun", (), {"run_id": "r", "attempt": 1, "experiment_id": "0", "store": {"dir": "mlruns"},
                                       "export": lambda self, *args: exported.append(args)})()  # fmt: skip
     recorder = record.RecordedRun(store_run, run_dir, "e", "e/0", {})
     recorder.log_text(patch, "workspace.patch")
