@@ -130,6 +130,16 @@ class PathsConfig:
 
 
 @dataclass
+class SweepFacts:
+    """What a sweep tells each of its jobs (set by the launcher, not by hand): the sweep's id, its
+    parent run in the store, and the varying keys each run's name ends with."""
+
+    id: str | None = None
+    parent_run_id: str | None = None
+    name_keys: list[str] = field(default_factory=list)
+
+
+@dataclass
 class MlrbConfig:
     task: TaskConfig = MISSING
     agent: AgentConfig = MISSING
@@ -143,6 +153,7 @@ class MlrbConfig:
     # a pre-emption, SIGKILL) goes on where it was (mlrb/resume.py); false: start over.
     resume: bool = True
     verbose: bool = False  # libraries' progress bars and warnings on the console too (always in the run's log)
+    sweep: SweepFacts = field(default_factory=SweepFacts)
 
 
 def register_schema() -> None:

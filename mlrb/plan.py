@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,6 @@ if TYPE_CHECKING:  # imported by `make`, when a run is planned
     from mlrb.tasks.base import Task
 
 # Set by the sweep launchers for their jobs (see mlrb/sweep.py).
-SWEEP_ID_VAR, PARENT_RUN_VAR = "MLRB_SWEEP_ID", "MLRB_PARENT_RUN_ID"
 # Task keys only folder tasks set: left out of other tasks' identity, so their run keys stay as they were.
 FOLDER_TASK_KEYS = ("kind", "path", "format", "higher_is_better")
 
@@ -112,7 +110,7 @@ def make(cfg: MlrbConfig) -> RunPlan:
         Tag.PLUMBING: str(task.plumbing).lower(),
         Tag.RUN_KEY: key,
     }
-    sweep_id, parent_run_id = os.environ.get(SWEEP_ID_VAR), os.environ.get(PARENT_RUN_VAR)
+    sweep_id, parent_run_id = cfg.sweep.id, cfg.sweep.parent_run_id
     resume_tags: dict[str, str] | None = None
     if sweep_id:  # a job of a sweep: a retry of it continues the job's run
         tags[Tag.SWEEP_ID] = sweep_id

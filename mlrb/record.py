@@ -183,11 +183,16 @@ def line_of(kind: str, **fields: Any) -> str:
     return json.dumps({"v": VERSION, "t": round(time.time(), 3), "kind": kind, **fields}, default=str) + "\n"
 
 
-def append_metrics(run_dir: Path, metrics: dict[str, float], step: int) -> None:
-    """Add metric values to a run's record after the run (a step rescored), in the line a run
-    writes; the caller logs them to the store, so that a later sync finds them there."""
-    with open(Path(run_dir) / FILE, "a", encoding="utf-8") as f:
-        f.write(line_of("metrics", metrics=metrics, step=step))
+def append_after(run_dir: Path | None, recorder: RunRecorder, kind: str, **fields: Any) -> None:
+    """A line added to a run after its end (a step rescored, a report's note on a sweep's run):
+    appended to its record when its folder is here (RUN_DIR), then written to its run in the
+    store by the same exporter, so the record stays the whole run and a later sync finds it
+    in the store."""
+    line = line_of(kind, **fields)
+    if run_dir is not None and (Path(run_dir) / FILE).is_file():
+        with open(Path(run_dir) / FILE, "a", encoding="utf-8") as f:
+            f.write(line)
+    export(recorder, [json.loads(line)], Path(run_dir or "."))
 
 
 def read(run_dir: Path) -> list[dict]:

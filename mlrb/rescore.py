@@ -26,7 +26,6 @@ import math
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,15 +78,11 @@ class SnapshottedRun:
 
     def log(self, values: dict[str, float], step: int) -> None:
         """Log metric values at STEP to the store, and to the run folder's record when it is here."""
-        from mlflow.entities import Metric
+        from mlrb import record, tracking
 
-        from mlrb import record
-
-        now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step) for k, v in values.items()])
         folder = self.run.data.tags.get(Tag.RUN_DIR)
-        if folder and (Path(folder) / record.FILE).is_file():
-            record.append_metrics(Path(folder), values, step)
+        recorder = tracking.RunRecorder(self.client, self.run_id, self.run.info.experiment_id)
+        record.append_after(Path(folder) if folder else None, recorder, "metrics", metrics=values, step=step)
 
     def entries(self) -> list[dict]:
         """Each step's snapshot line, the task's read-only files left out (they are restored)."""

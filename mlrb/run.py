@@ -20,7 +20,6 @@ import dataclasses
 import itertools
 import json
 import logging
-import os
 import shutil
 import signal
 import threading
@@ -284,7 +283,7 @@ def folder_for(run_dir: Path, cfg: MlrbConfig) -> Path:
     and never ended, to go on in (unless resume=false)."""
     if not cfg.resume:
         return run_dir
-    found = resume.find(run_dir, plans.run_key(cfg), os.environ.get(plans.SWEEP_ID_VAR))
+    found = resume.find(run_dir, plans.run_key(cfg), cfg.sweep.id)
     return found or run_dir
 
 

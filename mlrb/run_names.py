@@ -1,18 +1,16 @@
 """Run names that read as the configuration, unique within a sweep.
 
 A run is named task/agent/budget/seed; in a sweep that varies other keys too, the
-launcher lists those keys in $MLRB_RUN_NAME_KEYS and each run's name ends with
-their values (`llm_merging/baseline/smoke/1 task.scale=full`).
+launcher tells each job those keys (the config's `sweep.name_keys`) and each run's name ends
+with their values (`llm_merging/baseline/smoke/1 task.scale=full`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 from typing import Any
 
-NAME_KEYS_VAR = "MLRB_RUN_NAME_KEYS"
 # Always in the name; a sweep's other varying keys are appended.
 NAMED = ("task", "agent", "budget", "seed")
 
@@ -49,7 +47,7 @@ def lookup(config: dict[str, Any], dotted: str) -> Any:
 
 def run_name(cfg: Any) -> str:
     name = f"{cfg.task.name}/{cfg.agent.name}/{cfg.budget.name}/{cfg.seed}"
-    keys = [k for k in os.environ.get(NAME_KEYS_VAR, "").split(",") if k]
+    keys = list(cfg.sweep.name_keys)
     if not keys:
         return name
     config = dataclasses.asdict(cfg)

@@ -37,11 +37,10 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import OmegaConf
 
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
-from mlrb import experiment_view, recording_process, recording_server, run_names, sweep_summary, tracking
+from mlrb import experiment_view, record, recording_process, recording_server, run_names, sweep_summary, tracking
 from mlrb.config import ConfigError, TrackingConfig, to_typed
 from mlrb.messages import first_line
-from mlrb.plan import PARENT_RUN_VAR, SWEEP_ID_VAR, experiment_name, run_key, run_name
-from mlrb.run_names import NAME_KEYS_VAR
+from mlrb.plan import experiment_name, run_key, run_name
 from mlrb.status import MlflowStatus
 from mlrb.tags import SWEEP_ROLE, Metric, Tag
 
@@ -122,7 +121,9 @@ class SweepLauncher(BaseSubmititLauncher):
         started = time.monotonic()
         if not self.config.get("verbose"):
             logging.getLogger("mlflow").setLevel(logging.WARNING)  # "creating database tables" and the like
-        os.environ[NAME_KEYS_VAR] = ",".join(run_names.extra_name_keys(job_overrides))  # run names, here and in jobs
+        # What the sweep tells each job, as config (`sweep` in mlrb/config.py): the keys its run's name ends
+        # with, then, once known, the sweep's id and parent run.
+        self.facts = [f"sweep.name_keys=[{','.join(run_names.extra_name_keys(job_overrides))}]"]
         jobs = [self.describe(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
         try:  # refused before anything starts or is recorded: one line, no traceback
             problem = self.gpu_problem(jobs)
@@ -136,7 +137,8 @@ class SweepLauncher(BaseSubmititLauncher):
         sweep_id = hashlib.sha256(" ".join(sorted(j.key for j in jobs)).encode()).hexdigest()[:12]
         client, _ = tracking.client_for(jobs[0].tracking)
         parent_name = run_names.sweep_name(job_overrides, jobs[0].name)
-        parent = open_parent_run(client, jobs[0], sweep_id, parent_name, len(jobs))
+        sweep_dir = Path(str(self.config.hydra.sweep.dir)).resolve()
+        parent = open_parent_run(client, jobs[0], sweep_id, parent_name, len(jobs), sweep_dir)
         finished = {j.idx: find_finished(j) for j in jobs}
         for job in jobs:
             if finished[job.idx]:
@@ -146,8 +148,7 @@ class SweepLauncher(BaseSubmititLauncher):
                 print(f"[sweep {sweep_id}] #{job.idx} {job.name}: finished before while the store was away; "
                       f"its record synced (run {synced}), skipped")  # fmt: skip
         todo = [j for j in jobs if not finished[j.idx]]
-        os.environ[SWEEP_ID_VAR], os.environ[PARENT_RUN_VAR] = sweep_id, parent.run_id
-        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        self.facts += [f"sweep.id={sweep_id}", f"sweep.parent_run_id={parent.run_id}"]
 
         progress = Progress(sweep_id, len(jobs), len(jobs) - len(todo))
         try:
@@ -161,8 +162,8 @@ class SweepLauncher(BaseSubmititLauncher):
             parent.finish(MlflowStatus.FAILED if isinstance(e, Exception) else MlflowStatus.KILLED)
             raise
         failed = [idx for idx, (ok, _) in outcomes.items() if not ok]
+        away: str | None = None
         try:
-            parent.finish(MlflowStatus.FAILED if failed else MlflowStatus.FINISHED)
             summary = sweep_summary.summarise(
                 client, parent.experiment_id, jobs[0].experiment, sweep_id, parent_name, parent.run_id,
                 tracking.store_location(jobs[0].tracking)[0], time.monotonic() - started,
@@ -172,13 +173,18 @@ class SweepLauncher(BaseSubmititLauncher):
                 {Metric.JOBS: len(jobs), Metric.JOBS_SKIPPED: len(jobs) - len(todo), Metric.JOBS_FAILED: len(failed),
                  Metric.JOBS_DONE: len(todo) - len(failed), **summary.metrics}
             )  # fmt: skip
-            print(summary.text, flush=True)
-        except Exception as e:  # the runs' records are whole in their folders: nothing is lost
+        except Exception as e:
             if not tracking.store_unreachable(e):
                 raise
-            print(f"[sweep {sweep_id}] the tracking store cannot be reached ({first_line(e)}); each run's record "
+            away = first_line(e)
+        parent.finish(MlflowStatus.FAILED if failed else MlflowStatus.FINISHED)
+        away = away or parent.store_error
+        if away:  # the runs' records are whole in their folders: nothing is lost
+            print(f"[sweep {sweep_id}] the tracking store cannot be reached ({away}); each run's record "
                   f"is whole in its run folder: launch the sweep again once the store is back, and it uploads "
                   f"them instead of running them again", flush=True)  # fmt: skip
+        else:
+            print(summary.text, flush=True)
 
         returns = []
         for job in jobs:
@@ -199,7 +205,7 @@ class SweepLauncher(BaseSubmititLauncher):
 
     def describe(self, idx: int, overrides: list[str]) -> SweepJob:
         assert self.hydra_context is not None and self.config is not None
-        cfg = to_typed(self.hydra_context.config_loader.load_sweep_config(self.config, overrides))
+        cfg = to_typed(self.hydra_context.config_loader.load_sweep_config(self.config, overrides + self.facts))
         hw = cfg.task.scales[cfg.task.scale].get("hardware", {}) or {}
         return SweepJob(
             idx=idx, overrides=overrides, name=run_name(cfg), key=run_key(cfg), experiment=experiment_name(cfg),
@@ -209,7 +215,8 @@ class SweepLauncher(BaseSubmititLauncher):
 
     def submission(self, job: SweepJob) -> tuple:
         """The arguments submitit pickles for one job (see __call__)."""
-        return (job.overrides, "hydra.sweep.dir", job.idx, f"job_id_for_{job.idx}", Singleton.get_state())
+        return (job.overrides + self.facts, "hydra.sweep.dir", job.idx, f"job_id_for_{job.idx}",
+                Singleton.get_state())  # fmt: skip
 
     def gpu_problem(self, jobs: list[SweepJob]) -> str:
         """Why the sweep's GPU request cannot be met here ("" when it can)."""
@@ -230,23 +237,22 @@ class SweepLauncher(BaseSubmititLauncher):
         return True, ret
 
 
-def open_parent_run(client: Any, first: SweepJob, sweep_id: str, name: str, n_jobs: int) -> tracking.RunRecorder:
-    """The sweep's parent run: found again by its sweep id when the sweep is re-launched."""
+def open_parent_run(client: Any, first: SweepJob, sweep_id: str, name: str, n_jobs: int,
+                    folder: Path) -> record.RecordedRun:  # fmt: skip
+    """The sweep's parent run, recorded as a run is, in FOLDER's record (the sweep's folder):
+    found again in the store by its sweep id when the sweep is re-launched."""
     _, artifact_root = tracking.client_for(first.tracking)
     exp = tracking.experiment_id(client, first.experiment, artifact_root)
     experiment_view.open_on_runs_table(client, exp)
     tags = {Tag.ROLE: SWEEP_ROLE, Tag.SWEEP_ID: sweep_id}
     found = tracking.find_runs(client, exp, tags)
-    if found:
-        run_id = found[0].info.run_id
-        tracking.with_retries(lambda: client.update_run(run_id, status=MlflowStatus.RUNNING))
-        return tracking.RunRecorder(client, run_id, exp)
+    reopen = (found[0].info.run_id, int(found[0].data.tags.get(Tag.ATTEMPT, "1")) + 1) if found else None
     command = " ".join(filter_overrides(sys.argv[1:]))
-    run = tracking.with_retries(lambda: client.create_run(
-        exp, run_name=name, tags={**tags, Tag.N_JOBS: str(n_jobs), Tag.COMMAND: command[:5000],
-                                                 **tracking.harness_commit()},
-    ))  # fmt: skip
-    return tracking.RunRecorder(client, run.info.run_id, exp)
+    opening = {**tags, Tag.N_JOBS: str(n_jobs), Tag.COMMAND: command[:5000], Tag.RUN_DIR: str(folder),
+               **tracking.harness_commit()}  # fmt: skip
+    store_run = recording_process.start().open_run(first.tracking, first.experiment, name, opening, reopen=reopen)
+    folder.mkdir(parents=True, exist_ok=True)
+    return record.RecordedRun(store_run, folder, first.experiment, name, opening)
 
 
 def job_experiments(client: Any, jobs: list[SweepJob]) -> dict[str, str]:

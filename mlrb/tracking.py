@@ -471,11 +471,11 @@ class RunRecorder:
 
     def log_file(self, path: Path, folder: str | None = None) -> None:
         if Path(path).exists():
-            self.client.log_artifact(self.run_id, str(path), folder)
+            with_retries(self.client.log_artifact, self.run_id, str(path), folder)
 
     def log_folder(self, path: Path, folder: str) -> None:
         """Every file under `path`, as artifacts under `folder`."""
-        self.client.log_artifacts(self.run_id, str(path), folder)
+        with_retries(self.client.log_artifacts, self.run_id, str(path), folder)
 
     def logged_params(self) -> dict[str, str]:
         return with_retries(lambda: self.client.get_run(self.run_id)).data.params

@@ -19,7 +19,6 @@ def test_the_plan_names_keys_and_configures_the_run_once_and_cannot_be_changed(m
     from mlrb.sandbox.bwrap import BwrapSandbox
     from mlrb.tasks.base import Task
 
-    monkeypatch.delenv(plans.SWEEP_ID_VAR, raising=False)
     cfg = compose_config("task=llm_merging", "agent=baseline", "seed=3",
                          "tracking.uri=http://alice:s3cret@mlflow.example:5000")  # fmt: skip
     plan = plans.make(cfg)
@@ -34,10 +33,12 @@ def test_the_plan_names_keys_and_configures_the_run_once_and_cannot_be_changed(m
     assert "alice:***@mlflow.example" in plan.params["tracking.uri"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.seed = 4  # type: ignore[misc]
-    # A job of a sweep: a retry of it finds the job's run by its key and the sweep's id.
-    monkeypatch.setenv(plans.SWEEP_ID_VAR, "sweep-1")
-    job = plans.make(cfg)
+    # A job of a sweep, which the sweep tells as config: a retry of it finds the job's run by its key
+    # and the sweep's id; its name and its key stay the run's own
+    job = plans.make(compose_config("task=llm_merging", "agent=baseline", "seed=3", "sweep.id=sweep-1",
+                                    "sweep.parent_run_id=p1", "tracking.uri=http://alice:s3cret@mlflow.example:5000"))  # fmt: skip
     assert job.resume_tags == {Tag.RUN_KEY: plan.key, Tag.SWEEP_ID: "sweep-1"} and job.sweep_id == "sweep-1"
+    assert job.tags[Tag.PARENT_RUN_ID] == "p1" and (job.key, job.name) == (plan.key, plan.name)
 
 
 def test_only_the_command_line_and_the_plan_read_the_config_a_run_is_given():

@@ -397,12 +397,12 @@ def test_a_sweep_ends_with_a_summary_that_matches_the_store(tmp_path, built_cach
 @pytest.mark.fast
 def test_run_names_are_unique_in_a_sweep_and_the_parent_says_what_varies(monkeypatch):
     from conftest import compose_config
-    from mlrb.run_names import NAME_KEYS_VAR, extra_name_keys, run_name, sweep_name
+    from mlrb.run_names import extra_name_keys, run_name, sweep_name
 
     jobs = [[f"seed={seed}", f"sandbox={sandbox}", "budget=1h"] for seed in (1, 2) for sandbox in ("bwrap", "docker")]
     assert extra_name_keys(jobs) == ["sandbox"]  # task, agent, budget and seed are always in the name
-    monkeypatch.setenv(NAME_KEYS_VAR, ",".join(extra_name_keys(jobs)))
-    names = [run_name(compose_config(*job)) for job in jobs]
+    told = f"sweep.name_keys=[{','.join(extra_name_keys(jobs))}]"  # as the sweep tells its jobs
+    names = [run_name(compose_config(*job, told)) for job in jobs]
     assert names == ["llm_merging/baseline/1h/1 sandbox=bwrap", "llm_merging/baseline/1h/1 sandbox=docker",
                      "llm_merging/baseline/1h/2 sandbox=bwrap", "llm_merging/baseline/1h/2 sandbox=docker"]  # fmt: skip
     assert sweep_name(jobs, names[0]) == "sweep llm_merging/baseline/1h: seed=1,2 sandbox=bwrap,docker"

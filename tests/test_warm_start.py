@@ -79,7 +79,7 @@ def test_commands_start_as_a_new_interpreter_where_a_fork_could_differ(tmp_path)
     env = dict(warm_start.STARTING_ENV)  # the test process's own may hold what earlier tests left
     # read when they are used: set by the test, or left by mlrb or torch called in the test process
     assert warm_start.warm_enough(tmp_path, {**env, "ANTHROPIC_BASE_URL": "http://127.0.0.1:1"})
-    assert warm_start.warm_enough(tmp_path, {**env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLRB_SWEEP_ID": "x"})
+    assert warm_start.warm_enough(tmp_path, {**env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"})
     assert warm_start.warm_enough(tmp_path, {**env, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)})
     assert warm_start.warm_enough(tmp_path, {**env, "HF_HOME": str(tmp_path)})  # read by the hub, which it imports
     assert warm_start.warm_enough(tmp_path, {k: v for k, v in env.items() if k != "HF_HUB_OFFLINE"})

@@ -200,16 +200,20 @@ def build(args: argparse.Namespace) -> int:
 
 def log_to_parent(client: Any, parent: Any, files: list[Path], report: Any) -> None:
     """The files as artifacts under report/, and the tables as the run's description
-    (MLflow shows a run's note as Markdown), unless someone wrote their own note there."""
-    from mlrb.retries import with_retries
+    (MLflow shows a run's note as Markdown), unless someone wrote their own note there: each
+    a line of the sweep's record first, when its folder is here, as a run's own facts are."""
+    from mlrb import record, tracking
 
-    run_id = parent.info.run_id
+    folder = parent.data.tags.get(Tag.RUN_DIR)
+    run_dir = Path(folder) if folder else None
+    recorder = tracking.RunRecorder(client, parent.info.run_id, parent.info.experiment_id)
     for path in files:
-        with_retries(client.log_artifact, run_id, str(path), "report")
+        record.append_after(run_dir, recorder, "artifact", file=str(path.resolve()), artifact_path="report",
+                            is_dir=False)  # fmt: skip
     note = parent.data.tags.get(Tag.NOTE, "")
     if not note or note.startswith(NOTE_MARKER):
         text = f"{NOTE_MARKER}\n{report.markdown(with_plots=False)}\nFiles, plots included: artifacts `report/`.\n"
-        with_retries(lambda: client.set_tag(run_id, Tag.NOTE, text))
+        record.append_after(run_dir, recorder, "tags", tags={Tag.NOTE: text})
 
 
 def main(argv: list[str] | None = None) -> None:
