@@ -250,7 +250,10 @@ def open_parent_run(client: Any, first: SweepJob, sweep_id: str, name: str, n_jo
     command = " ".join(filter_overrides(sys.argv[1:]))
     opening = {**tags, Tag.N_JOBS: str(n_jobs), Tag.COMMAND: command[:5000], Tag.RUN_DIR: str(folder),
                **tracking.harness_commit()}  # fmt: skip
-    store_run = recording_process.start().open_run(first.tracking, first.experiment, name, opening, reopen=reopen)
+    # A new interpreter: the recording server's forks are for the jobs (one forked for this process
+    # failed on SQLite with 'locking protocol', the cause not found; a new interpreter does not)
+    recording = recording_process.start(recording_process.new_interpreter)
+    store_run = recording.open_run(first.tracking, first.experiment, name, opening, reopen=reopen)
     folder.mkdir(parents=True, exist_ok=True)
     return record.RecordedRun(store_run, folder, first.experiment, name, opening)
 
