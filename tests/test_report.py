@@ -195,6 +195,15 @@ def test_a_sweeps_report_is_logged_on_its_parent_run_with_a_self_contained_page(
                                           "score_by_task.png", "score_vs_budget.png", "score_vs_cost.png")} <= logged  # fmt: skip
     note = client.get_run(parent.info.run_id).data.tags["mlflow.note.content"]
     assert f"mlrb report: sweep {sweep_id}" in note and "| llm_merging | baseline | smoke | 2 (2) |" in note
+    # and they are lines of the sweep's own record first, as a run's facts are: a sync rebuilds them
+    from mlrb import record
+
+    sweep_record = record.fold(record.read(Path(parent.data.tags["mlrb.run_dir"])))
+    assert sweep_record["tags"]["mlflow.note.content"] == note and sweep_record["status"] == "FINISHED"
+    assert {(Path(file).name, folder) for file, folder, _ in sweep_record["artifacts"]} >= {
+        ("summary.md", "report"),
+        ("report.html", "report"),
+    }
 
     page = (out / "report.html").read_text()
     # plots inlined, every one: the three above (cost against score's needs counted scores: a plumbing run has none)
