@@ -41,7 +41,7 @@ def build_seconds(task, cache_dir: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated task keys (default: all seven)")
     parser.add_argument("--out", type=Path, default=None, help="also write the figures here (JSON)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="build into this folder and keep the assets")

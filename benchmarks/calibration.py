@@ -275,7 +275,7 @@ def baseline_noise(result: dict, seen: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5, help="seeds per task (0..N-1)")
     parser.add_argument("--vary", choices=["runs", "assets"], default="runs",
                         help="runs: the anchors' run seed ($MLRB_SEED) on the shipped assets (what a user sees); "

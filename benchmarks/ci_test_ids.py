@@ -54,7 +54,7 @@ def ci_test_ids(commit: str) -> set[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     parser.add_argument("before", help="the commit before the change")
     parser.add_argument("after", nargs="?", default="HEAD", help="the commit after it (default HEAD)")
     args = parser.parse_args()

@@ -261,7 +261,9 @@ def failed_checks(results: dict, tolerance: float = TOLERANCE) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__spec__.name}", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated (default: all seven)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a dry run without a GPU")

@@ -23,7 +23,7 @@ from benchmarks.results import Section, commands, load, table, where
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2,3")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "mlrb-tests")
     parser.add_argument("--out", type=Path)

@@ -255,7 +255,9 @@ def write_entries(out: Path, new: dict[str, dict]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__spec__.name}", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=5, help="rounds (each: every floor and every run once)")
     parser.add_argument("--cache-dir", default=None, help="task asset cache (default: the harness's)")
     parser.add_argument("--only", choices=("noop", "default"), default=None, help="time only this run and its floor")

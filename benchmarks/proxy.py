@@ -61,7 +61,7 @@ def stat(values: list[float]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300, help="whole replies per side (streams: a tenth)")
     parser.add_argument("--out", type=Path, default=None, help="also write the figures here (JSON)")
     args = parser.parse_args()

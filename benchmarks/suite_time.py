@@ -223,6 +223,7 @@ def summary(kind: str, figures: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
+        prog=f"python -m {__spec__.name}",
         description=__doc__.splitlines()[0],
         epilog=__doc__.split("\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,

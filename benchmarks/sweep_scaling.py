@@ -126,7 +126,9 @@ def write(out: Path, result: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__spec__.name}", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", type=int, default=12)
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--agent-seconds", type=float, default=10.0, help="how long each job's agent works (sleeps)")
