@@ -248,6 +248,33 @@ def unknown_key_message(key: str, choices: list[str] | None = None) -> str:
     return f"unknown config key '{key}'{hint} Valid keys {scope}: {', '.join(valid)}"
 
 
+def help_text(config_dir: str | None = None) -> str:
+    """What `python -m mlrb --help` prints: config.yaml's `hydra.help` template, its config groups
+    the ones a user chooses from (the top-level groups but Hydra's own), each with its choices,
+    those of `config_dir` (--config-dir) included. Hydra's own --help would also list the groups
+    that only compose others (a part several tasks share: task/from_scratch)."""
+    import string
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_schema()  # the task folders, as a search path Hydra reads the group `task` from
+    extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir else []
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="mlrb"):
+            loader = GlobalHydra.instance().config_loader()
+            groups = sorted(group for group in loader.list_groups("") if group != "hydra")
+            lines = [
+                f"{group}: {', '.join(sorted(loader.get_group_options(group, config_name='config', overrides=extra)))}"
+                for group in groups
+            ]
+            template = str(compose(config_name="config", overrides=extra, return_hydra_config=True).hydra.help.template)
+    finally:
+        GlobalHydra.instance().clear()
+    return string.Template(template).safe_substitute(APP_CONFIG_GROUPS="\n".join(lines) + "\n")
+
+
 def job(cfg: DictConfig) -> dict | None:
     """What Hydra runs for each job."""
     from hydra.core.hydra_config import HydraConfig
@@ -339,6 +366,10 @@ def main(argv: list[str] | None = None, end_at_once: bool = False) -> None:
         if ends_at_once:
             end_process(2)
         sys.exit(2)
+    a = command.args
+    if a.help and not (a.hydra_help or a.config_path or a.config_name):  # mlrb's help (Hydra's lists internal groups)
+        print(help_text(a.config_dir))
+        sys.exit(0)
     sys.argv = [sys.argv[0]] + command.for_hydra  # hydra.main reads sys.argv
     app = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(job)
     if not ends_at_once:

@@ -20,6 +20,20 @@ def test_help_lists_groups_and_choices(tmp_path):
     assert "budget: 1h, 24h, paper, smoke" in result.stdout
 
 
+def test_help_lists_only_the_groups_a_user_chooses_from(tmp_path):
+    """Not a group that only composes others (task/from_scratch: a part three tasks share), which
+    Hydra's own help lists; the docs' commands page shows the same text (mlrb.cli.help_text)."""
+    from mlrb.cli import help_text
+
+    result = run_cli("--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    listed = result.stdout.split("== Config groups (group=choice) ==")[1].split("\n\n")[0]
+    groups = [line.split(":")[0] for line in listed.strip().splitlines()]
+    assert groups == ["agent", "budget", "launcher", "sandbox", "task", "tracking"]
+    assert "from_scratch" not in result.stdout
+    assert result.stdout == help_text() + "\n"
+
+
 def test_cfg_job_prints_the_resolved_config(tmp_path):
     result = run_cli("--cfg", "job", "--resolve", "task=llm_merging", "budget=paper", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
