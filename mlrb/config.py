@@ -50,15 +50,23 @@ class TaskConfig:
 
 @dataclass
 class AgentConfig:
+    # The agent's name in run names and reports (its file's name).
     name: str = MISSING
+    # Which implementation (mlrb/registry.py AGENTS): baseline, llm, command or human.
     kind: str = MISSING
+    # The kind's own settings, checked against its options dataclass (see mlrb/agents/).
     options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class BudgetConfig:
+    # The budget's name in run names and reports (its file's name).
     name: str = MISSING
+    # The agent's wall time in seconds (the clock stands still while the harness scores the workspace
+    # mid-run or writes the run's record).
     wall_time_s: float = MISSING
+    # Steps the agent may take: each model turn of an LLM agent (kind llm); the baseline's run and a
+    # person's session are one step each.
     max_steps: int = MISSING
     # None means no cap (a scripted agent spends no tokens).
     max_input_tokens: int | None = None
@@ -148,6 +156,8 @@ class MlrbConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+    # The run's seed: the model API's sampling seed where the API takes one, and $MLRB_SEED in the
+    # agent's sandbox, which the tasks' baseline and reference commands pass on as --seed.
     seed: int = 0
     # A run begun before with this config whose process ended before it was recorded (a time limit,
     # a pre-emption, SIGKILL) goes on where it was (mlrb/resume.py); false: start over.

@@ -192,12 +192,17 @@ def hub_unreachable() -> str | None:
     return None
 
 
+def help_text() -> str:
+    """What --help prints (the docs' commands page shows it too)."""
+    return USAGE + "\n" + (__doc__ or "")
+
+
 def main(argv: list[str] | None = None) -> int:
     from huggingface_hub import constants
 
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
-        print(USAGE + "\n" + (__doc__ or ""))
+        print(help_text())
         return 0
     check_only = "--check" in args or constants.HF_HUB_OFFLINE
     overrides = [a for a in args if a != "--check"]

@@ -70,6 +70,7 @@ class LlmOptions:
 
     # Wire format: "anthropic" (Messages API) or "openai" (Chat Completions, also local servers).
     provider: str = MISSING
+    # The model's name at the provider.
     model: str = MISSING
     # Environment variable holding the API key; null for a server that needs none.
     api_key_env: str | None = None
