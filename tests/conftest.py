@@ -569,12 +569,22 @@ def printed(tool_result: dict) -> str:
 
 
 @functools.cache
-def tasks_hook():
-    """docs/hooks/tasks.py, the site's hook that finds the task pages (no package: loaded by its path)."""
+def docs_hook(name: str):
+    """docs/hooks/NAME.py, one of the site's hooks (no package: loaded by its path)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("docs_tasks_hook", REPO / "docs" / "hooks" / "tasks.py")
+    spec = importlib.util.spec_from_file_location(f"docs_{name}_hook", REPO / "docs" / "hooks" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def tasks_hook():
+    """docs/hooks/tasks.py, the site's hook that finds the task pages."""
+    return docs_hook("tasks")
+
+
+def reference_hook():
+    """docs/hooks/reference.py, the site's hook that writes the reference pages."""
+    return docs_hook("reference")
