@@ -142,8 +142,11 @@ class SweepFacts:
     """What a sweep tells each of its jobs (set by the launcher, not by hand): the sweep's id, its
     parent run in the store, and the varying keys each run's name ends with."""
 
+    # The sweep's id (a hash of its jobs' run keys): the tag mlrb.sweep_id of its runs.
     id: str | None = None
+    # The sweep's parent run in the tracking store, under which each job's run is nested.
     parent_run_id: str | None = None
+    # The keys the sweep varies besides task, agent, budget and seed: each run's name ends with them.
     name_keys: list[str] = field(default_factory=list)
 
 
