@@ -19,6 +19,8 @@ from mlrb.messages import ConfigError
 # and a `task.py` whose function `task(cfg, environment)` returns its `Task`; nothing else lists tasks.
 TASK_PACKAGES: dict[str, Path] = {"mlrb.tasks": Path(__file__).resolve().parent / "tasks"}
 TASK_CONFIG = "task.yaml"
+# A task folder's rules, each with how it is enforced: data for its page (docs/hooks/tasks.py), no config.
+TASK_RULES = "rules.yaml"
 
 
 def task_folders() -> dict[str, tuple[str, Path]]:

@@ -52,7 +52,7 @@ class TaskFolders(ConfigSource):
     def shared_files(self, folder: str) -> list[Path]:
         root = self.root()
         found = sorted(root.glob(f"{folder}/*.yaml")) if root is not None and folder else []
-        return [path for path in found if path.name != registry.TASK_CONFIG]
+        return [path for path in found if path.name not in (registry.TASK_CONFIG, registry.TASK_RULES)]
 
     def available(self) -> bool:
         root = self.root()

@@ -49,3 +49,23 @@ def test_the_table_and_the_nav_name_every_task_with_a_page():
     nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
     assert [item["Tasks"] for item in nav if isinstance(item, dict) and "Tasks" in item] == [["tasks/index.md"]]
     assert sorted(p.name for p in (REPO / "docs" / "tasks").iterdir()) == ["index.md"]
+
+
+# Every packaged task's page, in this order: the hand-written parts, then the generated tables.
+TASK_PAGE_SECTIONS = ["## What it is", "## What the agent gets", "## How it is scored", "## Tiny and full", "## Rules"]
+
+
+@pytest.mark.fast
+def test_every_task_page_has_one_layout_and_its_generated_tables():
+    hook = tasks_hook()
+    for page in hook.task_pages():
+        if page.competition is None:  # a page several tasks share
+            continue
+        text = page.source.read_text()
+        headings = [line for line in text.splitlines() if line.startswith("## ")]
+        assert headings == TASK_PAGE_SECTIONS, f"{page.source}: sections {headings}"
+        filled = hook.fill_task_page(text, page)
+        assert hook.SCALES_MARKER not in filled and hook.RULES_MARKER not in filled, page.source
+        tiny_full = filled.split("## Tiny and full", 1)[1].split("\n## ", 1)[0]
+        assert "| key | tiny | full |" in tiny_full and "| `time_limit_s` |" in tiny_full, page.source
+        assert "| rule | how it is enforced |" in filled.split("\n## Rules\n", 1)[1], page.source

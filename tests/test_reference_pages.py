@@ -30,9 +30,6 @@ FOR_MAINTAINERS = {"docs/development.md", "docs/ARCHITECTURE.md"}
 # Pages written before this rule, still naming test files or issues: each to be cleaned, then removed here.
 NOT_YET_CLEANED = {
     "docs/agents.md", "docs/reports.md", "docs/sandboxes.md", "docs/sweeps.md", "docs/task-folders.md",
-    "mlrb/tasks/baby_lm/page.md", "mlrb/tasks/edge_llm_compression/page.md", "mlrb/tasks/edge_llm_training/page.md",
-    "mlrb/tasks/llm_efficiency/page.md", "mlrb/tasks/llm_merging/page.md", "mlrb/tasks/math_reasoning/page.md",
-    "mlrb/tasks/mini_pile/page.md",
 }  # fmt: skip
 MAINTAINERS_ONLY = re.compile(r"\b[Ii]ssues? #?\d+|\b[0-9a-f]{40}\b|tests/test_\w+\.py")
 CHECK_MARK = re.compile(r"<!-- check: .*? -->")

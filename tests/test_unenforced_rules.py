@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
+from conftest import tasks_hook
 from mlrb import registry
 from mlrb.config import ConfigError, TaskConfig, packaged_task
 from mlrb.registry import task_folders
@@ -412,11 +414,30 @@ def test_each_hidden_evaluation_set_is_shown_kept_in_the_hidden_folder():
 
 @pytest.mark.parametrize("task", PACKAGED)
 def test_each_task_page_lists_the_rules_its_config_declares_not_enforced(task):
-    page = (TASKS / task / "page.md").read_text().split("## Rules not enforced", 1)[1].split("\n## ", 1)[0]
+    hook = tasks_hook()
+    page = next(p for p in hook.task_pages() if p.title == task)
+    table = hook.fill_task_page(page.source.read_text(), page).split("\n## Rules\n", 1)[1].split("\n## ", 1)[0]
     for scale, spec in scales(task):
-        declared = spec.get("unenforced_rules") or {}
-        listed = "; ".join(f"`{rule}`: {why}" for rule, why in declared.items()) + "." if declared else "none;"
-        assert f"- **{scale}**: {listed}" in page, f"{task}'s page, scale {scale}: expected {listed!r}"
+        for rule, why in (spec.get("unenforced_rules") or {}).items():
+            row = next((line for line in table.splitlines() if f"(`{rule}`) |" in line), "")
+            assert f"**not enforced** at {scale} scale: {why}" in row, f"{task}'s page, scale {scale}, rule {rule}"
+
+
+@pytest.mark.parametrize("task", PACKAGED)
+def test_each_task_rules_file_says_how_exactly_the_enforced_rules_are(task):
+    """The task folder's rules.yaml (its page's table) names every rule id stated here and each
+    known shortcut; it says how a rule is enforced where this file names a test that breaks its
+    check, and for no other."""
+    written = yaml.safe_load((TASKS / task / registry.TASK_RULES).read_text())
+    proofs = {rule: proof for ids in RULES[task].values() for rule, proof in ids.items()}
+    shortcuts = {rule for (name, _), rules in SHORTCUTS.items() if name == task for rule in rules}
+    assert set(written) == set(proofs) | shortcuts, task
+    for rule, entry in written.items():
+        assert entry.get("rule", "").strip(), f"{task} {rule}: say the rule in words"
+        enforced = proofs.get(rule) is not None
+        assert bool(entry.get("enforced")) == enforced, (
+            f"{task} {rule}: {'say how it is enforced' if enforced else 'no check enforces it'}"
+        )
 
 
 def test_a_misspelt_key_is_refused_in_one_line():

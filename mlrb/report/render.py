@@ -178,8 +178,8 @@ def results_table(stats: Sequence[GroupStats]) -> Table:
 UNENFORCED_MARK = "†"
 UNENFORCED_INTRO = (
     f"A row marked {UNENFORCED_MARK} is of a task that states rules to the agent which no check enforces (or "
-    "has a known shortcut): its scores cannot vouch that the agent kept them. Each task's page lists them "
-    "(mlrb/tasks/NAME/page.md, \"Rules not enforced\"); the reasons are today's packaged task configs'."
+    "has a known shortcut): its scores cannot vouch that the agent kept them. Each task's page lists them in "
+    "its table of rules; the reasons are today's packaged task configs'."
 )
 
 
