@@ -28,9 +28,7 @@ STARTED_BY_THE_HARNESS = {
 # The pages for maintainers, where issue numbers, commits and test files belong.
 FOR_MAINTAINERS = {"docs/development.md", "docs/ARCHITECTURE.md"}
 # Pages written before this rule, still naming test files or issues: each to be cleaned, then removed here.
-NOT_YET_CLEANED = {
-    "docs/agents.md", "docs/reports.md", "docs/sandboxes.md", "docs/sweeps.md", "docs/task-folders.md",
-}  # fmt: skip
+NOT_YET_CLEANED: set[str] = set()
 MAINTAINERS_ONLY = re.compile(r"\b[Ii]ssues? #?\d+|\b[0-9a-f]{40}\b|tests/test_\w+\.py")
 CHECK_MARK = re.compile(r"<!-- check: .*? -->")
 
