@@ -146,7 +146,13 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
                 raise
             raise replacement from e
         with guard.hold():
-            recorder.finish(result.status.mlflow_status)  # waits for the store, unless it is away
+            try:
+                recorder.finish(result.status.mlflow_status)  # waits for the store, unless it is away
+            except Exception as e:  # its end is in the record; the store could not be given it
+                log.error("run %s: recording its end failed", plan.name, exc_info=e, extra=console.LOG_FILE_ONLY)
+                raise RunFailed(f"recording the run's end failed: {type(e).__name__}: {e} (its record is whole: "
+                                f"`python -m mlrb.sync {run_dir}` uploads it)", recorder.run_id,
+                                console.log_file()) from e  # fmt: skip
         result = dataclasses.replace(result, store_error=recorder.store_error)
     if result.status == Status.KILLED:
         raise RunInterrupted(result, guard.received[0])
