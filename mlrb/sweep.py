@@ -164,6 +164,8 @@ class SweepLauncher(BaseSubmititLauncher):
         failed = [idx for idx, (ok, _) in outcomes.items() if not ok]
         away: str | None = None
         try:
+            for job in todo:  # a job that ended while the store was away (a restart): its record, uploaded now
+                sync_ended_offline(job, ended=(MlflowStatus.FINISHED, MlflowStatus.FAILED, MlflowStatus.KILLED))
             summary = sweep_summary.summarise(
                 client, parent.experiment_id, jobs[0].experiment, sweep_id, parent_name, parent.run_id,
                 tracking.store_location(jobs[0].tracking)[0], time.monotonic() - started,
@@ -272,10 +274,10 @@ def find_finished(job: SweepJob) -> str | None:
     return done[0].info.run_id if done else None
 
 
-def sync_ended_offline(job: SweepJob) -> str | None:
+def sync_ended_offline(job: SweepJob, ended: tuple[str, ...] = (MlflowStatus.FINISHED,)) -> str | None:
     """A run of this job that the store holds unfinished but whose run folder's record ended
-    FINISHED (the store went away during it, mlrb/record.py): its record synced into the store;
-    its run id, or None when there is no such run."""
+    as one of ENDED (the store went away during it, mlrb/record.py): its record synced into the
+    store; its run id, or None when there is no such run."""
     from mlrb import record, sync
 
     client, artifact_root = tracking.client_for(job.tracking)
@@ -286,7 +288,7 @@ def sync_ended_offline(job: SweepJob) -> str | None:
         if not (run_dir / record.FILE).is_file():
             continue
         state = record.fold(record.read(run_dir))
-        if state["run_id"] == run.info.run_id and state["status"] == MlflowStatus.FINISHED:
+        if state["run_id"] == run.info.run_id and state["status"] in ended:
             log.info(sync.sync_run(client, artifact_root, run_dir))
             return run.info.run_id
     return None
