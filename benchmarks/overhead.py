@@ -190,8 +190,9 @@ def before_version(before: str | None, before_python: str | None) -> dict | None
     if before:
         return {"option": "--before", "path": before, "commit": checkout_commit(Path(before))}
     if before_python:
+        # run from / : from here, `-c` would find this checkout's mlrb first
         found = subprocess.run([before_python, "-c", "import mlrb, pathlib; print(pathlib.Path(mlrb.__file__).parent)"],
-                               capture_output=True, text=True)  # fmt: skip
+                               capture_output=True, text=True, cwd="/")  # fmt: skip
         package = Path(found.stdout.strip()).resolve()
         top = subprocess.run(
             ["git", "-C", str(package), "rev-parse", "--show-toplevel"], capture_output=True, text=True
