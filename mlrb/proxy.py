@@ -243,8 +243,7 @@ CLOSING_EVENTS = {"message_stop", "error", "response.completed", "response.faile
 class StreamUsage:
     """Reads a server-sent event stream as it passes and keeps its usage and events."""
 
-    def __init__(self, provider: str):
-        self.provider = provider
+    def __init__(self) -> None:
         self.pending = b""
         self.events: list[Any] = []
         self.input_tokens = 0
@@ -616,7 +615,7 @@ class MeteringProxy:
                 self.send_header("Transfer-Encoding", "chunked")
                 self.to_agent(None)
                 streamed = "text/event-stream" in (response.getheader("content-type") or "")
-                reader = StreamUsage(call.provider) if streamed else None
+                reader = StreamUsage() if streamed else None
                 whole = bytearray()
                 held = bytearray()  # a stream's bytes from its closing event on: sent once the call is reported
                 cut = False

@@ -26,7 +26,7 @@ TURN = reply(tool("bash", command="ls -l"), tool("read_file", path="a.txt"), tex
 
 def streamed(events: list[bytes]) -> list:
     """A stream's events as the proxy keeps them."""
-    reader = StreamUsage("anthropic")
+    reader = StreamUsage()
     reader.feed(b"".join(events))
     return reader.events
 
@@ -96,7 +96,7 @@ def test_the_proxy_and_the_agents_providers_read_a_calls_tokens_alike(shape):
 
     body = {**WHOLE[shape], "usage": CACHED} if shape == "anthropic" else WHOLE[shape]
     whole = usage_of(body)
-    reader = StreamUsage(shape)
+    reader = StreamUsage()
     asked = {"stream": True, "stream_options": {"include_usage": True}}  # as the proxy asks a chat stream
     reader.feed(b"".join(openai_chunks(WHOLE[shape], asked) if shape == "chat" else STREAMS[shape]))
     assert (reader.input_tokens, reader.output_tokens) == usage_of(WHOLE[shape])  # the stream's, as its body's
