@@ -165,7 +165,8 @@ class SweepLauncher(BaseSubmititLauncher):
         away: str | None = None
         try:
             for job in todo:  # a job that ended while the store was away (a restart): its record, uploaded now
-                sync_ended_offline(job, ended=(MlflowStatus.FINISHED, MlflowStatus.FAILED, MlflowStatus.KILLED))
+                if store_missed(outcomes[job.idx]):
+                    sync_ended_offline(job, ended=(MlflowStatus.FINISHED, MlflowStatus.FAILED, MlflowStatus.KILLED))
             summary = sweep_summary.summarise(
                 client, parent.experiment_id, jobs[0].experiment, sweep_id, parent_name, parent.run_id,
                 tracking.store_location(jobs[0].tracking)[0], time.monotonic() - started,
@@ -272,6 +273,13 @@ def find_finished(job: SweepJob) -> str | None:
     exp = tracking.experiment_id(client, job.experiment, artifact_root)
     done = tracking.find_runs(client, exp, {Tag.RUN_KEY: job.key}, [MlflowStatus.FINISHED])
     return done[0].info.run_id if done else None
+
+
+def store_missed(outcome: tuple[bool, Any]) -> bool:
+    """Whether a job's run ended saying the store did not get all of it (its result's store_error)."""
+    ok, ret = outcome
+    value = getattr(ret, "return_value", None) if ok else None
+    return isinstance(value, dict) and bool(value.get("store_error"))
 
 
 def sync_ended_offline(job: SweepJob, ended: tuple[str, ...] = (MlflowStatus.FINISHED,)) -> str | None:
