@@ -250,3 +250,23 @@ def test_the_documented_rebuild_of_a_lost_store(tmp_path, plumbing_cache):
     (rebuilt,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert store_content(client, rebuilt) == expected
     assert rebuilt.data.tags["mlrb.synced_from"] == live.info.run_id
+
+
+@pytest.mark.fast
+def test_sync_of_a_run_whose_store_needs_a_password_says_to_name_it_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    from mlrb import sync
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    opened = {"v": record.VERSION, "t": 0, "kind": "opened", "run_id": "abc", "experiment": "e", "run_name": "r",
+              "attempt": 1, "tags": {}, "store": {"uri": "http://bob:***@mlflow.example:5000"}}  # fmt: skip
+    (run_dir / "record.jsonl").write_text(json.dumps(opened) + "\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        sync.main([str(run_dir)])
+    assert ended.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"mlrb.sync: error: {run_dir}: its store http://bob:***@mlflow.example:5000 needs a password, which the "
+        "record does not keep: name the store with --tracking-uri"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no store made here
