@@ -47,7 +47,6 @@ import json
 import logging
 import os
 import queue
-import signal
 import subprocess
 import sys
 import threading
@@ -56,6 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from mlrb import interrupts
 from mlrb.config import ConfigError, TrackingConfig
 
 log = logging.getLogger(__name__)
@@ -386,10 +386,9 @@ def serve(receiving: IO[bytes], sending: IO[bytes]) -> None:
 
 
 def main(argv: list[str]) -> None:
-    # The harness decides what a Ctrl-C, a SIGTERM or a closed terminal does, and records it
-    # through this process (a terminal signals its whole process group).
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_IGN)
+    # The harness decides what a Ctrl-C, a SIGTERM, a closed terminal or a SLURM job's signal does,
+    # and records it through this process (a terminal or SLURM signals every process of the run).
+    interrupts.ignore_job_signals()
     receiving, sending = os.fdopen(int(argv[0]), "rb"), os.fdopen(int(argv[1]), "wb")
     # The point of this process: these imports run while the harness composes its config.
     import mlflow  # noqa: F401

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from mlrb import interrupts
+
 log = logging.getLogger(__name__)
 
 ADDRESS_VAR = "MLRB_RECORDING_SERVER"  # the server's socket, in a local sweep's jobs
@@ -109,8 +111,7 @@ def start(recording_main: Callable[[list[str]], None]) -> Server | None:
 
 def serve(listener: socket.socket, alive: int, recording_main: Callable[[list[str]], None]) -> None:
     """Fork a recording process for each job that asks, until the sweep's process is gone."""
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_IGN)  # the sweep's Ctrl-C: its jobs still record themselves
+    interrupts.ignore_job_signals()  # the sweep's Ctrl-C: its jobs still record themselves
     # Not the sweep's output: a reader of it (a pipe, `| tee`) waits for every copy to close.
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):

@@ -481,12 +481,13 @@ class Stages:
         log.info("agent ended: %s %s", self.outcome.status, self.outcome.message)
 
     def job_stopping(self, within_s: float) -> bool:
-        """Whether SLURM is killing this run's job (a requeue, a lost node): its SIGTERM reached the
-        harness through the launcher's handler. The agent cannot send it (the sandbox has its own PIDs)."""
+        """Whether SLURM is stopping this run's job (a requeue, a lost node, a time limit): its SIGTERM
+        or SIGUSR2 reached the harness through the launcher's handler. The agent cannot send them (the
+        sandbox has its own PIDs)."""
         if not (self.plan.resume and resume.slurm_job_id()):
             return False
         with self.budget.paused():  # the wait is not the agent's time
-            return self.guard.launcher_signalled(signal.SIGTERM, within_s)
+            return self.guard.launcher_signalled(within_s)
 
     def collect(self) -> None:
         """What the agent left: its final state and trajectory recorded, the step to score chosen

@@ -392,10 +392,38 @@ def test_a_launchers_own_handler_keeps_its_signal_and_the_run_knows_it_came():
     previous = signal.signal(signal.SIGTERM, launcher_handler)  # as submitit does in its jobs
     try:
         with interrupts.guarded() as guard:
-            assert not guard.launcher_signalled(signal.SIGTERM, within_s=0.3)
+            assert not guard.launcher_signalled(within_s=0.3)
             os.kill(os.getpid(), signal.SIGTERM)  # no Interrupted: the launcher decides
-            assert guard.launcher_signalled(signal.SIGTERM, within_s=5) and told == [signal.SIGTERM]
+            assert guard.launcher_signalled(within_s=5) and told == [signal.SIGTERM]
             assert guard.received == []
         assert signal.getsignal(signal.SIGTERM) is launcher_handler
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.fast
+def test_a_requeue_whose_scontrol_dies_of_the_job_s_sigterm_exits_as_the_launcher_would():
+    # submitit's SIGUSR2 handler runs `scontrol requeue`; SLURM answers with a SIGTERM to every
+    # process of the job, that scontrol too, which can die of it before it exits.
+    def requeue(signum, frame):
+        subprocess.check_call(["sh", "-c", "kill -TERM $$"])
+        sys.exit(-1)
+
+    def requeue_refused(signum, frame):
+        subprocess.check_call(["sh", "-c", "exit 1"])
+
+    previous = signal.getsignal(signal.SIGUSR2)
+    try:
+        for handler, raised in ((requeue, SystemExit), (requeue_refused, subprocess.CalledProcessError)):
+            signal.signal(signal.SIGUSR2, handler)
+            with interrupts.guarded() as guard:
+                with pytest.raises(raised):
+                    os.kill(os.getpid(), signal.SIGUSR2)
+                    time.sleep(5)
+                assert guard.launcher_signalled() and guard.received == []
+            assert signal.getsignal(signal.SIGUSR2) is handler
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+        with interrupts.guarded():  # with no launcher, SIGUSR2 is left alone
+            assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGUSR2, previous)

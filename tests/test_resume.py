@@ -113,10 +113,24 @@ AS_SLURM_JOB = ("import runpy, signal, sys; signal.signal(signal.SIGTERM, lambda
                 "sys.argv = ['mlrb', *sys.argv[1:]]; runpy.run_module('mlrb', run_name='__main__')")  # fmt: skip
 
 
-def as_slurm_job(tmp_path: Path, cache: Path, agent: str) -> subprocess.Popen:
+# The same, with submitit's way of requeuing the job on SLURM's SIGUSR2 (`scontrol requeue`, then exit),
+# as it goes when SLURM's SIGTERM to the job's processes kills that `scontrol` before it exits.
+AS_REQUEUED_SLURM_JOB = """
+import runpy, signal, subprocess, sys
+signal.signal(signal.SIGTERM, lambda signum, frame: None)
+def requeue(signum, frame):
+    subprocess.check_call(["sh", "-c", "kill -TERM $$"])
+    sys.exit(-1)
+signal.signal(signal.SIGUSR2, requeue)
+sys.argv = ["mlrb", *sys.argv[1:]]
+runpy.run_module("mlrb", run_name="__main__")
+"""
+
+
+def as_slurm_job(tmp_path: Path, cache: Path, agent: str, driver: str = AS_SLURM_JOB) -> subprocess.Popen:
     args = command_args(tmp_path, cache, f"task.scales.tiny.baseline_command='{agent}'")[3:]
     env = {**os.environ, "SLURM_JOB_ID": "4242"}
-    return subprocess.Popen([sys.executable, "-c", AS_SLURM_JOB, *args], cwd=tmp_path, env=env, text=True,
+    return subprocess.Popen([sys.executable, "-c", driver, *args], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
 
 
@@ -157,6 +171,33 @@ def test_an_agent_killed_by_its_job_s_sigterm_before_the_harness_hears_goes_on_i
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
     assert run.data.tags["mlrb.status"] == "ok" and "score" in run.data.metrics
     assert run_folders(tmp_path) == [folder] and (folder / "workspace" / "mark").read_text() == "first\n"
+
+
+@pytest.mark.integration
+def test_a_job_whose_requeue_is_cut_short_by_its_own_sigterm_goes_on_in_the_requeued_job(tmp_path, plumbing_cache):
+    # SLURM's SIGUSR2 ahead of a time limit reaches every process of the job: the harness (whose
+    # launcher requeues the job), its recording process and the agent's command alike.
+    sleep = "3019"
+    agent = AGENT.replace("sleep 3000", f"sleep {sleep}")
+    process = as_slurm_job(tmp_path, plumbing_cache, agent, driver=AS_REQUEUED_SLURM_JOB)
+    wait_for(lambda: running_with(f"sleep\0{sleep}"), process)
+    time.sleep(resume.HEARTBEAT_S + 1)
+    os.killpg(process.pid, signal.SIGUSR2)
+    _, err = process.communicate(timeout=120)
+    (folder,) = run_folders(tmp_path)
+    assert "failed" not in err and "died of the job's own SIGTERM" in (folder / "mlrb.log").read_text(), err[-3000:]
+    assert not resume.ended(folder)  # suspended, not failed: the requeued job goes on in it
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    # the recording process outlived the job's SIGUSR2: the store was told why the attempt ended
+    assert run.info.status == "RUNNING" and "requeued" in run.data.tags["mlrb.attempt_ended"]
+
+    again = subprocess.run(command_args(tmp_path, plumbing_cache, f"task.scales.tiny.baseline_command='{agent}'"),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
+    assert run.data.tags["mlrb.status"] == "ok" and run_folders(tmp_path) == [folder]
 
 
 @pytest.mark.integration
