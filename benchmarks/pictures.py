@@ -1,0 +1,154 @@
+"""The pictures on the docs' pages, made from a real sweep: llm_merging at its tiny scale, run by
+the scripted `baseline` agent and by the `claude` agent against a scripted model server on
+loopback (tests/fake_llm_server.py), three seeds each. So the pictures show what mlrb draws from
+real runs, not what any real model scored. Then each Claude run is scored step by step, the
+report is made, and one run's page in the MLflow UI is photographed in headless Chromium.
+
+    python -m benchmarks.pictures        # from the repository's root; about 10 minutes on 2 cores
+
+Writes docs/img/*.png and docs/img/pictures.json (where and when they were made, by what command).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from benchmarks.results import provenance
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "docs" / "img"
+sys.path.insert(0, str(REPO / "tests"))  # the scripted model server the tests use
+
+# The report's plots the pages show, by the name the report gives them.
+PLOTS = {"score_by_task.png": "score_by_task.png", "anytime.png": "anytime.png",
+         "cost_score_pareto.png": "cost_score_pareto.png"}  # fmt: skip
+RUN_VIEW = "mlflow_run.png"
+MERGE_ARGS = '--data "$MLRB_DATA" --output submission'
+STARTER = "weights = args.weights or [1.0 / len(adapter_dirs)] * len(adapter_dirs)"
+SUMMED = "weights = args.weights or [1.0] * len(adapter_dirs)"
+WAIT_S = 180
+
+
+def claude_turns() -> list:
+    """Three runs, one after another (a local sweep runs one job at a time): each runs the starter's
+    merge, changes the merge's weights, runs it again and submits; the weights differ per run."""
+    from fake_llm_server import reply, tool
+
+    turns = []
+    for new in (SUMMED, "weights = args.weights or [0.75] * len(adapter_dirs)", STARTER):
+        turns += [
+            reply(tool("run_python", path="merge.py", args=MERGE_ARGS, timeout_s=300)),
+            reply(tool("edit_file", path="merge.py", old_text=STARTER, new_text=new)) if new != STARTER
+            else reply(tool("list_files", path=".")),
+            reply(tool("run_python", path="merge.py", args=MERGE_ARGS, timeout_s=300)),
+            reply(tool("submit", summary="merged")),
+        ]  # fmt: skip
+    return turns
+
+
+def python(*args: str, cwd: Path, env: dict | None = None) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=cwd, env={**os.environ, **(env or {})}, text=True,
+                          capture_output=True)  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"`python {' '.join(args)}` failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def sweep_and_report(work: Path) -> tuple[Path, str, str]:
+    """The sweep, each Claude run scored step by step, the report; returns the report's folder, the
+    experiment's id and a Claude run's id."""
+    import mlflow
+
+    from fake_llm_server import FakeLlmServer
+
+    with FakeLlmServer(claude_turns()) as model:
+        python("-m", "mlrb", "-m", "agent=baseline,claude", "seed=1,2,3", f"tracking.dir={work / 'mlruns'}",
+               f"hydra.sweep.dir={work / 'sweep'}", cwd=work,
+               env={"ANTHROPIC_API_KEY": "sk-ant-pictures", "ANTHROPIC_BASE_URL": model.anthropic_url})  # fmt: skip
+    client = mlflow.MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("llm_merging")
+    runs = client.search_runs([experiment.experiment_id])  # the sweep's parent run has no agent.name
+    claude = [r for r in runs if r.data.params.get("agent.name") == "claude"]
+    assert len(claude) == 3, [r.info.run_name for r in claude]
+    for run in claude:
+        python("-m", "mlrb.rescore", run.info.run_id, "--all-steps", "--tracking-dir", str(work / "mlruns"), cwd=work)
+    python("-m", "mlrb.report", "--tracking-dir", str(work / "mlruns"), "--out", str(work / "report"), cwd=work)
+    return work / "report", experiment.experiment_id, claude[0].info.run_id
+
+
+def photograph_run(work: Path, experiment_id: str, run_id: str, shot: Path) -> None:
+    """The run's page in the MLflow UI (`mlflow server` on loopback), in headless Chromium."""
+    from selenium import webdriver
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
+         f"sqlite:///{work / 'mlruns' / 'mlflow.db'}", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+    )  # fmt: skip
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--window-size=1400,900",
+                f"--user-data-dir={work / 'chromium'}"):  # fmt: skip
+        options.add_argument(arg)
+    driver = None
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"mlflow server did not answer on port {port} within {WAIT_S} s") from None
+                time.sleep(1)
+        service = webdriver.ChromeService(executable_path=shutil.which("chromedriver") or "/usr/bin/chromedriver")
+        driver = webdriver.Chrome(options=options, service=service)
+        driver.get(f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs/{run_id}")
+        WebDriverWait(driver, WAIT_S, poll_frequency=0.5).until(
+            lambda d: "agent.name" in d.find_element(By.TAG_NAME, "body").text
+        )
+        for button in driver.find_elements(By.CSS_SELECTOR, "[data-component-id='mlflow.assistant.chat_panel.close']"):
+            driver.execute_script("arguments[0].click()", button)  # its assistant panel hides half the page
+        time.sleep(2)  # the page's last redraw
+        driver.save_screenshot(str(shot))
+    finally:
+        if driver is not None:
+            driver.quit()
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+
+
+def main() -> None:
+    measured = provenance("a tiny-scale sweep: the scripted baseline and the claude agent against a scripted "
+                          "model server on loopback, three seeds each; the pictures show what mlrb draws, "
+                          "not a real model's scores")  # fmt: skip
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="mlrb-pictures-") as folder:
+        work = Path(folder)
+        report, experiment_id, run_id = sweep_and_report(work)
+        for made, name in PLOTS.items():
+            shutil.copyfile(report / made, OUT / name)
+        photograph_run(work, experiment_id, run_id, OUT / RUN_VIEW)
+    (OUT / "pictures.json").write_text(json.dumps({"measured": measured, "pictures": [*PLOTS.values(), RUN_VIEW]},
+                                                  indent=2) + "\n")  # fmt: skip
+    print(f"wrote {', '.join([*PLOTS.values(), RUN_VIEW])} and pictures.json into {OUT}")
+
+
+if __name__ == "__main__":
+    main()
