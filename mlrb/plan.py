@@ -77,7 +77,6 @@ class RunPlan:
     cache_dir: Path  # where task assets and environments are built
     submission: str  # the file or folder in the workspace that is scored
     tags: dict[str, Any]  # the run's tags when it opens (its folder and the harness's commit are added then)
-    resume_tags: dict[str, str] | None  # a sweep's job: the tags by which a retry finds the job's run
     params: dict[str, str]  # the resolved config, flattened, as MLflow params
     config_yaml: str  # the same, as the run's config.yaml artifact
     sweep_id: str | None
@@ -111,10 +110,8 @@ def make(cfg: MlrbConfig) -> RunPlan:
         Tag.RUN_KEY: key,
     }
     sweep_id, parent_run_id = cfg.sweep.id, cfg.sweep.parent_run_id
-    resume_tags: dict[str, str] | None = None
-    if sweep_id:  # a job of a sweep: a retry of it continues the job's run
+    if sweep_id:  # a job of a sweep (run again, it goes on as the same run: run.run_identity)
         tags[Tag.SWEEP_ID] = sweep_id
-        resume_tags = {Tag.RUN_KEY: key, Tag.SWEEP_ID: sweep_id}
     if parent_run_id:
         tags[Tag.PARENT_RUN_ID] = parent_run_id
     resolved = identity(cfg)
@@ -124,7 +121,7 @@ def make(cfg: MlrbConfig) -> RunPlan:
         experiment=experiment_name(cfg), name=run_name(cfg), key=key, seed=cfg.seed,
         task=task, agent=agent, sandbox_class=sandbox_class, sandbox=cfg.sandbox,
         limits=limits_for(task, cfg.sandbox), budget=cfg.budget, scoring=cfg.scoring, tracking=cfg.tracking,
-        cache_dir=Path(cfg.paths.cache_dir), submission=cfg.task.submission, tags=tags, resume_tags=resume_tags,
+        cache_dir=Path(cfg.paths.cache_dir), submission=cfg.task.submission, tags=tags,
         params=tracking.flatten(resolved), config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
         sweep_id=sweep_id, resume=cfg.resume,
     )  # fmt: skip

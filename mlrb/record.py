@@ -4,10 +4,10 @@
 Each line is one JSON object with the format's version `v`, the time `t` (Unix seconds) and
 a `kind`:
 
-- `opened`: the store's `run_id`, the `experiment`'s and the run's name (`run_name`), the
-  `attempt`, the `tags` the run was opened with (a retried sweep job appends a second
-  `opened` with the next attempt) and the `store` (its `uri`, any password masked, or the
-  `dir` of its SQLite store);
+- `opened`: the run's `run_id` (the harness makes it; the store's run carries it as the tag
+  `mlrb.run_id`), the `experiment`'s and the run's name (`run_name`), the `attempt`, the
+  `tags` the run was opened with (a resumed run appends a second `opened` with the next
+  attempt) and the `store` (its `uri`, any password masked, or the `dir` of its SQLite store);
 - `params`: `params`, name -> value;
 - `tags`: `tags`, name -> value (a later value replaces an earlier one);
 - `metrics`: `metrics`, name -> value, at `step`;
@@ -27,8 +27,8 @@ that store, through the same `export`.
 The store is written from the record, by one exporter: the recording process
 (mlrb/recording_process.py), which reads each line back from the file once the harness has
 appended it and writes it with `export`, the one place where a record line becomes an MLflow
-call. The harness never waits for it during the run: only at the run's end, for the lines
-still on their way (`RecordedRun.finish`).
+call; the `opened` line opens the store's run there. The harness never waits for it during
+the run: only at the run's end, for the lines still on their way (`RecordedRun.finish`).
 
 When the store cannot be reached in the middle of a run (a server or database away), the run
 goes on and ends as it would: its record stays complete, and the run ends saying it is not yet
@@ -42,11 +42,13 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from mlrb.messages import first_line
+from mlrb.tags import Tag
 from mlrb.tracking import RunRecorder, StoreAway, opening_tags, store_unreachable
 
 log = logging.getLogger(__name__)
@@ -58,19 +60,30 @@ TEXTS = "record"  # the folder, in the run folder, of the texts a run logs as ar
 
 class RecordedRun:
     """A run's recorder: each call is a line appended to the run folder's record, which the
-    recording process's run in the store (`recording_process.RemoteStoreRun`) then exports."""
+    recording process then exports to the store (`recording_process.RemoteStoreRun`)."""
 
-    def __init__(self, store_run: Any, run_dir: Path, experiment: str, run_name: str, tags: dict[str, Any]):
-        """`store_run` was just opened in EXPERIMENT as RUN_NAME with TAGS."""
+    def __init__(self, store_run: Any, run_dir: Path, experiment: str, run_name: str, tags: dict[str, Any],
+                 run_id: str, attempt: int = 1):  # fmt: skip
+        """The run RUN_ID's ATTEMPT, opened in EXPERIMENT as RUN_NAME with TAGS: its `opened` line,
+        which STORE_RUN's export opens the store's run with."""
         self.store_run = store_run
-        self.run_id: str = store_run.run_id
-        self.attempt: int = store_run.attempt
-        self.experiment_id: str = store_run.experiment_id
+        self.run_id = run_id
+        self.attempt = attempt
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / FILE
         self.store_error: str | None = None  # why the store could not be reached, once it could not
-        self._append("opened", run_id=self.run_id, experiment=experiment, run_name=run_name,
-                     attempt=self.attempt, tags=opening_tags(tags, self.attempt), store=store_run.store)  # fmt: skip
+        opening = opening_tags({**tags, Tag.RUN_ID: run_id}, attempt)
+        self._append("opened", run_id=run_id, experiment=experiment, run_name=run_name, attempt=attempt,
+                     tags=opening, store=store_run.store)  # fmt: skip
+
+    @property
+    def shown_id(self) -> str:
+        """The id a user finds the run by: the store's, once the store has opened the run (what
+        `mlflow ui` shows), else the run's own (its record's, and the store run's `mlrb.run_id` tag)."""
+        with contextlib.suppress(Exception):  # a failed export is said where the run's end is recorded
+            self.store_run.answered()
+        opened = self.store_run.opened_as
+        return opened[0] if opened else self.run_id
 
     def _append(self, kind: str, **fields: Any) -> None:
         """Append one line, then hand it to the store's run to export (unless the store has been
@@ -79,10 +92,10 @@ class RecordedRun:
         with open(self.path, "ab") as f:
             offset = f.tell()
             f.write(data)
-        if kind == "opened" or self.store_error is not None:
-            return  # the store opened the run itself; a store that was away gets the record by sync
+        if self.store_error is not None:
+            return  # a store that was away gets the record by sync
         with self.store_failures():
-            self.store_run.export(self.path, offset, len(data))
+            self.store_run.export(self.path, offset, len(data), opens=kind == "opened")
 
     @contextlib.contextmanager
     def store_failures(self) -> Iterator[None]:
@@ -146,18 +159,19 @@ class RecordedRun:
                 self.store_run.flush()
 
 
-def export_lines(recorder: RunRecorder, path: Path, offset: int, length: int) -> None:
-    """Write the record's lines in bytes [offset, offset + length) of PATH to the store's run."""
+def lines_at(path: Path, offset: int, length: int) -> list[dict]:
+    """The record's lines in bytes [offset, offset + length) of PATH."""
     with open(path, "rb") as f:
         f.seek(offset)
         data = f.read(length)
-    export(recorder, [json.loads(text) for text in data.decode("utf-8").splitlines()], Path(path).parent)
+    return [json.loads(text) for text in data.decode("utf-8").splitlines()]
 
 
 def export(recorder: RunRecorder, lines: list[dict], run_dir: Path) -> None:
     """Write record lines of the run folder RUN_DIR to the store's run: the one place where a
-    record line becomes a store call, for a live run (`export_lines`) and for what
-    `python -m mlrb.sync` finds missing alike."""
+    record line becomes a store call, for a live run (the recording process) and for what
+    `python -m mlrb.sync` finds missing alike. An `opened` line is the store's run itself
+    (`tracking.open_run`): nothing to write here."""
     for line in lines:
         match line["kind"]:
             case "params":
@@ -176,6 +190,11 @@ def export(recorder: RunRecorder, lines: list[dict], run_dir: Path) -> None:
                 recorder.log_trace(line["trace"])
             case "status":
                 recorder.finish(line["status"])
+
+
+def new_run_id() -> str:
+    """A new run's own id: 32 hex digits, as MLflow's run ids are (a UUID4)."""
+    return uuid.uuid4().hex
 
 
 def line_of(kind: str, **fields: Any) -> str:

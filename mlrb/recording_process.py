@@ -4,21 +4,21 @@ Importing MLflow and its SQL store takes a single run 2-3 s of Python work, more
 anything else the harness does for a short run. Started as soon as `python -m mlrb` has
 read its command line, this process does that work on another core while the harness
 composes its config, loads the task and imports the agent's SDK. Then it is the run's
-exporter (mlrb/record.py): it checks the store, opens the run, and writes each line the
-harness appends to `record.jsonl` to the store with `record.export_lines`, reading the line
-from the file, as a sweep's job does in its own process. The harness process never imports
+exporter (mlrb/record.py): it checks the store, and writes each line the harness appends to
+`record.jsonl` to the store with `record.export`, reading the line from the file (the first,
+`opened`, opens the store's run). The harness process never imports
 MLflow.
 
 The two talk in JSON lines over a pair of pipes, one request and one answer at a time:
 
 - `check_store` (the tracking config, whether to wait for a server that is away): the
   answer is empty, or a config error to refuse the run with in one line;
-- `open_run` (the tracking config, experiment, run name, tags, resume tags): the answer is
-  the store's run id, its experiment's id and the attempt;
-- `export` (the run's id, its record's path, a byte offset and a length): the answer comes
-  once the lines are in the store. The harness does not wait for it: the process exports in
-  the order asked, and the harness waits for what is left at the run's end
-  (`RemoteStoreRun.flush`).
+- `export` (the tracking config, a record's path, a byte offset and a length): the answer
+  comes once the lines are in the store. The record's first line (`opened`) opens the
+  store's run of the record's run id, or finds it (a resumed run): that export's answer is
+  the store's run id and experiment id. The harness does not wait for it: the process
+  exports in the order asked, and the harness waits for what is left at the run's end
+  (`RemoteStoreRun.flush`). So the harness never waits for the store during a run.
 
 A failed request is answered with its kind (`config`, or `failed` with the error's type and
 message, which `tracking.store_unreachable` reads) and mlrb's log lines of each request come
@@ -226,41 +226,55 @@ class RecordingProcess:
         harness goes on); its result() raises the ConfigError, if any."""
         return self.submit("check_store", tracking=dataclasses.asdict(cfg), wait_for_server=wait_for_server)
 
-    def open_run(self, cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any],
-                 resume_tags: dict[str, str] | None = None,
-                 reopen: tuple[str, int] | None = None) -> RemoteStoreRun:  # fmt: skip
-        run_id, experiment_id, attempt, store = self.call(
-            "open_run", tracking=dataclasses.asdict(cfg), experiment=experiment, run_name=run_name,
-            tags={k: str(v) for k, v in tags.items()}, resume_tags=resume_tags, reopen=reopen,
-        )  # fmt: skip
-        return RemoteStoreRun(self, run_id, experiment_id, attempt, store, cfg)
+    def store_run(self, cfg: TrackingConfig) -> RemoteStoreRun:
+        """The run's exporter to the store CFG names: nothing is asked of the store until the
+        record's first line (`opened`) is exported."""
+        return RemoteStoreRun(self, cfg)
 
 
 class RemoteStoreRun:
-    """The run the recording process opened: it exports each new line of the run's record, in
-    order, while the harness goes on; the harness waits for the exports only at the run's end."""
+    """Exports each new line of a run's record, in order, through the recording process, while
+    the harness goes on; the harness waits for the exports only at the run's end. The record's
+    `opened` line opens (or finds) the store's run: its id in the store is known once that
+    export is answered (`opened_as`)."""
 
-    def __init__(self, process: RecordingProcess, run_id: str, experiment_id: str, attempt: int,
-                 store: dict[str, str], cfg: TrackingConfig):  # fmt: skip
+    def __init__(self, process: RecordingProcess, cfg: TrackingConfig):
+        from mlrb import tracking
+
         self.process = process
         self.cfg = cfg
-        self.run_id = run_id
-        self.experiment_id = experiment_id
-        self.attempt = attempt
-        self.store = store  # as tracking.store_named gives it: where `python -m mlrb.sync` uploads the record
+        self.store = tracking.store_named(cfg)  # where `python -m mlrb.sync` uploads the record
         self.sent: list[Pending] = []  # the exports not yet seen answered, in order
+        self.opening: Pending | None = None  # the export of the `opened` line
+        self.opened_as: tuple[str, str] | None = None  # the store's run id and experiment id, once known
 
-    def export(self, path: Path, offset: int, length: int) -> None:
+    def export(self, path: Path, offset: int, length: int, opens: bool = False) -> None:
         """Have the process write the record's bytes [offset, offset + length) to the store,
-        after the lines sent before; returns at once. An earlier export that failed raises here."""
+        after the lines sent before; returns at once. OPENS: they hold the `opened` line. An
+        earlier export that failed raises here."""
         self.answered()
-        self.sent.append(self.process.submit("export", run_id=self.run_id, path=str(Path(path).resolve()),
-                                             offset=offset, length=length))  # fmt: skip
+        pending = self.process.submit("export", tracking=dataclasses.asdict(self.cfg), path=str(Path(path).resolve()),
+                                      offset=offset, length=length)  # fmt: skip
+        if opens:
+            self.opening = pending
+        self.sent.append(pending)
 
     def answered(self) -> None:
         """Drop the exports answered so far; the first that failed raises its error."""
         while self.sent and self.sent[0].done.is_set():
-            self.sent.pop(0).result()
+            pending = self.sent.pop(0)
+            value = pending.result()
+            if pending is self.opening:
+                self.opened_as = (value[0], value[1])
+
+    def wait_opened(self) -> tuple[str, str]:
+        """The store's run id and experiment id, waiting for the `opened` line's export."""
+        while self.opened_as is None:
+            if not self.sent:
+                raise RecordingError("the record's opened line was never exported")
+            self.sent[0].done.wait()
+            self.answered()
+        return self.opened_as
 
     def flush(self) -> None:
         """Wait until every export sent is in the store (or raise the first that failed). While
@@ -309,35 +323,44 @@ def stop() -> None:
 
 
 class Exporter:
-    """The recording process's side: the run it opened, and what each request does."""
+    """The recording process's side: the store's run of each record it exports, and what each
+    request does."""
 
     def __init__(self) -> None:
-        self.recorders: dict[str, Any] = {}  # the runs it opened, by id
+        self.recorders: dict[str, Any] = {}  # by record file: the store's run its lines go to
+        self.not_opened: dict[str, str] = {}  # by record file: why its store's run could not be opened
 
     def check_store(self, tracking: dict[str, Any], wait_for_server: bool) -> None:
         from mlrb import tracking as store
 
         store.check_store(TrackingConfig(**tracking), wait_for_server=wait_for_server)
 
-    def open_run(self, tracking: dict[str, Any], experiment: str, run_name: str, tags: dict[str, str],
-                 resume_tags: dict[str, str] | None, reopen: list[Any] | None = None) -> list[Any]:  # fmt: skip
+    def export(self, tracking: dict[str, Any], path: str, offset: int, length: int) -> list[str] | None:
+        """Write the record's lines to the store; an `opened` line opens (or finds) the store's run
+        of the record's run id. Returns that run's id and experiment id, when a line opened it."""
+        from mlrb import record
         from mlrb import tracking as store
 
-        cfg = TrackingConfig(**tracking)
-        recorder = store.open_run(cfg, experiment, run_name, tags, resume_tags=resume_tags,
-                                  reopen=(reopen[0], int(reopen[1])) if reopen else None)  # fmt: skip
-        self.recorders[recorder.run_id] = recorder
-        return [recorder.run_id, recorder.experiment_id, recorder.attempt, store.store_named(cfg)]
-
-    def export(self, run_id: str, path: str, offset: int, length: int) -> None:
-        from mlrb.record import export_lines
-
-        export_lines(self.recorders[run_id], Path(path), offset, length)
+        opened_as = None
+        for line in record.lines_at(Path(path), offset, length):
+            if line["kind"] == "opened":
+                try:
+                    recorder = store.open_run(TrackingConfig(**tracking), line["experiment"], line["run_name"],
+                                              line["tags"], line["run_id"], int(line["attempt"]))  # fmt: skip
+                except Exception as e:
+                    self.not_opened[path] = f"{type(e).__name__}: {e}"
+                    raise
+                self.recorders[path] = recorder
+                opened_as = [recorder.run_id, recorder.experiment_id]
+            elif path in self.recorders:
+                record.export(self.recorders[path], [line], Path(path).parent)
+            else:
+                raise RuntimeError(f"the store's run was not opened ({self.not_opened.get(path, 'no opened line')})")
+        return opened_as
 
 
 OPERATIONS: dict[str, Callable[..., Any]] = {
     "check_store": Exporter.check_store,
-    "open_run": Exporter.open_run,
     "export": Exporter.export,
 }
 

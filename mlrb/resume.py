@@ -161,6 +161,30 @@ def find(run_dir: Path, key: str, sweep_id: str | None) -> Path | None:
     return max(found, key=lambda p: (p / CLAIM).stat().st_mtime) if found else None
 
 
+def earlier_attempt(run_dir: Path, key: str, sweep_id: str) -> tuple[str, int] | None:
+    """A sweep's job run again after its run ended unfinished (FAILED or KILLED: a retry, or the
+    sweep launched again): that run's id and last attempt, from the newest such run folder of
+    the sweep's launches (`outputs/sweeps/*/*`), so the job goes on as the same run with one
+    more attempt, in a folder of its own. None when there is none."""
+    from mlrb import record
+
+    found = []
+    for claim in Path(run_dir).resolve().parent.parent.glob(f"*/*/{CLAIM}"):
+        owner = read_owner(claim.parent)
+        if owner is None or owner.key != key or owner.sweep_id != sweep_id or not ended(claim.parent):
+            continue
+        try:
+            state = record.fold(record.read(claim.parent))
+        except (OSError, ValueError):  # a record this mlrb cannot read: not this run's to go on
+            continue
+        if state["status"] in ("FAILED", "KILLED") and state["run_id"]:
+            found.append((claim.stat().st_mtime, state["run_id"], int(state["attempt"] or 1)))
+    if not found:
+        return None
+    _, run_id, attempt = max(found)
+    return run_id, attempt
+
+
 def take_over(run_dir: Path, key: str, sweep_id: str | None, attempt: int) -> bool:
     """Claim a resumable run folder for ATTEMPT, atomically: of two processes that would
     resume it at once, one gets it (the other starts a run of its own)."""

@@ -121,15 +121,13 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
     scrub_hydra_files(Path(run_dir), tracking.secrets_in(plan.tracking))
 
     tags = {**plan.tags, Tag.RUN_DIR: str(run_dir), **commit}
-    reopen = (resumed.run_id, resumed.attempt) if resumed else None
+    run_id, attempt = run_identity(run_dir, plan, resumed)
     with interrupts.guarded() as guard:
         with guard.hold(), clock.stage("recording"):  # a run is created whole or not at all
-            # every call a line of the run folder's record.jsonl, which the store is written from
-            recorder = record.RecordedRun(
-                recording.open_run(plan.tracking, plan.experiment, plan.name, tags, resume_tags=plan.resume_tags,
-                                   reopen=reopen),
-                run_dir, plan.experiment, plan.name, tags,
-            )  # fmt: skip
+            # every call a line of the run folder's record.jsonl, which the store is written from (the
+            # recording process opens the store's run from its first line: the harness does not wait)
+            recorder = record.RecordedRun(recording.store_run(plan.tracking), run_dir, plan.experiment, plan.name,
+                                          tags, run_id, attempt)  # fmt: skip
         if resumed:
             log.info("run %s (%s) goes on in attempt %d (%s); files in %s", plan.name, recorder.run_id,
                      resumed.attempt, resumed.why, run_dir)  # fmt: skip
@@ -151,9 +149,9 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
             except Exception as e:  # its end is in the record; the store could not be given it
                 log.error("run %s: recording its end failed", plan.name, exc_info=e, extra=console.LOG_FILE_ONLY)
                 raise RunFailed(f"recording the run's end failed: {type(e).__name__}: {e} (its record is whole: "
-                                f"`python -m mlrb.sync {run_dir}` uploads it)", recorder.run_id,
+                                f"`python -m mlrb.sync {run_dir}` uploads it)", recorder.shown_id,
                                 console.log_file()) from e  # fmt: skip
-        result = dataclasses.replace(result, store_error=recorder.store_error)
+        result = dataclasses.replace(result, store_error=recorder.store_error, run_id=recorder.shown_id)
     if result.status == Status.KILLED:
         raise RunInterrupted(result, guard.received[0])
     return result
@@ -200,7 +198,7 @@ def stopped(plan: plans.RunPlan, recorder, run_dir: Path, e: BaseException) -> B
         log.warning("run %s: %s; it goes on where it stopped when its job or command runs again", plan.name, why)
         with contextlib.suppress(Exception):  # the store's account of it; the record is what resumes it
             recorder.set_tags({Tag.ATTEMPT_ENDED: why})
-        return RunSuspended(e.signum, recorder.run_id) if isinstance(e, interrupts.Interrupted) else e
+        return RunSuspended(e.signum, recorder.shown_id) if isinstance(e, interrupts.Interrupted) else e
     else:  # a signal, or a launcher's requeue (submitit exits the job): not the agent's doing, nor a failure
         cause = e.name if isinstance(e, interrupts.Interrupted) else f"the launcher ({type(e).__name__}: requeued?)"
         message = f"interrupted by {cause}; the workspace was not scored"
@@ -218,9 +216,9 @@ def stopped(plan: plans.RunPlan, recorder, run_dir: Path, e: BaseException) -> B
     if recorder.store_error:
         message += f" (not yet in the tracking store: `python -m mlrb.sync {run_dir}` uploads its record)"
     if status == Status.INFRA_ERROR:
-        return RunFailed(message, recorder.run_id, console.log_file())
+        return RunFailed(message, recorder.shown_id, console.log_file())
     if isinstance(e, interrupts.Interrupted):
-        return RunInterrupted(None, e.signum, recorder.run_id)
+        return RunInterrupted(None, e.signum, recorder.shown_id)
     return e  # SystemExit from a launcher's requeue: it goes on exiting
 
 
@@ -269,6 +267,17 @@ def claim_run_dir(run_dir: Path, plan: plans.RunPlan) -> Path:
         if resume.write_owner(candidate, owner, exclusive=True):
             return candidate
     raise AssertionError("unreachable")
+
+
+def run_identity(run_dir: Path, plan: plans.RunPlan, resumed: Resumption | None) -> tuple[str, int]:
+    """The run's own id and attempt: a resumed run's; for a sweep's job run again after its run
+    ended unfinished, that run's, one attempt more (in a folder of its own); else a new run's."""
+    if resumed is not None:
+        return resumed.run_id, resumed.attempt
+    earlier = resume.earlier_attempt(run_dir, plan.key, plan.sweep_id) if plan.sweep_id and plan.resume else None
+    if earlier is not None:
+        return earlier[0], earlier[1] + 1
+    return record.new_run_id(), 1
 
 
 def resume_in(run_dir: Path, plan: plans.RunPlan) -> Resumption | None:

@@ -139,6 +139,7 @@ class SweepLauncher(BaseSubmititLauncher):
         parent_name = run_names.sweep_name(job_overrides, jobs[0].name)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).resolve()
         parent = open_parent_run(client, jobs[0], sweep_id, parent_name, len(jobs), sweep_dir)
+        parent_id, parent_experiment = parent.store_run.wait_opened()  # its jobs' runs name it as their parent
         finished = {j.idx: find_finished(j) for j in jobs}
         for job in jobs:
             if finished[job.idx]:
@@ -148,7 +149,7 @@ class SweepLauncher(BaseSubmititLauncher):
                 print(f"[sweep {sweep_id}] #{job.idx} {job.name}: finished before while the store was away; "
                       f"its record synced (run {synced}), skipped")  # fmt: skip
         todo = [j for j in jobs if not finished[j.idx]]
-        self.facts += [f"sweep.id={sweep_id}", f"sweep.parent_run_id={parent.run_id}"]
+        self.facts += [f"sweep.id={sweep_id}", f"sweep.parent_run_id={parent_id}"]
 
         progress = Progress(sweep_id, len(jobs), len(jobs) - len(todo))
         try:
@@ -168,7 +169,7 @@ class SweepLauncher(BaseSubmititLauncher):
                 if store_missed(outcomes[job.idx]):
                     sync_ended_offline(job, ended=(MlflowStatus.FINISHED, MlflowStatus.FAILED, MlflowStatus.KILLED))
             summary = sweep_summary.summarise(
-                client, parent.experiment_id, jobs[0].experiment, sweep_id, parent_name, parent.run_id,
+                client, parent_experiment, jobs[0].experiment, sweep_id, parent_name, parent_id,
                 tracking.store_location(jobs[0].tracking)[0], time.monotonic() - started,
                 others=job_experiments(client, jobs),
             )  # fmt: skip
@@ -249,16 +250,20 @@ def open_parent_run(client: Any, first: SweepJob, sweep_id: str, name: str, n_jo
     experiment_view.open_on_runs_table(client, exp)
     tags = {Tag.ROLE: SWEEP_ROLE, Tag.SWEEP_ID: sweep_id}
     found = tracking.find_runs(client, exp, tags)
-    reopen = (found[0].info.run_id, int(found[0].data.tags.get(Tag.ATTEMPT, "1")) + 1) if found else None
+    if found:  # launched again: the same run, one attempt more (one recorded before mlrb made run ids: by the store's)
+        run_id = found[0].data.tags.get(Tag.RUN_ID) or found[0].info.run_id
+        attempt = int(found[0].data.tags.get(Tag.ATTEMPT, "1")) + 1
+    else:
+        run_id, attempt = record.new_run_id(), 1
     command = " ".join(filter_overrides(sys.argv[1:]))
     opening = {**tags, Tag.N_JOBS: str(n_jobs), Tag.COMMAND: command[:5000], Tag.RUN_DIR: str(folder),
                **tracking.harness_commit()}  # fmt: skip
     # A new interpreter: the recording server's forks are for the jobs (one forked for this process
     # failed on SQLite with 'locking protocol', the cause not found; a new interpreter does not)
     recording = recording_process.start(recording_process.new_interpreter)
-    store_run = recording.open_run(first.tracking, first.experiment, name, opening, reopen=reopen)
     folder.mkdir(parents=True, exist_ok=True)
-    return record.RecordedRun(store_run, folder, first.experiment, name, opening)
+    return record.RecordedRun(recording.store_run(first.tracking), folder, first.experiment, name, opening, run_id,
+                              attempt)  # fmt: skip
 
 
 def job_experiments(client: Any, jobs: list[SweepJob]) -> dict[str, str]:
@@ -296,7 +301,7 @@ def sync_ended_offline(job: SweepJob, ended: tuple[str, ...] = (MlflowStatus.FIN
         if not (run_dir / record.FILE).is_file():
             continue
         state = record.fold(record.read(run_dir))
-        if state["run_id"] == run.info.run_id and state["status"] in ended:
+        if state["run_id"] in (run.data.tags.get(Tag.RUN_ID), run.info.run_id) and state["status"] in ended:
             log.info(sync.sync_run(client, artifact_root, run_dir))
             return run.info.run_id
     return None

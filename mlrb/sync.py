@@ -6,9 +6,9 @@
 Each run folder goes to the store it was recorded for (its record names it), or to the one
 named. For each, what the store lacks of the record is uploaded: params, tags, metric
 values (by step), artifacts, the agent's traces (by step, with their own times) and the end
-status. A run the store already holds (the record's run id, or a run synced from it before,
-tagged `mlrb.synced_from`) is completed; otherwise a run is created with the record's name
-in its experiment. Syncing again uploads nothing twice, and a sync stopped half-way is
+status. A run the store already holds (the one tagged `mlrb.run_id` with the record's run
+id) is completed; otherwise a run is created with the record's name in its experiment, so
+tagged. Syncing again uploads nothing twice, and a sync stopped half-way is
 finished by the next. Use it to upload a run whose store was away while it ran, to rebuild a
 lost or corrupt store from the run folders, or to copy runs into another store (say a
 team's server).
@@ -24,8 +24,10 @@ from typing import Any
 
 from mlrb import record
 from mlrb.config import ConfigError, TrackingConfig
+from mlrb.tags import Tag
 
-SYNCED_FROM = "mlrb.synced_from"  # the run id a synced run's record was written under
+# The run id a run synced before the harness made its own ids had in its record (now: Tag.RUN_ID).
+SYNCED_FROM = "mlrb.synced_from"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -85,9 +87,9 @@ def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
     state = record.fold(lines)
     run = find_run(client, state["run_id"])
     created = run is None
-    if run is None:
+    if run is None:  # its record's tags name its own id (Tag.RUN_ID): a later sync finds it by that
         experiment = tracking.experiment_id(client, opened[-1]["experiment"], artifact_root)
-        opening = {**state["tags"], SYNCED_FROM: state["run_id"]}
+        opening = {**state["tags"], Tag.RUN_ID: state["run_id"]}
         run = tracking.with_retries(
             lambda: client.create_run(experiment, run_name=opened[-1]["run_name"], tags=opening)
         )
@@ -178,16 +180,20 @@ def missing_traces(client: Any, run: Any, traces: list[dict]) -> list[dict]:
 
 
 def find_run(client: Any, run_id: str) -> Any:
-    """The store's run with this id, or the one synced from it; None when there is neither."""
+    """The store's run of the record's run RUN_ID: the one tagged with it; for a record made before
+    the harness made its own ids, the store's run of that id or the one synced from it; None when
+    there is none."""
     from mlflow.exceptions import MlflowException
 
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    found = client.search_runs(experiments, f"tags.`{Tag.RUN_ID}` = '{run_id}'", max_results=2)
+    if found:
+        return found[0]
     try:
         return client.get_run(run_id)
     except MlflowException:
         pass
-    found = client.search_runs(
-        [e.experiment_id for e in client.search_experiments()], f"tags.`{SYNCED_FROM}` = '{run_id}'", max_results=2
-    )
+    found = client.search_runs(experiments, f"tags.`{SYNCED_FROM}` = '{run_id}'", max_results=2)
     return found[0] if found else None
 
 

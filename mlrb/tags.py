@@ -16,6 +16,8 @@ class Tag:
     TASK, AGENT, BUDGET, SEED, SCALE = "mlrb.task", "mlrb.agent", "mlrb.budget", "mlrb.seed", "mlrb.scale"
     SANDBOX, CONFINED, NETWORK = "mlrb.sandbox", "mlrb.confined", "mlrb.network"
     NORMALISED_AS, RUN_KEY, RUN_DIR, SWEEP_ID = "mlrb.normalised_as", "mlrb.run_key", "mlrb.run_dir", "mlrb.sweep_id"
+    # The run's own id, made by the harness as the run starts (its record's): the store's run is found by it.
+    RUN_ID = "mlrb.run_id"
     # 1, then one more each time a resumed run starts again; the code and assets it ran on.
     ATTEMPT, GIT_DIRTY, ASSETS_FINGERPRINT = "mlrb.attempt", "mlrb.git_dirty", "mlrb.assets_fingerprint"
     # How an attempt that did not end the run ended (say, its job requeued): the next attempt says why it resumed.

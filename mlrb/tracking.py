@@ -574,43 +574,36 @@ def check_cluster_store(cfg: TrackingConfig) -> str | None:
     return f"launcher=slurm with an SQLite tracking store (tracking.allow_sqlite_on_slurm=true): {SQLITE_ON_SLURM}"
 
 
-def open_run(
-    cfg: TrackingConfig,
-    experiment: str,
-    run_name: str,
-    tags: dict[str, Any],
-    resume_tags: dict[str, str] | None = None,
-    reopen: tuple[str, int] | None = None,
-) -> RunRecorder:
-    """A new run; or, when `resume_tags` match an unfinished run (a job of the same
-    sweep that failed, was killed or requeued), that run again, so each job of a
-    sweep keeps one run however often it is retried. REOPEN (the run's id, the attempt
-    that goes on in it) is a resumed run's own (mlrb/resume.py)."""
+def open_run(cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any], run_id: str,
+             attempt: int) -> RunRecorder:  # fmt: skip
+    """The store's run of the harness's run RUN_ID (its record's id), for ATTEMPT: the run tagged
+    with that id when the store has it (a resumed run, a sweep's job run again, a record synced
+    before), else a new one. A run recorded before the harness made its own ids has the store's
+    id as its record's: a later attempt of it finds that run by it."""
     client, artifact_root = client_for(cfg)
     exp_id = experiment_id(client, experiment, artifact_root)
-    tags = {k: str(v) for k, v in tags.items()}
-    if reopen:
-        run_id, attempt = reopen
-        with_retries(lambda: client.update_run(run_id, status=MlflowStatus.RUNNING))
-        recorder = RunRecorder(client, run_id, exp_id, attempt)
-        recorder.set_tags(opening_tags(tags, attempt))
+    opening = opening_tags({**tags, Tag.RUN_ID: run_id}, attempt)
+    found = find_runs(client, exp_id, {Tag.RUN_ID: run_id}) or (older_run(client, run_id) if attempt > 1 else [])
+    if found:
+        store_id = found[0].info.run_id
+        with_retries(lambda: client.update_run(store_id, status=MlflowStatus.RUNNING))
+        recorder = RunRecorder(client, store_id, found[0].info.experiment_id, attempt)
+        recorder.set_tags(opening)
         return recorder
-    if resume_tags:
-        previous = find_runs(
-            client,
-            exp_id,
-            resume_tags,
-            [MlflowStatus.RUNNING, MlflowStatus.FAILED, MlflowStatus.KILLED, MlflowStatus.SCHEDULED],
-        )
-        if previous:
-            run_id = previous[0].info.run_id
-            attempt = int(previous[0].data.tags.get(Tag.ATTEMPT, "1")) + 1
-            with_retries(lambda: client.update_run(run_id, status=MlflowStatus.RUNNING))
-            recorder = RunRecorder(client, run_id, exp_id, attempt)
-            recorder.set_tags(opening_tags(tags, attempt))
-            return recorder
-    run = with_retries(lambda: client.create_run(exp_id, run_name=run_name, tags=opening_tags(tags, 1)))
-    return RunRecorder(client, run.info.run_id, exp_id)
+    run = with_retries(lambda: client.create_run(exp_id, run_name=run_name, tags=opening))
+    return RunRecorder(client, run.info.run_id, exp_id, attempt)
+
+
+def older_run(client: Any, run_id: str) -> list[Any]:
+    """The store's run whose id is RUN_ID, as a run recorded before the harness made its own ids."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return [with_retries(lambda: client.get_run(run_id))]
+    except MlflowException as e:
+        if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        return []
 
 
 # What a store call's error says when the store could not be reached at all (an MLflow server

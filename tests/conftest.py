@@ -265,7 +265,7 @@ def assert_record_matches_store(client, run) -> dict:
     from mlrb import record
 
     state = record.fold(record.read(Path(run.data.tags["mlrb.run_dir"])))
-    assert state["run_id"] == run.info.run_id and state["status"] == run.info.status
+    assert state["run_id"] == run.data.tags["mlrb.run_id"] and state["status"] == run.info.status  # found by its id
     assert state["params"] == run.data.params
     ours = {k: v for k, v in run.data.tags.items() if k.startswith("mlrb.")}
     assert {k: v for k, v in state["tags"].items() if k in ours or k.startswith("mlrb.")} == ours

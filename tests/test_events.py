@@ -30,8 +30,8 @@ from test_llm_agent import KEY, KEY_ENV, agent_config, budget_config, metered
 def recorded_run(tmp_path, name: str) -> record.RecordedRun:
     """A run recorded as the harness records one: through its folder's record into the store."""
     (tmp_path / "run").mkdir()
-    store_run = recording_process.start().open_run(TrackingConfig(dir=str(tmp_path / "mlruns")), "events", name, {})
-    return record.RecordedRun(store_run, tmp_path / "run", "events", name, {})
+    store_run = recording_process.start().store_run(TrackingConfig(dir=str(tmp_path / "mlruns")))
+    return record.RecordedRun(store_run, tmp_path / "run", "events", name, {}, record.new_run_id())
 
 
 pytestmark = pytest.mark.fast
@@ -89,7 +89,8 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
     # The traces: one per step, its spans in the same order, with the same usage and outputs.
     recorder.store_run.flush()  # the record's lines are in the store, as at the run's end
     client = mlflow_client(tmp_path)
-    traces = client.search_traces(locations=[recorder.experiment_id], run_id=recorder.run_id)
+    store_id, experiment_id = recorder.store_run.wait_opened()
+    traces = client.search_traces(locations=[experiment_id], run_id=store_id)
     by_step = {int(t.info.tags["mlrb.step"]): sorted(t.data.spans, key=lambda s: s.start_time_ns) for t in traces}
     assert sorted(by_step) == [1, 2, 3]
     assert [[(s.span_type, s.status.status_code) for s in by_step[n]] for n in (1, 2, 3)] == [
@@ -120,7 +121,7 @@ def test_the_trajectory_the_traces_and_the_metrics_see_the_same_run(tmp_path, mo
 
     # The metrics: each call's latency and the running totals, at the call's step.
     def history(name: str) -> list[tuple[int, float]]:
-        return [(m.step, m.value) for m in client.get_metric_history(recorder.run_id, name)]
+        return [(m.step, m.value) for m in client.get_metric_history(store_id, name)]
 
     running_usd = [sum(c["cost_usd"] for c in calls[: n + 1]) for n in range(3)]
     assert history("llm.input_tokens") == [(1, 1200), (2, 2700), (3, 4400)]
@@ -201,7 +202,8 @@ def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path,
     sink.close(stopped)  # as the harness closes it when an interruption stops the agent
     assert isinstance(stopped, KeyboardInterrupt)
     recorder.store_run.flush()
-    [trace] = mlflow_client(tmp_path).search_traces(locations=[recorder.experiment_id], run_id=recorder.run_id)
+    run_id, experiment_id = recorder.store_run.wait_opened()
+    [trace] = mlflow_client(tmp_path).search_traces(locations=[experiment_id], run_id=run_id)
     spans = sorted(trace.data.spans, key=lambda s: s.start_time_ns)
     # MLflow marks a span failed for an Exception only; an interruption (a KeyboardInterrupt,
     # as mlrb.interrupts.Interrupted is) ends it as it stands.

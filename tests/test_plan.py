@@ -26,18 +26,18 @@ def test_the_plan_names_keys_and_configures_the_run_once_and_cannot_be_changed(m
     assert plan.key == plans.run_key(cfg) and plan.tags[Tag.RUN_KEY] == plan.key
     assert type(plan.task) is Task and plan.task.name == "llm_merging" and isinstance(plan.agent, BaselineAgent)
     assert plan.sandbox_class is BwrapSandbox and plan.submission == "submission"
-    assert plan.sweep_id is None and plan.resume_tags is None  # a single run: nothing to resume
+    assert plan.sweep_id is None and Tag.SWEEP_ID not in plan.tags  # a single run: of no sweep
     assert plan.params["task.name"] == "llm_merging" and plan.params["seed"] == "3"
     # What it records is the config with the tracking store's password masked.
     assert "s3cret" not in str(dict(plan.params)) + plan.config_yaml
     assert "alice:***@mlflow.example" in plan.params["tracking.uri"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.seed = 4  # type: ignore[misc]
-    # A job of a sweep, which the sweep tells as config: a retry of it finds the job's run by its key
-    # and the sweep's id; its name and its key stay the run's own
+    # A job of a sweep, which the sweep tells as config: a retry of it finds the job's run folders by
+    # its key and the sweep's id; its name and its key stay the run's own
     job = plans.make(compose_config("task=llm_merging", "agent=baseline", "seed=3", "sweep.id=sweep-1",
                                     "sweep.parent_run_id=p1", "tracking.uri=http://alice:s3cret@mlflow.example:5000"))  # fmt: skip
-    assert job.resume_tags == {Tag.RUN_KEY: plan.key, Tag.SWEEP_ID: "sweep-1"} and job.sweep_id == "sweep-1"
+    assert job.tags[Tag.SWEEP_ID] == "sweep-1" and job.sweep_id == "sweep-1"
     assert job.tags[Tag.PARENT_RUN_ID] == "p1" and (job.key, job.name) == (plan.key, plan.name)
 
 

@@ -24,9 +24,8 @@ def test_every_call_is_in_the_record_and_the_record_folds_into_what_the_store_ho
     (run_dir / "snapshots" / "step-1").mkdir(parents=True)
     (run_dir / "snapshots" / "step-1" / "train.py").write_text("print(1)\n")
     opened_with = {"mlrb.run_dir": str(run_dir), "mlrb.seed": 0}
-    store = recording_process.start().open_run(TrackingConfig(dir=str(tmp_path / "mlruns")), "record", "record/0",
-                                               opened_with)  # fmt: skip
-    recorder = record.RecordedRun(store, run_dir, "record", "record/0", opened_with)
+    store = recording_process.start().store_run(TrackingConfig(dir=str(tmp_path / "mlruns")))
+    recorder = record.RecordedRun(store, run_dir, "record", "record/0", opened_with, record.new_run_id())
     recorder.log_params({"seed": "0", "task.name": "llm_merging"})
     recorder.set_tags({"mlrb.status": "running", "mlrb.valid": True})
     recorder.log_metrics({"llm.cost_usd": 0.01, "llm.latency_s": None}, step=1)  # None: not logged, as by MLflow
@@ -44,7 +43,9 @@ def test_every_call_is_in_the_record_and_the_record_folds_into_what_the_store_ho
     assert {line["v"] for line in lines} == {record.VERSION}
     assert (run_dir / "record" / "config.yaml").read_text() == "seed: 0\n"  # the text is a file of the run folder
     client = mlflow_client(tmp_path)
-    state = assert_record_matches_store(client, client.get_run(store.run_id))
+    run = client.get_run(recorder.shown_id)
+    assert run.data.tags["mlrb.run_id"] == recorder.run_id == lines[0]["run_id"] != run.info.run_id  # found by it
+    state = assert_record_matches_store(client, run)
     assert state["metrics"] == {"llm.cost_usd": [[1, 0.01], [2, 0.03]]}
     assert state["tags"]["mlrb.status"] == "ok" and state["status"] == "FINISHED" and state["attempt"] == 1
 
@@ -63,9 +64,9 @@ def recorded_run(tmp_path, store_dir):
     (run_dir / "snapshots" / "step-1" / "train.py").write_text("print(1)\n")
     (run_dir / "trajectory.jsonl").write_text('{"step": 1}\n')
     opened_with = {"mlrb.run_dir": str(run_dir), "mlrb.task": "llm_merging"}
-    store = recording_process.start().open_run(TrackingConfig(dir=str(store_dir)), "llm_merging",
-                                               "llm_merging/claude/smoke/0", opened_with)  # fmt: skip
-    recorder = record.RecordedRun(store, run_dir, "llm_merging", "llm_merging/claude/smoke/0", opened_with)
+    store = recording_process.start().store_run(TrackingConfig(dir=str(store_dir)))
+    recorder = record.RecordedRun(store, run_dir, "llm_merging", "llm_merging/claude/smoke/0", opened_with,
+                                  record.new_run_id())  # fmt: skip
     recorder.log_params({"seed": "0", "long": "x" * 7000})  # longer than MLflow keeps
     recorder.log_text("seed: 0\n", "config.yaml")
     for step in (1, 2, 3):
@@ -75,7 +76,7 @@ def recorded_run(tmp_path, store_dir):
     recorder.set_tags({"mlrb.status": "ok", "mlrb.valid": True})
     recorder.log_metrics({"score": 0.55})
     recorder.finish("FINISHED")
-    return run_dir, store.run_id
+    return run_dir, recorder.shown_id
 
 
 def store_content(client, run) -> dict:
@@ -84,7 +85,7 @@ def store_content(client, run) -> dict:
     # each value with its step and the time it was logged at: a synced value keeps the live run's
     history = {key: sorted((m.step, m.value, m.timestamp) for m in client.get_metric_history(run.info.run_id, key))
                for key in run.data.metrics}  # fmt: skip
-    tags = {k: v for k, v in run.data.tags.items() if k.startswith("mlrb.") and k != "mlrb.synced_from"}
+    tags = {k: v for k, v in run.data.tags.items() if k.startswith("mlrb.")}
     return {"name": run.info.run_name, "status": run.info.status, "params": run.data.params, "tags": tags,
             "metrics": history, "artifacts": artifact_files(client, run.info.run_id)}  # fmt: skip
 
@@ -105,7 +106,7 @@ def test_sync_puts_a_run_from_its_record_into_an_empty_store_once(tmp_path, caps
     rebuilt = MlflowClient(f"sqlite:///{tmp_path / 'rebuilt' / 'mlflow.db'}")
     (run,) = rebuilt.search_runs([rebuilt.get_experiment_by_name("llm_merging").experiment_id])
     assert store_content(rebuilt, run) == expected  # what a run logged live holds
-    assert run.data.tags["mlrb.synced_from"] == original_id
+    assert run.data.tags["mlrb.run_id"] == record.fold(record.read(run_dir))["run_id"]  # the record's own id
     assert "2 params, " in capsys.readouterr().out
 
     sync.main(["--all", "--outputs", str(tmp_path / "outputs"), "--tracking-dir", str(tmp_path / "rebuilt")])
@@ -249,7 +250,7 @@ def test_the_documented_rebuild_of_a_lost_store(tmp_path, plumbing_cache):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     (rebuilt,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert store_content(client, rebuilt) == expected
-    assert rebuilt.data.tags["mlrb.synced_from"] == live.info.run_id
+    assert rebuilt.data.tags["mlrb.run_id"] == live.data.tags["mlrb.run_id"]  # the record's own id, in both
 
 
 @pytest.mark.fast

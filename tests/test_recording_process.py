@@ -140,10 +140,12 @@ def test_a_run_recorded_through_the_process_has_its_params_and_a_trace_ended_by_
     cfg = TrackingConfig(dir=str(tmp_path / "mlruns"))
     try:
         process.start_check(cfg).result()
-        store_run = process.open_run(cfg, "experiment", "a run", {"mlrb.task": "t"})
+        store_run = process.store_run(cfg)
         (tmp_path / "run").mkdir()
-        # The harness appends each line to the run's record; the process reads it there and writes it.
-        recorder = record.RecordedRun(store_run, tmp_path / "run", "experiment", "a run", {"mlrb.task": "t"})
+        # The harness appends each line to the run's record; the process reads it there and writes it
+        # (the first, `opened`, opens the store's run).
+        recorder = record.RecordedRun(store_run, tmp_path / "run", "experiment", "a run", {"mlrb.task": "t"},
+                                      record.new_run_id())  # fmt: skip
         recorder.log_params({"seed": "3"})
         recorder.log_params({"seed": "4"})  # returns at once: the process writes it while the harness goes on
         # MLflow's own error, in the recording process: the harness gets it as one of mlrb's, by name,
@@ -161,9 +163,10 @@ def test_a_run_recorded_through_the_process_has_its_params_and_a_trace_ended_by_
     finally:
         process.close()
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
-    run = client.get_run(recorder.run_id)
+    (run,) = client.search_runs([store_run.opened_as[1]])
+    assert (run.info.run_id, run.data.tags["mlrb.run_id"]) == (recorder.shown_id, recorder.run_id)
     assert (run.info.status, run.data.params["seed"], run.data.tags["mlrb.task"]) == ("FAILED", "3", "t")
-    (trace,) = client.search_traces(locations=[recorder.experiment_id])
+    (trace,) = client.search_traces(locations=[store_run.opened_as[1]])
     (span,) = trace.data.spans
     assert span.name == "step 1" and span.status.status_code == "ERROR"
     assert span.status.description == "APIConnectionError: connection refused"

@@ -81,20 +81,20 @@ sweep_process = pytest.fixture(start_sweep_process)  # for tests that end it
 
 
 def record_a_run(tmp_path: Path) -> tuple[recording_process.RecordingProcess, str]:
-    """A run recorded through a RecordingProcess, as run.execute records one: its id."""
+    """A run recorded through a RecordingProcess, as run.execute records one: its id in the store."""
     process = recording_process.RecordingProcess(recording_process.forked_or_new)
     cfg = TrackingConfig(dir=str(tmp_path / "mlruns"))
     try:
         process.start_check(cfg).result()
         (tmp_path / "run").mkdir()
-        store_run = process.open_run(cfg, "experiment", "a job", {"mlrb.task": "t"})
-        recorder = record.RecordedRun(store_run, tmp_path / "run", "experiment", "a job", {"mlrb.task": "t"})
+        recorder = record.RecordedRun(process.store_run(cfg), tmp_path / "run", "experiment", "a job",
+                                      {"mlrb.task": "t"}, record.new_run_id())  # fmt: skip
         recorder.log_params({"seed": "3"})
         recorder.log_metrics({"score": 0.5}, step=2)
         recorder.finish("FINISHED")
     finally:
         process.close()
-    return process, recorder.run_id
+    return process, recorder.shown_id
 
 
 @pytest.mark.fast

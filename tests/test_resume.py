@@ -87,8 +87,8 @@ def test_a_run_killed_with_sigkill_goes_on_where_it_was_when_the_same_command_ru
     # the record holds both attempts, in the one run
     opened = [json.loads(line) for line in (folder / "record.jsonl").read_text().splitlines()]
     assert [(o["run_id"], o["attempt"]) for o in opened if o["kind"] == "opened"] == [
-        (run.info.run_id, 1),
-        (run.info.run_id, 2),
+        (run.data.tags["mlrb.run_id"], 1),
+        (run.data.tags["mlrb.run_id"], 2),
     ]
     assert (folder / "workspace" / "mark").read_text() == "first\n"
 

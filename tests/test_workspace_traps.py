@@ -306,16 +306,16 @@ def test_names_that_are_not_utf8_reach_the_patch_the_record_and_the_copy(tmp_pat
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     exported = []
-    store_run = type("StoreRun", (), {"run_id": "r", "attempt": 1, "experiment_id": "0", "store": {"dir": "mlruns"},
-                                      "export": lambda self, *args: exported.append(args)})()  # fmt: skip
-    recorder = record.RecordedRun(store_run, run_dir, "e", "e/0", {})
+    store_run = type("StoreRun", (), {"store": {"dir": "mlruns"},
+                                      "export": lambda self, *args, **kw: exported.append(args)})()  # fmt: skip
+    recorder = record.RecordedRun(store_run, run_dir, "e", "e/0", {}, "r")
     recorder.log_text(patch, "workspace.patch")
     recorder.log_text("a name the patch did not escape: \udcff\n", "raw.txt")  # the record escapes it itself
 
     assert "+++ b/submission/r\\xe9sum\\xe9.txt" in patch and "+++ b/\\xff/x.txt" in patch
     assert (run_dir / "record" / "workspace.patch").read_text(encoding="utf-8") == patch
     assert "\\udcff" in (run_dir / "record" / "raw.txt").read_text(encoding="utf-8")
-    assert len(exported) == 2
+    assert len(exported) == 3  # the opened line, then the two texts
     assert noted(notes, "not UTF-8", "2 ")
     assert set(entry["changed"]) == {"submission/r\udce9sum\udce9.txt", "\udcff/x.txt"}
     rebuilt = snapshots.materialise(tmp_path / "snapshots", entry, starter, tmp_path / "rebuilt")

@@ -109,6 +109,8 @@ class RunRow:
     agent_message: str = ""
     stop_reason: str = ""
     run_dir: str = ""
+    # The run's own id (tag mlrb.run_id: its record's, its run folder's); "" for a run recorded before it.
+    own_id: str = ""
     # A run at a plumbing scale (tag mlrb.plumbing): it measures nothing, so no mean includes it.
     plumbing: bool = False
 
@@ -231,6 +233,7 @@ def to_row(run: Any, experiment: str, parent_status: str | None, now_s: float) -
         agent_message=tags.get(Tag.AGENT_MESSAGE, ""),
         stop_reason=tags.get(Tag.STOP_REASON, ""),
         run_dir=tags.get(Tag.RUN_DIR, ""),
+        own_id=tags.get(Tag.RUN_ID, ""),
         plumbing=tags.get(Tag.PLUMBING) == "true",
     )
 

@@ -139,7 +139,8 @@ def local_trajectory(row: RunRow) -> Path | None:
     except (OSError, ValueError):
         return None
     path = folder / ARTIFACT
-    return path if isinstance(opened, dict) and opened.get("run_id") == row.run_id and path.is_file() else None
+    ours = opened.get("run_id") in (row.own_id or row.run_id, row.run_id) if isinstance(opened, dict) else False
+    return path if ours and path.is_file() else None
 
 
 def read_one(client: Any, row: RunRow, scratch: Path) -> RunActivity | None:
