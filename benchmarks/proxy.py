@@ -129,7 +129,7 @@ def proxy_section(bench_dir: Path) -> str:
         "Measured with:",
         commands("-m benchmarks.proxy --out benchmarks/proxy.json"),
         f"Output: `benchmarks/proxy.json`. {where(data.get('measured'))}",
-        table(["added to", "median [min-max]", "target (issue 37)", "calls"], rows),
+        table(["added to", "median [min-max]", "target", "calls"], rows),
     ])  # fmt: skip
 
 
