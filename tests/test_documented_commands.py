@@ -22,6 +22,7 @@ import re
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -106,7 +107,9 @@ def blocks_of(page: str) -> list:
         end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
         if fence.group(1) == "bash":
             mark = MARK.fullmatch(lines[i - 1].strip()) if i else None
-            body = "\n".join(line.strip() for line in lines[i + 1 : end]) + "\n"
+            # the block's own indentation (a block in a list item) off, its lines' inner indentation kept:
+            # a here-document writes a Python file as the page shows it
+            body = textwrap.dedent("\n".join(line.rstrip() for line in lines[i + 1 : end])) + "\n"
             # what it prints: a ```text block after it, with at most a blank line between
             after = end + 1 + (end + 1 < len(lines) and not lines[end + 1].strip())
             shown = []
