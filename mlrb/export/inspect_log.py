@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from mlrb import stats
 from mlrb.api_shapes import text_of
 from mlrb.formats.run_folder import NotARun, RunFolder, runs_in
 from mlrb.tags import Metric, Tag
@@ -187,10 +188,8 @@ def eval_scores(samples: list[Any]) -> list[Any]:
         values = [float(v) for s in samples if (v := (s.scores[SCORER].value or {}).get(name)) is not None]
         if not values:
             continue
-        mean = sum(values) / len(values)
-        sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
-        metrics = {"mean": EvalMetric(name="mean", value=mean),
-                   "stderr": EvalMetric(name="stderr", value=sd / len(values) ** 0.5)}  # fmt: skip
+        metrics = {"mean": EvalMetric(name="mean", value=sum(values) / len(values)),
+                   "stderr": EvalMetric(name="stderr", value=stats.sem(values) or 0.0)}  # fmt: skip
         scores.append(EvalScore(name=name, scorer=SCORER, scored_samples=len(values),
                                 unscored_samples=len(samples) - len(values), metrics=metrics))  # fmt: skip
     return scores

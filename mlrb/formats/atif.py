@@ -82,13 +82,14 @@ class Steps:
             call_id = self.call_id(call.get("id"))
             calls.append({"tool_call_id": call_id, "function_name": str(call.get("name") or ""),
                           "arguments": call.get("arguments") if isinstance(call.get("arguments"), dict) else {}})  # fmt: skip
-        metrics = {"prompt_tokens": int(event.get("input_tokens") or 0),
+        # ATIF's names for the call's charge (its Metrics), from the trajectory's model_call line
+        charged = {"prompt_tokens": int(event.get("input_tokens") or 0),
                    "completion_tokens": int(event.get("output_tokens") or 0),
                    "cost_usd": float(event.get("cost_usd") or 0.0),
                    "extra": {"usage_estimated": bool(event.get("usage_estimated")),
                              "latency_s": event.get("latency_s")}}  # fmt: skip
         step = {"source": "agent", "timestamp": iso(event.get("time")), "model_name": event.get("model"),
-                "message": str(event.get("text") or ""), "llm_call_count": 1, "metrics": metrics,
+                "message": str(event.get("text") or ""), "llm_call_count": 1, "metrics": charged,
                 "extra": {"mlrb_step": event.get("step"), "attempt": event.get("attempt"),
                           "stop_reason": event.get("stop_reason"), **extra}}  # fmt: skip
         if calls:
