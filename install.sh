@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install mlrb into ./.venv (created if missing). Usage: bash install.sh [--dev]
-#   --dev   also install the test tools (pytest, pytest-xdist)
+#   --dev   also install the test tools (pytest, pytest-xdist) and the Inspect log export (inspect-ai)
 # torch is installed first and pinned, so that resolving the other packages never
 # replaces it: MLRB_TORCH overrides the requirement (e.g. a CUDA build on a GPU box).
 # Everything else is pinned by requirements.lock.
@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
 TORCH_SPEC=${MLRB_TORCH:-torch==2.13.0}
 EXTRAS=""
-[[ "${1:-}" == "--dev" ]] && EXTRAS="[dev]"
+[[ "${1:-}" == "--dev" ]] && EXTRAS="[dev,inspect]"
 
 if [[ ! -x .venv/bin/python ]]; then
     "$PYTHON" -m venv .venv
