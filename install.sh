@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install mlrb into ./.venv (created if missing). Usage: bash install.sh [--dev]
-#   --dev   also install the test tools (pytest, pytest-xdist)
+#   --dev   also install the test tools (pytest, pytest-xdist) and the Inspect log export (inspect-ai)
 # torch is installed first and pinned, so that resolving the other packages never
 # replaces it: MLRB_TORCH overrides the requirement (e.g. a CUDA build on a GPU box).
 # Everything else is pinned by requirements.lock.
@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
 TORCH_SPEC=${MLRB_TORCH:-torch==2.13.0}
 EXTRAS=""
-[[ "${1:-}" == "--dev" ]] && EXTRAS="[dev]"
+[[ "${1:-}" == "--dev" ]] && EXTRAS="[dev,inspect]"
 
 if [[ ! -x .venv/bin/python ]]; then
     "$PYTHON" -m venv .venv
@@ -20,3 +20,24 @@ fi
 # requirements.lock: the exact versions every machine gets (see its header).
 .venv/bin/python -m pip install --quiet -c requirements.lock -e ".${EXTRAS}"
 echo "mlrb installed in $(pwd)/.venv"
+
+# --dev: Harbor's own CLI (it needs Python >= 3.12) in a venv of its own, .venv-harbor, for the
+# tests that run exported tasks with it. The newest harbor that installs here, pinned.
+HARBOR_SPEC=harbor==0.26.0
+if [[ -n "$EXTRAS" && ! -x .venv-harbor/bin/harbor ]]; then
+    PY312=""
+    for candidate in "${MLRB_PYTHON312:-}" "$(command -v pyenv >/dev/null && pyenv root)/versions/3.12"*/bin/python3 \
+            python3.12 python3.13 python3; do
+        if [[ -n "$candidate" ]] && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+            PY312=$candidate
+            break
+        fi
+    done
+    if [[ -z "$PY312" ]]; then
+        echo "install.sh --dev: Harbor needs Python 3.12 or newer and none was found: install it (pyenv install 3.12) or set MLRB_PYTHON312" >&2
+        exit 1
+    fi
+    "$PY312" -m venv .venv-harbor
+    .venv-harbor/bin/python -m pip install --quiet "$HARBOR_SPEC"
+    echo "harbor installed in $(pwd)/.venv-harbor ($HARBOR_SPEC)"
+fi

@@ -51,6 +51,36 @@ REPO = Path(__file__).resolve().parents[1]
 TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile",
          "edge_llm_training"]  # fmt: skip
 ANCHORS = ("do_nothing", "baseline", "reference")
+# What every task's anchors depend on beside its own folder (`task_sources`): the shared task code,
+# the scorers, the asset cache and the libraries' versions.
+SHARED_SOURCES = ("mlrb/tasks/anchors.py", "mlrb/tasks/base.py", "mlrb/tasks/builder.py", "mlrb/tasks/hub.py",
+                  "mlrb/tasks/judge.py", "mlrb/tasks/solutions.py", "mlrb/tasks/tiny_models.py",
+                  "mlrb/tasks/warm_python.py", "mlrb/scoring", "mlrb/assets.py", "requirements.lock")  # fmt: skip
+
+
+# The copy that ships inside the package, for `python -m mlrb.compare --plan` without runs (mlrb/compare.py):
+# written with benchmarks/calibration.json, which it equals (tests/test_calibration_table.py).
+SHIPPED = REPO / "mlrb" / "data" / "calibration.json"
+
+
+def write_shipped(results: dict) -> None:
+    SHIPPED.parent.mkdir(exist_ok=True)
+    SHIPPED.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def task_sources(key: str) -> tuple[str, ...]:
+    """The sources a task's anchors depend on: its folder, the task folders its code imports
+    (mlrb.tasks.NAME), and SHARED_SOURCES."""
+    import re
+
+    tasks = REPO / "mlrb" / "tasks"
+    imported = {
+        name
+        for path in (tasks / key).rglob("*.py")
+        for name in re.findall(r"mlrb\.tasks\.(\w+)", path.read_text())
+        if (tasks / name).is_dir() and name != key
+    }
+    return (f"mlrb/tasks/{key}", *(f"mlrb/tasks/{name}" for name in sorted(imported)), *SHARED_SOURCES)
 
 
 def load_task(key: str, seed: int | None = None, overrides: dict | None = None):
@@ -224,17 +254,19 @@ def task_result(key: str, vary: str, items: int, seeds: int, build_s: list, anch
             **({"overrides": overrides} if overrides else {})}  # fmt: skip
 
 
-def fmt(anchor: dict, machines: list | None = None) -> str:
+def fmt(anchor: dict, paths: list | None = None) -> str:
     """An anchor's mean with its noise: over seeds, SEM and the per-run SD; for one that every run
-    on a machine scores alike, the spread across machines of one kind where it was seen
-    (`machines`: their values), never a SEM of 0."""
+    on a machine scores alike, its spread over the kernel paths one machine can run
+    (`paths`: its values there, benchmarks/machine_spread.py), never a SEM of 0."""
     if anchor["n"] == 0:
         return "invalid"
     if anchor.get("deterministic"):
-        if not machines or len(machines) < 2:
-            return f"{anchor['mean']:.4f} (every run alike here; across machines not measured)"
-        return (f"{anchor['mean']:.4f} (every run alike here; across {len(machines)} machines "
-                f"{min(machines):.4f}-{max(machines):.4f}, SD {sample_sd(machines):.4f})")  # fmt: skip
+        if not paths or len(paths) < 2:
+            return f"{anchor['mean']:.4f} (every run alike here; across kernel paths not measured)"
+        if min(paths) == max(paths):
+            return f"{anchor['mean']:.4f} (every run alike here; the same on {len(paths)} kernel paths)"
+        return (f"{anchor['mean']:.4f} (every run alike here; over {len(paths)} kernel paths "
+                f"{min(paths):.4f}-{max(paths):.4f}, SD {sample_sd(paths):.4f})")  # fmt: skip
     if anchor["n"] == 1:
         return f"{anchor['mean']:.4f} (one seed)"
     sd = anchor.get("sd", sample_sd([v for v in anchor["values"] if v is not None]))
@@ -243,7 +275,7 @@ def fmt(anchor: dict, machines: list | None = None) -> str:
 
 def table(results: dict, machines: dict | None = None) -> str:
     """Each task's anchors (mean ± SEM over seeds, with the per-run SD). `machines`: for anchors that
-    every run scores alike, {task: {anchor: [the values machines of one kind built]}}."""
+    every run scores alike, {task: {anchor: {"values": [their scores over kernel paths]}}}."""
     machines = machines or {}
     lines = ["| task | items | do_nothing | baseline | reference | n | item worth (norm. pts) | baseline SEM (norm. pts) |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -262,16 +294,16 @@ def table(results: dict, machines: dict | None = None) -> str:
 
 
 def baseline_noise(result: dict, seen: dict) -> str:
-    """The baseline's SEM in normalised points; for one that every run scores alike, the SD of the
-    values machines built (in the same points) where known, not a SEM of 0."""
+    """The baseline's SEM in normalised points; for one that every run scores alike, the SD of its
+    values over kernel paths (in the same points) where measured, not a SEM of 0."""
     sem = result["checks"].get("baseline_sem_normalised_points")
     base, ref = result["anchors"]["baseline"], result["anchors"]["reference"]
     if not base.get("deterministic"):
         return "-" if sem is None else f"{sem:.1f}"
     machines = seen.get("baseline", {}).get("values") or []
     if len(machines) < 2 or base["n"] == 0 or ref["n"] == 0 or ref["mean"] == base["mean"]:
-        return "- (one machine)"
-    return f"{100 * sample_sd(machines) / abs(ref['mean'] - base['mean']):.1f} (SD across machines)"
+        return "- (one kernel path)"
+    return f"{100 * sample_sd(machines) / abs(ref['mean'] - base['mean']):.1f} (SD over kernel paths)"
 
 
 def main() -> None:
@@ -302,12 +334,16 @@ def main() -> None:
         parser.error(f"{key}: {exc}" if isinstance(exc, ConfigError) else str(exc))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    measured = results_page.provenance()  # as it starts: the load average is the start's
+    measured = results_page.provenance(sources=SECTION.sources)  # as it starts: the load average is the start's
+    sources = {key: results_page.digests(task_sources(key)) for key in keys}  # the code as it starts, too
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     calibrate = calibrate_over_runs if args.vary == "runs" else calibrate_over_assets
     for key in keys:  # each task is written as soon as it is done, so a long run can be resumed
-        results[key] = {**calibrate(key, args.seeds, args.cache_dir.expanduser(), overrides), "measured": measured}
+        result = calibrate(key, args.seeds, args.cache_dir.expanduser(), overrides)
+        results[key] = {**result, "measured": {**measured, "sources": sources[key]}}
         args.out.write_text(json.dumps(results, indent=2) + "\n")
+        if args.out.resolve() == results_page.HERE / "calibration.json" and args.vary == "runs" and not overrides:
+            write_shipped(results)
     print(table({k: results[k] for k in keys}))
     print(f"written to {results_page.update(args.out)}", file=sys.stderr)
 
@@ -317,7 +353,7 @@ def main() -> None:
 
 def calibration_section(bench_dir: Path) -> str:
     runs, assets = load(bench_dir, "calibration.json"), load(bench_dir, "calibration_assets.json")
-    machines = load(bench_dir, "machine_spread.json")
+    machines = {key: task["spread"] for key, task in load(bench_dir, "machine_spread.json")["tasks"].items()}
     return "\n\n".join([
         "A tiny task is worth running only if its numbers separate a good solution from a bad one by far more "
         "than seed noise. `benchmarks/calibration.py` scores each task's three anchors as a run's normalisation "
@@ -339,12 +375,18 @@ def calibration_section(bench_dir: Path) -> str:
         "commands pass on as `--seed`. That is the noise a user sees between runs of one solution, and the bars "
         "are checked on it. Seed 0 is the asset build's own measurement, the one runs are normalised with. An "
         "anchor that no seed reaches scores alike on every run on one machine and is measured once; its noise "
-        "is between machines: the table gives the values that machines of this kind built, where they were "
-        "seen (`benchmarks/machine_spread.json`, collected from those machines' builds), and the baseline's "
-        "SD across them in normalised points where a SEM over seeds cannot be had.",
+        "is between machines: where it was measured, the table gives its range over the kernel paths one "
+        "machine can run (the section \"How far the CPU's kernels move a score\" below), and the baseline's SD "
+        "over them in normalised points where a SEM over seeds cannot be had.",
         f"Output: `benchmarks/calibration.json`. {calibration_where(runs)}",
-        table(runs, machines["anchors"]),
+        table(runs, machines),
         bars(runs),
+        "### Seeds a comparison of agents needs",
+        "What these anchors' seed noise means for comparing two agents: `python -m mlrb.compare --plan` computes, "
+        "from this file (a copy ships with mlrb), how many seeds per task detect a 10-point difference in the "
+        "counted normalised score. With runs at hand it uses their noise instead, which is an agent's own.",
+        commands("-m mlrb.compare --plan --effect 10"),
+        comparison_plan(runs),
         "### Draws of the assets",
         "`--vary assets`: the assets built with `assets.seed=s`, a new draw of the task's synthetic world (its "
         "facts, data and base model), with the anchors run on each draw. No user sees this between runs, since "
@@ -355,6 +397,13 @@ def calibration_section(bench_dir: Path) -> str:
         table(assets),
         bars(assets),
     ])  # fmt: skip
+
+
+def comparison_plan(runs: dict, effect: float = 10.0) -> str:
+    """`python -m mlrb.compare --plan --effect EFFECT`'s table and lines, from these anchors."""
+    from mlrb.report.compare import Plan, noise_of_calibration
+
+    return "\n\n".join(line for line in Plan(effect, noise_of_calibration(runs)).lines() if line)
 
 
 BARS = {
@@ -395,20 +444,32 @@ def bars(results: dict) -> str:
 
 def calibration_where(results: dict) -> str:
     """The provenance of a calibration file's tasks: one line per distinct measurement (the script
-    writes each task as it finishes, and `--tasks` reruns some of them)."""
+    writes each task as it finishes, and `--tasks` reruns some of them). The tasks of one run share
+    their line, and its sources are all of theirs."""
     groups: dict[str, list[str]] = {}
+    sources: dict[str, dict] = {}
     for key, result in results.items():
-        groups.setdefault(json.dumps(result.get("measured"), sort_keys=True), []).append(key)
+        measured = dict(result.get("measured") or {})
+        recorded = measured.pop("sources", None)
+        group = json.dumps(measured, sort_keys=True)
+        groups.setdefault(group, []).append(key)
+        if recorded is not None:
+            sources[group] = {**sources.get(group, {}), **recorded}
+
+    def measurement(group: str) -> dict:
+        return {**json.loads(group), **({"sources": sources[group]} if group in sources else {})}
+
     if len(groups) == 1:
-        return where(next(iter(results.values())).get("measured"))
-    return " ".join(f"{', '.join(keys)}: {where(json.loads(measured))}" for measured, keys in groups.items())
+        return where(measurement(next(iter(groups))))
+    return " ".join(f"{', '.join(keys)}: {where(measurement(group))}" for group, keys in groups.items())
 
 
 SECTION = Section(
     "How far apart the anchors are",
-    order=50,
-    reads=("calibration.json", "calibration_assets.json", "machine_spread.json"),
+    order=10,
+    reads=("calibration.json", "calibration_assets.json"),
     render=calibration_section,
+    sources=SHARED_SOURCES,  # and each task's folder: `task_sources`
 )
 
 

@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "mlrb-tests")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    measured = results_page.provenance()
+    measured = results_page.provenance(sources=SECTION.sources)
 
     from mlrb.assets import ensure_assets
     from mlrb.tasks import rules
@@ -85,7 +85,11 @@ def lineage_section(bench_dir: Path) -> str:
     ])  # fmt: skip
 
 
-SECTION = Section("llm_efficiency's lineage margins", order=60, reads=("lineage_shares.json",), render=lineage_section)
+SECTION = Section(
+    "llm_efficiency's lineage margins", order=30, reads=("lineage_shares.json",), render=lineage_section,
+    sources=("mlrb/tasks/llm_efficiency", "mlrb/tasks/llm_merging/lineage.py", "mlrb/tasks/tiny_models.py",
+             "mlrb/tasks/solutions.py", "requirements.lock"),
+)  # fmt: skip
 
 
 if __name__ == "__main__":

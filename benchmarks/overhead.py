@@ -283,7 +283,7 @@ def main() -> None:
     if args.before and args.before_python:
         parser.error("--before and --before-python are two ways to time one earlier version: give one")
 
-    measured = results_page.provenance()  # as the rounds start: the load average is the start's
+    measured = results_page.provenance(sources=SECTION.sources)  # as the rounds start: the load average is the start's
     before = before_version(args.before, args.before_python)
     python = sys.executable
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "ANTHROPIC_API_KEY": "sk-ant-benchmark"}
@@ -514,7 +514,13 @@ def cpu_table(entry: dict, labels: dict[str, str]) -> str:
     return "\n\n" + intro + "\n\n" + table(["", *names], rows)
 
 
-SECTION = Section("Per-run overhead", order=40, reads=("overhead.json",), render=overhead_section)
+SECTION = Section(
+    "Per-run overhead",
+    order=40,
+    reads=("overhead.json",),
+    render=overhead_section,
+    sources=("mlrb", "requirements.lock"),
+)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ Writes docs/img/*.png and docs/img/pictures.json (where and when they were made,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,13 +22,14 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks.results import provenance
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "img"
-sys.path.insert(0, str(REPO / "tests"))  # the scripted model server the tests use
+MODEL_SERVER = REPO / "tests" / "fake_llm_server.py"  # the scripted model server the tests use
 
 # The report's plots the pages show, by the name the report gives them.
 PLOTS = {"score_by_task.png": "score_by_task.png", "anytime.png": "anytime.png",
@@ -41,19 +43,29 @@ WAIT_S = 180
 
 def claude_turns() -> list:
     """Three runs, one after another (a local sweep runs one job at a time): each runs the starter's
-    merge, changes the merge's weights, runs it again and submits; the weights differ per run."""
-    from fake_llm_server import reply, tool
-
+    merge, changes the merge's weights, runs it again and submits; the weights differ per run. A
+    turn is a list of [tool, arguments], as the model server reads them."""
     turns = []
     for new in (SUMMED, "weights = args.weights or [0.75] * len(adapter_dirs)", STARTER):
-        turns += [
-            reply(tool("run_python", path="merge.py", args=MERGE_ARGS, timeout_s=300)),
-            reply(tool("edit_file", path="merge.py", old_text=STARTER, new_text=new)) if new != STARTER
-            else reply(tool("list_files", path=".")),
-            reply(tool("run_python", path="merge.py", args=MERGE_ARGS, timeout_s=300)),
-            reply(tool("submit", summary="merged")),
-        ]  # fmt: skip
+        run = [["run_python", {"path": "merge.py", "args": MERGE_ARGS, "timeout_s": 300}]]
+        edit = [["edit_file", {"path": "merge.py", "old_text": STARTER, "new_text": new}]] if new != STARTER \
+            else [["list_files", {"path": "."}]]  # fmt: skip
+        turns += [run, edit, run, [["submit", {"summary": "merged"}]]]
     return turns
+
+
+@contextlib.contextmanager
+def model_server(work: Path) -> Iterator[str]:
+    """The scripted model server on loopback, playing `claude_turns`; its address."""
+    (work / "turns.json").write_text(json.dumps(claude_turns()))
+    server = subprocess.Popen([sys.executable, str(MODEL_SERVER), str(work / "turns.json")], stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        assert server.stdout is not None
+        yield f"http://127.0.0.1:{server.stdout.readline().strip()}"
+    finally:
+        server.kill()
+        server.wait()
 
 
 def python(*args: str, cwd: Path, env: dict | None = None) -> str:
@@ -69,12 +81,10 @@ def sweep_and_report(work: Path) -> tuple[Path, str, str]:
     experiment's id and a Claude run's id."""
     import mlflow
 
-    from fake_llm_server import FakeLlmServer
-
-    with FakeLlmServer(claude_turns()) as model:
+    with model_server(work) as address:
         python("-m", "mlrb", "-m", "agent=baseline,claude", "seed=1,2,3", f"tracking.dir={work / 'mlruns'}",
                f"hydra.sweep.dir={work / 'sweep'}", cwd=work,
-               env={"ANTHROPIC_API_KEY": "sk-ant-pictures", "ANTHROPIC_BASE_URL": model.anthropic_url})  # fmt: skip
+               env={"ANTHROPIC_API_KEY": "sk-ant-pictures", "ANTHROPIC_BASE_URL": address})  # fmt: skip
     client = mlflow.MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("llm_merging")
     runs = client.search_runs([experiment.experiment_id])  # the sweep's parent run has no agent.name

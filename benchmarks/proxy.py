@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300, help="whole replies per side (streams: a tenth)")
     parser.add_argument("--out", type=Path, default=None, help="also write the figures here (JSON)")
     args = parser.parse_args()
-    measured = results_page.provenance()
+    measured = results_page.provenance(sources=SECTION.sources)
     streams = max(5, args.calls // 10)
     script = [reply(text="ok", usage=(10, 5))] * (2 * args.calls + 10)
     script += [reply(text="ok", usage=(10, 5), gap_s=PAUSE_S)] * (2 * streams + 10)
@@ -129,11 +129,15 @@ def proxy_section(bench_dir: Path) -> str:
         "Measured with:",
         commands("-m benchmarks.proxy --out benchmarks/proxy.json"),
         f"Output: `benchmarks/proxy.json`. {where(data.get('measured'))}",
-        table(["added to", "median [min-max]", "target (issue 37)", "calls"], rows),
+        table(["added to", "median [min-max]", "target", "calls"], rows),
     ])  # fmt: skip
 
 
-SECTION = Section("The metering proxy's cost", order=70, reads=("proxy.json",), render=proxy_section)
+SECTION = Section(
+    "The metering proxy's cost", order=60, reads=("proxy.json",), render=proxy_section,
+    sources=("mlrb/proxy.py", "mlrb/api_shapes.py", "mlrb/budget.py", "mlrb/metering.py", "mlrb/agents/prices.py",
+             "tests/fake_llm_server.py"),
+)  # fmt: skip
 
 
 if __name__ == "__main__":

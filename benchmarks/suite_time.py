@@ -231,7 +231,7 @@ def main() -> None:
     parser.add_argument("kind", choices=list(TARGETS_MIN), help="default, default-cold, system, fast or ci-cold")
     parser.add_argument("--out", type=Path, default=None, help="record the figures under KIND in this JSON")
     args = parser.parse_args()
-    measured = results_page.provenance()  # as it starts: the load average is the start's
+    measured = results_page.provenance(sources=SECTION.sources)  # as it starts: the load average is the start's
     figures = {**(measure_ci() if args.kind == "ci-cold" else measure(args.kind)), "measured": measured}
     if args.out:  # recorded first: an hour's measurement must not be lost to a printing error
         record(args.out, args.kind, figures)
@@ -336,10 +336,11 @@ def before_split_table(before: dict, targets: dict) -> str:
         rows.append([kind, f"{entry['session_s'] / 60:.1f} min{exited(entry, 'pytest')}",
                      f"{targets[kind]} min" if kind in targets else "-", tiers_text(entry),
                      f"{measured.get('commit') or 'not recorded'}, {measured.get('date') or 'not recorded'}"])  # fmt: skip
+    places = " ".join(f"{kind}: {where(entry.get('measured'))}" for kind, entry in before.items())
     return (
         "Before the split (every tier in one pytest run): *cold* and *warm* ran plain `pytest`, which then ran every "
-        "tier, with the asset cache emptied first and as an earlier run left it; *fast* ran `-m fast`, warm.\n\n"
-        + table(["before the split", "session", "target then", "tiers", "measured"], rows)
+        f"tier, with the asset cache emptied first and as an earlier run left it; *fast* ran `-m fast`, warm. {places}"
+        "\n\n" + table(["before the split", "session", "target then", "tiers", "measured"], rows)
     )
 
 
@@ -393,7 +394,10 @@ def floor_table(data: dict) -> str:
     )
 
 
-SECTION = Section("Test suite time", order=10, reads=("suite_time.json",), render=suite_time_section)
+SECTION = Section(
+    "Test suite time", order=70, reads=("suite_time.json",), render=suite_time_section, page="suite",
+    sources=("mlrb", "tests", "launchers", "requirements.lock", "pyproject.toml", "install.sh", ".ci/run"),
+)  # fmt: skip
 
 
 if __name__ == "__main__":

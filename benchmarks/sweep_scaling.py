@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "sweep_scaling.json",
                         help="write the figures here (JSON) and benchmarks/RESULTS.md from it")  # fmt: skip
     args = parser.parse_args()
-    measured = results_page.provenance()  # as it starts: the load average is the start's
+    measured = results_page.provenance(sources=SECTION.sources)  # as it starts: the load average is the start's
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -240,7 +240,13 @@ def sweep_scaling_section(bench_dir: Path) -> str:
     ])  # fmt: skip
 
 
-SECTION = Section("Sweep scaling", order=30, reads=("sweep_scaling.json",), render=sweep_scaling_section)
+SECTION = Section(
+    "Sweep scaling",
+    order=50,
+    reads=("sweep_scaling.json",),
+    render=sweep_scaling_section,
+    sources=("mlrb", "launchers", "requirements.lock"),
+)
 
 
 if __name__ == "__main__":

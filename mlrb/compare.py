@@ -16,7 +16,9 @@ from pathlib import Path
 from mlrb.report.cli import NoStore, ReportError, add_run_arguments, filters_of, read
 from mlrb.report.compare import METHOD, RESAMPLES, SCORE, CompareError
 
-CALIBRATION = Path(__file__).resolve().parents[1] / "benchmarks" / "calibration.json"
+# The tiny tasks' anchors at several seeds, as benchmarks/calibration.py measured them: it writes this
+# copy beside benchmarks/calibration.json, and it ships inside the package for --plan without runs.
+CALIBRATION = Path(__file__).resolve().parent / "data" / "calibration.json"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -29,7 +31,7 @@ def parser() -> argparse.ArgumentParser:
         "than two sides: every pair, Holm-adjusted, and the groups that are statistically tied. Runs that do not "
         "pair (a seed one side lacks, a run not counted) are listed. --plan: seeds per task to detect --effect "
         "points at 80% power (two-sided alpha 0.05, normal approximation), from the noise of the runs at hand, or "
-        "of benchmarks/calibration.json when there are none.",
+        "of the tiny tasks' calibration (shipped with mlrb, measured by benchmarks/calibration.py) when there are none.",
         epilog="Examples: python -m mlrb.compare baseline claude --task llm_merging; "
         "python -m mlrb.compare --plan --effect 10",
     )
@@ -48,8 +50,8 @@ def parser() -> argparse.ArgumentParser:
                       "baseline-to-reference gap)")  # fmt: skip
     plan.add_argument("--power", type=float, default=0.8, help="the chance to detect it; default: 0.8")
     plan.add_argument("--calibration", type=Path, default=CALIBRATION, metavar="PATH",
-                      help="the tasks' anchors at several seeds, used when there are no runs; default: "
-                      "benchmarks/calibration.json")  # fmt: skip
+                      help="the tasks' anchors at several seeds, used when there are no runs; default: the "
+                      "calibration shipped with mlrb (benchmarks/calibration.py writes it)")  # fmt: skip
     return p
 
 

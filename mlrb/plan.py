@@ -94,6 +94,7 @@ def make(cfg: MlrbConfig) -> RunPlan:
     task = registry.load_task(cfg.task)
     agent = registry.load(registry.AGENTS[cfg.agent.kind])(cfg.agent)
     sandbox_class = registry.load(registry.SANDBOXES[cfg.sandbox.kind])
+    budget, sandbox = task.run_settings(cfg.budget, cfg.sandbox) if task.run_settings else (cfg.budget, cfg.sandbox)
     key = run_key(cfg)
     tags: dict[str, Any] = {
         Tag.TASK: cfg.task.name,
@@ -119,8 +120,8 @@ def make(cfg: MlrbConfig) -> RunPlan:
     resolved["scoring"] = dataclasses.asdict(cfg.scoring)  # recorded, but not what makes the run (identity)
     return RunPlan(
         experiment=experiment_name(cfg), name=run_name(cfg), key=key, seed=cfg.seed,
-        task=task, agent=agent, sandbox_class=sandbox_class, sandbox=cfg.sandbox,
-        limits=limits_for(task, cfg.sandbox), budget=cfg.budget, scoring=cfg.scoring, tracking=cfg.tracking,
+        task=task, agent=agent, sandbox_class=sandbox_class, sandbox=sandbox,
+        limits=limits_for(task, sandbox), budget=budget, scoring=cfg.scoring, tracking=cfg.tracking,
         cache_dir=Path(cfg.paths.cache_dir), submission=cfg.task.submission, tags=tags,
         params=tracking.flatten(resolved), config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
         sweep_id=sweep_id, resume=cfg.resume,

@@ -52,6 +52,7 @@ from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.recording import open_sink
 from mlrb.budget import Budget
 from mlrb.config import ConfigError, MlrbConfig
+from mlrb.formats import atif
 from mlrb.resume import Resumption
 from mlrb.sandbox.base import SandboxError, SandboxStopped
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission
@@ -207,6 +208,7 @@ def stopped(plan: plans.RunPlan, recorder, run_dir: Path, e: BaseException) -> B
         try:
             recorder.set_tags({Tag.STATUS: status, **tags})
             recorder.log_file(run_dir / "trajectory.jsonl")
+            atif.record(run_dir, recorder)  # the trajectory as ATIF too; its failure is a warning
             recorder.log_file(run_dir / "scoring" / "scorer.log")
         finally:
             recorder.finish(status.mlflow_status)
@@ -521,6 +523,8 @@ class Stages:
         patch_notes = workspace.Notes("the patch")
         with self.clock.stage("recording"):
             noted("recording the trajectory", self.recorder.log_file, self.run_dir / "trajectory.jsonl")
+            atif_note = atif.record(self.run_dir, self.recorder)  # the trajectory as ATIF too: never fails the run
+            notes += [atif_note] if atif_note else []
             noted("recording the workspace's patch",
                   lambda: self.recorder.log_text(workspace.diff(self.before, work, patch_notes), "workspace.patch"))  # fmt: skip
             noted("recording the snapshots", self.recorder.log_folder, self.step_snapshots.root, "snapshots")

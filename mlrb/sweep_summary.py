@@ -116,9 +116,8 @@ def summarise(
     if rows:
         parts += [runs_table(rows), ""]
         results = render.results_table(stats)
-        parts += ["Per configuration (counted: mean ± SEM over every attempt, one without a valid submission or "
-                  "scoring worse than doing nothing as the task's do-nothing anchor; valid score: over the valid "
-                  "submissions alone; success: more than 10% over the baseline):",
+        parts += ["Per configuration (counted: over every attempt, a failure as doing nothing; the docs' Reports "
+                  "page explains each column):",
                   text_table(results.headers, results.rows), ""]  # fmt: skip
     if causes:
         failures = render.causes_table(causes, stats)

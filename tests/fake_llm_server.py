@@ -319,3 +319,13 @@ def responses_events(response: dict[str, Any]) -> list[bytes]:
         events.append({"type": "response.output_item.done", "output_index": index, "item": item})
     events.append({"type": "response.completed", "response": response})
     return [sse({**event, "sequence_number": i}, event["type"]) for i, event in enumerate(events)]
+
+
+if __name__ == "__main__":  # python tests/fake_llm_server.py TURNS.json: serve them; the port on the first line
+    import sys
+
+    with open(sys.argv[1]) as f:  # each turn a list of [tool name, arguments]
+        turns = [reply(*(tool(name, **arguments) for name, arguments in calls)) for calls in json.load(f)]
+    served = FakeLlmServer(turns)
+    print(served.port, flush=True)
+    threading.Event().wait()  # until killed

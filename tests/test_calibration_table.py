@@ -25,7 +25,8 @@ def benchmark():
 
 def test_the_results_page_tables_are_the_committed_calibration_outputs():
     page = load("results").render(REPO / "benchmarks")  # RESULTS.md is this (tests/test_results_page.py)
-    machines = json.loads((REPO / "benchmarks" / "machine_spread.json").read_text())["anchors"]
+    spread = json.loads((REPO / "benchmarks" / "machine_spread.json").read_text())["tasks"]
+    machines = {key: task["spread"] for key, task in spread.items()}
     for name, vary, seen in (("calibration.json", "runs", machines), ("calibration_assets.json", "assets", None)):
         results = json.loads((REPO / "benchmarks" / name).read_text())
         assert {r["vary"] for r in results.values()} == {vary}, name
@@ -33,20 +34,37 @@ def test_the_results_page_tables_are_the_committed_calibration_outputs():
         assert section.split("\n\n", 2)[1] == benchmark().table(results, seen), name  # the table after its provenance
 
 
-def test_an_anchor_every_run_scores_alike_shows_its_spread_across_machines_not_a_sem_of_0():
+def test_an_anchor_every_run_scores_alike_shows_its_spread_over_kernel_paths_not_a_sem_of_0():
     module = benchmark()
     alike = {"mean": 0.5625, "sem": 0.0, "n": 1, "values": [0.5625], "deterministic": True}
     assert module.fmt(alike, [0.55, 0.5625, 0.5833]) == (
-        "0.5625 (every run alike here; across 3 machines 0.5500-0.5833, SD 0.0168)"
+        "0.5625 (every run alike here; over 3 kernel paths 0.5500-0.5833, SD 0.0168)"
     )
+    assert module.fmt(alike, [0.5625] * 3) == "0.5625 (every run alike here; the same on 3 kernel paths)"
     assert "± 0" not in module.fmt(alike) and "not measured" in module.fmt(alike)
     seeded = module.mean_sem([0.70, 0.72, 0.74])
     assert module.fmt({**seeded, "values": [0.70, 0.72, 0.74]}) == "0.7200 ± 0.0115 (SD 0.0200)"
-    # The baseline's noise in normalised points: the machines' SD over the anchors' gap (0.0168 / 0.4375).
+    # The baseline's noise in normalised points: the paths' SD over the anchors' gap (0.0168 / 0.4375).
     result = {"anchors": {"baseline": alike, "reference": {"mean": 1.0, "n": 1, "deterministic": True}},
               "checks": {"baseline_sem_normalised_points": 0.0}}  # fmt: skip
-    assert module.baseline_noise(result, {"baseline": {"values": [0.55, 0.5625, 0.5833]}}) == "3.8 (SD across machines)"
-    assert module.baseline_noise(result, {}) == "- (one machine)"
+    assert (
+        module.baseline_noise(result, {"baseline": {"values": [0.55, 0.5625, 0.5833]}}) == "3.8 (SD over kernel paths)"
+    )
+    assert module.baseline_noise(result, {}) == "- (one kernel path)"
+
+
+def test_the_calibration_that_ships_with_mlrb_is_the_benchmark_s():
+    """`python -m mlrb.compare --plan` without runs reads the copy inside the package, which the
+    benchmark writes with benchmarks/calibration.json; each task there records its code's digests."""
+    from mlrb.compare import CALIBRATION
+
+    assert CALIBRATION == REPO / "mlrb" / "data" / "calibration.json"
+    assert CALIBRATION.read_text() == (REPO / "benchmarks" / "calibration.json").read_text()
+    shipped = json.loads(CALIBRATION.read_text())
+    for key in ("llm_merging", "llm_efficiency"):  # re-measured with the script, with their sources
+        measured = shipped[key]["measured"]
+        assert measured["commit"] and measured["machine"]["cpu"] and measured["command"], key
+        assert set(measured["sources"]) == set(benchmark().task_sources(key)), key
 
 
 def anchors(do_nothing, baseline, reference):
@@ -85,7 +103,7 @@ def test_an_anchor_no_seed_reaches_has_no_seed_noise():
     result = module.checks({**anchors([0.2, 0.25, 0.22], [0.5], [0.9, 0.91, 0.89]), "baseline": same}, 100, 1)
     assert result["baseline_sem_normalised_points"] == 0 and result["baseline_sem_at_most_5"] is True
     assert result["do_nothing_below_baseline"] is True and result["reference_beats_baseline"] is True
-    assert module.fmt(same) == "0.5000 (every run alike here; across machines not measured)"
+    assert module.fmt(same) == "0.5000 (every run alike here; across kernel paths not measured)"
 
 
 def test_a_trial_design_changes_the_tiny_scale_and_a_typo_is_refused(tmp_path):

@@ -13,7 +13,7 @@ def test_help_lists_groups_and_choices(tmp_path):
     result = run_cli("--help", cwd=tmp_path)
     assert result.returncode == 0
     for line in (
-        "task: baby_lm, edge_llm_compression, edge_llm_training, folder, llm_efficiency, llm_merging, math_reasoning, mini_pile",
+        "task: baby_lm, edge_llm_compression, edge_llm_training, folder, harbor, llm_efficiency, llm_merging, math_reasoning, mini_pile",
         "sandbox: bwrap, docker, unconfined",
     ):
         assert line in result.stdout
@@ -105,7 +105,7 @@ def test_full_scale_config_names_the_papers_setup(tmp_path):
     [
         (
             ["task=nope"],
-            "unknown task 'nope'; valid choices: baby_lm, edge_llm_compression, edge_llm_training, folder, llm_efficiency, llm_merging, math_reasoning, mini_pile",
+            "unknown task 'nope'; valid choices: baby_lm, edge_llm_compression, edge_llm_training, folder, harbor, llm_efficiency, llm_merging, math_reasoning, mini_pile",
         ),
         (
             ["agent=gpt5"],

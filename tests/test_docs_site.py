@@ -27,7 +27,10 @@ def test_a_new_task_folder_is_on_the_site_with_no_other_edit(tmp_path, monkeypat
 
     assert "The my_task task" in (site / "tasks" / "my_task" / "index.html").read_text()
     index = (site / "tasks" / "index.html").read_text()
-    assert "<td><code>my_task</code></td>" in index and "My Challenge 2025" in index
+    assert (
+        '<td><span style="white-space: nowrap"><code>my_task</code></span></td>' in index
+        and "My Challenge 2025" in index
+    )
     assert '<a href="my_task/">my_task</a>' in index
     assert 'href="tasks/my_task/"' in (site / "index.html").read_text()  # in every page's nav
 
@@ -40,7 +43,9 @@ def test_the_table_and_the_nav_name_every_task_with_a_page():
     with_a_page = [name for name, (_, folder) in registry.task_folders().items() if (folder / "page.md").is_file()]
     assert len(with_a_page) >= 7
     for name in with_a_page:
-        assert f"| `{name}` |" in table and f"[{name}]({name}.md)" in table, name
+        assert f'| <span style="white-space: nowrap">`{name}`</span> |' in table and f"[{name}]({name}.md)" in table, (
+            name
+        )
     assert len(table.splitlines()) == 2 + len(with_a_page)  # a shared page is no row of its own
     assert hook.TABLE_MARKER in (REPO / "docs" / "tasks" / "index.md").read_text().splitlines()
     # the shared page is in the nav under its heading

@@ -22,6 +22,7 @@ import re
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -106,7 +107,9 @@ def blocks_of(page: str) -> list:
         end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
         if fence.group(1) == "bash":
             mark = MARK.fullmatch(lines[i - 1].strip()) if i else None
-            body = "\n".join(line.strip() for line in lines[i + 1 : end]) + "\n"
+            # the block's own indentation (a block in a list item) off, its lines' inner indentation kept:
+            # a here-document writes a Python file as the page shows it
+            body = textwrap.dedent("\n".join(line.rstrip() for line in lines[i + 1 : end])) + "\n"
             # what it prints: a ```text block after it, with at most a blank line between
             after = end + 1 + (end + 1 < len(lines) and not lines[end + 1].strip())
             shown = []
@@ -310,10 +313,12 @@ def test_the_documented_runs_work_as_written(workdir, built_cache):
     finished = [r for r in client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
                 if r.info.status == "FINISHED" and r.data.tags.get("mlrb.role") != "sweep"]  # fmt: skip
     # Each block's runs; a sweep skips a job whose config already has a FINISHED run (the README's
-    # budget sweep runs only its 1h jobs; seed 3 of `-m seed=1,2,3` ran as `seed=3` before it; of
-    # `-m seed=1,2,3,4` only seed 4 is new).
+    # budget sweep runs only its 1h jobs; the tutorial's claude sweep is the README's, all skipped; its
+    # baseline sweep runs seeds 1-3, so the configs page's `-m seed=1,2,3` runs none; of
+    # `-m seed=1,2,3,4` only seed 4 is new). A single run always runs.
     expected = ["claude/smoke/1", "claude/smoke/2", "claude/smoke/3", "claude/1h/1", "claude/1h/2", "claude/1h/3",
-                "baseline/smoke/0", "baseline/smoke/3", "baseline/smoke/1", "baseline/smoke/2", "baseline/1h/0",
+                "baseline/smoke/0", "baseline/smoke/1", "baseline/smoke/2", "baseline/smoke/3",  # the tutorial
+                "baseline/smoke/0", "baseline/smoke/3", "baseline/1h/0",
                 "claude/smoke/0", "claude/smoke/0", "gpt4o/smoke/0", "openai_compatible/smoke/0", "claude/1h/0",
                 "baseline/smoke/0",
                 "baseline/smoke/4", "baseline/smoke/1", "baseline/smoke/2"]  # fmt: skip

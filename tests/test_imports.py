@@ -137,12 +137,12 @@ LAYERS = [
     ("mlrb.__main__", "mlrb.cli", "mlrb.report.__main__"),
     # the commands: a run, a sweep of runs, and what reads them back or puts them elsewhere
     ("mlrb.run", "mlrb.sweep", "mlrb.sweep_summary", "mlrb.sync", "mlrb.rescore", "mlrb.prefetch", "mlrb.compare",
-     "mlrb.report", "mlrb.tracking_server"),
+     "mlrb.report", "mlrb.tracking_server", "mlrb.export"),
     # what a run is made of: its plan, its stages' modules, the tasks, agents, sandboxes and scorers
     ("mlrb.plan", "mlrb.assets", "mlrb.control", "mlrb.recording_process", "mlrb.recording_server",
      "mlrb.step_scoring", "mlrb.instructions", "mlrb.metering", "mlrb.proxy", "mlrb.workspace", "mlrb.snapshots",
      "mlrb.anytime", "mlrb.trajectory", "mlrb.environments", "mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring",
-     "mlrb.resume", "mlrb.agent_clock"),
+     "mlrb.resume", "mlrb.agent_clock", "mlrb.formats"),
     # what every layer shares: the config and its names, the record and the store (with the traces'
     # format, which the store writes), events, budgets, statuses, messages
     ("mlrb", "mlrb.config", "mlrb.registry", "mlrb.task_configs", "mlrb.run_names", "mlrb.record", "mlrb.tracking",
@@ -212,7 +212,9 @@ def test_only_a_task_reads_its_own_config():
 
 def test_the_libraries_imported_are_the_ones_declared():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    declared = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    # An extra other than the test tools is a library that one of mlrb's commands imports (say, the export's).
+    extras = [r for name, group in project.get("optional-dependencies", {}).items() if name != "dev" for r in group]
+    declared = {canonicalize_name(Requirement(r).name) for r in project["dependencies"] + extras}
     imports = third_party_imports()
     assert {"torch", "datasets", "hydra_plugins.hydra_submitit_launcher.submitit_launcher"} <= set(imports)
     installed = packages_distributions()  # import name -> distributions, read once (it scans them all)

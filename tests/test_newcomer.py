@@ -9,6 +9,7 @@ from PyPI: the test is of mlrb's install and first run, not of the network."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shutil
@@ -32,10 +33,17 @@ def quick_start(readme: str) -> tuple[list[str], str]:
 
 
 def promised_spread(section: str) -> tuple[float, float]:
-    """The default run's score as the Quick start states it: 'from LOW to HIGH' across machines."""
+    """The default run's score as the Quick start states it: 'from LOW to HIGH' over kernel paths."""
     spread = re.search(r"from (\d\.\d+) to (\d\.\d+)", section)
     assert spread, "the README's Quick start does not say the default run's score ('scores from X to Y')"
     return float(spread.group(1)), float(spread.group(2))
+
+
+def measured_spread() -> tuple[float, float]:
+    """The default run's score over the kernel paths one machine can run, as benchmarks/machine_spread.py
+    measured it: the default task's baseline, lowest and highest (its score; the baseline takes no seed)."""
+    baseline = json.loads((REPO / "benchmarks" / "machine_spread.json").read_text())["tasks"]["llm_merging"]
+    return baseline["spread"]["baseline"]["min"], baseline["spread"]["baseline"]["max"]
 
 
 @pytest.mark.fast
@@ -45,8 +53,10 @@ def test_quick_start_reading():
         "bash install.sh && .venv/bin/python -m mlrb",
         "bash install.sh --dev && .venv/bin/python -m pytest",
     ]
+    # The range the README promises, and the newcomer's test holds a first run to, is the measured one.
     low, high = promised_spread(section)
-    assert 0 < low <= high < 1
+    assert (low, high) == tuple(round(value, 4) for value in measured_spread())
+    assert "benchmarks/machine_spread.py" in section
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +96,10 @@ def test_the_readme_quick_start_works_from_a_fresh_clone(clone):
     assert len(final) == 1, result.stdout[-2000:]
     score, run_id = float(final[0][0]), final[0][1]
     low, high = promised_spread(section)
-    assert low <= score <= high, f"the default run scored {score}; the README promises {low} to {high}"
+    assert low <= score <= high, (
+        f"the default run scored {score}; the README promises {low} to {high}, the range one machine's kernel paths "
+        "gave (benchmarks/machine_spread.json): a CPU of another kind may score outside it"
+    )
 
     from mlflow.tracking import MlflowClient
 

@@ -54,7 +54,9 @@ USAGE_FIELDS = re.compile(r"\b(prompt_tokens|completion_tokens|cache_creation_in
 
 
 def test_a_calls_usage_is_read_in_mlrb_api_shapes_alone():
-    here = [f"{p.relative_to(REPO)}:{n}" for p in sources("mlrb") if p != REPO / "mlrb" / "api_shapes.py"
+    # ATIF's own metrics bear two of these names: mlrb/formats/atif.py writes them, reading none.
+    exempt = (REPO / "mlrb" / "api_shapes.py", REPO / "mlrb" / "formats" / "atif.py")
+    here = [f"{p.relative_to(REPO)}:{n}" for p in sources("mlrb") if p not in exempt
             for n, line in enumerate(p.read_text().splitlines(), 1) if USAGE_FIELDS.search(line)]  # fmt: skip
     assert not here, f"usage read outside mlrb/api_shapes.py (call api_shapes.usage_of or tokens_of): {here}"
 

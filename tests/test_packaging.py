@@ -68,6 +68,12 @@ def test_a_wheel_in_a_fresh_venv_runs_the_benchmark_from_any_folder(tmp_path, bu
     )
     assert "task: baby_lm, edge_llm_compression" in help_text.stdout, help_text.stderr[-2000:]
 
+    # Planning seeds before any run reads the calibration that ships inside the package.
+    plan = subprocess.run([str(python), "-m", "mlrb.compare", "--plan", "--effect", "10"], cwd=elsewhere, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert plan.returncode == 0 and f"Noise from {venv}" in plan.stdout, plan.stdout[-2000:] + plan.stderr[-2000:]
+    assert "| llm_efficiency | calibration: baseline and reference at 5 seeds × √2 |" in plan.stdout, plan.stdout
+
     run = subprocess.run(
         [str(python), "-m", "mlrb"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900
     )

@@ -119,3 +119,28 @@ def test_user_pages_name_no_issue_commit_or_test_file():
         if not hits:
             assert name not in NOT_YET_CLEANED, f"{name} is clean now: remove it from NOT_YET_CLEANED"
     assert not found, f"maintainers' references belong in docs/development.md: {found}"
+
+
+def test_check_marks_reasons_on_user_pages_name_no_test_file():
+    """A mark names the file that runs its block; its reason says how (`it runs ...`), naming no other test."""
+    found = []
+    for name, text in sorted(user_pages().items()):
+        for reason in re.findall(r"<!-- check: elsewhere [^\s:]+:\s*(.*?) -->", text):
+            if MAINTAINERS_ONLY.search(reason):
+                found.append(f"{name}: {reason}")
+    assert not found, f"a check mark's reason names a test file: {found}"
+
+
+def test_how_to_guides_say_what_they_let_you_do_in_short_sentences_and_numbered_steps():
+    import statistics
+
+    guides = sorted((REPO / "docs" / "how-to").glob("*.md"))
+    assert len(guides) == 6
+    for guide in guides:
+        text = guide.read_text()
+        assert re.search(r"^# .+\n\nThis guide lets ", text), f"{guide.name}: open with what it lets you do"
+        assert re.search(r"^1\. ", text, re.MULTILINE), f"{guide.name}: numbered steps"
+        prose = re.sub(r"```.*?```|<!--.*?-->|^\s*\|.*$", "", text, flags=re.DOTALL | re.MULTILINE)
+        sentences = [s for s in re.split(r"(?<=[.!?:])\s+", prose) if len(s.split()) > 2]
+        median = statistics.median(len(s.split()) for s in sentences)
+        assert median < 20, f"{guide.name}: median sentence of {median} words"

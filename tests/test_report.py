@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import socket
 import statistics
 import subprocess
@@ -441,3 +442,18 @@ def test_rows_say_what_their_normalised_score_is_when_tasks_normalise_differentl
                      "mlrc-mini": "MLRC-Bench relative improvement to human, %"}  # fmt: skip
     # built-in tasks alone: the legend says what normalised means, no extra column
     assert "normalised as" not in results_table(aggregate.summarise([built_in])).headers
+
+
+@pytest.mark.fast
+def test_the_results_table_opens_with_short_column_notes_and_points_to_the_docs():
+    """A summary's first table comes after a few short notes, one per column that needs one, and a
+    pointer to the Reports page, which explains them; not a paragraph to read before the figures."""
+    from mlrb.report.render import HOW_TO_READ, results_table
+
+    headers = results_table(aggregate.summarise([row("ok", "b", valid=True, score=0.6)])).headers
+    notes = re.findall(r"\*([^*]+)\*[^:]*:([^*]+?)(?= \*|$)", HOW_TO_READ)
+    assert {name for name, _ in notes} <= set(headers) | {"normalised as"}
+    assert {"runs (attempts)", "counted score", "counted normalised", "valid score"} <= {name for name, _ in notes}
+    sentences = [s for s in re.split(r"(?<=\.) ", HOW_TO_READ) if s]
+    assert len(HOW_TO_READ.split()) <= 90 and max(len(s.split()) for s in sentences) <= 20, sentences
+    assert sentences[-1] == "The Reports page of the docs (docs/reports.md) explains each column."

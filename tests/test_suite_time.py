@@ -68,7 +68,7 @@ def test_new_kinds_are_recorded_beside_the_entries_from_before_the_split(tmp_pat
         old_before,
     )
 
-    page = results.render(folder)
+    page = results.render(folder, "suite")
     assert "| default | `pytest`, warm | 10.0 min | 3 processes | 15 min | builds ahead 0.2 min; fast 3 tests" in page
     assert "| system | `pytest -m system`, warm | 10.0 min | 3 processes | - |" in page
     assert "| default-cold | `pytest`, asset cache emptied | not measured | - | 30 min | - |" in page

@@ -29,11 +29,11 @@ SEEDS = list(range(1, 9))  # 8 jobs, 4 at a time: two waves, the first through t
 JOBS = len(SEEDS)
 # A quick job: the agent runs a short command and hands in nothing, so nothing is scored.
 QUICK = "task.scales.tiny.baseline_command='sleep 2'"
-ARTIFACTS = ["config.yaml", "instructions.md", "score_report.json", "snapshots", "trajectory.jsonl",
-             "workspace.patch"]  # fmt: skip
+ARTIFACTS = ["config.yaml", "instructions.md", "score_report.json", "snapshots", "trajectory.atif.json",
+             "trajectory.jsonl", "workspace.patch"]  # fmt: skip
 # The files behind them: the step snapshots' folder holds its steps.jsonl (a quick job changes no file).
-ARTIFACT_FILES = ["config.yaml", "instructions.md", "score_report.json", "steps.jsonl", "trajectory.jsonl",
-                  "workspace.patch"]  # fmt: skip
+ARTIFACT_FILES = ["config.yaml", "instructions.md", "score_report.json", "steps.jsonl", "trajectory.atif.json",
+                  "trajectory.jsonl", "workspace.patch"]  # fmt: skip
 STAGES = ["agent", "assets", "collect", "compose", "recording", "sandbox_start", "scoring"]
 METRICS = sorted(["agent_time_s", "baseline_score", "cost_usd", "counted_normalised_score", "counted_score",
                   "do_nothing_score", "input_tokens", "output_tokens", "prepare_time_s",

@@ -24,7 +24,7 @@ import yaml
 from conftest import tasks_hook
 from mlrb import registry
 from mlrb.config import ConfigError, TaskConfig, packaged_task
-from mlrb.registry import task_folders
+from mlrb.registry import folder_loaders, task_folders
 from mlrb.report.aggregate import summarise
 from mlrb.report.render import UNENFORCED_MARK, Report, results_table
 from mlrb.report.runs import RunRow
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.fast
 
 TESTS = Path(__file__).resolve().parent
 TASKS = Path(registry.__file__).resolve().parent / "tasks"
-PACKAGED = sorted(name for name in task_folders() if name != "folder")
+PACKAGED = sorted(set(task_folders()) - folder_loaders())
 # The refusal is the kernel's (an errno), answering a read of what the sandbox does not mount.
 KERNEL = "kernel"
 

@@ -43,6 +43,8 @@ COMMANDS_HELP = (
     ("python -m mlrb.compare", "mlrb.compare", "parser"),
     ("python -m mlrb.rescore", "mlrb.rescore", "parser"),
     ("python -m mlrb.sync", "mlrb.sync", "parser"),
+    ("python -m mlrb.export", "mlrb.export", "help_text"),
+    ("python -m mlrb.export inspect", "mlrb.export.inspect_log", "parser"),
     ("python -m mlrb.prefetch", "mlrb.prefetch", "help_text"),
     ("python -m mlrb.tracking serve", "mlrb.tracking_server", "parser"),
 )

@@ -90,7 +90,9 @@ def tasks_table(pages: list[TaskPage]) -> str:
             continue
         link = posixpath.relpath(page.site_path, posixpath.dirname(INDEX))
         competition = page.competition.replace("|", "\\|")  # a bar would end the cell
-        rows.append(f"| `{page.title}` | {competition} | [{page.title}]({link}) |")
+        # a name never breaks inside itself: a narrow column would split `edge_llm_compression` mid-word
+        name = f'<span style="white-space: nowrap">`{page.title}`</span>'
+        rows.append(f"| {name} | {competition} | [{page.title}]({link}) |")
     return "\n".join(rows)
 
 

@@ -33,24 +33,15 @@ KIND_LABELS = {
     CRASHED: "crashed (left running)",
 }
 
+# Short notes on the columns; the Reports page of the docs (docs/reports.md) explains them in full.
 HOW_TO_READ = (
-    "*runs (attempts)*: attempts are the runs whose outcome is the agent's doing (ok, invalid, no submission, "
-    "budget exhausted, agent error); infrastructure errors, killed, running and crashed runs are not attempts "
-    "and enter no mean or rate (listed below). "
-    "*counted score*: raw score, mean ± SEM over all attempts (n), each as counted: an attempt without a "
-    "valid submission, or scoring worse than doing nothing, counts as the task's do-nothing anchor (the "
-    "starting point submitted unchanged), so failing never beats honest work that falls short; '-' when an "
-    "attempt has no counted score (uncounted: the task has no do-nothing anchor, or the run was recorded "
-    "before runs recorded one). "
-    "*counted normalised*: the same on the normalised scale: share of the baseline-to-reference gap closed "
-    "(0 = baseline, 100 = reference, as MLRC-Bench; doing nothing is usually below 0); its ± also carries "
-    "the anchors' own SEM (each a mean over seeds, measured when the assets were built), which more runs "
-    "do not shrink. "
-    "*normalised as*, shown when tasks normalise differently: what a row's normalised score is, by the "
-    "benchmark's own name. "
-    "*success*: more than 10% over the baseline (MLAgentBench), over attempts. "
-    "*valid*: attempts with a valid submission; *valid score*: raw score, mean ± SEM over those alone. "
-    "Cost, tokens (in / out) and wall time: means over attempts."
+    "*runs (attempts)*: attempts are the runs the agent is to blame for; the others enter no mean (below). "
+    "*counted score*: mean ± SEM over attempts, a failure counting as doing nothing. "
+    "*counted normalised*: the same with 0 = baseline and 100 = reference. "
+    "*normalised as*, where tasks differ: what the normalised score is. *success*: more than 10% over the baseline. "
+    "*valid score*: mean ± SEM over valid submissions alone. "
+    "Cost, tokens and wall time: means over attempts. "
+    "The Reports page of the docs (docs/reports.md) explains each column."
 )
 
 

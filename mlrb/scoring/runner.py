@@ -195,7 +195,8 @@ class Scorer:
         job = IsolatedCommand(
             argv=command.argv,
             mounts=[Mount(copy.absolute(), writable=True), *harness_hidden()]
-            + task_environment_mounts(self.task.environment),
+            + task_environment_mounts(self.task.environment)
+            + list(command.mounts),
             workdir=str(copy.absolute()),
             env=with_run_devices(command.env, self.sandbox),
             timeout_s=command.timeout_s,

@@ -3,7 +3,8 @@ test phase): a value the task makes and mlrb/scoring/runner.py runs, in a sandbo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -15,3 +16,5 @@ class SubmissionCommand:
     env: dict[str, str]
     shown: str  # how a failure names it, e.g. "`python main.py -m my_method -p test`"
     timeout_s: float
+    # More it sees (mlrb.sandbox.base.Mount): a Harbor verifier's /tests and its empty /logs/verifier.
+    mounts: list[Any] = field(default_factory=list)

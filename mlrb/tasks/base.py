@@ -162,6 +162,9 @@ class Task:
     # The task's own Python environment (mlrb/environments.py) its parts run in, as the assets'
     # build returned it (assets.prepare); None: the harness's libraries.
     environment: Path | None = None
+    # (budget, sandbox) -> the run's own: a task that brings its settings (a Harbor task: its agent
+    # timeout as the wall time, its image for sandbox=docker), called once, when the run is planned.
+    run_settings: Callable[[Any, Any], tuple[Any, Any]] | None = None
 
     # ---- what the harness reads of a task: these, not its config (`cfg`, `spec`) ----------
 

@@ -1,0 +1,1 @@
+"""Harbor (Terminal-Bench) task folders, run as mlrb tasks (task=harbor)."""

@@ -1,0 +1,122 @@
+"""What a Harbor task folder holds, and what mlrb reads of it: task.toml's limits (its field
+names as Harbor's own TaskConfig has them), the Dockerfile's WORKDIR, and the image built from
+environment/ (sandbox=docker)."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlrb.config import ConfigError
+
+TASK_TOML, INSTRUCTION, DOCKERFILE = "task.toml", "instruction.md", "environment/Dockerfile"
+TEST, SOLVE = "tests/test.sh", "solution/solve.sh"
+REQUIRED = (INSTRUCTION, TASK_TOML, DOCKERFILE, TEST)
+AGENT_TIMEOUT_S = VERIFIER_TIMEOUT_S = 600.0  # Harbor's defaults
+IMAGE_PREFIX = "mlrb-harbor-"
+
+
+@dataclass(frozen=True)
+class Settings:
+    agent_timeout_s: float
+    verifier_timeout_s: float
+    cpus: int | None  # Harbor allows a fraction: rounded up
+    memory_gb: float | None
+    gpus: int
+    workdir: str  # [environment] workdir, else the Dockerfile's last WORKDIR ("": none)
+
+
+def check(path: str) -> Path:
+    """The folder, checked: a ConfigError naming the first thing missing."""
+    if not path:
+        raise ConfigError("task.path is not set: give the Harbor task folder, e.g. task.path=/path/to/task")
+    folder = Path(path).expanduser().resolve()
+    if not folder.is_dir():
+        raise ConfigError(f"task.path '{path}' is not a folder: give a Harbor task folder (instruction.md, task.toml)")
+    for rel in REQUIRED:
+        if not (folder / rel).is_file():
+            raise ConfigError(f"Harbor task folder {folder} has no {rel} (a Harbor task needs {', '.join(REQUIRED)})")
+    read_settings(folder)
+    return folder
+
+
+def read_settings(folder: Path) -> Settings:
+    """task.toml's limits; a ConfigError naming the file and the bad value."""
+    file = folder / TASK_TOML
+    try:
+        data = tomllib.loads(file.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"{file}: not valid TOML ({e})") from None
+    agent, verifier, environment = (table(data, file, name) for name in ("agent", "verifier", "environment"))
+    memory_mb = environment.get("memory_mb")
+    if memory_mb is None and isinstance(environment.get("memory"), str):  # Harbor's older spelling, "2G"
+        memory_mb = size_mb(environment["memory"], file)
+    return Settings(
+        agent_timeout_s=number(agent, "timeout_sec", None, file, "agent") or AGENT_TIMEOUT_S,
+        verifier_timeout_s=number(verifier, "timeout_sec", None, file, "verifier") or VERIFIER_TIMEOUT_S,
+        cpus=math.ceil(cpus) if (cpus := number(environment, "cpus", None, file, "environment")) else None,
+        memory_gb=megabytes / 1024
+        if (megabytes := number({"memory_mb": memory_mb}, "memory_mb", None, file, "environment"))
+        else None,  # fmt: skip
+        gpus=int(number(environment, "gpus", 0, file, "environment") or 0),
+        workdir=str(environment.get("workdir") or dockerfile_workdir(folder / DOCKERFILE)),
+    )
+
+
+def table(data: dict, file: Path, name: str) -> dict:
+    value = data.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{file}: [{name}] must be a table, not {value!r}")
+    return value
+
+
+def number(values: dict, key: str, default: float | None, file: Path, where: str) -> float | None:
+    value = values.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{file}: [{where}] {key} = {value!r}; it must be a positive number")
+    return float(value)
+
+
+def size_mb(text: str, file: Path) -> float:
+    found = re.fullmatch(r"\s*([0-9.]+)\s*([GMK])\s*", text.upper())
+    if not found:
+        raise ConfigError(f"{file}: [environment] memory = {text!r}; write it as '2G' or '512M' (or memory_mb)")
+    return float(found[1]) * {"G": 1024, "M": 1, "K": 1 / 1024}[found[2]]
+
+
+def dockerfile_workdir(dockerfile: Path) -> str:
+    """The Dockerfile's last absolute WORKDIR ("" when it has none)."""
+    found = ""
+    for line in dockerfile.read_text().splitlines() if dockerfile.is_file() else []:
+        words = line.split()
+        if len(words) == 2 and words[0].upper() == "WORKDIR" and words[1].startswith("/"):
+            found = words[1]
+    return found
+
+
+def image_tag(folder: Path) -> str:
+    name = re.sub(r"[^a-z0-9_.-]+", "-", folder.name.lower()).strip(".-") or "task"
+    return f"{IMAGE_PREFIX}{name}:latest"
+
+
+def build_image(folder: Path, timeout_s: float = 1800.0) -> str:
+    """The task's image, built on this machine from environment/ (Docker's cache makes a second
+    build quick); its tag. A build that fails is one ConfigError with Docker's last line."""
+    tag = image_tag(folder)
+    try:
+        proc = subprocess.run(["docker", "build", "-q", "-t", tag, str(folder / "environment")],
+                              capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)  # fmt: skip
+    except FileNotFoundError:
+        raise ConfigError("sandbox=docker: the docker command is not installed (it builds the task's image)") from None
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"{folder / DOCKERFILE}: docker build took longer than {timeout_s:g} s") from None
+    if proc.returncode != 0:
+        last = [line for line in proc.stderr.splitlines() if line.strip()] or ["(no output)"]
+        raise ConfigError(f"{folder / DOCKERFILE}: docker build failed: {last[-1].strip()[:300]}")
+    return tag

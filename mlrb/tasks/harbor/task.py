@@ -1,0 +1,141 @@
+"""A task folder in Harbor's format (Terminal-Bench's harness) as an mlrb task
+(`python -m mlrb task=harbor task.path=DIR`), made of the parts every task is made of:
+
+- the prompt: the folder's `instruction.md`;
+- the limits: task.toml's `[agent] timeout_sec` (the run's wall time unless the command line
+  names a budget), `[environment]` cpus and memory (the hardware) and `[verifier] timeout_sec`
+  (the scorer's time);
+- the builder's one maker: `public/` = the Docker build context `environment/` (less its
+  Dockerfile: the agent's starting workspace) and `hidden/` = `tests/` and `solution/`, which
+  the agent never sees;
+- the judge: `tests/test.sh`, run after the agent stopped on a copy of its workspace in a
+  fresh sandbox of the run's kind where `/tests` holds the tests and `/logs/verifier` is a
+  folder the harness made empty (verifier.py); the reward it writes there is the score. A
+  verifier that writes no reward is a scoring failure, which the task's own solution settles
+  (mlrb/control.py): the submission's fault when the solution scores, else the task's;
+- the baseline: `solution/solve.sh` (agent=baseline runs it; it is the control);
+- with sandbox=docker, the image built from `environment/Dockerfile` (run_settings), on
+  this machine: nothing is pulled that the Dockerfile does not name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mlrb.config import BudgetConfig, SandboxConfig, TaskConfig
+from mlrb.tasks.attempt_rules import Rules
+from mlrb.tasks.base import HardwareSpec, PromptSpec, ScaleSpec, Task, anchors, scale_spec
+from mlrb.tasks.builder import AssetBuilder
+from mlrb.tasks.folder.building import folder_digest
+from mlrb.tasks.harbor import layout, verifier
+from mlrb.tasks.judge import Judge
+
+log = logging.getLogger(__name__)
+
+# Files of environment/ that build the image and are not the agent's starting files.
+BUILD_FILES = ("Dockerfile", "docker-compose.yaml", "docker-compose.yml", ".dockerignore")
+
+
+@dataclasses.dataclass
+class HarborScaleSpec(ScaleSpec):
+    description: str = "a task folder in Harbor's format"
+    time_limit_s: float = 0.0  # 0: task.toml's [agent] timeout_sec
+    baseline_command: str = ""  # "": solution/solve.sh
+    score_timeout_s: float = 0.0  # 0: task.toml's [verifier] timeout_sec
+    # The Dockerfile's last WORKDIR (read from the folder): where the verifier also sees the workspace.
+    workdir: str = ""
+    # The prompt is instruction.md (MLRB's template fields are unused).
+    prompt: PromptSpec = dataclasses.field(
+        default_factory=lambda: PromptSpec(task="", dataset="", dataset_shape="", models="", result="", evaluation="")
+    )
+
+
+def task(cfg: TaskConfig, environment: Path | None) -> Task:
+    """The Harbor folder at `cfg.path` as a task. The scorer's process does not see the folder:
+    what it needs of it (the verifier's time, the Dockerfile's WORKDIR) is read here only when
+    the folder is there, and the config it is handed carries it resolved."""
+    folder = Path(cfg.path or "").expanduser().resolve()
+    spec = scale_spec(cfg, HarborScaleSpec)
+    settings = layout.read_settings(folder) if (folder / layout.TASK_TOML).is_file() else None
+    if settings is not None:  # task.toml's values where the config leaves them to it
+        spec.time_limit_s = spec.time_limit_s or settings.agent_timeout_s
+        spec.score_timeout_s = spec.score_timeout_s or settings.verifier_timeout_s
+        spec.hardware = HardwareSpec(
+            gpus=spec.hardware.gpus or settings.gpus, gpu_type=spec.hardware.gpu_type,
+            cpus=spec.hardware.cpus if spec.hardware.cpus is not None else settings.cpus,
+            memory_gb=spec.hardware.memory_gb if spec.hardware.memory_gb is not None else settings.memory_gb,
+        )  # fmt: skip
+        if not spec.baseline_command and (folder / layout.SOLVE).is_file():
+            spec.baseline_command = (folder / layout.SOLVE).read_text()
+        # resolved into the config, so the scorer's process (which does not see the folder) has them
+        own = {**cfg.scales[cfg.scale], "time_limit_s": spec.time_limit_s, "score_timeout_s": spec.score_timeout_s,
+               "baseline_command": spec.baseline_command, "workdir": settings.workdir}  # fmt: skip
+        cfg = dataclasses.replace(cfg, scales={**cfg.scales, cfg.scale: own})
+    spec.score_timeout_s = spec.score_timeout_s or 600.0
+    check = verifier.HarborVerifier(spec.score_timeout_s, settings.workdir if settings else spec.workdir)
+    judge = Judge(check.score_unrun, timeout_s=spec.score_timeout_s, device="cpu",
+                  submission_command=check.command, score_after_command=check.score)  # fmt: skip
+    return Task(
+        cfg=cfg, spec=spec,
+        rules=Rules(cfg.submission, cfg.network, tuple(cfg.read_only_files), unenforced=dict(spec.unenforced_rules)),
+        builder=AssetBuilder(cfg.name, {**spec.assets, "source": "build"},
+                             {"build": functools.partial(copy_folder, folder)}),
+        anchors=anchors(cfg, spec), judge=judge, package_dir=Path(__file__).parent,
+        workspace=lambda assets: assets / "public",
+        own_prompt=lambda: (folder / layout.INSTRUCTION).read_text(),
+        requirements=tuple(cfg.requirements),
+        key=lambda: {"folder": folder_digest(folder)},
+        check_config=functools.partial(check_folder, cfg.path or ""),
+        run_settings=functools.partial(run_settings, folder, spec),
+        environment=environment,
+    )  # fmt: skip
+
+
+def check_folder(path: str) -> None:
+    """The folder has what a Harbor task needs, and its task.toml reads (checked with the config)."""
+    layout.check(path)
+
+
+def copy_folder(folder: Path, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """The builder's one maker: environment/ (less what builds the image) as the agent's starting
+    files, tests/ and solution/ hidden."""
+    skip = shutil.ignore_patterns("__pycache__", *BUILD_FILES)
+    shutil.copytree(folder / "environment", out_dir / "public", symlinks=True, ignore=skip)
+    (out_dir / "hidden").mkdir(parents=True)
+    for part in ("tests", "solution"):
+        if (folder / part).is_dir():
+            shutil.copytree(folder / part, out_dir / "hidden" / part, symlinks=True)
+    return {"folder": str(folder)}
+
+
+def run_settings(folder: Path, spec: HarborScaleSpec, budget: BudgetConfig,
+                 sandbox: SandboxConfig) -> tuple[BudgetConfig, SandboxConfig]:  # fmt: skip
+    """The run's budget and sandbox with the task's own settings: task.toml's agent timeout as the
+    wall time unless the command line names a budget; with sandbox=docker, the task's image, built
+    here from environment/Dockerfile; with bwrap, a warning that the Dockerfile is not built."""
+    if spec.time_limit_s and not budget_named_by_user():
+        budget = dataclasses.replace(budget, wall_time_s=float(spec.time_limit_s))
+    if sandbox.kind == "docker":
+        image = layout.build_image(folder)
+        sandbox = dataclasses.replace(sandbox, options={**sandbox.options, "image": image})
+    elif sandbox.kind in ("bwrap", "unconfined"):
+        log.warning("harbor task %s: sandbox=%s does not build environment/Dockerfile: the agent and the verifier "
+                    "run on this machine's own tools (use sandbox=docker for the task's image)", folder.name,
+                    sandbox.kind)  # fmt: skip
+    return budget, sandbox
+
+
+def budget_named_by_user() -> bool:
+    """Whether this run's command line chose a budget (`budget=...` or `budget.KEY=...`)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    except (ImportError, ValueError):
+        overrides = []
+    return any(o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] == "budget" for o in overrides)

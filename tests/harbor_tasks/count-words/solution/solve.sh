@@ -1,0 +1,2 @@
+#!/bin/bash
+wc -w < words.txt | tr -d ' ' > count.txt
