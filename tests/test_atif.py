@@ -61,7 +61,7 @@ def test_an_llm_agents_run_is_written_as_atif_that_harbor_validates(tmp_path, pl
     document = harbor_validates(run_dir / "trajectory.atif.json")
     client, run = only_run(tmp_path)
 
-    assert document["schema_version"] == "ATIF-v1.7" and document["session_id"] == run.info.run_id
+    assert document["schema_version"] == "ATIF-v1.7" and document["session_id"] == run.data.tags["mlrb.run_id"]
     assert document["agent"]["name"] == "claude" and document["agent"]["model_name"] == "claude-sonnet-5"
     assert {t["function"]["name"] for t in document["agent"]["tool_definitions"]} >= {"bash", "read_file", "submit"}
     steps = document["steps"]

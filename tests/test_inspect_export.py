@@ -72,7 +72,7 @@ def test_a_sweep_and_a_run_export_as_inspect_logs_that_inspect_reads_back(tmp_pa
     assert [(s.id, s.epoch, s.metadata["seed"]) for s in samples] == [("smoke", 1, "1"), ("smoke", 2, "2")]
     for sample in samples:
         run = runs[sample.metadata["run_name"]]
-        assert sample.uuid == run.info.run_id
+        assert sample.uuid == run.data.tags["mlrb.run_id"]  # the run's own id
         metrics, value = run.data.metrics, sample.scores["mlrb"].value
         assert value["valid"] == metrics["valid"] and value["score"] == metrics.get("score")
         (usage,) = sample.model_usage.values()

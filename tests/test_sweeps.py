@@ -237,10 +237,11 @@ def wait_for_running_job(tmp_path, marker: str, timeout: float) -> int:
 
 def write_metrics(args):
     uri_dir, worker = args
-    from mlrb import tracking
+    from mlrb import record, tracking
     from mlrb.config import TrackingConfig
 
-    recorder = tracking.open_run(TrackingConfig(dir=uri_dir), "concurrency", f"writer-{worker}", {"w": worker})
+    recorder = tracking.open_run(TrackingConfig(dir=uri_dir), "concurrency", f"writer-{worker}", {"w": worker},
+                                 record.new_run_id(), 1)  # fmt: skip
     recorder.log_params({"worker": str(worker)})
     for step in range(40):
         recorder.log_metrics({"loss": step * 0.1 + worker, "step_seen": step}, step=step)
