@@ -36,10 +36,9 @@ def folder_loaders() -> set[str]:
     """The tasks that load a task from a folder the user names (their config's `path`, required):
     `folder` (MLAgentBench's and MLRC-Bench's layouts) and `harbor` (Harbor's). They are ways in,
     not benchmark tasks of their own: no scales, anchors or rules of theirs."""
-    import yaml
+    from omegaconf import OmegaConf
 
-    return {name for name, (_, folder) in task_folders().items()
-            if "path" in (yaml.safe_load((folder / TASK_CONFIG).read_text()) or {})}  # fmt: skip
+    return {name for name, (_, folder) in task_folders().items() if "path" in OmegaConf.load(folder / TASK_CONFIG)}
 
 
 AGENTS: Mapping[str, str] = {
