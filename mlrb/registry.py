@@ -38,7 +38,8 @@ def folder_loaders() -> set[str]:
     not benchmark tasks of their own: no scales, anchors or rules of theirs."""
     from omegaconf import OmegaConf
 
-    return {name for name, (_, folder) in task_folders().items() if "path" in OmegaConf.load(folder / TASK_CONFIG)}
+    configs = {name: OmegaConf.load(folder / TASK_CONFIG) for name, (_, folder) in task_folders().items()}
+    return {name for name, config in configs.items() if "path" in config.keys()}  # `in` skips a `???` value
 
 
 AGENTS: Mapping[str, str] = {
