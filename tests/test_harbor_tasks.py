@@ -81,6 +81,7 @@ def test_the_baseline_runs_solve_sh_and_the_verifier_s_reward_is_the_score_under
     assert "sandbox=bwrap does not build environment/Dockerfile" in result.stdout + result.stderr
     budget = (tmp_path / "run" / "workspace" / ".mlrb_budget.json").read_text()
     assert '"wall_time_s": 300.0' in budget  # task.toml's [agent] timeout_sec, no budget named
+    assert the_run(tmp_path).data.params["budget.wall_time_s"] == "300.0"  # recorded as the run used it
 
 
 @pytest.mark.integration
