@@ -74,9 +74,10 @@ print(f"valid: {report.valid} ({report.reason}); score: {report.score}")
 
 SOLVE_SH = """#!/bin/bash
 # The baseline of mlrb's task {task} ({scale} scale): the normalised score's 0.
-set -euo pipefail
+# No dollar-brace variables here: mlrb's Harbor route reads this file into its config (an interpolation there).
+set -eo pipefail
 [ -e {marker} ] || cd {workdir}  # Harbor's workspace, unless this is run in one already
-export MLRB_DATA="${{MLRB_DATA:-{workdir}}}"
+[ -n "$MLRB_DATA" ] || export MLRB_DATA={workdir}
 {command}
 """
 
@@ -236,7 +237,8 @@ def task_toml(task: Any, cfg: Any) -> str:
         environment["cpus"] = int(hw.cpus)
     if hw.memory_gb:
         environment["memory_mb"] = int(round(float(hw.memory_gb) * 1024))
-    environment["gpus"] = int(hw.gpus or 0)
+    if hw.gpus:  # none: left out (Harbor's default; mlrb's reader takes only a positive count)
+        environment["gpus"] = int(hw.gpus)
     if hw.gpu_type:
         environment["gpu_types"] = [str(hw.gpu_type)]
     environment["network_mode"] = "public" if task.rules.network else "no-network"
