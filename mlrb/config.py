@@ -22,7 +22,9 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"  # the configs ship inside t
 
 @dataclass
 class TaskConfig:
+    # The task's name: its folder's, the MLflow experiment's (unless tracking.experiment), the run names' first part.
     name: str = MISSING
+    # The competition it comes from, as its page names it.
     title: str = MISSING
     # Which entry of `scales` this run uses ("tiny" runs on a CPU, "full" is the paper's).
     scale: str = "tiny"
@@ -41,6 +43,7 @@ class TaskConfig:
     # and whether a higher score is better (MLAgentBench keeps this per task in its code).
     path: str | None = None
     format: str | None = None
+    # Whether a higher score is better (folder tasks: MLAgentBench keeps it per task in its code).
     higher_is_better: bool = True
     # pip requirements of the task's own Python environment (mlrb/environments.py), where the
     # agent, the anchors and a folder's scripts run; empty: the harness's libraries, mlrb hidden.
@@ -71,6 +74,7 @@ class BudgetConfig:
     # None means no cap (a scripted agent spends no tokens).
     max_input_tokens: int | None = None
     max_output_tokens: int | None = None
+    # The most the agent's model calls may cost, in US dollars, as the metering proxy prices them (None: no cap).
     max_usd: float | None = None
 
 
@@ -83,6 +87,7 @@ class SandboxConfig:
     # Limits; None takes the task's hardware spec at the chosen scale.
     cpus: float | None = None
     memory_gb: float | None = None
+    # The most processes the agent may have at once (a fork bomb stops there).
     pids_limit: int = 512
     # GPU device ids for the run; None: the run's allocation ($CUDA_VISIBLE_DEVICES),
     # as many as the task asks for. Never all GPUs unless listed.
@@ -100,6 +105,7 @@ class TrackingConfig:
     kind: str = "sqlite"
     # None: $MLFLOW_TRACKING_URI if set, else an SQLite store inside `dir`.
     uri: str | None = None
+    # The folder of the SQLite store (mlflow.db) and its artifacts, when no uri is given.
     dir: str = "mlruns"
     # None: the task's name.
     experiment: str | None = None
@@ -127,7 +133,9 @@ class ScoringConfig:
     last scoring (on the agent's clock); null: not by that rule. Off the agent's clock, in the scorer's
     own sandbox; the run's final score is unchanged."""
 
+    # Score the workspace after every this many of the agent's steps (null: not by steps).
     every_steps: int | None = None
+    # Or at the first step that ends this many minutes after the last scoring (null: not by time).
     every_minutes: float | None = None
 
 

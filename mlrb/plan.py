@@ -116,6 +116,8 @@ def make(cfg: MlrbConfig) -> RunPlan:
     if parent_run_id:
         tags[Tag.PARENT_RUN_ID] = parent_run_id
     resolved = identity(cfg)
+    # what the run uses: a task's own settings (a Harbor task's timeout and image) in place of the composed ones
+    resolved["budget"], resolved["sandbox"] = dataclasses.asdict(budget), dataclasses.asdict(sandbox)
     resolved["tracking"], resolved["paths"] = tracking.masked(cfg.tracking), dataclasses.asdict(cfg.paths)
     resolved["scoring"] = dataclasses.asdict(cfg.scoring)  # recorded, but not what makes the run (identity)
     return RunPlan(

@@ -56,6 +56,10 @@ def test_task_toml_s_limits_become_the_run_s_and_instruction_md_is_the_prompt():
     assert task.own_instructions() == (COUNT_WORDS / "instruction.md").read_text()
     assert task.baseline_command() == (COUNT_WORDS / "solution" / "solve.sh").read_text()
     assert task.scorer_config()["scales"]["harbor"]["workdir"] == "/app"  # the Dockerfile's WORKDIR
+    assert task.hardware.gpus == 0  # [environment] gpus = 0, as Harbor writes it
+    # the scorer's process builds the task from the config it is handed: solve.sh's ${...} as written
+    again = registry.load_task(TaskConfig(**{**task.scorer_config(), "path": None}))
+    assert "${PWD}" in again.baseline_command() and again.baseline_command() == task.baseline_command()
 
 
 @pytest.mark.fast
@@ -81,6 +85,7 @@ def test_the_baseline_runs_solve_sh_and_the_verifier_s_reward_is_the_score_under
     assert "sandbox=bwrap does not build environment/Dockerfile" in result.stdout + result.stderr
     budget = (tmp_path / "run" / "workspace" / ".mlrb_budget.json").read_text()
     assert '"wall_time_s": 300.0' in budget  # task.toml's [agent] timeout_sec, no budget named
+    assert the_run(tmp_path).data.params["budget.wall_time_s"] == "300.0"  # recorded as the run used it
 
 
 @pytest.mark.integration

@@ -138,7 +138,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path):
         assert not out.exists()
     unknown = run_module("mlrb.export", "inspekt", str(ended), cwd=tmp_path)
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1
-    assert "unknown format 'inspekt': the formats are inspect" in unknown.stderr
+    assert "unknown format 'inspekt': the formats are inspect, harbor" in unknown.stderr
 
 
 def free_port() -> int:

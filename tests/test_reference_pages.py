@@ -82,6 +82,13 @@ def test_the_config_reference_names_every_option_of_every_kind(configs_page):
         assert f"of kind `{kind}`" in configs_page, kind
 
 
+def test_every_key_of_the_config_reference_says_what_it_is(configs_page):
+    # a key's row ends with the comment above it in its schema or config file: none may be blank
+    rows = [line for line in configs_page.splitlines() if line.startswith("| `")]
+    blank = [row.split("|")[1].strip() for row in rows if not row.rstrip().removesuffix("|").rsplit("|", 1)[1].strip()]
+    assert len(rows) > 100 and not blank, blank
+
+
 def test_the_command_reference_shows_every_command():
     hook = reference_hook()
     page = hook.commands_page()

@@ -47,6 +47,7 @@ TOOL, CALL_ID = "command", "command"
 
 @dataclass
 class ProviderOptions:
+    # The environment variable holding this provider's API key: the proxy reads it; the program never sees it.
     api_key_env: str
     # The models the program may call here besides agent.options.model (its side models); any other is refused.
     models: list[str] = field(default_factory=list)
@@ -64,10 +65,13 @@ class InstallOptions:
 
 @dataclass
 class CommandOptions:
+    # The shell command that runs the agent's program in the workspace (its prompt in $MLRB_PROMPT).
     command: str = ""
     model: str | None = None  # the program's model ($MLRB_MODEL), allowed at the provider that serves it
+    # The model APIs the program may call, by name (anthropic, openai): each through the metering proxy.
     providers: dict[str, ProviderOptions] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)  # more variables for the program
+    # A program installed from npm into the asset cache before the run (say Claude Code); null: none.
     install: InstallOptions | None = None
     program_dir: Path | None = None  # your program's files on this machine: read-only in the sandbox, $MLRB_AGENT_DIR
 

@@ -78,6 +78,7 @@ class LlmOptions:
     base_url: str | None = None
     # null: the API's default.
     temperature: float | None = None
+    # The most output tokens one call may ask for.
     max_tokens_per_call: int = 4096
     # OpenAI format only: the name of the output cap (older servers know only max_tokens).
     max_tokens_param: str = "max_completion_tokens"
@@ -90,7 +91,9 @@ class LlmOptions:
     # Failed calls are retried this often, waiting retry_base_delay_s * 2^(n-1) before the
     # n-th retry (longer if the server asks for it), at most retry_max_delay_s.
     max_retries: int = 6
+    # The first retry's wait, in seconds; it doubles each time.
     retry_base_delay_s: float = 2.0
+    # The longest wait between two tries, in seconds.
     retry_max_delay_s: float = 60.0
     # The HTTP statuses retried ("5xx": every server error). Lost connections, timeouts and
     # replies that are not the API's are always retried; other errors never are.

@@ -52,6 +52,7 @@ PID_LABEL = "mlrb.harness_pid"
 
 @dataclass
 class DockerOptions:
+    # The image the agent's container runs (`bash docker/build.sh` builds the default one here).
     image: str = "mlrb-sandbox:latest"
     # "auto": 1000:1000 when the harness runs as root (the workspace is handed to that
     # user), else the harness's own uid:gid.

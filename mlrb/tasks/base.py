@@ -39,9 +39,14 @@ from mlrb.tasks.solutions import Solutions
 
 @dataclass
 class HardwareSpec:
+    # GPUs a run of this scale is given (a SLURM job asks for them; a local sweep gives each job its own).
     gpus: int = 0
+    # The GPU the scale assumes (say "A100-40GB"): the prompt names it; nothing enforces it.
     gpu_type: str | None = None
+    # CPU cores and memory the sandbox is limited to (None: no limit of the task's; sandbox.cpus and
+    # sandbox.memory_gb override them).
     cpus: int | None = None
+    # Memory in GB, as cpus: the sandbox's limit unless sandbox.memory_gb says otherwise.
     memory_gb: float | None = None
 
 
@@ -49,13 +54,20 @@ class HardwareSpec:
 class PromptSpec:
     """MLRB's prompt fields, rendered by instructions.md."""
 
+    # What the agent is asked to do, in a sentence or two.
     task: str = MISSING
+    # The data the agent gets: what it is, and its files' shape.
     dataset: str = MISSING
     dataset_shape: str = MISSING
+    # The models the agent starts from.
     models: str = MISSING
+    # What the agent must leave, and where (the submission).
     result: str = MISSING
+    # How the submission is scored.
     evaluation: str = MISSING
+    # The rules the agent must keep, one sentence each.
     rules: list[str] = field(default_factory=list)
+    # Anything else the agent should know ("": nothing).
     additional_info: str = ""
 
 
@@ -63,19 +75,28 @@ class PromptSpec:
 class EvalSpec:
     # lm-eval task names; empty means the task's own held-out set.
     tasks: list[str] = field(default_factory=list)
+    # The evaluation's batch size, and where and in what precision it runs ("cpu" or "cuda").
     batch_size: int = 8
+    # "cpu" or "cuda": where the held-out evaluation runs.
     device: str = "cpu"
+    # The precision it runs in: "float32", "bfloat16" or "float16".
     dtype: str = "float32"
+    # Examples evaluated per task (None: all): a smaller evaluation, for checks only.
     limit: int | None = None
 
 
 @dataclass
 class ScaleSpec:
+    # What this scale is, in a line (shown by the task's page and `--cfg job`).
     description: str = MISSING
+    # The competition's time limit for the agent at this scale, in seconds (the budget's wall
+    # time is the run's; this is the task's, for the prompt and the paper's setup).
     time_limit_s: float = MISSING
+    # What a run of this scale needs: its GPUs, CPU cores and memory.
     hardware: HardwareSpec = field(default_factory=HardwareSpec)
     # How to obtain models and data; task-specific keys besides `source`.
     assets: dict[str, Any] = field(default_factory=dict)
+    # How the held-out evaluation runs (lm-eval tasks, batch size, device).
     eval: EvalSpec = field(default_factory=EvalSpec)
     # Shell command the scripted baseline agent runs in the workspace.
     baseline_command: str = MISSING
@@ -92,7 +113,9 @@ class ScaleSpec:
     do_nothing_score: float | None = None
     baseline_score: float | None = None
     reference_score: float | None = None
+    # Who or what scored the reference (say "the competition's winner"), for the pages and reports.
     reference_name: str = ""
+    # Longest the scorer may take on one submission, in seconds.
     score_timeout_s: float = 1800.0
     # Rules the prompt states that no check enforces (and known shortcuts), id -> why: every run
     # records the ids (tag mlrb.unenforced_rules) and the report marks its score with them.
@@ -101,6 +124,7 @@ class ScaleSpec:
     # measure nothing: its assets build in seconds, its anchors at one seed serve the harness only
     # (the control of a failed scoring), and its runs get no anchors, normalised or counted score.
     plumbing: bool = False
+    # The prompt's fields, which instructions.md renders for the agent.
     prompt: PromptSpec = field(default_factory=PromptSpec)
 
 

@@ -62,7 +62,7 @@ def read_settings(folder: Path) -> Settings:
         memory_gb=megabytes / 1024
         if (megabytes := number({"memory_mb": memory_mb}, "memory_mb", None, file, "environment"))
         else None,  # fmt: skip
-        gpus=int(number(environment, "gpus", 0, file, "environment") or 0),
+        gpus=gpu_count(environment, file),
         workdir=str(environment.get("workdir") or dockerfile_workdir(folder / DOCKERFILE)),
     )
 
@@ -81,6 +81,14 @@ def number(values: dict, key: str, default: float | None, file: Path, where: str
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{file}: [{where}] {key} = {value!r}; it must be a positive number")
     return float(value)
+
+
+def gpu_count(environment: dict, file: Path) -> int:
+    """[environment] gpus: a whole number, 0 (Harbor's default) or more."""
+    value = environment.get("gpus", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{file}: [environment] gpus = {value!r}; it must be a whole number, 0 or more")
+    return value
 
 
 def size_mb(text: str, file: Path) -> float:

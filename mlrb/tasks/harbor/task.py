@@ -73,8 +73,9 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
         if not spec.baseline_command and (folder / layout.SOLVE).is_file():
             spec.baseline_command = (folder / layout.SOLVE).read_text()
         # resolved into the config, so the scorer's process (which does not see the folder) has them
+        # (solve.sh's text escaped: a `${VAR}` of its shell is no interpolation of the config's)
         own = {**cfg.scales[cfg.scale], "time_limit_s": spec.time_limit_s, "score_timeout_s": spec.score_timeout_s,
-               "baseline_command": spec.baseline_command, "workdir": settings.workdir}  # fmt: skip
+               "baseline_command": spec.baseline_command.replace("${", "\\${"), "workdir": settings.workdir}  # fmt: skip
         cfg = dataclasses.replace(cfg, scales={**cfg.scales, cfg.scale: own})
     spec.score_timeout_s = spec.score_timeout_s or 600.0
     check = verifier.HarborVerifier(spec.score_timeout_s, settings.workdir if settings else spec.workdir)
