@@ -161,28 +161,40 @@ def find(run_dir: Path, key: str, sweep_id: str | None) -> Path | None:
     return max(found, key=lambda p: (p / CLAIM).stat().st_mtime) if found else None
 
 
+def folders_by_job(sweeps: Path, sweep_id: str) -> dict[str, list[Path]]:
+    """The run folders of a sweep's jobs under SWEEPS, the folder of the sweeps' folders
+    (`outputs/sweeps`), every launch's: by the job's key, newest first."""
+    found: dict[str, list[tuple[float, Path]]] = {}
+    for claim in Path(sweeps).glob(f"*/*/{CLAIM}"):
+        owner = read_owner(claim.parent)
+        if owner is not None and owner.sweep_id == sweep_id:
+            found.setdefault(owner.key, []).append((claim.stat().st_mtime, claim.parent))
+    return {key: [folder for _, folder in sorted(folders, reverse=True)] for key, folders in found.items()}
+
+
+def ended_state(run_dir: Path) -> dict[str, Any] | None:
+    """The folded record of a run that ended (mlrb/record.py `fold`); None when it did not, or
+    its record cannot be read."""
+    from mlrb import record
+
+    if not ended(run_dir):
+        return None
+    try:
+        return record.fold(record.read(run_dir))
+    except (OSError, ValueError):  # a record this mlrb cannot read
+        return None
+
+
 def earlier_attempt(run_dir: Path, key: str, sweep_id: str) -> tuple[str, int] | None:
     """A sweep's job run again after its run ended unfinished (FAILED or KILLED: a retry, or the
     sweep launched again): that run's id and last attempt, from the newest such run folder of
-    the sweep's launches (`outputs/sweeps/*/*`), so the job goes on as the same run with one
-    more attempt, in a folder of its own. None when there is none."""
-    from mlrb import record
-
-    found = []
-    for claim in Path(run_dir).resolve().parent.parent.glob(f"*/*/{CLAIM}"):
-        owner = read_owner(claim.parent)
-        if owner is None or owner.key != key or owner.sweep_id != sweep_id or not ended(claim.parent):
-            continue
-        try:
-            state = record.fold(record.read(claim.parent))
-        except (OSError, ValueError):  # a record this mlrb cannot read: not this run's to go on
-            continue
-        if state["status"] in ("FAILED", "KILLED") and state["run_id"]:
-            found.append((claim.stat().st_mtime, state["run_id"], int(state["attempt"] or 1)))
-    if not found:
-        return None
-    _, run_id, attempt = max(found)
-    return run_id, attempt
+    the sweep's launches, so the job goes on as the same run with one more attempt, in a folder
+    of its own. None when there is none."""
+    for folder in folders_by_job(Path(run_dir).resolve().parent.parent, sweep_id).get(key, []):
+        state = ended_state(folder)
+        if state is not None and state["status"] in ("FAILED", "KILLED") and state["run_id"]:
+            return state["run_id"], int(state["attempt"] or 1)
+    return None
 
 
 def take_over(run_dir: Path, key: str, sweep_id: str | None, attempt: int) -> bool:

@@ -37,7 +37,17 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import OmegaConf
 
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
-from mlrb import experiment_view, record, recording_process, recording_server, run_names, sweep_summary, tracking
+from mlrb import (
+    experiment_view,
+    record,
+    recording_process,
+    recording_server,
+    resume,
+    run_names,
+    sweep_summary,
+    sync,
+    tracking,
+)
 from mlrb.config import ConfigError, TrackingConfig, to_typed
 from mlrb.messages import first_line
 from mlrb.plan import experiment_name, run_key, run_name
@@ -141,10 +151,11 @@ class SweepLauncher(BaseSubmititLauncher):
         parent = open_parent_run(client, jobs[0], sweep_id, parent_name, len(jobs), sweep_dir)
         parent_id, parent_experiment = parent.store_run.wait_opened()  # its jobs' runs name it as their parent
         finished = {j.idx: find_finished(j) for j in jobs}
+        folders = resume.folders_by_job(sweep_dir.parent, sweep_id)  # every launch's run folders, by job
         for job in jobs:
             if finished[job.idx]:
                 print(f"[sweep {sweep_id}] #{job.idx} {job.name}: finished before (run {finished[job.idx]}), skipped")
-            elif synced := sync_ended_offline(job):  # ended while the store was away: upload, do not run again
+            elif synced := sync_ended_offline(job, folders.get(job.key, [])):  # ended while the store was away
                 finished[job.idx] = synced
                 print(f"[sweep {sweep_id}] #{job.idx} {job.name}: finished before while the store was away; "
                       f"its record synced (run {synced}), skipped")  # fmt: skip
@@ -166,8 +177,8 @@ class SweepLauncher(BaseSubmititLauncher):
         away: str | None = None
         try:
             for job in todo:  # a job that ended while the store was away (a restart): its record, uploaded now
-                if store_missed(outcomes[job.idx]):
-                    sync_ended_offline(job, ended=(MlflowStatus.FINISHED, MlflowStatus.FAILED, MlflowStatus.KILLED))
+                if run_dir := store_missed(outcomes[job.idx]):
+                    log.info(sync.sync_run(client, tracking.client_for(job.tracking)[1], run_dir))
             summary = sweep_summary.summarise(
                 client, parent_experiment, jobs[0].experiment, sweep_id, parent_name, parent_id,
                 tracking.store_location(jobs[0].tracking)[0], time.monotonic() - started,
@@ -280,30 +291,29 @@ def find_finished(job: SweepJob) -> str | None:
     return done[0].info.run_id if done else None
 
 
-def store_missed(outcome: tuple[bool, Any]) -> bool:
-    """Whether a job's run ended saying the store did not get all of it (its result's store_error)."""
+def store_missed(outcome: tuple[bool, Any]) -> Path | None:
+    """The run folder of a job whose run ended saying the store did not get all of it (its
+    result's store_error); None for any other."""
     ok, ret = outcome
     value = getattr(ret, "return_value", None) if ok else None
-    return isinstance(value, dict) and bool(value.get("store_error"))
+    if isinstance(value, dict) and value.get("store_error") and value.get("run_dir"):
+        return Path(value["run_dir"])
+    return None
 
 
-def sync_ended_offline(job: SweepJob, ended: tuple[str, ...] = (MlflowStatus.FINISHED,)) -> str | None:
-    """A run of this job that the store holds unfinished but whose run folder's record ended
-    as one of ENDED (the store went away during it, mlrb/record.py): its record synced into the
-    store; its run id, or None when there is no such run."""
-    from mlrb import record, sync
-
+def sync_ended_offline(job: SweepJob, folders: list[Path]) -> str | None:
+    """This job's run, found in its run folders of the sweep's launches (FOLDERS, newest first),
+    when its record ended FINISHED but the store does not hold it so (the store went away during
+    it, mlrb/record.py): its record synced into the store; the store's run id, or None when there
+    is no such run."""
     client, artifact_root = tracking.client_for(job.tracking)
-    exp = tracking.experiment_id(client, job.experiment, artifact_root)
-    unfinished = [MlflowStatus.RUNNING, MlflowStatus.FAILED, MlflowStatus.KILLED]
-    for run in tracking.find_runs(client, exp, {Tag.RUN_KEY: job.key}, unfinished):
-        run_dir = Path(run.data.tags.get(Tag.RUN_DIR, ""))
-        if not (run_dir / record.FILE).is_file():
+    for folder in folders:
+        state = resume.ended_state(folder)
+        if state is None or state["status"] != MlflowStatus.FINISHED:
             continue
-        state = record.fold(record.read(run_dir))
-        if state["run_id"] in (run.data.tags.get(Tag.RUN_ID), run.info.run_id) and state["status"] in ended:
-            log.info(sync.sync_run(client, artifact_root, run_dir))
-            return run.info.run_id
+        log.info(sync.sync_run(client, artifact_root, folder))
+        stored = sync.find_run(client, state["run_id"])
+        return stored.info.run_id if stored is not None else None
     return None
 
 
