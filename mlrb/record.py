@@ -80,9 +80,7 @@ class RecordedRun:
     def shown_id(self) -> str:
         """The id a user finds the run by: the store's, once the store has opened the run (what
         `mlflow ui` shows), else the run's own (its record's, and the store run's `mlrb.run_id` tag)."""
-        with contextlib.suppress(Exception):  # a failed export is said where the run's end is recorded
-            self.store_run.answered()
-        opened = self.store_run.opened_as
+        opened = self.store_run.opened()
         return opened[0] if opened else self.run_id
 
     def _append(self, kind: str, **fields: Any) -> None:

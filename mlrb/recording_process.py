@@ -267,6 +267,15 @@ class RemoteStoreRun:
             if pending is self.opening:
                 self.opened_as = (value[0], value[1])
 
+    def opened(self) -> tuple[str, str] | None:
+        """The store's run id and experiment id, once the `opened` line's export is answered (None
+        before, or when it failed); it leaves the exports' errors to `answered` and `flush`."""
+        pending = self.opening
+        if self.opened_as is None and pending is not None and pending.done.is_set() and pending.answer.get("ok"):
+            value = pending.answer["value"]
+            self.opened_as = (value[0], value[1])
+        return self.opened_as
+
     def wait_opened(self) -> tuple[str, str]:
         """The store's run id and experiment id, waiting for the `opened` line's export."""
         while self.opened_as is None:
