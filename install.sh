@@ -26,8 +26,12 @@ echo "mlrb installed in $(pwd)/.venv"
 HARBOR_SPEC=harbor==0.26.0
 if [[ -n "$EXTRAS" && ! -x .venv-harbor/bin/harbor ]]; then
     PY312=""
-    for candidate in "${MLRB_PYTHON312:-}" "$(command -v pyenv >/dev/null && pyenv root)/versions/3.12"*/bin/python3 \
-            python3.12 python3.13 python3; do
+    # pyenv's own folder, from where its program is: `pyenv root` and its shims look in $HOME,
+    # which a new user's HOME does not hold
+    PYENV_HOME=""
+    if command -v pyenv >/dev/null; then PYENV_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v pyenv)")")"); fi
+    for candidate in "${MLRB_PYTHON312:-}" "${PYENV_ROOT:-/nonexistent}"/versions/3.1[2-9]*/bin/python3 \
+            "${PYENV_HOME:-/nonexistent}"/versions/3.1[2-9]*/bin/python3 python3.12 python3.13 python3; do
         if [[ -n "$candidate" ]] && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
             PY312=$candidate
             break
