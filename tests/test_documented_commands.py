@@ -8,6 +8,7 @@ tested", documents the convention):
     <!-- check: serve PORT -->             started as written, must answer HTTP on PORT
     <!-- check: validate -->               every job of its sweep composes and passes mlrb's pre-check
     <!-- check: elsewhere FILE: REASON -->  another test, CI or a benchmark runs it; FILE must exist
+                                           (a test by its topic: `report` is tests/test_report.py)
 
 So the pages themselves say how each command is checked, and a block without a mark fails.
 `run` blocks run in a fresh folder whose PATH starts with this venv's bin (`python` is the
@@ -137,6 +138,13 @@ def help_commands() -> list:
     return [re.sub(r"\s+", " ", c) for c in found]
 
 
+def checked_by(where: str) -> Path:
+    """The file an `elsewhere` mark names: a path from the repository's root (`.ci/run`,
+    `benchmarks/overhead.py`), or a test by its topic (`report` for tests/test_report.py), so that
+    the pages researchers read name no test file."""
+    return REPO / where if "/" in where or "." in where else REPO / "tests" / f"test_{where}.py"
+
+
 @pytest.mark.fast
 def test_every_bash_block_has_a_mark():
     assert len(BLOCKS) > 20  # the pages were found
@@ -144,7 +152,7 @@ def test_every_bash_block_has_a_mark():
     assert not unmarked, f"```bash blocks without a <!-- check: ... --> mark on the line before: {unmarked}"
     for block in of_kind("elsewhere"):
         where, why = MARK.fullmatch(f"<!-- check: {block.mark} -->").group(3, 4)
-        assert (REPO / where).is_file(), f"{block}: {where}, which the mark says runs it, does not exist"
+        assert checked_by(where).is_file(), f"{block}: {where}, which the mark says runs it, does not exist"
         assert why, f"{block}: say after '{where}:' how it runs there, or why not here"
     for block in of_kind("serve"):
         assert len(block.commands) == 1, f"{block}: a serve block holds one command"

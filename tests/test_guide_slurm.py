@@ -107,7 +107,7 @@ def test_the_slurm_guide_runs_as_written(tmp_path, built_cache, monkeypatch):
     blocks = blocks_of(PAGE)
     site = site_block(blocks)
     assert blocks[0] is site, "the site's values come first: every other block uses them"
-    assert all(b.mark.startswith("elsewhere tests/test_guide_slurm.py") for b in blocks), "every block is this test's"
+    assert all(b.mark.startswith("elsewhere guide_slurm:") for b in blocks), "every block is this test's"
     sweeps = [b for b in blocks if any(c.startswith("python -m mlrb -m launcher=slurm") for c in b.commands)]
     trial, full = sweeps
     assert f"seed={','.join(str(s) for s in range(1, SEEDS + 1))}" in trial.commands[0]
