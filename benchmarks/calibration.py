@@ -58,16 +58,6 @@ SHARED_SOURCES = ("mlrb/tasks/anchors.py", "mlrb/tasks/base.py", "mlrb/tasks/bui
                   "mlrb/tasks/warm_python.py", "mlrb/scoring", "mlrb/assets.py", "requirements.lock")  # fmt: skip
 
 
-# The copy that ships inside the package, for `python -m mlrb.compare --plan` without runs (mlrb/compare.py):
-# written with benchmarks/calibration.json, which it equals (tests/test_calibration_table.py).
-SHIPPED = REPO / "mlrb" / "data" / "calibration.json"
-
-
-def write_shipped(results: dict) -> None:
-    SHIPPED.parent.mkdir(exist_ok=True)
-    SHIPPED.write_text(json.dumps(results, indent=2) + "\n")
-
-
 def task_sources(key: str) -> tuple[str, ...]:
     """The sources a task's anchors depend on: its folder, the task folders its code imports
     (mlrb.tasks.NAME), and SHARED_SOURCES."""
@@ -342,8 +332,6 @@ def main() -> None:
         result = calibrate(key, args.seeds, args.cache_dir.expanduser(), overrides)
         results[key] = {**result, "measured": {**measured, "sources": sources[key]}}
         args.out.write_text(json.dumps(results, indent=2) + "\n")
-        if args.out.resolve() == results_page.HERE / "calibration.json" and args.vary == "runs" and not overrides:
-            write_shipped(results)
     print(table({k: results[k] for k in keys}))
     print(f"written to {results_page.update(args.out)}", file=sys.stderr)
 

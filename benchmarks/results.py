@@ -258,7 +258,7 @@ def write(bench_dir: Path = HERE) -> list[Path]:
 def update(out: Path) -> str:
     """Called by a benchmark once it has written `out`: the pages are written again when `out` is one
     of their files (a trial written elsewhere leaves them alone). Says what was written."""
-    out = Path(out).resolve()
+    out = Path(out).parent.resolve() / Path(out).name  # calibration.json is a link into the package: not followed
     if out.parent != HERE or out.name not in {name for section in sections() for name in section.reads}:
         return f"{out} (the pages show only the files in {HERE}: not updated)"
     return f"{out} and " + " and ".join(str(page) for page in write(HERE))

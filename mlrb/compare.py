@@ -16,8 +16,8 @@ from pathlib import Path
 from mlrb.report.cli import NoStore, ReportError, add_run_arguments, filters_of, read
 from mlrb.report.compare import METHOD, RESAMPLES, SCORE, CompareError
 
-# The tiny tasks' anchors at several seeds, as benchmarks/calibration.py measured them: it writes this
-# copy beside benchmarks/calibration.json, and it ships inside the package for --plan without runs.
+# The tiny tasks' anchors at several seeds, as benchmarks/calibration.py measured them (benchmarks/
+# calibration.json links here): inside the package, so --plan works without runs after `pip install .`.
 CALIBRATION = Path(__file__).resolve().parent / "data" / "calibration.json"
 
 

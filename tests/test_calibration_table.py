@@ -54,8 +54,9 @@ def test_an_anchor_every_run_scores_alike_shows_its_spread_over_kernel_paths_not
 
 
 def test_the_calibration_that_ships_with_mlrb_is_the_benchmark_s():
-    """`python -m mlrb.compare --plan` without runs reads the copy inside the package, which the
-    benchmark writes with benchmarks/calibration.json; each task there records its code's digests."""
+    """`python -m mlrb.compare --plan` without runs reads the file inside the package, which
+    benchmarks/calibration.json links to (the benchmark writes it there); each task there records
+    its code's digests."""
     from mlrb.compare import CALIBRATION
 
     assert CALIBRATION == REPO / "mlrb" / "data" / "calibration.json"
