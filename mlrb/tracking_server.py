@@ -141,8 +141,9 @@ def server_command(args: argparse.Namespace) -> list[str]:
     return command
 
 
-def wait_until_healthy(url: str, server: subprocess.Popen) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def wait_until_healthy(url: str, server: subprocess.Popen, timeout_s: float = START_TIMEOUT_S) -> None:
+    """Until the server at URL answers its health check; ServeError if SERVER exits or TIMEOUT_S passes."""
+    deadline = time.monotonic() + timeout_s
     while True:
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
@@ -153,7 +154,7 @@ def wait_until_healthy(url: str, server: subprocess.Popen) -> None:
         if server.poll() is not None:
             raise ServeError(f"mlflow server exited with status {server.returncode} before answering (see above)")
         if time.monotonic() > deadline:
-            raise ServeError(f"mlflow server did not answer at {url}/health within {START_TIMEOUT_S} s")
+            raise ServeError(f"mlflow server did not answer at {url}/health within {timeout_s:g} s")
         time.sleep(0.5)
 
 

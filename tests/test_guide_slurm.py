@@ -13,8 +13,6 @@ import os
 import re
 import signal
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -67,17 +65,12 @@ class MlflowServer:
                                             start_new_session=True)  # fmt: skip
 
     def wait(self, timeout: float = 240) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=5) as answer:
-                    if answer.status == 200:
-                        return
-            except OSError:
-                pass
-            assert self.process.poll() is None, f"the server stopped: {self.log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no answer within {timeout} s: {self.log.read_text()[-3000:]}"
-            time.sleep(1)
+        from mlrb.tracking_server import ServeError, wait_until_healthy
+
+        try:
+            wait_until_healthy(self.uri, self.process, timeout_s=timeout)
+        except ServeError as e:
+            raise AssertionError(f"{e}: {self.log.read_text()[-3000:]}") from None
 
     def stop(self) -> None:
         os.killpg(self.process.pid, signal.SIGTERM)
