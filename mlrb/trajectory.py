@@ -6,12 +6,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from mlrb import events
 
 MAX_FIELD_CHARS = 20_000
+
+
+def parse(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The log's events, read back; a line that is not a JSON object (a run killed mid-write) is skipped."""
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            yield event
 
 
 class Trajectory:

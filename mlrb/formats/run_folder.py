@@ -5,7 +5,6 @@ saw them (the traces' CHAT_MODEL spans: each call's settings and the turns new i
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from mlrb import record
 from mlrb.api_shapes import text_of
 from mlrb.tags import SWEEP_ROLE, Tag
+from mlrb.trajectory import parse
 
 TRAJECTORY = "trajectory.jsonl"
 INSTRUCTIONS = Path(record.TEXTS) / "instructions.md"
@@ -118,13 +118,7 @@ def events(path: Path) -> list[dict[str, Any]]:
     file = Path(path) / TRAJECTORY
     if not file.is_file():
         return []
-    found = []
-    for text in file.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            found.append(json.loads(text))
-        except ValueError:
-            continue
-    return [e for e in found if isinstance(e, dict) and "event" in e]
+    return [e for e in parse(file.read_text(encoding="utf-8", errors="replace").splitlines()) if "event" in e]
 
 
 def runs_in(folders: list[Path]) -> list[RunFolder]:

@@ -33,6 +33,7 @@ from typing import Any
 
 from mlrb.report import activity
 from mlrb.report.runs import RunRow
+from mlrb.trajectory import parse
 
 ARTIFACT = "trajectory.jsonl"  # where run.py logs it: the artifacts' root
 EXAMPLE_CHARS = 160
@@ -110,17 +111,6 @@ def add_call(result: RunActivity, call: activity.Activity, seconds: float) -> No
         return
     result.tool_calls += 1
     result.seconds[call.category] += seconds
-
-
-def parse(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
-    """The trajectory's events; a line that is not a JSON object (a run killed mid-write) is skipped."""
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            yield event
 
 
 def read_file(path: Path) -> RunActivity:
