@@ -80,7 +80,7 @@ class RecordedRun:
     def shown_id(self) -> str:
         """The id a user finds the run by: the store's, once the store has opened the run (what
         `mlflow ui` shows), else the run's own (its record's, and the store run's `mlrb.run_id` tag)."""
-        opened = self.store_run.opened()
+        opened = self.store_run.opened_as
         return opened[0] if opened else self.run_id
 
     def _append(self, kind: str, **fields: Any) -> None:

@@ -246,7 +246,6 @@ class RemoteStoreRun:
         self.store = tracking.store_named(cfg)  # where `python -m mlrb.sync` uploads the record
         self.sent: list[Pending] = []  # the exports not yet seen answered, in order
         self.opening: Pending | None = None  # the export of the `opened` line
-        self.opened_as: tuple[str, str] | None = None  # the store's run id and experiment id, once known
 
     def export(self, path: Path, offset: int, length: int, opens: bool = False) -> None:
         """Have the process write the record's bytes [offset, offset + length) to the store,
@@ -262,28 +261,29 @@ class RemoteStoreRun:
     def answered(self) -> None:
         """Drop the exports answered so far; the first that failed raises its error."""
         while self.sent and self.sent[0].done.is_set():
-            pending = self.sent.pop(0)
-            value = pending.result()
-            if pending is self.opening:
-                self.opened_as = (value[0], value[1])
+            self.sent.pop(0).result()
 
-    def opened(self) -> tuple[str, str] | None:
+    @property
+    def opened_as(self) -> tuple[str, str] | None:
         """The store's run id and experiment id, once the `opened` line's export is answered (None
-        before, or when it failed); it leaves the exports' errors to `answered` and `flush`."""
+        before, or when it failed); its error is left to `answered` and `flush`."""
         pending = self.opening
-        if self.opened_as is None and pending is not None and pending.done.is_set() and pending.answer.get("ok"):
-            value = pending.answer["value"]
-            self.opened_as = (value[0], value[1])
-        return self.opened_as
+        if pending is None or not pending.done.is_set() or not pending.answer.get("ok"):
+            return None
+        run_id, experiment_id = pending.answer["value"]
+        return run_id, experiment_id
 
     def wait_opened(self) -> tuple[str, str]:
-        """The store's run id and experiment id, waiting for the `opened` line's export."""
-        while self.opened_as is None:
-            if not self.sent:
-                raise RecordingError("the record's opened line was never exported")
-            self.sent[0].done.wait()
-            self.answered()
-        return self.opened_as
+        """The store's run id and experiment id, waiting for the `opened` line's export (its
+        error, or an earlier one, raised)."""
+        if self.opening is None:
+            raise RecordingError("the record's opened line was never exported")
+        self.opening.done.wait()
+        self.answered()
+        opened = self.opened_as
+        if opened is None:  # answered() raised its error, unless it was already seen
+            raise RecordingError(self.opening.answer.get("message", "the store's run was not opened"))
+        return opened
 
     def flush(self) -> None:
         """Wait until every export sent is in the store (or raise the first that failed). While
