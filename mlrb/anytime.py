@@ -1,4 +1,4 @@
-"""Anytime scores (issue 38): what a run's workspace scored after each of its steps, and when
+"""Anytime scores: what a run's workspace scored after each of its steps, and when
 and at what cost, as the metrics from which the report draws its anytime curves.
 
 `python -m mlrb.rescore RUN_ID --all-steps` logs them to the run afterwards, and a run with

@@ -1,4 +1,4 @@
-"""How an attempt counts in means (issue 34, "scores on a sound scale").
+"""How an attempt counts in means.
 
 An attempt that does not end in a valid submission scored nothing, and submitting
 nothing must not beat honest work that falls short: it counts as the task's

@@ -1,4 +1,4 @@
-"""The run's model connection (issue 37): the metering proxy (mlrb/proxy.py) started for an
+"""The run's model connection: the metering proxy (mlrb/proxy.py) started for an
 agent that calls models, charging the run's budget, and its calls as the run's events.
 
 Every agent's model calls go through it, the built-in loop's as an outside program's, so there

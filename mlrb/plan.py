@@ -1,5 +1,5 @@
 """A run's plan: its config resolved once, before anything runs, into what the run's stages
-need (issue 36). `make(cfg)` names the run, keys it, loads its task (a frozen value, registry.load_task),
+need. `make(cfg)` names the run, keys it, loads its task (a frozen value, registry.load_task),
 its agent and its sandbox class, and works out its limits, tags and the params and config it records; `run.py`'s
 stages take the plan and read nothing else of the config.
 

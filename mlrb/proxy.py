@@ -1,4 +1,4 @@
-"""The metering proxy (issue 37): a run's one connection to the model APIs.
+"""The metering proxy: a run's one connection to the model APIs.
 
 An agent talks to the proxy as it would to the provider, with the run's token as its API
 key (worth nothing anywhere else):

@@ -1,5 +1,5 @@
 """The run folder's record: every fact of a run that goes to the tracking store, appended to
-`<run folder>/record.jsonl` as it happens, before it is sent (issue 36).
+`<run folder>/record.jsonl` as it happens, before it is sent.
 
 Each line is one JSON object with the format's version `v`, the time `t` (Unix seconds) and
 a `kind`:

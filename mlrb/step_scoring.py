@@ -1,4 +1,4 @@
-"""Scoring the agent's workspace during its run, for the report's anytime curves (issue 38):
+"""Scoring the agent's workspace during its run, for the report's anytime curves:
 `scoring.every_steps=N` (after every Nth step) and `scoring.every_minutes=M` (after the first
 step that ends M minutes or more, on the agent's clock, after the last scoring); off by default.
 

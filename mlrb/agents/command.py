@@ -1,5 +1,5 @@
 """Bring your own agent (`agent=command`): any program that speaks the Anthropic Messages API
-or OpenAI Chat Completions or Responses, run in the sandbox on the task's prompt (issue 37).
+or OpenAI Chat Completions or Responses, run in the sandbox on the task's prompt.
 
 The harness runs the run's metering proxy (mlrb/proxy.py) and gives the program, in its
 environment, the proxy as its API's base URL and the run's token as its key:

@@ -1,4 +1,4 @@
-"""A human baseline (`agent=human`, issue 37): a person works in the run's sandbox through a
+"""A human baseline (`agent=human`): a person works in the run's sandbox through a
 terminal they attach to, under the run's budget clock, and the same scorer scores what they leave.
 
 The harness starts a tmux server of the run's own, its socket in the run folder, whose one pane

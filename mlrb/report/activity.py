@@ -1,5 +1,5 @@
-"""What an agent's tool call was doing, from its tool's name and arguments alone (issue 38,
-"Where agents fail"): a pure function, so the report can sort every agent's calls the same way.
+"""What an agent's tool call was doing, from its tool's name and arguments alone: a pure
+function, so the report can sort every agent's calls the same way.
 
 `classify(tool, arguments)` gives the call's *category* and its *flags*.
 

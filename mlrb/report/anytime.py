@@ -1,4 +1,4 @@
-"""The report's anytime curves (issue 38): how a run's score grew during the run, from the
+"""The report's anytime curves: how a run's score grew during the run, from the
 anytime metrics that `python -m mlrb.rescore RUN_ID --all-steps` logs at each step
 (mlrb/anytime.py).
 

@@ -1,4 +1,4 @@
-"""Paired comparisons of agents, and how many seeds a comparison needs (issue 38).
+"""Paired comparisons of agents, and how many seeds a comparison needs.
 
 A *side* is the runs of one agent, one model (`agent.options.model`) or one sweep, by the name
 the user gave. Sides are compared on the report's counted normalised score (mlrb/counting.py: a

@@ -1,4 +1,4 @@
-"""The report's "Cost against score" (issue 38): per task, each results row (an agent, its model,
+"""The report's "Cost against score": per task, each results row (an agent, its model,
 budget...) as a point, its mean dollars per run against its mean counted normalised score
 (aggregate.py: over every attempt, a failure counting as doing nothing), with the Pareto front
 marked: a point is on the front when no other point of its panel costs no more and scores no

@@ -1,4 +1,4 @@
-"""The report's "Where agents fail" (issue 38): per task x agent (x model, budget... as the
+"""The report's "Where agents fail": per task x agent (x model, budget... as the
 results' rows), how its attempts ended, where its time went, and what it tried to reach that
 the sandbox blocks.
 

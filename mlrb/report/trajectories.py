@@ -1,5 +1,5 @@
 """How each run's agent spent its time, and what it tried to reach, from its trajectory
-(`trajectory.jsonl`, mlrb/trajectory.py; issue 38, "Where agents fail").
+(`trajectory.jsonl`, mlrb/trajectory.py).
 
 A run's trajectory is read once: from its run folder when the run's `mlrb.run_dir` tag names a
 folder here that holds this run (its `record.jsonl` opens with the run's id), else downloaded

@@ -1,6 +1,6 @@
 """A task's rules for an attempt: the part that says what is scored, what the agent may not
 change, whether it may reach the network, and which of the rules the task states nothing
-enforces (issue 36). The harness reads them from here: the sandbox (network), the run and
+enforces. The harness reads them from here: the sandbox (network), the run and
 the rescorers (the submission, the read-only files restored before scoring), the run's tags
 and the report (the rules no score can vouch for).
 

@@ -1,6 +1,6 @@
 """A task's asset builder: the part that makes the folder its runs read, `public/` (the
 agent may read it) and `hidden/` (it never may), by the maker that the scale's
-`assets.source` names (issue 36).
+`assets.source` names.
 
 Each maker is `(out_dir, params) -> facts for the manifest`, params being the scale's
 `assets` less `source` and `anchor_seeds` (the anchors' own). A packaged task's makers are

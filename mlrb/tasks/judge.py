@@ -1,4 +1,4 @@
-"""A task's scorer, as the harness sees it: the part that judges a submission (issue 36).
+"""A task's scorer, as the harness sees it: the part that judges a submission.
 
 The harness reads scoring from here: the scoring process imports `imports` ahead while the
 agent works and is given `timeout_s` (mlrb/scoring/runner.py); it calls `score`
