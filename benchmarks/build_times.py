@@ -33,7 +33,7 @@ TARGET_S = 20 * 60
 
 
 def build_seconds(task, cache_dir: Path) -> float:
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     started = time.monotonic()
     ensure_assets(task, cache_dir)
@@ -56,7 +56,7 @@ def main() -> None:
     seconds = {}
     tasks = {key: load_task(key) for key in keys}  # each at its default tiny assets
     if args.cache_dir:
-        from mlrb.assets import asset_dir
+        from mlrb.harness.assets import asset_dir
 
         built = [key for key in keys if asset_dir(tasks[key], args.cache_dir).exists()]
         if built:
@@ -104,7 +104,7 @@ SECTION = Section(
     reads=("build_times.json",),
     render=build_times_section,
     page="suite",
-    sources=("mlrb/tasks", "mlrb/assets.py", "mlrb/scoring", "requirements.lock"),
+    sources=("mlrb/tasks", "mlrb/harness/assets.py", "mlrb/scoring", "requirements.lock"),
 )
 
 

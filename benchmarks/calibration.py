@@ -45,7 +45,7 @@ from pathlib import Path
 
 from benchmarks import results as results_page
 from benchmarks.results import Section, commands, load, where
-from mlrb.stats import sd as sample_sd  # the one sample SD
+from mlrb.analysis.stats import sd as sample_sd  # the one sample SD
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile",
@@ -55,7 +55,7 @@ ANCHORS = ("do_nothing", "baseline", "reference")
 # the scorers, the asset cache and the libraries' versions.
 SHARED_SOURCES = ("mlrb/tasks/anchors.py", "mlrb/tasks/base.py", "mlrb/tasks/builder.py", "mlrb/tasks/hub.py",
                   "mlrb/tasks/judge.py", "mlrb/tasks/solutions.py", "mlrb/tasks/tiny_models.py",
-                  "mlrb/tasks/warm_python.py", "mlrb/scoring", "mlrb/assets.py", "requirements.lock")  # fmt: skip
+                  "mlrb/tasks/warm_python.py", "mlrb/scoring", "mlrb/harness/assets.py", "requirements.lock")  # fmt: skip
 
 
 def task_sources(key: str) -> tuple[str, ...]:
@@ -76,8 +76,8 @@ def task_sources(key: str) -> tuple[str, ...]:
 def load_task(key: str, seed: int | None = None, overrides: dict | None = None):
     """The packaged task at tiny scale, with assets.seed = seed (None: its YAML's) and
     `overrides` ({"assets.num_layers": 3, ...}) set in its tiny scale: a trial design."""
-    from mlrb import registry
-    from mlrb.config import TaskConfig, packaged_task
+    from mlrb.core import registry
+    from mlrb.core.config import TaskConfig, packaged_task
 
     raw = packaged_task(key)
     raw["scale"] = "tiny"
@@ -165,7 +165,7 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
     import shutil
     import tempfile
 
-    from mlrb.assets import prepare
+    from mlrb.harness.assets import prepare
     from mlrb.tasks.tiny_models import deterministic
 
     task = load_task(key, None, overrides)
@@ -210,7 +210,7 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
 
 
 def calibrate_over_assets(key: str, seeds: int, cache_dir: Path, overrides: dict | None = None) -> dict:
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     values = {anchor: [] for anchor in ANCHORS}
     invalid, items, build_s = [], None, []
@@ -313,7 +313,7 @@ def main() -> None:
     unknown = [k for k in keys if k not in TASKS]
     if unknown or args.seeds < 1:
         parser.error(f"unknown task {unknown[0]!r}; valid: {', '.join(TASKS)}" if unknown else "--seeds must be >= 1")
-    from mlrb.config import ConfigError
+    from mlrb.core.config import ConfigError
 
     try:  # every task takes every value, as a run's config check has it, before anything is built
         overrides = parse_overrides(args.set)
@@ -389,7 +389,7 @@ def calibration_section(bench_dir: Path) -> str:
 
 def comparison_plan(runs: dict, effect: float = 10.0) -> str:
     """`python -m mlrb.compare --plan --effect EFFECT`'s table and lines, from these anchors."""
-    from mlrb.report.compare import Plan, noise_of_calibration
+    from mlrb.report.paired import Plan, noise_of_calibration
 
     return "\n\n".join(line for line in Plan(effect, noise_of_calibration(runs)).lines() if line)
 

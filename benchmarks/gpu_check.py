@@ -77,7 +77,7 @@ def mlrb_run(overrides: list[str], folder: Path, env: dict[str, str], timeout_s:
     (run,) = client.search_runs(experiments, order_by=["attribute.start_time DESC"], max_results=1)
     tags, metrics = run.data.tags, run.data.metrics
     record.update(
-        status=tags.get("mlrb.status"), valid=tags.get("mlrb.valid"), score=metrics.get("score"),
+        status=tags.get("mlrb.core.status"), valid=tags.get("mlrb.valid"), score=metrics.get("score"),
         score_time_s=metrics.get("score_time_s"), reason=tags.get("mlrb.invalid_reason") or tags.get("mlrb.error"),
         **{name: metrics[name] for name in MEMORY_METRICS if name in metrics},
     )  # fmt: skip
@@ -172,7 +172,7 @@ def devices_part(gpu: str, work: Path, torch_inside: bool = True) -> dict:
     """A bwrap sandbox for a run given GPU `gpu` (CUDA_VISIBLE_DEVICES, as a launcher sets it)
     whose task asks for one: which /dev/nvidia* it has, and how many GPUs torch sees there, as
     is and asking for every GPU of the node. The node is mlrb.sandbox.gpus.DEV and DRIVER."""
-    from mlrb.config import SandboxConfig
+    from mlrb.core.config import SandboxConfig
     from mlrb.sandbox import gpus
     from mlrb.sandbox.base import Limits
     from mlrb.sandbox.bwrap import BwrapSandbox

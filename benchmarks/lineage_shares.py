@@ -30,8 +30,8 @@ def main() -> None:
     args = parser.parse_args()
     measured = results_page.provenance(sources=SECTION.sources)
 
-    from mlrb.assets import ensure_assets
-    from mlrb.tasks import rules
+    from mlrb.harness.assets import ensure_assets
+    from mlrb.tasks import model_checks
     from mlrb.tasks.llm_efficiency.task import model_dir
 
     task = load_task("llm_efficiency")
@@ -49,7 +49,7 @@ def main() -> None:
                 continue
             for seed in (int(s) for s in args.seeds.split(",")):
                 work = task.solutions(assets / "public").run(command, Path(scratch) / f"{anchor}-{seed}", seed)
-                shares = rules.shares_toward(work / task.cfg.submission, base, sibling)
+                shares = model_checks.shares_toward(work / task.cfg.submission, base, sibling)
                 assert shares is not None, "the submission's tensors differ from the base's"
                 overall, per_tensor = shares
                 worst = max(per_tensor, key=per_tensor.__getitem__)

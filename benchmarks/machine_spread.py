@@ -56,7 +56,7 @@ def build(key: str, cache_dir: Path) -> dict:
 
     import torch
 
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     started = time.monotonic()
     assets = ensure_assets(load_task(key), cache_dir)

@@ -40,7 +40,7 @@ tree's resident sets summed (every process of the run at once: the harness, MLfl
 recording process, the sandbox's processes), read from /proc every 20 ms, so a peak
 shorter than that can be missed. Then the ratio of run to
 floor and the difference in memory, per round (median); and the time of each stage of
-the run from its `stage_time_s.<stage>` metrics (mlrb/timeline.py; `compose` counts from
+the run from its `stage_time_s.<stage>` metrics (mlrb/core/timeline.py; `compose` counts from
 the process's start), with `other` the rest of the wall time (set-up between stages,
 the run's last writes, Hydra's end and the process's end). Last, the CPU seconds each of
 the run's processes spent, by what it is (the harness, MLflow's recording process, the
@@ -81,7 +81,7 @@ SCORER_FLOOR = "import torch, transformers, lm_eval.evaluator, lm_eval.tasks, lm
 SAMPLE_S = 0.02  # how often the process tree is read
 # Which process of a run does what, by its command line (the first that matches); the rest of
 # the tree (bwrap, the sandbox's exec server, the agent's commands) is "sandbox".
-ROLES = (("recording", "mlrb.recording_process"), ("scorer", "mlrb.scoring.worker"), ("harness", "-m mlrb"))
+ROLES = (("recording", "mlrb.store.recording_process"), ("scorer", "mlrb.scoring.worker"), ("harness", "-m mlrb"))
 CPU_ROLES = ("harness", "recording", "scorer", "sandbox")  # as the tables show them
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -371,7 +371,7 @@ def main() -> None:
         print(f"  default run{v} beyond its processes' imports (run - harness floor - scorer floor): "
               f"{summary(beyond, 's')}")  # fmt: skip
 
-    print("\nStages (median seconds; mlrb/timeline.py says what each holds; other = wall - their sum):")
+    print("\nStages (median seconds; mlrb/core/timeline.py says what each holds; other = wall - their sum):")
     print("  " + f"{'':15s}" + "".join(f"{s:>14s}" for s in STAGES + ("other", "wall")))
     for key in [k + v for k in kinds for v in versions]:
         cells = stage_medians(wall[key], stages[key]).values()
@@ -496,9 +496,7 @@ def stages_table(entry: dict) -> str:
     names = list(next(iter(recorded.values())))
     labels = {"run": "now", "run_before": before_label(entry)}
     rows = [[labels.get(key, key), *(f"{times[n]:.2f}" for n in names)] for key, times in recorded.items()]
-    intro = (
-        "Stage times, median seconds (`mlrb/timeline.py` says what each holds; other: the wall time less their sum):"
-    )
+    intro = "Stage times, median seconds (`mlrb/core/timeline.py` says what each holds; other: the wall time less their sum):"
     return intro + "\n\n" + table(["", *names], rows) + cpu_table(entry, labels)
 
 

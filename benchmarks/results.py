@@ -5,7 +5,7 @@
 Each benchmark script declares its own section of a page, at its end:
 
     SECTION = Section("First asset builds", order=20, reads=("build_times.json",), render=build_times_section,
-                      page="suite", sources=("mlrb/assets.py", "mlrb/tasks"))
+                      page="suite", sources=("mlrb/harness/assets.py", "mlrb/tasks"))
 
 its heading, its place on its page (sections go in increasing `order`), the JSON files beside
 this one that it is written from, the function that writes the text under the heading from

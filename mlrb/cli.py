@@ -31,7 +31,7 @@ from typing import Any, NoReturn, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from mlrb.config import CONF_DIR, ConfigError, MlrbConfig, register_schema, to_typed
+from mlrb.core.config import CONF_DIR, ConfigError, MlrbConfig, register_schema, to_typed
 
 GROUPS = ("task", "agent", "budget", "sandbox", "launcher", "tracking")
 SWITCH: dict[str, Any] = {"action": "store_true"}
@@ -280,7 +280,8 @@ def job(cfg: DictConfig) -> dict | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from mlrb import console, run
+    from mlrb import run
+    from mlrb.core import console
 
     hydra_cfg = HydraConfig.get()
     try:
@@ -321,10 +322,10 @@ def end_process(code: Any) -> NoReturn:
     """End `python -m mlrb` once a single run is over, without the interpreter's teardown
     (freeing every module and object: a second or more per run, more on a busy machine).
     By then the run has written everything to the store (its traces were flushed when its
-    agent ended, mlrb/agents/tracing.py) and reaped its processes; what is left is written
+    agent ended, mlrb/store/tracing.py) and reaped its processes; what is left is written
     here: the log file, standard output and error. While a thread that is not a daemon
     still runs (a library's uploads, say), the process exits as usual, which waits for it."""
-    from mlrb import recording_process
+    from mlrb.store import recording_process
 
     recording_process.stop()  # every write was answered: the recording process ends
     if not (code is None or isinstance(code, int)):
@@ -356,7 +357,7 @@ def main(argv: list[str] | None = None, end_at_once: bool = False) -> None:
         ends_at_once = end_at_once and command.single_run
         if ends_at_once:
             # MLflow's imports start now, in a process of their own, while the config is composed.
-            from mlrb import recording_process
+            from mlrb.store import recording_process
 
             recording_process.start()
         if not command.runs_nothing:

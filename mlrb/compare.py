@@ -3,7 +3,7 @@
 
 The runs are read as `python -m mlrb.report` reads them (the same filters and store) and
 scored as it scores them (the counted normalised score); the statistics are
-mlrb/report/compare.py's. Bad input is one line on stderr and exit status 1.
+mlrb/report/paired.py's. Bad input is one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from mlrb.report.cli import NoStore, ReportError, add_run_arguments, filters_of, read
-from mlrb.report.compare import METHOD, RESAMPLES, SCORE, CompareError
+from mlrb.report.paired import METHOD, RESAMPLES, SCORE, CompareError
 
 # The tiny tasks' anchors at several seeds, as benchmarks/calibration.py measured them (benchmarks/
 # calibration.json links here): inside the package, so --plan works without runs after `pip install .`.
@@ -80,7 +80,7 @@ def check(args: argparse.Namespace) -> None:
 
 
 def calibration_noise(path: Path, tasks: list[str], why: str) -> list:
-    from mlrb.report.compare import noise_of_calibration
+    from mlrb.report.paired import noise_of_calibration
 
     if not path.is_file():
         raise CompareError(f"{why}, and no calibration file at {path} (pass --calibration PATH)")
@@ -97,7 +97,7 @@ def calibration_noise(path: Path, tasks: list[str], why: str) -> list:
 
 def plan_without_sides(args: argparse.Namespace) -> int:
     """Seeds per task from the runs at hand, or from the calibration file when there are none."""
-    from mlrb.report.compare import Plan, noise_of_runs, stratum_labeller
+    from mlrb.report.paired import Plan, noise_of_runs, stratum_labeller
 
     filters = filters_of(args)
     try:
@@ -117,7 +117,7 @@ def plan_without_sides(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlrb.report.compare import Plan, compare, noise_of_comparison, rank, resolve, stratum_labeller
+    from mlrb.report.paired import Plan, compare, noise_of_comparison, rank, resolve, stratum_labeller
 
     check(args)
     if args.plan and not args.sides:

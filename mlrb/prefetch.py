@@ -9,7 +9,7 @@ or with `--check`, nothing is fetched: each missing item is one line, and the ex
 is 1 when anything is missing. A full-scale run checks the same list before it starts
 (`refuse_if_missing`) and refuses, naming what is missing.
 
-A task with Python requirements of its own (mlrb/environments.py) also gets its environment
+A task with Python requirements of its own (mlrb/harness/environments.py) also gets its environment
 built into the cache (`paths.cache_dir`), from the package index pip is configured with
 (whatever HF_HUB_OFFLINE says); with `--check`, only whether it is there.
 
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mlrb.config import ConfigError
+from mlrb.core.config import ConfigError
 from mlrb.tasks.hub import HubItem, download, is_present, task_needs
 
 USAGE = (
@@ -68,8 +68,8 @@ def configured_tasks(overrides: list[str]) -> list[tuple[Any, Path]]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from mlrb import registry
-    from mlrb.config import CONF_DIR, register_schema, to_typed
+    from mlrb.core import registry
+    from mlrb.core.config import CONF_DIR, register_schema, to_typed
 
     register_schema()
     named = [n for o in overrides if o.startswith("task=") for n in o.split("=", 1)[1].split(",")]
@@ -97,10 +97,10 @@ def configured_tasks(overrides: list[str]) -> list[tuple[Any, Path]]:
 
 
 def prefetch_environment(task: Any, cache_dir: Path, check_only: bool) -> int:
-    """Build the task's own Python environment (mlrb/environments.py) into the cache, or with
+    """Build the task's own Python environment (mlrb/harness/environments.py) into the cache, or with
     `check_only` say whether it is there; how many are missing (0 or 1). Building needs the
     package index, not the Hub, so HF_HUB_OFFLINE does not stop it."""
-    from mlrb import environments
+    from mlrb.harness import environments
 
     requirements = list(task.requirements)
     if not requirements:
@@ -127,7 +127,7 @@ def prefetch_agent(overrides: list[str], check_only: bool) -> int:
     from omegaconf import OmegaConf
 
     from mlrb.agents import installed
-    from mlrb.config import CONF_DIR, register_schema
+    from mlrb.core.config import CONF_DIR, register_schema
 
     register_schema()
     GlobalHydra.instance().clear()

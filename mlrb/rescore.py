@@ -12,7 +12,7 @@ What is logged goes to the store and, when the run's folder is on this machine, 
 record (record.jsonl) too, as the run's own metrics do.
 `--all-steps` (`--every N`: every Nth step and the last) scores each step in turn, once per
 distinct workspace (a step that left the workspace as an earlier one did takes that step's
-score), and logs at each step the anytime metrics (mlrb/anytime.py): validity, raw,
+score), and logs at each step the anytime metrics (mlrb/analysis/anytime.py): validity, raw,
 normalised and counted normalised score on the run's own anchors, the wall time since the
 agent started and the dollars spent by then. Bad input is one line on stderr, exit status 2;
 a scorer that fails (an infrastructure fault, not the run's) is one line, exit status 1.
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from mlrb import anytime
-from mlrb.config import ConfigError
-from mlrb.messages import duration
-from mlrb.tags import Metric, Tag
+from mlrb.analysis import anytime
+from mlrb.core.config import ConfigError
+from mlrb.core.messages import duration
+from mlrb.core.tags import Metric, Tag
 
 
 class ScoringFailed(RuntimeError):
@@ -78,23 +78,23 @@ class SnapshottedRun:
 
     def log(self, values: dict[str, float], step: int) -> None:
         """Log metric values at STEP to the store, and to the run folder's record when it is here."""
-        from mlrb import record, tracking
+        from mlrb.store import record, tracking
 
         folder = self.run.data.tags.get(Tag.RUN_DIR)
-        recorder = tracking.RunRecorder(self.client, self.run_id, self.run.info.experiment_id)
+        recorder = tracking.MlflowRunWriter(self.client, self.run_id, self.run.info.experiment_id)
         record.append_after(Path(folder) if folder else None, recorder, "metrics", metrics=values, step=step)
 
     def entries(self) -> list[dict]:
         """Each step's snapshot line, the task's read-only files left out (they are restored)."""
-        from mlrb import snapshots
+        from mlrb.harness import snapshots
 
         globs = self.task.rules.read_only_globs(self.asset_path)
         return [snapshots.without(entry, globs) for entry in snapshots.load_steps(self.snapshots)]
 
     def score(self, entry: dict) -> Any:
         """Rebuild the step's workspace in its own folder and score its submission (a ScoreReport)."""
-        from mlrb import snapshots, workspace
-        from mlrb.config import SandboxConfig
+        from mlrb.core.config import SandboxConfig
+        from mlrb.harness import snapshots, workspace
         from mlrb.scoring.runner import ScorerError, score_submission
 
         folder = self.local / f"step-{entry['step']}"
@@ -118,9 +118,9 @@ def load(args: argparse.Namespace) -> SnapshottedRun:
     """The run, its config and snapshots downloaded, its task's assets found (built if need be)."""
     from omegaconf import OmegaConf
 
-    from mlrb import assets as assets_lib
-    from mlrb import registry
-    from mlrb.config import TaskConfig
+    from mlrb.core import registry
+    from mlrb.core.config import TaskConfig
+    from mlrb.harness import assets as assets_lib
     from mlrb.report.cli import ReportError, connect, tracking_uri
 
     try:
@@ -187,7 +187,7 @@ def rescore_steps(args: argparse.Namespace, say: Callable[[str], None] = print) 
     if args.every is not None and args.every < 1:
         raise ConfigError(f"--every takes a number of steps of 1 or more, not {args.every}")
     loaded = load(args)
-    from mlrb import snapshots
+    from mlrb.harness import snapshots
 
     entries = loaded.entries()
     if not entries:

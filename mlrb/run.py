@@ -1,4 +1,4 @@
-"""One benchmark run, stage by stage, each taking the run's plan (mlrb/plan.py):
+"""One benchmark run, stage by stage, each taking the run's plan (mlrb/harness/plan.py):
 
     preflight -> open -> assets -> start -> agent -> collect -> score -> record
 
@@ -7,7 +7,7 @@ included), so bad input never leaves a half-written run or an empty run folder; 
 creates the run and its record (record.jsonl, which the store is written from); the rest
 are `Stages`: the task's assets, the scorer, workspace, sandbox and prompt, the agent under
 its budget, what it left, its submission scored in a separate process, and the outcome
-recorded. Once the run exists it always ends with a status (mlrb/status.py):
+recorded. Once the run exists it always ends with a status (mlrb/core/status.py):
 FINISHED for the agent's outcomes, FAILED for an infrastructure error (with its
 reason), KILLED when a signal stopped it (its workspace still scored unless a
 second signal comes).
@@ -27,37 +27,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlrb import (
-    agent_clock,
-    console,
-    control,
-    counting,
-    events,
-    instructions,
-    interrupts,
-    metering,
-    prefetch,
-    record,
-    recording_process,
-    resume,
-    snapshots,
-    step_scoring,
-    timeline,
-    tracking,
-    workspace,
-)
-from mlrb import assets as assets_lib
-from mlrb import plan as plans
+from mlrb import prefetch
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.recording import open_sink
-from mlrb.budget import Budget
-from mlrb.config import ConfigError, MlrbConfig
+from mlrb.analysis import counting
+from mlrb.core import console, events, interrupts, timeline
+from mlrb.core.budget import Budget
+from mlrb.core.config import ConfigError, MlrbConfig
+from mlrb.core.status import Status, of_run
+from mlrb.core.tags import Metric, Tag
 from mlrb.formats import atif
-from mlrb.resume import Resumption
+from mlrb.harness import agent_clock, control, instructions, metering, resume, snapshots, step_scoring, workspace
+from mlrb.harness import assets as assets_lib
+from mlrb.harness import plan as plans
+from mlrb.harness.resume import Resumption
 from mlrb.sandbox.base import SandboxError, SandboxStopped
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission
-from mlrb.status import Status, of_run
-from mlrb.tags import Metric, Tag
+from mlrb.store import record, recording_process, tracking
 from mlrb.tasks.base import ScoreReport, Task
 
 log = logging.getLogger(__name__)
@@ -247,7 +233,7 @@ class RunInterrupted(KeyboardInterrupt):
 
 
 class RunSuspended(RunInterrupted):
-    """The run was stopped by a signal before its end, to go on later where it was (mlrb/resume.py)."""
+    """The run was stopped by a signal before its end, to go on later where it was (mlrb/harness/resume.py)."""
 
     def __init__(self, signum: int, run_id: str):
         self.result, self.run_id, self.signal = None, run_id, interrupts.Interrupted(signum)
@@ -284,7 +270,7 @@ def run_identity(run_dir: Path, plan: plans.RunPlan, resumed: Resumption | None)
 
 def resume_in(run_dir: Path, plan: plans.RunPlan) -> Resumption | None:
     """The run RUN_DIR holds, taken over to go on in a new attempt, when it is this plan's run,
-    begun and not ended, and its owner is gone (mlrb/resume.py); else None."""
+    begun and not ended, and its owner is gone (mlrb/harness/resume.py); else None."""
     if not resume.resumable(run_dir, plan.key, plan.sweep_id):
         return None
     state = record.fold(record.read(run_dir))
@@ -329,7 +315,7 @@ def scrub_hydra_files(run_dir: Path, secrets: list[str]) -> None:
 class Stages:
     """A run's stages once its record is open: assets, start, agent, collect, score and record,
     in that order (`run`). Each reads the plan and what the stages before it left here. Each is
-    timed in one place, as one of the clock's stages (mlrb/timeline.py); what a stage writes
+    timed in one place, as one of the clock's stages (mlrb/core/timeline.py); what a stage writes
     to the record is timed apart, as `recording`."""
 
     def __init__(self, plan: plans.RunPlan, recorder: record.RecordedRun, run_dir: Path, guard: interrupts.Guard,
@@ -564,7 +550,7 @@ class Stages:
 
     def score(self) -> None:
         """The submission (copied out by `collect`) scored in the scorer's sandbox; a scoring that
-        fails is judged by a control (mlrb/control.py)."""
+        fails is judged by a control (mlrb/harness/control.py)."""
         # Checked again: scoring against assets changed since the run began would be a silent wrong score.
         self.asset_path = assets_lib.ensure_assets(self.task, self.plan.cache_dir)
         try:
@@ -652,7 +638,7 @@ def record_assets(recorder, fingerprint: str) -> None:
 def summarise(report: ScoreReport, calibration: dict[str, float | None], higher_is_better: bool = True,
               normalisation: str = "gap") -> dict[str, float]:  # fmt: skip
     """Score, its normalised form, MLAgentBench's success flag, and how the attempt counts in
-    means (mlrb/counting.py). Normalised: "gap", 0 = baseline, 100 = reference; "improvement"
+    means (mlrb/analysis/counting.py). Normalised: "gap", 0 = baseline, 100 = reference; "improvement"
     (MLAgentBench), percent better than the baseline."""
     baseline, reference = calibration.get(Metric.BASELINE_SCORE), calibration.get(Metric.REFERENCE_SCORE)
     metrics: dict[str, float] = {Metric.VALID: float(report.valid)}

@@ -37,22 +37,15 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import OmegaConf
 
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
-from mlrb import (
-    experiment_view,
-    record,
-    recording_process,
-    recording_server,
-    resume,
-    run_names,
-    sweep_summary,
-    sync,
-    tracking,
-)
-from mlrb.config import ConfigError, TrackingConfig, to_typed
-from mlrb.messages import first_line
-from mlrb.plan import experiment_name, run_key, run_name
-from mlrb.status import MlflowStatus
-from mlrb.tags import SWEEP_ROLE, Metric, Tag
+from mlrb import sweep_summary, sync
+from mlrb.core import run_names
+from mlrb.core.config import ConfigError, TrackingConfig, to_typed
+from mlrb.core.messages import first_line
+from mlrb.core.status import MlflowStatus
+from mlrb.core.tags import SWEEP_ROLE, Metric, Tag
+from mlrb.harness import resume
+from mlrb.harness.plan import experiment_name, run_key, run_name
+from mlrb.store import experiment_view, record, recording_process, recording_server, tracking
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +124,7 @@ class SweepLauncher(BaseSubmititLauncher):
         started = time.monotonic()
         if not self.config.get("verbose"):
             logging.getLogger("mlflow").setLevel(logging.WARNING)  # "creating database tables" and the like
-        # What the sweep tells each job, as config (`sweep` in mlrb/config.py): the keys its run's name ends
+        # What the sweep tells each job, as config (`sweep` in mlrb/core/config.py): the keys its run's name ends
         # with, then, once known, the sweep's id and parent run.
         self.facts = [f"sweep.name_keys=[{','.join(run_names.extra_name_keys(job_overrides))}]"]
         jobs = [self.describe(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
@@ -304,7 +297,7 @@ def store_missed(outcome: tuple[bool, Any]) -> Path | None:
 def sync_ended_offline(job: SweepJob, folders: list[Path]) -> str | None:
     """This job's run, found in its run folders of the sweep's launches (FOLDERS, newest first),
     when its record ended FINISHED but the store does not hold it so (the store went away during
-    it, mlrb/record.py): its record synced into the store; the store's run id, or None when there
+    it, mlrb/store/record.py): its record synced into the store; the store's run id, or None when there
     is no such run."""
     client, artifact_root = tracking.client_for(job.tracking)
     for folder in folders:
@@ -338,7 +331,7 @@ def slot_devices(slots: int, gpus_per_job: int, devices: list[int]) -> list[list
 
 class LocalSweepLauncher(SweepLauncher):
     """submitit's local executor, with a cap on concurrent jobs and a GPU set per slot. The jobs
-    record through processes forked by this process's recording server (mlrb/recording_server.py)."""
+    record through processes forked by this process's recording server (mlrb/store/recording_server.py)."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         server = recording_server.start(
@@ -529,7 +522,7 @@ def chain_of(job: SweepJob, profile: dict[str, Any]) -> tuple[int, int]:
     """The time limit of each of a run's SLURM jobs, and how many jobs its run needs: one, or
     a chain when its budget and overhead are longer than the partition allows a job
     (`time_limit_min`). Each job of a chain stops at submitit's time-limit signal, is requeued,
-    and its run goes on where it was (mlrb/resume.py); the agent's clock runs only while it works."""
+    and its run goes on where it was (mlrb/harness/resume.py); the agent's clock runs only while it works."""
     needed = job_minutes(job, profile.get("overhead_min", 10))
     limit = profile.get("time_limit_min")
     if not limit or needed <= limit:

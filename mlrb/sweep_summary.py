@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mlrb.messages import duration
+from mlrb.core.messages import duration
+from mlrb.core.tags import Metric
 from mlrb.report import aggregate, render
 from mlrb.report.runs import Filters, RunRow, load
-from mlrb.tags import Metric
 
 
 @dataclass

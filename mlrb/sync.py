@@ -1,4 +1,4 @@
-"""Put runs into a tracking store from their run folders' records (mlrb/record.py):
+"""Put runs into a tracking store from their run folders' records (mlrb/store/record.py):
 
     python -m mlrb.sync RUN_DIR [RUN_DIR ...] [--tracking-dir DIR | --tracking-uri URI]
     python -m mlrb.sync --all [--outputs outputs] [--tracking-dir DIR | --tracking-uri URI]
@@ -22,9 +22,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from mlrb import record
-from mlrb.config import ConfigError, TrackingConfig
-from mlrb.tags import Tag
+from mlrb.core.config import ConfigError, TrackingConfig
+from mlrb.core.tags import Tag
+from mlrb.store import record
 
 # The run id a run synced before the harness made its own ids had in its record (now: Tag.RUN_ID).
 SYNCED_FROM = "mlrb.synced_from"
@@ -78,7 +78,7 @@ def run_dirs(args: argparse.Namespace) -> list[Path]:
 
 def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
     """Upload what the store lacks of RUN_DIR's record; returns one line saying what was done."""
-    from mlrb import tracking
+    from mlrb.store import tracking
 
     lines = record.read(run_dir)
     opened = [line for line in lines if line["kind"] == "opened"]
@@ -96,7 +96,7 @@ def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
         run = client.get_run(run.info.run_id)
     missing = missing_lines(client, run, lines, state, run_dir)
     # Written as a live run writes its record: the same exporter, line by line.
-    record.export(tracking.RunRecorder(client, run.info.run_id, run.info.experiment_id), missing, run_dir)
+    record.export(tracking.MlflowRunWriter(client, run.info.run_id, run.info.experiment_id), missing, run_dir)
     count = Counter[str]()
     for line in missing:  # params, tags and metric values by name; the rest one per line
         kind = line["kind"]
@@ -114,7 +114,7 @@ def missing_lines(client: Any, run: Any, lines: list[dict], state: dict[str, Any
     them: params it does not hold, tags it holds otherwise, metric values (by step) it lacks,
     each with the time of the line that logged it, artifact files it lacks (a folder's, file
     by file), the traces of the steps it lacks, and the end status when it differs."""
-    from mlrb import tracking
+    from mlrb.store import tracking
 
     run_id = run.info.run_id
     wanted = {k: v[: tracking.PARAM_CHARS] for k, v in state["params"].items()}  # as the store keeps them
@@ -162,8 +162,8 @@ def missing_lines(client: Any, run: Any, lines: list[dict], state: dict[str, Any
 def missing_traces(client: Any, run: Any, traces: list[dict]) -> list[dict]:
     """The record's step traces that the store lacks (a step's trace is one of the run's
     traces tagged with its step)."""
-    from mlrb import tracking
-    from mlrb.tags import Tag
+    from mlrb.core.tags import Tag
+    from mlrb.store import tracking
 
     if not traces:
         return []
@@ -207,7 +207,7 @@ def artifact_files(client: Any, run_id: str, folder: str | None = None) -> set[s
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     try:
-        from mlrb import tracking
+        from mlrb.store import tracking
 
         for (uri, folder_of_store), folders in stores_of(args, run_dirs(args)).items():
             cfg = TrackingConfig(uri=uri, dir=folder_of_store)

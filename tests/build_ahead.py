@@ -85,7 +85,7 @@ def stderr_to(path: Path) -> Iterator[None]:
 
 def build_each(cache_dir: Path, say: Callable[[str], None], scale: str) -> None:
     from conftest import task_from_config
-    from mlrb.assets import MANIFEST, asset_dir, ensure_assets
+    from mlrb.harness.assets import MANIFEST, asset_dir, ensure_assets
 
     for key in TINY_TASKS:
         task = task_from_config(key, scale=scale)

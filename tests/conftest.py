@@ -61,7 +61,7 @@ def prune(cache: Path) -> None:
     import shutil
     import time
 
-    from mlrb.assets import MANIFEST
+    from mlrb.harness.assets import MANIFEST
 
     cutoff = time.time() - UNUSED_FOR_DAYS * 86400
     for manifest in cache.glob(f"*/*/{MANIFEST}"):
@@ -70,7 +70,7 @@ def prune(cache: Path) -> None:
     for record in cache.glob("*/unseen-seed-*.json"):  # tests/test_anchor_seeds.py's, beside their assets
         if not (record.parent / record.stem.removeprefix("unseen-seed-")).is_dir():
             record.unlink(missing_ok=True)
-    for control in cache.glob("*/*.control"):  # mlrb/control.py's, beside assets pruned above
+    for control in cache.glob("*/*.control"):  # mlrb/harness/control.py's, beside assets pruned above
         if not control.with_suffix("").is_dir():
             shutil.rmtree(control, ignore_errors=True)
     for mirror in cache.glob(f"{MIRRORS}/*"):  # kept_mirror's (a build cut short too)
@@ -81,7 +81,7 @@ def prune(cache: Path) -> None:
 @pytest.fixture(scope="session")
 def built_cache(cache_dir) -> Path:
     """The session's cache, with the default task's assets (tiny: the calibrated ones) built in it."""
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     ensure_assets(tiny_llm_merging(), cache_dir)
     return cache_dir
@@ -97,7 +97,7 @@ PLUMBING = "task.scale=plumbing"
 @pytest.fixture(scope="session")
 def plumbing_cache(cache_dir) -> Path:
     """The session's cache, with the default task's plumbing assets built in it."""
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     ensure_assets(plumbing_llm_merging(), cache_dir)
     return cache_dir
@@ -106,8 +106,8 @@ def plumbing_cache(cache_dir) -> Path:
 def task_from_config(key: str, scale: str = "tiny", **overrides):
     """Task KEY as mlrb/tasks/KEY/task.yaml defines it (composed), at SCALE (tiny: the calibrated
     one; plumbing: built in seconds, for tests of how runs move), with some of its values overridden."""
-    from mlrb import registry
-    from mlrb.config import TaskConfig, packaged_task
+    from mlrb.core import registry
+    from mlrb.core.config import TaskConfig, packaged_task
 
     raw = packaged_task(key)
     raw["scale"] = scale
@@ -131,7 +131,7 @@ def broken_copy_of(cache_dir: Path, dest: Path, scale: str = "tiny") -> Path:
     import json
     import shutil
 
-    from mlrb.assets import MANIFEST, asset_dir, file_hashes, fingerprint_of
+    from mlrb.harness.assets import MANIFEST, asset_dir, file_hashes, fingerprint_of
 
     source = asset_dir(task_from_config("llm_merging", scale=scale), cache_dir)
     shutil.copytree(source, dest / source.relative_to(cache_dir))
@@ -179,7 +179,7 @@ def empty_store() -> Path:
     harness's own `create_sqlite_store` and kept in the test cache."""
     import mlflow
 
-    from mlrb.tracking import create_sqlite_store
+    from mlrb.store.tracking import create_sqlite_store
 
     folder = TEST_CACHE / "mlflow-stores"
     db = folder / f"mlflow-{mlflow.__version__}.db"
@@ -259,10 +259,10 @@ def baseline_run(task_key: str, tmp_path: Path, cache_dir: Path):
 
 
 def assert_record_matches_store(client, run) -> dict:
-    """The run folder's record.jsonl (mlrb/record.py) holds what the store holds for RUN: its
+    """The run folder's record.jsonl (mlrb/store/record.py) holds what the store holds for RUN: its
     params, its mlrb tags, every metric's history by step, its artifacts, its traces and its status.
     Returns the folded record."""
-    from mlrb import record
+    from mlrb.store import record
 
     state = record.fold(record.read(Path(run.data.tags["mlrb.run_dir"])))
     assert state["run_id"] == run.data.tags["mlrb.run_id"] and state["status"] == run.info.status  # found by its id
@@ -289,7 +289,7 @@ def anchors_of(task_key: str, cache_dir: Path) -> dict:
     """hidden/calibration.json of the task's tiny assets in cache_dir (built already)."""
     import json
 
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     assets = ensure_assets(task_from_config(task_key), cache_dir)
     return json.loads((assets / "hidden" / "calibration.json").read_text())
@@ -552,7 +552,7 @@ def compose_config(*overrides: str):
     from hydra.core.global_hydra import GlobalHydra
 
     from mlrb.cli import CONF_DIR
-    from mlrb.config import register_schema, to_typed
+    from mlrb.core.config import register_schema, to_typed
 
     register_schema()
     GlobalHydra.instance().clear()

@@ -1,4 +1,4 @@
-"""The agent knows its clock (mlrb/agent_clock.py): its prompt says where, a file in its workspace
+"""The agent knows its clock (mlrb/harness/agent_clock.py): its prompt says where, a file in its workspace
 ($MLRB_BUDGET_FILE) always holds what is left, and a last-minutes notice comes once, recorded in
 the run's trajectory. The harness writes the file without following what the agent put there."""
 

@@ -11,11 +11,11 @@ import yaml
 
 from conftest import PLUMBING, REPO, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
-from mlrb import metering
 from mlrb.agents import prices
 from mlrb.agents.command import CommandAgent
-from mlrb.config import AgentConfig, ConfigError
-from mlrb.proxy import MeteringProxy, MissingModel, Upstream, model_not_found
+from mlrb.core.config import AgentConfig, ConfigError
+from mlrb.harness import metering
+from mlrb.harness.proxy import MeteringProxy, MissingModel, Upstream, model_not_found
 from test_command_agent import command_override
 from test_sweeps import runs_by_role, sweep_args
 
@@ -153,7 +153,7 @@ def recorded_as_a_config_failure(tmp_path, model: str) -> None:
     its error naming the model."""
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
-    assert run.info.status == "FAILED" and run.data.tags["mlrb.status"] == "infra_error"
+    assert run.info.status == "FAILED" and run.data.tags["mlrb.core.status"] == "infra_error"
     assert "ModelNotFound" in run.data.tags["mlrb.error"] and model in run.data.tags["mlrb.error"]
 
 

@@ -15,8 +15,8 @@ import yaml
 
 from build_ahead import SEEDED, unseen_seed_scores
 from conftest import REPO, task_from_config
-from mlrb.config import ConfigError, TaskConfig
-from mlrb.counting import normalise
+from mlrb.analysis.counting import normalise
+from mlrb.core.config import ConfigError, TaskConfig
 from mlrb.report.aggregate import anchor_sem
 from mlrb.report.runs import RunRow
 from mlrb.tasks.anchors import Anchors, seed_statistics
@@ -179,7 +179,7 @@ def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100
     benchmarks/calibration.json measured over 5 seeds where it has the task: an SD from the
     build's 3 seeds is itself uncertain by about half (math_reasoning's baseline: 1.00 BLEU
     over seeds 0-2, 1.80 over 0-4), too little to bound a fourth seed by."""
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     task = task_from_config(key)
     assets = ensure_assets(task, cache_dir)

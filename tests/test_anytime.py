@@ -19,10 +19,11 @@ import pytest
 import scipy.stats
 
 from conftest import run_module
-from mlrb import anytime, record
-from mlrb.report.anytime import GroupCurves, Point, RunCurve, band, budgets_table, curve_of, last_per_step
+from mlrb.analysis import anytime
+from mlrb.report.curves import GroupCurves, Point, RunCurve, band, budgets_table, curve_of, last_per_step
 from mlrb.report.runs import RunRow
 from mlrb.rescore import chosen_steps
+from mlrb.store import record
 from mlrb.tasks.attempt_rules import Rules
 
 ANCHORS = {"do_nothing_score": 0.2, "baseline_score": 0.5, "reference_score": 0.7}
@@ -202,8 +203,8 @@ class Clock:
 
 @pytest.mark.fast
 def test_the_budget_s_clock_stands_still_while_paused():
-    from mlrb.budget import Budget
-    from mlrb.config import BudgetConfig
+    from mlrb.core.budget import Budget
+    from mlrb.core.config import BudgetConfig
 
     clock = Clock()
     budget = Budget(BudgetConfig(name="t", wall_time_s=100, max_steps=5), clock=clock)
@@ -230,9 +231,9 @@ def test_scoring_during_the_run_is_due_by_steps_or_minutes_off_the_agent_s_clock
     harness's time: the steps whose turn it is are scored once per distinct workspace, logged
     with the agent's clock (the scoring not counted) and its dollars, and the run's own score
     ends the curve."""
-    from mlrb import snapshots, step_scoring, workspace
-    from mlrb.budget import Budget
-    from mlrb.config import BudgetConfig, SandboxConfig, ScoringConfig
+    from mlrb.core.budget import Budget
+    from mlrb.core.config import BudgetConfig, SandboxConfig, ScoringConfig
+    from mlrb.harness import snapshots, step_scoring, workspace
     from mlrb.scoring.report import ScoreReport
 
     clock = Clock()
@@ -289,7 +290,7 @@ def test_scoring_during_the_run_is_due_by_steps_or_minutes_off_the_agent_s_clock
 @pytest.mark.fast
 def test_the_scoring_intervals_are_checked_before_anything_runs():
     from conftest import compose_config
-    from mlrb.config import ConfigError
+    from mlrb.core.config import ConfigError
 
     assert compose_config("scoring.every_steps=5").scoring.every_steps == 5
     for override, message in (("scoring.every_steps=0", "scoring.every_steps must be positive, got 0"),
@@ -327,8 +328,8 @@ def fill(root: Path) -> None:
     }
     for agent, seeds in plans.items():
         for seed, steps in enumerate(seeds, 1):
-            tags = {"mlrb.task": "llm_merging", "mlrb.agent": agent, "mlrb.budget": "smoke", "mlrb.scale": "tiny",
-                    "mlrb.seed": str(seed), "mlrb.sandbox": "bwrap", "mlrb.confined": "true", "mlrb.status": "ok",
+            tags = {"mlrb.task": "llm_merging", "mlrb.agent": agent, "mlrb.core.budget": "smoke", "mlrb.scale": "tiny",
+                    "mlrb.seed": str(seed), "mlrb.sandbox": "bwrap", "mlrb.confined": "true", "mlrb.core.status": "ok",
                     "mlrb.valid": "True", "mlrb.sweep_id": SWEEP_ID, "mlflow.parentRunId": parent}  # fmt: skip
             run = client.create_run(experiment, tags=tags, run_name=f"llm_merging/{agent}/smoke/{seed}").info.run_id
             final = next((v for v in reversed(steps) if v is not None), FLOOR)

@@ -1,4 +1,4 @@
-"""What the harness reads of the model APIs' messages (mlrb/api_shapes.py): a call's text, tool
+"""What the harness reads of the model APIs' messages (mlrb/core/api_shapes.py): a call's text, tool
 calls and stop reason, whole or streamed, and the tool results an agent sends back, in the
 shapes the scripted upstream (tests/fake_llm_server.py) writes as the real APIs do."""
 
@@ -16,8 +16,8 @@ from fake_llm_server import (
     responses_reply,
     tool,
 )
-from mlrb.api_shapes import reply_of, tool_results_of, usage_of
-from mlrb.proxy import StreamUsage
+from mlrb.core.api_shapes import reply_of, tool_results_of, usage_of
+from mlrb.harness.proxy import StreamUsage
 
 pytestmark = pytest.mark.fast
 

@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from conftest import REPO
-from mlrb import registry
 from mlrb.agents.base import AgentContext
 from mlrb.agents.recording import open_sink
-from mlrb.budget import Budget
-from mlrb.config import AgentConfig, BudgetConfig, SandboxConfig
+from mlrb.core import registry
+from mlrb.core.budget import Budget
+from mlrb.core.config import AgentConfig, BudgetConfig, SandboxConfig
 from mlrb.sandbox.base import Limits, Sandbox
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 from mlrb.tasks.base import Task
@@ -39,7 +39,7 @@ def test_the_agent_and_task_examples_run_and_score_through_the_registry(tmp_path
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from mlrb.config import CONF_DIR, register_schema, to_typed
+    from mlrb.core.config import CONF_DIR, register_schema, to_typed
 
     package = tmp_path / "examples"
     folder = package / "answer"
@@ -108,6 +108,6 @@ def test_every_module_the_ownership_table_names_exists():
     table = DOC.split("## Who owns what", 1)[1].split("##", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     named = [name for row in rows for name in re.findall(r"`([^`]+)`", row.split("|")[1])]
-    assert "events.py" in named and "trajectory.py" in named
+    assert "core/events.py" in named and "harness/trajectory.py" in named
     missing = [name for name in named if not (REPO / "mlrb" / name).exists()]
     assert not missing, f"docs/ARCHITECTURE.md names modules that do not exist: {missing}"

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from conftest import compose_config, mlflow_client, store_args
-from mlrb.assets import MANIFEST, AssetError, ensure_assets, fingerprint, problems
-from mlrb.config import TaskConfig
+from mlrb.core.config import TaskConfig
+from mlrb.harness.assets import MANIFEST, AssetError, ensure_assets, fingerprint, problems
 from mlrb.tasks.base import packaged_task, scale_spec
 
 
@@ -86,7 +86,7 @@ def test_damage_is_detected_named_and_rebuilt(task, counting, tmp_path, caplog, 
     good = fingerprint(assets)
     damage(assets)
     assert any(named in problem for problem in problems(assets))
-    with caplog.at_level(logging.WARNING, logger="mlrb.assets"):
+    with caplog.at_level(logging.WARNING, logger="mlrb.harness.assets"):
         assert ensure_assets(task, tmp_path) == assets
     assert counting.builds == 2 and problems(assets) == [] and fingerprint(assets) == good
     assert named in caplog.text and "rebuilding" in caplog.text
@@ -110,8 +110,8 @@ HOUSE_PRICE = Path(__file__).parent / "folder_tasks" / "house-price-mini"
 def test_assets_changed_during_a_run_are_rebuilt_before_scoring(tmp_path, caplog):
     """An unconfined agent can write the cache: scoring notices, rebuilds, and scores right.
     The checks are the same for every task; a small task folder keeps the rebuild quick."""
-    from mlrb import registry
     from mlrb import run as run_lib
+    from mlrb.core import registry
 
     cache = tmp_path / "cache"
     cfg = compose_config(*store_args(tmp_path, cache)[:2], "task=folder", f"task.path={HOUSE_PRICE}",
@@ -123,7 +123,7 @@ def test_assets_changed_during_a_run_are_rebuilt_before_scoring(tmp_path, caplog
         f'python train.py && for f in {hidden}; do [ ! -f "$f" ] || printf X | dd of="$f" bs=1 seek=10 conv=notrunc; done'
     )
     task = registry.load_task(cfg.task)
-    with caplog.at_level(logging.WARNING, logger="mlrb.assets"):
+    with caplog.at_level(logging.WARNING, logger="mlrb.harness.assets"):
         result = run_lib.execute(cfg, tmp_path / "run")
     assert "hidden/answer.csv has changed" in caplog.text and "rebuilding" in caplog.text
 
@@ -131,7 +131,7 @@ def test_assets_changed_during_a_run_are_rebuilt_before_scoring(tmp_path, caplog
     assert problems(assets) == [] and b"X" not in (assets / "hidden" / "answer.csv").read_bytes()  # rebuilt
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("house-price-mini").experiment_id])
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok" and result.valid
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.core.status"] == "ok" and result.valid
     assert run.data.tags["mlrb.confined"] == "false" and run.data.tags["mlrb.sandbox"] == "unconfined"
     assert run.data.tags["mlrb.assets_fingerprint"] == fingerprint(assets)
     assert run.data.metrics["score"] == pytest.approx(run.data.metrics["baseline_score"], abs=1e-6)

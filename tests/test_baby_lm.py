@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import baseline_run, run_cli, task_from_config
-from mlrb.tasks import rules
+from mlrb.tasks import model_checks
 
 
 def load_task(**overrides):
@@ -20,7 +20,7 @@ def load_task(**overrides):
 
 @pytest.fixture(scope="module")
 def assets(cache_dir) -> Path:
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     return ensure_assets(load_task(), cache_dir)
 
@@ -121,13 +121,15 @@ def test_copied_matrices_are_found_however_they_are_disguised(tmp_path):
             "h.0.mask": mask.clone(),
         },
     }
-    found = {name: rules.checkpoint_copies(save_matrices(tmp_path / name, t), checkpoint) for name, t in cases.items()}
+    found = {
+        name: model_checks.checkpoint_copies(save_matrices(tmp_path / name, t), checkpoint) for name, t in cases.items()
+    }
     assert [c["checkpoint_tensor"] for c in found["copied"]] == ["h.0.w"]
     assert found["copied"][0]["similarity"] == pytest.approx(1.0)
     assert [c["checkpoint_tensor"] for c in found["fine_tuned"]] == ["h.0.w"]
     assert [c["checkpoint_tensor"] for c in found["rescaled_and_transposed"]] == ["h.0.w (transposed)"]
     assert found["fresh"] == []  # independent weights; vectors (norms) and masks are never compared
-    problem, facts = rules.check_not_known_checkpoint(tmp_path / "copied", {"org/ckpt": checkpoint})
+    problem, facts = model_checks.check_not_known_checkpoint(tmp_path / "copied", {"org/ckpt": checkpoint})
     assert "come from the public checkpoint org/ckpt" in problem and "trained from scratch" in problem
 
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlrb.budget import Budget, Spend
-from mlrb.config import BudgetConfig
+from mlrb.core.budget import Budget, Spend
+from mlrb.core.config import BudgetConfig
 
 pytestmark = pytest.mark.fast
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mlrb.config import ConfigError, SandboxConfig
+from mlrb.core.config import ConfigError, SandboxConfig
 from mlrb.sandbox import bwrap as bw
 from mlrb.sandbox import gpus
 from mlrb.sandbox.base import Limits
@@ -238,7 +238,7 @@ def test_nothing_survives_a_harness_that_dies(tmp_path):
     harness = textwrap.dedent(f"""
         import os
         from pathlib import Path
-        from mlrb.config import SandboxConfig
+        from mlrb.core.config import SandboxConfig
         from mlrb.sandbox.bwrap import BwrapSandbox
         from mlrb.sandbox.base import Limits
         box = BwrapSandbox(SandboxConfig(), Path({str(tmp_path / "ws")!r}), Path({str(tmp_path / "data")!r}), "r", Limits())
@@ -316,7 +316,7 @@ def test_memory_and_fork_bombs_are_contained(tmp_path):
 def test_an_agent_s_whole_run_is_bounded_by_the_budget_not_by_the_command_timeout(tmp_path, kind):
     """The baseline's script or an outside agent's program is the whole run: a 1-second
     command_timeout_s cuts a model's command, not that (only the budget's wall time does)."""
-    from mlrb.registry import SANDBOXES, load
+    from mlrb.core.registry import SANDBOXES, load
 
     (tmp_path / "ws").mkdir()
     (tmp_path / "data").mkdir()

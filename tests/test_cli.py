@@ -256,7 +256,7 @@ def test_a_checked_config_is_validated_once_and_only_for_the_same_config():
     from hydra.core.global_hydra import GlobalHydra
 
     from mlrb import cli
-    from mlrb.config import CONF_DIR, register_schema
+    from mlrb.core.config import CONF_DIR, register_schema
 
     register_schema()
     cli.check_jobs(cli.parse_command_line(["seed=3", "budget=1h"]).args)

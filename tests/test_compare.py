@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from conftest import run_module
-from mlrb import stats
-from mlrb.report.compare import (
+from mlrb.analysis import stats
+from mlrb.report.paired import (
     CompareError,
     Noise,
     Plan,
@@ -240,7 +240,7 @@ def test_noise_comes_from_the_runs_at_hand_or_from_the_calibration():
 
 @pytest.mark.fast
 def test_the_report_compares_per_budget_the_agents_or_an_agent_s_models():
-    from mlrb.report.compare import report_sections, report_sides
+    from mlrb.report.paired import report_sections, report_sides
 
     rows = (side("a", {"t0": [50.0, 55.0, 60.0, 52.0, 58.0, 51.0]}) + side("b", {"t0": [10.0, 15.0, 20.0, 12.0, 8.0, 9.0]})
             + [row("solo", "t0", 1, 5.0, budget="1h")]
@@ -323,9 +323,9 @@ def fill(store: Path) -> None:
             for seed in range(1, 8 if (agent, task) == ("claude", "llm_merging") else 7):
                 failed = (agent, task, seed) == ("baseline", "math_reasoning", 6)
                 value = level + gain + rng.normal(0, 4)
-                tags = {"mlrb.task": task, "mlrb.agent": agent, "mlrb.budget": "smoke", "mlrb.scale": "tiny",
+                tags = {"mlrb.task": task, "mlrb.agent": agent, "mlrb.core.budget": "smoke", "mlrb.scale": "tiny",
                         "mlrb.seed": str(seed), "mlrb.sandbox": "bwrap", "mlrb.confined": "true",
-                        "mlrb.status": "infra_error" if failed else "ok", "mlrb.valid": str(not failed),
+                        "mlrb.core.status": "infra_error" if failed else "ok", "mlrb.valid": str(not failed),
                         "mlrb.sweep_id": sweep, "mlflow.parentRunId": parents[sweep]}  # fmt: skip
                 if failed:
                     tags["mlrb.error"] = "ScorerError: the scorer crashed"

@@ -51,8 +51,8 @@ def honest_score(metrics: dict, cache: Path, scale: str) -> float:
     runs log no anchors, the baseline its assets' build measured (at its one seed, 0)."""
     if scale == "tiny":
         return metrics["baseline_score"]
-    from mlrb.assets import asset_dir
-    from mlrb.registry import load_task
+    from mlrb.core.registry import load_task
+    from mlrb.harness.assets import asset_dir
 
     assets = asset_dir(load_task(compose_config(f"task.scale={scale}").task), cache)
     return json.loads((assets / "hidden" / "calibration.json").read_text())["baseline_score"]
@@ -194,8 +194,8 @@ def unconfined(tries: dict[str, str], folder: Path) -> dict[str, str]:
 def own_cache(cache: Path, tmp_path: Path, scale: str) -> Path:
     """A copy of the cache's llm_merging assets at SCALE (and their control submission) for this
     test alone: the unconfined attacks write into it."""
-    from mlrb.assets import asset_dir
-    from mlrb.registry import load_task
+    from mlrb.core.registry import load_task
+    from mlrb.harness.assets import asset_dir
 
     assets = asset_dir(load_task(compose_config(f"task.scale={scale}").task), cache)
     mine = tmp_path / "cache"
@@ -208,8 +208,8 @@ def own_cache(cache: Path, tmp_path: Path, scale: str) -> Path:
 def hidden_files(cache: Path, scale: str) -> tuple[Path, str, str]:
     """The task's hidden test set (at SCALE), one question of it that no public file holds, and one
     of the public dev set that the hidden set does not hold (each as it stands in its JSON line)."""
-    from mlrb.assets import asset_dir
-    from mlrb.registry import load_task
+    from mlrb.core.registry import load_task
+    from mlrb.harness.assets import asset_dir
 
     assets = asset_dir(load_task(compose_config(f"task.scale={scale}").task), cache)
     hidden = assets / "hidden" / "test.jsonl"
@@ -305,7 +305,7 @@ def test_a_claude_agent_that_tries_every_escape_gets_nowhere(kind, overrides, tm
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     tags, metrics = run.data.tags, run.data.metrics
-    assert run.info.status == "FINISHED" and tags["mlrb.status"] == "ok" and tags["mlrb.valid"] == "True"
+    assert run.info.status == "FINISHED" and tags["mlrb.core.status"] == "ok" and tags["mlrb.valid"] == "True"
     assert tags["mlrb.sandbox"] == kind and tags["mlrb.confined"] == "true" and tags["mlrb.network"] == "false"
     assert metrics["score"] == pytest.approx(honest_score(metrics, cache, scale), abs=1e-6)  # exactly its honest work
     recorded = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
@@ -369,7 +369,7 @@ def test_a_submission_that_attacks_the_scorer_changes_nothing(kind, overrides, t
     assert forged_scores(scored, tmp_path) == {"sitecustomize": 1.0, "usercustomize": 1.0, "lm_eval": 1.0}
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok" and result.valid
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.core.status"] == "ok" and result.valid
     # the forged report, fake lm_eval and sitecustomize changed nothing
     honest = honest_score(run.data.metrics, cache, scale_of(overrides))
     assert run.data.metrics["score"] == pytest.approx(honest, abs=1e-6)
@@ -383,7 +383,7 @@ def test_a_submission_that_attacks_the_scorer_changes_nothing(kind, overrides, t
 def test_the_scorer_sees_the_submission_and_hidden_data_but_not_the_workspace_or_network(tmp_path, monkeypatch):
     """The scoring sandbox of a default run, probed with a command in place of the scorer; the
     same probe, unconfined and with the harness's environment, reaches everything."""
-    from mlrb.config import SandboxConfig
+    from mlrb.core.config import SandboxConfig
     from mlrb.sandbox.base import IsolatedCommand, Limits
     from mlrb.sandbox.bwrap import BwrapSandbox
     from mlrb.scoring.runner import scorer_environment, scorer_mounts

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mlrb.config import ConfigError, SandboxConfig
+from mlrb.core.config import ConfigError, SandboxConfig
 from mlrb.sandbox import docker as ds
 from mlrb.sandbox.base import Limits
 

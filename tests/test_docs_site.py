@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from conftest import REPO, tasks_hook
-from mlrb import registry
+from mlrb.core import registry
 
 
 @pytest.mark.fast

@@ -245,7 +245,7 @@ def test_each_tasks_page_prints_its_full_scale_setup():
 @pytest.mark.parametrize("block", of_kind("validate"), ids=str)
 def test_the_gpu_cluster_sweep_validates(block, monkeypatch):
     from mlrb.cli import check_jobs, parse_command_line
-    from mlrb.config import register_schema
+    from mlrb.core.config import register_schema
     from mlrb.sweep import load_profile
 
     # an agent's key is checked with its config; a fake one, as the run blocks get (the pages say where the real one goes)

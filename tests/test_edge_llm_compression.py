@@ -18,7 +18,7 @@ def load_task(**overrides):
 
 @pytest.fixture(scope="module")
 def assets(cache_dir) -> Path:
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     return ensure_assets(load_task(), cache_dir)
 
@@ -150,7 +150,7 @@ def test_empty_or_foreign_submissions_are_invalid(assets, tmp_path):
 def test_kept_rows_or_columns_of_a_base_tensor_are_pruning_and_anything_else_is_a_change():
     import torch
 
-    from mlrb.tasks.rules import selected_from
+    from mlrb.tasks.model_checks import selected_from
 
     base = torch.arange(24, dtype=torch.float16).reshape(6, 4)
     assert selected_from(base[[0, 2, 5]], base)  # neurons removed (rows)
@@ -170,7 +170,7 @@ def test_peak_memory_traces_only_the_calls_that_can_set_the_peak():
     import torch
     from transformers import PhiConfig, PhiForCausalLM
 
-    from mlrb.tasks.rules import PeakMemory
+    from mlrb.tasks.model_checks import PeakMemory
 
     torch.manual_seed(0)
     model = PhiForCausalLM(PhiConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -18,7 +18,7 @@ def load_task(**overrides):
 
 @pytest.fixture(scope="module")
 def assets(cache_dir) -> Path:
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     return ensure_assets(load_task(), cache_dir)
 

@@ -1,4 +1,4 @@
-"""The run's event sink (mlrb/events.py) with its real subscribers: an LLM agent's run
+"""The run's event sink (mlrb/core/events.py) with its real subscribers: an LLM agent's run
 against a scripted model server on loopback, recorded into a real MLflow store, leaves
 the same sequence of model calls, tool calls and costs in the trajectory file, the
 traces and the metrics; and a subscriber that fails keeps no other from the event."""
@@ -14,16 +14,18 @@ import pytest
 
 from conftest import mlflow_client
 from fake_llm_server import FakeLlmServer, error, reply, tool
-from mlrb import events, metering, record, recording_process
 from mlrb.agents.base import AgentContext
 from mlrb.agents.llm import LlmAgent
 from mlrb.agents.recording import MetricsWriter, open_sink
-from mlrb.budget import Budget
-from mlrb.config import SandboxConfig, TrackingConfig
-from mlrb.proxy import Call, MeteringProxy, Upstream
+from mlrb.core import events
+from mlrb.core.budget import Budget
+from mlrb.core.config import SandboxConfig, TrackingConfig
+from mlrb.harness import metering
+from mlrb.harness.proxy import Call, MeteringProxy, Upstream
+from mlrb.harness.trajectory import Trajectory, TrajectoryWriter
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
-from mlrb.trajectory import Trajectory, TrajectoryWriter
+from mlrb.store import record, recording_process
 from test_llm_agent import KEY, KEY_ENV, agent_config, budget_config, metered
 
 
@@ -206,7 +208,7 @@ def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path,
     [trace] = mlflow_client(tmp_path).search_traces(locations=[experiment_id], run_id=run_id)
     spans = sorted(trace.data.spans, key=lambda s: s.start_time_ns)
     # MLflow marks a span failed for an Exception only; an interruption (a KeyboardInterrupt,
-    # as mlrb.interrupts.Interrupted is) ends it as it stands.
+    # as mlrb.core.interrupts.Interrupted is) ends it as it stands.
     assert [(s.span_type, s.status.status_code) for s in spans] == [
         ("AGENT", "OK"),
         ("CHAT_MODEL", "OK"),
@@ -221,7 +223,7 @@ def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path,
 
 def test_an_outside_agent_s_tool_calls_are_seen_in_its_model_calls(tmp_path):
     """For an agent that does not emit its own tool events, the harness reads them from the calls
-    (mlrb/metering.py): asked in an answer, answered in the next request, over a streamed OpenAI
+    (mlrb/harness/metering.py): asked in an answer, answered in the next request, over a streamed OpenAI
     chat conversation here as a program would hold one."""
     import openai
 

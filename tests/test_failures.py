@@ -23,10 +23,11 @@ from pathlib import Path
 import pytest
 
 from conftest import compose_config, mlflow_client, run_cli, tiny_llm_merging
-from mlrb import interrupts, tracking
-from mlrb.budget import Budget
-from mlrb.config import BudgetConfig, ConfigError, TrackingConfig
-from mlrb.status import Status, of_run
+from mlrb.core import interrupts
+from mlrb.core.budget import Budget
+from mlrb.core.config import BudgetConfig, ConfigError, TrackingConfig
+from mlrb.core.status import Status, of_run
+from mlrb.store import tracking
 from mlrb.tasks.llm_merging.task import LlmMerging
 
 
@@ -180,7 +181,7 @@ def test_a_server_that_answers_garbage_is_not_taken_for_a_store(tmp_path):
 @pytest.mark.integration
 def test_processes_creating_a_new_store_at_once_all_get_it(tmp_path):
     store = tmp_path / "mlruns"
-    code = "import sys; from mlrb import tracking; from mlrb.config import TrackingConfig; " \
+    code = "import sys; from mlrb.store import tracking; from mlrb.core.config import TrackingConfig; " \
            "tracking.check_store(TrackingConfig(dir=sys.argv[1]))"  # fmt: skip
     processes = [subprocess.Popen([sys.executable, "-c", code, str(store)], stderr=subprocess.PIPE, text=True)
                  for _ in range(4)]  # fmt: skip
@@ -206,7 +207,7 @@ def limited_file_size(limit_bytes: int):
 @pytest.mark.fast
 def test_a_store_creation_cut_short_by_a_full_disk_leaves_no_broken_store(tmp_path):
     store = tmp_path / "mlruns"
-    code = "import sys; from mlrb import tracking; from mlrb.config import TrackingConfig; " \
+    code = "import sys; from mlrb.store import tracking; from mlrb.core.config import TrackingConfig; " \
            "tracking.check_store(TrackingConfig(dir=sys.argv[1]))"  # fmt: skip
     full = subprocess.run([sys.executable, "-c", code, str(store)], preexec_fn=limited_file_size(64_000),
                           capture_output=True, text=True, timeout=300)  # fmt: skip

@@ -152,7 +152,7 @@ def test_scorer_environment_reads_the_users_caches_offline_on_the_runs_gpus(tmp_
     work = tmp_path / "scoring"
     probe = f"""
 import json, os
-from mlrb.config import SandboxConfig
+from mlrb.core.config import SandboxConfig
 from mlrb.scoring.runner import scorer_environment, scorer_mounts
 work = {str(work)!r}
 from pathlib import Path
@@ -188,7 +188,7 @@ print(json.dumps({{"envs": envs, "mounts": mounts}}))
 def test_peak_memory_counts_the_models_own_tensors_not_what_was_there_before():
     import torch
 
-    from mlrb.tasks.rules import PeakMemory
+    from mlrb.tasks.model_checks import PeakMemory
 
     model = torch.nn.Linear(256, 256)  # 256*256*4 + 256*4 bytes of weights
     unrelated = torch.zeros(4_000_000)  # 16 MB held by someone else (say a library's workspace)

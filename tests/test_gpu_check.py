@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks import gpu_check
 from conftest import REPO, kept_mirror, tiny_llm_merging
-from mlrb.assets import ensure_assets
+from mlrb.harness.assets import ensure_assets
 from test_full_scale import EVAL_TASKS
 
 

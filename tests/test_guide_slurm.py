@@ -65,7 +65,7 @@ class MlflowServer:
                                             start_new_session=True)  # fmt: skip
 
     def wait(self, timeout: float = 240) -> None:
-        from mlrb.tracking_server import ServeError, wait_until_healthy
+        from mlrb.store.tracking_server import ServeError, wait_until_healthy
 
         try:
             wait_until_healthy(self.uri, self.process, timeout_s=timeout)
@@ -80,7 +80,7 @@ class MlflowServer:
 def validate(block: Block, env: dict, monkeypatch) -> None:
     """What the command does before it submits: every job of each sweep composed and pre-checked."""
     from mlrb.cli import check_jobs, parse_command_line
-    from mlrb.config import register_schema
+    from mlrb.core.config import register_schema
     from mlrb.sweep import load_profile
 
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "MLFLOW_TRACKING_URI", "MLRB_CACHE_DIR", "CLUSTER"):

@@ -36,7 +36,7 @@ def exported(built_cache, tmp_path_factory) -> Path:
 
 def assets_of(cache: Path) -> Path:
     from conftest import tiny_llm_merging
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     return ensure_assets(tiny_llm_merging(), cache)
 

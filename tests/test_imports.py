@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -101,7 +102,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
 
 def test_no_import_cycle_inside_mlrb():
     graph = internal_graph()
-    assert len(graph) > 50 and "mlrb.registry" in graph["mlrb.config"]  # the walk sees lazy imports too
+    assert len(graph) > 50 and "mlrb.core.registry" in graph["mlrb.core.config"]  # the walk sees lazy imports too
     cycle = find_cycle(graph)
     assert not cycle, "import cycle: " + " -> ".join(cycle)
 
@@ -117,7 +118,7 @@ def test_imports_flow_from_the_command_line_down():
     importers = {target: {m for m, targets in graph.items() if target in targets} for target in graph}
     assert importers["mlrb.cli"] == {"mlrb.__main__"}  # only the entry point imports the command line
     assert importers["mlrb.run"] <= {"mlrb.cli", "mlrb.sweep"}  # the command line and the sweep launcher start runs
-    lowest = ("mlrb.messages", "mlrb.retries", "mlrb.status")  # shared by all, they import nothing of mlrb's
+    lowest = ("mlrb.core.messages", "mlrb.core.retries", "mlrb.core.status")  # they import nothing of mlrb's
     assert all(not graph[m] for m in lowest), {m: graph[m] for m in lowest}
     # Tasks use scoring's helpers (lm-eval, the ScoreReport they return); scoring never reaches up into tasks,
     # nor do the stages' packages into the run that drives them.
@@ -125,30 +126,25 @@ def test_imports_flow_from_the_command_line_down():
               if (m.startswith("mlrb.scoring") and t.startswith("mlrb.tasks"))
               or (m.startswith(("mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring")) and t in ("mlrb.run", "mlrb.sweep"))
               # a task is built and scored by the harness: it is handed what it needs of them, never imports them
-              or (m.startswith("mlrb.tasks") and t in ("mlrb.assets", "mlrb.scoring.runner", "mlrb.plan"))]  # fmt: skip
+              or (m.startswith("mlrb.tasks") and t in ("mlrb.harness.assets", "mlrb.scoring.runner", "mlrb.harness.plan"))]  # fmt: skip
     assert not upward, upward
 
 
-# mlrb's modules by layer, from the top: a module imports its own layer's or a lower one's,
-# never a higher one's. A module is in the layer of the longest name here that it starts with;
-# a new module is placed here, which is a decision about what it may use.
+# mlrb's layers, from the top: a module imports its own layer's or a lower one's, never a higher
+# one's. The package's top holds the commands; each folder below it is a layer, or shares one.
+# A module is in the layer of the longest name here that it is or starts with.
 LAYERS = [
     # the command lines
     ("mlrb.__main__", "mlrb.cli", "mlrb.report.__main__"),
     # the commands: a run, a sweep of runs, and what reads them back or puts them elsewhere
     ("mlrb.run", "mlrb.sweep", "mlrb.sweep_summary", "mlrb.sync", "mlrb.rescore", "mlrb.prefetch", "mlrb.compare",
-     "mlrb.report", "mlrb.tracking_server", "mlrb.export"),
-    # what a run is made of: its plan, its stages' modules, the tasks, agents, sandboxes and scorers
-    ("mlrb.plan", "mlrb.assets", "mlrb.control", "mlrb.recording_process", "mlrb.recording_server",
-     "mlrb.step_scoring", "mlrb.instructions", "mlrb.metering", "mlrb.proxy", "mlrb.workspace", "mlrb.snapshots",
-     "mlrb.anytime", "mlrb.trajectory", "mlrb.environments", "mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring",
-     "mlrb.resume", "mlrb.agent_clock", "mlrb.formats"),
-    # what every layer shares: the config and its names, the record and the store (with the traces'
-    # format, which the store writes), events, budgets, statuses, messages
-    ("mlrb", "mlrb.config", "mlrb.registry", "mlrb.task_configs", "mlrb.run_names", "mlrb.record", "mlrb.tracking",
-     "mlrb.agents.tracing", "mlrb.experiment_view", "mlrb.tags", "mlrb.status", "mlrb.events", "mlrb.budget",
-     "mlrb.counting", "mlrb.stats", "mlrb.timeline", "mlrb.console", "mlrb.interrupts", "mlrb.messages",
-     "mlrb.retries", "mlrb.api_shapes"),
+     "mlrb.tracking", "mlrb.report", "mlrb.export"),
+    # what a run is made of: the harness's parts, the tasks, agents, sandboxes, scorers and formats
+    ("mlrb.harness", "mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring", "mlrb.formats"),
+    # the store and its record; the numbers made from runs
+    ("mlrb.store", "mlrb.analysis"),
+    # what every layer shares
+    ("mlrb", "mlrb.core"),
 ]  # fmt: skip
 
 
@@ -166,8 +162,39 @@ def test_every_module_imports_only_its_own_layer_or_a_lower_one():
     upward = sorted((m, t) for m, targets in graph.items() for t in targets if layer_of(t) < layer_of(m))
     assert not upward, upward
     # The rule is checked: a module of the shared layer that imported a run's stage would be refused.
-    assert layer_of("mlrb.tracking") > layer_of("mlrb.assets") > layer_of("mlrb.run") > layer_of("mlrb.cli")
-    assert layer_of("mlrb.agents.tracing") == layer_of("mlrb.tracking") > layer_of("mlrb.agents.llm")
+    assert (
+        layer_of("mlrb.core.tags")
+        > layer_of("mlrb.store.tracking")
+        > layer_of("mlrb.harness.assets")
+        > layer_of("mlrb.run")
+        > layer_of("mlrb.cli")
+    )
+    assert layer_of("mlrb.store.tracing") == layer_of("mlrb.analysis.stats") > layer_of("mlrb.agents.llm")
+
+
+def package_folders() -> list[Path]:
+    """mlrb's folders that are Python packages (the tasks' own folders and the starter code aside)."""
+    return sorted(p.parent for p in PACKAGE.glob("*/__init__.py"))
+
+
+def test_the_package_s_top_holds_the_commands_and_each_folder_is_a_layer():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    commands = {name.removeprefix("mlrb.") for layer in LAYERS[:2] for name in layer}
+    assert set(top) <= commands, f"a module at mlrb's top that is not a command: {sorted(set(top) - commands)}"
+    named = {name for layer in LAYERS for name in layer}
+    for folder in package_folders():
+        module = f"mlrb.{folder.name}"
+        assert module in named, f"{module} is in no layer of LAYERS: place the folder in one"
+        docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
+        assert docstring and len(docstring) > 60, f"{module}/__init__.py: say what the folder holds"
+    for folder in ("core", "analysis", "store", "harness"):  # the layers' own folders say what they may import
+        assert "import" in (ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text())) or "").lower()
+
+
+def test_no_module_docstring_cites_an_issue_instead_of_saying_what_holds():
+    cites = [str(path.relative_to(REPO)) for path in module_files().values()
+             if re.search(r"\bissues? \d+", ast.get_docstring(ast.parse(path.read_text())) or "", re.I)]  # fmt: skip
+    assert not cites, cites
 
 
 # hydra_plugins is a namespace package that mlrb (launchers/hydra_plugins) shares with the plugins it uses.

@@ -16,15 +16,15 @@ import yaml
 
 from conftest import REPO
 from fake_llm_server import FakeLlmServer, error, hang, reply, tool
-from mlrb import metering
 from mlrb.agents.base import AgentContext
 from mlrb.agents.llm import LlmAgent, fit_context
 from mlrb.agents.providers import Message, ToolCall, ToolResult
 from mlrb.agents.recording import open_sink
 from mlrb.agents.tools import ToolEnv, run_tool, truncate
-from mlrb.budget import Budget
-from mlrb.config import AgentConfig, BudgetConfig, ConfigError, SandboxConfig
-from mlrb.proxy import MeteringProxy
+from mlrb.core.budget import Budget
+from mlrb.core.config import AgentConfig, BudgetConfig, ConfigError, SandboxConfig
+from mlrb.harness import metering
+from mlrb.harness.proxy import MeteringProxy
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 
@@ -163,7 +163,7 @@ def test_a_missing_key_names_the_variable_and_no_key_is_needed_when_none_is_name
 def test_checking_a_config_imports_neither_sdk_nor_mlflow(tmp_path):
     probe = (
         "import sys\n"
-        "from mlrb.config import AgentConfig\n"
+        "from mlrb.core.config import AgentConfig\n"
         "from mlrb.agents.llm import LlmAgent\n"
         f"LlmAgent.check_config(AgentConfig('claude', 'llm', {{'provider': 'anthropic', 'model': 'claude-3-5-sonnet-20240620', 'api_key_env': '{KEY_ENV}'}}))\n"
         "print('HEAVY', [m for m in ('anthropic', 'openai', 'mlflow', 'torch') if m in sys.modules])\n"

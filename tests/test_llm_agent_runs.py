@@ -45,7 +45,7 @@ def everything_recorded(tmp_path: Path) -> bytes:
 
 def summed_merge_score(cache_dir: Path, folder: Path) -> float:
     """The score of merge.py run with every weight 1.0 (as the scripted edit makes it), scored directly."""
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     task = plumbing_llm_merging()
     assets = ensure_assets(task, cache_dir)
@@ -60,7 +60,7 @@ def summed_merge_score(cache_dir: Path, folder: Path) -> float:
 def plumbing_anchors(cache_dir: Path) -> dict:
     """hidden/calibration.json of the plumbing assets: the anchors their build measured at its one
     seed (a plumbing run logs none of them)."""
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     return json.loads((ensure_assets(plumbing_llm_merging(), cache_dir) / "hidden" / "calibration.json").read_text())
 
@@ -106,7 +106,7 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, plu
     run_id = run.info.run_id
     assert run.info.status == "FINISHED" and run.info.run_name == "llm_merging/claude/smoke/0"
     tags, metrics = run.data.tags, run.data.metrics
-    assert tags["mlrb.status"] == "ok" and tags["mlrb.agent_message"] == "summed the experts' updates"
+    assert tags["mlrb.core.status"] == "ok" and tags["mlrb.agent_message"] == "summed the experts' updates"
     assert tags["mlrb.valid"] == "True"
     # The run folder's record holds what the store holds, the model calls' metrics at their steps too.
     record = assert_record_matches_store(client, run)
@@ -191,7 +191,7 @@ def test_gpt4o_runs_through_chat_completions_with_the_config_url(tmp_path, plumb
     assert [r["path"] for r in server.requests] == ["/v1/chat/completions"] * 2
     assert server.requests[0]["body"]["model"] == "gpt-4o"
     client, run = only_run(tmp_path)
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok"
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.core.status"] == "ok"
     assert run.data.tags["mlrb.valid"] == "True"
     # Same merge as the baseline: the baseline anchor the asset build measured (at its one seed, 0).
     assert run.data.metrics["score"] == pytest.approx(plumbing_anchors(plumbing_cache)["baseline_score"], abs=1e-6)
@@ -221,7 +221,7 @@ def test_openai_compatible_server_needs_no_key_and_a_fatal_error_is_recorded(tmp
     # The run still ends FINISHED: the workspace was collected and scored (nothing there).
     assert run.info.status == "FINISHED"
     tags = run.data.tags
-    assert tags["mlrb.status"] == "agent_error" and "HTTP 401" in tags["mlrb.agent_message"]
+    assert tags["mlrb.core.status"] == "agent_error" and "HTTP 401" in tags["mlrb.agent_message"]
     assert tags["mlrb.valid"] == "False" and "no submission" in tags["mlrb.invalid_reason"]
     assert run.data.metrics["cost_usd"] == 0.0 and run.data.metrics["steps"] == 2
 

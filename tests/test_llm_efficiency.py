@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import baseline_run, task_from_config
-from mlrb.tasks import rules
+from mlrb.tasks import model_checks
 
 
 def load_task(**overrides):
@@ -19,7 +19,7 @@ def load_task(**overrides):
 
 @pytest.fixture(scope="module")
 def assets(cache_dir) -> Path:
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     return ensure_assets(load_task(), cache_dir)
 
@@ -51,16 +51,16 @@ def model_copy(assets: Path, name: str, tmp_path: Path, declared) -> Path:
     ],
 )
 def test_instruction_tuned_names_are_recognised(name, instruction_tuned):
-    assert rules.looks_instruction_tuned(name) is instruction_tuned
+    assert model_checks.looks_instruction_tuned(name) is instruction_tuned
 
 
 @pytest.mark.fast
 def test_the_base_model_rule_reads_the_approved_patterns():
     allowed = ["meta-llama/Llama-2-*-hf", "EleutherAI/pythia-*"]
-    assert rules.check_base_model("EleutherAI/pythia-410m", allowed, []) == ""
-    assert "instruction-tuned" in rules.check_base_model("meta-llama/Llama-2-7b-chat-hf", allowed, [])
-    assert "not an allowed base model" in rules.check_base_model("gpt2", allowed, [])
-    assert "does not declare" in rules.check_base_model(None, allowed, [])
+    assert model_checks.check_base_model("EleutherAI/pythia-410m", allowed, []) == ""
+    assert "instruction-tuned" in model_checks.check_base_model("meta-llama/Llama-2-7b-chat-hf", allowed, [])
+    assert "not an allowed base model" in model_checks.check_base_model("gpt2", allowed, [])
+    assert "does not declare" in model_checks.check_base_model(None, allowed, [])
 
 
 # ---- the tiny world, without a build ---------------------------------------------

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_llm_merging
-from mlrb.assets import ensure_assets
-from mlrb.config import SandboxConfig
+from mlrb.core.config import SandboxConfig
+from mlrb.harness.assets import ensure_assets
 from mlrb.scoring.runner import score_submission
 from mlrb.tasks.base import Task
-from mlrb.tasks.rules import weight_stats
+from mlrb.tasks.model_checks import weight_stats
 
 # One test process for the module: the baseline merge (`merged`, the starter's merge.py, about
 # 10 CPU s) is made once, not once in each process that runs one of its tests.

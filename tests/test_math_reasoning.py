@@ -21,7 +21,7 @@ def load_task():
 
 @pytest.fixture(scope="module")
 def assets(cache_dir) -> Path:
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     return ensure_assets(load_task(), cache_dir)
 
@@ -187,7 +187,7 @@ def test_lean_without_mathlib_is_an_infrastructure_error_naming_it(assets, tmp_p
     fake = bin_dir / "lean"
     fake.write_text("#!/bin/sh\necho \"$1:1:0: error: file 'data/real/basic' not found in the LEAN_PATH\"\nexit 1\n")
     fake.chmod(0o755)
-    from mlrb.config import SandboxConfig
+    from mlrb.core.config import SandboxConfig
 
     task = task_from_config("math_reasoning", lean={"command": str(fake)})
     refs = references(assets)

@@ -13,7 +13,7 @@ import pytest
 
 import mlrb
 from conftest import REPO
-from mlrb.config import SandboxConfig
+from mlrb.core.config import SandboxConfig
 from mlrb.sandbox import bwrap as bw
 from mlrb.sandbox import docker as ds
 from mlrb.sandbox.base import DATA, WORKSPACE, Limits, Mount

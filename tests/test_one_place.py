@@ -1,13 +1,13 @@
 """One place for each fact (issue 60): facts that were spelt or computed in several places, and could
 drift apart again, are each held here to their one place. A test fails when a copy comes back.
 
-- the sample SD (and the SEM and pooled SD made from it): mlrb/stats.py's `sd`, `sem`, `pooled_sd`;
-- a model call's tokens, from any API's usage: mlrb/api_shapes.py's `tokens_of` (the proxy's and the
+- the sample SD (and the SEM and pooled SD made from it): mlrb/analysis/stats.py's `sd`, `sem`, `pooled_sd`;
+- a model call's tokens, from any API's usage: mlrb/core/api_shapes.py's `tokens_of` (the proxy's and the
   agents' providers' alike: tests/test_api_shapes.py checks their numbers);
-- the names of the metrics the harness logs and reads back: mlrb/tags.py's `Metric`, as tags are `Tag`;
-- the tracking store's URI (tracking.uri, else $MLFLOW_TRACKING_URI): mlrb/config.py's `TrackingConfig.named_uri`;
-- a URI's credentials, masked: mlrb/messages.py's `mask_uri` and `mask_uris_in`;
-- the words of an error that say the store could not be reached: mlrb/tracking.py's `UNREACHABLE_SIGNS`."""
+- the names of the metrics the harness logs and reads back: mlrb/core/tags.py's `Metric`, as tags are `Tag`;
+- the tracking store's URI (tracking.uri, else $MLFLOW_TRACKING_URI): mlrb/core/config.py's `TrackingConfig.named_uri`;
+- a URI's credentials, masked: mlrb/core/messages.py's `mask_uri` and `mask_uris_in`;
+- the words of an error that say the store could not be reached: mlrb/store/tracking.py's `UNREACHABLE_SIGNS`."""
 
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ SD_BY_HAND = re.compile(r"\(\s*\w+\s*-[^()]*(\([^()]*\)[^()]*)*\)\s*\*\*\s*2\s+f
 
 
 def test_the_sample_sd_is_computed_in_mlrb_stats_alone():
-    here = [f"{p.relative_to(REPO)}:{n}" for p in sources("mlrb", "benchmarks") if p != REPO / "mlrb" / "stats.py"
+    here = [f"{p.relative_to(REPO)}:{n}" for p in sources("mlrb", "benchmarks") if p != REPO / "mlrb" / "analysis" / "stats.py"
             for n, line in enumerate(p.read_text().splitlines(), 1) if SD_BY_HAND.search(line)]  # fmt: skip
-    assert not here, f"a sample SD computed outside mlrb/stats.py (call stats.sd, sem or pooled_sd): {here}"
+    assert not here, f"a sample SD computed outside mlrb/analysis/stats.py (call stats.sd, sem or pooled_sd): {here}"
 
 
 def test_the_sd_rule_sees_the_copies_it_replaced():
@@ -49,16 +49,16 @@ def test_the_sd_rule_sees_the_copies_it_replaced():
     assert not SD_BY_HAND.search("variance = 2 * sum(sd**2 for sd in sds) / len(sds) ** 2")  # a sum of variances
 
 
-# The usage fields only one API has: reading them is reading usage, which mlrb/api_shapes.py alone does.
+# The usage fields only one API has: reading them is reading usage, which mlrb/core/api_shapes.py alone does.
 USAGE_FIELDS = re.compile(r"\b(prompt_tokens|completion_tokens|cache_creation_input_tokens|cache_read_input_tokens)\b")
 
 
 def test_a_calls_usage_is_read_in_mlrb_api_shapes_alone():
     # ATIF's own metrics bear two of these names: mlrb/formats/atif.py writes them, reading none.
-    exempt = (REPO / "mlrb" / "api_shapes.py", REPO / "mlrb" / "formats" / "atif.py")
+    exempt = (REPO / "mlrb" / "core" / "api_shapes.py", REPO / "mlrb" / "formats" / "atif.py")
     here = [f"{p.relative_to(REPO)}:{n}" for p in sources("mlrb") if p not in exempt
             for n, line in enumerate(p.read_text().splitlines(), 1) if USAGE_FIELDS.search(line)]  # fmt: skip
-    assert not here, f"usage read outside mlrb/api_shapes.py (call api_shapes.usage_of or tokens_of): {here}"
+    assert not here, f"usage read outside mlrb/core/api_shapes.py (call api_shapes.usage_of or tokens_of): {here}"
 
 
 # Where a string is a metric's name: an argument of these calls, a key of a dict handed to them, or a key
@@ -125,7 +125,7 @@ def bare_metric_names(path: Path, names: set[str]) -> list[str]:
 
 
 def metric_names() -> set[str]:
-    from mlrb.tags import Metric
+    from mlrb.core.tags import Metric
 
     values = [v for k, v in vars(Metric).items() if k.isupper()]
     return {v for v in values if isinstance(v, str)}
@@ -133,8 +133,10 @@ def metric_names() -> set[str]:
 
 def test_metric_names_are_spelt_in_mlrb_tags_alone():
     names = metric_names()
-    bare = [hit for p in sources("mlrb") if p != REPO / "mlrb" / "tags.py" for hit in bare_metric_names(p, names)]
-    assert not bare, f"a metric's name written out where mlrb.tags.Metric names it: {bare}"
+    bare = [
+        hit for p in sources("mlrb") if p != REPO / "mlrb" / "core" / "tags.py" for hit in bare_metric_names(p, names)
+    ]
+    assert not bare, f"a metric's name written out where mlrb.core.tags.Metric names it: {bare}"
 
 
 def test_the_metric_rule_sees_the_bare_names_it_replaced(tmp_path):
@@ -176,12 +178,12 @@ ONE_PLACE = {
     "the tracking URI (TrackingConfig.named_uri)": (
         re.compile(r"(uri|cfg\.uri)\s+or\s+os\.environ|environ\.get\(\s*[\"']MLFLOW_TRACKING_URI"),
         # tracing.py reads the variable only to put back what it was after pointing MLflow's fluent API at a run
-        {"mlrb/config.py", "mlrb/agents/tracing.py"},
+        {"mlrb/core/config.py", "mlrb/store/tracing.py"},
     ),
-    "a URI's credentials masked (messages.mask_uri, mask_uris_in)": (re.compile(r"\*\*\*@"), {"mlrb/messages.py"}),
+    "a URI's credentials masked (messages.mask_uri, mask_uris_in)": (re.compile(r"\*\*\*@"), {"mlrb/core/messages.py"}),
     "a store that cannot be reached (tracking.unreachable_sign)": (
         re.compile(r"[\"'](Connection refused|Max retries exceeded|Failed to establish a new connection)"),
-        {"mlrb/tracking.py"},
+        {"mlrb/store/tracking.py"},
     ),
 }
 

@@ -1,4 +1,4 @@
-"""One reading of a submission (mlrb/tasks/rules.py): the rule checks read exactly the weights the
+"""One reading of a submission (mlrb/tasks/model_checks.py): the rule checks read exactly the weights the
 scorer evaluates, and the settings a limit is measured at are the task's, not the submission's.
 
 Each task's real scorer, in its bwrap sandbox, is handed a folder that shows the checks the task's
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from conftest import task_from_config
-from mlrb.assets import ensure_assets
-from mlrb.config import SandboxConfig
-from mlrb.control import control_submission
+from mlrb.core.config import SandboxConfig
+from mlrb.harness.assets import ensure_assets
+from mlrb.harness.control import control_submission
 from mlrb.scoring.runner import score_submission
-from mlrb.tasks import rules
+from mlrb.tasks import model_checks
 
 # Every task whose submission is a model folder (math_reasoning's is a file of Lean proofs).
 MODEL_TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "baby_lm", "mini_pile", "edge_llm_training"]
@@ -37,7 +37,9 @@ def two_models_in_one(shown: Path, dest: Path, hidden_dir: str | None = None) ->
     other = f"{hidden_dir}/other.safetensors" if hidden_dir else "other.safetensors"
     (dest / other).parent.mkdir(exist_ok=True)
     save_file({name: t * 1.5 for name, t in tensors.items()}, dest / other, metadata={"format": "pt"})
-    (dest / rules.WEIGHTS_INDEX).write_text(json.dumps({"metadata": {}, "weight_map": dict.fromkeys(tensors, other)}))
+    (dest / model_checks.WEIGHTS_INDEX).write_text(
+        json.dumps({"metadata": {}, "weight_map": dict.fromkeys(tensors, other)})
+    )
     return dest
 
 
@@ -51,7 +53,7 @@ def test_the_checks_and_the_scorer_cannot_be_handed_different_weights(task_name,
     report = score_submission(task, submission, assets, tmp_path / "scoring", SandboxConfig())
     assert not report.valid, report
     assert report.reason == (
-        f"weights {rules.WEIGHTS_INDEX} does not name (shown.safetensors), which transformers would not load"
+        f"weights {model_checks.WEIGHTS_INDEX} does not name (shown.safetensors), which transformers would not load"
     )
 
 
@@ -62,19 +64,19 @@ def test_what_else_could_point_the_scorer_elsewhere_is_refused_and_an_honest_sha
     task = task_from_config("llm_merging", scale="plumbing")
     honest = control_submission(task, ensure_assets(task, cache_dir))
     in_a_folder = two_models_in_one(honest, tmp_path / "in_a_folder", hidden_dir="weights")
-    assert "holds a folder (weights/)" in rules.one_reading_problem(in_a_folder)
+    assert "holds a folder (weights/)" in model_checks.one_reading_problem(in_a_folder)
 
     adapter = tmp_path / "adapter"
     shutil.copytree(honest, adapter)
     (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": "x"}))
     assert "adapter_config.json, which makes transformers load a model from elsewhere" in (
-        rules.one_reading_problem(adapter)
+        model_checks.one_reading_problem(adapter)
     )
 
     beside = tmp_path / "beside"
     shutil.copytree(honest, beside)
     shutil.copyfile(honest / "model.safetensors", beside / "approved.safetensors")
-    assert rules.one_reading_problem(beside) == (
+    assert model_checks.one_reading_problem(beside) == (
         "weights beside model.safetensors (approved.safetensors) that transformers would not load"
     )
 
@@ -85,8 +87,8 @@ def test_what_else_could_point_the_scorer_elsewhere_is_refused_and_an_honest_sha
     shutil.copytree(honest, sharded)
     (sharded / "model.safetensors").unlink()
     AutoModelForCausalLM.from_pretrained(honest).save_pretrained(sharded, max_shard_size="100KB")
-    assert len(rules.weight_files(sharded)[0]) > 1
-    assert rules.one_reading_problem(sharded) == "" and rules.check_loadable(sharded) == ""
+    assert len(model_checks.weight_files(sharded)[0]) > 1
+    assert model_checks.one_reading_problem(sharded) == "" and model_checks.check_loadable(sharded) == ""
 
 
 @pytest.mark.system

@@ -1,4 +1,4 @@
-"""A run's plan (mlrb/plan.py): its config resolved once, before anything runs, into what its
+"""A run's plan (mlrb/harness/plan.py): its config resolved once, before anything runs, into what its
 stages need; the stages read the plan and nothing else of the config (issue 36)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from conftest import compose_config
-from mlrb import plan as plans
-from mlrb.tags import Tag
+from mlrb.core.tags import Tag
+from mlrb.harness import plan as plans
 
 pytestmark = pytest.mark.fast
 

@@ -17,7 +17,7 @@ from mlrb.agents.command import parse_options as command_options
 from mlrb.agents.llm import LlmAgent
 from mlrb.agents.llm import parse_options as llm_options
 from mlrb.agents.llm import price_of as llm_price
-from mlrb.config import AgentConfig, ConfigError
+from mlrb.core.config import AgentConfig, ConfigError
 
 pytestmark = pytest.mark.fast
 

@@ -1,4 +1,4 @@
-"""The metering proxy (mlrb/proxy.py): the official Anthropic and OpenAI SDKs talk HTTP to
+"""The metering proxy (mlrb/harness/proxy.py): the official Anthropic and OpenAI SDKs talk HTTP to
 it with the run's token, it talks to a scripted upstream (tests/fake_llm_server.py) with the
 real key, and it charges what the upstream reports."""
 
@@ -12,9 +12,9 @@ import openai
 import pytest
 
 from fake_llm_server import FakeLlmServer, error, hang, reply, tool
-from mlrb.budget import Budget
-from mlrb.config import BudgetConfig
-from mlrb.proxy import Call, MeteringProxy, Upstream
+from mlrb.core.budget import Budget
+from mlrb.core.config import BudgetConfig
+from mlrb.harness.proxy import Call, MeteringProxy, Upstream
 from test_bwrap_sandbox import needs_namespaces
 
 pytestmark = pytest.mark.fast
@@ -252,8 +252,8 @@ print(json.dumps({"text": answer["content"][0]["text"], "direct": direct, "keys"
 
 
 def sandbox_of(kind: str, tmp_path, endpoint):
-    from mlrb.config import SandboxConfig
-    from mlrb.registry import SANDBOXES, load
+    from mlrb.core.config import SandboxConfig
+    from mlrb.core.registry import SANDBOXES, load
     from mlrb.sandbox.base import Limits
 
     (tmp_path / "ws").mkdir()

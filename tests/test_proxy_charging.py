@@ -1,4 +1,4 @@
-"""The metering proxy fails closed (mlrb/proxy.py): every call the upstream served is charged,
+"""The metering proxy fails closed (mlrb/harness/proxy.py): every call the upstream served is charged,
 whatever the agent does with its connection; calls made at once cannot spend the budget many
 times over; only the models the run's config allows go upstream, each at its own price.
 
@@ -24,13 +24,13 @@ import yaml
 
 from conftest import REPO
 from fake_llm_server import FakeLlmServer, reply, tool
-from mlrb import metering
 from mlrb.agents.command import CommandAgent
 from mlrb.agents.llm import LlmAgent
 from mlrb.agents.recording import open_sink
-from mlrb.budget import Budget
-from mlrb.config import AgentConfig, BudgetConfig
-from mlrb.proxy import Call, MeteringProxy, Upstream
+from mlrb.core.budget import Budget
+from mlrb.core.config import AgentConfig, BudgetConfig
+from mlrb.harness import metering
+from mlrb.harness.proxy import Call, MeteringProxy, Upstream
 
 pytestmark = pytest.mark.fast
 

@@ -1,4 +1,4 @@
-"""A single run records through MLflow in a process of its own (mlrb/recording_process.py),
+"""A single run records through MLflow in a process of its own (mlrb/store/recording_process.py),
 in whole runs of the default task through `python -m mlrb`: the harness's process never
 imports MLflow and the run is recorded whole; a Ctrl-C to the whole process group (what a
 terminal sends) still records the run as killed, and the recording process ends with the
@@ -22,16 +22,17 @@ from pathlib import Path
 import pytest
 
 from conftest import PLUMBING, store_args
-from mlrb import events, record, recording_process
-from mlrb.agents.tracing import TraceWriter
-from mlrb.config import ConfigError, TrackingConfig
+from mlrb.core import events
+from mlrb.core.config import ConfigError, TrackingConfig
+from mlrb.store import record, recording_process
+from mlrb.store.tracing import TraceWriter
 from test_failures_runs import as_in_a_terminal, mlrb_lines, only_run, running_with, wait_for_file
 
-RECORDING_PROCESS = "mlrb.recording_process"
+RECORDING_PROCESS = "mlrb.store.recording_process"
 
 
 def recording_processes_of(harness_pid: int) -> list[int]:
-    """The harness's children that run mlrb.recording_process."""
+    """The harness's children that run mlrb.store.recording_process."""
     found = []
     for task in Path(f"/proc/{harness_pid}/task").iterdir():
         for child in (task / "children").read_text().split():
@@ -79,7 +80,7 @@ def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path
     assert "hydra" in imported and "mlrb.run" in imported
     assert not {m for m in imported if m.split(".")[0] in ("mlflow", "sqlalchemy", "alembic")}
     client, run = only_run(tmp_path)
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok"
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.core.status"] == "ok"
     assert {"score", "stage_time_s.recording"} <= set(run.data.metrics) and run.data.tags["mlrb.scale"] == "plumbing"
     assert run.data.params["task.name"] == "llm_merging"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
@@ -97,7 +98,7 @@ def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_pr
     (line,) = mlrb_lines(err)
     assert line.startswith("mlrb: run interrupted by SIGINT; recorded as killed")
     _, run = only_run(tmp_path)
-    assert run.info.status == "KILLED" and run.data.tags["mlrb.status"] == "killed"
+    assert run.info.status == "KILLED" and run.data.tags["mlrb.core.status"] == "killed"
     deadline = time.monotonic() + 10
     while (alive(recorder_pid) or running_with(marker)) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -185,7 +186,7 @@ def test_the_process_s_warnings_reach_the_harness_s_log_and_a_request_it_cannot_
         with caplog.at_level("WARNING", logger="mlrb"):
             process.start_check(TrackingConfig(dir=str(store))).result()
         (warning,) = [r for r in caplog.records if "was damaged and held no runs" in r.getMessage()]
-        assert (warning.name, warning.levelname) == ("mlrb.tracking", "WARNING")
+        assert (warning.name, warning.levelname) == ("mlrb.store.tracking", "WARNING")
         # A request it cannot read (an argument it does not take) fails alone; the next is answered.
         with pytest.raises(recording_process.RecordingError, match=r"TypeError: .*unexpected keyword.*'colour'"):
             process.call("check_store", tracking={"dir": str(store)}, wait_for_server=False, colour="red")

@@ -1,5 +1,5 @@
 """A local sweep's jobs record through processes forked by the sweep's recording server
-(mlrb/recording_server.py), not through MLflow imported in each job: what such a process
+(mlrb/store/recording_server.py), not through MLflow imported in each job: what such a process
 writes is what a single run's recording process writes; it runs with the job's environment
 ; the job waits for it as its own child; a job whose server is gone
 starts a new interpreter instead; the server ends with the sweep's process. And in a whole
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import PLUMBING, mlflow_client, store_args
-from mlrb import record, recording_process, recording_server
-from mlrb.config import TrackingConfig
+from mlrb.core.config import TrackingConfig
+from mlrb.store import record, recording_process, recording_server
 from test_failures_runs import running_with
 from test_recording_process import RECORDING_PROCESS, alive
 from warm_start import STARTING_ENV
@@ -29,7 +29,7 @@ from warm_start import STARTING_ENV
 # The sweep's side, in a process of its own (a test process runs threads: no server forks there).
 SWEEP = """
 import sys
-from mlrb import recording_process, recording_server
+from mlrb.store import recording_process, recording_server
 server = recording_server.start(recording_process.main)
 print(server.address, server.pid, flush=True)
 sys.stdin.read()  # until the test closes it, or kills this process
@@ -205,7 +205,7 @@ def test_a_local_sweep_s_jobs_record_through_its_server_and_leave_no_process(tmp
     jobs = {r.data.tags["mlrb.seed"]: r for r in runs if r.data.tags.get("mlrb.role") != "sweep"}
     assert sorted(jobs) == ["1", "2"]
     for seed, run in jobs.items():  # recorded whole, as a single run's recording process records one
-        assert (run.info.status, run.data.tags["mlrb.status"]) == ("FINISHED", "no_submission")
+        assert (run.info.status, run.data.tags["mlrb.core.status"]) == ("FINISHED", "no_submission")
         assert run.data.params["seed"] == seed and "stage_time_s.recording" in run.data.metrics
         run_dir = Path(run.data.tags["mlrb.run_dir"])
         assert record.fold(record.read(run_dir))["status"] == "FINISHED"

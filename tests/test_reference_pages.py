@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from conftest import REPO, reference_hook, tasks_hook
-from mlrb import registry
-from mlrb.config import CONF_DIR, MlrbConfig
+from mlrb.core import registry
+from mlrb.core.config import CONF_DIR, MlrbConfig
 
 pytestmark = pytest.mark.fast
 
@@ -20,10 +20,10 @@ pytestmark = pytest.mark.fast
 STARTED_BY_THE_HARNESS = {
     "mlrb.sandbox.exec_server": "the sandbox's first process",
     "mlrb.sandbox.model_bridge": "the model connection inside a sandbox",
-    "mlrb.recording_process": "a single run's MLflow process",
+    "mlrb.store.recording_process": "a single run's MLflow process",
     "mlrb.scoring.worker": "the scoring process",
     "mlrb.tasks.warm_python": "the anchors' warm interpreter at asset build",
-    "mlrb.tracking": "the same command as mlrb.tracking_server: `python -m mlrb.tracking serve`",
+    "mlrb.tracking": "the same command as mlrb.store.tracking_server: `python -m mlrb.tracking serve`",
 }
 # The pages for maintainers, where issue numbers, commits and test files belong.
 FOR_MAINTAINERS = {"docs/development.md", "docs/ARCHITECTURE.md"}

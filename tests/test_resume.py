@@ -1,6 +1,6 @@
 """A run whose process ends before the run is recorded (SIGKILL, a lost node, a job's time limit)
 goes on where it was: the same command, run again, finds its folder and resumes it as one run
-(mlrb/resume.py). The whole-run tests kill `python -m mlrb` with SIGKILL mid-agent, as a node
+(mlrb/harness/resume.py). The whole-run tests kill `python -m mlrb` with SIGKILL mid-agent, as a node
 failure or the OOM killer would, then run the same command again."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import PLUMBING, mlflow_client, printed, store_args
-from mlrb import resume
-from mlrb.budget import Budget
-from mlrb.config import BudgetConfig
+from mlrb.core.budget import Budget
+from mlrb.core.config import BudgetConfig
+from mlrb.harness import resume
 from test_failures_runs import running_with
 
 MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
@@ -72,7 +72,7 @@ def test_a_run_killed_with_sigkill_goes_on_where_it_was_when_the_same_command_ru
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
-    assert run.data.tags["mlrb.status"] == "ok" and "score" in run.data.metrics
+    assert run.data.tags["mlrb.core.status"] == "ok" and "score" in run.data.metrics
     assert f"mlflow run {run.info.run_id}" in again.stdout
     # its spend carried: the first attempt's step and clock, then its own
     assert run.data.metrics["steps"] == 2
@@ -169,7 +169,7 @@ def test_an_agent_killed_by_its_job_s_sigterm_before_the_harness_hears_goes_on_i
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
-    assert run.data.tags["mlrb.status"] == "ok" and "score" in run.data.metrics
+    assert run.data.tags["mlrb.core.status"] == "ok" and "score" in run.data.metrics
     assert run_folders(tmp_path) == [folder] and (folder / "workspace" / "mark").read_text() == "first\n"
 
 
@@ -197,7 +197,7 @@ def test_a_job_whose_requeue_is_cut_short_by_its_own_sigterm_goes_on_in_the_requ
     assert again.returncode == 0, again.stderr[-3000:]
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
-    assert run.data.tags["mlrb.status"] == "ok" and run_folders(tmp_path) == [folder]
+    assert run.data.tags["mlrb.core.status"] == "ok" and run_folders(tmp_path) == [folder]
 
 
 @pytest.mark.integration
@@ -208,7 +208,7 @@ def test_an_agent_that_kills_itself_with_sigterm_under_slurm_is_still_its_own_er
     assert process.returncode == 0, err[-3000:]
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "agent_error"
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.core.status"] == "agent_error"
     assert "exited 143" in run.data.tags["mlrb.agent_message"] and run.data.tags["mlrb.attempt"] == "1"
 
 
@@ -306,7 +306,7 @@ def test_a_budget_spent_in_earlier_attempts_leaves_none_for_the_next():
 
 @pytest.mark.fast
 def test_progress_is_saved_on_every_step_and_charge_with_what_calls_in_flight_hold(tmp_path):
-    from mlrb.budget import Spend
+    from mlrb.core.budget import Spend
 
     budget = Budget(BudgetConfig(name="t", wall_time_s=100, max_steps=10, max_usd=1.0))
     keeper = resume.Keeper(tmp_path, 1, budget)
@@ -477,7 +477,7 @@ def test_a_program_of_your_own_is_told_it_resumes_and_keeps_its_state_folder(tmp
 
 @pytest.mark.fast
 def test_a_workspace_that_is_gone_comes_back_as_its_last_step_s_snapshot(tmp_path):
-    from mlrb import snapshots, workspace
+    from mlrb.harness import snapshots, workspace
     from mlrb.run import resumed_workspace
 
     start, work = tmp_path / "start", tmp_path / "run" / "workspace"

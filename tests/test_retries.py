@@ -1,4 +1,4 @@
-"""The tracking store's retry policy (mlrb/retries.py) against a real SQLite lock: a write
+"""The tracking store's retry policy (mlrb/core/retries.py) against a real SQLite lock: a write
 waits while another connection holds the database, and other errors are not retried.
 (The LLM agent's policy is tested through its runs in test_llm_agent.py.)"""
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mlrb.retries import STORE_LOCKED, with_retries
+from mlrb.core.retries import STORE_LOCKED, with_retries
 
 pytestmark = pytest.mark.fast
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PLUMBING, REPO, plumbing_llm_merging, run_cli
-from mlrb.assets import asset_dir
+from mlrb.harness.assets import asset_dir
 
 pytestmark = pytest.mark.integration
 

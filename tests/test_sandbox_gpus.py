@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import gpu_check
-from mlrb.config import ConfigError, SandboxConfig
+from mlrb.core.config import ConfigError, SandboxConfig
 from mlrb.sandbox import bwrap as bw
 from mlrb.sandbox import gpus
 from mlrb.sandbox.base import IsolatedCommand, Limits, Mount, sandbox_environment

@@ -77,7 +77,7 @@ def test_a_valid_score_worse_than_doing_nothing_counts_as_doing_nothing():
 
 
 def test_counting_follows_the_tasks_direction():
-    from mlrb.counting import count
+    from mlrb.analysis.counting import count
 
     loss = {"do_nothing_score": 6.0, "baseline_score": 4.0, "reference_score": 2.0}  # lower is better
     assert count(True, 5.0, loss, higher_is_better=False).score == 5.0  # worse than the baseline, better than nothing
@@ -89,7 +89,7 @@ def test_counting_follows_the_tasks_direction():
 
 
 def test_without_a_sound_do_nothing_anchor_nothing_is_counted():
-    from mlrb.counting import count
+    from mlrb.analysis.counting import count
 
     # No do-nothing score (a folder task without a stated one; doing nothing was invalid):
     # neither the baseline nor leaving failures out would be honest.

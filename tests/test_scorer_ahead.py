@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import PLUMBING, REPO, mlflow_client, plumbing_llm_merging, run_cli, store_args
-from mlrb.assets import ensure_assets
-from mlrb.config import SandboxConfig
+from mlrb.core.config import SandboxConfig
+from mlrb.harness.assets import ensure_assets
 from mlrb.scoring.runner import Scorer
 
 pytestmark = pytest.mark.integration
@@ -110,7 +110,7 @@ def test_a_waiting_scorer_goes_with_a_harness_that_is_killed(assets, tmp_path, k
             "from pathlib import Path\n"
             "sys.path.insert(0, 'tests')\n"
             "from conftest import plumbing_llm_merging\n"
-            "from mlrb.config import SandboxConfig\n"
+            "from mlrb.core.config import SandboxConfig\n"
             "from mlrb.scoring.runner import Scorer\n"
             f"Scorer(plumbing_llm_merging(), Path({str(assets)!r}), Path({str(scoring)!r}),"
             f" SandboxConfig(kind={kind!r}))\n"

@@ -1,4 +1,4 @@
-"""A task's own Python environment (mlrb/environments.py): tests/folder_tasks/numpy1-mini pins
+"""A task's own Python environment (mlrb/harness/environments.py): tests/folder_tasks/numpy1-mini pins
 numpy 1.26.4 (its train.py and eval.py use np.float_, gone in numpy 2, the harness's), and runs
 with it: the agent's commands, the baseline at asset build and the folder's eval.py, in each
 sandbox, with none of the harness's libraries importable. Building it needs the package index
@@ -26,8 +26,8 @@ SANDBOXES = [
 
 
 def folder_task(path: Path, *requirements: str):
-    from mlrb import registry
-    from mlrb.config import TaskConfig
+    from mlrb.core import registry
+    from mlrb.core.config import TaskConfig
 
     return registry.load_task(TaskConfig(name=path.name, title=path.name, kind="folder", path=str(path), submission=".",
                                  scales={"folder": {}}, scale="folder", requirements=list(requirements)))  # fmt: skip
@@ -35,7 +35,7 @@ def folder_task(path: Path, *requirements: str):
 
 @pytest.mark.fast
 def test_requirements_come_from_the_folder_then_the_config_comments_dropped(tmp_path):
-    from mlrb import environments
+    from mlrb.harness import environments
 
     folder = tmp_path / "task"
     shutil.copytree(NUMPY1, folder)
@@ -62,7 +62,7 @@ def test_a_packaged_task_without_requirements_keeps_its_asset_key_and_the_harnes
 @pytest.mark.system
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_a_folder_that_pins_numpy_1_runs_its_baseline_and_eval_in_its_own_environment(tmp_path, cache_dir, sandbox):
-    from mlrb import environments
+    from mlrb.harness import environments
 
     result = run_cli(*store_args(tmp_path, cache_dir), "task=folder", f"task.path={NUMPY1}", "task.higher_is_better=false",
                      f"sandbox={sandbox}", cwd=tmp_path)  # fmt: skip
@@ -72,7 +72,7 @@ def test_a_folder_that_pins_numpy_1_runs_its_baseline_and_eval_in_its_own_enviro
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("numpy1-mini").experiment_id])
     # eval.py ran with numpy 1 (np.float_), so the score is valid; the run names its environment
-    assert run.data.tags["mlrb.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
+    assert run.data.tags["mlrb.core.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
     root = environments.location(["numpy==1.26.4"], cache_dir)
     assert run.data.tags["mlrb.environment"] == root.name
     assert environments.installed(root) == ["numpy==1.26.4"]  # the task's libraries, nothing of the harness
@@ -104,7 +104,7 @@ def test_requirements_pip_cannot_install_are_one_line_and_leave_no_environment_o
 
 @pytest.mark.system
 def test_prefetch_builds_the_environment_ahead_and_check_says_whether_it_is_there(tmp_path):
-    from mlrb import environments
+    from mlrb.harness import environments
 
     cache = tmp_path / "cache"
     args = ["task=folder", f"task.path={NUMPY1}", f"paths.cache_dir={cache}"]

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from mlrb.config import ConfigError
+from mlrb.core.config import ConfigError
 from mlrb.tasks.anchors import AnchorFailed
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import ScoreReport
@@ -78,7 +78,7 @@ def test_a_bad_builder_param_is_one_config_error_before_anything_is_built(tmp_pa
     with pytest.raises(ConfigError, match=r"^task\.scales\.tiny\.assets\.anchor_seeds must be a whole number"):
         seed_task(tmp_path, anchor_seeds=0).builder.check_params("tiny")
     from conftest import task_from_config
-    from mlrb import registry
+    from mlrb.core import registry
 
     task = task_from_config("llm_merging")
     task.cfg.scales["tiny"]["assets"]["skills"] = ["geography", "astrology"]
@@ -129,7 +129,7 @@ def test_a_builder_module_that_cannot_import_what_it_needs_says_so_when_the_conf
     )
     # The same line where the command line checks a config.
     from conftest import compose_config
-    from mlrb.config import check_rules
+    from mlrb.core.config import check_rules
     from mlrb.tasks import base
 
     monkeypatch.setattr(base, "builder_module", lambda module: "handmade.assets")
@@ -177,7 +177,7 @@ def test_every_packaged_task_is_a_frozen_value_its_folder_makes_and_subclasses_n
     import inspect
 
     from conftest import task_from_config
-    from mlrb import registry
+    from mlrb.core import registry
     from mlrb.tasks.base import Task
 
     for key in registry.task_folders():

@@ -1,4 +1,4 @@
-"""Where a run's time goes (mlrb/timeline.py): each stage's seconds are its own, so the
+"""Where a run's time goes (mlrb/core/timeline.py): each stage's seconds are its own, so the
 `stage_time_s.<stage>` metrics add up to the run's time and none counts another's."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mlrb.timeline import StageClock
+from mlrb.core.timeline import StageClock
 
 pytestmark = pytest.mark.fast
 

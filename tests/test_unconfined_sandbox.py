@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mlrb.config import SandboxConfig
+from mlrb.core.config import SandboxConfig
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 

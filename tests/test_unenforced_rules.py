@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from conftest import tasks_hook
-from mlrb import registry
-from mlrb.config import ConfigError, TaskConfig, packaged_task
-from mlrb.registry import folder_loaders, task_folders
+from mlrb.core import registry
+from mlrb.core.config import ConfigError, TaskConfig, packaged_task
+from mlrb.core.registry import folder_loaders, task_folders
 from mlrb.report.aggregate import summarise
 from mlrb.report.render import UNENFORCED_MARK, Report, results_table
 from mlrb.report.runs import RunRow
@@ -32,7 +32,7 @@ from mlrb.report.runs import RunRow
 pytestmark = pytest.mark.fast
 
 TESTS = Path(__file__).resolve().parent
-TASKS = Path(registry.__file__).resolve().parent / "tasks"
+TASKS = Path(registry.__file__).resolve().parents[1] / "tasks"
 PACKAGED = sorted(set(task_folders()) - folder_loaders())
 # The refusal is the kernel's (an errno), answering a read of what the sandbox does not mount.
 KERNEL = "kernel"
@@ -51,11 +51,11 @@ class Breaks:
 # The tests that break each shared check.
 BUDGET = Breaks(
     "test_end_to_end.py::test_the_wall_clock_budget_stops_the_agent_and_its_work_is_still_scored",
-    ("wall_time",), "mlrb.budget:Budget.exhausted",
+    ("wall_time",), "mlrb.core.budget:Budget.exhausted",
 )  # fmt: skip
 FORMAT = Breaks(
     "test_llm_merging.py::test_rule_breakers_are_invalid_with_a_reason",
-    ("pickled weights are not accepted", "' is not allowed", "custom code"), "mlrb.tasks.rules:check_model_folder",
+    ("pickled weights are not accepted", "' is not allowed", "custom code"), "mlrb.tasks.model_checks:check_model_folder",
 )  # fmt: skip
 # The sandbox keeps every task's hidden/ folder out of the agent's reach alike: an agent that
 # reads the hidden set by path, name or content finds nothing (each read shown to work unconfined).
@@ -76,15 +76,15 @@ SINGLE_GPU = Breaks(
 
 
 def params(test: str) -> Breaks:
-    return Breaks(test, ("exceed the limit of",), "mlrb.tasks.rules:check_model_folder")
+    return Breaks(test, ("exceed the limit of",), "mlrb.tasks.model_checks:check_model_folder")
 
 
 def pretrained(test: str) -> Breaks:
-    return Breaks(test, ("pretrained weights",), "mlrb.tasks.rules:check_not_known_checkpoint")
+    return Breaks(test, ("pretrained weights",), "mlrb.tasks.model_checks:check_not_known_checkpoint")
 
 
 def fp16_fp32(test: str) -> Breaks:
-    return Breaks(test, ("weights stored as", "the model is quantized"), "mlrb.tasks.rules:check_fp16_fp32")
+    return Breaks(test, ("weights stored as", "the model is quantized"), "mlrb.tasks.model_checks:check_fp16_fp32")
 
 
 EDGE_TRAINING_MEMORY = Breaks(
@@ -99,7 +99,7 @@ EDGE_COMPRESSION_MEMORY = Breaks(
 APPROVED_BASE = Breaks(
     "test_llm_efficiency.py::test_base_model_rule_breakers_are_invalid",
     ("is an instruction-tuned model; only base models are allowed", "is not an allowed base model",
-     "does not declare its base model"), "mlrb.tasks.rules:check_base_model",
+     "does not declare its base model"), "mlrb.tasks.model_checks:check_base_model",
 )  # fmt: skip
 ONE_ENTRY = Breaks(
     "test_math_reasoning.py::test_malformed_submissions_are_invalid_with_the_reason",
@@ -192,7 +192,7 @@ RULES: dict[str, dict[str, dict[str, Breaks | None]]] = {
             "model_type": Breaks(
                 "test_edge_llm_compression.py::test_empty_or_foreign_submissions_are_invalid",
                 ("' is not allowed",),
-                "mlrb.tasks.rules:check_model_folder",
+                "mlrb.tasks.model_checks:check_model_folder",
             ),  # fmt: skip
             "model_format": FORMAT,
         },

@@ -207,7 +207,7 @@ def test_the_starters_imports_are_preloaded_but_not_their_own_modules(tmp_path):
 def test_a_training_run_warm_writes_the_bytes_a_fresh_one_writes(cache_dir, tmp_path):
     """baby_lm's baseline (a GPT-2 initialised from the seed and trained on the public text), cut
     to a few steps: the model the warm interpreter saves is byte for byte the fresh run's."""
-    from mlrb.assets import ensure_assets
+    from mlrb.harness.assets import ensure_assets
 
     task = task_from_config("baby_lm", scale="plumbing")
     assets = ensure_assets(task, cache_dir)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlrb import workspace
+from mlrb.harness import workspace
 
 pytestmark = pytest.mark.fast
 

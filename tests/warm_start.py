@@ -10,7 +10,7 @@ from the same clean state, in its own process, with its own exit status, standar
 and error, as a new interpreter would.
 
 What the command then does is what `python -m mlrb` does: the same `mlrb.__main__`, the same
-sandboxes, scorer and store. A single run's recording process (mlrb/recording_process.py) is
+sandboxes, scorer and store. A single run's recording process (mlrb/store/recording_process.py) is
 forked from the warm harness too, through `recording_process.spawn`, and runs the same
 `recording_process.main`.
 
@@ -45,7 +45,7 @@ from typing import Any
 
 # What a command imports before it does anything of its own; a fork finds them imported.
 PRELOAD = (
-    "mlrb.cli", "mlrb.run", "mlrb.recording_process", "mlrb.record", "mlrb.tracking", "mlrb.agents.tracing",
+    "mlrb.cli", "mlrb.run", "mlrb.store.recording_process", "mlrb.store.record", "mlrb.store.tracking", "mlrb.store.tracing",
     "mlrb.sweep", "hydra", "omegaconf", "submitit", "anthropic", "openai", "mlflow",
     "mlflow.store.tracking.sqlalchemy_store",  # a SQLite store's tables, SQLAlchemy, alembic
 )  # fmt: skip
@@ -266,7 +266,7 @@ def become(request: dict[str, Any], stdin: int, stdout: int, stderr: int) -> Non
     main = sys.modules["__main__"].__dict__  # the zygote's: the module runs in it, as in a new one
     for name in [name for name in main if name != "__builtins__"]:
         del main[name]
-    from mlrb import recording_process
+    from mlrb.store import recording_process
 
     recording_process.spawn = forked_recording_process
     try:
@@ -303,7 +303,7 @@ def end(code: Any, interrupted: bool = False) -> None:
 
 
 class ForkedProcess:
-    """What mlrb.recording_process needs of a subprocess.Popen, for a forked process."""
+    """What mlrb.store.recording_process needs of a subprocess.Popen, for a forked process."""
 
     def __init__(self, pid: int, stdout: int, stderr: int):
         self.pid = pid
@@ -322,7 +322,7 @@ class ForkedProcess:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(["mlrb.recording_process"], timeout or 0)
+                raise subprocess.TimeoutExpired(["mlrb.store.recording_process"], timeout or 0)
             time.sleep(0.01)
         assert self.returncode is not None
         return self.returncode
@@ -335,7 +335,7 @@ class ForkedProcess:
 def forked_recording_process(child_reads: int, child_writes_to: int) -> Any:
     """The run's recording process, forked from the warm harness (MLflow is imported already);
     a new interpreter instead when the harness has started a thread by then."""
-    from mlrb import recording_process
+    from mlrb.store import recording_process
 
     if threading.active_count() > 1 or other_threads():
         return recording_process.new_interpreter(child_reads, child_writes_to)

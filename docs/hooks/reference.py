@@ -2,7 +2,7 @@
 
 - reference/configs.md: every config group, its choices (the YAML files in mlrb/conf/ and the task
   folders) and every key, with its type, default and the comment above it in the dataclass schema
-  (mlrb/config.py and the schemas of tasks, agents and sandboxes it names), read with `ast` and
+  (mlrb/core/config.py and the schemas of tasks, agents and sandboxes it names), read with `ast` and
   `tokenize`: nothing is imported that a run does not import to check its config.
 - reference/commands.md: each command's --help, from its parser, called in this process.
 
@@ -25,12 +25,12 @@ from typing import Any, NamedTuple
 import yaml
 from mkdocs.structure.files import File, Files
 
-from mlrb import registry
-from mlrb.config import CONF_DIR
+from mlrb.core import registry
+from mlrb.core.config import CONF_DIR
 
 CONFIGS = "reference/configs.md"
 COMMANDS = "reference/commands.md"
-CONFIG_MODULE = "mlrb.config"
+CONFIG_MODULE = "mlrb.core.config"
 ROOT_SCHEMA = "MlrbConfig"
 SCALE_SCHEMA = ("mlrb.tasks.base", "ScaleSpec")  # a task's `scales.NAME`
 HYDRA_LAUNCHERS = CONF_DIR / "hydra" / "launcher"  # what each `launcher` choice sets under hydra.launcher
@@ -46,7 +46,7 @@ COMMANDS_HELP = (
     ("python -m mlrb.export", "mlrb.export", "help_text"),
     ("python -m mlrb.export inspect", "mlrb.export.inspect_log", "parser"),
     ("python -m mlrb.prefetch", "mlrb.prefetch", "help_text"),
-    ("python -m mlrb.tracking serve", "mlrb.tracking_server", "parser"),
+    ("python -m mlrb.tracking serve", "mlrb.store.tracking_server", "parser"),
 )
 HELP_COLUMNS = "100"  # argparse wraps --help to the terminal's width: one width for the page
 
@@ -303,7 +303,7 @@ def configs_page() -> str:
         "# Config reference",
         "",
         "This page lets you look up every config group, its choices, and every key you can set, with its type,",
-        "its default and what it does. It is written from the schema (`mlrb/config.py`) and the config files",
+        "its default and what it does. It is written from the schema (`mlrb/core/config.py`) and the config files",
         "each time the site is built, so it matches the code. How to set a key or choose a group's choice:",
         "[Configs and the command line](../configs.md).",
         "",

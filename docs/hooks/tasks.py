@@ -1,6 +1,6 @@
 """The site's task pages, found the way the code finds tasks: by their folders.
 
-A task is a folder (mlrb/registry.py, `task_folders`) and its page is the folder's `page.md`;
+A task is a folder (mlrb/core/registry.py, `task_folders`) and its page is the folder's `page.md`;
 a folder with a page but no `task.yaml` is a page several tasks share (mlrb/tasks/from_scratch/).
 This MkDocs hook (mkdocs.yml's `hooks`) adds each page to the site as tasks/FOLDER.md, lists
 it in the nav's "Tasks" section after tasks/index.md, and writes the index's table of tasks
@@ -23,7 +23,7 @@ import yaml
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
-from mlrb import registry
+from mlrb.core import registry
 
 PAGE = "page.md"
 NAV_SECTION = "Tasks"
@@ -139,7 +139,7 @@ def shown(value: Any) -> str:
 
 def scales_table(task: str) -> str:
     """The keys whose values differ between the task's tiny and full scales, side by side."""
-    from mlrb.config import packaged_task  # Hydra: imported only when a task page is built
+    from mlrb.core.config import packaged_task  # Hydra: imported only when a task page is built
 
     scales = packaged_task(task)["scales"]
     tiny, full = (flat(scales[name]) for name in COMPARED)
@@ -162,7 +162,7 @@ def rules_of(folder: Path) -> dict[str, dict[str, str]]:
 
 def rules_table(task: str, folder: Path) -> str:
     """One row per rule: how it is enforced, or at which scale it is not and why (its `unenforced_rules`)."""
-    from mlrb.config import packaged_task
+    from mlrb.core.config import packaged_task
 
     scales = packaged_task(task)["scales"]
     rows = ["| rule | how it is enforced |", "|---|---|"]

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from mlrb.budget import Budget
-from mlrb.config import AgentConfig
-from mlrb.events import EventSink
-from mlrb.resume import Resumption
+from mlrb.core.budget import Budget
+from mlrb.core.config import AgentConfig
+from mlrb.core.events import EventSink
+from mlrb.core.status import Status
+from mlrb.harness.resume import Resumption
 from mlrb.sandbox.base import Sandbox
-from mlrb.status import Status
 from mlrb.tasks.base import Task
 
 
@@ -22,7 +22,7 @@ class AgentContext:
     instructions: str
     sandbox: Sandbox
     budget: Budget
-    # The run's event sink (mlrb/events.py): what the agent emits there reaches the
+    # The run's event sink (mlrb/core/events.py): what the agent emits there reaches the
     # trajectory file, the MLflow traces and the metrics. The harness opens and closes it.
     events: EventSink
     seed: int
@@ -33,7 +33,7 @@ class AgentContext:
     # The run's metering proxy (mlrb/proxy.MeteringProxy), for an agent that asked for one
     # (`model_upstreams()`); the sandbox's `model_url` is where it is reached from inside.
     model: Any = None
-    # A run that goes on in a new attempt (mlrb/resume.py): None on its first.
+    # A run that goes on in a new attempt (mlrb/harness/resume.py): None on its first.
     resumed: Resumption | None = None
     # A folder of the run (outside the sandbox) kept across its attempts, for the agent's own state
     # (a conversation, a session's id): what it needs to go on where it was when the run resumes.

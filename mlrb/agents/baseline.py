@@ -8,13 +8,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from mlrb import events
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.tools import describe_exec
-from mlrb.config import AgentConfig
+from mlrb.core import events
+from mlrb.core.config import AgentConfig
+from mlrb.core.status import Status
+from mlrb.harness.trajectory import MAX_FIELD_CHARS
 from mlrb.sandbox.base import ExecResult
-from mlrb.status import Status
-from mlrb.trajectory import MAX_FIELD_CHARS
 
 TOOL, CALL_ID = "shell", "baseline"
 

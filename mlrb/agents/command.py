@@ -1,7 +1,7 @@
 """Bring your own agent (`agent=command`): any program that speaks the Anthropic Messages API
 or OpenAI Chat Completions or Responses, run in the sandbox on the task's prompt.
 
-The harness runs the run's metering proxy (mlrb/proxy.py) and gives the program, in its
+The harness runs the run's metering proxy (mlrb/harness/proxy.py) and gives the program, in its
 environment, the proxy as its API's base URL and the run's token as its key:
 
     ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY       OPENAI_BASE_URL, OPENAI_API_KEY
@@ -10,9 +10,9 @@ environment, the proxy as its API's base URL and the run's token as its key:
                                                 name it: claude --model "$MLRB_MODEL")
     MLRB_AGENT_DIR                              agent.options.program_dir: your program's files (read-only)
     MLRB_STATE_DIR                              a folder of its own, kept across the run's attempts
-    MLRB_RESUMED, MLRB_ATTEMPT                  a run that goes on after its process died (mlrb/resume.py):
+    MLRB_RESUMED, MLRB_ATTEMPT                  a run that goes on after its process died (mlrb/harness/resume.py):
     MLRB_RESUME_NOTE                            1, the attempt, and what to tell the agent as it goes on
-    MLRB_BUDGET_FILE                            what is left of its budget, always current (mlrb/agent_clock.py)
+    MLRB_BUDGET_FILE                            what is left of its budget, always current (mlrb/harness/agent_clock.py)
 
 The real keys stay with the proxy. The proxy meters every call, each model at its own price,
 refuses a model the config does not allow (`agent.options.model`, and the side models that
@@ -21,7 +21,7 @@ or dollars are spent; the harness's clock kills the program at the wall-time lim
 ends `ok` when the program exits 0, `budget_exhausted` when a limit stopped it (a refused call,
 or the clock), `agent_error` otherwise; a provider that has no model the config allows ends it
 as a configuration error (metering.ModelNotFound). Each model call is an event of the run (its
-trajectory, trace and metrics), as the proxy saw it (mlrb/metering.py).
+trajectory, trace and metrics), as the proxy saw it (mlrb/harness/metering.py).
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlrb import metering
 from mlrb.agents import prices
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.baseline import one_command_step
 from mlrb.agents.conversation import resumed_note
-from mlrb.config import AgentConfig, ConfigError
-from mlrb.proxy import PROVIDERS, MissingModel, Upstream, upstream_url
+from mlrb.core.config import AgentConfig, ConfigError
+from mlrb.core.status import Status
+from mlrb.harness import metering
+from mlrb.harness.proxy import PROVIDERS, MissingModel, Upstream, upstream_url
 from mlrb.sandbox.base import ExecResult
-from mlrb.status import Status
 
 TOOL, CALL_ID = "command", "command"
 

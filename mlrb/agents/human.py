@@ -36,11 +36,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlrb import events
 from mlrb.agents.base import AgentContext, AgentOutcome
-from mlrb.config import AgentConfig, ConfigError
+from mlrb.core import events
+from mlrb.core.config import AgentConfig, ConfigError
+from mlrb.core.status import Status
 from mlrb.sandbox.base import MAX_CAPTURE_BYTES, SandboxError
-from mlrb.status import Status
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from mlrb.config import ConfigError
+from mlrb.core.config import ConfigError
 
 NPM_TIMEOUT_S = 900
 

@@ -3,13 +3,13 @@ the output, iterates and submits, through native tool calling.
 
 The loop runs in the harness process. Each step is one model call, then the
 tool calls it asked for, executed in the run's sandbox. Its calls go through the run's
-metering proxy (mlrb/metering.py), as every agent's do: the proxy holds the real key,
+metering proxy (mlrb/harness/metering.py), as every agent's do: the proxy holds the real key,
 charges the budget from the API's reported usage and emits each call as the run's events.
 The loop bounds every call by the budget: the remaining wall time is the call's timeout
 (the proxy gives up upstream at it), the remaining output tokens cap its length, and any
 limit reached stops the run cleanly. It retries failed calls by its config's policy (the
 proxy, started with `proxy_retries = 0`, does not) and emits its steps, retries and tool
-calls as events (mlrb/events.py) to the run's sink, whose subscribers write the trajectory,
+calls as events (mlrb/core/events.py) to the run's sink, whose subscribers write the trajectory,
 the MLflow traces and the metrics. A provider that has no such model (a retired one) ends
 the run as a configuration error, not the agent's (metering.ModelNotFound).
 """
@@ -32,16 +32,17 @@ from typing import Any, cast
 
 from omegaconf import MISSING, OmegaConf
 
-from mlrb import events, metering
 from mlrb.agents import conversation, prices
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.providers import NO_KEY, ApiError, Message, Reply, ToolCall, ToolResult
 from mlrb.agents.tools import SUBMIT, TOOLS, ToolEnv, ToolOutput, run_tool
-from mlrb.budget import Budget
-from mlrb.config import AgentConfig, ConfigError, check_positive, describe_omegaconf_error
-from mlrb.proxy import ATTEMPT_HEADER, PROVIDERS, TIMEOUT_HEADER, Upstream, upstream_url
-from mlrb.retries import Backoff, RetryState
-from mlrb.status import Status
+from mlrb.core import events
+from mlrb.core.budget import Budget
+from mlrb.core.config import AgentConfig, ConfigError, check_positive, describe_omegaconf_error
+from mlrb.core.retries import Backoff, RetryState
+from mlrb.core.status import Status
+from mlrb.harness import metering
+from mlrb.harness.proxy import ATTEMPT_HEADER, PROVIDERS, TIMEOUT_HEADER, Upstream, upstream_url
 
 log = logging.getLogger(__name__)
 

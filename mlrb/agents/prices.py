@@ -20,7 +20,7 @@ import datetime
 from dataclasses import dataclass
 from typing import Any
 
-from mlrb.messages import ConfigError
+from mlrb.core.messages import ConfigError
 
 TABLE = "genai-prices"
 

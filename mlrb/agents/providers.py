@@ -5,7 +5,7 @@ Completions) that translates messages, tool schemas, tool calls and usage.
 The SDKs are imported inside the adapters, only when a run starts: checking a
 config must not import them. The SDKs' own retries are off: they would retry inside
 one call, past the wall time left and unseen. The agent retries each call by its
-config's policy (mlrb/retries.py), each try bounded by the budget and recorded.
+config's policy (mlrb/core/retries.py), each try bounded by the budget and recorded.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlrb import api_shapes
 from mlrb.agents.tools import Tool
+from mlrb.core import api_shapes
 
 # Sent when a server needs no key (a local model server): the OpenAI SDK refuses an empty one.
 NO_KEY = "no-key-needed"
@@ -71,7 +71,7 @@ class ApiError(Exception):
 
 def tokens_of(usage: Any) -> tuple[int | None, int | None]:
     """(input tokens, output tokens) of an SDK reply's usage, read as the metering proxy reads the same
-    JSON (mlrb/api_shapes.py); (None, None) when the server reported none."""
+    JSON (mlrb/core/api_shapes.py); (None, None) when the server reported none."""
     tokens = api_shapes.tokens_of(usage.model_dump() if usage is not None else None)
     return tokens if tokens is not None else (None, None)
 

@@ -1,15 +1,15 @@
-"""Where a run's events go: the run's event sink (mlrb/events.py) with its subscribers,
+"""Where a run's events go: the run's event sink (mlrb/core/events.py) with its subscribers,
 and the metrics' subscriber."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from mlrb import events
-from mlrb.agents.tracing import TraceWriter
-from mlrb.record import RecordedRun
-from mlrb.tags import Metric
-from mlrb.trajectory import Trajectory, TrajectoryWriter
+from mlrb.core import events
+from mlrb.core.tags import Metric
+from mlrb.harness.trajectory import Trajectory, TrajectoryWriter
+from mlrb.store.record import RecordedRun
+from mlrb.store.tracing import TraceWriter
 
 
 class MetricsWriter:

@@ -1,7 +1,7 @@
 """python -m mlrb.export harbor TASK [--scale SCALE] --out DIR: one of mlrb's packaged tasks as a
 Harbor task folder (Terminal-Bench's harness):
 
-- `instruction.md`: the agent's prompt as mlrb renders it (mlrb/instructions.py), for a
+- `instruction.md`: the agent's prompt as mlrb renders it (mlrb/harness/instructions.py), for a
   workspace at /app that also holds the task's data ($MLRB_DATA=/app);
 - `task.toml`: the scale's limits (agent and verifier time, cpus, memory, gpus) in the field
   names of Harbor's own TaskConfig;
@@ -58,8 +58,8 @@ import json
 import sys
 from pathlib import Path
 
-from mlrb import registry
-from mlrb.config import TaskConfig
+from mlrb.core import registry
+from mlrb.core.config import TaskConfig
 
 tests, workspace, scratch, logs = map(Path, sys.argv[1:5])
 config = TaskConfig(**json.loads((tests / "task.json").read_text()))
@@ -101,10 +101,10 @@ def main(argv: list[str]) -> int:
     try:
         check_out(args.out)
         cfg = composed(args.task, args.scale)
-        from mlrb.config import ConfigError
+        from mlrb.core.config import ConfigError
 
         try:
-            from mlrb import registry
+            from mlrb.core import registry
 
             task = registry.load_task(cfg.task)
             if task.check_config:
@@ -114,7 +114,7 @@ def main(argv: list[str]) -> int:
     except BadInput as e:
         print(f"mlrb.export harbor: error: {e}", file=sys.stderr)
         return 2
-    from mlrb.assets import prepare
+    from mlrb.harness.assets import prepare
 
     assets = prepare(task, args.cache_dir or Path(cfg.paths.cache_dir)).path
     write_folder(task, cfg, assets, args.out)
@@ -135,8 +135,8 @@ def composed(name: str, scale: str | None) -> Any:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from mlrb import registry
-    from mlrb.config import CONF_DIR, ConfigError, register_schema, to_typed
+    from mlrb.core import registry
+    from mlrb.core.config import CONF_DIR, ConfigError, register_schema, to_typed
 
     packaged = sorted(set(registry.task_folders()) - registry.folder_loaders())
     if name not in packaged:
@@ -177,7 +177,7 @@ def fill(folder: Path, task: Any, cfg: Any, assets: Path) -> None:
     import dataclasses
 
     import mlrb
-    from mlrb import instructions
+    from mlrb.harness import instructions
 
     skip = shutil.ignore_patterns("__pycache__", "*.pyc")
     env = folder / "environment"

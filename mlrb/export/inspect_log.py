@@ -22,10 +22,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from mlrb import stats
-from mlrb.api_shapes import text_of
+from mlrb.analysis import stats
+from mlrb.core.api_shapes import text_of
+from mlrb.core.tags import Metric, Tag
 from mlrb.formats.run_folder import NotARun, RunFolder, runs_in
-from mlrb.tags import Metric, Tag
 
 PROG = "python -m mlrb.export inspect"
 SCORER = "mlrb"
@@ -35,7 +35,7 @@ STOP_REASONS = {"end_turn": "stop", "stop": "stop", "completed": "stop", "stop_s
                 "tool_use": "tool_calls", "tool_calls": "tool_calls", "max_tokens": "max_tokens",
                 "length": "max_tokens", "incomplete": "max_tokens", "content_filter": "content_filter",
                 "refusal": "content_filter"}  # fmt: skip
-# How a run's agent stopped (its budget's limit, mlrb/budget.py) as Inspect's limits, with the budget's value.
+# How a run's agent stopped (its budget's limit, mlrb/core/budget.py) as Inspect's limits, with the budget's value.
 LIMITS = {"wall_time": ("time", "budget.wall_time_s"), "steps": ("turn", "budget.max_steps"),
           "input_tokens": ("token", "budget.max_input_tokens"), "output_tokens": ("token", "budget.max_output_tokens"),
           "usd": ("cost", "budget.max_usd")}  # fmt: skip

@@ -1,1 +1,3 @@
-"""A run in the field's shared formats, written from its run folder: `atif`, Harbor's trajectory format."""
+"""A run in the field's shared formats, written from its run folder: `atif`, Harbor's trajectory
+format. Imports mlrb.harness's trajectory, mlrb.store's
+record and mlrb.core."""

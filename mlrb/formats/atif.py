@@ -25,9 +25,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from mlrb.core.messages import first_line
+from mlrb.core.tags import Tag
 from mlrb.formats.run_folder import TRAJECTORY, RunFolder, read
-from mlrb.messages import first_line
-from mlrb.tags import Tag
 
 log = logging.getLogger(__name__)
 

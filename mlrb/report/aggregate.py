@@ -3,7 +3,7 @@ report them; runs that differ in any of these are never pooled (RunRow.group).
 
 - counted score, raw and normalised (MLRC-Bench's share of the baseline-to-reference
   gap, 0..100): mean +- SEM over every attempt, each as its run counted it
-  (mlrb/counting.py): an attempt without a valid submission, or scoring worse than
+  (mlrb/analysis/counting.py): an attempt without a valid submission, or scoring worse than
   doing nothing, as the task's do-nothing anchor. A group with an attempt that has
   no counted score (a task without a do-nothing anchor, a run recorded before runs
   recorded one) has no counted mean: leaving such attempts out would count successes only.
@@ -26,9 +26,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from mlrb.analysis.stats import sem
+from mlrb.core.tags import Metric
 from mlrb.report.runs import CAUSES, CONFINED, CRASHED, NOT_COUNTED, RUNNING, RunRow
-from mlrb.stats import sem
-from mlrb.tags import Metric
 
 
 def mean(values: Sequence[float]) -> float | None:

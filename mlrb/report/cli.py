@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlrb.config import TrackingConfig
-from mlrb.messages import first_line_of, mask_uris_in
+from mlrb.core.config import TrackingConfig
+from mlrb.core.messages import first_line_of, mask_uris_in
+from mlrb.core.tags import Tag
 from mlrb.report.runs import Filters, Selection, load
-from mlrb.tags import Tag
 
 NOTE_MARKER = "<!-- written by python -m mlrb.report -->"
 
@@ -103,7 +103,7 @@ def connect(uri: str) -> Any:
 
 def why(error: Exception) -> str:
     """The gist of a store error in a few words (MLflow's own messages run to paragraphs)."""
-    from mlrb.tracking import unreachable_sign
+    from mlrb.store.tracking import unreachable_sign
 
     sign = unreachable_sign(error)
     if sign:
@@ -113,7 +113,7 @@ def why(error: Exception) -> str:
 
 def experiments(client: Any, names: list[str]) -> dict[str, str]:
     """id -> name of the experiments to read."""
-    from mlrb.retries import with_retries
+    from mlrb.core.retries import with_retries
 
     known = with_retries(lambda: client.search_experiments(max_results=50000))
     by_name = {e.name: e.experiment_id for e in known}
@@ -150,7 +150,7 @@ def read(args: argparse.Namespace, filters: Filters) -> tuple[Any, Selection, st
 
 
 def build(args: argparse.Namespace) -> int:
-    from mlrb.report import aggregate, anytime, compare, costs, failures, render, trajectories
+    from mlrb.report import aggregate, costs, curves, failures, paired, render, trajectories
 
     filters = filters_of(args)
     client, selection, shown_uri = read(args, filters)
@@ -164,7 +164,7 @@ def build(args: argparse.Namespace) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     try:  # the runs rescored step by step (python -m mlrb.rescore RUN_ID --all-steps)
-        curves, uncounted = anytime.read(client, rows)
+        curve_groups, uncounted = curves.read(client, rows)
     except Exception as e:
         raise ReportError(f"cannot read the anytime metrics from {shown_uri}: {why(e)}") from None
     plots = {}
@@ -172,7 +172,7 @@ def build(args: argparse.Namespace) -> int:
         from mlrb.report.plots import draw_all
 
         plots = draw_all(stats, rows, out)
-        plots.update(anytime.draw(curves, out / "anytime.png"))
+        plots.update(curves.draw(curve_groups, out / "curves.png"))
         plots.update(costs.draw(stats, out))
     activities = trajectories.read_all(client, rows)  # each run's trajectory, read once
     report = render.Report(
@@ -181,11 +181,11 @@ def build(args: argparse.Namespace) -> int:
                  f"filters: {filters.describe()}; {len(rows)} runs; "
                  f"written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."),
         stats=stats, causes=aggregate.why_not_scored(rows), excluded=aggregate.not_counted(rows), rows=rows, plots=plots,
-        comparisons=compare.report_sections(rows), anytime=anytime.report_sections(curves, uncounted),
+        comparisons=paired.report_sections(rows), anytime=curves.report_sections(curve_groups, uncounted),
         costs=costs.report_sections(stats), failures=failures.report_sections(stats, rows, activities),
         csvs=costs.csv_files(stats) + failures.csv_files(stats, rows, activities),
     )  # fmt: skip
-    files = report.write(out, with_html=args.html) + anytime.write_csvs(curves, out)
+    files = report.write(out, with_html=args.html) + curves.write_csvs(curve_groups, out)
 
     print(render.results_table(stats).markdown())
     print(f"\n{len(rows)} runs in {len(stats)} groups; files in {out}/: {', '.join(f.name for f in files)}")
@@ -202,11 +202,11 @@ def log_to_parent(client: Any, parent: Any, files: list[Path], report: Any) -> N
     """The files as artifacts under report/, and the tables as the run's description
     (MLflow shows a run's note as Markdown), unless someone wrote their own note there: each
     a line of the sweep's record first, when its folder is here, as a run's own facts are."""
-    from mlrb import record, tracking
+    from mlrb.store import record, tracking
 
     folder = parent.data.tags.get(Tag.RUN_DIR)
     run_dir = Path(folder) if folder else None
-    recorder = tracking.RunRecorder(client, parent.info.run_id, parent.info.experiment_id)
+    recorder = tracking.MlflowRunWriter(client, parent.info.run_id, parent.info.experiment_id)
     for path in files:
         record.append_after(run_dir, recorder, "artifact", file=str(path.resolve()), artifact_path="report",
                             is_dir=False)  # fmt: skip

@@ -19,16 +19,16 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from mlrb.messages import duration
+from mlrb.core.messages import duration
+from mlrb.core.status import Status
 from mlrb.report import activity
 from mlrb.report.aggregate import GroupStats, mean
 from mlrb.report.render import KIND_LABELS, Table, key_columns
 from mlrb.report.runs import NOT_COUNTED, RunRow
 from mlrb.report.trajectories import RunActivity
-from mlrb.status import Status
 
 # Why a submission was not valid, from the scorers' messages (mlrb/scoring/runner.py, the tasks'
-# task.py, mlrb/tasks/rules.py, mlrb/tasks/llm_merging/lineage.py): (class, what its reason says),
+# task.py, mlrb/tasks/model_checks.py, mlrb/tasks/llm_merging/lineage.py): (class, what its reason says),
 # the first that matches.
 REASON_CLASSES: tuple[tuple[str, re.Pattern], ...] = (
     ("no submission", re.compile(r"^no submission")),

@@ -11,10 +11,10 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from mlrb.messages import duration
+from mlrb.core.messages import duration
+from mlrb.core.tags import Metric
 from mlrb.report.aggregate import GroupStats, varying
 from mlrb.report.runs import RunRow
-from mlrb.tags import Metric
 
 
 def pyplot():

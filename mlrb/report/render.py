@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlrb.messages import duration
+from mlrb.core.messages import duration
+from mlrb.core.status import Status
+from mlrb.core.tags import Metric
 from mlrb.report.aggregate import Cause, GroupStats, varying
 from mlrb.report.runs import CONFINED, CRASHED, NOT_COUNTED, RUNNING, RunRow
-from mlrb.status import Status
-from mlrb.tags import Metric
 
 KIND_LABELS = {
     Status.OK.value: "ok",
@@ -177,7 +177,7 @@ UNENFORCED_INTRO = (
 @functools.cache
 def rule_reasons(task: str, scale: str) -> dict[str, str]:
     """id -> why, from the packaged task's config ({} for a task that is not packaged, a folder task)."""
-    from mlrb.config import packaged_task
+    from mlrb.core.config import packaged_task
 
     try:
         return dict(packaged_task(task)["scales"][scale].get("unenforced_rules") or {})

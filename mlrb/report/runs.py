@@ -1,12 +1,12 @@
 """mlrb's runs, read out of the tracking store as plain rows.
 
-Each row says what became of its run (`kind`): its recorded status (mlrb/status.py;
+Each row says what became of its run (`kind`): its recorded status (mlrb/core/status.py;
 see docs/reports.md, "How runs count"), or, for a run with none yet, `running` or `crashed`.
 
 - an *attempt* is a run whose status is the agent's doing (ok, invalid,
   no_submission, budget_exhausted, agent_error): the agent had its chance and the
   scorer had its say. It scored when its workspace held a valid submission; in means
-  it counts as its run recorded (`counted_score`, mlrb/counting.py): one without a
+  it counts as its run recorded (`counted_score`, mlrb/analysis/counting.py): one without a
   valid submission, or scoring worse than doing nothing, as doing nothing;
 - everything else is not the agent's doing and is never counted as a score:
   infrastructure errors, killed runs, runs still going, and runs left RUNNING by a
@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlrb.messages import duration, first_line_of
-from mlrb.retries import with_retries
-from mlrb.status import MlflowStatus, Status, parse
-from mlrb.tags import SWEEP_ROLE, Metric, Tag
+from mlrb.core.messages import duration, first_line_of
+from mlrb.core.retries import with_retries
+from mlrb.core.status import MlflowStatus, Status, parse
+from mlrb.core.tags import SWEEP_ROLE, Metric, Tag
 
 # Runs without an outcome yet (they have no status): the report's own two states.
 RUNNING = "running"
@@ -143,7 +143,7 @@ class RunRow:
 
     @property
     def counted_score(self) -> float | None:
-        """What the attempt counts as in means (mlrb/counting.py): its score, or the do-nothing
+        """What the attempt counts as in means (mlrb/analysis/counting.py): its score, or the do-nothing
         anchor's when it has no valid one or one worse than doing nothing. None for runs that
         are not attempts, for tasks without a do-nothing anchor, and for runs recorded before
         runs recorded it."""

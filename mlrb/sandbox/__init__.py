@@ -1,4 +1,5 @@
-"""Where an agent's actions execute. `Sandbox` is the whole interface."""
+"""Where an agent's actions execute. `Sandbox` is the whole interface: bwrap (the default),
+Docker, or none, each with the run's GPUs, limits and model bridge. Imports mlrb.core."""
 
 from mlrb.sandbox.base import ExecResult, Sandbox
 

@@ -32,11 +32,11 @@ from typing import Any, ClassVar, TypeVar
 
 from omegaconf import OmegaConf
 
-from mlrb.config import ConfigError, SandboxConfig, describe_omegaconf_error
+from mlrb.core.config import ConfigError, SandboxConfig, describe_omegaconf_error
 
 #: Where the workspace and the task's public data appear inside confined sandboxes.
 WORKSPACE, DATA = "/workspace", "/data"
-STATE = "/agent-state"  # the agent's own state, kept across a run's attempts (mlrb/resume.py)
+STATE = "/agent-state"  # the agent's own state, kept across a run's attempts (mlrb/harness/resume.py)
 AGENT_UID = 1000
 MAX_CAPTURE_BYTES = 1_000_000
 
@@ -52,7 +52,7 @@ class SandboxError(RuntimeError):
 class SandboxStopped(SandboxError):
     """The sandbox was stopped from outside the run (SIGTERM to the job's processes: SLURM
     stopping or requeuing a job with no warning signal first): the run is not over, it goes on
-    when its job runs again (mlrb/resume.py)."""
+    when its job runs again (mlrb/harness/resume.py)."""
 
 
 @dataclass
@@ -116,7 +116,7 @@ class IsolatedCommand:
 
 @dataclass(frozen=True)
 class ModelEndpoint:
-    """Where the run's metering proxy (mlrb/proxy.py) listens: a unix socket, which a confined
+    """Where the run's metering proxy (mlrb/harness/proxy.py) listens: a unix socket, which a confined
     sandbox mounts (its only way out), and a loopback URL, which an unconfined one uses."""
 
     socket: Path
@@ -212,7 +212,7 @@ def sandbox_environment(
 ) -> dict[str, str]:
     """The whole environment of anything run in a sandbox, from an allow-list: no variable
     of the harness (API keys, tokens, the tracking URI) reaches it. `python` on its PATH is the
-    task's own environment's (mlrb/environments.py), else the harness's."""
+    task's own environment's (mlrb/harness/environments.py), else the harness's."""
     env = {name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ}
     env.setdefault("LANG", "C.UTF-8")
     python_bin = Path(task_environment) / "bin" if task_environment else Path(sys.executable).parent
@@ -238,9 +238,9 @@ def agent_environment(workspace: str, data_dir: str, seed: int, task_environment
         "MLRB_WORKSPACE": workspace,
         "MLRB_DATA": data_dir,
         "MLRB_SEED": str(seed),
-        "MLRB_BUDGET_FILE": f"{workspace}/.mlrb_budget.json",  # what is left of its budget (mlrb/agent_clock.py)
+        "MLRB_BUDGET_FILE": f"{workspace}/.mlrb_budget.json",  # what is left of its budget (mlrb/harness/agent_clock.py)
     }
-    if state_dir is not None:  # a folder of its own kept across the run's attempts (mlrb/resume.py)
+    if state_dir is not None:  # a folder of its own kept across the run's attempts (mlrb/harness/resume.py)
         variables["MLRB_STATE_DIR"] = state_dir
     return sandbox_environment(workspace, variables, task_environment)
 

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlrb.config import ConfigError, SandboxConfig
+from mlrb.core.config import ConfigError, SandboxConfig
 from mlrb.sandbox import gpus
 from mlrb.sandbox.base import (
     AGENT_UID,

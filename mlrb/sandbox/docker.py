@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrb.config import ConfigError, SandboxConfig
+from mlrb.core.config import ConfigError, SandboxConfig
 from mlrb.sandbox.base import (
     AGENT_UID,
     MAX_CAPTURE_BYTES,

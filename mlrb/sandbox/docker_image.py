@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from mlrb.config import ConfigError
+from mlrb.core.config import ConfigError
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "docker" / "build.sh"
 BASE_IMAGE = "mlrb-base:bookworm"  # what build.sh makes with debootstrap when no BASE_IMAGE is given

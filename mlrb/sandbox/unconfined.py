@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlrb.config import SandboxConfig
+from mlrb.core.config import SandboxConfig
 from mlrb.sandbox.base import (
     ExecResult,
     GroupProcess,

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import mlrb
-from mlrb import registry
-from mlrb.config import SandboxConfig
+from mlrb.core import registry
+from mlrb.core.config import SandboxConfig
 from mlrb.sandbox.base import (
     IsolatedCommand,
     IsolatedProcess,
@@ -62,7 +62,7 @@ class ScoredTask(Protocol):
 
 class ScorerError(RuntimeError):
     """Scoring failed without a judgement (the scorer raised, or was killed): whose fault it is
-    takes a control to tell (mlrb/control.py); never a score of 0."""
+    takes a control to tell (mlrb/harness/control.py); never a score of 0."""
 
 
 class ScoringTimedOut(ScorerError):

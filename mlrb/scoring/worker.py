@@ -9,7 +9,7 @@ Who is to blame when scoring raises instead of judging: a submission that cannot
 loaded or run (say a config.json that is not an object, or weights that do not fit
 the config) is the agent's failure, reported as invalid with the reason (exit 0);
 anything else is a scorer failure (exit 1), whose blame the harness settles with a control
-(mlrb/control.py): the task's baseline submission scored the same way. Only a failure the
+(mlrb/harness/control.py): the task's baseline submission scored the same way. Only a failure the
 control shares (the task's hidden data, the scorer's own code, the machine) is an
 infrastructure error; otherwise the submission is invalid.
 """
@@ -27,8 +27,8 @@ import traceback
 from pathlib import Path
 from typing import NoReturn
 
-from mlrb import registry
-from mlrb.config import TaskConfig
+from mlrb.core import registry
+from mlrb.core.config import TaskConfig
 from mlrb.scoring.report import ScoreReport
 
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog."

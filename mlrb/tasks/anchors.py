@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlrb import stats
+from mlrb.analysis import stats
+from mlrb.core.tags import Metric
 from mlrb.scoring.report import ScoreReport
-from mlrb.tags import Metric
 
 if TYPE_CHECKING:
     from mlrb.tasks.judge import Judge

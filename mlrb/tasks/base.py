@@ -4,7 +4,7 @@ anchors (anchors.py), the judge, its scorer (judge.py), the agent's starting wor
 its prompt. The solutions part (solutions.py) runs an anchor's command.
 
 A task folder's task.py has a function `task(cfg, environment) -> Task` (`load_task`, in
-mlrb/registry.py, the one loader, calls it): a packaged task adds its own fields to
+mlrb/core/registry.py, the one loader, calls it): a packaged task adds its own fields to
 `ScaleSpec` (`scale_spec(cfg, its class)`), writes its own code (its scorer, and its makers
 `build` on this machine, by default its assets.py's `build_tiny_assets`, and `hub`) and gives
 them to `packaged_task`, which makes the parts it does not give; a task whose parts differ
@@ -26,8 +26,8 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
-from mlrb import registry
-from mlrb.config import ConfigError, TaskConfig, describe_omegaconf_error, resolve_scales
+from mlrb.core import registry
+from mlrb.core.config import ConfigError, TaskConfig, describe_omegaconf_error, resolve_scales
 from mlrb.scoring.report import ScoreReport  # every task's scorer returns one
 from mlrb.tasks import sources
 from mlrb.tasks.anchors import ANCHORS, DEFAULT_SEEDS, Anchors
@@ -108,7 +108,7 @@ class ScaleSpec:
     # baseline or be invalid, else doing nothing would beat the baseline.
     do_nothing_command: str = ""
     # Normalisation anchors; None means measured on the built assets. do_nothing_score is the
-    # floor a failed attempt counts as (mlrb/counting.py): state it where doing nothing cannot
+    # floor a failed attempt counts as (mlrb/analysis/counting.py): state it where doing nothing cannot
     # be measured (no do_nothing_command, or its submission is invalid), say chance accuracy.
     do_nothing_score: float | None = None
     baseline_score: float | None = None
@@ -149,7 +149,7 @@ class Task:
     """A task: its config and its parts, made once by its folder's `task(cfg, environment)`
     (through registry.load_task) and never changed; the harness reads these, not its config."""
 
-    cfg: TaskConfig  # its name is its folder's (mlrb/registry.py), or a folder task's folder's
+    cfg: TaskConfig  # its name is its folder's (mlrb/core/registry.py), or a folder task's folder's
     spec: Any  # the scale's ScaleSpec (a task's own subclass of it)
     # ---- the parts -------------------------------------------------------------------
     # What is scored, what the agent may not change, whether it may reach the network and what
@@ -183,7 +183,7 @@ class Task:
     # The assets are built (once) and checked before the run is recorded, so that a broken task
     # is one line (a ConfigError of its builder) and no run: a task folder's own code may fail.
     builds_at_preflight: bool = False
-    # The task's own Python environment (mlrb/environments.py) its parts run in, as the assets'
+    # The task's own Python environment (mlrb/harness/environments.py) its parts run in, as the assets'
     # build returned it (assets.prepare); None: the harness's libraries.
     environment: Path | None = None
     # (budget, sandbox) -> the run's own: a task that brings its settings (a Harbor task: its agent

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrb import registry
-from mlrb.config import ConfigError
+from mlrb.core import registry
+from mlrb.core.config import ConfigError
 from mlrb.tasks.anchors import DEFAULT_SEEDS
 
 Maker = Callable[[Path, dict[str, Any]], dict[str, Any]]

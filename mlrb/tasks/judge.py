@@ -3,7 +3,7 @@
 The harness reads scoring from here: the scoring process imports `imports` ahead while the
 agent works and is given `timeout_s` (mlrb/scoring/runner.py); it calls `score`
 (mlrb/scoring/worker.py); an asset build whose `device` is a GPU calibrates in a child
-process (mlrb/assets.py); and after the run `choose_snapshot` says which state of the
+process (mlrb/harness/assets.py); and after the run `choose_snapshot` says which state of the
 workspace is scored (None: the final one). The anchors part scores its anchor solutions with
 the same `score`.
 

@@ -30,7 +30,7 @@ class Solutions:
     starting_files: Path
     # The assets' public/ folder, the solution's $MLRB_DATA.
     public: Path
-    # The task's own Python environment (mlrb/environments.py); None: the harness's libraries.
+    # The task's own Python environment (mlrb/harness/environments.py); None: the harness's libraries.
     environment: Path | None = None
 
     def environment_for(self, workspace: Path, seed: int) -> dict[str, str]:

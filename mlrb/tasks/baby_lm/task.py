@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlrb.config import TaskConfig
+from mlrb.core.config import TaskConfig
 from mlrb.tasks.base import Task
 from mlrb.tasks.from_scratch.task import from_scratch_task
 

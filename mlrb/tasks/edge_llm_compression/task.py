@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrb.config import TaskConfig
+from mlrb.core.config import TaskConfig
 from mlrb.scoring import lmeval
-from mlrb.tasks import hub, rules
+from mlrb.tasks import hub, model_checks
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, packaged_task, scale_spec
 
 TEST_TASK = "mlrb_edge_llm_compression_test"
@@ -61,8 +61,8 @@ class EdgeLlmCompression:
     # ---- scoring ---------------------------------------------------------------
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
         spec, limit = self.spec, self.spec.memory_limit_mb
-        problem, facts = rules.check_model_folder(submission, spec.model_types)
-        problem = problem or rules.check_fp16_fp32(submission)
+        problem, facts = model_checks.check_model_folder(submission, spec.model_types)
+        problem = problem or model_checks.check_fp16_fp32(submission)
         if problem:
             return ScoreReport.invalid(problem, **facts)
         facts["memory_limit_mb"] = limit
@@ -71,14 +71,14 @@ class EdgeLlmCompression:
                 f"the weights alone take {facts['weight_bytes'] / MB:.3f} MB, over the memory limit of {limit:g} MB",
                 **facts,
             )
-        problem = rules.check_loadable(submission)
+        problem = model_checks.check_loadable(submission)
         if problem:
             return ScoreReport.invalid(problem, **facts)
 
-        meters: list[rules.PeakMemory] = []
+        meters: list[model_checks.PeakMemory] = []
 
         def measure(model):
-            meters.append(rules.PeakMemory(model, spec.eval.device))
+            meters.append(model_checks.PeakMemory(model, spec.eval.device))
             return meters[0]
 
         result = lmeval.evaluate_spec(spec.eval, submission, assets / "hidden" / "test.jsonl", TEST_TASK,
@@ -89,7 +89,7 @@ class EdgeLlmCompression:
         if meters[0].allocator_peak_bytes is not None:  # on CUDA, for the record (library workspaces included)
             metrics["cuda_allocator_peak_mb"] = meters[0].allocator_peak_bytes / MB
         details = {**facts, "n": result["n"], "lm_eval_version": result["lm_eval_version"], "lm_eval": result["raw"],
-                   "memory_method": rules.MEMORY_METHOD}  # fmt: skip
+                   "memory_method": model_checks.MEMORY_METHOD}  # fmt: skip
         details.update(self.training_check(submission, assets, metrics))
         if peak_mb > limit:
             details["accuracy_not_counted"] = result["accuracy"]
@@ -110,7 +110,7 @@ class EdgeLlmCompression:
             "training or distillation raise it, and so do training-free transforms such as low-rank factorisation."
         )
         try:
-            comparison = rules.compare_to_base(submission, base)
+            comparison = model_checks.compare_to_base(submission, base)
         except Exception as e:  # an unreadable tensor was already rejected; anything else is only a report
             return {"training_check": f"{note} Not measured: {type(e).__name__}: {str(e)[:200]}"}
         metrics.update({f"weights_{key}": value for key, value in comparison.items()})

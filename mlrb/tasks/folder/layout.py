@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlrb.config import ConfigError
+from mlrb.core.config import ConfigError
 
 FORMATS = ("mlagentbench", "mlrc")
 REQUIRED = {

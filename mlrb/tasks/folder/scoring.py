@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrb import workspace
+from mlrb.core.tags import Metric
+from mlrb.harness import workspace
 from mlrb.scoring.report import ScoreReport
 from mlrb.scoring.submission_command import SubmissionCommand
-from mlrb.tags import Metric
 from mlrb.tasks.anchors import Anchors
 from mlrb.tasks.folder.scripts import FolderScripts, last_line
 

@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlrb.config import ConfigError
+from mlrb.core.config import ConfigError
 from mlrb.sandbox.base import sandbox_environment
 
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlrb import snapshots
-from mlrb.tags import Tag
+from mlrb.core.tags import Tag
+from mlrb.harness import snapshots
 
 
 def with_phase(cfg: Any, phase: str) -> Any:
@@ -24,7 +24,7 @@ def best_dev_snapshot(task: Any, root: Path, assets: Path, run_dir: Path,
     """Score each distinct step state on dev with `score(task, folder, work_dir)` (the run's
     scorer, in its sandbox); the best step's entry with the dev scores as metrics and tags, or
     None when no step scored on dev."""
-    from mlrb.registry import load_task
+    from mlrb.core.registry import load_task
 
     dev_task = load_task(with_phase(task.cfg, "dev"), task.environment)
     globs = task.rules.read_only_globs(assets)

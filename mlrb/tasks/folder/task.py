@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrb import environments
-from mlrb.config import ConfigError, TaskConfig
+from mlrb.core.config import ConfigError, TaskConfig
+from mlrb.harness import environments
 from mlrb.tasks.anchors import AnchorFailed
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import PromptSpec, ScaleSpec, Task, anchors, python_of, scale_spec

@@ -4,11 +4,11 @@ on a hidden suite (BLiMP or SuperGLUE; at tiny scale, local sets in their format
 
 Scoring, in order, each failure an invalid submission with its reason:
 1. the folder is a plain transformers model of an allowed type, within `max_params`
-   (`rules.check_model_folder`: no pickles, custom code or links; a tokenizer);
-2. where the task says so, FP16/FP32 weights only, no quantization (`rules.check_fp16_fp32`);
+   (`model_checks.check_model_folder`: no pickles, custom code or links; a tokenizer);
+2. where the task says so, FP16/FP32 weights only, no quantization (`model_checks.check_fp16_fp32`);
 3. where there is a memory limit, the weights alone fit in it;
 4. no pretrained weights: no weight matrix may come from a known public checkpoint
-   (`rules.check_not_known_checkpoint`; the checkpoints are in the hidden assets);
+   (`model_checks.check_not_known_checkpoint`; the checkpoints are in the hidden assets);
 5. transformers can load it;
 6. lm-eval on the hidden suite, measuring peak memory when there is a limit (over it:
    invalid). The score is the unweighted mean over sub-tasks (as BLiMP's own aggregate
@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrb import registry
-from mlrb.config import TaskConfig
+from mlrb.core import registry
+from mlrb.core.config import TaskConfig
 from mlrb.scoring import lmeval
-from mlrb.tasks import hub, rules
+from mlrb.tasks import hub, model_checks
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, builder_module, packaged_task, scale_spec
 from mlrb.tasks.solutions import Solutions
 
@@ -140,9 +140,9 @@ class FromScratch:
     # ---- scoring ---------------------------------------------------------------
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
         spec = self.spec
-        problem, facts = rules.check_model_folder(submission, spec.model_types, spec.max_params)
+        problem, facts = model_checks.check_model_folder(submission, spec.model_types, spec.max_params)
         if not problem and spec.fp16_fp32_only:
-            problem = rules.check_fp16_fp32(submission)
+            problem = model_checks.check_fp16_fp32(submission)
         if not problem and spec.memory_limit_mb is not None:
             facts["memory_limit_mb"] = spec.memory_limit_mb
             if facts["weight_bytes"] / MB > spec.memory_limit_mb:
@@ -151,10 +151,10 @@ class FromScratch:
         if not problem:
             checkpoints = {name: checkpoint_dir(assets, name) for name in spec.known_checkpoints
                            if (checkpoint_dir(assets, name) / "config.json").exists()}  # fmt: skip
-            problem, facts["pretrained_check"] = rules.check_not_known_checkpoint(
+            problem, facts["pretrained_check"] = model_checks.check_not_known_checkpoint(
                 submission, checkpoints, spec.copy_similarity
             )
-        problem = problem or rules.check_loadable(submission)
+        problem = problem or model_checks.check_loadable(submission)
         if problem:
             return ScoreReport.invalid(problem, **facts)
 
@@ -170,7 +170,7 @@ class FromScratch:
             metrics.update(peak_memory_mb=peak.peak_bytes / MB, weight_memory_mb=peak.weight_bytes / MB)
             if peak.allocator_peak_bytes is not None:  # on CUDA, for the record (library workspaces included)
                 metrics["cuda_allocator_peak_mb"] = peak.allocator_peak_bytes / MB
-            details["memory_method"] = rules.MEMORY_METHOD
+            details["memory_method"] = model_checks.MEMORY_METHOD
             if peak.peak_bytes / MB > spec.memory_limit_mb:
                 details["score_not_counted"] = score
                 reason = (f"peak memory {peak.peak_bytes / MB:.3f} MB during evaluation exceeds the limit of "
@@ -191,10 +191,10 @@ class FromScratch:
             include = Path(work_dir) / "lm_eval_tasks"
             suites.write_suite(include, suite["group"], assets / "hidden" / "suite", suite["subtasks"])
             tasks = [suite["group"]]
-        meters: list[rules.PeakMemory] = []
+        meters: list[model_checks.PeakMemory] = []
 
         def measure(model):
-            meters.append(rules.PeakMemory(model, ev.device))
+            meters.append(model_checks.PeakMemory(model, ev.device))
             return meters[-1]
 
         around = measure if self.spec.memory_limit_mb is not None else None

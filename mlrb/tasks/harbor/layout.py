@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlrb.config import ConfigError
+from mlrb.core.config import ConfigError
 
 TASK_TOML, INSTRUCTION, DOCKERFILE = "task.toml", "instruction.md", "environment/Dockerfile"
 TEST, SOLVE = "tests/test.sh", "solution/solve.sh"

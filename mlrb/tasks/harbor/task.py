@@ -12,7 +12,7 @@
   fresh sandbox of the run's kind where `/tests` holds the tests and `/logs/verifier` is a
   folder the harness made empty (verifier.py); the reward it writes there is the score. A
   verifier that writes no reward is a scoring failure, which the task's own solution settles
-  (mlrb/control.py): the submission's fault when the solution scores, else the task's;
+  (mlrb/harness/control.py): the submission's fault when the solution scores, else the task's;
 - the baseline: `solution/solve.sh` (agent=baseline runs it; it is the control);
 - with sandbox=docker, the image built from `environment/Dockerfile` (run_settings), on
   this machine: nothing is pulled that the Dockerfile does not name.
@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mlrb.config import BudgetConfig, SandboxConfig, TaskConfig
+from mlrb.core.config import BudgetConfig, SandboxConfig, TaskConfig
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import HardwareSpec, PromptSpec, ScaleSpec, Task, anchors, scale_spec
 from mlrb.tasks.builder import AssetBuilder

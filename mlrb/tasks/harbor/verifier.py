@@ -7,7 +7,7 @@ Harbor reads them): nothing the agent left in its workspace, or at /logs/verifie
 sandbox, can be read as one.
 
 A verifier that leaves no reward raises: the run's scoring then scores the control, the
-task's own solution/solve.sh (mlrb/control.py). If the solution's reward comes back, the
+task's own solution/solve.sh (mlrb/harness/control.py). If the solution's reward comes back, the
 verifier works and the failure is the submission's (invalid, the reason named); if it fails
 too, the task is broken (an infra error, not counted against the agent)."""
 

@@ -6,15 +6,15 @@ the base-model rule, then lm-eval accuracy. The base-model rule has two parts:
 
 - provenance: `provenance.json` in the submission names the starting model; the name
   must match an approved base model and must not be, or be named like, an
-  instruction-tuned model (`rules.check_base_model`);
+  instruction-tuned model (`model_checks.check_base_model`);
 - lineage: where the assets hold the declared base model's weights (and those of
   known instruction-tuned siblings), the submission's weights must derive from the
   declared base (same tensor names and shapes) and lie closer to it than to any
-  instruction-tuned sibling (`rules.weight_distances`). Fine-tuning the base moves
+  instruction-tuned sibling (`model_checks.weight_distances`). Fine-tuning the base moves
   the weights in a direction unrelated to the sibling's, so it stays nearer the base;
   submitting the sibling, or fine-tuning it further, does not. Nor may the weights lie
   more than `max_share_toward_instruction_tuned` of the way from the base toward a
-  sibling (`rules.shares_toward`): a blend base + a * (sibling - base) is nearer the base
+  sibling (`model_checks.shares_toward`): a blend base + a * (sibling - base) is nearer the base
   for a < 0.5 but carries the sibling's tuning. Each tensor alone may lie at most
   `max_tensor_share_toward_instruction_tuned` of the way, so the sibling's update cannot be
   copied whole into a few tensors that hold little of it. Where the weights are
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrb.config import TaskConfig
+from mlrb.core.config import TaskConfig
 from mlrb.scoring import lmeval
-from mlrb.tasks import hub, rules
+from mlrb.tasks import hub, model_checks
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, packaged_task, scale_spec
 
 TEST_TASK = "mlrb_llm_efficiency_test"
@@ -53,7 +53,7 @@ class LlmEfficiencyScale(ScaleSpec):
     # Known instruction-tuned models (refused by name, and compared by weights when in the assets).
     instruction_tuned_models: list[str] = field(default_factory=list)
     # Largest share of the way from the base toward a known instruction-tuned model that a
-    # submission may lie (`rules.shares_toward`): honest fine-tunes stay near 0, a blend
+    # submission may lie (`model_checks.shares_toward`): honest fine-tunes stay near 0, a blend
     # base + a * (sibling - base) lies at a.
     max_share_toward_instruction_tuned: float = 0.1
     # The same for each tensor alone (those holding a real part of the sibling's update), so the
@@ -107,18 +107,18 @@ class LlmEfficiency:
     # ---- scoring ---------------------------------------------------------------
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
         spec = self.spec
-        problem, facts = rules.check_model_folder(submission, spec.model_types, spec.max_params)
+        problem, facts = model_checks.check_model_folder(submission, spec.model_types, spec.max_params)
         if problem:
             return ScoreReport.invalid(problem, **facts)
         declared = read_provenance(submission)
         facts["base_model"] = declared
-        problem = rules.check_base_model(declared, spec.allowed_base_models, spec.instruction_tuned_models)
+        problem = model_checks.check_base_model(declared, spec.allowed_base_models, spec.instruction_tuned_models)
         if problem:
             return ScoreReport.invalid(problem, **facts)
         assert declared is not None  # check_base_model refuses a missing one
         problem, lineage = self.check_lineage(submission, assets, declared)
         facts["lineage"] = lineage
-        problem = problem or rules.check_loadable(submission)
+        problem = problem or model_checks.check_loadable(submission)
         if problem:
             return ScoreReport.invalid(problem, **facts)
 
@@ -145,7 +145,7 @@ class LlmEfficiency:
             if (model_dir(assets, name) / "config.json").exists():
                 candidates[name] = model_dir(assets, name)
         try:
-            distances = rules.weight_distances(submission, candidates)
+            distances = model_checks.weight_distances(submission, candidates)
         except Exception as e:  # unreadable tensors: the folder check reads headers only
             return f"the weights cannot be compared with {declared}: {type(e).__name__}: {str(e)[:200]}", {}
         facts = {"checked": True, "distances": distances}
@@ -172,7 +172,7 @@ class LlmEfficiency:
         for name, path in candidates.items():
             if name == declared or distances[name] is None:
                 continue
-            measured = rules.shares_toward(submission, base_dir, path)
+            measured = model_checks.shares_toward(submission, base_dir, path)
             shares[name] = None if measured is None else measured[0]
             if measured is None:
                 continue

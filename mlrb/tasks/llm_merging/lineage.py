@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlrb.tasks.rules import rounding_tolerance, weight_stats
+from mlrb.tasks.model_checks import rounding_tolerance, weight_stats
 
 
 def _reader(model_dir: Path) -> dict[str, tuple[Path, list[int], str]]:

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrb.config import TaskConfig
+from mlrb.core.config import TaskConfig
 from mlrb.scoring import lmeval
-from mlrb.tasks import hub, rules
+from mlrb.tasks import hub, model_checks
 from mlrb.tasks.anchors import anchor_problem
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, packaged_task, scale_spec
 from mlrb.tasks.llm_merging.lineage import check_is_merge
@@ -155,5 +155,5 @@ class LlmMerging:
 
     def check_submission(self, submission: Path):
         """The competition's rules that can be checked on the files: (problem or "", facts)."""
-        problem, facts = rules.check_model_folder(submission, self.spec.model_types, self.spec.max_params)
-        return problem or rules.check_loadable(submission), facts
+        problem, facts = model_checks.check_model_folder(submission, self.spec.model_types, self.spec.max_params)
+        return problem or model_checks.check_loadable(submission), facts
