@@ -77,7 +77,7 @@ def mlrb_run(overrides: list[str], folder: Path, env: dict[str, str], timeout_s:
     (run,) = client.search_runs(experiments, order_by=["attribute.start_time DESC"], max_results=1)
     tags, metrics = run.data.tags, run.data.metrics
     record.update(
-        status=tags.get("mlrb.core.status"), valid=tags.get("mlrb.valid"), score=metrics.get("score"),
+        status=tags.get("mlrb.status"), valid=tags.get("mlrb.valid"), score=metrics.get("score"),
         score_time_s=metrics.get("score_time_s"), reason=tags.get("mlrb.invalid_reason") or tags.get("mlrb.error"),
         **{name: metrics[name] for name in MEMORY_METRICS if name in metrics},
     )  # fmt: skip

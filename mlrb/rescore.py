@@ -121,10 +121,11 @@ def load(args: argparse.Namespace) -> SnapshottedRun:
     from mlrb.core import registry
     from mlrb.core.config import TaskConfig
     from mlrb.harness import assets as assets_lib
-    from mlrb.report.cli import ReportError, connect, tracking_uri
+    from mlrb.report.cli import ReportError, tracking_uri
+    from mlrb.store import tracking
 
     try:
-        client = connect(tracking_uri(args))
+        client = tracking.reading_client(tracking_uri(args))
         run = client.get_run(args.run_id)
     except ReportError as e:
         raise ConfigError(str(e)) from None

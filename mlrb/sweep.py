@@ -305,7 +305,7 @@ def sync_ended_offline(job: SweepJob, folders: list[Path]) -> str | None:
         if state is None or state["status"] != MlflowStatus.FINISHED:
             continue
         log.info(sync.sync_run(client, artifact_root, folder))
-        stored = sync.find_run(client, state["run_id"])
+        stored = tracking.find_run(client, state["run_id"])
         return stored.info.run_id if stored is not None else None
     return None
 

@@ -26,9 +26,6 @@ from mlrb.core.config import ConfigError, TrackingConfig
 from mlrb.core.tags import Tag
 from mlrb.store import record
 
-# The run id a run synced before the harness made its own ids had in its record (now: Tag.RUN_ID).
-SYNCED_FROM = "mlrb.synced_from"
-
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mlrb.sync", description=__doc__.splitlines()[0])
@@ -85,7 +82,7 @@ def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
     if not opened:
         raise ConfigError(f"{run_dir / record.FILE}: the run was never opened in a store")
     state = record.fold(lines)
-    run = find_run(client, state["run_id"])
+    run = tracking.find_run(client, state["run_id"])
     created = run is None
     if run is None:  # its record's tags name its own id (Tag.RUN_ID): a later sync finds it by that
         experiment = tracking.experiment_id(client, opened[-1]["experiment"], artifact_root)
@@ -177,24 +174,6 @@ def missing_traces(client: Any, run: Any, traces: list[dict]) -> list[dict]:
         else:
             lacking.append(trace)
     return lacking
-
-
-def find_run(client: Any, run_id: str) -> Any:
-    """The store's run of the record's run RUN_ID: the one tagged with it; for a record made before
-    the harness made its own ids, the store's run of that id or the one synced from it; None when
-    there is none."""
-    from mlflow.exceptions import MlflowException
-
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    found = client.search_runs(experiments, f"tags.`{Tag.RUN_ID}` = '{run_id}'", max_results=2)
-    if found:
-        return found[0]
-    try:
-        return client.get_run(run_id)
-    except MlflowException:
-        pass
-    found = client.search_runs(experiments, f"tags.`{SYNCED_FROM}` = '{run_id}'", max_results=2)
-    return found[0] if found else None
 
 
 def artifact_files(client: Any, run_id: str, folder: str | None = None) -> set[str]:

@@ -153,7 +153,7 @@ def recorded_as_a_config_failure(tmp_path, model: str) -> None:
     its error naming the model."""
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
-    assert run.info.status == "FAILED" and run.data.tags["mlrb.core.status"] == "infra_error"
+    assert run.info.status == "FAILED" and run.data.tags["mlrb.status"] == "infra_error"
     assert "ModelNotFound" in run.data.tags["mlrb.error"] and model in run.data.tags["mlrb.error"]
 
 

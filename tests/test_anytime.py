@@ -328,8 +328,8 @@ def fill(root: Path) -> None:
     }
     for agent, seeds in plans.items():
         for seed, steps in enumerate(seeds, 1):
-            tags = {"mlrb.task": "llm_merging", "mlrb.agent": agent, "mlrb.core.budget": "smoke", "mlrb.scale": "tiny",
-                    "mlrb.seed": str(seed), "mlrb.sandbox": "bwrap", "mlrb.confined": "true", "mlrb.core.status": "ok",
+            tags = {"mlrb.task": "llm_merging", "mlrb.agent": agent, "mlrb.budget": "smoke", "mlrb.scale": "tiny",
+                    "mlrb.seed": str(seed), "mlrb.sandbox": "bwrap", "mlrb.confined": "true", "mlrb.status": "ok",
                     "mlrb.valid": "True", "mlrb.sweep_id": SWEEP_ID, "mlflow.parentRunId": parent}  # fmt: skip
             run = client.create_run(experiment, tags=tags, run_name=f"llm_merging/{agent}/smoke/{seed}").info.run_id
             final = next((v for v in reversed(steps) if v is not None), FLOOR)

@@ -131,7 +131,7 @@ def test_assets_changed_during_a_run_are_rebuilt_before_scoring(tmp_path, caplog
     assert problems(assets) == [] and b"X" not in (assets / "hidden" / "answer.csv").read_bytes()  # rebuilt
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("house-price-mini").experiment_id])
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.core.status"] == "ok" and result.valid
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok" and result.valid
     assert run.data.tags["mlrb.confined"] == "false" and run.data.tags["mlrb.sandbox"] == "unconfined"
     assert run.data.tags["mlrb.assets_fingerprint"] == fingerprint(assets)
     assert run.data.metrics["score"] == pytest.approx(run.data.metrics["baseline_score"], abs=1e-6)

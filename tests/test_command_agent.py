@@ -74,7 +74,7 @@ def test_a_program_in_bwrap_calls_its_model_through_the_proxy_and_submits(tmp_pa
     result, server, client, run = command_run(tmp_path, plumbing_cache, script)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "llm_merging/command/smoke/0: score" in result.stdout and "status ok" in result.stdout
-    assert run.data.tags["mlrb.core.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
+    assert run.data.tags["mlrb.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
     # The upstream got the real key; the program had only the run's token.
     assert [r["headers"]["x-api-key"] for r in server.requests] == [KEY, KEY]
     assert run.data.metrics["llm.input_tokens"] == 2200 and run.data.metrics["llm.output_tokens"] == 60
@@ -129,7 +129,7 @@ def test_once_its_tokens_are_spent_the_proxy_refuses_and_the_run_ends_budget_exh
     result, server, client, run = command_run(tmp_path, plumbing_cache, script, "budget.max_output_tokens=150")
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(server.requests) == 2  # the third call was refused by the proxy, never sent
-    assert run.data.tags["mlrb.core.status"] == "budget_exhausted"
+    assert run.data.tags["mlrb.status"] == "budget_exhausted"
     assert run.data.tags["mlrb.stop_reason"] == "output_tokens"
     assert run.data.metrics["llm.output_tokens"] == 200
 
@@ -224,7 +224,7 @@ def test_out_of_tokens_the_program_s_next_call_is_refused_and_the_run_ends_budge
     assert len(server.requests) == 1  # its next call was refused, never sent
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
-    assert (run.data.tags["mlrb.core.status"], run.data.tags["mlrb.stop_reason"]) == (
+    assert (run.data.tags["mlrb.status"], run.data.tags["mlrb.stop_reason"]) == (
         "budget_exhausted",
         "output_tokens",
     )

@@ -323,9 +323,9 @@ def fill(store: Path) -> None:
             for seed in range(1, 8 if (agent, task) == ("claude", "llm_merging") else 7):
                 failed = (agent, task, seed) == ("baseline", "math_reasoning", 6)
                 value = level + gain + rng.normal(0, 4)
-                tags = {"mlrb.task": task, "mlrb.agent": agent, "mlrb.core.budget": "smoke", "mlrb.scale": "tiny",
+                tags = {"mlrb.task": task, "mlrb.agent": agent, "mlrb.budget": "smoke", "mlrb.scale": "tiny",
                         "mlrb.seed": str(seed), "mlrb.sandbox": "bwrap", "mlrb.confined": "true",
-                        "mlrb.core.status": "infra_error" if failed else "ok", "mlrb.valid": str(not failed),
+                        "mlrb.status": "infra_error" if failed else "ok", "mlrb.valid": str(not failed),
                         "mlrb.sweep_id": sweep, "mlflow.parentRunId": parents[sweep]}  # fmt: skip
                 if failed:
                     tags["mlrb.error"] = "ScorerError: the scorer crashed"

@@ -305,7 +305,7 @@ def test_a_claude_agent_that_tries_every_escape_gets_nowhere(kind, overrides, tm
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     tags, metrics = run.data.tags, run.data.metrics
-    assert run.info.status == "FINISHED" and tags["mlrb.core.status"] == "ok" and tags["mlrb.valid"] == "True"
+    assert run.info.status == "FINISHED" and tags["mlrb.status"] == "ok" and tags["mlrb.valid"] == "True"
     assert tags["mlrb.sandbox"] == kind and tags["mlrb.confined"] == "true" and tags["mlrb.network"] == "false"
     assert metrics["score"] == pytest.approx(honest_score(metrics, cache, scale), abs=1e-6)  # exactly its honest work
     recorded = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
@@ -369,7 +369,7 @@ def test_a_submission_that_attacks_the_scorer_changes_nothing(kind, overrides, t
     assert forged_scores(scored, tmp_path) == {"sitecustomize": 1.0, "usercustomize": 1.0, "lm_eval": 1.0}
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.core.status"] == "ok" and result.valid
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok" and result.valid
     # the forged report, fake lm_eval and sitecustomize changed nothing
     honest = honest_score(run.data.metrics, cache, scale_of(overrides))
     assert run.data.metrics["score"] == pytest.approx(honest, abs=1e-6)

@@ -28,7 +28,7 @@ def test_default_run_in_docker_scores_like_the_default_sandbox(tmp_path, built_c
     assert result.returncode == 0, result.stderr[-3000:]
     _, run = client_and_run(tmp_path)
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.sandbox"] == "docker"
-    assert run.data.tags["mlrb.core.status"] == "ok"
+    assert run.data.tags["mlrb.status"] == "ok"
     assert run.data.metrics["score"] == pytest.approx(run.data.metrics["baseline_score"], abs=1e-6)
     assert no_containers_left(run.info.run_id)
 
@@ -42,7 +42,7 @@ def test_the_wall_clock_budget_stops_the_container_and_the_work_is_scored(tmp_pa
     cfg.task.scales["tiny"]["baseline_command"] = 'cp -r "$MLRB_DATA/base_model" submission && sleep 600'
     result = run_lib.execute(cfg, tmp_path / "run")
     _, run = client_and_run(tmp_path)
-    assert run.data.tags["mlrb.core.status"] == "budget_exhausted"
+    assert run.data.tags["mlrb.status"] == "budget_exhausted"
     assert run.data.tags["mlrb.stop_reason"] == "wall_time"
     assert run.data.metrics["agent_time_s"] < 35
     assert result.valid and run.data.metrics["score"] == run.data.metrics["do_nothing_score"]

@@ -40,8 +40,8 @@ def test_default_run_is_recorded_finished_with_score_config_and_patch(tmp_path, 
     assert run.info.status == "FINISHED"
     assert run.info.run_name == "llm_merging/baseline/smoke/0"
     tags = run.data.tags
-    assert tags["mlrb.core.status"] == "ok" and tags["mlrb.valid"] == "True"
-    assert (tags["mlrb.task"], tags["mlrb.agent"], tags["mlrb.core.budget"], tags["mlrb.scale"]) == (
+    assert tags["mlrb.status"] == "ok" and tags["mlrb.valid"] == "True"
+    assert (tags["mlrb.task"], tags["mlrb.agent"], tags["mlrb.budget"], tags["mlrb.scale"]) == (
         "llm_merging", "baseline", "smoke", "tiny",
     )  # fmt: skip
     assert len(tags["mlrb.run_key"]) == 16
@@ -110,7 +110,7 @@ def test_a_failing_agent_is_recorded_with_its_status_and_no_submission(tmp_path,
     assert result.returncode == 0, result.stderr[-3000:]
     _, run = only_run(tmp_path)
     assert run.info.status == "FINISHED"
-    assert run.data.tags["mlrb.core.status"] == "agent_error"
+    assert run.data.tags["mlrb.status"] == "agent_error"
     # the run's seed reaches the agent's commands as $MLRB_SEED (the tasks' anchors pass it as --seed)
     assert "exited 3: giving up at seed 5" in run.data.tags["mlrb.agent_message"]
     assert run.data.tags["mlrb.valid"] == "False"
@@ -138,7 +138,7 @@ def test_the_wall_clock_budget_stops_the_agent_and_its_work_is_still_scored(tmp_
     )
     assert result.returncode == 0, result.stderr[-3000:]
     _, run = only_run(tmp_path)
-    assert run.data.tags["mlrb.core.status"] == "budget_exhausted"
+    assert run.data.tags["mlrb.status"] == "budget_exhausted"
     assert run.data.tags["mlrb.stop_reason"] == "wall_time"
     assert run.data.metrics["agent_time_s"] < 35
     assert run.data.tags["mlrb.valid"] == "True"
@@ -165,6 +165,6 @@ def test_a_scorer_failure_is_an_infrastructure_error_not_a_zero(tmp_path, plumbi
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr + verbose.stdout
     _, run = only_run(tmp_path)
     assert run.info.status == "FAILED"
-    assert run.data.tags["mlrb.core.status"] == "infra_error"
+    assert run.data.tags["mlrb.status"] == "infra_error"
     assert "ScorerError" in run.data.tags["mlrb.error"]
     assert "score" not in run.data.metrics

@@ -70,7 +70,7 @@ def test_a_broken_submission_is_invalid_and_finished_not_an_infrastructure_error
     _, run = only_run(tmp_path)
     assert run.info.status == "FINISHED"  # counted, and never run again by a re-launched sweep
     tags = run.data.tags
-    assert (tags["mlrb.core.status"], tags["mlrb.valid"]) == ("invalid", "False")
+    assert (tags["mlrb.status"], tags["mlrb.valid"]) == ("invalid", "False")
     assert tags["mlrb.invalid_reason"].startswith(reason), tags["mlrb.invalid_reason"]
     assert run.data.metrics["valid"] == 0.0 and "score" not in run.data.metrics
     assert "invalid" in result.stdout
@@ -88,7 +88,7 @@ def test_a_model_server_answering_garbage_is_an_agent_error_and_the_workspace_is
     client, run = only_run(tmp_path)
     assert run.info.status == "FINISHED"
     tags = run.data.tags
-    assert tags["mlrb.core.status"] == "agent_error"
+    assert tags["mlrb.status"] == "agent_error"
     message = tags["mlrb.agent_message"]
     assert f"openai API at {url}/v1 answered with something that is not an API reply: <html>" in message
     assert "gave up after 2 attempts" in message
@@ -173,7 +173,7 @@ def test_ctrl_c_kills_the_agent_scores_its_workspace_and_records_the_run_killed(
     assert line.endswith(f"mlflow run {run.info.run_id}")
     assert run.info.status == "KILLED"  # not FINISHED: a re-launched sweep runs it again
     tags = run.data.tags
-    assert (tags["mlrb.core.status"], tags["mlrb.stop_reason"], tags["mlrb.valid"]) == ("killed", "SIGINT", "True")
+    assert (tags["mlrb.status"], tags["mlrb.stop_reason"], tags["mlrb.valid"]) == ("killed", "SIGINT", "True")
     assert "score" in run.data.metrics  # the submission written before the signal was scored
 
 
@@ -191,7 +191,7 @@ def test_kill_or_a_closed_terminal_stop_the_run_to_go_on_later_in_one_line(tmp_p
     assert line == (f"mlrb: run stopped by {name} before its end; run the same command again to go on where it "
                     f"stopped (resume=false starts over); mlflow run {run.info.run_id}")  # fmt: skip
     assert run.info.status == "RUNNING" and run.data.tags["mlrb.attempt_ended"] == f"{name} stopped it"
-    assert "score" not in run.data.metrics and "mlrb.core.status" not in run.data.tags  # nothing decided yet
+    assert "score" not in run.data.metrics and "mlrb.status" not in run.data.tags  # nothing decided yet
     record = [json.loads(line) for line in (tmp_path / "run" / "record.jsonl").read_text().splitlines()]
     assert "status" not in {line["kind"] for line in record}  # its end is not recorded: it goes on later
 
@@ -207,7 +207,7 @@ def test_identical_runs_started_in_the_same_second_get_their_own_folders_and_tra
     assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in results]
     client = mlflow_client(tmp_path)
     runs = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
-    assert len(runs) == 2 and {r.data.tags["mlrb.core.status"] for r in runs} == {"no_submission"}
+    assert len(runs) == 2 and {r.data.tags["mlrb.status"] for r in runs} == {"no_submission"}
     folders = {r.data.tags["mlrb.run_dir"] for r in runs}
     assert folders == {str(tmp_path / "run"), str(tmp_path / "run-2")}
     for run in runs:  # each run's recorded trajectory is the one its own folder holds

@@ -86,7 +86,7 @@ def test_a_method_that_searches_for_the_hidden_test_labels_finds_none(tmp_path, 
     tags, metrics = command_run(tmp_path, cache_dir, task, AGENT, "mlrc-mini")
     assert json.loads(tags["mlrb.dev_scores"]) == {"1": pytest.approx(66 / 90)}  # honest on dev: feature a alone
     # On test its method ran where there are no labels to find: invalid, with its own error as the reason.
-    assert tags["mlrb.core.status"] == "invalid", (tags["mlrb.core.status"], metrics.get("score"))
+    assert tags["mlrb.status"] == "invalid", (tags["mlrb.status"], metrics.get("score"))
     reason = tags["mlrb.invalid_reason"]
     assert reason == "`python main.py -m my_method -p test` exited 1: RuntimeError: found no test_labels.json anywhere"
     assert "score" not in metrics and "normalised_score" not in metrics
@@ -143,7 +143,7 @@ os.symlink(os.path.join(os.path.dirname(public), "hidden", "answer.csv"), "submi
 def test_a_submission_linked_to_the_hidden_answers_is_not_scored_through_the_link(tmp_path, cache_dir, sandbox):
     task = ["task=folder", f"task.path={HOUSE_PRICE}", "task.higher_is_better=false", f"sandbox={sandbox}"]
     tags, metrics = command_run(tmp_path, cache_dir, task, LINK_TO_THE_ANSWERS, "house-price-mini")
-    assert tags["mlrb.core.status"] == "invalid", (tags["mlrb.core.status"], metrics.get("score"))  # not an MAE of 0
+    assert tags["mlrb.status"] == "invalid", (tags["mlrb.status"], metrics.get("score"))  # not an MAE of 0
     reason = tags["mlrb.invalid_reason"]
     assert reason.startswith("scripts/eval.py get_score raised FileNotFoundError: "), reason
     assert reason.endswith("(links leading outside the submission were removed before scoring: submission.csv)")

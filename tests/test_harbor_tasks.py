@@ -103,7 +103,7 @@ def test_a_task_whose_verifier_fails_its_own_solution_is_an_infra_error_not_the_
     result, _ = harbor_run(tmp_path, cache_dir, folder=folder)
     assert "the control failed too" in result.stderr, result.stdout[-2000:] + result.stderr[-2000:]
     run = the_run(tmp_path, "broken-verifier")
-    assert run.data.tags["mlrb.core.status"] == "infra_error"
+    assert run.data.tags["mlrb.status"] == "infra_error"
     assert "tests/test.sh wrote no reward (test.sh exited 3: cannot find pytest)" in run.data.tags["mlrb.error"]
 
 
@@ -141,7 +141,7 @@ def test_an_agent_that_breaks_the_verifier_is_invalid_with_the_reason_not_an_inf
     result, _ = harbor_run(tmp_path, cache_dir, script=[bash("mkdir count.txt"), reply(text="Done.")])
     assert result.returncode == 0, result.stderr[-3000:]
     run = the_run(tmp_path)
-    assert run.data.tags["mlrb.core.status"] == "invalid", result.stdout[-2000:]
+    assert run.data.tags["mlrb.status"] == "invalid", result.stdout[-2000:]
     assert run.data.tags["mlrb.valid"] == "False"
     reason = run.data.tags["mlrb.invalid_reason"]
     assert "tests/test.sh wrote no reward (test.sh exited 1: cat: count.txt: Is a directory)" in reason

@@ -116,7 +116,7 @@ def test_a_person_in_bwrap_merges_exits_and_is_scored_with_every_command_recorde
     assert f"attach with: tmux -S {person.socket} attach" in stdout
     assert "llm_merging/human/smoke/0: score" in stdout and "(valid); status ok" in stdout
     client, run = one_run(tmp_path)
-    assert run.data.tags["mlrb.core.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
+    assert run.data.tags["mlrb.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
     assert run.data.params["agent.name"] == "human"
     # Each command line a tool call and its result, in the order typed, with its status and output.
     trajectory = person.trajectory()
@@ -149,7 +149,7 @@ def test_when_the_wall_time_runs_out_the_session_ends_budget_exhausted_and_is_sc
     assert code == 0, stderr[-3000:]
     assert "status budget_exhausted" in stdout
     _, run = one_run(tmp_path)
-    assert run.data.tags["mlrb.core.status"] == "budget_exhausted" and run.data.tags["mlrb.stop_reason"] == "wall_time"
+    assert run.data.tags["mlrb.status"] == "budget_exhausted" and run.data.tags["mlrb.stop_reason"] == "wall_time"
     assert run.data.tags["mlrb.valid"] == "False"  # scored: nothing was submitted
     (result,) = [e for e in person.trajectory() if e["event"] == "tool_result"]
     assert result["exit_code"] is None and result["is_error"]

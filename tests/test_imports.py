@@ -277,3 +277,12 @@ def test_a_test_without_a_tier_marker_fails_collection(tmp_path):
     assert "test_tiers.py::test_unmarked: no tier marker" in result.stderr + result.stdout
     assert "test_tiers.py::test_two_tiers: tiers fast and system" in result.stderr + result.stdout
     assert "test_marked:" not in result.stderr + result.stdout
+
+
+def test_only_the_store_talks_to_mlflow():
+    """One gateway to the store: mlrb/store/ imports MLflow; every other module asks it
+    (store/tracking.py's clients, finders and writers), so the store's rules live in one place."""
+    found = {name: path for name, path in module_files().items()
+             if any(target == "mlflow" or target.startswith("mlflow.") for target in imported_names(name, path))}  # fmt: skip
+    outside = sorted(str(path.relative_to(REPO)) for name, path in found.items() if not name.startswith("mlrb.store"))
+    assert found and not outside, f"MLflow imported outside mlrb/store/: {outside}"

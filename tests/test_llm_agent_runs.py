@@ -106,7 +106,7 @@ def test_claude_edits_runs_and_submits_and_mlflow_shows_every_step(tmp_path, plu
     run_id = run.info.run_id
     assert run.info.status == "FINISHED" and run.info.run_name == "llm_merging/claude/smoke/0"
     tags, metrics = run.data.tags, run.data.metrics
-    assert tags["mlrb.core.status"] == "ok" and tags["mlrb.agent_message"] == "summed the experts' updates"
+    assert tags["mlrb.status"] == "ok" and tags["mlrb.agent_message"] == "summed the experts' updates"
     assert tags["mlrb.valid"] == "True"
     # The run folder's record holds what the store holds, the model calls' metrics at their steps too.
     record = assert_record_matches_store(client, run)
@@ -191,7 +191,7 @@ def test_gpt4o_runs_through_chat_completions_with_the_config_url(tmp_path, plumb
     assert [r["path"] for r in server.requests] == ["/v1/chat/completions"] * 2
     assert server.requests[0]["body"]["model"] == "gpt-4o"
     client, run = only_run(tmp_path)
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.core.status"] == "ok"
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok"
     assert run.data.tags["mlrb.valid"] == "True"
     # Same merge as the baseline: the baseline anchor the asset build measured (at its one seed, 0).
     assert run.data.metrics["score"] == pytest.approx(plumbing_anchors(plumbing_cache)["baseline_score"], abs=1e-6)
@@ -221,7 +221,7 @@ def test_openai_compatible_server_needs_no_key_and_a_fatal_error_is_recorded(tmp
     # The run still ends FINISHED: the workspace was collected and scored (nothing there).
     assert run.info.status == "FINISHED"
     tags = run.data.tags
-    assert tags["mlrb.core.status"] == "agent_error" and "HTTP 401" in tags["mlrb.agent_message"]
+    assert tags["mlrb.status"] == "agent_error" and "HTTP 401" in tags["mlrb.agent_message"]
     assert tags["mlrb.valid"] == "False" and "no submission" in tags["mlrb.invalid_reason"]
     assert run.data.metrics["cost_usd"] == 0.0 and run.data.metrics["steps"] == 2
 

@@ -65,7 +65,7 @@ def test_each_task_s_plumbing_run_scores_and_counts_as_nothing(key, tmp_path, ca
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name(key).experiment_id])
     tags, metrics = run.data.tags, run.data.metrics
-    assert tags["mlrb.core.status"] == "ok" and tags["mlrb.valid"] == "True", tags.get("mlrb.invalid_reason")
+    assert tags["mlrb.status"] == "ok" and tags["mlrb.valid"] == "True", tags.get("mlrb.invalid_reason")
     assert tags["mlrb.scale"] == "plumbing" and tags["mlrb.plumbing"] == "true"
     assert tags["mlrb.counted_as"] == "none" and "plumbing scale" in tags["mlrb.counted_reason"]
     assert "score" in metrics
@@ -92,9 +92,9 @@ def test_compare_refuses_plumbing_runs_and_says_how_to_leave_them_out(tmp_path):
     experiment = client.create_experiment("llm_merging")
     for agent in ("a", "b"):
         for seed in (1, 2):
-            tags = {"mlrb.task": "llm_merging", "mlrb.agent": agent, "mlrb.core.budget": "smoke", "mlrb.scale": "plumbing",
+            tags = {"mlrb.task": "llm_merging", "mlrb.agent": agent, "mlrb.budget": "smoke", "mlrb.scale": "plumbing",
                     "mlrb.plumbing": "true", "mlrb.seed": str(seed), "mlrb.sandbox": "bwrap", "mlrb.confined": "true",
-                    "mlrb.core.status": "ok", "mlrb.valid": "True", "mlrb.counted_as": "none"}  # fmt: skip
+                    "mlrb.status": "ok", "mlrb.valid": "True", "mlrb.counted_as": "none"}  # fmt: skip
             run = client.create_run(experiment, tags=tags, run_name=f"llm_merging/{agent}/smoke/{seed}").info.run_id
             client.log_batch(run, metrics=[Metric("score", 0.5 + seed / 10, 0, 0)])
             client.set_terminated(run, "FINISHED")

@@ -27,14 +27,14 @@ def test_every_call_is_in_the_record_and_the_record_folds_into_what_the_store_ho
     store = recording_process.start().store_run(TrackingConfig(dir=str(tmp_path / "mlruns")))
     recorder = record.RecordedRun(store, run_dir, "record", "record/0", opened_with, record.new_run_id())
     recorder.log_params({"seed": "0", "task.name": "llm_merging"})
-    recorder.set_tags({"mlrb.core.status": "running", "mlrb.valid": True})
+    recorder.set_tags({"mlrb.status": "running", "mlrb.valid": True})
     recorder.log_metrics({"llm.cost_usd": 0.01, "llm.latency_s": None}, step=1)  # None: not logged, as by MLflow
     recorder.log_metrics({"llm.cost_usd": 0.03}, step=2)
     recorder.log_text("seed: 0\n", "config.yaml")
     recorder.log_file(run_dir / "scorer.log")
     recorder.log_file(run_dir / "missing.log")  # not there: logged nowhere
     recorder.log_folder(run_dir / "snapshots", "snapshots")
-    recorder.set_tags({"mlrb.core.status": "ok"})  # a later value replaces the earlier one
+    recorder.set_tags({"mlrb.status": "ok"})  # a later value replaces the earlier one
     recorder.finish("FINISHED")
 
     lines = [json.loads(line) for line in (run_dir / "record.jsonl").read_text().splitlines()]
@@ -47,7 +47,7 @@ def test_every_call_is_in_the_record_and_the_record_folds_into_what_the_store_ho
     assert run.data.tags["mlrb.run_id"] == recorder.run_id == lines[0]["run_id"] != run.info.run_id  # found by it
     state = assert_record_matches_store(client, run)
     assert state["metrics"] == {"llm.cost_usd": [[1, 0.01], [2, 0.03]]}
-    assert state["tags"]["mlrb.core.status"] == "ok" and state["status"] == "FINISHED" and state["attempt"] == 1
+    assert state["tags"]["mlrb.status"] == "ok" and state["status"] == "FINISHED" and state["attempt"] == 1
 
 
 @pytest.mark.fast
@@ -73,7 +73,7 @@ def recorded_run(tmp_path, store_dir):
         recorder.log_metrics({"llm.cost_usd": 0.01 * step, "llm.latency_s": 1.0}, step=step)  # equal values at 3 steps
     recorder.log_file(run_dir / "trajectory.jsonl")
     recorder.log_folder(run_dir / "snapshots", "snapshots")
-    recorder.set_tags({"mlrb.core.status": "ok", "mlrb.valid": True})
+    recorder.set_tags({"mlrb.status": "ok", "mlrb.valid": True})
     recorder.log_metrics({"score": 0.55})
     recorder.finish("FINISHED")
     return run_dir, recorder.shown_id

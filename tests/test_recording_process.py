@@ -80,7 +80,7 @@ def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path
     assert "hydra" in imported and "mlrb.run" in imported
     assert not {m for m in imported if m.split(".")[0] in ("mlflow", "sqlalchemy", "alembic")}
     client, run = only_run(tmp_path)
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.core.status"] == "ok"
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok"
     assert {"score", "stage_time_s.recording"} <= set(run.data.metrics) and run.data.tags["mlrb.scale"] == "plumbing"
     assert run.data.params["task.name"] == "llm_merging"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
@@ -98,7 +98,7 @@ def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_pr
     (line,) = mlrb_lines(err)
     assert line.startswith("mlrb: run interrupted by SIGINT; recorded as killed")
     _, run = only_run(tmp_path)
-    assert run.info.status == "KILLED" and run.data.tags["mlrb.core.status"] == "killed"
+    assert run.info.status == "KILLED" and run.data.tags["mlrb.status"] == "killed"
     deadline = time.monotonic() + 10
     while (alive(recorder_pid) or running_with(marker)) and time.monotonic() < deadline:
         time.sleep(0.2)

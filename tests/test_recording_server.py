@@ -205,7 +205,7 @@ def test_a_local_sweep_s_jobs_record_through_its_server_and_leave_no_process(tmp
     jobs = {r.data.tags["mlrb.seed"]: r for r in runs if r.data.tags.get("mlrb.role") != "sweep"}
     assert sorted(jobs) == ["1", "2"]
     for seed, run in jobs.items():  # recorded whole, as a single run's recording process records one
-        assert (run.info.status, run.data.tags["mlrb.core.status"]) == ("FINISHED", "no_submission")
+        assert (run.info.status, run.data.tags["mlrb.status"]) == ("FINISHED", "no_submission")
         assert run.data.params["seed"] == seed and "stage_time_s.recording" in run.data.metrics
         run_dir = Path(run.data.tags["mlrb.run_dir"])
         assert record.fold(record.read(run_dir))["status"] == "FINISHED"

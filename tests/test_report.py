@@ -82,9 +82,7 @@ def runs_of(store: Path):
 def expected(runs, budget: str, assets: str) -> dict:
     """The group's numbers, computed straight from the runs' MLflow metrics and tags."""
     group = [
-        r
-        for r in runs
-        if r.data.tags["mlrb.core.budget"] == budget and r.data.tags["mlrb.assets_fingerprint"] == assets
+        r for r in runs if r.data.tags["mlrb.budget"] == budget and r.data.tags["mlrb.assets_fingerprint"] == assets
     ]
     attempts = [r for r in group if r.info.status == "FINISHED"]
     valid = [r for r in attempts if r.data.tags["mlrb.valid"] == "True"]
@@ -121,7 +119,7 @@ def test_the_report_matches_the_runs_and_keeps_the_infrastructure_failure_out(st
     assert result.returncode == 0, result.stderr[-3000:]
     _, runs, _ = runs_of(store)
     (failed,) = [r for r in runs if r.info.status == "FAILED"]
-    assert failed.data.tags["mlrb.core.status"] == "infra_error" and "ScorerError" in failed.data.tags["mlrb.error"]
+    assert failed.data.tags["mlrb.status"] == "infra_error" and "ScorerError" in failed.data.tags["mlrb.error"]
 
     # Seed 5 ran on a broken copy of the assets: another fingerprint, so a row of its own.
     good = next(r.data.tags["mlrb.assets_fingerprint"] for r in runs if r is not failed)
@@ -380,8 +378,8 @@ def test_runs_are_classified_from_their_status_and_tags():
     assert classify(mlflow_run("FAILED", {"mlrb.error": "ScorerError: boom\ntrace"}, now), None, now) == (
         "infra_error", "ScorerError: boom", False,
     )  # fmt: skip
-    assert classify(mlflow_run("KILLED", {"mlrb.core.status": "killed"}, now), None, now)[0] == "killed"
-    out_of_time = {"mlrb.core.status": "budget_exhausted", "mlrb.stop_reason": "wall_time", "mlrb.valid": "False",
+    assert classify(mlflow_run("KILLED", {"mlrb.status": "killed"}, now), None, now)[0] == "killed"
+    out_of_time = {"mlrb.status": "budget_exhausted", "mlrb.stop_reason": "wall_time", "mlrb.valid": "False",
                    "mlrb.invalid_reason": "no submission"}  # fmt: skip
     assert classify(mlflow_run("FINISHED", out_of_time, now), None, now) == (
         "budget_exhausted", "stopped at the wall_time limit; no submission", False,
@@ -390,7 +388,7 @@ def test_runs_are_classified_from_their_status_and_tags():
         "budget_exhausted", "", True,
     )  # fmt: skip
     # Runs recorded before the status vocabulary said "submitted": their validity decides.
-    legacy = {"mlrb.core.status": "submitted", "mlrb.valid": "False", "mlrb.invalid_reason": "no submission: nothing"}
+    legacy = {"mlrb.status": "submitted", "mlrb.valid": "False", "mlrb.invalid_reason": "no submission: nothing"}
     assert classify(mlflow_run("FINISHED", legacy, now), None, now)[:2] == ("no_submission", "no submission: nothing")
     assert classify(mlflow_run("FINISHED", {**legacy, "mlrb.valid": "True"}, now), None, now) == ("ok", "", True)
 

@@ -72,7 +72,7 @@ def test_a_run_killed_with_sigkill_goes_on_where_it_was_when_the_same_command_ru
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
-    assert run.data.tags["mlrb.core.status"] == "ok" and "score" in run.data.metrics
+    assert run.data.tags["mlrb.status"] == "ok" and "score" in run.data.metrics
     assert f"mlflow run {run.info.run_id}" in again.stdout
     # its spend carried: the first attempt's step and clock, then its own
     assert run.data.metrics["steps"] == 2
@@ -169,7 +169,7 @@ def test_an_agent_killed_by_its_job_s_sigterm_before_the_harness_hears_goes_on_i
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
-    assert run.data.tags["mlrb.core.status"] == "ok" and "score" in run.data.metrics
+    assert run.data.tags["mlrb.status"] == "ok" and "score" in run.data.metrics
     assert run_folders(tmp_path) == [folder] and (folder / "workspace" / "mark").read_text() == "first\n"
 
 
@@ -197,7 +197,7 @@ def test_a_job_whose_requeue_is_cut_short_by_its_own_sigterm_goes_on_in_the_requ
     assert again.returncode == 0, again.stderr[-3000:]
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
-    assert run.data.tags["mlrb.core.status"] == "ok" and run_folders(tmp_path) == [folder]
+    assert run.data.tags["mlrb.status"] == "ok" and run_folders(tmp_path) == [folder]
 
 
 @pytest.mark.integration
@@ -208,7 +208,7 @@ def test_an_agent_that_kills_itself_with_sigterm_under_slurm_is_still_its_own_er
     assert process.returncode == 0, err[-3000:]
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
-    assert run.info.status == "FINISHED" and run.data.tags["mlrb.core.status"] == "agent_error"
+    assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "agent_error"
     assert "exited 143" in run.data.tags["mlrb.agent_message"] and run.data.tags["mlrb.attempt"] == "1"
 
 

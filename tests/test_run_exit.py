@@ -56,7 +56,7 @@ def test_a_run_that_ends_at_once_has_its_record_log_and_result_line_complete(tmp
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert run.info.status == "FINISHED" and last_line.endswith(f"mlflow run {run.info.run_id}")
     tags, metrics = run.data.tags, run.data.metrics
-    assert f"status {tags['mlrb.core.status']}" in last_line and tags["mlrb.agent_message"] == "nothing to do"
+    assert f"status {tags['mlrb.status']}" in last_line and tags["mlrb.agent_message"] == "nothing to do"
     assert run.data.params["agent.name"] == "claude" and run.data.params["assets.fingerprint"]
     assert metrics["steps"] == 1
     assert {f"stage_time_s.{s}" for s in ("compose", "agent", "recording")} <= set(metrics)

@@ -50,7 +50,7 @@ def test_a_submission_that_breaks_the_scorer_is_invalid_and_counted_when_the_con
     run = only_run(tmp_path)
     tags, metrics = run.data.tags, run.data.metrics
     # The scorer did fail on it (its log says so), and the control scored: the failure is the submission's.
-    assert tags["mlrb.core.status"] == "invalid", tags.get("mlrb.error")
+    assert tags["mlrb.status"] == "invalid", tags.get("mlrb.error")
     assert run.info.status == "FINISHED"  # not re-run by a relaunched sweep
     reason = tags["mlrb.invalid_reason"]
     assert reason.startswith("scoring failed on this submission (scorer exited 1: IndexError:"), reason
@@ -73,6 +73,6 @@ def test_a_timeout_the_control_shares_is_an_infrastructure_error_not_the_agent_s
                      cwd=tmp_path)  # fmt: skip
     assert result.returncode == 1
     run = only_run(tmp_path)
-    assert run.data.tags["mlrb.core.status"] == "infra_error"
+    assert run.data.tags["mlrb.status"] == "infra_error"
     error = run.data.tags["mlrb.error"]
     assert "scoring took longer than 0.01 s; the control failed too: scoring took longer than 0.01 s" in error, error

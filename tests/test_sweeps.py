@@ -145,7 +145,7 @@ def test_ctrl_c_stops_a_local_sweep_in_one_line_once_its_running_jobs_are_record
                         r"started; launch the same command again to run what is not finished", line), line  # fmt: skip
     _, parents, children = runs_by_role(tmp_path)
     assert [p.info.status for p in parents] == ["KILLED"]
-    stopped = sorted((c.data.tags["mlrb.seed"], c.info.status, c.data.tags["mlrb.core.status"],
+    stopped = sorted((c.data.tags["mlrb.seed"], c.info.status, c.data.tags["mlrb.status"],
                       c.data.tags["mlrb.stop_reason"]) for c in children)  # fmt: skip
     assert stopped == [("1", "KILLED", "killed", "SIGINT"), ("2", "KILLED", "killed", "SIGINT")]
     deadline = time.monotonic() + 10
@@ -195,7 +195,7 @@ def test_a_relaunched_sweep_syncs_a_run_that_ended_while_the_store_was_away_inst
     client, _, children = runs_by_role(tmp_path)
     (cut,) = [r for r in children if r.data.params["task.scales.plumbing.baseline_command"] == "sleep 2"]
     client.update_run(cut.info.run_id, status="RUNNING")
-    for tag in ("mlrb.core.status", "mlrb.valid", "mlrb.counted_as"):
+    for tag in ("mlrb.status", "mlrb.valid", "mlrb.counted_as"):
         client.delete_tag(cut.info.run_id, tag)
     trajectory = Path(cut.data.tags["mlrb.run_dir"]) / "trajectory.jsonl"
     ran_at = trajectory.stat().st_mtime_ns
@@ -211,8 +211,8 @@ def test_a_relaunched_sweep_syncs_a_run_that_ended_while_the_store_was_away_inst
     assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
     (synced,) = [r for r in children if r.info.run_id == cut.info.run_id]
     assert synced.data.tags["mlrb.attempt"] == "1"
-    assert {t: synced.data.tags[t] for t in ("mlrb.core.status", "mlrb.valid", "mlrb.counted_as")} == {
-        t: cut.data.tags[t] for t in ("mlrb.core.status", "mlrb.valid", "mlrb.counted_as")
+    assert {t: synced.data.tags[t] for t in ("mlrb.status", "mlrb.valid", "mlrb.counted_as")} == {
+        t: cut.data.tags[t] for t in ("mlrb.status", "mlrb.valid", "mlrb.counted_as")
     }
 
 

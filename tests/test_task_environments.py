@@ -72,7 +72,7 @@ def test_a_folder_that_pins_numpy_1_runs_its_baseline_and_eval_in_its_own_enviro
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("numpy1-mini").experiment_id])
     # eval.py ran with numpy 1 (np.float_), so the score is valid; the run names its environment
-    assert run.data.tags["mlrb.core.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
+    assert run.data.tags["mlrb.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
     root = environments.location(["numpy==1.26.4"], cache_dir)
     assert run.data.tags["mlrb.environment"] == root.name
     assert environments.installed(root) == ["numpy==1.26.4"]  # the task's libraries, nothing of the harness

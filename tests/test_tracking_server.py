@@ -40,9 +40,9 @@ METRICS = sorted(["agent_time_s", "baseline_score", "cost_usd", "counted_normali
                   "reference_score", "score_time_s", "steps", "valid", "wall_time_s",
                   *(f"stage_time_s.{stage}" for stage in STAGES)])  # fmt: skip
 TAGS = ["mlflow.parentRunId", "mlflow.runName", "mlrb.agent", "mlrb.agent_message", "mlrb.assets_fingerprint",
-        "mlrb.attempt", "mlrb.core.budget", "mlrb.confined", "mlrb.counted_as", "mlrb.counted_reason", "mlrb.invalid_reason", "mlrb.network",
+        "mlrb.attempt", "mlrb.budget", "mlrb.confined", "mlrb.counted_as", "mlrb.counted_reason", "mlrb.invalid_reason", "mlrb.network",
         "mlrb.normalised_as", "mlrb.read_only_restored", "mlrb.run_dir", "mlrb.run_key", "mlrb.sandbox", "mlrb.scale", "mlrb.seed",
-        "mlrb.core.status", "mlrb.stop_reason", "mlrb.sweep_id", "mlrb.task", "mlrb.valid"]  # fmt: skip
+        "mlrb.status", "mlrb.stop_reason", "mlrb.sweep_id", "mlrb.task", "mlrb.valid"]  # fmt: skip
 
 
 def postgres_problem() -> str:
@@ -139,7 +139,7 @@ def recorded(client) -> tuple:
         histories = {key: len(client.get_metric_history(run.info.run_id, key)) for key in run.data.metrics}
         children[run.info.run_name] = {
             "status": run.info.status,
-            "mlrb.core.status": run.data.tags.get("mlrb.core.status"),
+            "mlrb.status": run.data.tags.get("mlrb.status"),
             "parent": run.data.tags.get("mlflow.parentRunId") == parent.info.run_id,
             "tags": sorted(k for k in run.data.tags if k in TAGS),
             "metrics": sorted(run.data.metrics),
@@ -169,7 +169,7 @@ def check_sweep(client, out: str) -> tuple:
     parent, runs, children = recorded(client)
     assert sorted(children) == sorted(f"llm_merging/baseline/smoke/{s}" for s in SEEDS), out[-3000:]
     for name, run in children.items():
-        assert run["status"] == "FINISHED" and run["mlrb.core.status"] == "no_submission", (name, run)
+        assert run["status"] == "FINISHED" and run["mlrb.status"] == "no_submission", (name, run)
         assert run["parent"] and run["logged once"], (name, run)
         assert run["tags"] == TAGS and run["metrics"] == METRICS and run["artifacts"] == ARTIFACTS, (name, run)
         assert run["traces"] == [[("step 1", "AGENT"), ("shell", "TOOL")]], (name, run)  # the baseline's one step
@@ -327,7 +327,7 @@ def test_a_sweep_whose_server_goes_away_ends_its_jobs_and_its_relaunch_uploads_t
     runs = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("mlrb.seed") in ("201", "202")]
     assert sorted(r.info.run_id for r in runs) == sorted(trajectories)  # the same two runs, no new ones
     for run in runs:
-        assert run.info.status == "FINISHED" and run.data.tags["mlrb.core.status"] == "no_submission"
+        assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "no_submission"
         assert traces_of(client, experiment.experiment_id, run.info.run_id) == [
             [("step 1", "AGENT"), ("shell", "TOOL")]
         ]
@@ -395,7 +395,7 @@ def test_a_run_whose_server_goes_away_finishes_and_sync_stores_it_as_a_live_run_
     assert offline_run.info.run_id == run_id and offline_run.info.status == live_run.info.status == "FINISHED"
     assert sorted(offline_run.data.params) == sorted(live_run.data.params)
     assert sorted(offline_run.data.tags) == sorted(live_run.data.tags)
-    assert offline_run.data.tags["mlrb.core.status"] == live_run.data.tags["mlrb.core.status"] == "no_submission"
+    assert offline_run.data.tags["mlrb.status"] == live_run.data.tags["mlrb.status"] == "no_submission"
 
     def histories(run) -> dict:
         return {key: [m.step for m in client.get_metric_history(run.info.run_id, key)] for key in run.data.metrics}

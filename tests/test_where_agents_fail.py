@@ -439,9 +439,9 @@ def fill(root: Path) -> None:
                     reason = "no submission: the agent left nothing at 'submission' in its workspace"
                 failed = (agent, task, seed) == ("baseline", "math_reasoning", 3)
                 run_dir = root / "runs" / f"{task}-{agent}-{seed}"
-                tags = {"mlrb.task": task, "mlrb.agent": agent, "mlrb.core.budget": "smoke", "mlrb.scale": "tiny",
+                tags = {"mlrb.task": task, "mlrb.agent": agent, "mlrb.budget": "smoke", "mlrb.scale": "tiny",
                         "mlrb.seed": str(seed), "mlrb.sandbox": "bwrap", "mlrb.confined": "true",
-                        "mlrb.core.status": "infra_error" if failed else status, "mlrb.valid": str(valid and not failed),
+                        "mlrb.status": "infra_error" if failed else status, "mlrb.valid": str(valid and not failed),
                         "mlrb.invalid_reason": reason, "mlrb.agent_message": message, "mlrb.stop_reason": stop,
                         "mlrb.sweep_id": SWEEP, "mlflow.parentRunId": parent, "mlrb.run_dir": str(run_dir)}  # fmt: skip
                 if failed:

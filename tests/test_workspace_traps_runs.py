@@ -61,7 +61,7 @@ def test_a_workspace_full_of_traps_is_scored_and_counted_never_an_infra_error(tm
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     tags = run.data.tags
-    assert run.info.status == "FINISHED" and tags["mlrb.core.status"] == status, (tags.get("mlrb.error"), took)
+    assert run.info.status == "FINISHED" and tags["mlrb.status"] == status, (tags.get("mlrb.error"), took)
     # Recorded as any plumbing run is, valid or not: it measures nothing, so it counts as nothing
     # (at a calibrated scale the valid run counts its score, the invalid one the do-nothing anchor).
     assert tags["mlrb.counted_as"] == "none" and tags["mlrb.plumbing"] == "true"

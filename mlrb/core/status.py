@@ -1,4 +1,4 @@
-"""How a run ended: the one vocabulary the harness writes (the `mlrb.core.status` tag)
+"""How a run ended: the one vocabulary the harness writes (the `mlrb.status` tag)
 and the report reads. See docs/reports.md, "How runs count".
 
 Who is to blame decides how a run counts:

@@ -13,7 +13,7 @@ class Tag:
 
     # What the run is, set when it starts; CONFINED is "true" or "false" (the report never
     # pools the two); RUN_KEY is the same for a sweep's job launched again.
-    TASK, AGENT, BUDGET, SEED, SCALE = "mlrb.task", "mlrb.agent", "mlrb.core.budget", "mlrb.seed", "mlrb.scale"
+    TASK, AGENT, BUDGET, SEED, SCALE = "mlrb.task", "mlrb.agent", "mlrb.budget", "mlrb.seed", "mlrb.scale"
     SANDBOX, CONFINED, NETWORK = "mlrb.sandbox", "mlrb.confined", "mlrb.network"
     NORMALISED_AS, RUN_KEY, RUN_DIR, SWEEP_ID = "mlrb.normalised_as", "mlrb.run_key", "mlrb.run_dir", "mlrb.sweep_id"
     # The run's own id, made by the harness as the run starts (its record's): the store's run is found by it.
@@ -31,7 +31,7 @@ class Tag:
     PLUMBING = "mlrb.plumbing"
 
     # How it ended: STATUS is a mlrb.core.status.Status value, VALID "True" or "False".
-    STATUS, ERROR, STOP_REASON = "mlrb.core.status", "mlrb.error", "mlrb.stop_reason"
+    STATUS, ERROR, STOP_REASON = "mlrb.status", "mlrb.error", "mlrb.stop_reason"
     VALID, INVALID_REASON, AGENT_MESSAGE = "mlrb.valid", "mlrb.invalid_reason", "mlrb.agent_message"
     READ_ONLY_RESTORED = "mlrb.read_only_restored"
     # The models the agent's calls named, comma-separated (the metering proxy served only allowed ones).
@@ -46,6 +46,8 @@ class Tag:
 
     # A model call's trace: the agent's step number.
     STEP = "mlrb.step"
+    # The run id a run synced before the harness made its own ids had in its record (now: RUN_ID).
+    SYNCED_FROM = "mlrb.synced_from"
 
     # MLflow's own tags that mlrb sets or reads.
     PARENT_RUN_ID, GIT_COMMIT, NOTE = "mlflow.parentRunId", "mlflow.source.git.commit", "mlflow.note.content"

@@ -8,7 +8,6 @@ does not answer) is one line on stderr and exit status 1.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -92,15 +91,6 @@ def tracking_uri(args: argparse.Namespace) -> str:
     return uri
 
 
-def connect(uri: str) -> Any:
-    from mlflow.tracking import MlflowClient
-
-    # A server that does not answer should fail in seconds, not after minutes of retries.
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-    return MlflowClient(tracking_uri=uri)
-
-
 def why(error: Exception) -> str:
     """The gist of a store error in a few words (MLflow's own messages run to paragraphs)."""
     from mlrb.store.tracking import unreachable_sign
@@ -137,10 +127,12 @@ def filters_of(args: argparse.Namespace) -> Filters:
 def read(args: argparse.Namespace, filters: Filters) -> tuple[Any, Selection, str]:
     """(client, the runs that pass the filters, the store's URI as shown) of the store the
     arguments name; a store that is missing or does not answer is a ReportError."""
+    from mlrb.store import tracking
+
     uri = tracking_uri(args)
     shown_uri = mask_uris_in(uri)
     try:
-        client = connect(uri)
+        client = tracking.reading_client(uri)
         chosen = experiments(client, filters.experiments)
         return client, load(client, chosen, filters), shown_uri
     except ReportError:

@@ -513,6 +513,34 @@ def find_runs(client: Any, experiment: str, tags: dict[str, str], statuses: list
     return [r for r in runs if not statuses or r.info.status in statuses]
 
 
+def reading_client(uri: str) -> Any:
+    """A client that reads the store at URI (the report, rescoring): a server that does not answer
+    fails it in seconds, not after minutes of retries."""
+    from mlflow.tracking import MlflowClient
+
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    return MlflowClient(tracking_uri=uri)
+
+
+def find_run(client: Any, run_id: str) -> Any:
+    """The store's run of the record's run RUN_ID: the one tagged with it; for a record made before
+    the harness made its own ids, the store's run of that id or the one synced from it; None when
+    there is none."""
+    from mlflow.exceptions import MlflowException
+
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    found = client.search_runs(experiments, f"tags.`{Tag.RUN_ID}` = '{run_id}'", max_results=2)
+    if found:
+        return found[0]
+    try:
+        return client.get_run(run_id)
+    except MlflowException:
+        pass
+    found = client.search_runs(experiments, f"tags.`{Tag.SYNCED_FROM}` = '{run_id}'", max_results=2)
+    return found[0] if found else None
+
+
 def client_for(cfg: TrackingConfig) -> tuple[Any, str | None]:
     from mlflow.tracking import MlflowClient
 
