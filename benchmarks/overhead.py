@@ -81,7 +81,10 @@ SCORER_FLOOR = "import torch, transformers, lm_eval.evaluator, lm_eval.tasks, lm
 SAMPLE_S = 0.02  # how often the process tree is read
 # Which process of a run does what, by its command line (the first that matches); the rest of
 # the tree (bwrap, the sandbox's exec server, the agent's commands) is "sandbox".
-ROLES = (("recording", "mlrb.store.recording_process"), ("scorer", "mlrb.scoring.worker"), ("harness", "-m mlrb"))
+# What a process is, by a marker in its command line (the recording process's module before the
+# package's folders too, so that --before can time an earlier checkout).
+ROLES = (("recording", "mlrb.store.recording_process"), ("recording", "mlrb.recording_process"),
+         ("scorer", "mlrb.scoring.worker"), ("harness", "-m mlrb"))  # fmt: skip
 CPU_ROLES = ("harness", "recording", "scorer", "sandbox")  # as the tables show them
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -260,7 +260,7 @@ def test_serve_refuses_in_one_line_when_postgresql_is_not_reachable(tmp_path):
     )  # fmt: skip
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"mlrb.store.tracking: error: PostgreSQL at 127.0.0.1:{dead} is not reachable")
+    assert lines[0].startswith(f"mlrb.tracking: error: PostgreSQL at 127.0.0.1:{dead} is not reachable")
     assert "Connection refused" in lines[0] and "pg_ctlcluster" in lines[0]
     assert "s3cret" not in result.stdout + result.stderr
     assert time.monotonic() - started < 30 and not port_open(http)  # no server was started

@@ -161,7 +161,7 @@ def wait_until_healthy(url: str, server: subprocess.Popen, timeout_s: float = ST
 def serve(args: argparse.Namespace) -> int:
     created = ensure_database(args.backend_store_uri)
     shown_db = mask_uri(args.backend_store_uri)
-    print(f"mlrb.store.tracking: backend store {shown_db}{' (database created)' if created else ''}; "
+    print(f"mlrb.tracking: backend store {shown_db}{' (database created)' if created else ''}; "
           f"artifacts in {args.artifacts_destination}", flush=True)  # fmt: skip
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": os.environ.get("MLFLOW_DISABLE_TELEMETRY", "true"),
            # MLflow's server-side job runner (GenAI scoring and trace archival: 7 processes) serves
@@ -179,7 +179,7 @@ def serve(args: argparse.Namespace) -> int:
         local = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
         wait_until_healthy(f"http://{local}:{args.port}", server)
         uri = f"http://{public_host(args.host)}:{args.port}"
-        print(f"mlrb.store.tracking: serving at {uri}; run sweeps with: python -m mlrb -m tracking=server "
+        print(f"mlrb.tracking: serving at {uri}; run sweeps with: python -m mlrb -m tracking=server "
               f"tracking.uri={uri} ...", flush=True)  # fmt: skip
         print(f"MLFLOW_TRACKING_URI={uri}", flush=True)
         return server.wait()
@@ -212,5 +212,5 @@ def main(argv: list[str] | None = None) -> None:
     try:
         sys.exit(serve(args))
     except ServeError as e:
-        print(f"mlrb.store.tracking: error: {e}", file=sys.stderr)
+        print(f"mlrb.tracking: error: {e}", file=sys.stderr)
         sys.exit(2)
