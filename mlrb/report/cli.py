@@ -164,7 +164,7 @@ def build(args: argparse.Namespace) -> int:
         from mlrb.report.plots import draw_all
 
         plots = draw_all(stats, rows, out)
-        plots.update(curves.draw(curve_groups, out / "curves.png"))
+        plots.update(curves.draw(curve_groups, out / "anytime.png"))
         plots.update(costs.draw(stats, out))
     activities = trajectories.read_all(client, rows)  # each run's trajectory, read once
     report = render.Report(
