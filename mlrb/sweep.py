@@ -262,9 +262,7 @@ def open_parent_run(client: Any, first: SweepJob, sweep_id: str, name: str, n_jo
     command = " ".join(filter_overrides(sys.argv[1:]))
     opening = {**tags, Tag.N_JOBS: str(n_jobs), Tag.COMMAND: command[:5000], Tag.RUN_DIR: str(folder),
                **tracking.harness_commit()}  # fmt: skip
-    # A new interpreter: the recording server's forks are for the jobs (one forked for this process
-    # failed on SQLite with 'locking protocol', the cause not found; a new interpreter does not)
-    recording = recording_process.start(recording_process.new_interpreter)
+    recording = recording_process.start()
     folder.mkdir(parents=True, exist_ok=True)
     return record.RecordedRun(recording.store_run(first.tracking), folder, first.experiment, name, opening, run_id,
                               attempt)  # fmt: skip
@@ -330,19 +328,19 @@ def slot_devices(slots: int, gpus_per_job: int, devices: list[int]) -> list[list
 
 
 class LocalSweepLauncher(SweepLauncher):
-    """submitit's local executor, with a cap on concurrent jobs and a GPU set per slot. The jobs
-    record through processes forked by this process's recording server (mlrb/store/recording_server.py)."""
+    """submitit's local executor, with a cap on concurrent jobs and a GPU set per slot. The jobs,
+    and this process for the sweep's parent run, record through processes forked by this process's
+    recording server (mlrb/store/recording_server.py)."""
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        server = recording_server.start(
-            recording_process.main
-        )  # forked before the store is opened here: it holds no connection
+        server = recording_server.start(recording_process.main)
         if server:
             os.environ[recording_server.ADDRESS_VAR] = server.address  # submitit hands it to every job
         try:
             return super().launch(job_overrides, initial_job_idx)
         finally:
             os.environ.pop(recording_server.ADDRESS_VAR, None)
+            recording_process.stop()  # the parent run's, ended before its server waits for its forks to end
             if server:
                 server.close()
 

@@ -3,11 +3,14 @@
 writes is what a single run's recording process writes; it runs with the job's environment
 ; the job waits for it as its own child; a job whose server is gone
 starts a new interpreter instead; the server ends with the sweep's process. And in a whole
-local sweep: each job's recording process is the server's, no job starts one of its own, the
-runs are recorded whole, and no recording process outlives the sweep."""
+local sweep: each job's recording process and the sweep's own (its parent run's) are the
+server's, none starts one of its own, the runs are recorded whole, and no recording process
+outlives the sweep. A sweep that opened its store before its server started hands the server's
+forks no connection to it."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -21,6 +24,7 @@ import pytest
 
 from conftest import PLUMBING, mlflow_client, store_args
 from mlrb.core.config import TrackingConfig
+from mlrb.core.tags import Metric
 from mlrb.store import record, recording_process, recording_server
 from test_failures_runs import running_with
 from test_recording_process import RECORDING_PROCESS, alive
@@ -35,6 +39,41 @@ print(server.address, server.pid, flush=True)
 sys.stdin.read()  # until the test closes it, or kills this process
 server.close()
 print("closed", flush=True)
+"""
+
+# A sweep's process that opened its store before it started its server (a second sweep launched
+# by mlrb.cli.main() in one Python process, say). Its parent run, and a job's run beside it,
+# record through the server's forks while this process lets go of its own connection to the
+# store, as it does when it ends.
+STORE_OPENED_FIRST = """
+import json, os, sys
+from pathlib import Path
+from mlrb.core.config import TrackingConfig
+from mlrb.store import record, recording_process, recording_server, tracking
+cfg, folder = TrackingConfig(dir=sys.argv[1]), Path(sys.argv[2])
+tracking.check_store(cfg)  # opened here: MLflow keeps the connection
+server = recording_server.start(recording_process.main)
+os.environ[recording_server.ADDRESS_VAR] = server.address
+processes = {"sweep": recording_process.start(), "job": recording_process.RecordingProcess()}
+runs = {}
+for role, process in processes.items():
+    (folder / role).mkdir()
+    runs[role] = record.RecordedRun(process.store_run(cfg), folder / role, "experiment", role, {"mlrb.role": role},
+                                    record.new_run_id())
+    runs[role].store_run.wait_opened()
+recording_server.close_store_connections()  # this process's own connection, closed
+for step in range(10):
+    for run in runs.values():
+        run.log_metrics({"score": step / 10}, step=step)
+for run in runs.values():
+    run.finish("FINISHED")
+ids = {role: run.shown_id for role, run in runs.items()}
+print(json.dumps({"ids": ids, "served": [type(p.process).__name__ for p in processes.values()],
+                  "server": server.pid}), flush=True)
+sys.stdin.read()  # until the test has looked at the server's descriptors
+for process in processes.values():
+    process.close()
+server.close()
 """
 
 
@@ -190,11 +229,9 @@ def test_a_local_sweep_s_jobs_record_through_its_server_and_leave_no_process(tmp
     (server,) = [c for c in children_of(sweep.pid) if Path(f"/proc/{c}/cmdline").read_bytes() ==
                  Path(f"/proc/{sweep.pid}/cmdline").read_bytes()]  # fmt: skip
     served = [g for c in children_of(server) for g in children_of(c)]
-    assert len(served) == 2  # one recording process per job, forked by the server
+    assert len(served) == 3  # one recording process per job and one for the sweep's parent run, forked by the server
     mine = descendants_of(sweep.pid)  # (other tests' runs may be recording beside it)
-    # and no job started one of its own: the one new interpreter is the sweep's, for its parent run
-    (own,) = [pid for pid in mine if RECORDING_PROCESS in command_line(pid)]
-    assert parent_of(own) == sweep.pid
+    assert not [pid for pid in mine if RECORDING_PROCESS in command_line(pid)]  # no new interpreter records
 
     for pid in running_with(marker):
         os.kill(int(pid), signal.SIGKILL)  # the agents' commands end
@@ -210,4 +247,45 @@ def test_a_local_sweep_s_jobs_record_through_its_server_and_leave_no_process(tmp
         run_dir = Path(run.data.tags["mlrb.run_dir"])
         assert record.fold(record.read(run_dir))["status"] == "FINISHED"
         assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"config.yaml", "trajectory.jsonl"}
+    (parent,) = [r for r in runs if r.data.tags.get("mlrb.role") == "sweep"]  # recorded by the server's fork too
+    assert parent.info.status == "FINISHED"
+    assert (parent.data.metrics[Metric.JOBS], parent.data.metrics[Metric.JOBS_DONE]) == (2, 2)
     assert not any(alive(pid) for pid in [server, *served]), "a recording process outlived its sweep"
+
+
+def store_files_open(pid: int, store: Path) -> list[str]:
+    """The files of the SQLite store STORE (its database, WAL and shared memory) that PID holds open."""
+    links = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            links.append(os.readlink(fd))
+        except FileNotFoundError:  # closed meanwhile
+            pass
+    return sorted(link for link in links if link.startswith(str(store)))
+
+
+@pytest.mark.fast
+def test_runs_recorded_through_the_server_of_a_sweep_that_opened_its_store_first_are_whole(tmp_path):
+    """The server and its forks inherit no connection to the store: a fork that did would use
+    SQLite locks it does not hold, and lose its writes when the sweep's process lets go of its own."""
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / "runs").mkdir()
+    sweep = subprocess.Popen([sys.executable, "-c", STORE_OPENED_FIRST, str(tmp_path / "mlruns"), str(tmp_path / "runs")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=STARTING_ENV)  # fmt: skip
+    try:
+        assert sweep.stdout is not None and sweep.stdin is not None
+        told = json.loads(sweep.stdout.readline())
+        store = tmp_path / "mlruns" / "mlflow.db"
+        assert store_files_open(told["server"], store) == []
+        assert told["served"] == ["ServedProcess", "ServedProcess"]  # the parent run's too, by the server
+        sweep.stdin.close()
+        assert sweep.wait(60) == 0
+    finally:
+        sweep.kill()
+    client = MlflowClient(f"sqlite:///{store}")
+    for role, run_id in told["ids"].items():
+        run = client.get_run(run_id)
+        assert (run.info.status, run.data.tags["mlrb.role"]) == ("FINISHED", role)
+        scores = client.get_metric_history(run_id, "score")
+        assert sorted(m.step for m in scores) == list(range(10)), role

@@ -11,7 +11,8 @@ and error, as a new interpreter would.
 
 What the command then does is what `python -m mlrb` does: the same `mlrb.__main__`, the same
 sandboxes, scorer and store. A single run's recording process (mlrb/store/recording_process.py) is
-forked from the warm harness too, through `recording_process.spawn`, and runs the same
+forked from the warm harness too, through `recording_process.spawn` (which a local sweep's
+process uses only where its recording server does not serve), and runs the same
 `recording_process.main`.
 
 A new interpreter is still started (`cold`) where a fork could differ from one:
@@ -334,11 +335,14 @@ class ForkedProcess:
 
 def forked_recording_process(child_reads: int, child_writes_to: int) -> Any:
     """The run's recording process, forked from the warm harness (MLflow is imported already);
-    a new interpreter instead when the harness has started a thread by then."""
-    from mlrb.store import recording_process
+    a new interpreter instead when the harness has started a thread by then. A harness that
+    opened its store (a sweep's process) closes its connections first: a fork must inherit none
+    (mlrb/store/recording_server.py)."""
+    from mlrb.store import recording_process, recording_server
 
     if threading.active_count() > 1 or other_threads():
         return recording_process.new_interpreter(child_reads, child_writes_to)
+    recording_server.close_store_connections()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     sys.stdout.flush()

@@ -34,9 +34,9 @@ through it. It ends when the harness closes its end of the pipe, at the run's en
 the harness dies.
 
 Every run records this way: a single run's, a SLURM job's, one run by `mlrb.cli.main()`
-called from Python, through a new interpreter; a local sweep's job, through a process forked
-by its sweep's recording server (mlrb/store/recording_server.py), which has imported MLflow once.
-`forked_or_new` is where that is chosen.
+called from Python, through a new interpreter; a local sweep's job and the sweep's own parent
+run, through a process forked by the sweep's recording server (mlrb/store/recording_server.py),
+which has imported MLflow once. `forked_or_new` is where that is chosen, and nowhere else.
 """
 
 from __future__ import annotations
@@ -117,9 +117,9 @@ def new_interpreter(child_reads: int, child_writes_to: int) -> subprocess.Popen:
 
 
 def forked_or_new(child_reads: int, child_writes_to: int) -> Any:
-    """A local sweep's job asks its sweep's recording server to fork the process (MLflow is
-    imported there once, mlrb/store/recording_server.py); any other run, or a job that cannot reach
-    the server, starts a new interpreter."""
+    """A local sweep's process (for its parent run) and its jobs ask the sweep's recording server
+    to fork the process (MLflow is imported there once, mlrb/store/recording_server.py); any
+    other run, or one that cannot reach the server, starts a new one (`spawn`)."""
     from mlrb.store import recording_server
 
     if recording_server.serving():
@@ -127,22 +127,23 @@ def forked_or_new(child_reads: int, child_writes_to: int) -> Any:
             return recording_server.request(os.environ[recording_server.ADDRESS_VAR], child_reads, child_writes_to)
         except OSError as e:
             log.debug("recording server not reached (%s): a new interpreter records instead", e)
-    return new_interpreter(child_reads, child_writes_to)
+    return spawn(child_reads, child_writes_to)
 
 
-# How the process is started: the tests start it from a warm process instead (tests/warm_start.py).
-spawn: Callable[[int, int], Any] = forked_or_new
+# How a process is started where no recording server forks one: a new interpreter. The tests
+# fork a warm process instead (tests/warm_start.py); the choice of the two stays `forked_or_new`'s.
+spawn: Callable[[int, int], Any] = new_interpreter
 
 
 class RecordingProcess:
     """The harness's side: requests go to the process in order, one at a time."""
 
     def __init__(self, start_process: Callable[[int, int], Any] | None = None) -> None:
-        """START_PROCESS(child_reads, child_writes_to) starts the process (`spawn` unless given):
-        a Popen, or what RecordingProcess uses of one (its stdout, stderr, wait and kill)."""
+        """START_PROCESS(child_reads, child_writes_to) starts the process (`forked_or_new` unless
+        given): a Popen, or what RecordingProcess uses of one (its stdout, stderr, wait and kill)."""
         to_child, child_reads = os.pipe()[::-1]
         child_writes_to, from_child = os.pipe()[::-1]
-        self.process = (start_process or spawn)(child_reads, child_writes_to)
+        self.process = (start_process or forked_or_new)(child_reads, child_writes_to)
         os.close(child_reads)
         os.close(child_writes_to)
         # What MLflow and Python print there (its INFO lines, warnings) goes where the harness's

@@ -2,12 +2,22 @@
 
 A single run's harness records through a recording process (mlrb/store/recording_process.py), a
 new interpreter that imports MLflow and its SQL store: 2-3 s of Python work. A local sweep
-runs many jobs on one machine, and its own process imports MLflow anyway. So, before it opens
-the store, the sweep's process forks a server (`start`) that holds those imports and listens
-on a Unix socket; the socket's address reaches every job through ADDRESS_VAR. A job's harness
-asks the server for its recording process (`request`): the server forks one per job, with the
-job's pipes, output and environment, and it runs the same `recording_process.main` as a single
-run's. Single runs and local sweep jobs so record in one way, and a job never imports MLflow.
+runs many jobs on one machine, and its own process imports MLflow anyway. So the sweep's
+process forks a server (`start`) that holds those imports and listens on a Unix socket; the
+socket's address reaches every job through ADDRESS_VAR. A job's harness, and the sweep's
+process for its own parent run, ask the server for a recording process (`request`, from
+`recording_process.forked_or_new`): the server forks one per request, with the requester's
+pipes, output and environment, and it runs the same `recording_process.main` as a single run's.
+Single runs and local sweep jobs so record in one way, and a job never imports MLflow.
+
+No fork of the server may inherit an open SQLite connection. SQLite keeps its locks' state per
+process and per file, shared by every connection to that file in the process; a fork inherits
+that state but not the POSIX locks it stands for. Its own connection to the store then uses
+locks it does not hold: with its inherited descriptors closed, its reads fail ('locking
+protocol'); with them open, the last real holder of the store, believing itself the last,
+checkpoints and deletes the WAL under it, and its writes are lost. So `start` closes the
+connections MLflow's stores hold in the sweep's process (`close_store_connections`; they
+reopen on their next use) before it forks.
 
 Each request gets a process of its own (C) that forks the recording process (G), waits for it
 and sends its exit status back, so that the job can wait for G and kill it as it would a child
@@ -69,10 +79,20 @@ class Server:
         os.waitpid(self.pid, 0)
 
 
+def close_store_connections() -> None:
+    """Close the database connections MLflow's SQL stores keep open in this process (their
+    engines' pools; each store reconnects on its next use), so that a fork inherits none."""
+    for name in ("mlflow.store.tracking.sqlalchemy_store", "mlflow.store.model_registry.sqlalchemy_store"):
+        store = getattr(sys.modules.get(name), "SqlAlchemyStore", None)  # not imported: it opened nothing
+        for engine in list(getattr(store, "_engine_map", {}).values()):  # one engine per database URI
+            engine.dispose()
+
+
 def start(recording_main: Callable[[list[str]], None]) -> Server | None:
-    """Fork the server from this process (a sweep's, before it opens the store), whose forks run
-    RECORDING_MAIN (`recording_process.main`); None where it cannot serve: a thread runs (it could
-    hold a lock the fork would copy held), or no socket."""
+    """Fork the server from this process (a sweep's), whose forks run RECORDING_MAIN
+    (`recording_process.main`); None where it cannot serve: a thread runs (it could hold a lock
+    the fork would copy held), or no socket. The store's connections this process holds are
+    closed first: the server and its forks hold none."""
     import mlflow  # noqa: F401  # what every recording process imports, once
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
@@ -84,6 +104,7 @@ def start(recording_main: Callable[[list[str]], None]) -> Server | None:
 
     if threading.active_count() > 1:
         return None
+    close_store_connections()
     folder = Path(tempfile.mkdtemp(prefix="mlrb-rec-"))  # private to this user
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
