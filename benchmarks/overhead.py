@@ -332,7 +332,9 @@ def main() -> None:
             if "default" in kinds:
                 results["hfloor"].append(measure([python, "-c", HARNESS_FLOOR], root, env))
                 results["sfloor"].append(measure([python, "-c", SCORER_FLOOR], root, env))
-            for v, (v_python, v_env) in versions.items() if "default" in kinds else ():
+            # Each version goes first every other round, so that neither always follows the floors.
+            ordered = list(versions.items())[:: -1 if i % 2 else 1]
+            for v, (v_python, v_env) in ordered if "default" in kinds else ():
                 results["default" + v].append(measure(mlrb("default" + v, f"run-{i}", v_python), root, v_env))
                 stages["default" + v].append(stage_times(root / ("default" + v) / "mlruns"))
 
