@@ -401,6 +401,7 @@ class Stages:
         """The agent's run in its sandbox, under the budget, its events into the trajectory."""
         plan, work, resumed = self.plan, self.work, self.resumed
         budget = self.budget = Budget(plan.budget)
+        budget.on_pause = self.sandbox.hold_still  # while its clock stands still, nothing of the agent runs
         # scoring.every_steps / every_minutes: the workspace scored mid-run too, off the agent's clock
         self.during = step_scoring.StepScoring(plan.scoring, self.task, self.asset_path, work, self.start_files,
                                                self.step_snapshots.root, plan.sandbox, self.recorder, self.run_dir,
@@ -426,7 +427,7 @@ class Stages:
 
         def after_step(step: int) -> None:
             self.during.after(self.step_snapshots.take(step, work, self.before, budget.elapsed_s()))
-            if (work / plan.submission).exists():
+            if self.scorer.may_start_ahead and (work / plan.submission).exists():
                 with budget.paused():  # (a container's start is not the agent's time)
                     self.scorer.start_ahead()
 
@@ -456,6 +457,8 @@ class Stages:
                         if self.job_stopping(within_s=JOB_SIGTERM_GRACE_S):
                             raise SandboxStopped(f"{e} (SLURM is stopping its job)") from e
                         raise
+                    finally:
+                        self.end_agent(budget)
                     if self.job_stopping(within_s=0 if self.outcome.status == Status.OK else JOB_SIGTERM_GRACE_S):
                         raise SandboxStopped(f"the agent ended ({self.outcome.message[:200]}) as SLURM stopped its job")
             except interrupts.Interrupted as e:  # the workspace is still scored (a second signal skips that)
@@ -476,6 +479,17 @@ class Stages:
             if sink is not None:
                 sink.close(stopped_by)  # traces flushed, the trajectory file closed
         log.info("agent ended: %s %s", self.outcome.status, self.outcome.message)
+
+    def end_agent(self, budget: Budget) -> None:
+        """The agent's end, whatever brought it (its exit, its budget, an error, a signal): first
+        every process it has in its sandbox is ended, so nothing of it works after its end; then
+        its model calls still open are waited for (a while, off its clock) and charged, each
+        recorded as its call, so that what the upstream served is in the spend taken next."""
+        self.sandbox.close()
+        if self.model is not None:
+            with budget.paused():
+                wait_s = 0.0 if self.guard.received else self.plan.budget.open_calls_wait_s  # a signal: at once
+                self.model.settle_open(wait_s)
 
     def job_stopping(self, within_s: float) -> bool:
         """Whether SLURM is stopping this run's job (a requeue, a lost node, a time limit): its SIGTERM

@@ -5,6 +5,8 @@ Before, such calls were recorded as 0 tokens and $0, and no token or dollar limi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import PLUMBING, mlflow_client, run_cli, store_args
@@ -69,4 +71,105 @@ def test_an_agent_that_hangs_up_on_every_stream_pays_for_each_call_and_its_budge
     transcript = (tmp_path / "run" / "agent" / "stdout.txt").read_text()
     assert "call 0 answered, hung up" in transcript, transcript
     assert "call 1 refused: 400" in transcript and "budget is spent (input_tokens)" in transcript, transcript
+    assert tags["mlrb.models_used"] == MODEL
+
+
+# Calls still open when the agent stops. Each upstream reply reports 150k input tokens, well under
+# claude-sonnet-4-5's long-context threshold: $3 / $15 per million.
+OPEN_INPUT, OPEN_OUTPUT = 150_000, 100
+OPEN_CALL_USD = (OPEN_INPUT * 3.0 + OPEN_OUTPUT * 15.0) / 1e6
+
+# A program that hands in its submission, then opens CALLS streamed calls at once (a short prompt:
+# their holds fit the budget together), reads each until its answer's text has come, and exits
+# at once, the streams still open: their usage and end come seconds later.
+EXIT_MID_STREAM = """
+import http.client, json, os, shutil, threading
+from urllib.parse import urlsplit
+shutil.copytree(os.path.join(os.environ["MLRB_DATA"], "base_model"), "submission")
+base = urlsplit(os.environ["ANTHROPIC_BASE_URL"])
+texts = []
+def call():
+    c = http.client.HTTPConnection(base.hostname, base.port, timeout=60)
+    body = {"model": os.environ["MLRB_MODEL"], "max_tokens": 300, "stream": True,
+            "messages": [{"role": "user", "content": "Say 42."}]}
+    c.request("POST", base.path.rstrip("/") + "/v1/messages", json.dumps(body),
+              {"x-api-key": os.environ["ANTHROPIC_API_KEY"], "anthropic-version": "2023-06-01",
+               "content-type": "application/json"})
+    r = c.getresponse()
+    seen = b""
+    while b"content_block_delta" not in seen:
+        seen += r.read1(65536)
+    texts.append(seen)
+threads = [threading.Thread(target=call) for _ in range(CALLS)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(len(texts), "answers read; leaving with the streams open", flush=True)
+os._exit(0)
+"""
+
+
+def model_calls(tmp_path) -> list[dict]:
+    lines = (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()
+    return [event for event in map(json.loads, lines) if event["event"] == "model_call"]
+
+
+@pytest.mark.parametrize("calls", [1, 2])
+def test_calls_still_open_when_the_agent_exits_are_charged_recorded_and_named(tmp_path, plumbing_cache, calls):
+    # Before, the run ended as the program did: the upstream served every call to its end and the
+    # run recorded 0 tokens, $0, no model and no call. Two at once served 300k input tokens past a
+    # 200k budget, recorded as nothing.
+    script = [reply(text="42.", usage=(OPEN_INPUT, OPEN_OUTPUT), end_after_s=3.0) for _ in range(calls)]
+    program = EXIT_MID_STREAM.replace("CALLS", str(calls))
+    with FakeLlmServer(script) as server:
+        env = {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url}
+        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command", command_override(program),
+                         f"agent.options.model={MODEL}", cwd=tmp_path, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"{calls} answers read" in (tmp_path / "run" / "agent" / "stdout.txt").read_text()
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    metrics, tags = run.data.metrics, run.data.tags
+    assert len(server.requests) == calls
+    assert (metrics["input_tokens"], metrics["output_tokens"]) == (calls * OPEN_INPUT, calls * OPEN_OUTPUT)
+    assert metrics["cost_usd"] == pytest.approx(calls * OPEN_CALL_USD)
+    assert tags["mlrb.models_used"] == MODEL
+    recorded = model_calls(tmp_path)
+    assert [(c["input_tokens"], c["usage_estimated"]) for c in recorded] == [(OPEN_INPUT, False)] * calls
+    assert tags["mlrb.status"] == "ok"  # the program did hand in its submission
+
+
+# An honest program: its submission, then one call whose answer it waits for; the wall-time limit
+# stops it before the answer's end comes.
+WAITS_FOR_ITS_ANSWER = """
+import anthropic, os, shutil
+shutil.copytree(os.path.join(os.environ["MLRB_DATA"], "base_model"), "submission")
+client = anthropic.Anthropic(max_retries=0, timeout=600)
+with client.messages.stream(model=os.environ["MLRB_MODEL"], max_tokens=300,
+                            messages=[{"role": "user", "content": "Think long."}]) as stream:
+    for text in stream.text_stream:
+        print("text:", text, flush=True)
+print("never reached: the wall time ends the program first")
+"""
+
+
+def test_a_call_open_when_the_wall_time_stops_the_agent_is_charged_what_the_upstream_served(tmp_path, plumbing_cache):
+    # The answer's usage and end come 20 s after its text; the agent's wall time ends at 10 s. The run's
+    # end waits for the call (by default up to budget.open_calls_wait_s, 120 s), reads it to its end
+    # and charges it.
+    script = [reply(text="42.", usage=(OPEN_INPUT, OPEN_OUTPUT), end_after_s=20.0)]
+    with FakeLlmServer(script) as server:
+        env = {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url}
+        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command",
+                         command_override(WAITS_FOR_ITS_ANSWER), f"agent.options.model={MODEL}",
+                         "budget.wall_time_s=10", cwd=tmp_path, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    metrics, tags = run.data.metrics, run.data.tags
+    assert tags["mlrb.status"] == "budget_exhausted" and tags["mlrb.stop_reason"] == "wall_time"
+    assert (metrics["input_tokens"], metrics["output_tokens"]) == (OPEN_INPUT, OPEN_OUTPUT)
+    assert metrics["cost_usd"] == pytest.approx(OPEN_CALL_USD)
+    assert metrics["agent_time_s"] < 12  # the wait for the call is not the agent's time
+    (call,) = model_calls(tmp_path)
+    assert (call["input_tokens"], call["usage_estimated"]) == (OPEN_INPUT, False)
     assert tags["mlrb.models_used"] == MODEL

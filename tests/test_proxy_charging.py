@@ -152,6 +152,49 @@ def test_a_stream_the_upstream_cuts_off_before_its_usage_is_charged_an_estimate_
     assert (meter.input_tokens, meter.output_tokens, meter.usd) == (call.input_tokens, call.output_tokens, call.usd)
 
 
+def test_the_run_s_end_waits_for_an_open_call_and_charges_the_upstream_s_usage():
+    """The agent has gone (its sandbox closed) with a stream open whose usage comes later: the
+    run's end (`settle_open`) returns once the proxy has read it to its end, with it charged."""
+    calls: list[Call] = []
+    meter = budget()
+    with FakeLlmServer([reply(text=ANSWER, usage=(BIG_PROMPT, 300), end_after_s=1.5)]) as server:
+        with proxy_for(server, meter, calls) as proxy:
+            connection = send(proxy, "anthropic", stream=True)
+            connection.getresponse().read1(65536)
+            hang_up(connection)
+            started = time.monotonic()
+            assert proxy.settle_open(wait_s=120) == []  # nothing left to charge its hold
+            waited = time.monotonic() - started
+    assert 0.5 < waited < 10
+    [call] = calls
+    assert (call.input_tokens, call.output_tokens, call.estimated, call.open_at_end) == (BIG_PROMPT, 300, False, False)
+    assert (meter.input_tokens, meter.output_tokens, meter.in_flight) == (BIG_PROMPT, 300, 0)
+
+
+def test_a_call_still_open_after_the_run_s_wait_is_charged_its_hold_once_and_no_call_goes_up_after():
+    """An upstream that has not answered when the wait is over: the call is charged what it holds,
+    recorded as an estimate open at the run's end; its answer, when it comes, charges nothing more;
+    and a call made after the end is refused without going upstream."""
+    calls: list[Call] = []
+    meter = budget()
+    with FakeLlmServer([reply(text=ANSWER, usage=(BIG_PROMPT, 300), delay_s=2.0)]) as server:
+        with proxy_for(server, meter, calls) as proxy:
+            connection = send(proxy, "anthropic", stream=False)
+            while not server.requests:
+                time.sleep(0.01)
+            [cut] = proxy.settle_open(wait_s=0.2)
+            held = (meter.input_tokens, meter.output_tokens, meter.usd)
+            assert cut.open_at_end and cut.estimated and (cut.input_tokens, cut.output_tokens) != (0, 0)
+            assert held == (cut.input_tokens, cut.output_tokens, pytest.approx(cut.usd)) and cut.usd > 0
+            assert connection.getresponse().status == 200  # the upstream's answer still reaches the agent
+            time.sleep(0.2)
+            late = send(proxy, "anthropic", stream=False).getresponse()
+            assert late.status == 400 and b"the run has ended" in late.read()
+    assert [c.open_at_end for c in calls] == [True, False]  # the cut call once, then the refused one
+    assert calls[1].refused and len(server.requests) == 1
+    assert (meter.input_tokens, meter.output_tokens, meter.usd) == held and meter.in_flight == 0
+
+
 def test_calls_made_at_once_cannot_spend_a_budget_that_one_call_s_hold_spends():
     """Four calls at once against $0.01: the first holds its most ($0.015: 1000 output tokens at
     $15 per million), so the others are answered 429 while it is in flight, and nothing of theirs

@@ -76,6 +76,9 @@ class BudgetConfig:
     max_output_tokens: int | None = None
     # The most the agent's model calls may cost, in US dollars, as the metering proxy prices them (None: no cap).
     max_usd: float | None = None
+    # How long the run's end waits for the agent's model calls still open (each read from the provider to
+    # its end, for its usage); a call still open after that is charged what it held, as an estimate.
+    open_calls_wait_s: float = 120.0
 
 
 @dataclass
@@ -312,7 +315,7 @@ def check_tracking_kind(cfg: TrackingConfig) -> None:
 def check_rules(cfg: MlrbConfig) -> None:
     from mlrb.core import registry
 
-    for key in ("wall_time_s", "max_steps", "max_input_tokens", "max_output_tokens", "max_usd"):
+    for key in ("wall_time_s", "max_steps", "max_input_tokens", "max_output_tokens", "max_usd", "open_calls_wait_s"):
         value = getattr(cfg.budget, key)
         if value is not None:
             check_positive(f"budget.{key}", value)

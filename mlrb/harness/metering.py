@@ -24,6 +24,7 @@ from mlrb.harness.proxy import Call, MeteringProxy
 
 PROXY_RETRIES = 6  # upstream tries after the first, for an agent that does not retry by itself
 SET_MODEL = "set a model it serves with agent.options.model=NAME"
+OPEN_AT_END = "open_at_run_end"  # the stop reason recorded for a call the run's end charged its hold
 
 
 class ModelNotFound(RuntimeError):
@@ -107,7 +108,7 @@ class CallEvents:
                 self.sink.defer(e)
 
     def events_of(self, call: Call) -> None:
-        if call.attempts and call.price is not None:
+        if (call.attempts or call.open_at_end) and call.price is not None:  # it went upstream
             self.models_used.setdefault(call.model, call.price.source)
         step = self.budget.steps
         attempt = call.agent_attempt or max(call.attempts, 1)
@@ -119,10 +120,12 @@ class CallEvents:
             self.previous[conversation] = call.request
         self.sink.emit(events.ModelCallStarted(step, attempt, call.provider, call.model, call.timeout_s or 0.0,
                                                request, started_ns=call.started_ns))  # fmt: skip
-        if call.status != 200:
+        if call.status != 200 and not call.open_at_end:
             self.sink.emit(events.ModelCallFailed(step, attempt, self.redact(failure(call))))
             return
         text, tool_calls, stop_reason = reply_of(call.response, call.stream)
+        if call.open_at_end:  # the run ended before its answer did: charged what it held
+            stop_reason = stop_reason or OPEN_AT_END
         usd_in = call.usd * call.input_tokens / max(call.input_tokens + call.output_tokens, 1)
         cost = events.Cost(call.input_tokens, call.output_tokens, call.estimated, usd_in, call.usd - usd_in)
         self.sink.emit(events.ModelCalled(step, attempt, call.model, call.latency_s, self.redact(text), tool_calls,

@@ -33,6 +33,11 @@ streaming or not. For each call the proxy
 - charges every call the upstream served, whatever the agent does: an agent that hangs up
   early (once it has its answer's text, say) is sent nothing more, but its reply is still read
   to its end for its usage; a reply cut off before its usage is charged an estimate;
+- at the run's end (`settle_open`), waits a while for the calls still in flight, each read from
+  the upstream to its end whether or not the agent still listens, and charges any that has not
+  ended by then what it holds, marked as an estimate: an agent that stops with a call open (it
+  exits, its wall time runs out, a signal stops it) pays for the call all the same, and no call
+  goes upstream after that;
 - hands the whole call (request, response, usage, cost, timings) to `on_call` before the
   response's last bytes (a stream's closing event) go out: once an agent has its answer,
   the call is charged and recorded.
@@ -54,6 +59,7 @@ reaches the proxy through it (mlrb/sandbox/model_bridge.py).
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import http.client
 import json
@@ -174,6 +180,8 @@ class Call:
     started_ns: int = 0  # wall time the request arrived (time.time_ns())
     request: dict[str, Any] = field(default_factory=dict)
     response: Any = None  # the JSON body, or a stream's events as a list
+    # Still open when the run ended and gave up waiting for it (`settle_open`): charged what it held.
+    open_at_end: bool = False
 
 
 class Meter(Protocol):
@@ -191,6 +199,17 @@ class Meter(Protocol):
     def settle(self, hold: Spend, used: Spend) -> None:
         """Release a call's hold and charge what it used."""
         ...
+
+
+class InFlight:
+    """A call admitted by the meter and not yet settled: what it holds, and whether it has been
+    charged and reported. The call's own thread settles it; at the run's end `settle_open` may
+    settle it first (charging its hold), and then the thread's own settling does nothing."""
+
+    def __init__(self, call: Call, meter: Meter, hold: Spend):
+        self.call, self.meter, self.hold = call, meter, hold
+        self.settled = False
+        self.reported = False
 
 
 def error_body(provider: str, status: int, kind: str, message: str, code: str | None = None) -> dict[str, Any]:
@@ -366,6 +385,9 @@ class MeteringProxy:
         self.connections = UpstreamConnections(request_timeout_s)
         self.refused: str | None = None  # the first budget limit a refused call named
         self.missing_model: MissingModel | None = None  # the first allowed model the upstream said it lacks
+        self.in_flight: set[InFlight] = set()  # calls admitted and not yet settled
+        self.flights = threading.Condition()  # guards `in_flight` and each one's flags; notified as one settles
+        self.ended = False  # the run has ended (`settle_open`): no call goes upstream any more
         handler = self.handler_class()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.servers: list[socketserver.BaseServer] = [self.server]
@@ -391,6 +413,66 @@ class MeteringProxy:
     def base_url(self, provider: str) -> str:
         """What an agent's SDK takes as its base URL for PROVIDER."""
         return f"{self.url}/anthropic" if provider == "anthropic" else f"{self.url}/openai/v1"
+
+    def admit(self, call: Call, meter: Meter, hold: Spend) -> InFlight | None:
+        """Note a call the meter has admitted, holding HOLD, as in flight until it settles; None
+        once the run has ended."""
+        flight = InFlight(call, meter, hold)
+        with self.flights:
+            if self.ended:
+                return None
+            self.in_flight.add(flight)
+        return flight
+
+    def settle(self, flight: InFlight, used: Spend) -> bool:
+        """Charge a call in flight what it USED and release its hold, unless the run's end has
+        charged it already (`settle_open`); whether this charged it."""
+        with self.flights:
+            if flight.settled:
+                return False
+            flight.settled = True
+            self.in_flight.discard(flight)
+            self.flights.notify_all()
+        flight.meter.settle(flight.hold, used)
+        return True
+
+    def mark_reported(self, flight: InFlight | None) -> bool:
+        """Whether the caller is the one to report FLIGHT's call (once: its thread, or the run's end)."""
+        if flight is None:
+            return True
+        with self.flights:
+            first, flight.reported = not flight.reported, True
+            return first
+
+    def settle_open(self, wait_s: float) -> list[Call]:
+        """At the run's end: wait up to WAIT_S for the calls in flight to end (each is read from
+        the upstream to its end for its usage, whether or not the agent still listens), then charge
+        each call still open what it holds, as an estimate, and report it. Returns those calls.
+        Whatever stopped the agent, every call the upstream was sent is charged and recorded."""
+        deadline = time.monotonic() + max(0.0, wait_s)
+        with self.flights:
+            self.ended = True
+            while self.in_flight and (left := deadline - time.monotonic()) > 0:
+                self.flights.wait(left)
+            cut = [flight for flight in self.in_flight if not flight.settled]
+            for flight in cut:
+                flight.settled = True
+            self.in_flight.clear()
+        charged = []
+        for flight in cut:
+            hold = flight.hold
+            flight.meter.settle(hold, hold)
+            # A copy: the call's own thread may still be writing the original.
+            call = dataclasses.replace(flight.call, input_tokens=hold.input_tokens, output_tokens=hold.output_tokens,
+                                       usd=hold.usd, estimated=True, open_at_end=True,
+                                       latency_s=(time.time_ns() - flight.call.started_ns) / 1e9)  # fmt: skip
+            charged.append(call)
+            if self.mark_reported(flight):
+                try:
+                    self.on_call(call)
+                except Exception:  # recording a call must not stop the others'
+                    log.exception("recording a model call failed")
+        return charged
 
     def close(self) -> None:
         self.on_call = lambda call: None  # a call still being answered is not the run's any more
@@ -469,10 +551,10 @@ class MeteringProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             # Of the request being answered: whether its call was reported, whether the agent has
-            # hung up, and the meter and what it holds for the call (until settled).
+            # hung up, and the call in flight once the meter has admitted it (until settled).
             reported = False
             agent_gone = False
-            hold: tuple[Meter, Spend] | None = None
+            flight: InFlight | None = None
 
             def setup(self) -> None:
                 super().setup()
@@ -485,7 +567,7 @@ class MeteringProxy:
                 pass
 
             def do_POST(self) -> None:
-                self.reported, self.agent_gone, self.hold = False, False, None
+                self.reported, self.agent_gone, self.flight = False, False, None
                 self.started = time.monotonic()
                 started_ns = time.time_ns()
                 route = ROUTES.get(self.path.split("?", 1)[0])
@@ -513,7 +595,7 @@ class MeteringProxy:
 
             def report(self, call: Call) -> None:
                 """Hand the call to `on_call`, once."""
-                if self.reported:
+                if self.reported or not proxy.mark_reported(self.flight):  # the run's end may have reported it
                     return
                 self.reported = True
                 call.latency_s = time.monotonic() - self.started
@@ -554,11 +636,14 @@ class MeteringProxy:
                     call.refused = f"budget held by the calls in flight: {held}"
                     call.status, answer = held_back(provider, held)
                     return self.reply(call.status, answer, call, {"retry-after": "1"})
-                self.hold = (meter, hold)
+                self.flight = proxy.admit(call, meter, hold)
+                if self.flight is None:
+                    meter.settle(hold, Spend())
+                    return self.refuse_spent(call, "the run has ended")
                 try:
                     self.go_upstream(call, upstream_path, request, body)
                 finally:
-                    if self.hold is not None:  # it failed before its usage was read
+                    if not self.flight.settled:  # it failed before its usage was read
                         if call.attempts and call.status == 200:  # yet the upstream served it: charged what it held
                             call.input_tokens, call.output_tokens = hold.input_tokens, hold.output_tokens
                             call.estimated = True
@@ -573,9 +658,8 @@ class MeteringProxy:
             def settle(self, call: Call) -> None:
                 """Price the call's tokens, charge them, and release its hold."""
                 call.usd = call.price.usd(call.input_tokens, call.output_tokens) if call.price is not None else 0.0
-                if self.hold is not None:
-                    (meter, hold), self.hold = self.hold, None
-                    meter.settle(hold, Spend(call.input_tokens, call.output_tokens, call.usd))
+                if self.flight is not None:
+                    proxy.settle(self.flight, Spend(call.input_tokens, call.output_tokens, call.usd))
 
             def go_upstream(self, call: Call, upstream_path: str, request: dict, body: bytes) -> None:
                 provider = call.provider
