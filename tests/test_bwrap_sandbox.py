@@ -331,3 +331,42 @@ def test_an_agent_s_whole_run_is_bounded_by_the_budget_not_by_the_command_timeou
     assert cut.timed_out and "done" not in cut.stdout
     assert not whole.timed_out and whole.stdout.strip() == "done"
     assert budget.timed_out and "done" not in budget.stdout
+
+
+# ---- nothing of the agent works after its end, or while the harness's clock stands still ----
+# A worker left behind: it appends a line to `ticks` every 50 ms (as a training job writes its log).
+TICKER = "(setsid sh -c 'while true; do date +%s.%N >> ticks; sleep 0.05; done' >/dev/null 2>&1 &); echo started"
+# A program that leaves a worker to change its work once it has exited, then exits.
+LEAVES_A_WORKER = (
+    "(setsid sh -c 'sleep 1; echo swapped > submission.txt' >/dev/null 2>&1 &); echo honest > submission.txt"
+)
+
+
+def ticks(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@needs_namespaces
+def test_held_still_the_agent_s_processes_do_nothing_then_go_on(box, tmp_path):
+    assert sh(box, TICKER).stdout == "started\n"
+    time.sleep(0.5)
+    box.hold_still(True)
+    time.sleep(0.2)  # a tick under way may land
+    held = ticks(tmp_path / "ws" / "ticks")
+    time.sleep(1.5)
+    assert ticks(tmp_path / "ws" / "ticks") == held > 0  # stopped: not a line in 1.5 s
+    box.hold_still(False)
+    time.sleep(1.0)
+    assert ticks(tmp_path / "ws" / "ticks") > held + 5
+    assert sh(box, "echo answers").stdout == "answers\n"  # the sandbox itself goes on
+
+
+@needs_namespaces
+def test_when_a_whole_run_command_ends_nothing_it_left_goes_on(box, tmp_path):
+    result = box.exec(LEAVES_A_WORKER, timeout_s=30, whole_run=True)
+    assert result.exit_code == 0
+    time.sleep(2)
+    assert (tmp_path / "ws" / "submission.txt").read_text() == "honest\n"
+    assert not host_processes("sleep 1; echo swapped")
+    box.hold_still(True)  # after the end, holding still is a no-op, not an error
+    box.hold_still(False)

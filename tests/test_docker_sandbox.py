@@ -271,3 +271,41 @@ def test_an_agent_s_whole_run_in_docker_is_bounded_by_the_budget_not_by_the_comm
     finally:
         box.close()
     assert cut.timed_out and not whole.timed_out and whole.stdout.strip() == "done"
+
+
+# ---- nothing of the agent works after its end, or while the harness's clock stands still ----
+TICKER = "(setsid sh -c 'while true; do date +%s.%N >> ticks; sleep 0.05; done' >/dev/null 2>&1 &); echo started"
+LEAVES_A_WORKER = (
+    "(setsid sh -c 'sleep 1; echo swapped > submission.txt' >/dev/null 2>&1 &); echo honest > submission.txt"
+)
+
+
+def ticks(path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.mark.system
+@needs_docker
+def test_held_still_the_agent_s_processes_do_nothing_then_go_on(box, tmp_path):
+    assert sh(box, TICKER).stdout == "started\n"
+    time.sleep(0.5)
+    box.hold_still(True)
+    time.sleep(0.2)
+    held = ticks(tmp_path / "ws" / "ticks")
+    time.sleep(1.5)
+    assert ticks(tmp_path / "ws" / "ticks") == held > 0
+    box.hold_still(False)
+    time.sleep(1.0)
+    assert ticks(tmp_path / "ws" / "ticks") > held + 5
+    assert sh(box, "echo answers").stdout == "answers\n"
+
+
+@pytest.mark.system
+@needs_docker
+def test_when_a_whole_run_command_ends_nothing_it_left_goes_on(box, tmp_path):
+    result = box.exec(LEAVES_A_WORKER, timeout_s=30, whole_run=True)
+    assert result.exit_code == 0
+    time.sleep(2)
+    assert (tmp_path / "ws" / "submission.txt").read_text() == "honest\n"
+    box.close()
+    box.hold_still(True)  # after the end, holding still is a no-op, not an error

@@ -46,6 +46,10 @@ class Budget:
         self.lock = threading.Lock()  # the metering proxy charges calls from its own threads
         self._pauses = 0  # pauses under way (`paused`)
         self._paused_at: float | None = None  # when the clock stopped, while it stands still
+        # Told True when the clock stops and False when it goes on (the run holds the agent's
+        # processes still meanwhile); one pause's calls in order, never interleaved with another's.
+        self.on_pause: Callable[[bool], None] | None = None
+        self._pausing = threading.RLock()
         # Called (outside the lock) after each step and each call charged: a resumable run saves its progress.
         self.on_change: Callable[[], None] | None = None
         self.notice: str | None = None  # the last-minutes notice, once given (mlrb/harness/agent_clock.py)
@@ -72,19 +76,34 @@ class Budget:
         workspace mid-run, scoring.every_steps; writing the run's record, which waits on a store
         that is away) is not the agent's. Pauses may nest and overlap across threads (the metering
         proxy records calls from its own): the clock stands still from the first one's start to
-        the last one's end."""
-        with self.lock:
-            if self._pauses == 0:
-                self._paused_at = self.clock()
-            self._pauses += 1
+        the last one's end, and `on_pause` is told so at each."""
+        with self._pausing:
+            with self.lock:
+                first = self._pauses == 0
+                if first:
+                    self._paused_at = self.clock()
+                self._pauses += 1
+            try:
+                if first and self.on_pause is not None:
+                    self.on_pause(True)
+            except BaseException:
+                self._end_pause()
+                raise
         try:
             yield
         finally:
-            with self.lock:
-                self._pauses -= 1
-                if self._pauses == 0 and self._paused_at is not None:
-                    self.started += self.clock() - self._paused_at
-                    self._paused_at = None
+            with self._pausing:
+                if self._end_pause() and self.on_pause is not None:
+                    self.on_pause(False)
+
+    def _end_pause(self) -> bool:
+        """One pause over; whether it was the last (the clock goes on)."""
+        with self.lock:
+            self._pauses -= 1
+            if self._pauses == 0 and self._paused_at is not None:
+                self.started += self.clock() - self._paused_at
+                self._paused_at = None
+            return self._pauses == 0
 
     def remaining_s(self) -> float:
         return max(0.0, self.cfg.wall_time_s - self.elapsed_s())

@@ -396,7 +396,16 @@ class Sandbox(abc.ABC):
     def exec(self, command: str, timeout_s: float, whole_run: bool = False) -> ExecResult:
         """Run a shell command in the workspace; kill it (and its children) at the timeout, which
         `sandbox.command_timeout_s` caps unless the command is the agent's `whole_run` (the
-        baseline's script, an outside agent's program: only the budget's wall time bounds it)."""
+        baseline's script, an outside agent's program: only the budget's wall time bounds it).
+        A `whole_run` command's end is the agent's: every process it left is stopped or killed
+        before this returns, so nothing of the agent works after it."""
+
+    def hold_still(self, still: bool) -> None:
+        """Stop (True) or resume (False) every process the agent has in the sandbox, at once: while
+        the harness's clock stands still (scoring mid-run), nothing of the agent runs. Called
+        between the agent's steps, never while a command of it is being run; a closed sandbox
+        has nothing to stop. A kind that cannot (the unconfined one) does nothing."""
+        return None
 
     def interactive_argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
         """The command line that, run on this host in a terminal (agent=human's tmux pane), runs

@@ -271,7 +271,8 @@ class BwrapSandbox(Sandbox):
         timeout_s = max(0.001, timeout_s if whole_run else min(timeout_s, self.cfg.command_timeout_s))
         started = time.monotonic()
         try:
-            self.requests.write((json.dumps({"command": command, "timeout_s": timeout_s}) + "\n").encode())
+            request = {"command": command, "timeout_s": timeout_s, "whole_run": whole_run}
+            self.requests.write((json.dumps(request) + "\n").encode())
             self.requests.flush()
         except OSError:
             raise self._gone("the bwrap sandbox is gone") from None
@@ -281,6 +282,19 @@ class BwrapSandbox(Sandbox):
             raise self._gone("the bwrap sandbox stopped answering")
         reply["duration_s"] = time.monotonic() - started
         return ExecResult(**reply)
+
+    def hold_still(self, still: bool) -> None:
+        """The exec server signals every other process of the namespace at once (it is idle:
+        this is called between the agent's steps); a sandbox already closed has nothing to stop."""
+        if self.proc.poll() is not None or self.requests.closed:
+            return
+        try:
+            self.requests.write((json.dumps({"signal": "STOP" if still else "CONT"}) + "\n").encode())
+            self.requests.flush()
+        except OSError:
+            raise self._gone("the bwrap sandbox is gone") from None
+        if self._reply(START_TIMEOUT_S) is None:
+            raise self._gone("the bwrap sandbox stopped answering")
 
     def interactive_argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
         """A namespace of its own beside the one `exec` runs in: the same mounts, environment and

@@ -50,6 +50,12 @@ HOST_LABEL = "mlrb.harness_host"
 PID_LABEL = "mlrb.harness_pid"
 
 
+# A whole-run command's wrapper: once the command ends, kill(-1, SIGSTOP) stops every other
+# process of the container's user in one step no fork slips past (stopped, not killed: the
+# container's keeper stays, so the exec returns its exit status); the run then removes it.
+WHOLE_RUN = '"$@"; code=$?; kill -STOP -1 2>/dev/null; exit $code'
+
+
 @dataclass
 class DockerOptions:
     # The image the agent's container runs (`bash docker/build.sh` builds the default one here).
@@ -265,6 +271,8 @@ class DockerSandbox(Sandbox):
         started = time.monotonic()
         # `timeout` kills the command's whole process group inside the container at the limit.
         argv = ["timeout", "--signal=KILL", f"{timeout_s:.3f}s", "bash", "-c", command]
+        if whole_run:  # the agent's end: the rest of its processes stopped before the exec returns
+            argv = ["bash", "-c", WHOLE_RUN, "mlrb", *argv]
         exec_id = api.exec_create(self.container.id, argv, user=self.user, workdir=WORKSPACE)["Id"]
         out, err = bytearray(), bytearray()
         for chunk_out, chunk_err in api.exec_start(exec_id, stream=True, demux=True):
@@ -280,6 +288,17 @@ class DockerSandbox(Sandbox):
             duration_s=duration,
             timed_out=exit_code == 137 and duration >= timeout_s - 0.05,
         )
+
+    def hold_still(self, still: bool) -> None:
+        """Docker's pause (the cgroup freezer) stops every process of the container at once; a
+        container already gone has nothing to stop."""
+        from docker.errors import APIError
+
+        try:
+            self.container.pause() if still else self.container.unpause()
+        except APIError as e:
+            if getattr(e, "status_code", None) not in (404, 409):  # removed, or not running any more
+                raise SandboxError(f"docker {'pause' if still else 'unpause'} failed: {e}") from None
 
     def interactive_argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
         """`docker exec -it` into the run's container, as its user, in the workspace (the container

@@ -2,9 +2,9 @@
 
 Standard library only: it is started with the harness's interpreter in isolated
 mode (`python -I -S`), with nothing of mlrb importable. The harness writes one
-JSON request per line on its stdin, {"command": str, "timeout_s": float}, and
-reads one JSON reply per line on its stdout. The first line it writes is
-{"ready": true}.
+JSON request per line on its stdin, {"command": str, "timeout_s": float,
+"whole_run": bool}, or {"signal": "STOP" | "CONT"}, and reads one JSON reply per line
+on its stdout. The first line it writes is {"ready": true}.
 
 Being PID 1 of the sandbox's PID namespace means: processes the agent leaves in
 the background keep running between commands (as in a container) and die with
@@ -14,7 +14,13 @@ itself non-dumpable, so the agent's processes (same uid) cannot open its /proc
 entries, its pipes included.
 
 At a command's timeout every process that command started is killed, detached
-ones included; work left running by earlier commands is not.
+ones included; work left running by earlier commands is not. A `whole_run` command
+is the agent's whole run (an outside agent's program): when it ends, every other
+process of the namespace is killed before the reply, so nothing of the agent works
+after its end. A signal request stops (STOP) or resumes (CONT) every other process of
+the namespace at once: the agent's processes stand still while the harness's clock does.
+kill(-1, ...) from here reaches every process of the namespace but this one, in one
+step that no fork can slip past.
 """
 
 import json
@@ -106,7 +112,29 @@ def reap_orphans(keep):
             pass
 
 
-def run(command, timeout_s, cwd):
+def end_all_others(leader):
+    """SIGKILL every process of the namespace but this one, and reap them (not `leader`,
+    which subprocess collects)."""
+    for _ in range(50):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:  # nothing left to signal
+            break
+        reap_orphans(leader)
+        time.sleep(0.01)
+    reap_orphans(leader)
+
+
+def signal_all_others(name):
+    """STOP or CONT every process of the namespace but this one."""
+    try:
+        os.kill(-1, {"STOP": signal.SIGSTOP, "CONT": signal.SIGCONT}[name])
+    except ProcessLookupError:
+        pass
+    return {"signalled": name}
+
+
+def run(command, timeout_s, cwd, whole_run=False):
     started = time.monotonic()
     before = set(process_table())
     proc = subprocess.Popen(
@@ -134,6 +162,9 @@ def run(command, timeout_s, cwd):
             break
         for key, _ in selector.select(timeout=min(0.05, max(0.0, deadline - time.monotonic()))):
             drain(key.fileobj, key.data)
+    if whole_run:  # the agent's run is over: nothing it left may go on
+        proc.wait()
+        end_all_others(proc.pid)
     # What is already written; a background process holding the pipes open is not waited for.
     for stream, buffer in captured.items():
         drain(stream, buffer)
@@ -181,7 +212,10 @@ def main():
     replies.flush()
     for line in requests:
         request = json.loads(line)
-        reply = run(request["command"], float(request["timeout_s"]), cwd)
+        if "signal" in request:
+            reply = signal_all_others(request["signal"])
+        else:
+            reply = run(request["command"], float(request["timeout_s"]), cwd, bool(request.get("whole_run")))
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
 

@@ -77,6 +77,8 @@ class UnconfinedSandbox(Sandbox):
                 raise
             finally:
                 self.running.discard(proc.pid)
+            if whole_run:  # the agent's end: what it left in its group goes too (a detached process escapes)
+                kill_group(proc.pid)
             return ExecResult(
                 proc.returncode, read_capped(out), read_capped(err), time.monotonic() - started, timed_out
             )

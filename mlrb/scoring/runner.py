@@ -105,9 +105,14 @@ class Scorer:
         if ahead:
             self.start_ahead()
 
+    @property
+    def may_start_ahead(self) -> bool:
+        """Whether `start_ahead` would start it (it does not run yet, and was not closed)."""
+        return self.process is None and not self.closed
+
     def start_ahead(self) -> None:
         """Start it now, unless it runs already (or was closed)."""
-        if self.process is None and not self.closed:
+        if self.may_start_ahead:
             self.process = self.start()
 
     def start(self) -> IsolatedProcess:

@@ -1,0 +1,87 @@
+"""Nothing of the agent works after its end, or while the harness's clock stands still, through
+the real harness: a program that leaves a worker to change its work once it has exited, and a
+model agent whose training job runs on while the workspace is scored mid-run
+(`scoring.every_steps`). Before, the worker went on while the run scored its steps (the clock
+paused) and swapped the submission, and the run counted it; the training job ran through every
+mid-run scoring."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import PLUMBING, mlflow_client, run_cli, store_args
+from fake_llm_server import FakeLlmServer, reply, tool
+from test_command_agent import command_override
+from test_docker_sandbox import needs_docker
+
+KEY = "sk-ant-agent-end-key-5150"
+
+# The agent's program: an honest submission (the untouched base model), then a worker detached
+# from it that, a second after the program has exited, replaces the submission and leaves a mark.
+LEAVES_A_WORKER = """
+import os, shutil, subprocess
+shutil.copytree(os.path.join(os.environ["MLRB_DATA"], "base_model"), "submission")
+worker = "import shutil, time; time.sleep(1); shutil.rmtree('submission'); open('after_end.txt', 'w').write('late')"
+subprocess.Popen(["python", "-c", worker], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print("left a worker behind", flush=True)
+"""
+
+
+def the_run(tmp_path):
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    return client, run
+
+
+@pytest.mark.parametrize("sandbox", [pytest.param("bwrap", marks=pytest.mark.integration),
+                                     pytest.param("docker", marks=[pytest.mark.system, needs_docker])])  # fmt: skip
+def test_a_worker_the_program_left_does_nothing_after_the_program_exits(tmp_path, plumbing_cache, sandbox):
+    with FakeLlmServer([]) as server:
+        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command",
+                         command_override(LEAVES_A_WORKER), "agent.options.model=claude-sonnet-4-5",
+                         f"sandbox={sandbox}", "scoring.every_steps=1", cwd=tmp_path,
+                         env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "left a worker behind" in (tmp_path / "run" / "agent" / "stdout.txt").read_text()
+    work = tmp_path / "run" / "workspace"
+    assert not (work / "after_end.txt").exists() and (work / "submission").is_dir()
+    client, run = the_run(tmp_path)
+    assert run.data.tags["mlrb.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
+    patch = client.download_artifacts(run.info.run_id, "workspace.patch", str(tmp_path / "artifacts"))
+    assert "after_end.txt" not in Path(patch).read_text()
+
+
+# A training job left running by the model's first command: a line with the time every 50 ms.
+TICKER = "(setsid sh -c 'while true; do date +%s.%N >> ticks; sleep 0.05; done' >/dev/null 2>&1 &); echo started"
+
+
+@pytest.mark.integration
+def test_work_left_running_stands_still_while_the_workspace_is_scored_mid_run(tmp_path, plumbing_cache):
+    script = [
+        reply(tool("bash", command=TICKER)),
+        reply(tool("bash", command="sleep 1")),
+        reply(tool("bash", command='cp -r "$MLRB_DATA/base_model" submission')),
+        reply(tool("submit", summary="the base model")),
+    ]
+    with FakeLlmServer(script) as server:
+        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=claude",
+                         "agent.options.retry_base_delay_s=0.01", "scoring.every_steps=1", cwd=tmp_path,
+                         env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    client, run = the_run(tmp_path)
+    assert run.data.tags["mlrb.status"] == "ok"
+    # Each step was scored mid-run; those whose workspace held a submission were scored in a sandbox
+    # of the scorer's own, seconds each, during which the job must have written nothing.
+    reports = sorted((tmp_path / "run" / "anytime").glob("step-*/score_report.json"))
+    scored = [r for r in reports if json.loads(r.read_text())["valid"]]
+    assert len(scored) >= 2, reports
+    times = [float(line) for line in (tmp_path / "run" / "workspace" / "ticks").read_text().split()]
+    gaps = sorted((b - a for a, b in zip(times, times[1:], strict=False)), reverse=True)
+    assert len([g for g in gaps if g >= 1.0]) >= len(scored), gaps[:5]
+    # and it ended with the agent: its last line is from before the run's record of the end
+    ended = [json.loads(line) for line in (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()][-1]
+    assert ended["event"] == "end" and times[-1] <= ended["time"]
