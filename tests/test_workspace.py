@@ -69,3 +69,26 @@ def test_read_only_files_are_restored_before_scoring(tmp_path):
     assert (ws / "train.py").read_text() == "train(better=True)\n"
     (ws / "eval" / "score.py").unlink()
     assert workspace.restore_read_only(starter, ws, ["eval/*"], before) == ["eval/score.py"]
+
+
+def test_a_walk_leaves_out_only_the_harness_s_files_by_name_and_python_s_caches_of_sources_there(tmp_path):
+    for rel, content in [(".mlrb_budget.json", "{}"), (".mlrb_budget.json.part", "{}"),
+                         (".mlrb_budget_tools/solve.py", "x"), (".mlrb_budget.jsonx", "x"),
+                         ("sub/.mlrb_budget.json", "x"), ("__pycache__/hidden.py", "x"),
+                         ("mod.py", "x"), ("__pycache__/mod.cpython-311.pyc", "x"),
+                         ("__pycache__/gone.cpython-311.pyc", "x")]:  # fmt: skip
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(content)
+    seen = {file.rel for file in workspace.walk(tmp_path)}
+    assert seen == {".mlrb_budget_tools/solve.py", ".mlrb_budget.jsonx", "sub/.mlrb_budget.json",
+                    "__pycache__/hidden.py", "mod.py", "__pycache__/gone.cpython-311.pyc"}  # fmt: skip
+
+
+def test_past_the_patch_s_size_cap_a_changed_file_is_still_named(tmp_path, monkeypatch):
+    before = workspace.snapshot(tmp_path)
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (tmp_path / name).write_text("x" * 100 + "\n")
+    monkeypatch.setattr(workspace, "MAX_PATCH_BYTES", 150)
+    patch = workspace.diff(before, tmp_path)
+    assert all(f"b/{name}" in patch for name in ("a.txt", "b.txt", "c.txt"))
+    assert patch.count("not shown (the patch's size cap)") == 2

@@ -84,3 +84,46 @@ def test_a_workspace_full_of_traps_is_scored_and_counted_never_an_infra_error(tm
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"workspace.patch", "workspace_notes.txt", "snapshots"} <= artifacts
     print(f"the run took {took:.1f} s")
+
+
+# Code the agent hides where a walk used to look away: under a name that starts as the harness's
+# budget file does, and in __pycache__ folders (a source file there, and compiled code with no
+# source). Its submission is made by that code. The honest control: a module imported the usual
+# way, whose compiled cache is left out as Python's, not the agent's.
+HIDES_ITS_CODE = """
+import os, subprocess, py_compile
+os.makedirs(".mlrb_budget_tools", exist_ok=True)
+with open(".mlrb_budget_tools/solve.py", "w") as f:
+    f.write("import subprocess\\nsubprocess.run('python merge.py --data \\"$MLRB_DATA\\" --output submission', shell=True, check=True)\\n")
+os.makedirs("__pycache__", exist_ok=True)
+with open("__pycache__/hidden.py", "w") as f:
+    f.write("SECRET_METHOD = 1\\n")
+os.makedirs("tools", exist_ok=True)
+with open("tools/orphan.py", "w") as f:
+    f.write("ORPHAN = 2\\n")
+py_compile.compile("tools/orphan.py", cfile="tools/__pycache__/orphan.cpython-311.pyc")
+os.remove("tools/orphan.py")  # compiled code with no source left: still runnable, still the agent's
+with open("helper.py", "w") as f:
+    f.write("HELPER = 3\\n")
+subprocess.run(["python", "-c", "import helper"], check=True)  # Python's own cache of helper.py
+subprocess.run(["python", ".mlrb_budget_tools/solve.py"], check=True)
+"""
+
+
+def test_the_patch_and_the_snapshots_see_every_file_the_agent_wrote_whatever_its_name(tmp_path, plumbing_cache):
+    with FakeLlmServer([]) as server:
+        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command",
+                         command_override(HIDES_ITS_CODE), cwd=tmp_path,
+                         env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert run.data.tags["mlrb.status"] == "ok"
+    patch = open(client.download_artifacts(run.info.run_id, "workspace.patch", str(tmp_path / "a"))).read()
+    steps = [json.loads(line) for line in (tmp_path / "run" / "snapshots" / "steps.jsonl").read_text().splitlines()]
+    kept = set(steps[-1]["changed"])
+    for hidden in (".mlrb_budget_tools/solve.py", "__pycache__/hidden.py", "tools/__pycache__/orphan.cpython-311.pyc"):
+        assert f"b/{hidden}" in patch, hidden
+        assert hidden in kept, hidden
+    assert "b/helper.py" in patch and "helper.cpython" not in patch  # Python's cache of a source beside it
+    assert ".mlrb_budget.json" not in patch  # the harness's own file

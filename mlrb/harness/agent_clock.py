@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -74,8 +73,13 @@ class AgentClock:
         return None if self.noticed else max(0.5, state["wall_time_s_left"] - notice_at_s(self.budget))
 
     def write(self, text: str) -> None:
+        # The new copy has a name of its own (the patch and the snapshots leave out these two names
+        # alone): whatever the agent put there is removed first, and the copy made anew, never followed.
+        temporary = self.work / workspace.BUDGET_PART
         try:
-            fd, temporary = tempfile.mkstemp(dir=self.work, prefix=".mlrb_budget.")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
             try:
                 with os.fdopen(fd, "w") as f:
                     f.write(text)

@@ -46,7 +46,6 @@ MAX_SUBMISSION_BYTES = 64 << 30
 DISK_RESERVE_BYTES = 1 << 30
 NOTE_NAMES = 5  # paths a note names of each kind
 NOTE_NAME_CHARS = 200  # a longer path is named by its start and end
-PYCACHE = frozenset({"__pycache__"})
 UNREAD = "unread:"  # a file known by size and time: "unread:SIZE:MTIME_NS"
 
 # What notes say, a kind a line.
@@ -109,8 +108,11 @@ def shown(rel: str) -> str:
 # ---- walking -----------------------------------------------------------------------------
 
 
-# The harness's file of what is left of the agent's budget, at the workspace's top (mlrb/harness/agent_clock.py).
+# The harness's file of what is left of the agent's budget, at the workspace's top (mlrb/harness/agent_clock.py),
+# and the new copy it writes first and renames over it: the only files of the harness's in the workspace.
 BUDGET_FILE = ".mlrb_budget.json"
+BUDGET_PART = BUDGET_FILE + ".part"
+HARNESS_FILES = frozenset({BUDGET_FILE, BUDGET_PART})
 
 
 def scan(root: Path, notes: Notes, skip: frozenset[str] = frozenset()) -> Iterator[tuple[os.DirEntry[str], str]]:
@@ -171,12 +173,13 @@ class File(NamedTuple):
 
 
 def walk(root: Path, notes: Notes | None = None) -> Iterator[File]:
-    """Every regular file under ROOT, __pycache__ and the harness's budget file aside, bounded
-    as `scan` is. Symbolic links are no files of the workspace (skipped); FIFOs, sockets and
-    devices are noted."""
+    """Every regular file under ROOT, bounded as `scan` is, but the harness's own (HARNESS_FILES,
+    at the top, by their exact names) and Python's compiled caches of source files that are there
+    (`is_compiled_cache`): everything else the agent wrote is seen, whatever its name. Symbolic
+    links are no files of the workspace (skipped); FIFOs, sockets and devices are noted."""
     notes = notes if notes is not None else Notes(str(root))
-    for entry, rel in scan(root, notes, skip=PYCACHE):
-        if rel.startswith(BUDGET_FILE.removesuffix(".json")):  # the file, or the harness's new one for it
+    for entry, rel in scan(root, notes):
+        if rel in HARNESS_FILES or is_compiled_cache(root, rel):
             continue
         try:
             if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
@@ -189,6 +192,16 @@ def walk(root: Path, notes: Notes | None = None) -> Iterator[File]:
             yield File(entry.path, rel, info.st_size, info.st_mtime_ns)
         else:
             notes.add(SPECIAL, rel)
+
+
+def is_compiled_cache(root: Path, rel: str) -> bool:
+    """Whether REL is bytecode Python compiled from a source file beside it: FOLDER/__pycache__/NAME.TAG.pyc
+    with FOLDER/NAME.py there. A compiled file with no source is code of the agent's like any other."""
+    parts = rel.rsplit("/", 2)
+    if len(parts) < 2 or parts[-2] != "__pycache__" or not parts[-1].endswith(".pyc"):
+        return False
+    source = "/".join([*parts[:-2], parts[-1].split(".", 1)[0] + ".py"])
+    return is_file_there(root, source)
 
 
 def is_file_there(root: Path, rel: str) -> bool:
@@ -375,8 +388,9 @@ def identify(file: File, budget: ReadBudget, texts: dict[str, str] | None, notes
 
 
 def diff(before: Snapshot, root: Path, notes: Notes | None = None) -> str:
-    """A unified diff of the workspace against its starting state (git-style headers), at most
-    MAX_PATCH_BYTES long; names that are not UTF-8 shown with \\x escapes."""
+    """A unified diff of the workspace against its starting state (git-style headers), its contents
+    at most MAX_PATCH_BYTES long (past it, a changed file is named, its content not shown); names
+    that are not UTF-8 shown with \\x escapes."""
     notes = notes if notes is not None else Notes("the patch")
     after = snapshot(root, notes, texts=False)
     chunks, length, not_shown = [], 0, 0
@@ -384,8 +398,9 @@ def diff(before: Snapshot, root: Path, notes: Notes | None = None) -> str:
         old_hash, new_hash = before.hashes.get(rel), after.hashes.get(rel)
         if old_hash == new_hash or (new_hash is None and is_file_there(root, rel)):  # (not reached by a capped walk)
             continue
-        if length >= MAX_PATCH_BYTES:
+        if length >= MAX_PATCH_BYTES:  # its content cut, never its name
             not_shown += 1
+            chunks.append(f"diff --mlrb a/{shown(rel)} b/{shown(rel)}\n# mlrb: not shown (the patch's size cap)\n")
             continue
         chunk = file_diff(rel, before, after, root, notes)
         chunks.append(chunk)
