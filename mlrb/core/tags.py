@@ -40,6 +40,9 @@ class Tag:
     COUNTED_AS, COUNTED_REASON = "mlrb.counted_as", "mlrb.counted_reason"
     # Which checkpoint a task's own selection scored, and the dev scores it chose by.
     SCORED_STEP, DEV_SCORES = "mlrb.scored_step", "mlrb.dev_scores"
+    # A Harbor task's runs, from its tests: "true" when its verifier runs code the agent wrote, which could
+    # write the reward itself (mlrb/tasks/harbor/verifier.py's `forgeable`), and why; else "false" and "".
+    FORGEABLE_REWARD, FORGEABLE_REASON = "mlrb.forgeable_reward", "mlrb.forgeable_reason"
 
     # A sweep's parent run: ROLE is SWEEP_ROLE on it (and absent on the runs).
     ROLE, N_JOBS, COMMAND = "mlrb.role", "mlrb.n_jobs", "mlrb.command"

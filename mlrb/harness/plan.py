@@ -110,6 +110,7 @@ def make(cfg: MlrbConfig) -> RunPlan:
         Tag.UNENFORCED_RULES: ",".join(task.rules.unenforced),
         Tag.PLUMBING: str(task.plumbing).lower(),
         Tag.RUN_KEY: key,
+        **task.judge.tags,
     }
     sweep_id, parent_run_id = cfg.sweep.id, cfg.sweep.parent_run_id
     if sweep_id:  # a job of a sweep (run again, it goes on as the same run: run.run_identity)

@@ -17,7 +17,7 @@ lineage) is checked inside `score`, with the checks of rules.py.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,9 @@ class Judge:
     # ...and the scorer the scoring process scores with once that command ran (it reads what the
     # command left and runs none of the agent's code).
     score_after_command: Score | None = None
+    # What the run's tags say of this judge, set as the run opens (a Harbor verifier whose tests run
+    # the agent's own code: its reward could be forged, mlrb.core.tags.Tag.FORGEABLE_REWARD).
+    tags: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def after_command(self) -> Judge:
         """This judge as the scoring process has it once the submission's command ran apart."""

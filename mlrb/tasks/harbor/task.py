@@ -11,8 +11,10 @@
 - the judge: `tests/test.sh`, run after the agent stopped on a copy of its workspace in a
   fresh sandbox of the run's kind where `/tests` holds the tests and `/logs/verifier` is a
   folder the harness made empty (verifier.py); the reward it writes there is the score. A
-  verifier that writes no reward is a scoring failure, which the task's own solution settles
-  (mlrb/harness/control.py): the submission's fault when the solution scores, else the task's;
+  verifier that writes no reward, or one that pytest's own reports do not back, is a scoring
+  failure, which the task's own solution settles (mlrb/harness/control.py): the submission's
+  fault when the solution scores, else the task's. Tests that run the agent's own code tag its
+  runs' rewards as forgeable;
 - the baseline: `solution/solve.sh` (agent=baseline runs it; it is the control);
 - with sandbox=docker, the image built from `environment/Dockerfile` (run_settings), on
   this machine: nothing is pulled that the Dockerfile does not name.
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.core.config import BudgetConfig, SandboxConfig, TaskConfig
+from mlrb.core.tags import Tag
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import HardwareSpec, PromptSpec, ScaleSpec, Task, anchors, scale_spec
 from mlrb.tasks.builder import AssetBuilder
@@ -80,7 +83,8 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
     spec.score_timeout_s = spec.score_timeout_s or 600.0
     check = verifier.HarborVerifier(spec.score_timeout_s, settings.workdir if settings else spec.workdir)
     judge = Judge(check.score_unrun, timeout_s=spec.score_timeout_s, device="cpu",
-                  submission_command=check.command, score_after_command=check.score)  # fmt: skip
+                  submission_command=check.command, score_after_command=check.score,
+                  tags=forgeable_tags(folder) if settings is not None else {})  # fmt: skip
     return Task(
         cfg=cfg, spec=spec,
         rules=Rules(cfg.submission, cfg.network, tuple(cfg.read_only_files), unenforced=dict(spec.unenforced_rules)),
@@ -95,6 +99,12 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
         run_settings=functools.partial(run_settings, folder, spec),
         environment=environment,
     )  # fmt: skip
+
+
+def forgeable_tags(folder: Path) -> dict[str, str]:
+    """The run's tags on its reward: whether the task's tests run the agent's own code, and why."""
+    why = verifier.forgeable(folder)
+    return {Tag.FORGEABLE_REWARD: str(bool(why)).lower(), Tag.FORGEABLE_REASON: why}
 
 
 def check_folder(path: str) -> None:
