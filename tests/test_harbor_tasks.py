@@ -86,6 +86,7 @@ def test_the_baseline_runs_solve_sh_and_the_verifier_s_reward_is_the_score_under
     budget = (tmp_path / "run" / "workspace" / ".mlrb_budget.json").read_text()
     assert '"wall_time_s": 300.0' in budget  # task.toml's [agent] timeout_sec, no budget named
     assert the_run(tmp_path).data.params["budget.wall_time_s"] == "300.0"  # recorded as the run used it
+    assert the_run(tmp_path).data.tags["mlrb.forgeable_reward"] == "false"  # its test.sh runs shell tools only
 
 
 @pytest.mark.integration
