@@ -3,30 +3,29 @@ folders written as Terminal-Bench writes them (tests/harbor_tasks): test.sh runs
 /tests/test_outputs.py` from the working directory and writes 1 when pytest exits 0; the tests read
 the agent's answer (count-words-pytest) or import the agent's module (word-counter-module).
 
-Each attack is first run as a plain verifier runs it (`python -m pytest` in the agent's folder) and
-must pass there: the positive control. Through the harness, in bwrap and in Docker, it gets no
-credit, while the task's own solution still scores 1 and doing nothing 0. What stays forgeable (a
-module of the agent's that the tests import runs inside pytest) is tagged so."""
+Each attack is first run as a plain Harbor verifier runs test.sh (in the agent's folder, as its
+HOME, beside /tests) and must get a reward of 1 there: the positive control. Through the harness,
+in bwrap and in Docker, it gets no credit, while the task's own solution still scores 1 and doing
+nothing 0. What stays forgeable (a module of the agent's that the tests import runs inside
+pytest) is tagged so."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer
+from test_bwrap_sandbox import needs_namespaces
 from test_docker_sandbox import needs_docker
 
 TASKS = Path(__file__).parent / "harbor_tasks"
-READS, IMPORTS = TASKS / "count-words-pytest", TASKS / "word-counter-module"
-SANDBOXES = [
-    pytest.param("bwrap", marks=pytest.mark.integration),
-    pytest.param("docker", marks=[needs_docker, pytest.mark.system]),
+SHELL, READS, IMPORTS = TASKS / "count-words", TASKS / "count-words-pytest", TASKS / "word-counter-module"
+SANDBOXES = [  # bwrap's runs in the default tiers; Docker's in the system tier (each attack's control runs in bwrap)
+    pytest.param("bwrap", marks=[needs_namespaces, pytest.mark.integration]),
+    pytest.param("docker", marks=[needs_namespaces, needs_docker, pytest.mark.system]),
 ]
 
 # Files an agent leaves instead of an answer, each ending `python -m pytest` with status 0 before any test
@@ -56,18 +55,24 @@ os._exit(0)
 PY"""
 
 
-def plain_verifier(task: Path, program: str, tmp_path: Path) -> int:
-    """pytest's exit status on what PROGRAM leaves, run as Harbor runs the verifier: `python -m
-    pytest /tests/test_outputs.py` in the agent's folder (here a copy of the task's tests, away from
-    this repository's pytest settings)."""
-    files, tests = tmp_path / "plain", tmp_path / "plain-tests"
-    files.mkdir()
-    shutil.copytree(task / "tests", tests)
+def plain_reward(task: Path, program: str, tmp_path: Path) -> str:
+    """The reward test.sh writes on what PROGRAM leaves, run as a plain Harbor verifier runs it: in
+    the agent's folder at /app (its HOME too), /tests holding the task's tests, /logs/verifier
+    empty, in a bwrap sandbox that holds nothing else of mlrb's."""
+    from mlrb.core.config import SandboxConfig
+    from mlrb.sandbox.base import IsolatedCommand, Mount, sandbox_environment
+    from mlrb.sandbox.bwrap import BwrapSandbox
+
+    files, logs = tmp_path / "plain", tmp_path / "plain-logs"
+    for folder in (files, logs):
+        folder.mkdir()
     subprocess.run(["bash", "-c", program], cwd=files, check=True)
-    env = {"PATH": os.environ["PATH"], "HOME": str(files)}
-    test = tests / "test_outputs.py"
-    return subprocess.run([sys.executable, "-m", "pytest", str(test), "-p", "no:cacheprovider"], cwd=files, env=env,
-                          capture_output=True, timeout=120).returncode  # fmt: skip
+    mounts = [Mount(task / "tests", inside="/tests"), Mount(files, inside="/app", writable=True),
+              Mount(logs, inside="/logs/verifier", writable=True)]  # fmt: skip
+    job = IsolatedCommand(["bash", "/tests/test.sh"], mounts, "/app", sandbox_environment("/app"), 120,
+                          tmp_path / "plain.log")  # fmt: skip
+    assert BwrapSandbox.run_isolated(SandboxConfig(), job) is not None
+    return (logs / "reward.txt").read_text().strip()
 
 
 def agent_run(tmp_path: Path, cache: Path, task: Path, sandbox: str, program: str):
@@ -90,10 +95,25 @@ def agent_run(tmp_path: Path, cache: Path, task: Path, sandbox: str, program: st
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 @pytest.mark.parametrize("attack", SHADOWS)
 def test_files_that_stand_in_for_pytest_in_the_working_folder_get_no_credit(tmp_path, cache_dir, attack, sandbox):
-    assert plain_verifier(READS, SHADOWS[attack], tmp_path) == 0  # the positive control: it passes a plain verifier
+    assert plain_reward(READS, SHADOWS[attack], tmp_path) == "1"  # the positive control: a plain verifier passes it
     run = agent_run(tmp_path, cache_dir, READS, sandbox, SHADOWS[attack])
     assert (run.data.tags["mlrb.status"], run.data.metrics["score"]) == ("ok", 0.0)  # pytest ran, and failed
     assert (run.data.tags["mlrb.forgeable_reward"], run.data.tags["mlrb.forgeable_reason"]) == ("false", "")
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_link_to_the_verifier_s_expected_answer_is_removed_before_it_runs(tmp_path, cache_dir, sandbox):
+    """count-words' test.sh compares count.txt with /tests/expected.txt: a count.txt linked to that
+    file is right in any verifier that follows it. Removed, count.txt is missing: test.sh writes no
+    reward, and the task's solution, scored as the control, gets its own: the run is invalid."""
+    link = "ln -s /tests/expected.txt count.txt"
+    assert plain_reward(SHELL, link, tmp_path) == "1"
+    run = agent_run(tmp_path, cache_dir, SHELL, sandbox, link)
+    assert run.data.tags["mlrb.status"] == "invalid" and "score" not in run.data.metrics
+    assert (
+        "(links leading outside the submission were removed before scoring: count.txt)"
+        in (run.data.tags["mlrb.invalid_reason"])
+    )
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
@@ -101,7 +121,7 @@ def test_a_module_that_ends_pytest_as_it_is_imported_is_invalid_not_a_pass(tmp_p
     """pytest exits 0, so test.sh writes a reward of 1; pytest's report says its run never ended,
     which backs no reward. The task's own solution, scored as the control, gets its reward: the
     failure is the submission's."""
-    assert plain_verifier(IMPORTS, EXITS_ON_IMPORT, tmp_path) == 0
+    assert plain_reward(IMPORTS, EXITS_ON_IMPORT, tmp_path) == "1"
     run = agent_run(tmp_path, cache_dir, IMPORTS, sandbox, EXITS_ON_IMPORT)
     assert run.data.tags["mlrb.status"] == "invalid" and "score" not in run.data.metrics
     reason = run.data.tags["mlrb.invalid_reason"]

@@ -11,7 +11,8 @@ task's own solution/solve.sh (mlrb/harness/control.py). If the solution's reward
 verifier works and the failure is the submission's (invalid, the reason named); if it fails
 too, the task is broken (an infra error, not counted against the agent).
 
-Nothing of the copy stands in for the verifier's tools: its Pythons start with no user site and
+Nothing of the copy stands in for the verifier's own files or tools: links leading out of the copy
+(to /tests, where the answers may be) are removed first, its Pythons start with no user site and
 mlrb's own sitecustomize (verifier_site/: the working folder searched last, for module names
 only), its HOME is a new folder of the harness's, not the copy. And a reward needs
 pytest's own word where the tests use pytest: every pytest run writes a report to a folder of the
@@ -37,9 +38,10 @@ from pathlib import Path
 from mlrb.sandbox.base import Mount, sandbox_environment
 from mlrb.scoring.report import ScoreReport
 from mlrb.scoring.submission_command import SubmissionCommand
+from mlrb.tasks.folder.scoring import remove_links_out, removed_note
 
 TESTS, LOGS = "/tests", "/logs/verifier"
-OUTPUT, EXIT = "test-stdout.txt", ".test-sh-exit"
+OUTPUT, EXIT, LINKS = "test-stdout.txt", ".test-sh-exit", ".links-removed"
 SHOWN = "tests/test.sh"
 # The harness's own folders in the verifier's sandbox: its HOME and pytest's reports (writable, new
 # for each scoring), and its start-up files (read-only, from this package).
@@ -63,6 +65,8 @@ class HarborVerifier:
         for folder in (logs, own / REPORTS, own / HOME):
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
+        # A link of the agent's to /tests/expected.txt would read as its own answer there.
+        (logs / LINKS).write_text(removed_note(remove_links_out(copy)))
         where = self.workdir or str(copy.absolute())
         script = (f"cd {shlex.quote(where)} && bash {TESTS}/test.sh > {LOGS}/{OUTPUT} 2>&1; "
                   f"echo $? > {LOGS}/{EXIT}; exit 0")  # fmt: skip
@@ -139,12 +143,13 @@ def read_rewards(logs: Path) -> dict[str, float]:
 
 
 def ran(logs: Path) -> str:
-    """How test.sh ended: its exit status and its last line of output."""
-    exit_file, output = logs / EXIT, logs / OUTPUT
+    """How test.sh ended: its exit status and its last line of output (and the links removed before it ran)."""
+    exit_file, output, links = logs / EXIT, logs / OUTPUT, logs / LINKS
     status = exit_file.read_text().strip() if exit_file.is_file() else "?"
     lines = [line.strip() for line in output.read_text(errors="replace").splitlines() if line.strip()] \
         if output.is_file() else []  # fmt: skip
-    return f"test.sh exited {status}: {lines[-1][:300] if lines else '(no output)'}"
+    removed = links.read_text() if links.is_file() else ""
+    return f"test.sh exited {status}: {lines[-1][:300] if lines else '(no output)'}{removed}"
 
 
 def pytest_runs(folder: Path) -> list[dict]:
