@@ -5,8 +5,9 @@ Anthropic Messages API, OpenAI Chat Completions and OpenAI Responses, whole or s
   and why it stopped;
 - `tool_results_of`: the tools' results an agent sends back in its next request (id, output,
   whether it failed);
-- `usage_of`, `tokens_of`: the tokens a call used, read the same for every shape by the metering
-  proxy (mlrb/harness/proxy.py) and the built-in agent's providers (mlrb/agents/providers.py).
+- `usage_of`, `tokens_of`, `delta_tokens_of`: the tokens a call used, read the same for every shape
+  by the metering proxy (mlrb/harness/proxy.py) and the built-in agent's providers
+  (mlrb/agents/providers.py); a count that is not a whole number of at least 0 is no usage.
 
 Together they let the harness see an outside agent's tool calls without its help: asked in one
 call's answer, answered in the next call's request.
@@ -15,6 +16,7 @@ call's answer, answered in the next call's request.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 Reply = tuple[str, list[dict[str, Any]], str | None]  # text, tool calls, stop reason
@@ -30,15 +32,38 @@ def reply_of(response: Any, stream: bool) -> Reply:
     if "output" in response:  # Responses
         return responses_reply(response)
     if "content" in response:  # Anthropic
-        blocks = [b for b in response.get("content") or [] if isinstance(b, dict)]
-        text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+        blocks = objects(response.get("content"))
+        text = "".join(string(b.get("text")) for b in blocks if b.get("type") == "text")
         tools = [tool(b.get("id"), b.get("name"), b.get("input")) for b in blocks if b.get("type") == "tool_use"]
-        return text, tools, response.get("stop_reason")
-    choice = (response.get("choices") or [{}])[0]
-    message = choice.get("message") or {}
-    tools = [tool(t.get("id"), (t.get("function") or {}).get("name"), (t.get("function") or {}).get("arguments"))
-             for t in message.get("tool_calls") or []]  # fmt: skip
-    return message.get("content") or "", tools, choice.get("finish_reason")
+        return text, tools, string(response.get("stop_reason")) or None
+    choice = next(iter(objects(response.get("choices"))), {})
+    message = an_object(choice.get("message"))
+    tools = [tool(t.get("id"), an_object(t.get("function")).get("name"), an_object(t.get("function")).get("arguments"))
+             for t in objects(message.get("tool_calls"))]  # fmt: skip
+    return string(message.get("content")), tools, string(choice.get("finish_reason")) or None
+
+
+# What an upstream sent is read as far as it has the API's shape, and no further: a part of another
+# shape (a list where an object goes, a number where text goes) is read as absent, so that no reply
+# can break the reading, and with it the recording, of the call that it answers.
+def an_object(value: Any) -> dict[str, Any]:
+    """VALUE when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def objects(value: Any) -> list[dict[str, Any]]:
+    """The JSON objects in VALUE when it is a list, else none."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def string(value: Any) -> str:
+    """VALUE when it is a string, else an empty one."""
+    return value if isinstance(value, str) else ""
+
+
+def index_of(value: Any, default: int) -> int:
+    """A part's index when it is a whole number, else DEFAULT."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def usage_of(body: Any) -> tuple[int, int] | None:
@@ -51,58 +76,110 @@ def tokens_of(usage: Any) -> tuple[int, int] | None:
     """(input tokens, output tokens) of a `usage` object, in any API's shape; None when it is not one.
     Chat Completions: prompt_tokens and completion_tokens. Anthropic and Responses: input_tokens and
     output_tokens; Anthropic reports cached prompt tokens apart from input_tokens, and all of them were
-    read, so they are input too (Responses counts its cached tokens within input_tokens)."""
+    read, so they are input too (Responses counts its cached tokens within input_tokens), and the
+    tokens of a server-side compaction apart from the rest (`iterations`), so they are added.
+    A usage whose counts are not whole numbers of at least 0 (a string, null, NaN, a negative one) is
+    not one: the call is then charged an estimate, never nothing, never a credit."""
     if not isinstance(usage, dict):
         return None
     if "prompt_tokens" in usage:  # Chat Completions
-        return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    cached = int(usage.get("cache_creation_input_tokens") or 0) + int(usage.get("cache_read_input_tokens") or 0)
-    return int(usage.get("input_tokens") or 0) + cached, int(usage.get("output_tokens") or 0)
+        prompt, completion = count_of(usage.get("prompt_tokens")), count_of(usage.get("completion_tokens"))
+        return (prompt, completion) if prompt is not None and completion is not None else None
+    input_tokens, output_tokens = count_of(usage.get("input_tokens")), count_of(usage.get("output_tokens"))
+    cached = [0 if usage.get(k) is None else count_of(usage.get(k)) for k in CACHE_FIELDS]  # absent or null: none
+    if input_tokens is None or output_tokens is None or None in cached:
+        return None
+    input_tokens += sum(c or 0 for c in cached)
+    iterations = usage.get("iterations")
+    for iteration in iterations if isinstance(iterations, list) else []:
+        if isinstance(iteration, dict) and iteration.get("type") == "compaction":  # not in the top-level fields
+            compaction = tokens_of({**iteration, "iterations": None})
+            if compaction is None:
+                return None
+            input_tokens, output_tokens = input_tokens + compaction[0], output_tokens + compaction[1]
+    return input_tokens, output_tokens
+
+
+CACHE_FIELDS = ("cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+def count_of(value: Any) -> int | None:
+    """A token count: a whole number of at least 0 (an integral float too), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def delta_tokens_of(usage: Any, input_so_far: int | None) -> tuple[int, int] | None:
+    """(input tokens, output tokens) after an Anthropic stream's `message_delta`, whose usage is a
+    running total: its output always, its input (cached tokens and compactions included) when it
+    says it, as it grows past message_start's in a server-side tool loop, else INPUT_SO_FAR
+    (message_start's; None when that reported none). None when it reports no count to trust."""
+    output_tokens = count_of(usage.get("output_tokens")) if isinstance(usage, dict) else None
+    if output_tokens is None:
+        return None
+    if usage.get("input_tokens") is None:
+        return (input_so_far, output_tokens) if input_so_far is not None else None
+    total = tokens_of(usage)
+    return (max(total[0], input_so_far or 0), total[1]) if total is not None else None
 
 
 def streamed_reply(events: list[dict[str, Any]]) -> Reply:
     """An answer put together from its stream: Anthropic's content blocks and deltas, Chat
-    Completions' chunks, or the whole response a Responses stream ends with."""
+    Completions' chunks, or the whole response a Responses stream ends with (else, when it was cut
+    short of it, its text and function calls so far)."""
     finished = [e.get("response") for e in events if e.get("type") == "response.completed"]
     if finished and isinstance(finished[-1], dict):  # Responses
         return responses_reply(finished[-1])
     texts: list[str] = []
     calls: dict[int, dict[str, Any]] = {}  # by the block's or the tool call's index
-    stop = None
+    stop: str | None = None
     for event in events:
         kind = event.get("type")
         if kind == "content_block_start":  # Anthropic: a tool_use block opens with its id and name
-            block = event.get("content_block") or {}
+            block = an_object(event.get("content_block"))
             if block.get("type") == "tool_use":
-                calls[event.get("index", len(calls))] = {"id": block.get("id"), "name": block.get("name"), "json": ""}
-        delta = event.get("delta") or {}
+                calls[index_of(event.get("index"), len(calls))] = {"id": block.get("id"), "name": block.get("name"),
+                                                                   "json": ""}  # fmt: skip
+        delta = an_object(event.get("delta"))
         if kind == "content_block_delta":
-            if delta.get("type") == "input_json_delta" and event.get("index") in calls:
-                calls[event["index"]]["json"] += delta.get("partial_json") or ""
-            texts.append(delta.get("text") or "")
-        stop = delta.get("stop_reason") or stop  # Anthropic's message_delta
-        for choice in event.get("choices") or []:  # Chat Completions
-            chunk = choice.get("delta") or {}
-            texts.append(chunk.get("content") or "")
-            for part in chunk.get("tool_calls") or []:
-                call = calls.setdefault(part.get("index", 0), {"id": None, "name": None, "json": ""})
-                function = part.get("function") or {}
+            index = index_of(event.get("index"), -1)
+            if delta.get("type") == "input_json_delta" and index in calls:
+                calls[index]["json"] += string(delta.get("partial_json"))
+            texts.append(string(delta.get("text")))
+        stop = string(delta.get("stop_reason")) or stop  # Anthropic's message_delta
+        item = an_object(event.get("item"))
+        if kind in ("response.output_item.added", "response.output_item.done") and item.get("type") == "function_call":
+            calls[index_of(event.get("output_index"), len(calls))] = {  # Responses, cut short of its end
+                "id": item.get("call_id"), "name": item.get("name"), "json": string(item.get("arguments"))}  # fmt: skip
+        elif kind == "response.function_call_arguments.delta" and index_of(event.get("output_index"), -1) in calls:
+            calls[event["output_index"]]["json"] += string(event.get("delta"))
+        elif kind == "response.output_text.delta":
+            texts.append(string(event.get("delta")))
+        for choice in objects(event.get("choices")):  # Chat Completions
+            chunk = an_object(choice.get("delta"))
+            texts.append(string(chunk.get("content")))
+            for part in objects(chunk.get("tool_calls")):
+                call = calls.setdefault(index_of(part.get("index"), 0), {"id": None, "name": None, "json": ""})
+                function = an_object(part.get("function"))
                 call["id"] = part.get("id") or call["id"]
                 call["name"] = function.get("name") or call["name"]
-                call["json"] += function.get("arguments") or ""
-            stop = choice.get("finish_reason") or stop
+                call["json"] += string(function.get("arguments"))
+            stop = string(choice.get("finish_reason")) or stop
     tools = [tool(c["id"], c["name"], c["json"] or "{}") for _, c in sorted(calls.items())]
     return "".join(texts), tools, stop
 
 
 def responses_reply(response: dict[str, Any]) -> Reply:
     """The text, function calls and status of an OpenAI Responses response."""
-    items = [item for item in response.get("output") or [] if isinstance(item, dict)]
-    text = "".join(part.get("text", "") for item in items if item.get("type") == "message"
-                   for part in item.get("content") or [] if part.get("type") == "output_text")  # fmt: skip
+    items = objects(response.get("output"))
+    text = "".join(string(part.get("text")) for item in items if item.get("type") == "message"
+                   for part in objects(item.get("content")) if part.get("type") == "output_text")  # fmt: skip
     tools = [tool(item.get("call_id"), item.get("name"), item.get("arguments")) for item in items
              if item.get("type") == "function_call"]  # fmt: skip
-    return text, tools, response.get("status")
+    return text, tools, string(response.get("status")) or None
 
 
 def tool(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
