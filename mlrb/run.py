@@ -24,6 +24,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,15 +32,26 @@ from mlrb import prefetch
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.recording import open_sink
 from mlrb.analysis import counting
-from mlrb.core import console, events, interrupts, timeline
+from mlrb.core import console, disk, events, interrupts, timeline
 from mlrb.core.budget import Budget
 from mlrb.core.config import ConfigError, MlrbConfig
 from mlrb.core.status import Status, of_run
 from mlrb.core.tags import Metric, Tag
 from mlrb.formats import atif
-from mlrb.harness import agent_clock, control, instructions, metering, resume, snapshots, step_scoring, workspace
+from mlrb.harness import (
+    agent_clock,
+    control,
+    disk_guard,
+    instructions,
+    metering,
+    resume,
+    snapshots,
+    step_scoring,
+    workspace,
+)
 from mlrb.harness import assets as assets_lib
 from mlrb.harness import plan as plans
+from mlrb.harness.disk_guard import DiskGuard
 from mlrb.harness.resume import Resumption
 from mlrb.sandbox.base import SandboxError, SandboxStopped
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission
@@ -329,12 +341,15 @@ class Stages:
     def run(self) -> RunResult:
         timed = ((self.open, "recording"), (self.assets, "assets"), (self.start, "sandbox_start"), (self.agent, "agent"),
                  (self.collect, "collect"), (self.score, "scoring"))  # fmt: skip
-        with contextlib.ExitStack() as self.closing:  # the scorer, closed once the run is scored or stops
-            for stage, timed_as in timed:
-                with self.clock.stage(timed_as):
-                    stage()
-        with self.guard.hold():  # the outcome is recorded whole; a signal meanwhile stops the run right after
-            result = self.record()
+        self.disk_guard: DiskGuard | None = None  # the agent's disk, once its workspace is there (`start`)
+        # A write of the harness's that finds the disk full asks the agent's disk guard for room first.
+        with disk.reclaiming(lambda: self.disk_guard is not None and self.disk_guard.make_room()):
+            with contextlib.ExitStack() as self.closing:  # the scorer, closed once the run is scored or stops
+                for stage, timed_as in timed:
+                    with self.clock.stage(timed_as):
+                        stage()
+            with self.guard.hold():  # the outcome is recorded whole; a signal meanwhile stops the run right after
+                result = self.record()
         self.guard.release()
         return result
 
@@ -393,6 +408,8 @@ class Stages:
             agent_tools=getattr(plan.agent, "tools_dir", None), state_dir=self.state_dir,
         )  # fmt: skip
         self.guard.on_interrupt(self.sandbox.close)  # a signal stops the agent's processes at once
+        self.disk_guard = DiskGuard([self.work, self.state_dir], int(plan.sandbox.disk_gb * (1 << 30)),
+                                    stop=self.stop_for_disk, keep=self.work / plan.submission)  # fmt: skip
         self.prompt = instructions.render(task, plan.budget, self.sandbox.workspace, self.sandbox.data_dir)
         with self.clock.stage("recording"):
             self.recorder.log_text(self.prompt, "instructions.md")
@@ -450,15 +467,22 @@ class Stages:
                                    on_step_end=after_step, model=self.model, resumed=resumed,
                                    state_dir=self.state_dir)  # fmt: skip
             try:
+                guard = self.disk_guard
+                assert guard is not None  # made with the sandbox (`start`)
                 with keeper.running():
                     try:
-                        self.outcome = plan.agent.run(context)
+                        with guard.watching():
+                            self.outcome = plan.agent.run(context)
                     except SandboxError as e:
                         if self.job_stopping(within_s=JOB_SIGTERM_GRACE_S):
                             raise SandboxStopped(f"{e} (SLURM is stopping its job)") from e
                         raise
                     finally:
                         self.end_agent(budget)
+                    if guard.tripped:  # whatever the agent made of it: the limit stopped it
+                        self.outcome = AgentOutcome(
+                            Status.BUDGET_EXHAUSTED, disk_guard.LIMIT, f"stopped: {guard.tripped}"
+                        )
                     if self.job_stopping(within_s=0 if self.outcome.status == Status.OK else JOB_SIGTERM_GRACE_S):
                         raise SandboxStopped(f"the agent ended ({self.outcome.message[:200]}) as SLURM stopped its job")
             except interrupts.Interrupted as e:  # the workspace is still scored (a second signal skips that)
@@ -479,6 +503,12 @@ class Stages:
             if sink is not None:
                 sink.close(stopped_by)  # traces flushed, the trajectory file closed
         log.info("agent ended: %s %s", self.outcome.status, self.outcome.message)
+
+    def stop_for_disk(self, why: str, meanwhile: Callable[[], None]) -> None:
+        """The agent went past its disk (mlrb/harness/disk_guard.py): its model calls refused from now
+        on, its processes held still while MEANWHILE makes room, then ended."""
+        self.budget.stop(disk_guard.LIMIT)
+        self.sandbox.stop(why, meanwhile)
 
     def end_agent(self, budget: Budget) -> None:
         """The agent's end, whatever brought it (its exit, its budget, an error, a signal): first
@@ -555,7 +585,8 @@ class Stages:
             self.submitted = workspace.collect(work, plan.submission, self.run_dir / "submission", submission_notes)
         if self.restored:
             log.warning("the agent changed read-only files, restored before scoring: %s", ", ".join(self.restored))
-        lines = notes + patch_notes.lines() + submission_notes.lines()
+        disk_notes = self.disk_guard.notes if self.disk_guard is not None else []
+        lines = notes + disk_notes + patch_notes.lines() + submission_notes.lines()
         for line in lines:
             log.warning("%s", line)
         if lines:

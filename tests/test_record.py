@@ -272,3 +272,17 @@ def test_sync_of_a_run_whose_store_needs_a_password_says_to_name_it_and_writes_n
         "record does not keep: name the store with --tracking-uri"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no store made here
+
+
+@pytest.mark.fast
+def test_a_line_is_written_whole_or_not_at_all_and_a_cut_last_line_is_skipped_then_mended(tmp_path):
+    from mlrb.core import disk
+
+    path = tmp_path / record.FILE
+    disk.append_whole(path, record.line_of("params", params={"a": "1"}).encode())
+    with open(path, "a") as f:  # a process killed mid-line
+        f.write('{"v": 1, "t": 2, "kind": "tags", "ta')
+    assert [line["kind"] for line in record.read(tmp_path)] == ["params"]
+    disk.mend(path)  # before the next attempt appends
+    disk.append_whole(path, record.line_of("tags", tags={"b": "2"}).encode())
+    assert [line["kind"] for line in record.read(tmp_path)] == ["params", "tags"]

@@ -53,6 +53,7 @@ class Budget:
         # Called (outside the lock) after each step and each call charged: a resumable run saves its progress.
         self.on_change: Callable[[], None] | None = None
         self.notice: str | None = None  # the last-minutes notice, once given (mlrb/harness/agent_clock.py)
+        self.stopped_by: str | None = None  # a limit the harness enforced from outside the budget (`stop`)
 
     def carry(self, steps: int, input_tokens: int, output_tokens: int, usd: float, agent_time_s: float) -> None:
         """Go on from what an earlier attempt of the run spent: its steps, tokens, dollars and time."""
@@ -147,6 +148,8 @@ class Budget:
         """The name of the first limit reached, or None while there is budget left."""
         # "not spent < limit" rather than "spent >= limit": a NaN on either side (a price
         # or usage a server got wrong) stops the run instead of lifting the limit.
+        if self.stopped_by is not None:
+            return self.stopped_by
         if not self.remaining_s() > 0:
             return "wall_time"
         if not self.steps < self.cfg.max_steps:
@@ -159,9 +162,16 @@ class Budget:
         that is under way makes its call."""
         return self.limit_reached(self.input_tokens, self.output_tokens, self.usd)
 
+    def stop(self, limit: str) -> None:
+        """A limit of the run's that the harness enforces from outside (the workspace's disk, say)
+        is reached: from now on it is the first one reached, and no model call is allowed."""
+        self.stopped_by = self.stopped_by or limit
+
     def limit_reached(self, input_tokens: int, output_tokens: int, usd: float) -> str | None:
         """The first limit (wall time, tokens, dollars) that these figures reach, or None."""
         cfg = self.cfg
+        if self.stopped_by is not None:
+            return self.stopped_by
         if not self.remaining_s() > 0:
             return "wall_time"
         if cfg.max_input_tokens is not None and not input_tokens < cfg.max_input_tokens:

@@ -92,6 +92,9 @@ class SandboxConfig:
     memory_gb: float | None = None
     # The most processes the agent may have at once (a fork bomb stops there).
     pids_limit: int = 512
+    # The most its workspace and its state folder may hold on disk, in GiB; past it (or once the disk has
+    # less free than the harness keeps), the agent is stopped and what it wrote past the limit removed.
+    disk_gb: float = 100.0
     # GPU device ids for the run; None: the run's allocation ($CUDA_VISIBLE_DEVICES),
     # as many as the task asks for. Never all GPUs unless listed.
     gpu_ids: list[str] | None = None
@@ -319,7 +322,7 @@ def check_rules(cfg: MlrbConfig) -> None:
         value = getattr(cfg.budget, key)
         if value is not None:
             check_positive(f"budget.{key}", value)
-    for key in ("command_timeout_s", "cpus", "memory_gb", "pids_limit"):
+    for key in ("command_timeout_s", "cpus", "memory_gb", "pids_limit", "disk_gb"):
         value = getattr(cfg.sandbox, key)
         if value is not None:
             check_positive(f"sandbox.{key}", value)

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrb.core import disk
 from mlrb.core.tags import Metric
 
 log = logging.getLogger(__name__)
@@ -108,9 +109,18 @@ def write_owner(run_dir: Path, owner: Owner, exclusive: bool = False) -> bool:
 
 
 def atomic_write(path: Path, text: str) -> None:
+    """PATH holds TEXT, or what it held before (a full disk asks the agent's disk guard for room first)."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+
+    def write() -> None:
+        try:
+            temporary.write_text(text)
+            os.replace(temporary, path)
+        except OSError:
+            temporary.unlink(missing_ok=True)
+            raise
+
+    disk.with_room(write)
 
 
 def ended(run_dir: Path) -> bool:

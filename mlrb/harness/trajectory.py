@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mlrb.core import events
+from mlrb.core import disk, events
 
 MAX_FIELD_CHARS = 20_000
 
@@ -30,15 +30,15 @@ class Trajectory:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.path, "a", encoding="utf-8")
+        disk.mend(self.path)
 
     def record(self, event: str, **fields: Any) -> None:
+        """One line, whole or not at all (a disk the agent filled cuts none in two)."""
         entry = {"time": time.time(), "event": event, **{k: clip(v) for k, v in fields.items()}}
-        self.file.write(json.dumps(entry, default=str) + "\n")
-        self.file.flush()
+        disk.append_whole(self.path, (json.dumps(entry, default=str) + "\n").encode("utf-8"))
 
     def close(self) -> None:
-        self.file.close()
+        pass  # each line is written and closed as it comes
 
 
 def clip(value: Any) -> Any:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from mlrb.core import disk
+
 # Files larger than this, or not UTF-8, appear in the patch by size and hash only.
 MAX_TEXT_DIFF_BYTES = 512_000
 # A walk's caps. 100,000 files is several workspaces holding a virtual environment and a data
@@ -41,9 +43,8 @@ MAX_READ_BYTES = 2 << 30
 # The patch's length; past it, changed files are counted, not shown.
 MAX_PATCH_BYTES = 32 << 20
 # A submission's copy in all: larger than any task's model, and never more than half the
-# disk's free space less a reserve (the scorer copies it once more).
+# disk's free space less the harness's reserve (the scorer copies it once more).
 MAX_SUBMISSION_BYTES = 64 << 30
-DISK_RESERVE_BYTES = 1 << 30
 NOTE_NAMES = 5  # paths a note names of each kind
 NOTE_NAME_CHARS = 200  # a longer path is named by its start and end
 UNREAD = "unread:"  # a file known by size and time: "unread:SIZE:MTIME_NS"
@@ -580,12 +581,12 @@ def kind_of(mode: int) -> str:
 
 def copy_budget(dest: Path) -> int:
     """Bytes a submission's copy into DEST may take: MAX_SUBMISSION_BYTES, or half the free space
-    of DEST's disk less DISK_RESERVE_BYTES, whichever is less."""
+    of DEST's disk less the harness's reserve (mlrb/core/disk.py), whichever is less."""
     try:
-        disk = os.statvfs(dest)
+        room = disk.free_bytes(dest) - disk.reserve_of(dest)
     except OSError:
         return MAX_SUBMISSION_BYTES
-    return max(0, min(MAX_SUBMISSION_BYTES, (disk.f_bavail * disk.f_frsize - DISK_RESERVE_BYTES) // 2))
+    return max(0, min(MAX_SUBMISSION_BYTES, room // 2))
 
 
 def copy_folder(source: Path, dest: Path, notes: Notes) -> None:

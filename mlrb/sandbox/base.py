@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -347,6 +348,8 @@ class Sandbox(abc.ABC):
 
     #: Where agents inside reach the run's metering proxy (None: the sandbox was given none).
     model_url: str | None = None
+    #: Why the harness stopped the agent's processes from outside (`stop`), once it has.
+    stopped: str | None = None
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
                  task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
@@ -399,6 +402,22 @@ class Sandbox(abc.ABC):
         baseline's script, an outside agent's program: only the budget's wall time bounds it).
         A `whole_run` command's end is the agent's: every process it left is stopped or killed
         before this returns, so nothing of the agent works after it."""
+
+    def stop(self, reason: str, meanwhile: Callable[[], None] | None = None) -> None:
+        """End every process of the agent, from any thread, a command of it running or not (the
+        harness enforcing a limit, say the workspace's disk): first all stand still, then MEANWHILE
+        runs (say, removing what they wrote: nothing writes more meanwhile), then all are killed.
+        A command under way returns as killed, and the sandbox runs nothing more; `close` still
+        frees the rest. A kind that cannot hold them still first (the unconfined one) kills them,
+        then runs MEANWHILE."""
+        self.stopped = self.stopped or reason
+        self.close()
+        if meanwhile is not None:
+            meanwhile()
+
+    def stopped_result(self, started: float) -> ExecResult:
+        """What a command gets once the harness has stopped the sandbox."""
+        return ExecResult(137, "", f"mlrb stopped the sandbox: {self.stopped}", time.monotonic() - started)
 
     def hold_still(self, still: bool) -> None:
         """Stop (True) or resume (False) every process the agent has in the sandbox, at once: while

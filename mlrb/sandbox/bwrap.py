@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +71,7 @@ ETC_ALLOWED = (
 )  # fmt: skip
 ETC_NETWORK = ("resolv.conf", "hosts")
 START_TIMEOUT_S = 60
+STOP_WAIT_S = 5  # how long `stop` waits for the agent's processes to go
 EXEC_SERVER = Path(__file__).with_name("exec_server.py")
 SERVER_INSIDE = "/run/sandbox/exec_server.py"
 
@@ -270,6 +271,8 @@ class BwrapSandbox(Sandbox):
     def exec(self, command: str, timeout_s: float, whole_run: bool = False) -> ExecResult:
         timeout_s = max(0.001, timeout_s if whole_run else min(timeout_s, self.cfg.command_timeout_s))
         started = time.monotonic()
+        if self.stopped:
+            return self.stopped_result(started)
         try:
             request = {"command": command, "timeout_s": timeout_s, "whole_run": whole_run}
             self.requests.write((json.dumps(request) + "\n").encode())
@@ -278,6 +281,8 @@ class BwrapSandbox(Sandbox):
             raise self._gone("the bwrap sandbox is gone") from None
         # The server kills the command at its timeout; the margin covers the kill and the reply.
         reply = self._reply(timeout_s + 30)
+        if reply is None and self.stopped:  # (stopped, and the server too)
+            return self.stopped_result(started)
         if reply is None:
             raise self._gone("the bwrap sandbox stopped answering")
         reply["duration_s"] = time.monotonic() - started
@@ -286,7 +291,7 @@ class BwrapSandbox(Sandbox):
     def hold_still(self, still: bool) -> None:
         """The exec server signals every other process of the namespace at once (it is idle:
         this is called between the agent's steps); a sandbox already closed has nothing to stop."""
-        if self.proc.poll() is not None or self.requests.closed:
+        if self.stopped or self.proc.poll() is not None or self.requests.closed:
             return
         try:
             self.requests.write((json.dumps({"signal": "STOP" if still else "CONT"}) + "\n").encode())
@@ -321,6 +326,24 @@ class BwrapSandbox(Sandbox):
         lines = self.stderr_log.read().decode(errors="replace").strip().splitlines()
         return lines[-1] if lines else f"exit code {self.proc.poll()}"
 
+    def stop(self, reason: str, meanwhile: Callable[[], None] | None = None) -> None:
+        """From any thread: the exec server (PID 1 inside, which only a process outside can send
+        SIGUSR1 and SIGUSR2) stops every other process of the namespace, MEANWHILE runs, then it
+        kills them all; a command under way returns killed, with what it printed. Waits until they
+        are gone; kills the namespace if they are not."""
+        self.stopped = self.stopped or reason
+        init = namespace_init(self.proc.pid)
+        if init is not None:
+            os.kill(init, signal.SIGUSR2)
+            settled(lambda: all(state == "T" for state in states(descendants(init)).values()))
+        if meanwhile is not None:
+            meanwhile()
+        if init is not None:
+            os.kill(init, signal.SIGUSR1)
+            settled(lambda: not descendants(init))
+            if descendants(init):
+                kill_group(self.proc.pid)
+
     def close(self) -> None:
         """Kill the sandbox's PID 1: the kernel then kills every process in its namespace."""
         if self.proc.poll() is None:
@@ -350,6 +373,68 @@ class BwrapSandbox(Sandbox):
                           gpu_view=run_gpus(cfg, job.limits))  # fmt: skip
         # Killing its group kills bwrap's init, and the namespace with it.
         return GroupProcess(joined(argv + job.argv, cgroup), job, release)
+
+
+def settled(done: Callable[[], bool], within_s: float = STOP_WAIT_S) -> bool:
+    """Wait until DONE() (polled), at most WITHIN_S; whether it came."""
+    deadline = time.monotonic() + within_s
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def states(pids: list[int]) -> dict[int, str]:
+    """pid -> its state letter (R, S, T, ...), for those still there."""
+    found = {}
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        found[pid] = stat[stat.rfind(")") + 2 :].split()[0]
+    return found
+
+
+def process_table() -> dict[int, int]:
+    """pid -> parent pid of this host's live processes (a zombie is dead, waiting to be reaped)."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            state, ppid = stat[stat.rfind(")") + 2 :].split()[:2]
+            if state != "Z":
+                table[int(name)] = int(ppid)
+    return table
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below PID."""
+    table = process_table()
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, ppid in table.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def namespace_init(pid: int) -> int | None:
+    """The host's pid of the process below PID that is PID 1 of its own namespace (the exec server)."""
+    for child in descendants(pid):
+        try:
+            status = Path(f"/proc/{child}/status").read_text()
+        except OSError:
+            continue
+        nspids = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        if len(nspids) > 1 and nspids[-1] == "1":
+            return child
+    return None
 
 
 def cgroup_name(run_id: str) -> str:

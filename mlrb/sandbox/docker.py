@@ -12,11 +12,13 @@ found and removed when the next run starts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -269,6 +271,8 @@ class DockerSandbox(Sandbox):
         timeout_s = max(0.1, timeout_s if whole_run else min(timeout_s, self.cfg.command_timeout_s))
         api = self.client.api
         started = time.monotonic()
+        if self.stopped:
+            return self.stopped_result(started)
         # `timeout` kills the command's whole process group inside the container at the limit.
         argv = ["timeout", "--signal=KILL", f"{timeout_s:.3f}s", "bash", "-c", command]
         if whole_run:  # the agent's end: the rest of its processes stopped before the exec returns
@@ -279,6 +283,9 @@ class DockerSandbox(Sandbox):
             for buffer, chunk in ((out, chunk_out), (err, chunk_err)):
                 if chunk and len(buffer) <= MAX_CAPTURE_BYTES:
                     buffer.extend(chunk)
+        if self.stopped:  # what it printed until then, as a command killed
+            result = self.stopped_result(started)
+            return ExecResult(137, capped(out), capped(err) + "\n" + result.stderr, result.duration_s)
         exit_code = api.exec_inspect(exec_id)["ExitCode"]
         duration = time.monotonic() - started
         return ExecResult(
@@ -289,11 +296,29 @@ class DockerSandbox(Sandbox):
             timed_out=exit_code == 137 and duration >= timeout_s - 0.05,
         )
 
+    def stop(self, reason: str, meanwhile: Callable[[], None] | None = None) -> None:
+        """From any thread: the container paused, MEANWHILE run, then its processes killed (the
+        kill is delivered as it is unpaused: none runs on); a command under way returns killed.
+        `close` removes it."""
+        from docker.errors import APIError
+
+        self.stopped = self.stopped or reason
+        with contextlib.suppress(APIError):
+            self.container.pause()
+        if meanwhile is not None:
+            meanwhile()
+        with contextlib.suppress(APIError):
+            self.container.kill()
+        with contextlib.suppress(APIError):
+            self.container.unpause()
+
     def hold_still(self, still: bool) -> None:
         """Docker's pause (the cgroup freezer) stops every process of the container at once; a
         container already gone has nothing to stop."""
         from docker.errors import APIError
 
+        if self.stopped:
+            return
         try:
             self.container.pause() if still else self.container.unpause()
         except APIError as e:

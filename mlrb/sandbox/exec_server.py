@@ -19,6 +19,9 @@ is the agent's whole run (an outside agent's program): when it ends, every other
 process of the namespace is killed before the reply, so nothing of the agent works
 after its end. A signal request stops (STOP) or resumes (CONT) every other process of
 the namespace at once: the agent's processes stand still while the harness's clock does.
+SIGUSR2 and SIGUSR1, which only the harness can send it, stop and then kill every other
+process at once (a limit the harness enforces from outside, such as the agent's disk): a
+command under way returns killed.
 kill(-1, ...) from here reaches every process of the namespace but this one, in one
 step that no fork can slip past.
 """
@@ -199,8 +202,21 @@ def capped(data):
     return text
 
 
+def stopped_from_outside(signum, frame):
+    """SIGUSR2, then SIGUSR1, from the harness (from outside the namespace: nothing inside can send
+    them to PID 1): the run is stopping the agent. SIGUSR2 stops every other process where it is,
+    SIGUSR1 kills them all; a command under way returns killed, with what it printed, and the
+    server answers on (commands are then refused by the harness)."""
+    try:
+        os.kill(-1, signal.SIGKILL if signum == signal.SIGUSR1 else signal.SIGSTOP)
+    except ProcessLookupError:
+        pass
+
+
 def main():
     make_non_dumpable()
+    signal.signal(signal.SIGUSR1, stopped_from_outside)
+    signal.signal(signal.SIGUSR2, stopped_from_outside)
     cwd = sys.argv[1] if len(sys.argv) > 1 else "/"
     # Requests arrive on fd 0 and replies leave on fd 1; the agent's commands get neither.
     requests = os.fdopen(os.dup(0), "r")

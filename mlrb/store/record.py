@@ -47,6 +47,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from mlrb.core import disk
 from mlrb.core.messages import first_line
 from mlrb.core.tags import Tag
 from mlrb.store.tracking import MlflowRunWriter, StoreAway, opening_tags, store_unreachable
@@ -72,6 +73,7 @@ class RecordedRun:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / FILE
         self.store_error: str | None = None  # why the store could not be reached, once it could not
+        disk.mend(self.path)  # an earlier attempt's last line cut short: gone before this one's lines
         opening = opening_tags({**tags, Tag.RUN_ID: run_id}, attempt)
         self._append("opened", run_id=run_id, experiment=experiment, run_name=run_name, attempt=attempt,
                      tags=opening, store=store_run.store)  # fmt: skip
@@ -87,9 +89,8 @@ class RecordedRun:
         """Append one line, then hand it to the store's run to export (unless the store has been
         away); an export of an earlier line that the store refused raises here."""
         data = line_of(kind, **fields).encode("utf-8")
-        with open(self.path, "ab") as f:
-            offset = f.tell()
-            f.write(data)
+        offset = self.path.stat().st_size if self.path.exists() else 0  # (one writer: the harness)
+        disk.append_whole(self.path, data)
         if self.store_error is not None:
             return  # a store that was away gets the record by sync
         with self.store_failures():
@@ -131,7 +132,7 @@ class RecordedRun:
         except UnicodeEncodeError:  # say, a file name that is not UTF-8 (a surrogate escape): written escaped
             data = text.encode("utf-8", "backslashreplace")
             log.warning("%s: characters that UTF-8 cannot hold are written as backslash escapes", name)
-        kept.write_bytes(data)
+        disk.with_room(lambda: kept.write_bytes(data))
         folder = str(Path(name).parent)
         self._artifact(kept, None if folder == "." else folder)
 
@@ -207,15 +208,19 @@ def append_after(run_dir: Path | None, recorder: MlflowRunWriter, kind: str, **f
     in the store."""
     line = line_of(kind, **fields)
     if run_dir is not None and (Path(run_dir) / FILE).is_file():
-        with open(Path(run_dir) / FILE, "a", encoding="utf-8") as f:
-            f.write(line)
+        disk.append_whole(Path(run_dir) / FILE, line.encode("utf-8"))
     export(recorder, [json.loads(line)], Path(run_dir or "."))
 
 
 def read(run_dir: Path) -> list[dict]:
-    """The record's lines, in order."""
+    """The record's lines, in order. A last line cut short (a process killed as it wrote it, by a
+    record written before lines were written whole) is skipped: a line ends with its newline."""
     path = Path(run_dir) / FILE
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    text = path.read_text(encoding="utf-8", errors="replace")
+    whole = text if text.endswith("\n") or not text else text[: text.rfind("\n") + 1]
+    if whole != text:
+        log.warning("%s: its last line was cut short (%d bytes), and is left out", path, len(text) - len(whole))
+    lines = [json.loads(line) for line in whole.splitlines() if line.strip()]
     newer = [line for line in lines if line.get("v") != VERSION]
     if newer:
         raise ValueError(f"{path}: record format version {newer[0].get('v')}, this mlrb reads {VERSION}")

@@ -639,7 +639,9 @@ def older_run(client: Any, run_id: str) -> list[Any]:
 # network's own words first: `unreachable_sign` names the first found.
 UNREACHABLE_SIGNS = ("Connection refused", "timed out", "Name or service not known", "No route to host",
                      "Failed to establish a new connection", "could not connect to server", "Max retries exceeded",
-                     "failed with exception", "failed with error code 50", "OperationalError")  # fmt: skip
+                     "failed with exception", "failed with error code 50", "OperationalError",
+                     # a store whose disk is full cannot take the run now: as if away, synced later
+                     "No space left on device", "Disk quota exceeded", "database or disk is full")  # fmt: skip
 
 
 def unreachable_sign(error: BaseException) -> str | None:
