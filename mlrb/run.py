@@ -401,7 +401,7 @@ class Stages:
             self.before = workspace.prepare(self.start_files, self.work)
         else:
             self.before, self.workspace_as = resumed_workspace(self.start_files, self.work, self.step_snapshots.root)
-        self.model = metering.start(plan.agent)
+        self.model = metering.start(plan.agent, network_allowed=plan.limits.network)
         self.sandbox = plan.sandbox_class(
             plan.sandbox, self.work, self.asset_path / "public", self.recorder.run_id, plan.limits, seed=plan.seed,
             task_environment=task.environment, model_endpoint=self.model.endpoint() if self.model else None,

@@ -26,6 +26,9 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import warm_start  # noqa: E402  # after the lines above: it keeps this environment for its warm process
 
+# Harbor task folders the tests run through the harness: their own tests run only in their verifier.
+collect_ignore_glob = ["harbor_tasks/*"]
+
 # The tests' asset cache, kept between test runs (MLRB_TEST_CACHE moves it). Assets are keyed by
 # everything that determines them, the code that builds and scores them included
 # (mlrb/tasks/sources.py), and checked file by file on each use: a later run of the same code

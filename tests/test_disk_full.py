@@ -53,6 +53,8 @@ def small_disk(tmp_path):
             if subprocess.run(["umount", str(mounted)], capture_output=True).returncode == 0:
                 break
             time.sleep(0.5)
+        else:  # detached now, gone once nothing holds it
+            subprocess.run(["umount", "--lazy", str(mounted)], check=True)
 
 
 # A valid submission (the untouched base model), then 50 MB files until the disk refuses one, then

@@ -209,14 +209,16 @@ def test_two_hundred_thousand_files_are_walked_to_the_cap_and_the_rest_are_count
     assert took < 120, took
 
 
-def test_the_patch_stops_at_its_size_cap_and_says_how_many_files_it_left_out(tmp_path, monkeypatch):
+def test_the_patch_stops_showing_contents_at_its_size_cap_names_the_rest_and_says_how_many(tmp_path, monkeypatch):
     monkeypatch.setattr(workspace, "MAX_PATCH_BYTES", 2000)
     starter, ws, before = start(tmp_path)
     for i in range(50):
         (ws / f"file{i:02d}.txt").write_text("line\n" * 20)
     notes = workspace.Notes("the patch")
     patch = workspace.diff(before, ws, notes)
-    assert len(patch) < 2000 + 1000 and "+++ b/file00.txt" in patch and "file49.txt" not in patch
+    assert "+++ b/file00.txt" in patch and "+++ b/file49.txt" not in patch  # contents up to the cap
+    assert all(f"b/file{i:02d}.txt" in patch for i in range(50))  # every name
+    assert patch.count("+line") <= (2000 + 1000) // 5
     assert noted(notes, "the patch reached its size cap")
     assert patch.rstrip().splitlines()[-1].startswith("# mlrb: ")
 

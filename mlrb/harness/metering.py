@@ -54,7 +54,7 @@ def model_not_found(proxy: MeteringProxy | None, fix: str = SET_MODEL) -> ModelN
                          f"{fix}")  # fmt: skip
 
 
-def start(agent: Any) -> MeteringProxy | None:
+def start(agent: Any, network_allowed: bool = False) -> MeteringProxy | None:
     """The run's proxy, for an agent that asks for one (`model_upstreams()`: the providers it may
     call); None for the others. An agent that retries by itself (`proxy_retries = 0`) gets a proxy
     that does not, so each try is one call of its own."""
@@ -62,7 +62,8 @@ def start(agent: Any) -> MeteringProxy | None:
         return None
     # The token the agent uses as its key: worth nothing outside this run's proxy.
     return MeteringProxy(agent.model_upstreams(), secrets.token_urlsafe(24), meter=None, unix_socket=True,
-                         max_retries=getattr(agent, "proxy_retries", PROXY_RETRIES))  # fmt: skip
+                         max_retries=getattr(agent, "proxy_retries", PROXY_RETRIES),
+                         network_allowed=network_allowed)  # fmt: skip
 
 
 def attach(proxy: MeteringProxy, budget: Budget, sink: events.EventSink, tools: bool = False) -> CallEvents:

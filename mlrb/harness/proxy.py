@@ -80,8 +80,9 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from mlrb.agents.prices import Price, flat
-from mlrb.core.api_shapes import reply_of, usage_of
+from mlrb.core.api_shapes import delta_tokens_of, reply_of, usage_of
 from mlrb.core.budget import Spend
+from mlrb.harness.request_rules import NOT_FORWARDED_HEADERS, canonical_body, check_request, parse_body
 from mlrb.sandbox.base import ModelEndpoint
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ ROUTES = {  # the proxy's path -> (provider, the upstream's path under its base 
 TIMEOUT_HEADER, ATTEMPT_HEADER = "x-mlrb-timeout-s", "x-mlrb-attempt"  # the harness's own: never forwarded
 DROPPED_HEADERS = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
                    "upgrade", "proxy-authorization", "authorization", "x-api-key", "accept-encoding",
-                   TIMEOUT_HEADER, ATTEMPT_HEADER}  # fmt: skip
+                   TIMEOUT_HEADER, ATTEMPT_HEADER} | NOT_FORWARDED_HEADERS  # fmt: skip
 CHARS_PER_TOKEN = 4  # the estimate for a server that reports no usage
 OUTPUT_CAPS = ("max_tokens", "max_completion_tokens", "max_output_tokens")  # a request's cap on what the model writes
 DEFAULT_OUTPUT_HOLD = 4096  # the output tokens held for a call that sets no cap
@@ -286,7 +287,7 @@ class StreamUsage:
             return
         try:
             event = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # an event nested past the parser's depth is no event either
             return
         self.events.append(event)
         if not isinstance(event, dict):
@@ -296,9 +297,8 @@ class StreamUsage:
             self.ended = True
         if kind == "message_start":  # Anthropic: the input, and the output so far
             self.take(usage_of(event.get("message")), final=False)
-        elif kind == "message_delta":  # Anthropic: the output, near the end (a running total)
-            self.output_tokens = int((event.get("usage") or {}).get("output_tokens") or self.output_tokens)
-            self.final = True
+        elif kind == "message_delta":  # Anthropic: its running totals, near the end (the input when it grew)
+            self.take(delta_tokens_of(event.get("usage"), self.input_tokens if self.reported else None))
         elif kind in ("response.completed", "response.incomplete", "response.failed"):  # Responses: its usage in it
             self.take(usage_of(event.get("response")))
         elif isinstance(event.get("usage"), dict):  # Chat Completions: the last chunk
@@ -372,10 +372,13 @@ class MeteringProxy:
     def __init__(self, upstreams: dict[str, Upstream], token: str, meter: Meter | None,
                  on_call: Callable[[Call], None] | None = None, port: int = 0, max_retries: int = 6,
                  retry_base_delay_s: float = 1.0, retry_max_delay_s: float = 60.0,
-                 request_timeout_s: float = 600.0, unix_socket: bool = False):  # fmt: skip
+                 request_timeout_s: float = 600.0, unix_socket: bool = False,
+                 network_allowed: bool = False):  # fmt: skip
         # The meter may be set later (the run's budget starts when its agent does); until
         # then every call is refused.
         self.upstreams, self.token, self.meter = upstreams, token, meter
+        # Whether the run's task lets the agent reach the network: without it, neither may its calls (request_rules).
+        self.network_allowed = network_allowed
         self.on_call = on_call or (lambda call: None)
         self.max_retries, self.retry_base_delay_s, self.retry_max_delay_s = (
             max_retries,
@@ -577,14 +580,12 @@ class MeteringProxy:
                     return self.reply(404, error_body("openai", 404, "not_found", f"{self.path}: not served here; "
                                                       f"the proxy serves {known}"))  # fmt: skip
                 provider, upstream_path = route
-                try:
-                    request = json.loads(body or b"{}")
-                except ValueError:
-                    request = None
-                if not isinstance(request, dict):
+                request, why = parse_body(body)
+                if request is None:
                     return self.reply(
-                        400, error_body(provider, 400, "invalid_request_error", "the body is not a JSON object")
+                        400, error_body(provider, 400, "invalid_request_error", why or "the body is not JSON")
                     )
+                body = canonical_body(request)  # what goes upstream is what was checked, not the agent's bytes
                 call = Call(provider, self.path, str(request.get("model", "")), bool(request.get("stream")), 0,
                             request=request, timeout_s=positive(self.headers.get(TIMEOUT_HEADER)),
                             agent_attempt=whole(self.headers.get(ATTEMPT_HEADER)), started_ns=started_ns)  # fmt: skip
@@ -618,6 +619,10 @@ class MeteringProxy:
                     call.refused = f"model not allowed: {call.model!r}"
                     call.status, answer = not_allowed(provider, call.model, sorted(upstream.models or ()))
                     return self.reply(call.status, answer, call)
+                why = check_request(provider, request, proxy.network_allowed)
+                if why is not None:
+                    call.refused, call.status = why, 400
+                    return self.reply(400, error_body(provider, 400, "invalid_request_error", why), call)
                 missing = proxy.missing_model
                 if missing is not None and (missing.provider, missing.model) == (provider, call.model):
                     call.refused = f"model not found upstream: {call.model!r}"
@@ -667,8 +672,9 @@ class MeteringProxy:
                     options = request.get("stream_options") or {}
                     if not options.get("include_usage"):  # the usage comes in the stream's last chunk
                         request["stream_options"] = {**options, "include_usage": True}
-                        body = json.dumps(request).encode()
+                        body = canonical_body(request)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in DROPPED_HEADERS}
+                headers["content-type"] = "application/json"  # the body the proxy wrote
                 headers["content-length"] = str(len(body))
                 where = proxy.upstreams[provider].base_url
                 try:

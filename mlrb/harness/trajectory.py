@@ -31,14 +31,17 @@ class Trajectory:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         disk.mend(self.path)
+        self.closed = False
 
     def record(self, event: str, **fields: Any) -> None:
         """One line, whole or not at all (a disk the agent filled cuts none in two)."""
+        if self.closed:
+            raise ValueError(f"I/O operation on closed file: {self.path}")
         entry = {"time": time.time(), "event": event, **{k: clip(v) for k, v in fields.items()}}
         disk.append_whole(self.path, (json.dumps(entry, default=str) + "\n").encode("utf-8"))
 
     def close(self) -> None:
-        pass  # each line is written and closed as it comes
+        self.closed = True  # (each line is written and closed as it comes)
 
 
 def clip(value: Any) -> Any:
