@@ -153,7 +153,7 @@ class SweepLauncher(BaseSubmititLauncher):
                 print(f"[sweep {sweep_id}] #{job.idx} {job.name}: finished before while the store was away; "
                       f"its record synced (run {synced}), skipped")  # fmt: skip
         todo = [j for j in jobs if not finished[j.idx]]
-        self.facts += [f"sweep.id={sweep_id}", f"sweep.parent_run_id={parent_id}"]
+        self.facts += sweep_facts(sweep_id, parent_id)
 
         progress = Progress(sweep_id, len(jobs), len(jobs) - len(todo))
         try:
@@ -290,6 +290,12 @@ def store_missed(outcome: tuple[bool, Any]) -> Path | None:
     if isinstance(value, dict) and value.get("store_error") and value.get("run_dir"):
         return Path(value["run_dir"])
     return None
+
+
+def sweep_facts(sweep_id: str, parent_id: str) -> list[str]:
+    """The overrides that tell each job its sweep and parent run: quoted, since an id such as
+    941305e46523 would be read as a number (here, infinity), and the job then knows no sweep."""
+    return [f"sweep.id='{sweep_id}'", f"sweep.parent_run_id='{parent_id}'"]
 
 
 def sync_ended_offline(job: SweepJob, folders: list[Path]) -> str | None:

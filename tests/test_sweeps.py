@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, mlflow_client, printed, run_cli, store_args
-from mlrb.sweep import slot_devices
+from conftest import PLUMBING, compose_config, mlflow_client, printed, run_cli, store_args
+from mlrb.sweep import slot_devices, sweep_facts
 
 # A quick job: the agent hands in nothing, so no model is scored. The integration tier's sweeps run
 # at the plumbing scale (PLUMBING), which extends tiny: an override of tiny's values is theirs too.
@@ -421,3 +421,12 @@ def test_a_sweep_over_tasks_sums_up_every_task_s_runs(tmp_path, plumbing_cache):
     assert "done" in result.stdout and ": 2 runs (" in result.stdout, result.stdout[-3000:]
     assert "llm_merging/baseline/smoke/0" in result.stdout and "math_reasoning/baseline/smoke/0" in result.stdout
     assert "its runs are in experiment 'llm_merging' and in 'math_reasoning'" in result.stdout
+
+
+@pytest.mark.fast
+def test_a_job_is_told_its_sweep_s_id_as_it_is_even_when_it_reads_as_a_number():
+    # A sweep's id is 12 hex digits: 941305e46523 is also a float (infinity), which a job read as "inf"
+    # and so found none of its sweep's earlier run folders.
+    for sweep_id, parent in (("941305e46523", "1e10" + "0" * 28), ("0123456789ab", "f" * 32)):
+        cfg = compose_config(*sweep_facts(sweep_id, parent))
+        assert (cfg.sweep.id, cfg.sweep.parent_run_id) == (sweep_id, parent)
