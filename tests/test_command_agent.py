@@ -290,7 +290,7 @@ def test_codex_runs_in_its_sandbox_through_the_proxy_edits_and_submits(tmp_path,
 @pytest.mark.fast
 def test_codex_is_told_to_send_nothing_but_its_model_calls(tmp_path):
     """agent=codex's command writes Codex's config before it starts: its own provider (the proxy),
-    and its update check, analytics, feedback and OpenTelemetry export off, and no history file.
+    and its web search, update check, analytics, feedback and OpenTelemetry export off, and no history file.
     Run as written, with a stand-in `codex` that prints the config it would read (the real binary
     validates these keys: a misspelt value is an error there, checked by hand with 0.169.0)."""
     import tomllib
@@ -314,6 +314,7 @@ def test_codex_is_told_to_send_nothing_but_its_model_calls(tmp_path):
     assert config["analytics"]["enabled"] is False and config["feedback"]["enabled"] is False
     assert {config["otel"][k] for k in ("exporter", "trace_exporter", "metrics_exporter")} == {"none"}
     assert config["history"]["persistence"] == "none"
+    assert config["web_search"] == "disabled"  # the provider's search, outside the sandbox: off
 
 
 @pytest.mark.fast
