@@ -1,4 +1,4 @@
-"""How far the CPU's floating-point kernels move a tiny task's anchors, as far as one machine can show it.
+"""How far the CPU's floating-point kernels move a tiny task's anchors, over the machines it has run on.
 
     .venv/bin/python -m benchmarks.machine_spread --out benchmarks/machine_spread.json [--tasks llm_merging]
 
@@ -15,8 +15,10 @@ takes no seed). What it cannot show: other hardware's rounding on the same path,
 builds, another torch version. Torch's thread count is no source of spread: builds and scoring
 run on one thread.
 
-Writes, per task and path, the switches, the path torch reports, the anchors' scores and the
-build's seconds (they move with the machine's load), with the spread of each anchor over the paths; then the results page.
+Writes, per kind of CPU, task and path, the switches, the path torch reports, the anchors' scores
+and the build's seconds (they move with the machine's load); the kinds of CPU measured before are
+kept (one is replaced by its new measurement), and each anchor's spread is over every machine's
+paths; then the results page.
 """
 
 from __future__ import annotations
@@ -116,11 +118,30 @@ def main() -> None:
             paths[name] = build_on_path(key, switches)
             print(f"{key} {name}: {paths[name]}", flush=True)
         tasks[key] = {"paths": paths, "spread": spread(paths)}
-    figures = {"tasks": tasks, "measured": measured}
-    print(json.dumps({key: task["spread"] for key, task in tasks.items()}, indent=2))
+    here = {"cpu": measured["machine"]["cpu"], "measured": measured, "tasks": tasks}
+    machines = [here]
+    if args.out and args.out.exists():  # the other kinds of CPU measured before: kept, this one's replaced
+        machines += [m for m in machines_of(json.loads(args.out.read_text())) if m["cpu"] != here["cpu"]]
+    figures = {"tasks": overall(machines), "machines": machines, "measured": measured}
+    print(json.dumps({key: task["spread"] for key, task in figures["tasks"].items()}, indent=2))
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
         print(f"written to {results_page.update(args.out)}", file=sys.stderr)
+
+
+def machines_of(data: dict) -> list[dict]:
+    """The machines a file measured (one file written before it kept several: its one machine)."""
+    if "machines" in data:
+        return data["machines"]
+    return [{"cpu": data["measured"]["machine"]["cpu"], "measured": data["measured"], "tasks": data["tasks"]}]
+
+
+def overall(machines: list[dict]) -> dict:
+    """Per task, each anchor's scores over every machine's kernel paths (`spread`)."""
+    keys = sorted({key for machine in machines for key in machine["tasks"]})
+    return {key: {"spread": spread({f"{m['cpu']} {name}": path for m in machines
+                                    for name, path in m["tasks"].get(key, {}).get("paths", {}).items()})}
+            for key in keys}  # fmt: skip
 
 
 def baseline_range(data: dict, key: str = "llm_merging") -> tuple[float, float]:
@@ -135,10 +156,12 @@ def baseline_range(data: dict, key: str = "llm_merging") -> tuple[float, float]:
 def machine_spread_section(bench_dir: Path) -> str:
     data = load(bench_dir, "machine_spread.json")
     rows = []
-    for key, task in data["tasks"].items():
-        for name, path in task["paths"].items():
-            scores = [("invalid" if path["anchors"][a] is None else f"{path['anchors'][a]:.4f}") for a in ANCHORS]
-            rows.append([key, name, f"`{path['capability']}`", *scores])
+    for machine in machines_of(data):
+        for key, task in machine["tasks"].items():
+            for name, path in task["paths"].items():
+                scores = [("invalid" if path["anchors"][a] is None else f"{path['anchors'][a]:.4f}") for a in ANCHORS]
+                rows.append([machine["cpu"], key, name, f"`{path['capability']}`", *scores])
+    measured = [f"{m['cpu']}: {where(m.get('measured'))}" for m in machines_of(data)]
     return "\n\n".join([
         "Every run of one solution scores alike on one machine when its anchors take no seed (llm_merging's "
         "do not), so the default run's score can move only between machines: another CPU makes torch, MKL and "
@@ -146,11 +169,12 @@ def machine_spread_section(bench_dir: Path) -> str:
         "task's assets afresh once per kernel path this machine can run: as the libraries pick it, then capped "
         "at AVX2, then at SSE4 (the libraries' switches `ATEN_CPU_CAPABILITY`, `MKL_ENABLE_INSTRUCTIONS`, "
         "`ONEDNN_MAX_CPU_ISA`), and scores the three anchors on each. The default run's score is the baseline's. "
-        "This is what one machine can show; other hardware on the same path, other library builds and other "
-        "torch versions can move a score further.",
+        "Each kind of CPU it has run on keeps its rows; run on another kind, it adds that one's. This is what "
+        "these machines can show; other hardware, other library builds and other torch versions can move a score "
+        "further.",
         commands("-m benchmarks.machine_spread --out benchmarks/machine_spread.json"),
-        f"Output: `benchmarks/machine_spread.json`. {where(data.get('measured'))}",
-        table(["task", "kernel path", "torch reports", *ANCHORS], rows),
+        "Output: `benchmarks/machine_spread.json`. " + " ".join(measured),
+        table(["CPU", "task", "kernel path", "torch reports", *ANCHORS], rows),
     ])  # fmt: skip
 
 

@@ -40,8 +40,8 @@ def promised_spread(section: str) -> tuple[float, float]:
 
 
 def measured_spread() -> tuple[float, float]:
-    """The default run's score over the kernel paths one machine can run, as benchmarks/machine_spread.py
-    measured it: the default task's baseline, lowest and highest (its score; the baseline takes no seed)."""
+    """The default run's score over the kernel paths of the machines benchmarks/machine_spread.py measured:
+    the default task's baseline, lowest and highest (its score; the baseline takes no seed)."""
     baseline = json.loads((REPO / "benchmarks" / "machine_spread.json").read_text())["tasks"]["llm_merging"]
     return baseline["spread"]["baseline"]["min"], baseline["spread"]["baseline"]["max"]
 
@@ -97,8 +97,8 @@ def test_the_readme_quick_start_works_from_a_fresh_clone(clone):
     score, run_id = float(final[0][0]), final[0][1]
     low, high = promised_spread(section)
     assert low <= score <= high, (
-        f"the default run scored {score}; the README promises {low} to {high}, the range one machine's kernel paths "
-        "gave (benchmarks/machine_spread.json): a CPU of another kind may score outside it"
+        f"the default run scored {score}; the README promises {low} to {high}, the range the measured machines' kernel "
+        "paths gave (benchmarks/machine_spread.json): a CPU of another kind may score outside it; measure it there"
     )
 
     from mlflow.tracking import MlflowClient
