@@ -22,9 +22,8 @@ from fake_llm_server import FakeLlmServer
 from mlrb.core import disk
 from mlrb.store import record
 from test_command_agent import KEY, command_override
+from test_docker_sandbox import needs_docker
 from test_resume import command_args, killed_mid_agent, run_folders
-
-pytestmark = pytest.mark.integration
 
 
 def mount_problem() -> str:
@@ -77,12 +76,15 @@ print("never reached: the harness stops the agent")
 
 
 @needs_mount
-def test_an_agent_that_fills_the_disk_is_stopped_and_counted_and_its_run_recorded_whole(small_disk, plumbing_cache):
+@pytest.mark.parametrize("sandbox", [pytest.param("bwrap", marks=pytest.mark.integration),
+                                     pytest.param("docker", marks=[pytest.mark.system, needs_docker])])  # fmt: skip
+def test_an_agent_that_fills_the_disk_is_stopped_and_counted_and_its_run_recorded_whole(small_disk, plumbing_cache,
+                                                                                         sandbox):  # fmt: skip
     with FakeLlmServer([]) as server:
         started = time.monotonic()
         result = run_cli(*store_args(small_disk, plumbing_cache), PLUMBING, "agent=command",
-                         command_override(FILLS_THE_DISK), "budget.wall_time_s=600", cwd=small_disk,
-                         env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+                         command_override(FILLS_THE_DISK), "budget.wall_time_s=600", f"sandbox={sandbox}",
+                         cwd=small_disk, env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
         took = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-3000:]
     assert took < 200  # stopped by the harness, not by its 600 s of wall time
@@ -120,6 +122,7 @@ time.sleep(300)
 """
 
 
+@pytest.mark.integration
 def test_an_agent_past_its_workspace_s_limit_is_stopped_and_what_it_wrote_past_it_removed(tmp_path, plumbing_cache):
     with FakeLlmServer([]) as server:
         started = time.monotonic()
@@ -142,6 +145,7 @@ def test_an_agent_past_its_workspace_s_limit_is_stopped_and_what_it_wrote_past_i
     assert notes.count("the disk: removed shard_") >= 6
 
 
+@pytest.mark.integration
 def test_a_run_whose_record_was_cut_mid_line_goes_on_when_the_same_command_runs_again(tmp_path, plumbing_cache):
     # A harness killed as it wrote a line (an older mlrb on a full disk did this): the record and the
     # trajectory end in half a line. The same command goes on with the run and finishes it.
