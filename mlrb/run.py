@@ -337,11 +337,11 @@ class Stages:
         self.task: Task = plan.task
         self.calls: metering.CallEvents | None = None  # the model calls, for an agent that makes them
         self.outcome: AgentOutcome  # how the agent ended (`agent`)
+        self.disk_guard: DiskGuard | None = None  # the agent's disk, once its workspace is there (`start`)
 
     def run(self) -> RunResult:
         timed = ((self.open, "recording"), (self.assets, "assets"), (self.start, "sandbox_start"), (self.agent, "agent"),
                  (self.collect, "collect"), (self.score, "scoring"))  # fmt: skip
-        self.disk_guard: DiskGuard | None = None  # the agent's disk, once its workspace is there (`start`)
         # A write of the harness's that finds the disk full asks the agent's disk guard for room first.
         with disk.reclaiming(lambda: self.disk_guard is not None and self.disk_guard.make_room()):
             with contextlib.ExitStack() as self.closing:  # the scorer, closed once the run is scored or stops

@@ -77,6 +77,17 @@ def with_room(write: Callable[[], object]) -> None:
         write()
 
 
+def replace_whole(path: Path, part: Path, write: Callable[[Path], object]) -> None:
+    """PATH made anew: WRITE(PART), then PART renamed over PATH; on a failure PART goes and PATH is
+    as it was (a full disk leaves no half file)."""
+    try:
+        write(part)
+        os.replace(part, path)
+    except OSError:
+        part.unlink(missing_ok=True)
+        raise
+
+
 def append_whole(path: Path, data: bytes) -> None:
     """Append DATA to PATH whole, or leave PATH as it was (a full disk cuts no line in two)."""
     with_room(lambda: _append(path, data))

@@ -111,16 +111,7 @@ def write_owner(run_dir: Path, owner: Owner, exclusive: bool = False) -> bool:
 def atomic_write(path: Path, text: str) -> None:
     """PATH holds TEXT, or what it held before (a full disk asks the agent's disk guard for room first)."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-    def write() -> None:
-        try:
-            temporary.write_text(text)
-            os.replace(temporary, path)
-        except OSError:
-            temporary.unlink(missing_ok=True)
-            raise
-
-    disk.with_room(write)
+    disk.with_room(lambda: disk.replace_whole(path, temporary, lambda part: part.write_text(text)))
 
 
 def ended(run_dir: Path) -> bool:

@@ -22,6 +22,7 @@ import shutil
 import time
 from pathlib import Path
 
+from mlrb.core import disk
 from mlrb.harness import workspace
 from mlrb.harness.workspace import File, Notes, ReadBudget, Snapshot, walk
 
@@ -107,17 +108,15 @@ class StepSnapshots:
     def _store(self, fd: int, size: int, digest: str) -> None:
         """The object DIGEST, written whole or not at all (a full disk leaves no half object)."""
         blob = self.root / OBJECTS / digest
-        part = blob.with_name(f"{digest}.part")
-        try:
+
+        def copy(part: Path) -> None:
             out = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:
                 workspace.copy_bytes(fd, out, size)
             finally:
                 os.close(out)
-            os.replace(part, blob)
-        except OSError:
-            part.unlink(missing_ok=True)
-            raise
+
+        disk.replace_whole(blob, blob.with_name(f"{digest}.part"), copy)
 
     def steps(self) -> list[dict]:
         return load_steps(self.root)
