@@ -106,6 +106,18 @@ def plumbing_cache(cache_dir) -> Path:
     return cache_dir
 
 
+# The cheapest real task, for tests of the harness's own mechanics, whose task is incidental (metering,
+# the agent's end, the disk, the audit, signals): a folder task in MLAgentBench's layout whose
+# training, scoring and anchors are a few lines of plain Python (tests/folder_tasks/house-price-mini).
+# A run of it costs about a sixth of the CPU of the default task's plumbing run, whose scorer alone
+# imports torch, transformers and lm-eval; the default task's own path is tested where it matters.
+HARNESS_TASK_PATH = Path(__file__).parent / "folder_tasks" / "house-price-mini"
+HARNESS_TASK = ("task=folder", f"task.path={HARNESS_TASK_PATH}")
+HARNESS_EXPERIMENT = "house-price-mini"  # its runs' experiment, and the first part of their names
+# An agent's shell command that leaves a valid submission there (the given train.py's predictions).
+HARNESS_SUBMISSION = "python train.py"
+
+
 def task_from_config(key: str, scale: str = "tiny", **overrides):
     """Task KEY as mlrb/tasks/KEY/task.yaml defines it (composed), at SCALE (tiny: the calibrated
     one; plumbing: built in seconds, for tests of how runs move), with some of its values overridden."""

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import PLUMBING, mlflow_client, run_cli, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply
 from test_command_agent import command_override
 
@@ -26,7 +26,7 @@ CALL_USD = (INPUT_TOKENS * 6.0 + OUTPUT_TOKENS * 22.5) / 1e6
 # upstream reports), read until the answer's text has come, then a reset; a short pause for the
 # proxy to settle the call; up to three calls, then an honest submission (the untouched base model).
 HANG_UP = """
-import http.client, json, os, shutil, socket, struct, time
+import http.client, json, os, socket, struct, subprocess, time
 from urllib.parse import urlsplit
 base = urlsplit(os.environ["ANTHROPIC_BASE_URL"])
 prompt = "word " * 200_000
@@ -48,20 +48,20 @@ for i in range(3):
     c.sock.close()
     print("call", i, "answered, hung up")
     time.sleep(3)
-shutil.copytree(os.path.join(os.environ["MLRB_DATA"], "base_model"), "submission")
+subprocess.run(["python", "train.py"], check=True)  # a valid submission
 """
 
 
-def test_an_agent_that_hangs_up_on_every_stream_pays_for_each_call_and_its_budget_stops_it(tmp_path, plumbing_cache):
+def test_an_agent_that_hangs_up_on_every_stream_pays_for_each_call_and_its_budget_stops_it(tmp_path, cache_dir):
     # Each answer's usage and end come a second after its text: the agent has hung up by then.
     script = [reply(text="42.", usage=(INPUT_TOKENS, OUTPUT_TOKENS), end_after_s=1.0) for _ in range(3)]
     with FakeLlmServer(script) as server:
         env = {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url}
-        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command", command_override(HANG_UP),
+        result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, "agent=command", command_override(HANG_UP),
                          f"agent.options.model={MODEL}", cwd=tmp_path, env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     metrics, tags = run.data.metrics, run.data.tags
     # The first call is charged in full, which spends the smoke budget's 200k input tokens: the
     # second is refused, as the provider refuses an account out of credit.
@@ -83,9 +83,9 @@ OPEN_CALL_USD = (OPEN_INPUT * 3.0 + OPEN_OUTPUT * 15.0) / 1e6
 # their holds fit the budget together), reads each until its answer's text has come, and exits
 # at once, the streams still open: their usage and end come seconds later.
 EXIT_MID_STREAM = """
-import http.client, json, os, shutil, threading
+import http.client, json, os, subprocess, threading
 from urllib.parse import urlsplit
-shutil.copytree(os.path.join(os.environ["MLRB_DATA"], "base_model"), "submission")
+subprocess.run(["python", "train.py"], check=True)  # a valid submission
 base = urlsplit(os.environ["ANTHROPIC_BASE_URL"])
 texts = []
 def call():
@@ -114,7 +114,7 @@ def model_calls(tmp_path) -> list[dict]:
 
 
 @pytest.mark.parametrize("calls", [1, 2])
-def test_calls_still_open_when_the_agent_exits_are_charged_recorded_and_named(tmp_path, plumbing_cache, calls):
+def test_calls_still_open_when_the_agent_exits_are_charged_recorded_and_named(tmp_path, cache_dir, calls):
     # Before, the run ended as the program did: the upstream served every call to its end and the
     # run recorded 0 tokens, $0, no model and no call. Two at once served 300k input tokens past a
     # 200k budget, recorded as nothing.
@@ -122,12 +122,12 @@ def test_calls_still_open_when_the_agent_exits_are_charged_recorded_and_named(tm
     program = EXIT_MID_STREAM.replace("CALLS", str(calls))
     with FakeLlmServer(script) as server:
         env = {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url}
-        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command", command_override(program),
+        result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, "agent=command", command_override(program),
                          f"agent.options.model={MODEL}", cwd=tmp_path, env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"{calls} answers read" in (tmp_path / "run" / "agent" / "stdout.txt").read_text()
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     metrics, tags = run.data.metrics, run.data.tags
     assert len(server.requests) == calls
     assert (metrics["input_tokens"], metrics["output_tokens"]) == (calls * OPEN_INPUT, calls * OPEN_OUTPUT)
@@ -141,8 +141,8 @@ def test_calls_still_open_when_the_agent_exits_are_charged_recorded_and_named(tm
 # An honest program: its submission, then one call whose answer it waits for; the wall-time limit
 # stops it before the answer's end comes.
 WAITS_FOR_ITS_ANSWER = """
-import anthropic, os, shutil
-shutil.copytree(os.path.join(os.environ["MLRB_DATA"], "base_model"), "submission")
+import anthropic, os, subprocess
+subprocess.run(["python", "train.py"], check=True)  # a valid submission
 client = anthropic.Anthropic(max_retries=0, timeout=600)
 with client.messages.stream(model=os.environ["MLRB_MODEL"], max_tokens=300,
                             messages=[{"role": "user", "content": "Think long."}]) as stream:
@@ -152,19 +152,19 @@ print("never reached: the wall time ends the program first")
 """
 
 
-def test_a_call_open_when_the_wall_time_stops_the_agent_is_charged_what_the_upstream_served(tmp_path, plumbing_cache):
+def test_a_call_open_when_the_wall_time_stops_the_agent_is_charged_what_the_upstream_served(tmp_path, cache_dir):
     # The answer's usage and end come 20 s after its text; the agent's wall time ends at 10 s. The run's
     # end waits for the call (by default up to budget.open_calls_wait_s, 120 s), reads it to its end
     # and charges it.
     script = [reply(text="42.", usage=(OPEN_INPUT, OPEN_OUTPUT), end_after_s=20.0)]
     with FakeLlmServer(script) as server:
         env = {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url}
-        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command",
+        result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, "agent=command",
                          command_override(WAITS_FOR_ITS_ANSWER), f"agent.options.model={MODEL}",
                          "budget.wall_time_s=10", cwd=tmp_path, env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     metrics, tags = run.data.metrics, run.data.tags
     assert tags["mlrb.status"] == "budget_exhausted" and tags["mlrb.stop_reason"] == "wall_time"
     assert (metrics["input_tokens"], metrics["output_tokens"]) == (OPEN_INPUT, OPEN_OUTPUT)
