@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, mlflow_client, run_cli, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer
 from mlrb.core import disk
 from mlrb.store import record
@@ -56,11 +56,11 @@ def small_disk(tmp_path):
             subprocess.run(["umount", "--lazy", str(mounted)], check=True)
 
 
-# A valid submission (the untouched base model), then 50 MB files until the disk refuses one, then
+# A valid submission (the given train.py's predictions), then 50 MB files until the disk refuses one, then
 # a wait: the harness must stop it, not the wall time.
 FILLS_THE_DISK = """
-import os, shutil, time
-shutil.copytree(os.path.join(os.environ["MLRB_DATA"], "base_model"), "submission")
+import os, subprocess, time
+subprocess.run(["python", "train.py"], check=True)  # a valid submission
 n = 0
 try:
     while True:
@@ -78,11 +78,11 @@ print("never reached: the harness stops the agent")
 @needs_mount
 @pytest.mark.parametrize("sandbox", [pytest.param("bwrap", marks=pytest.mark.integration),
                                      pytest.param("docker", marks=[pytest.mark.system, needs_docker])])  # fmt: skip
-def test_an_agent_that_fills_the_disk_is_stopped_and_counted_and_its_run_recorded_whole(small_disk, plumbing_cache,
+def test_an_agent_that_fills_the_disk_is_stopped_and_counted_and_its_run_recorded_whole(small_disk, cache_dir,
                                                                                          sandbox):  # fmt: skip
     with FakeLlmServer([]) as server:
         started = time.monotonic()
-        result = run_cli(*store_args(small_disk, plumbing_cache), PLUMBING, "agent=command",
+        result = run_cli(*store_args(small_disk, cache_dir), *HARNESS_TASK, "agent=command",
                          command_override(FILLS_THE_DISK), "budget.wall_time_s=600", f"sandbox={sandbox}",
                          cwd=small_disk, env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
         took = time.monotonic() - started
@@ -91,13 +91,14 @@ def test_an_agent_that_fills_the_disk_is_stopped_and_counted_and_its_run_recorde
     run_dir = small_disk / "run"
     assert "the disk refused file" in (run_dir / "agent" / "stdout.txt").read_text()
     client = mlflow_client(small_disk)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     tags, metrics = run.data.tags, run.data.metrics
     assert run.info.status == "FINISHED"
     assert (tags["mlrb.status"], tags["mlrb.stop_reason"]) == ("budget_exhausted", "disk")
     assert "disk" in tags["mlrb.agent_message"]
     assert tags["mlrb.valid"] == "True" and "score" in metrics  # what it left is scored, and counted
-    assert tags["mlrb.counted_reason"]  # counted in means (plumbing: as none, with why)
+    # an attempt, with its raw score (a task folder states no do-nothing score: no counted one, and why)
+    assert tags["mlrb.counted_as"] == "none" and tags["mlrb.counted_reason"]
     # what the harness removed to make room, each file named
     notes = Path(client.download_artifacts(run.info.run_id, "workspace_notes.txt", str(small_disk / "a"))).read_text()
     assert "the disk: removed fill_" in notes
@@ -107,13 +108,13 @@ def test_an_agent_that_fills_the_disk_is_stopped_and_counted_and_its_run_recorde
     for line in (run_dir / "trajectory.jsonl").read_text().splitlines():
         json.loads(line)
     # the submission it made before is whole
-    assert (run_dir / "workspace" / "submission").is_dir()
+    assert (run_dir / "workspace" / "submission.csv").is_file()
 
 
 # Past its own limit on a disk with room: 50 MB files, 400 MB in all, against sandbox.disk_gb=0.1.
 WRITES_PAST_ITS_LIMIT = """
-import os, shutil, time
-shutil.copytree(os.path.join(os.environ["MLRB_DATA"], "base_model"), "submission")
+import os, subprocess, time
+subprocess.run(["python", "train.py"], check=True)  # a valid submission
 for n in range(8):
     with open(f"shard_{n}.bin", "wb") as f:
         f.write(os.urandom(50 << 20))
@@ -123,24 +124,24 @@ time.sleep(300)
 
 
 @pytest.mark.integration
-def test_an_agent_past_its_workspace_s_limit_is_stopped_and_what_it_wrote_past_it_removed(tmp_path, plumbing_cache):
+def test_an_agent_past_its_workspace_s_limit_is_stopped_and_what_it_wrote_past_it_removed(tmp_path, cache_dir):
     with FakeLlmServer([]) as server:
         started = time.monotonic()
-        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command",
+        result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, "agent=command",
                          command_override(WRITES_PAST_ITS_LIMIT), "sandbox.disk_gb=0.1", cwd=tmp_path,
                          env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
         took = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-3000:]
     assert took < 200
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     tags = run.data.tags
     assert (tags["mlrb.status"], tags["mlrb.stop_reason"]) == ("budget_exhausted", "disk")
     assert "past its limit of 0.10 GiB (sandbox.disk_gb)" in tags["mlrb.agent_message"]
     assert tags["mlrb.valid"] == "True"
     work = tmp_path / "run" / "workspace"
     held = sum(p.stat().st_blocks * 512 for p in work.rglob("*") if p.is_file())
-    assert held <= 0.1 * (1 << 30) and (work / "submission").is_dir()
+    assert held <= 0.1 * (1 << 30) and (work / "submission.csv").is_file()
     notes = Path(client.download_artifacts(run.info.run_id, "workspace_notes.txt", str(tmp_path / "a"))).read_text()
     assert notes.count("the disk: removed shard_") >= 6
 
@@ -158,7 +159,7 @@ def test_a_run_whose_record_was_cut_mid_line_goes_on_when_the_same_command_runs_
     assert again.returncode == 0, again.stderr[-3000:]
     assert run_folders(tmp_path) == [folder]
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
     assert run.data.tags["mlrb.status"] == "ok" and "mlrb.cut" not in run.data.tags
     for name in ("record.jsonl", "trajectory.jsonl"):

@@ -8,8 +8,9 @@ allocated). A write of the harness's own that finds the disk full asks it too, a
 either limit the agent is stopped (its processes killed, its model calls refused: the budget's
 limit `disk`), and what it wrote is removed, its largest files first and its submission last,
 until its folders are within their limit and the disk has room for the rest of the run (the
-harness's reserve, and two copies of what is left: the final snapshot's and the store's, the
-submission's and the scorer's); each file removed is named in the run's notes. The run then ends as one that reached a limit of its
+harness's reserve, and a copy of what is left for each copy the run may still make: the final
+snapshot's and the store's, the submission's and the scorer's); each file removed is named in
+the run's notes. The run then ends as one that reached a limit of its
 budget: `budget_exhausted`, its workspace scored as it is left. Going past its disk is the
 agent's doing, and counts against it; the record, the trajectory and the store never share its fate.
 """
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 LIMIT = "disk"  # the budget's limit the run ends at
 POLL_S = 0.5  # how often the disk's free space is looked at
 MEASURE_S = 5.0  # how often, at least, the agent's folders are measured (more seldom when measuring is slow)
+COPIES = 4  # the copies the rest of a run may make of what the agent left (see `remove_past_limits`)
 
 
 def gib(size: float) -> str:
@@ -108,9 +110,10 @@ class DiskGuard:
             self.folders[0]
         )  # and what is removed (a file still open is freed once its process dies)
         for path, size in files:
-            # The room the run needs from here: its reserve, and two copies of what is left (its final
-            # snapshot and the store's copy of it; the submission's copy and the scorer's).
-            if left <= self.limit and free >= self.reserve + 2 * left:
+            # The room the run needs from here: its reserve, and a copy of what is left for each copy the
+            # rest of the run may make (its final snapshot, the store's copy of that, the submission's
+            # copy, the scorer's: a submission may be the whole workspace).
+            if left <= self.limit and free >= self.reserve + COPIES * left:
                 break
             try:
                 path.unlink()
