@@ -137,6 +137,14 @@ def signal_all_others(name):
     return {"signalled": name}
 
 
+def exit_signal(pid):
+    """A file descriptor that becomes readable when PID ends (a pidfd), or None where the kernel has none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 def run(command, timeout_s, cwd, whole_run=False):
     started = time.monotonic()
     before = set(process_table())
@@ -154,6 +162,9 @@ def run(command, timeout_s, cwd, whole_run=False):
     for stream in captured:
         os.set_blocking(stream.fileno(), False)
         selector.register(stream, selectors.EVENT_READ, captured[stream])
+    exited = exit_signal(proc.pid)  # wakes the loop the moment the command ends (its end may be the agent's)
+    if exited is not None:
+        selector.register(exited, selectors.EVENT_READ, None)
     deadline = started + timeout_s
     timed_out = False
     while proc.poll() is None:
@@ -164,7 +175,8 @@ def run(command, timeout_s, cwd, whole_run=False):
             proc.wait()
             break
         for key, _ in selector.select(timeout=min(0.05, max(0.0, deadline - time.monotonic()))):
-            drain(key.fileobj, key.data)
+            if key.data is not None:
+                drain(key.fileobj, key.data)
     if whole_run:  # the agent's run is over: nothing it left may go on
         proc.wait()
         end_all_others(proc.pid)
@@ -173,6 +185,8 @@ def run(command, timeout_s, cwd, whole_run=False):
         drain(stream, buffer)
         stream.close()
     selector.close()
+    if exited is not None:
+        os.close(exited)
     code = proc.returncode
     return {
         "exit_code": 128 - code if code < 0 else code,  # a signal, as a shell reports it
