@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, assert_record_matches_store, mlflow_client, run_cli
+from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, assert_record_matches_store, mlflow_client, run_cli
 from mlrb.core.config import TrackingConfig
 from mlrb.store import record, recording_process
 
@@ -224,22 +224,21 @@ def test_sync_refuses_a_folder_without_a_record_in_one_line(tmp_path, capsys):
 
 
 @pytest.mark.integration
-def test_the_documented_rebuild_of_a_lost_store(tmp_path, plumbing_cache):
-    """docs/runs.md's two lines, as written, after a run from the same folder."""
+def test_the_documented_rebuild_of_a_lost_store(tmp_path, cache_dir):
+    """docs/runs.md's two lines, as written, after a run from the same folder (of the cheapest real
+    task: the lines name none)."""
     import subprocess
 
     from mlflow.tracking import MlflowClient
 
-    done = run_cli(
-        "task=llm_merging", "agent=baseline", PLUMBING, cwd=tmp_path, env={"MLRB_CACHE_DIR": str(plumbing_cache)}
-    )
+    done = run_cli(*HARNESS_TASK, "agent=baseline", cwd=tmp_path, env={"MLRB_CACHE_DIR": str(cache_dir)})
     assert done.returncode == 0, done.stderr[-2000:]
     # Read through a copy: MLflow keeps a store's engine per URI in this process, which would
     # still read the deleted file after `rm -rf mlruns`.
     with sqlite3.connect(tmp_path / "mlruns" / "mlflow.db") as live_db, sqlite3.connect(tmp_path / "live.db") as copy:
         live_db.backup(copy)  # with what is still in its write-ahead log
     client = MlflowClient(f"sqlite:///{tmp_path / 'live.db'}")
-    (live,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (live,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     expected = store_content(client, live)
     assert "score_report.json" in expected["artifacts"] and "score" in expected["metrics"]
 
@@ -249,7 +248,7 @@ def test_the_documented_rebuild_of_a_lost_store(tmp_path, plumbing_cache):
     result = subprocess.run(["bash", "-ec", block], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
-    (rebuilt,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (rebuilt,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     assert store_content(client, rebuilt) == expected
     assert rebuilt.data.tags["mlrb.run_id"] == live.data.tags["mlrb.run_id"]  # the record's own id, in both
 
