@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import PLUMBING, mlflow_client, run_cli, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, PLUMBING, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer
 from mlrb.harness import workspace
 from test_command_agent import KEY, command_override
@@ -89,12 +89,13 @@ def test_a_workspace_full_of_traps_is_scored_and_counted_never_an_infra_error(tm
 # Code the agent hides where a walk used to look away: under a name that starts as the harness's
 # budget file does, and in __pycache__ folders (a source file there, and compiled code with no
 # source). Its submission is made by that code. The honest control: a module imported the usual
-# way, whose compiled cache is left out as Python's, not the agent's.
+# way, whose compiled cache is left out as Python's, not the agent's. Its task is incidental: the
+# cheapest one (HARNESS_TASK), whose given train.py leaves a valid submission.
 HIDES_ITS_CODE = """
 import os, subprocess, py_compile
 os.makedirs(".mlrb_budget_tools", exist_ok=True)
 with open(".mlrb_budget_tools/solve.py", "w") as f:
-    f.write("import subprocess\\nsubprocess.run('python merge.py --data \\"$MLRB_DATA\\" --output submission', shell=True, check=True)\\n")
+    f.write("import subprocess\\nsubprocess.run(['python', 'train.py'], check=True)\\n")
 os.makedirs("__pycache__", exist_ok=True)
 with open("__pycache__/hidden.py", "w") as f:
     f.write("SECRET_METHOD = 1\\n")
@@ -110,14 +111,14 @@ subprocess.run(["python", ".mlrb_budget_tools/solve.py"], check=True)
 """
 
 
-def test_the_patch_and_the_snapshots_see_every_file_the_agent_wrote_whatever_its_name(tmp_path, plumbing_cache):
+def test_the_patch_and_the_snapshots_see_every_file_the_agent_wrote_whatever_its_name(tmp_path, cache_dir):
     with FakeLlmServer([]) as server:
-        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command",
+        result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, "agent=command",
                          command_override(HIDES_ITS_CODE), cwd=tmp_path,
                          env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     assert run.data.tags["mlrb.status"] == "ok"
     patch = open(client.download_artifacts(run.info.run_id, "workspace.patch", str(tmp_path / "a"))).read()
     steps = [json.loads(line) for line in (tmp_path / "run" / "snapshots" / "steps.jsonl").read_text().splitlines()]
