@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, REPO, mlflow_client, run_cli, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, REPO, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, error, reply, tool
 
 HARBOR_PYTHON = REPO / ".venv-harbor" / "bin" / "python"
-MERGE_ARGS = '--data "$MLRB_DATA" --output submission'
 
 
 def harbor_validates(path: Path) -> dict:
@@ -40,20 +39,20 @@ def harbor_validates(path: Path) -> dict:
 
 def only_run(tmp_path: Path):
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     return client, run
 
 
 @pytest.mark.integration
-def test_an_llm_agents_run_is_written_as_atif_that_harbor_validates(tmp_path, plumbing_cache):
+def test_an_llm_agents_run_is_written_as_atif_that_harbor_validates(tmp_path, cache_dir):
     script = [
         error(529, "overloaded"),  # a failed try: in the next step's extra, not a step
-        reply(tool("read_file", path="merge.py", start_line=1, num_lines=5), text="Reading.", usage=(1200, 80)),
-        reply(tool("run_python", path="merge.py", args=MERGE_ARGS, timeout_s=300), usage=(1700, 60)),
+        reply(tool("read_file", path="train.py", start_line=1, num_lines=5), text="Reading.", usage=(1200, 80)),
+        reply(tool("run_python", path="train.py", timeout_s=300), usage=(1700, 60)),  # a valid submission
         reply(tool("submit", summary="ran the starter"), usage=(2100, 40)),
     ]
     with FakeLlmServer(script) as server:
-        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=claude",
+        result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, "agent=claude",
                          "agent.options.retry_base_delay_s=0.01", cwd=tmp_path,
                          env={"ANTHROPIC_API_KEY": "sk-ant-atif-test", "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -94,13 +93,13 @@ def test_an_llm_agents_run_is_written_as_atif_that_harbor_validates(tmp_path, pl
 
 
 @pytest.mark.integration
-def test_the_scripted_baselines_command_is_a_step_without_a_model_call(tmp_path, plumbing_cache):
-    result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=baseline", cwd=tmp_path)
+def test_the_scripted_baselines_command_is_a_step_without_a_model_call(tmp_path, cache_dir):
+    result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, "agent=baseline", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     document = harbor_validates(tmp_path / "run" / "trajectory.atif.json")
     assert document["agent"]["name"] == "baseline" and "model_name" not in document["agent"]
     user, command = document["steps"]
-    assert user["source"] == "user" and "# Task: LLM Merging" in user["message"]
+    assert user["source"] == "user" and "Predict the sale price of a house" in user["message"]  # the task's prompt
     assert command["source"] == "agent" and command["llm_call_count"] == 0 and "metrics" not in command
     (call,) = command["tool_calls"]
     (result,) = command["observation"]["results"]
