@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, mlflow_client, run_cli, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
 
 pytestmark = pytest.mark.integration
@@ -33,11 +33,13 @@ class LateWriter(Callback):
 
 
 def noop_run(tmp_path: Path, cache: Path, *extra: str, env: dict | None = None):
+    """A run whose agent submits at once, on the cheapest task (HARNESS_TASK): what is tested is how the
+    process ends, whatever the task."""
     tmp_path.mkdir(exist_ok=True)
     with FakeLlmServer([reply(tool("submit", summary="nothing to do"))]) as server:
         return run_cli(
             *store_args(tmp_path, cache),
-            PLUMBING,
+            *HARNESS_TASK,
             "agent=claude",
             *extra,
             cwd=tmp_path,
@@ -45,15 +47,15 @@ def noop_run(tmp_path: Path, cache: Path, *extra: str, env: dict | None = None):
         )
 
 
-def test_a_run_that_ends_at_once_has_its_record_log_and_result_line_complete(tmp_path, plumbing_cache):
-    result = noop_run(tmp_path / "fast", plumbing_cache)
+def test_a_run_that_ends_at_once_has_its_record_log_and_result_line_complete(tmp_path, cache_dir):
+    result = noop_run(tmp_path / "fast", cache_dir)
     assert result.returncode == 0, result.stderr[-3000:]
     # Standard output is a pipe here, so buffered: the result line is there only if it was flushed.
     last_line = result.stdout.splitlines()[-1]
-    assert last_line.startswith("llm_merging/claude/smoke/0: ") and " mlflow run " in last_line
+    assert last_line.startswith(f"{HARNESS_EXPERIMENT}/claude/smoke/0: ") and " mlflow run " in last_line
 
     client = mlflow_client(tmp_path / "fast")
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     assert run.info.status == "FINISHED" and last_line.endswith(f"mlflow run {run.info.run_id}")
     tags, metrics = run.data.tags, run.data.metrics
     assert f"status {tags['mlrb.status']}" in last_line and tags["mlrb.agent_message"] == "nothing to do"
@@ -75,7 +77,7 @@ def test_a_run_that_ends_at_once_has_its_record_log_and_result_line_complete(tmp
     (tmp_path / "user").mkdir()
     (tmp_path / "user" / "late_writer.py").write_text(LATE_WRITER)
     slow = tmp_path / "slow"
-    result = noop_run(slow, plumbing_cache, "+hydra.callbacks.late._target_=late_writer.LateWriter",
+    result = noop_run(slow, cache_dir, "+hydra.callbacks.late._target_=late_writer.LateWriter",
                       env={"PYTHONPATH": str(tmp_path / "user")})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert (slow / "late.txt").read_text() == "written after the run"
