@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, mlflow_client, run_cli, run_module, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, mlflow_client, run_cli, run_module, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
 
-MERGE_ARGS = '--data "$MLRB_DATA" --output submission'
-# Seed 1 reads a file and submits nothing (an invalid run); seed 2 runs the starter's merge (a valid one).
+# Runs of the cheapest real task. Seed 1 reads a file and submits nothing (an invalid run); seed 2
+# runs the given train.py (a valid one).
 SCRIPT = [
-    reply(tool("read_file", path="merge.py", start_line=1, num_lines=5), text="Reading first.", usage=(1200, 80)),
+    reply(tool("read_file", path="train.py", start_line=1, num_lines=5), text="Reading first.", usage=(1200, 80)),
     reply(tool("submit", summary="nothing yet"), usage=(1500, 40)),
-    reply(tool("run_python", path="merge.py", args=MERGE_ARGS, timeout_s=300), usage=(1700, 60)),
+    reply(tool("run_python", path="train.py", timeout_s=300), usage=(1700, 60)),
     reply(tool("submit", summary="ran the starter"), usage=(2100, 30)),
 ]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -40,20 +40,20 @@ def export(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def runs_by_name(tmp_path: Path) -> dict:
     client = mlflow_client(tmp_path)
-    runs = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     return {r.info.run_name: r for r in runs if r.data.tags.get("mlrb.role") != "sweep"}
 
 
 @pytest.mark.integration
-def test_a_sweep_and_a_run_export_as_inspect_logs_that_inspect_reads_back(tmp_path, plumbing_cache):
+def test_a_sweep_and_a_run_export_as_inspect_logs_that_inspect_reads_back(tmp_path, cache_dir):
     from inspect_ai.log import read_eval_log
 
     with FakeLlmServer(SCRIPT) as server:
-        sweep = run_cli("-m", "agent=claude", "seed=1,2", PLUMBING, *store_args(tmp_path, plumbing_cache),
+        sweep = run_cli("-m", "agent=claude", "seed=1,2", *HARNESS_TASK, *store_args(tmp_path, cache_dir),
                         f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path,
                         env={"ANTHROPIC_API_KEY": "sk-ant-inspect-test", "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
     assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-3000:]
-    baseline = run_cli(PLUMBING, "agent=baseline", *store_args(tmp_path, plumbing_cache), cwd=tmp_path)
+    baseline = run_cli(*HARNESS_TASK, "agent=baseline", *store_args(tmp_path, cache_dir), cwd=tmp_path)
     assert baseline.returncode == 0, baseline.stderr[-3000:]
 
     result = export(str(tmp_path / "sweep"), str(tmp_path / "run"), "--out", str(tmp_path / "logs"), cwd=tmp_path)
@@ -64,7 +64,7 @@ def test_a_sweep_and_a_run_export_as_inspect_logs_that_inspect_reads_back(tmp_pa
     runs = runs_by_name(tmp_path)
 
     claude = logs["claude"]
-    assert claude.status == "success" and claude.eval.task == "llm_merging"
+    assert claude.status == "success" and claude.eval.task == HARNESS_EXPERIMENT
     assert claude.eval.model == "anthropic/claude-sonnet-5" and claude.eval.config.epochs == 2
     assert claude.eval.dataset.sample_ids == ["smoke"]
     # The runs are the samples: one configuration, its seeds the epochs.
@@ -104,7 +104,7 @@ def test_a_sweep_and_a_run_export_as_inspect_logs_that_inspect_reads_back(tmp_pa
     assert sample.metadata["messages_from"] == "trajectory"
     assert [m.role for m in sample.messages] == ["user", "assistant", "tool"]
     assert sample.messages[1].tool_calls[0].function == "shell"
-    assert sample.scores["mlrb"].value["score"] == runs["llm_merging/baseline/smoke/0"].data.metrics["score"]
+    assert sample.scores["mlrb"].value["score"] == runs[f"{HARNESS_EXPERIMENT}/baseline/smoke/0"].data.metrics["score"]
 
     again = export(str(tmp_path / "sweep"), str(tmp_path / "run"), "--out", str(tmp_path / "logs"), cwd=tmp_path)
     assert again.returncode == 0 and sorted((tmp_path / "logs").glob("*.eval")) == files  # the same logs, rewritten
@@ -150,12 +150,12 @@ def free_port() -> int:
 @pytest.mark.system
 @pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
                     reason="needs Debian's headless Chromium: apt-get install chromium chromium-driver")  # fmt: skip
-def test_inspect_view_shows_an_exported_log_in_a_browser(tmp_path, plumbing_cache):
+def test_inspect_view_shows_an_exported_log_in_a_browser(tmp_path, cache_dir):
     from selenium import webdriver
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    run = run_cli(PLUMBING, "agent=baseline", *store_args(tmp_path, plumbing_cache), cwd=tmp_path)
+    run = run_cli(*HARNESS_TASK, "agent=baseline", *store_args(tmp_path, cache_dir), cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     result = export(str(tmp_path / "run"), "--out", str(tmp_path / "logs"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -184,7 +184,7 @@ def test_inspect_view_shows_an_exported_log_in_a_browser(tmp_path, plumbing_cach
         def shown(what: str) -> bool:
             return what in driver.find_element(By.TAG_NAME, "body").text
 
-        WebDriverWait(driver, 120, poll_frequency=0.5).until(lambda _: shown("llm_merging") and shown("smoke"))
+        WebDriverWait(driver, 120, poll_frequency=0.5).until(lambda _: shown(HARNESS_EXPERIMENT) and shown("smoke"))
         driver.save_screenshot(str(tmp_path / "inspect-view.png"))
     finally:
         if driver is not None:
