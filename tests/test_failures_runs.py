@@ -1,15 +1,15 @@
-"""Every failure attributed and survived, in whole runs of the default task through
-`python -m mlrb`: broken submissions are the agent's (invalid, FINISHED), a model
-server answering garbage is the agent's (agent_error, the workspace still scored),
-signals stop a run as killed with one line, identical runs started together keep
-their own folders, and a password in the tracking URI is written nowhere."""
+"""Every failure attributed and survived, in whole runs through `python -m mlrb` (of the default
+task; the signals' of the cheapest one, HARNESS_TASK, as their task is incidental): broken
+submissions are the agent's (invalid, FINISHED), a model server answering garbage is the
+agent's (agent_error, the workspace still scored), signals stop a run as killed with one line,
+identical runs started together keep their own folders, and a password in the tracking URI is
+written nowhere."""
 
 from __future__ import annotations
 
 import base64
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, mlflow_client, printed, run_cli, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, PLUMBING, mlflow_client, printed, run_cli, store_args
 from test_failures import garbage_server
 
 pytestmark = pytest.mark.integration
@@ -30,9 +30,9 @@ MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
 # values (task.scales.tiny.baseline_command) is theirs too.
 
 
-def only_run(tmp_path: Path):
+def only_run(tmp_path: Path, experiment: str = "llm_merging"):
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     return client, run
 
 
@@ -108,10 +108,10 @@ def as_in_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start_run(tmp_path: Path, cache: Path, command: str) -> subprocess.Popen:
+def start_run(tmp_path: Path, cache: Path, *task: str) -> subprocess.Popen:
+    """`python -m mlrb` with TASK's overrides, started as a user starts it (not warm: signals reach it)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache), PLUMBING,
-         f"task.scales.tiny.baseline_command='{command}'"],
+        [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache), *task],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal,
     )  # fmt: skip
 
@@ -142,13 +142,25 @@ def running_with(marker: str) -> list:
     return found
 
 
-def stopped_by(signum: int, tmp_path: Path, cache: Path, before: str = "true"):
-    """A run whose agent starts a long command; SIGNUM to the harness once the command runs.
-    Returns (exit code, stdout, stderr, the agent's processes left, seconds to stop)."""
+# The signals' runs: the baseline agent (whose scorer starts with it) on the cheapest task (HARNESS_TASK),
+# its task incidental. Its command: the given train.py (a valid submission), then a sleep no other
+# process runs (found by its length, drawn in the sandbox and written to agent.started), until the
+# signal. A folder task's baseline command is also its baseline anchor, run when its assets are built
+# whatever score the config states: there the workspace has no budget file yet, and it ends after
+# train.py. One command string for every test here: its assets are built once.
+SLEEPS_AFTER_ITS_SUBMISSION = (
+    'python train.py && if [ -e "$MLRB_BUDGET_FILE" ]; then seconds=$((1000000 + $(od -An -N3 -tu4 /dev/urandom))); '
+    "(sleep $seconds & echo $seconds > agent.started; wait); fi"
+)
+
+
+def stopped_by(signum: int, tmp_path: Path, cache: Path):
+    """A run whose agent makes its submission, then starts a long command; SIGNUM to the harness once
+    the command runs. Returns (exit code, stdout, stderr, the agent's processes left, seconds to stop)."""
     started_file = tmp_path / "run" / "workspace" / "agent.started"  # the agent sees its workspace only
-    seconds = str(random.randrange(10**6, 10**7))  # a sleep no other process runs: found by it
-    process = start_run(tmp_path, cache, f"{before} && (sleep {seconds} & echo $! > agent.started; wait)")
-    wait_for_file(started_file, process)
+    process = start_run(tmp_path, cache, *HARNESS_TASK,
+                        f"task.scales.folder.baseline_command='{SLEEPS_AFTER_ITS_SUBMISSION}'")  # fmt: skip
+    seconds = wait_for_file(started_file, process)
     assert running_with(f"sleep\0{seconds}"), "the agent's command is running"
     sent = time.monotonic()
     process.send_signal(signum)
@@ -162,14 +174,16 @@ def stopped_by(signum: int, tmp_path: Path, cache: Path, before: str = "true"):
     return process.returncode, out, err, running_with(f"sleep\0{seconds}"), took
 
 
-def test_ctrl_c_kills_the_agent_scores_its_workspace_and_records_the_run_killed(tmp_path, plumbing_cache):
-    code, out, err, left, took = stopped_by(signal.SIGINT, tmp_path, plumbing_cache, before=MERGE)
+def test_ctrl_c_kills_the_agent_scores_its_workspace_and_records_the_run_killed(tmp_path, cache_dir):
+    code, out, err, left, took = stopped_by(signal.SIGINT, tmp_path, cache_dir)
     assert code == 128 + signal.SIGINT, err[-3000:]
     assert left == [] and took < 120  # the agent's command did not outlive the run
     assert "Traceback" not in out + err
-    client, run = only_run(tmp_path)
+    client, run = only_run(tmp_path, HARNESS_EXPERIMENT)
     (line,) = mlrb_lines(err)
-    assert line.startswith("mlrb: run interrupted by SIGINT; recorded as killed (workspace scored: 0.")
+    assert line.startswith(
+        f"mlrb: run interrupted by SIGINT; recorded as killed (workspace scored: {run.data.metrics['score']:.4f}"
+    )
     assert line.endswith(f"mlflow run {run.info.run_id}")
     assert run.info.status == "KILLED"  # not FINISHED: a re-launched sweep runs it again
     tags = run.data.tags
@@ -178,14 +192,14 @@ def test_ctrl_c_kills_the_agent_scores_its_workspace_and_records_the_run_killed(
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_kill_or_a_closed_terminal_stop_the_run_to_go_on_later_in_one_line(tmp_path, plumbing_cache, signum):
+def test_kill_or_a_closed_terminal_stop_the_run_to_go_on_later_in_one_line(tmp_path, cache_dir, signum):
     # `kill`, `timeout`, a closed terminal: the environment stopped the run, not its user; it is
     # left unended, to go on where it was when the same command runs again (tests/test_resume.py)
-    code, out, err, left, took = stopped_by(signum, tmp_path, plumbing_cache, before=MERGE)
+    code, out, err, left, took = stopped_by(signum, tmp_path, cache_dir)
     assert code == 128 + signum, err[-3000:]
     assert left == [] and took < 120
     assert "Traceback" not in out + err
-    client, run = only_run(tmp_path)
+    client, run = only_run(tmp_path, HARNESS_EXPERIMENT)
     (line,) = mlrb_lines(err)
     name = signal.Signals(signum).name
     assert line == (f"mlrb: run stopped by {name} before its end; run the same command again to go on where it "
@@ -202,7 +216,8 @@ def test_kill_or_a_closed_terminal_stop_the_run_to_go_on_later_in_one_line(tmp_p
 def test_identical_runs_started_in_the_same_second_get_their_own_folders_and_trajectories(tmp_path, plumbing_cache):
     # Same config, same seed, same Hydra run folder, and a store neither has created yet.
     command = "echo I am $(od -An -N8 -tx8 /dev/urandom)"  # not $$: each sandbox may number its own PIDs
-    processes = [start_run(tmp_path, plumbing_cache, command) for _ in range(2)]
+    processes = [start_run(tmp_path, plumbing_cache, PLUMBING, f"task.scales.tiny.baseline_command='{command}'")
+                 for _ in range(2)]  # fmt: skip
     results = [p.communicate(timeout=600) for p in processes]
     assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in results]
     client = mlflow_client(tmp_path)
