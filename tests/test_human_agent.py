@@ -13,17 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, mlflow_client, run_cli, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_SUBMISSION, HARNESS_TASK, mlflow_client, run_cli, store_args
 from mlrb.agents.human import Commands
 from mlrb.core import events
 from test_docker_sandbox import needs_docker
 
-MERGE = 'python merge.py --data "$MLRB_DATA" --output submission && ls submission'
+# A person's valid submission on the cheapest real task (the given train.py's predictions), then a
+# second's wait, as a command of the person's takes its own time (its duration is checked), and a
+# line to wait for that the typed command does not hold.
+MAKE = f"{HARNESS_SUBMISSION} && sleep 1 && echo made-$((6 * 7))"
 SECRET = "sk-ant-human-test-key-4242"
 
 
 class Person:
-    """`python -m mlrb agent=human ...` started in the background, and its terminal as a person sees it."""
+    """`python -m mlrb agent=human ...` (the cheapest real task) started in the background, and its
+    terminal as a person sees it."""
 
     def __init__(self, tmp_path: Path, cache: Path, *overrides: str):
         self.tmp_path = tmp_path
@@ -31,7 +35,7 @@ class Person:
         self.stdout, self.stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
         with open(self.stdout, "w") as out, open(self.stderr, "w") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "mlrb", "task=llm_merging", "agent=human", *store_args(tmp_path, cache),
+                [sys.executable, "-m", "mlrb", *HARNESS_TASK, "agent=human", *store_args(tmp_path, cache),
                  *overrides],
                 cwd=tmp_path, stdout=out, stderr=err, env={**os.environ, "ANTHROPIC_API_KEY": SECRET},
             )  # fmt: skip
@@ -73,8 +77,8 @@ class Person:
 
 @pytest.fixture
 def person_at(tmp_path, cache_dir):
-    """Starts a person's run with the given overrides; the test asks for the assets it runs on
-    (plumbing_cache with PLUMBING among the overrides, or built_cache)."""
+    """Starts a person's run with the given overrides, on the session's cache (the cheapest real
+    task's assets are built there by the first run that needs them)."""
     people: list[Person] = []
 
     def start(*overrides: str) -> Person:
@@ -88,43 +92,43 @@ def person_at(tmp_path, cache_dir):
 
 def one_run(tmp_path):
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     return client, run
 
 
-def merge_and_exit(person: Person) -> None:
-    """What a person does for a valid submission: the starter's merge, then exit."""
+def submit_and_exit(person: Person) -> None:
+    """What a person does for a valid submission: the given train.py, then exit."""
     person.wait_for("min left]")
-    person.type(MERGE)
-    person.wait_for("model.safetensors")
+    person.type(MAKE)
+    person.wait_for("made-42")
     person.type("exit")
 
 
 @pytest.mark.integration
-def test_a_person_in_bwrap_merges_exits_and_is_scored_with_every_command_recorded(tmp_path, plumbing_cache, person_at):
-    person = person_at(PLUMBING)
+def test_a_person_in_bwrap_merges_exits_and_is_scored_with_every_command_recorded(tmp_path, person_at):
+    person = person_at()
     screen = person.wait_for("min left]")
-    assert "# Task: LLM Merging" in screen and "`instructions` shows the task again" in screen
+    assert "Predict the sale price of a house" in screen and "`instructions` shows the task again" in screen
     person.type("id -u; pwd; env | grep -c sk-ant-human; echo said-$((6 * 7))")
     screen = person.wait_for("said-42")  # in the sandbox: its user, its workspace, no key of the harness
     assert "1000\n/workspace\n0\nsaid-42" in screen
     person.type("cat no-such-file")
     person.wait_for("No such file or directory")
-    merge_and_exit(person)
+    submit_and_exit(person)
     code, stdout, stderr = person.wait()
     assert code == 0, stderr[-3000:]
     assert f"attach with: tmux -S {person.socket} attach" in stdout
-    assert "llm_merging/human/smoke/0: score" in stdout and "(valid); status ok" in stdout
+    assert f"{HARNESS_EXPERIMENT}/human/smoke/0: score" in stdout and "(valid); status ok" in stdout
     client, run = one_run(tmp_path)
     assert run.data.tags["mlrb.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
     assert run.data.params["agent.name"] == "human"
     # Each command line a tool call and its result, in the order typed, with its status and output.
     trajectory = person.trajectory()
     calls = [e["arguments"]["command"] for e in trajectory if e["event"] == "tool_call"]
-    assert calls == ["id -u; pwd; env | grep -c sk-ant-human; echo said-$((6 * 7))", "cat no-such-file", MERGE, "exit"]
+    assert calls == ["id -u; pwd; env | grep -c sk-ant-human; echo said-$((6 * 7))", "cat no-such-file", MAKE, "exit"]
     results = [e for e in trajectory if e["event"] == "tool_result"]
     assert [(r["exit_code"], r["is_error"]) for r in results] == [(0, False), (1, True), (0, False), (None, False)]
-    assert "No such file or directory" in results[1]["output"] and "merged" in results[2]["output"]
+    assert "No such file or directory" in results[1]["output"] and "train MAE" in results[2]["output"]
     assert "\x1b" not in results[2]["output"] and results[2]["duration_s"] > 0.5  # the screen's text; its own time
     assert [e["event"] for e in trajectory][-2:] == ["submit", "end"]
     # The same in the run's trace, and the whole terminal as its artifact.
@@ -132,17 +136,16 @@ def test_a_person_in_bwrap_merges_exits_and_is_scored_with_every_command_recorde
     assert [s.inputs["command"] for s in trace.data.spans if s.span_type == "TOOL"] == calls
     assert [a.path for a in client.list_artifacts(run.info.run_id, "agent")] == ["agent/terminal.txt"]
     transcript = Path(client.download_artifacts(run.info.run_id, "agent/terminal.txt", str(tmp_path / "dl")))
-    assert b"merged" in transcript.read_bytes() and b"cat no-such-file" in transcript.read_bytes()
+    assert b"train MAE" in transcript.read_bytes() and b"cat no-such-file" in transcript.read_bytes()
     assert not person.socket.exists()
     assert SECRET.encode() not in b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and
                                            "stderr" not in p.name and "stdout" not in p.name)  # fmt: skip
 
 
 @pytest.mark.integration
-def test_when_the_wall_time_runs_out_the_session_ends_budget_exhausted_and_is_scored(tmp_path, plumbing_cache,
-                                                                                     person_at):  # fmt: skip
+def test_when_the_wall_time_runs_out_the_session_ends_budget_exhausted_and_is_scored(tmp_path, person_at):
     """In the unconfined kind: a command still running at the limit is ended with the session."""
-    person = person_at(PLUMBING, "sandbox=unconfined", "budget.wall_time_s=10")
+    person = person_at("sandbox=unconfined", "budget.wall_time_s=10")
     person.wait_for("min left]")
     person.type("sleep 613")
     code, stdout, stderr = person.wait()
@@ -160,17 +163,17 @@ def test_when_the_wall_time_runs_out_the_session_ends_budget_exhausted_and_is_sc
 
 @pytest.mark.system
 @needs_docker
-def test_a_person_in_docker_merges_exits_and_is_scored(tmp_path, built_cache, person_at):
+def test_a_person_in_docker_merges_exits_and_is_scored(tmp_path, person_at):
     person = person_at("sandbox=docker")
     person.wait_for("min left]")
     person.type("id -u; pwd")
     assert "/workspace" in person.wait_for("/workspace\n")
-    merge_and_exit(person)
+    submit_and_exit(person)
     code, stdout, stderr = person.wait()
     assert code == 0, stderr[-3000:]
     assert "(valid); status ok" in stdout
     calls = [e["arguments"]["command"] for e in person.trajectory() if e["event"] == "tool_call"]
-    assert calls == ["id -u; pwd", MERGE, "exit"]
+    assert calls == ["id -u; pwd", MAKE, "exit"]
 
 
 @pytest.mark.fast
@@ -220,15 +223,15 @@ def test_commands_are_read_from_the_terminal_even_when_a_read_cuts_a_mark_in_two
 
 
 @pytest.mark.integration
-def test_a_person_s_run_killed_goes_on_in_a_new_terminal_on_the_same_workspace(tmp_path, plumbing_cache, person_at):
-    person = person_at(PLUMBING)
+def test_a_person_s_run_killed_goes_on_in_a_new_terminal_on_the_same_workspace(tmp_path, person_at):
+    person = person_at()
     person.wait_for("min left]")
     person.type("echo from-the-first-terminal > notes.txt; echo noted-$((6 * 7))")
     person.wait_for("noted-42")
     time.sleep(6)  # the run's progress saved past its start
     person.proc.kill()  # SIGKILL: the harness dies; its tmux server and the person's shell live on
     person.proc.wait()
-    again = person_at(PLUMBING)  # the same command: the run goes on
+    again = person_at()  # the same command: the run goes on
     deadline = time.monotonic() + 120
     while "attach with" not in again.stdout.read_text():  # its terminal is open (the first one's server ended)
         assert again.proc.poll() is None and time.monotonic() < deadline, again.stderr.read_text()[-2000:]
@@ -237,7 +240,7 @@ def test_a_person_s_run_killed_goes_on_in_a_new_terminal_on_the_same_workspace(t
     again.type("cat notes.txt; echo read-$((6 * 7))")
     screen = again.wait_for("read-42")
     assert "from-the-first-terminal" in screen and "noted-42" not in screen  # a new terminal, the same workspace
-    merge_and_exit(again)
+    submit_and_exit(again)
     code, stdout, stderr = again.wait()
     assert code == 0, stderr[-3000:]
     client, run = one_run(tmp_path)
