@@ -9,19 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, mlflow_client, run_cli, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, mlflow_client, run_cli, store_args
 
-MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
 BUDGET_S = 40
-# Reads its clock, then swaps the file for a link to a file of its own, and works on past its time.
-AGENT = (f'{MERGE} && cp "$MLRB_BUDGET_FILE" first.json && echo mine > victim.txt && '
-         "ln -sf victim.txt .mlrb_budget.json && sleep 600")  # fmt: skip
+# The baseline agent on the cheapest task (HARNESS_TASK), its task incidental. Its command makes a
+# valid submission (the given train.py), reads its clock, then swaps the file for a link to a file of
+# its own, and works on past its time. A folder task's baseline command is also its baseline anchor,
+# run when its assets are built whatever score the config states: there the workspace has no budget
+# file, and the command ends after train.py.
+AGENT = ('python train.py && if [ -e "$MLRB_BUDGET_FILE" ]; then cp "$MLRB_BUDGET_FILE" first.json && '
+         "echo mine > victim.txt && ln -sf victim.txt .mlrb_budget.json && sleep 600; fi")  # fmt: skip
 
 
 @pytest.mark.integration
-def test_the_agent_reads_what_is_left_and_gets_one_notice_before_its_time_is_up(tmp_path, plumbing_cache):
-    result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, f"budget.wall_time_s={BUDGET_S}",
-                     f"task.scales.tiny.baseline_command='{AGENT}'", cwd=tmp_path)  # fmt: skip
+def test_the_agent_reads_what_is_left_and_gets_one_notice_before_its_time_is_up(tmp_path, cache_dir):
+    result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, f"budget.wall_time_s={BUDGET_S}",
+                     f"task.scales.folder.baseline_command='{AGENT}'", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     work = tmp_path / "run" / "workspace"
     first = json.loads((work / "first.json").read_text())
@@ -37,7 +40,7 @@ def test_the_agent_reads_what_is_left_and_gets_one_notice_before_its_time_is_up(
     (notice,) = [e for e in events if e["event"] == "budget_notice"]
     assert 0 < notice["seconds_left"] <= 0.1 * BUDGET_S + 1
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     assert run.data.tags["mlrb.stop_reason"] == "wall_time"
     prompt = Path(client.download_artifacts(run.info.run_id, "instructions.md", str(tmp_path / "a"))).read_text()
     assert ".mlrb_budget.json" in prompt and "$MLRB_BUDGET_FILE" in prompt
