@@ -18,12 +18,27 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, compose_config, mlflow_client, printed, run_cli, store_args
+from conftest import (
+    HARNESS_EXPERIMENT,
+    HARNESS_SUBMISSION,
+    HARNESS_TASK,
+    PLUMBING,
+    compose_config,
+    mlflow_client,
+    printed,
+    run_cli,
+    store_args,
+)
 from mlrb.sweep import slot_devices, sweep_facts
 
 # A quick job: the agent hands in nothing, so no model is scored. The integration tier's sweeps run
 # at the plumbing scale (PLUMBING), which extends tiny: an override of tiny's values is theirs too.
 QUICK = "task.scales.tiny.baseline_command='echo GPU=$CUDA_VISIBLE_DEVICES'"
+# Sweeps whose task is incidental run the cheapest real task (conftest's HARNESS_TASK), each job's agent
+# a command of the sweep's (`agent=command`: the task's baseline command would change what its baseline
+# anchor measures). It calls no model; the proxy it is given needs a key all the same.
+HARNESS = [*HARNESS_TASK, "agent=command"]
+KEY = {"ANTHROPIC_API_KEY": "sk-ant-sweeps-unused"}
 
 
 def sweep_args(tmp_path, cache_dir):
@@ -31,9 +46,9 @@ def sweep_args(tmp_path, cache_dir):
     return [a for a in args if not a.startswith("hydra.run.dir")] + [f"hydra.sweep.dir={tmp_path / 'sweep'}"]
 
 
-def runs_by_role(tmp_path):
+def runs_by_role(tmp_path, experiment="llm_merging"):
     client = mlflow_client(tmp_path)
-    runs = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     parents = [r for r in runs if r.data.tags.get("mlrb.role") == "sweep"]
     children = [r for r in runs if r.data.tags.get("mlrb.role") != "sweep"]
     return client, parents, children
@@ -81,14 +96,16 @@ def test_a_three_seed_sweep_on_slurm_gives_three_finished_runs_under_one_parent(
 
 
 @pytest.mark.integration
-def test_local_slots_get_distinct_gpus(tmp_path, plumbing_cache):
+def test_local_slots_get_distinct_gpus(tmp_path, cache_dir):
     result = run_cli(
-        "-m", "seed=1,2,3,4", PLUMBING, QUICK, "task.scales.tiny.hardware.gpus=1",
+        "-m", "seed=1,2,3,4", *HARNESS,
+        f"agent.options.command='echo GPU=$CUDA_VISIBLE_DEVICES; {HARNESS_SUBMISSION} > /dev/null'",
+        "task.scales.folder.hardware.gpus=1",
         "hydra.launcher.slots=2", "hydra.launcher.gpus_per_job=1", "hydra.launcher.devices=[6,7]",
-        *sweep_args(tmp_path, plumbing_cache), cwd=tmp_path, timeout=600,
+        *sweep_args(tmp_path, cache_dir), cwd=tmp_path, env=KEY, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    client, _, children = runs_by_role(tmp_path)
+    client, _, children = runs_by_role(tmp_path, HARNESS_EXPERIMENT)
     seen = []
     for run in children:
         path = client.download_artifacts(run.info.run_id, "trajectory.jsonl", str(tmp_path / run.info.run_id))
@@ -114,7 +131,7 @@ def test_more_slots_than_gpus_is_refused():
 @pytest.mark.integration
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
 def test_ctrl_c_stops_a_local_sweep_in_one_line_once_its_running_jobs_are_recorded_as_killed(
-    tmp_path, plumbing_cache, signum
+    tmp_path, cache_dir, signum
 ):
     """A terminal's Ctrl-C (SIGINT to the whole process group), or a SIGTERM to the sweep's
     process alone (which its jobs get as SIGINT: submitit lets a job's SIGTERM pass)."""
@@ -124,8 +141,8 @@ def test_ctrl_c_stops_a_local_sweep_in_one_line_once_its_running_jobs_are_record
     command = f"(sleep {seconds} & echo $! > agent.started; wait)"
     sweep = subprocess.Popen(
         [sys.executable, "-m", "mlrb", "-m", "seed=1,2,3", "hydra.launcher.slots=2",
-         *sweep_args(tmp_path, plumbing_cache), PLUMBING, f"task.scales.tiny.baseline_command='{command}'"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal,
+         *sweep_args(tmp_path, cache_dir), *HARNESS, f"agent.options.command='{command}'"],
+        cwd=tmp_path, env={**os.environ, **KEY}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal,
         process_group=0,
     )  # fmt: skip
     deadline = time.monotonic() + 300
@@ -143,7 +160,7 @@ def test_ctrl_c_stops_a_local_sweep_in_one_line_once_its_running_jobs_are_record
     name = signal.Signals(signum).name
     assert re.fullmatch(rf"mlrb: sweep \w+ interrupted by {name}; 2 running jobs stopped and recorded as killed, 1 not "
                         r"started; launch the same command again to run what is not finished", line), line  # fmt: skip
-    _, parents, children = runs_by_role(tmp_path)
+    _, parents, children = runs_by_role(tmp_path, HARNESS_EXPERIMENT)
     assert [p.info.status for p in parents] == ["KILLED"]
     stopped = sorted((c.data.tags["mlrb.seed"], c.info.status, c.data.tags["mlrb.status"],
                       c.data.tags["mlrb.stop_reason"]) for c in children)  # fmt: skip
@@ -155,59 +172,64 @@ def test_ctrl_c_stops_a_local_sweep_in_one_line_once_its_running_jobs_are_record
 
 
 @pytest.mark.integration
-def test_a_relaunched_sweep_finishes_only_what_is_missing(tmp_path, plumbing_cache):
+def test_a_relaunched_sweep_finishes_only_what_is_missing(tmp_path, cache_dir):
     # Three jobs, one at a time; the second is killed with SIGKILL while it runs.
-    commands = "task.scales.tiny.baseline_command='sleep 1','sleep 15','sleep 2'"
-    args = ["-m", PLUMBING, commands, *sweep_args(tmp_path, plumbing_cache)]
+    commands = "agent.options.command='sleep 1; python train.py','sleep 15; python train.py','sleep 2; python train.py'"
+    args = ["-m", *HARNESS, commands, *sweep_args(tmp_path, cache_dir)]
     first = subprocess.Popen(
-        [sys.executable, "-m", "mlrb", *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", "mlrb", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **KEY},
     )
     os.kill(wait_for_running_job(tmp_path, "sleep 15", timeout=240), signal.SIGKILL)
     out, _ = first.communicate(timeout=300)
     assert "2 done, 1 failed" in out, out[-3000:]  # the others went on
 
-    second = run_cli(*args, cwd=tmp_path, timeout=600)
+    second = run_cli(*args, cwd=tmp_path, env=KEY, timeout=600)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     assert second.stdout.count("finished before") == 2
 
-    _, parents, children = runs_by_role(tmp_path)
+    _, parents, children = runs_by_role(tmp_path, HARNESS_EXPERIMENT)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"  # the same sweep, the same parent
     assert len(children) == 3 and all(r.info.status == "FINISHED" for r in children)  # one run per job
     (retried,) = [r for r in children if r.data.tags.get("mlrb.attempt") == "2"]
-    assert retried.data.params["task.scales.plumbing.baseline_command"] == "sleep 15"  # the run's scale's, resolved
+    assert retried.data.params["agent.options.command"] == "sleep 15; python train.py"
 
 
 @pytest.mark.integration
 def test_a_relaunched_sweep_syncs_a_run_that_ended_while_the_store_was_away_instead_of_running_it_again(
-    tmp_path, plumbing_cache
+    tmp_path, cache_dir
 ):
     # Two quick jobs; then the store is left as an outage leaves it (the server went away just after the
     # second run started, tests/test_tracking_server.py): that run unfinished, without its end. Its run
     # folder's record has the whole run.
     args = [
         "-m",
-        PLUMBING,
-        "task.scales.tiny.baseline_command='sleep 1','sleep 2'",
-        *sweep_args(tmp_path, plumbing_cache),
+        *HARNESS,
+        "agent.options.command='sleep 1; python train.py','sleep 2; python train.py'",
+        *sweep_args(tmp_path, cache_dir),
     ]
-    first = run_cli(*args, cwd=tmp_path, timeout=600)
+    first = run_cli(*args, cwd=tmp_path, env=KEY, timeout=600)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-    client, _, children = runs_by_role(tmp_path)
-    (cut,) = [r for r in children if r.data.params["task.scales.plumbing.baseline_command"] == "sleep 2"]
+    client, _, children = runs_by_role(tmp_path, HARNESS_EXPERIMENT)
+    (cut,) = [r for r in children if r.data.params["agent.options.command"] == "sleep 2; python train.py"]
     client.update_run(cut.info.run_id, status="RUNNING")
     for tag in ("mlrb.status", "mlrb.valid", "mlrb.counted_as"):
         client.delete_tag(cut.info.run_id, tag)
     trajectory = Path(cut.data.tags["mlrb.run_dir"]) / "trajectory.jsonl"
     ran_at = trajectory.stat().st_mtime_ns
 
-    second = run_cli(*args, cwd=tmp_path, timeout=600)
+    second = run_cli(*args, cwd=tmp_path, env=KEY, timeout=600)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     assert second.stdout.count("finished before (run") == 1
     assert (
         f"finished before while the store was away; its record synced (run {cut.info.run_id}), skipped" in second.stdout
     )
     assert trajectory.stat().st_mtime_ns == ran_at  # the agent did not run again
-    _, _, children = runs_by_role(tmp_path)
+    _, _, children = runs_by_role(tmp_path, HARNESS_EXPERIMENT)
     assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
     (synced,) = [r for r in children if r.info.run_id == cut.info.run_id]
     assert synced.data.tags["mlrb.attempt"] == "1"
@@ -253,7 +275,11 @@ def write_metrics(args):
 def test_eight_jobs_writing_to_one_sqlite_store_lose_nothing(tmp_path):
     store = str(tmp_path / "mlruns")
     write_metrics((store, -1))  # create the database first, as a sweep's first job would
-    with multiprocessing.get_context("spawn").Pool(8) as pool:
+    # Eight processes of their own, as a sweep's jobs are, each with its own connection to the store; forked
+    # from a server that imported the store's code once (none of them pays for it), holding no connection.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["mlrb.store.tracking", "mlflow.store.tracking.sqlalchemy_store"])
+    with context.Pool(8) as pool:
         run_ids = pool.map(write_metrics, [(store, w) for w in range(8)])
     client = mlflow_client(tmp_path)
     for worker, run_id in enumerate(run_ids):
