@@ -115,6 +115,9 @@ HARNESS_TASK_PATH = Path(__file__).parent / "folder_tasks" / "house-price-mini"
 HARNESS_TASK = ("task=folder", f"task.path={HARNESS_TASK_PATH}")
 HARNESS_EXPERIMENT = "house-price-mini"  # its runs' experiment, and the first part of their names
 # An agent's shell command that leaves a valid submission there (the given train.py's predictions).
+# Its baseline command (task.scales.folder.baseline_command) is run when its assets are built, as the
+# check that the folder works, whatever baseline_score says: a scripted agent that works on for long
+# is an `agent=command` (its proxy needs an API key in the environment, even when no model is called).
 HARNESS_SUBMISSION = "python train.py"
 
 
