@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,5 +118,23 @@ def test_ci_cold_runs_ci_in_a_clone_of_the_committed_head_with_the_asset_cache_e
     assert not cache.exists()
     assert entry["commit"] == commit and entry["exit_status"] == 1
     assert entry["default"]["said"] == "committed"  # the clone's, not the working tree's
-    assert entry["system"] == {"session_s": 20, "exit_status": 1}
+    assert entry["system"] == {"session_s": 20, "exit_status": 1, "files_cpu_s": {}}
     assert entry["before_tests_s"] == pytest.approx(entry["ci_s"] - 50, abs=0.2)
+    # the whole of .ci/run's CPU, where this machine has a cpuacct cgroup for it (as root, as CI has)
+    assert (entry["ci_cpu_s"] is None) == (suite_time.cpu_cgroup() is None) or entry["ci_cpu_s"] >= 0
+
+
+def test_a_run_s_cpu_counts_every_process_it_started_and_each_file_s_tests_add_up(tmp_path):
+    # a grandchild that burns about 0.5 s of CPU, left running detached as a sandbox's process is (nobody
+    # waits for it): counted all the same, where the machine has a cpuacct cgroup for it (root, as in CI)
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\n"
+    (tmp_path / "burn.py").write_text(burn)
+    detached = f"({sys.executable} burn.py &); sleep 2"  # its parent, the subshell, is gone at once
+    code, cpu_s = suite_time.run_counted(["sh", "-c", detached], tmp_path, dict(os.environ))
+    assert code == 0
+    if suite_time.cpu_cgroup() is not None:
+        assert cpu_s is not None and cpu_s >= 0.5
+    else:  # no cgroup: no figure, never a wrong one
+        assert cpu_s is None
+    files = suite_time.files_cpu({"tests/a.py::x": 1.0, "tests/b.py::y": 5.0, "tests/a.py::z[p]": 2.5})
+    assert list(files.items()) == [("tests/b.py", 5.0), ("tests/a.py", 3.5)]
