@@ -1,7 +1,8 @@
 """A run whose process ends before the run is recorded (SIGKILL, a lost node, a job's time limit)
 goes on where it was: the same command, run again, finds its folder and resumes it as one run
 (mlrb/harness/resume.py). The whole-run tests kill `python -m mlrb` with SIGKILL mid-agent, as a node
-failure or the OOM killer would, then run the same command again."""
+failure or the OOM killer would, then run the same command again. Their task is incidental: they run
+the cheapest real task (conftest's HARNESS_TASK)."""
 
 from __future__ import annotations
 
@@ -17,22 +18,32 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, mlflow_client, printed, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_SUBMISSION, HARNESS_TASK, mlflow_client, printed, store_args
 from mlrb.core.budget import Budget
 from mlrb.core.config import BudgetConfig
 from mlrb.harness import resume
 from test_failures_runs import running_with
 
-MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
-# Its first attempt writes a mark and works on (a long sleep); an attempt that finds the mark
-# writes the submission and ends. The mark is in the workspace: what survives is what the agent left.
-AGENT = f"if [ -f mark ]; then echo found the mark; {MERGE}; else echo first > mark; sleep 3000; fi"
+# The baseline agent's command. Its first attempt writes a mark and works on: a sleep no other process
+# runs (found by its length, drawn in the sandbox and written to agent.sleeps once the sleep runs); an
+# attempt that finds the mark makes the submission (the given train.py) and ends. The mark is in the
+# workspace: what survives is what the agent left. A folder task's baseline command is also its baseline
+# anchor, run when its assets are built whatever score the config states: there the workspace has no
+# budget file, and the command only makes the submission. One command string for every test here: its
+# assets are built once.
+AGENT = (
+    f'if [ ! -e "$MLRB_BUDGET_FILE" ]; then {HARNESS_SUBMISSION}; '
+    f"elif [ -f mark ]; then echo found the mark; {HARNESS_SUBMISSION}; "
+    "else echo first > mark; seconds=$((1000000 + $(od -An -N3 -tu4 /dev/urandom))); "
+    "(sleep $seconds & echo $seconds > agent.sleeps; wait $!); fi"
+)
 
 
 def command_args(tmp_path: Path, cache: Path, *extra: str) -> list[str]:
     """The same command each time, with the run folders where a user's go (outputs/runs/<time>_...)."""
     stored = [a for a in store_args(tmp_path, cache) if not a.startswith("hydra.run.dir=")]
-    return [sys.executable, "-m", "mlrb", *stored, PLUMBING, f"task.scales.tiny.baseline_command='{AGENT}'", *extra]
+    return [sys.executable, "-m", "mlrb", *stored, *HARNESS_TASK, f"task.scales.folder.baseline_command='{AGENT}'",
+            *extra]  # fmt: skip
 
 
 def run_folders(tmp_path: Path) -> list[Path]:
@@ -59,18 +70,18 @@ def killed_mid_agent(tmp_path: Path, cache: Path, *extra: str) -> Path:
 
 
 @pytest.mark.integration
-def test_a_run_killed_with_sigkill_goes_on_where_it_was_when_the_same_command_runs_again(tmp_path, plumbing_cache):
-    folder = killed_mid_agent(tmp_path, plumbing_cache)
+def test_a_run_killed_with_sigkill_goes_on_where_it_was_when_the_same_command_runs_again(tmp_path, cache_dir):
+    folder = killed_mid_agent(tmp_path, cache_dir)
     first = json.loads((folder / resume.PROGRESS).read_text())
     assert first["steps"] == 1 and first["agent_time_s"] >= resume.HEARTBEAT_S
 
-    again = subprocess.run(command_args(tmp_path, plumbing_cache), cwd=tmp_path, capture_output=True, text=True,
+    again = subprocess.run(command_args(tmp_path, cache_dir), cwd=tmp_path, capture_output=True, text=True,
                            timeout=600)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     assert run_folders(tmp_path) == [folder]  # the second command went on in the first one's folder
 
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
     assert run.data.tags["mlrb.status"] == "ok" and "score" in run.data.metrics
     assert f"mlflow run {run.info.run_id}" in again.stdout
@@ -94,11 +105,11 @@ def test_a_run_killed_with_sigkill_goes_on_where_it_was_when_the_same_command_ru
 
 
 @pytest.mark.integration
-def test_resume_false_starts_over_in_a_run_of_its_own(tmp_path, plumbing_cache):
-    folder = killed_mid_agent(tmp_path, plumbing_cache)
+def test_resume_false_starts_over_in_a_run_of_its_own(tmp_path, cache_dir):
+    folder = killed_mid_agent(tmp_path, cache_dir)
     record_before = (folder / "record.jsonl").read_text()
     # started over: a folder of its own, whose agent finds no mark and leaves one (stopped here)
-    over = killed_mid_agent(tmp_path, plumbing_cache, "resume=false")
+    over = killed_mid_agent(tmp_path, cache_dir, "resume=false")
     assert over != folder and (over / "workspace" / "mark").is_file()
     assert (folder / "record.jsonl").read_text() == record_before  # the run begun before is left as it was
     opened = [json.loads(line) for line in (over / "record.jsonl").read_text().splitlines()]
@@ -127,8 +138,8 @@ runpy.run_module("mlrb", run_name="__main__")
 """
 
 
-def as_slurm_job(tmp_path: Path, cache: Path, agent: str, driver: str = AS_SLURM_JOB) -> subprocess.Popen:
-    args = command_args(tmp_path, cache, f"task.scales.tiny.baseline_command='{agent}'")[3:]
+def as_slurm_job(tmp_path: Path, cache: Path, agent: str = AGENT, driver: str = AS_SLURM_JOB) -> subprocess.Popen:
+    args = command_args(tmp_path, cache, f"task.scales.folder.baseline_command='{agent}'")[3:]
     env = {**os.environ, "SLURM_JOB_ID": "4242"}
     return subprocess.Popen([sys.executable, "-c", driver, *args], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
@@ -144,15 +155,20 @@ def wait_for(what, process: subprocess.Popen, timeout: float = 300):
     return found
 
 
+def sleeping_for(tmp_path: Path) -> str:
+    """The length of the sleep AGENT's first attempt runs (its own: found by it), once it runs."""
+    for folder in run_folders(tmp_path):
+        if (sleeps := folder / "workspace" / "agent.sleeps").exists() and (seconds := sleeps.read_text().strip()):
+            return seconds
+    return ""
+
+
 @pytest.mark.integration
-def test_an_agent_killed_by_its_job_s_sigterm_before_the_harness_hears_goes_on_in_the_requeued_job(
-    tmp_path, plumbing_cache
-):
+def test_an_agent_killed_by_its_job_s_sigterm_before_the_harness_hears_goes_on_in_the_requeued_job(tmp_path, cache_dir):
     # SLURM kills a job's processes one by one (a requeue, a lost node). The agent's command dies of its
     # SIGTERM first: that is not the agent's error, and the run goes on when the job runs again.
-    sleep = "3017"  # a sleep of its own: other tests' agents sleep 3000 s
-    agent = AGENT.replace("sleep 3000", f"sleep {sleep}")
-    process = as_slurm_job(tmp_path, plumbing_cache, agent)
+    process = as_slurm_job(tmp_path, cache_dir)
+    sleep = wait_for(lambda: sleeping_for(tmp_path), process)  # a sleep of its own: other tests' agents sleep too
     (sleeping,) = wait_for(lambda: running_with(f"sleep\0{sleep}"), process)
     time.sleep(resume.HEARTBEAT_S + 1)  # its progress saved past the start
     os.kill(int(sleeping), signal.SIGTERM)  # the agent's command first: it exits 143
@@ -163,23 +179,22 @@ def test_an_agent_killed_by_its_job_s_sigterm_before_the_harness_hears_goes_on_i
     os.killpg(process.pid, signal.SIGKILL)  # SLURM's SIGKILL, once its kill wait is over
     process.communicate(timeout=60)
 
-    again = subprocess.run(command_args(tmp_path, plumbing_cache, f"task.scales.tiny.baseline_command='{agent}'"),
-                           cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+    again = subprocess.run(command_args(tmp_path, cache_dir), cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
     assert run.data.tags["mlrb.status"] == "ok" and "score" in run.data.metrics
     assert run_folders(tmp_path) == [folder] and (folder / "workspace" / "mark").read_text() == "first\n"
 
 
 @pytest.mark.integration
-def test_a_job_whose_requeue_is_cut_short_by_its_own_sigterm_goes_on_in_the_requeued_job(tmp_path, plumbing_cache):
+def test_a_job_whose_requeue_is_cut_short_by_its_own_sigterm_goes_on_in_the_requeued_job(tmp_path, cache_dir):
     # SLURM's SIGUSR2 ahead of a time limit reaches every process of the job: the harness (whose
     # launcher requeues the job), its recording process and the agent's command alike.
-    sleep = "3019"
-    agent = AGENT.replace("sleep 3000", f"sleep {sleep}")
-    process = as_slurm_job(tmp_path, plumbing_cache, agent, driver=AS_REQUEUED_SLURM_JOB)
+    process = as_slurm_job(tmp_path, cache_dir, driver=AS_REQUEUED_SLURM_JOB)
+    sleep = wait_for(lambda: sleeping_for(tmp_path), process)
     wait_for(lambda: running_with(f"sleep\0{sleep}"), process)
     time.sleep(resume.HEARTBEAT_S + 1)
     os.killpg(process.pid, signal.SIGUSR2)
@@ -188,26 +203,28 @@ def test_a_job_whose_requeue_is_cut_short_by_its_own_sigterm_goes_on_in_the_requ
     assert "failed" not in err and "died of the job's own SIGTERM" in (folder / "mlrb.log").read_text(), err[-3000:]
     assert not resume.ended(folder)  # suspended, not failed: the requeued job goes on in it
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     # the recording process outlived the job's SIGUSR2: the store was told why the attempt ended
     assert run.info.status == "RUNNING" and "requeued" in run.data.tags["mlrb.attempt_ended"]
 
-    again = subprocess.run(command_args(tmp_path, plumbing_cache, f"task.scales.tiny.baseline_command='{agent}'"),
-                           cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+    again = subprocess.run(command_args(tmp_path, cache_dir), cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
     assert run.data.tags["mlrb.status"] == "ok" and run_folders(tmp_path) == [folder]
 
 
 @pytest.mark.integration
-def test_an_agent_that_kills_itself_with_sigterm_under_slurm_is_still_its_own_error(tmp_path, plumbing_cache):
-    # Dying of SIGTERM is not a way to a second attempt: the job's own signal never came.
-    process = as_slurm_job(tmp_path, plumbing_cache, "kill -TERM $$")
+def test_an_agent_that_kills_itself_with_sigterm_under_slurm_is_still_its_own_error(tmp_path, cache_dir):
+    # Dying of SIGTERM is not a way to a second attempt: the job's own signal never came. (Where its assets
+    # are built, the baseline anchor's run has no budget file: there the command makes the submission.)
+    kills_itself = f'if [ -e "$MLRB_BUDGET_FILE" ]; then kill -TERM $$; else {HARNESS_SUBMISSION}; fi'
+    process = as_slurm_job(tmp_path, cache_dir, kills_itself)
     out, err = process.communicate(timeout=600)
     assert process.returncode == 0, err[-3000:]
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "agent_error"
     assert "exited 143" in run.data.tags["mlrb.agent_message"] and run.data.tags["mlrb.attempt"] == "1"
 
@@ -329,10 +346,10 @@ KEY = "sk-ant-resume-test-key"
 
 
 @pytest.mark.integration
-def test_the_built_in_agent_goes_on_with_its_conversation_and_pays_for_no_call_twice(tmp_path, plumbing_cache):
+def test_the_built_in_agent_goes_on_with_its_conversation_and_pays_for_no_call_twice(tmp_path, cache_dir):
     from fake_llm_server import FakeLlmServer, reply, tool
 
-    args = [sys.executable, "-m", "mlrb", *store_args(tmp_path, plumbing_cache), PLUMBING, "agent=claude"]
+    args = [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache_dir), *HARNESS_TASK, "agent=claude"]
     first_script = [
         reply(tool("write_file", path="notes.txt", content="tried the mean merge\n"), usage=(1000, 50)),
         reply(tool("bash", command="sleep 3000"), usage=(1200, 30)),  # killed while this runs
@@ -365,7 +382,7 @@ def test_the_built_in_agent_goes_on_with_its_conversation_and_pays_for_no_call_t
     assert "goes on now, attempt 2" in json.dumps(last)
 
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
     # the two calls of the first attempt are charged once, with the third
     assert run.data.metrics["input_tokens"] == 1000 + 1200 + 1500 and run.data.metrics["steps"] == 3
@@ -381,7 +398,7 @@ def killed_mid_tool_then_resumed(tmp_path: Path, cache: Path, agent: str, key_en
     Returns (the first server's requests, the second's, the second run's result)."""
     from fake_llm_server import FakeLlmServer
 
-    args = [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache), PLUMBING, f"agent={agent}"]
+    args = [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache), *HARNESS_TASK, f"agent={agent}"]
     with FakeLlmServer(first) as server:
         env = {**os.environ, **key_env, url: getattr(server, "anthropic_url" if "ANTHROPIC" in url else "openai_url")}
         process = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -417,7 +434,7 @@ SESSIONS = {
 
 @pytest.mark.system
 @pytest.mark.parametrize("agent", sorted(SESSIONS))
-def test_claude_code_and_codex_go_on_in_their_own_sessions(tmp_path, plumbing_cache, agent):
+def test_claude_code_and_codex_go_on_in_their_own_sessions(tmp_path, cache_dir, agent):
     from fake_llm_server import reply, tool
 
     calls, key_env, url_env, field = SESSIONS[agent]
@@ -427,7 +444,7 @@ def test_claude_code_and_codex_go_on_in_their_own_sessions(tmp_path, plumbing_ca
         [reply(text="Done.", usage=(3300, 10))],
     )
     before, after, again = killed_mid_tool_then_resumed(
-        tmp_path, plumbing_cache, agent, {key_env: KEY}, first, second, url_env,
+        tmp_path, cache_dir, agent, {key_env: KEY}, first, second, url_env,
         tmp_path / "run" / "workspace" / "notes.txt",
     )  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
@@ -437,20 +454,20 @@ def test_claude_code_and_codex_go_on_in_their_own_sessions(tmp_path, plumbing_ca
     if agent == "claude_code":  # its first message is the task's prompt, as first sent
         assert json.dumps(before[0]["body"]["messages"][0]["content"])[:200] in sent
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.attempt"] == "2"
     assert run.data.metrics["llm.input_tokens"] == 3000 + 3100 + 3300
     assert (tmp_path / "run" / "agent" / "stdout.attempt-2.txt").exists()
 
 
 @pytest.mark.integration
-def test_a_program_of_your_own_is_told_it_resumes_and_keeps_its_state_folder(tmp_path, plumbing_cache):
+def test_a_program_of_your_own_is_told_it_resumes_and_keeps_its_state_folder(tmp_path, cache_dir):
     program = tmp_path / "agent"
     program.mkdir()
     (program / "a.sh").write_text(
         'echo "attempt ${MLRB_ATTEMPT:-1} resumed=${MLRB_RESUMED:-0}" >> "$MLRB_STATE_DIR/log"\n'
         'if [ -n "$MLRB_RESUMED" ]; then cp "$MLRB_STATE_DIR/log" seen.txt; echo "$MLRB_RESUME_NOTE" > note.txt; '
-        f"{MERGE}; else touch mark; sleep 3000; fi\n"
+        f"{HARNESS_SUBMISSION}; else touch mark; sleep 3000; fi\n"
     )
     extra = (
         "agent=command",
@@ -458,7 +475,7 @@ def test_a_program_of_your_own_is_told_it_resumes_and_keeps_its_state_folder(tmp
         "agent.options.command='bash $MLRB_AGENT_DIR/a.sh'",
     )
     env = {"ANTHROPIC_API_KEY": KEY}
-    args = [a for a in command_args(tmp_path, plumbing_cache, *extra) if not a.startswith("task.scales.tiny.baseline")]
+    args = [a for a in command_args(tmp_path, cache_dir, *extra) if not a.startswith("task.scales.folder.baseline")]
     process = subprocess.Popen(args, cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 300
