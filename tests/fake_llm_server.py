@@ -32,7 +32,8 @@ def tool(name: str, **arguments: Any) -> dict[str, Any]:
 
 def reply(*tool_calls: dict[str, Any], text: str = "", usage=(1000, 100), delay_s: float = 0.0, gap_s: float = 0.0,
           linger_s: float = 0.0, end_after_s: float = 0.0, cut: bool = False) -> dict[str, Any]:  # fmt: skip
-    """A model turn: some text and tool calls, with the usage the server reports (None: none).
+    """A model turn: some text and tool calls, with the usage the server reports: (input, output), or
+    the API's own usage object as it is sent (a dict: say Anthropic's cache fields), or None (none).
     Streamed, its first event comes at once and the rest `gap_s` later; its last two events (those
     that carry its usage and its end, as a long answer's come late) `end_after_s` after the others,
     or, with `cut`, never: the connection breaks there; the stream closes `linger_s` after its
@@ -204,7 +205,9 @@ def anthropic_reply(turn: dict[str, Any], model: str, n: int) -> dict[str, Any]:
         "stop_reason": "tool_use" if turn["tool_calls"] else "end_turn",
         "stop_sequence": None,
     }
-    if turn["usage"] is not None:
+    if isinstance(turn["usage"], dict):
+        out["usage"] = turn["usage"]
+    elif turn["usage"] is not None:
         out["usage"] = {"input_tokens": turn["usage"][0], "output_tokens": turn["usage"][1]}
     else:
         out["usage"] = None
@@ -229,7 +232,9 @@ def openai_reply(turn: dict[str, Any], model: str, n: int) -> dict[str, Any]:
         "model": model,
         "choices": [{"index": 0, "finish_reason": "tool_calls" if turn["tool_calls"] else "stop", "message": message}],
     }
-    if turn["usage"] is not None:
+    if isinstance(turn["usage"], dict):
+        out["usage"] = turn["usage"]
+    elif turn["usage"] is not None:
         prompt, completion = turn["usage"]
         out["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
     return out
@@ -243,11 +248,11 @@ def sse(data: Any, event: str | None = None) -> bytes:
 def anthropic_events(message: dict[str, Any]) -> list[bytes]:
     """A Messages reply as the stream of events the API sends for it."""
     usage = message["usage"] or {"input_tokens": 0, "output_tokens": 0}
-    start = {
+    start = {  # the prompt's tokens (its cache's too), and the first output token
         **message,
         "content": [],
         "stop_reason": None,
-        "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 1},
+        "usage": {**usage, "output_tokens": 1},
     }
     events = [sse({"type": "message_start", "message": start}, "message_start")]
     for i, block in enumerate(message["content"]):
@@ -296,7 +301,9 @@ def responses_reply(turn: dict[str, Any], model: str, n: int) -> dict[str, Any]:
     out: dict[str, Any] = {"id": f"resp_{n}", "object": "response", "created_at": 0, "status": "completed",
                            "model": model, "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
                            "tools": []}  # fmt: skip
-    if turn["usage"] is not None:
+    if isinstance(turn["usage"], dict):
+        out["usage"] = turn["usage"]
+    elif turn["usage"] is not None:
         prompt, completion = turn["usage"]
         out["usage"] = {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion,
                         "input_tokens_details": {"cached_tokens": 0},

@@ -173,3 +173,67 @@ def test_a_call_open_when_the_wall_time_stops_the_agent_is_charged_what_the_upst
     (call,) = model_calls(tmp_path)
     assert (call["input_tokens"], call["usage_estimated"]) == (OPEN_INPUT, False)
     assert tags["mlrb.models_used"] == MODEL
+
+
+# A program whose every call reads a long prompt from the provider's cache, as Claude Code's and Codex's do:
+# the official SDK, calling until the proxy refuses, then an honest submission.
+CACHED_CALLS = """
+import anthropic, os, subprocess
+client = anthropic.Anthropic(max_retries=0)
+for i in range(6):
+    try:
+        client.messages.create(model=os.environ["MLRB_MODEL"], max_tokens=100,
+                               messages=[{"role": "user", "content": "Go on."}])
+        print("call", i, "answered", flush=True)
+    except anthropic.APIStatusError as e:
+        print("call", i, "refused:", e.status_code, e.message, flush=True)
+        break
+subprocess.run(["python", "train.py"], check=True)  # a valid submission
+"""
+# Each call's usage: 200,000 prompt tokens read from the cache, 3,000 written to it (1,000 for five minutes,
+# 2,000 for an hour), 100 plain input tokens, 100 output. At Claude Sonnet 5's rates ($2 input, $0.20 a cache
+# read, $2.50 and $4 a write, $10 output, per million): $0.0517 a call, where plain input would be $0.4072.
+CACHED_USAGE = {"input_tokens": 100, "cache_read_input_tokens": 200_000, "cache_creation_input_tokens": 3000,
+                "cache_creation": {"ephemeral_5m_input_tokens": 1000, "ephemeral_1h_input_tokens": 2000},
+                "output_tokens": 100}  # fmt: skip
+CACHED_CALL_USD = (100 * 2 + 200_000 * 0.2 + 1000 * 2.5 + 2000 * 4 + 100 * 10) / 1e6
+
+
+def test_a_run_of_cached_calls_costs_the_sum_of_its_priced_calls_and_its_dollar_budget_stops_it_there(
+        tmp_path, cache_dir):  # fmt: skip
+    """A budget of $0.13 (2.5 calls at the cached rates) admits three calls (the third while $0.10 is
+    spent) and refuses the fourth; priced as plain input, the first call alone ($0.41) would have spent it.
+    The run's cost_usd is the sum of its calls' charges, each kind of token kept apart in its record."""
+    from genai_prices import Usage, calc_price
+
+    billed = float(calc_price(Usage(input_tokens=203_100, cache_read_tokens=200_000, cache_write_tokens=3000,
+                                    cache_write_1h_tokens=2000, output_tokens=100), "claude-sonnet-5",
+                              provider_id="anthropic").total_price)  # fmt: skip
+    assert billed == pytest.approx(CACHED_CALL_USD)  # what the table says is what this test says
+    script = [reply(text="Noted.", usage=CACHED_USAGE) for _ in range(6)]
+    with FakeLlmServer(script) as server:
+        env = {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url}
+        result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, "agent=command",
+                         command_override(CACHED_CALLS), "agent.options.model=claude-sonnet-5",
+                         f"budget.max_usd={2.5 * CACHED_CALL_USD:.4f}", "budget.max_input_tokens=null",
+                         cwd=tmp_path, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    transcript = (tmp_path / "run" / "agent" / "stdout.txt").read_text()
+    assert "call 2 answered" in transcript and "call 3 refused: 400" in transcript, transcript
+    assert "budget is spent (usd)" in transcript, transcript
+    assert len(server.requests) == 3
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
+    metrics = run.data.metrics
+    recorded = model_calls(tmp_path)
+    assert [c["cost_usd"] for c in recorded] == [pytest.approx(CACHED_CALL_USD, abs=1e-8)] * 3
+    assert metrics["cost_usd"] == pytest.approx(sum(c["cost_usd"] for c in recorded), abs=1e-6)
+    assert metrics["cost_usd"] == pytest.approx(3 * CACHED_CALL_USD, abs=1e-6)
+    assert (metrics["input_tokens"], metrics["cache_read_tokens"], metrics["cache_write_tokens"],
+            metrics["output_tokens"]) == (3 * 203_100, 3 * 200_000, 3 * 3000, 3 * 100)  # fmt: skip
+    assert [(c["cache_read_tokens"], c["cache_write_tokens"], c["cache_write_1h_tokens"]) for c in recorded] == [
+        (200_000, 3000, 2000)] * 3  # fmt: skip
+    atif = json.loads((tmp_path / "run" / "trajectory.atif.json").read_text())  # ATIF keeps the cache's reads apart
+    steps = [s for s in atif["steps"] if s.get("llm_call_count")]
+    assert [(s["metrics"]["prompt_tokens"], s["metrics"]["cached_tokens"]) for s in steps] == [(203_100, 200_000)] * 3
+    assert atif["final_metrics"]["total_cached_tokens"] == 3 * 200_000

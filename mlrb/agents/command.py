@@ -55,6 +55,9 @@ class ProviderOptions:
     # USD per million tokens, for every model listed: None, the price table's (mlrb/agents/prices.py)
     price_input_per_mtok: float | None = None
     price_output_per_mtok: float | None = None
+    price_cache_read_per_mtok: float | None = None  # of the prompt read from the provider's cache
+    price_cache_write_per_mtok: float | None = None  # written to it (five minutes)
+    price_cache_write_1h_per_mtok: float | None = None  # written to Anthropic's one-hour cache
 
 
 @dataclass
@@ -101,7 +104,7 @@ def parse_options(cfg: AgentConfig) -> CommandOptions:
             providers[name] = ProviderOptions(**dict(values))
         except TypeError as e:
             raise ConfigError(f"agent.options.providers.{name}: {e}") from None
-        for price in ("price_input_per_mtok", "price_output_per_mtok"):
+        for price in prices.CONFIG_KEYS:
             value = getattr(providers[name], price)
             if value is not None and (not isinstance(value, (int, float)) or not value >= 0):
                 raise ConfigError(f"agent.options.providers.{name}.{price} must be a price of 0 or more, not {value!r}")
@@ -166,14 +169,20 @@ def upstreams_of(agent: str, options: CommandOptions) -> dict[str, Upstream]:
     for name, provider in options.providers.items():
         key = os.environ.get(provider.api_key_env)
         if key:
-            models = {model: prices.price_of(name, model, provider.price_input_per_mtok, provider.price_output_per_mtok,
-                                             f"agent.options.providers.{name}") for model in provider.models}  # fmt: skip
+            models = {model: price_of(name, model, provider) for model in provider.models}
             found[name] = Upstream(upstream_url(name, provider.base_url), key, models=models)
     if not found:
         names = " or ".join(f"${p.api_key_env}" for p in options.providers.values()) or "(no providers configured)"
         raise ConfigError(f"agent {agent} needs an API key: set {names} (the run's proxy holds it; "
                           "the program gets the run's token instead)")  # fmt: skip
     return found
+
+
+def price_of(name: str, model: str, provider: ProviderOptions) -> prices.Price:
+    """MODEL's price at provider NAME: the rates its options set, the table's for the rest."""
+    rates = prices.config_rates(provider)
+    return prices.price_of(name, model, rates.pop("input_per_mtok"), rates.pop("output_per_mtok"),
+                           f"agent.options.providers.{name}", **rates)  # fmt: skip
 
 
 class CommandAgent:

@@ -87,6 +87,12 @@ class LlmOptions:
     # (mlrb/agents/prices.py); a number overrides it, and a model the table lacks needs both.
     price_input_per_mtok: float | None = None
     price_output_per_mtok: float | None = None
+    # USD per million tokens of the prompt read from the provider's cache, written to it (five
+    # minutes), written to Anthropic's one-hour cache. null: the table's; with both rates above
+    # set, the input rate.
+    price_cache_read_per_mtok: float | None = None
+    price_cache_write_per_mtok: float | None = None
+    price_cache_write_1h_per_mtok: float | None = None
     # Longest one API call may take (the remaining wall time may cut it shorter).
     request_timeout_s: float = 600.0
     # Failed calls are retried this often, waiting retry_base_delay_s * 2^(n-1) before the
@@ -136,7 +142,7 @@ def check_values(o: LlmOptions) -> None:
         )
     positive = ("max_tokens_per_call", "request_timeout_s", "context_chars", "tool_output_chars", "command_timeout_s")
     not_negative = ("max_retries", "retry_base_delay_s", "retry_max_delay_s")
-    optional = ("temperature", "price_input_per_mtok", "price_output_per_mtok")
+    optional = ("temperature", *prices.CONFIG_KEYS)
     for key in positive:
         check_positive(f"agent.options.{key}", getattr(o, key))
     for key in not_negative + tuple(k for k in optional if getattr(o, k) is not None):
@@ -153,8 +159,9 @@ def check_values(o: LlmOptions) -> None:
 
 def price_of(options: LlmOptions) -> prices.Price:
     """The model's price: the config's, else the price table's; a one-line ConfigError when neither has one."""
-    return prices.price_of(options.provider, options.model, options.price_input_per_mtok,
-                           options.price_output_per_mtok, "agent.options")  # fmt: skip
+    rates = prices.config_rates(options)
+    return prices.price_of(options.provider, options.model, rates.pop("input_per_mtok"), rates.pop("output_per_mtok"),
+                           "agent.options", **rates)  # fmt: skip
 
 
 def read_api_key(cfg: AgentConfig, options: LlmOptions) -> str | None:

@@ -3,10 +3,14 @@
 The table is genai-prices (pydantic's maintained table of LLM API prices, pinned in
 requirements.lock). Its data ships inside the package, and nothing here asks it to update
 itself, so no price is fetched at run time. It prices a call as the provider bills it on the
-day of the call, tiers included (Claude Sonnet 4.5 costs twice as much past 200k input tokens).
+day of the call, tiers included (Claude Sonnet 4.5 costs twice as much past 200k input tokens),
+each kind of token at its own rate: a token read from the provider's prompt cache costs about a tenth
+of a plain input token, one written to it a quarter more (twice as much for Anthropic's one-hour
+cache), as the provider reported them (mlrb/core/api_shapes.py's `Usage`).
 
-An agent's config may set a price instead (USD per million tokens): it overrides the table,
-and a model the table does not know (a local server's, say) needs one. The library is imported
+An agent's config may set rates instead (USD per million tokens, `CONFIG_RATES`): each overrides
+the table's, and a model the table does not know (a local server's, say) needs an input and an
+output rate. The library is imported
 only when a price is looked up, so composing a config stays fast.
 
 The table keeps a model's price after its provider retires it. `RETIRED` says which models the
@@ -16,10 +20,12 @@ and what a run's "model not found" error quotes.
 
 from __future__ import annotations
 
+import copy
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from mlrb.core.api_shapes import Usage
 from mlrb.core.messages import ConfigError
 
 TABLE = "genai-prices"
@@ -46,31 +52,82 @@ def retired_on(provider: str, model: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class Charge:
+    """What a call costs, by what it paid for (USD)."""
+
+    input_usd: float = 0.0  # the prompt: plain input, cache reads and cache writes, each at its rate
+    output_usd: float = 0.0
+    fee_usd: float = 0.0  # what the provider bills beside tokens (a web search, a fee per request)
+
+    @property
+    def usd(self) -> float:
+        return self.input_usd + self.output_usd + self.fee_usd
+
+
+# A config's price keys (agent.options.price_<key>) -> the table's rate each sets, in genai-prices' names.
+CONFIG_RATES = {
+    "input_per_mtok": "input_mtok",  # USD per million tokens of plain input
+    "output_per_mtok": "output_mtok",
+    "cache_read_per_mtok": "cache_read_mtok",  # of tokens read from the prompt cache
+    "cache_write_per_mtok": "cache_write_mtok",  # written to it (Anthropic's five-minute cache)
+    "cache_write_1h_per_mtok": "cache_write_1h_mtok",  # written to Anthropic's one-hour cache
+}
+CONFIG_KEYS = tuple(f"price_{key}" for key in CONFIG_RATES)  # as agent.options and a command's providers name them
+
+
+def config_rates(options: Any) -> dict[str, float | None]:
+    """The rates an agent's options set (None: the table's), by CONFIG_RATES' keys."""
+    return {key: getattr(options, f"price_{key}", None) for key in CONFIG_RATES}
+
+
+@dataclass(frozen=True)
 class Price:
     """One model's price, and where it comes from."""
 
     provider: str
     model: str
-    input_per_mtok: float  # USD per million tokens (the table's base rate; its tiers apply in `usd`)
+    input_per_mtok: float  # USD per million tokens (the table's base rate; its tiers apply in `charge`)
     output_per_mtok: float
     source: str  # e.g. "genai-prices 0.2.3, anthropic claude-3-5-sonnet, as of 2026-11-28", or the config's keys
-    table_entry: Any = None  # (genai-prices' provider, model) when the price is the table's
+    table_entry: Any = None  # (genai-prices' provider, model) when the table prices it
+    # The config's rates, by the table's names (CONFIG_RATES' values): each replaces the table's. A price
+    # without a table has these alone: a kind of token it has no rate for is input, at the input rate.
+    rates: tuple[tuple[str, float], ...] = ()
 
     def usd(self, input_tokens: int, output_tokens: int) -> float:
-        """What a call with these tokens costs."""
-        if self.table_entry is None:
-            return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
-        from genai_prices import Usage
+        """What a call with these tokens, none of them cached, costs."""
+        return self.charge(Usage(input_tokens, output_tokens)).usd
 
-        provider, model = self.table_entry
+    def charge(self, usage: Usage) -> Charge:
+        """What a call that used USAGE costs, each kind of token at its rate, the table's tiers applied."""
+        from decimal import Decimal
+
+        from genai_prices import Usage as TableUsage
+        from genai_prices.types import ModelPrice
+
+        counted = TableUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                             cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens,
+                             cache_write_1h_tokens=usage.cache_write_1h_tokens)  # fmt: skip
         now = datetime.datetime.now(datetime.UTC)
-        usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens)
-        return float(model.calc_price(usage, provider, genai_request_timestamp=now).total_price)
+        if self.table_entry is not None and not self.rates:
+            provider, model = self.table_entry
+            table = model.calc_price(counted, provider, genai_request_timestamp=now)
+            priced = {"input_price": table.input_price, "output_price": table.output_price,
+                      "total_price": table.total_price}  # fmt: skip
+        else:
+            rates = copy.copy(self.table_entry[1].get_prices(now)) if self.table_entry is not None else ModelPrice()
+            rates.__dict__.update({key: Decimal(str(rate)) for key, rate in self.rates})
+            if rates.cache_write_1h_mtok is not None and rates.cache_write_mtok is None:  # the table needs both
+                rates.__dict__["cache_write_mtok"] = rates.input_mtok  # a write at no rate of its own is input
+            priced = dict(rates.calc_price(counted))
+        paid_in, paid_out = priced["input_price"], priced["output_price"]  # Decimals: the fee is exactly the rest
+        return Charge(float(paid_in), float(paid_out), float(priced["total_price"] - paid_in - paid_out))
 
 
 def flat(provider: str, model: str, input_per_mtok: float, output_per_mtok: float, source: str) -> Price:
-    """A price set by hand: the same rate for every token."""
-    return Price(provider, model, float(input_per_mtok), float(output_per_mtok), source)
+    """A price set by hand: one rate for every input token, one for every output token."""
+    return Price(provider, model, float(input_per_mtok), float(output_per_mtok), source, None,
+                 (("input_mtok", float(input_per_mtok)), ("output_mtok", float(output_per_mtok))))  # fmt: skip
 
 
 def from_table(provider: str, model: str) -> Price | None:
@@ -98,19 +155,25 @@ def base_rate(rate: Any) -> float:
 
 
 def price_of(provider: str, model: str, input_per_mtok: float | None, output_per_mtok: float | None,
-             keys: str) -> Price:  # fmt: skip
-    """MODEL's price: the config's where it sets one (KEYS is where, e.g. "agent.options"), the
-    table's otherwise; a one-line ConfigError when there is none."""
+             keys: str, **more: float | None) -> Price:  # fmt: skip
+    """MODEL's price: each rate the config sets (KEYS is where, e.g. "agent.options"; MORE, the rates
+    beside input and output, by CONFIG_RATES' keys), the table's for the rest. A config that sets
+    both the input and the output rate prices the model alone, the table unread: a cached token it
+    sets no rate for costs the input rate. A one-line ConfigError when there is no price."""
+    given = {key: value for key, value in {"input_per_mtok": input_per_mtok, "output_per_mtok": output_per_mtok,
+                                           **more}.items() if value is not None}  # fmt: skip
+    rates = tuple((CONFIG_RATES[key], float(value)) for key, value in given.items())
+    named = ", ".join(f"{keys}.price_{key}" for key in given)
     if input_per_mtok is not None and output_per_mtok is not None:
-        return flat(provider, model, input_per_mtok, output_per_mtok, f"{keys}.price_*_per_mtok")
+        return Price(provider, model, float(input_per_mtok), float(output_per_mtok), named, None, rates)
     table = from_table(provider, model)
     if table is None:
         missing = " and ".join(f"{keys}.price_{side}_per_mtok" for side, value in
                                (("input", input_per_mtok), ("output", output_per_mtok)) if value is None)  # fmt: skip
         raise ConfigError(f"model '{model}' has no price in the {TABLE} table for {provider}: set {missing} "
                           "(USD per million tokens; 0 for a model that costs nothing)")  # fmt: skip
-    if input_per_mtok is None and output_per_mtok is None:
+    if not rates:
         return table
-    return flat(provider, model, table.input_per_mtok if input_per_mtok is None else input_per_mtok,
-                table.output_per_mtok if output_per_mtok is None else output_per_mtok,
-                f"{keys}.price_*_per_mtok, the rest from {table.source}")  # fmt: skip
+    return replace(table, input_per_mtok=table.input_per_mtok if input_per_mtok is None else float(input_per_mtok),
+                   output_per_mtok=table.output_per_mtok if output_per_mtok is None else float(output_per_mtok),
+                   source=f"{named}, the rest from {table.source}", rates=rates)  # fmt: skip

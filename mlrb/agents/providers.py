@@ -73,7 +73,7 @@ def tokens_of(usage: Any) -> tuple[int | None, int | None]:
     """(input tokens, output tokens) of an SDK reply's usage, read as the metering proxy reads the same
     JSON (mlrb/core/api_shapes.py); (None, None) when the server reported none."""
     tokens = api_shapes.tokens_of(usage.model_dump() if usage is not None else None)
-    return tokens if tokens is not None else (None, None)
+    return (tokens.input_tokens, tokens.output_tokens) if tokens is not None else (None, None)
 
 
 def retry_after(headers: Any) -> float | None:

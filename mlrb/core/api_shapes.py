@@ -5,8 +5,9 @@ Anthropic Messages API, OpenAI Chat Completions and OpenAI Responses, whole or s
   and why it stopped;
 - `tool_results_of`: the tools' results an agent sends back in its next request (id, output,
   whether it failed);
-- `usage_of`, `tokens_of`, `delta_tokens_of`: the tokens a call used, read the same for every shape
-  by the metering proxy (mlrb/harness/proxy.py) and the built-in agent's providers
+- `usage_of`, `tokens_of`, `delta_tokens_of`: the tokens a call used (`Usage`: input, output, and the
+  prompt's tokens read from and written to the provider's cache, each apart), read the same for every
+  shape by the metering proxy (mlrb/harness/proxy.py) and the built-in agent's providers
   (mlrb/agents/providers.py); a count that is not a whole number of at least 0 is no usage.
 
 Together they let the harness see an outside agent's tool calls without its help: asked in one
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import astuple, dataclass, replace
 from typing import Any
 
 Reply = tuple[str, list[dict[str, Any]], str | None]  # text, tool calls, stop reason
@@ -66,41 +68,95 @@ def index_of(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def usage_of(body: Any) -> tuple[int, int] | None:
-    """(input tokens, output tokens) of a whole JSON response (or a stream's Anthropic message or
-    Responses response); None when it reports none."""
+@dataclass(frozen=True)
+class Usage:
+    """What a call used, each kind of token apart, as its provider billed it. `input_tokens` counts every
+    token of the prompt, those read from or written to the provider's prompt cache included (as OpenAI
+    reports it, ATIF records it and genai-prices prices it); the cache's are parts of it."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0  # of input_tokens: read from the prompt cache
+    cache_write_tokens: int = 0  # of input_tokens: written to it, at every lifetime
+    cache_write_1h_tokens: int = 0  # of cache_write_tokens: kept an hour (Anthropic's; the rest five minutes)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+    @property
+    def plain_input_tokens(self) -> int:
+        """The prompt's tokens the cache had no part in."""
+        return self.input_tokens - self.cache_read_tokens - self.cache_write_tokens
+
+    def at_least(self, other: Usage) -> Usage:
+        """Each kind of token the larger count of this usage's and OTHER's (the prompt then their sum):
+        a stream's later count never lowers an earlier one."""
+        plain, read = max(self.plain_input_tokens, other.plain_input_tokens), max(self.cache_read_tokens,
+                                                                                  other.cache_read_tokens)  # fmt: skip
+        hour = max(self.cache_write_1h_tokens, other.cache_write_1h_tokens)
+        written = max(self.cache_write_tokens, other.cache_write_tokens, hour)
+        return Usage(plain + read + written, max(self.output_tokens, other.output_tokens), read, written, hour)
+
+
+def usage_of(body: Any) -> Usage | None:
+    """The usage of a whole JSON response (or a stream's Anthropic message or Responses response);
+    None when it reports none."""
     return tokens_of(body.get("usage") if isinstance(body, dict) else None)
 
 
-def tokens_of(usage: Any) -> tuple[int, int] | None:
-    """(input tokens, output tokens) of a `usage` object, in any API's shape; None when it is not one.
-    Chat Completions: prompt_tokens and completion_tokens. Anthropic and Responses: input_tokens and
-    output_tokens; Anthropic reports cached prompt tokens apart from input_tokens, and all of them were
-    read, so they are input too (Responses counts its cached tokens within input_tokens), and the
-    tokens of a server-side compaction apart from the rest (`iterations`), so they are added.
-    A usage whose counts are not whole numbers of at least 0 (a string, null, NaN, a negative one) is
-    not one: the call is then charged an estimate, never nothing, never a credit."""
+def tokens_of(usage: Any) -> Usage | None:
+    """The tokens of a `usage` object, in any API's shape; None when it is not one.
+    Chat Completions: prompt_tokens and completion_tokens, its cached tokens among the prompt's
+    (`prompt_tokens_details.cached_tokens`). Responses: input_tokens and output_tokens, its cached
+    tokens among the input's (`input_tokens_details.cached_tokens`). Anthropic: input_tokens and
+    output_tokens, and the prompt's cached tokens apart from input_tokens (`cache_read_input_tokens`,
+    `cache_creation_input_tokens`, split by lifetime in `cache_creation`), all of them read, so input
+    too; the tokens of a server-side compaction apart from the rest (`iterations`), so added.
+    A usage whose counts are not whole numbers of at least 0 (a string, null, NaN, a negative one), or
+    whose cached tokens are more than its prompt, is not one: the call is then charged an estimate,
+    never nothing, never a credit."""
     if not isinstance(usage, dict):
         return None
     if "prompt_tokens" in usage:  # Chat Completions
-        prompt, completion = count_of(usage.get("prompt_tokens")), count_of(usage.get("completion_tokens"))
-        return (prompt, completion) if prompt is not None and completion is not None else None
-    input_tokens, output_tokens = count_of(usage.get("input_tokens")), count_of(usage.get("output_tokens"))
-    cached = [0 if usage.get(k) is None else count_of(usage.get(k)) for k in CACHE_FIELDS]  # absent or null: none
-    if input_tokens is None or output_tokens is None or None in cached:
+        return openai_usage(usage, "prompt_tokens", "completion_tokens", "prompt_tokens_details")
+    if "input_tokens_details" in usage:  # Responses
+        return openai_usage(usage, "input_tokens", "output_tokens", "input_tokens_details")
+    return anthropic_usage(usage)
+
+
+def openai_usage(usage: dict[str, Any], prompt_key: str, output_key: str, details_key: str) -> Usage | None:
+    """An OpenAI usage (Chat Completions' or Responses'): its cached tokens are among its prompt's."""
+    prompt, output = count_of(usage.get(prompt_key)), count_of(usage.get(output_key))
+    cached = optional_count(an_object(usage.get(details_key)).get("cached_tokens"))
+    if prompt is None or output is None or cached is None or cached > prompt:
         return None
-    input_tokens += sum(c or 0 for c in cached)
+    return Usage(prompt, output, cache_read_tokens=cached)
+
+
+def anthropic_usage(usage: dict[str, Any]) -> Usage | None:
+    """An Anthropic usage: its cached tokens apart from its input_tokens, a compaction's apart from the rest."""
+    input_tokens, output_tokens = count_of(usage.get("input_tokens")), count_of(usage.get("output_tokens"))
+    read, written = (optional_count(usage.get(k)) for k in CACHE_FIELDS)
+    lifetimes = an_object(usage.get("cache_creation"))
+    short, hour = (optional_count(lifetimes.get(k)) for k in CACHE_LIFETIMES)
+    counts = (input_tokens, output_tokens, read, written, short, hour)
+    if any(c is None for c in counts):
+        return None
+    input_tokens, output_tokens, read, written, short, hour = (c or 0 for c in counts)
+    written = max(written, short + hour)  # the lifetimes' split, if it says more than the total
+    total = Usage(input_tokens + read + written, output_tokens, read, written, hour)
     iterations = usage.get("iterations")
     for iteration in iterations if isinstance(iterations, list) else []:
         if isinstance(iteration, dict) and iteration.get("type") == "compaction":  # not in the top-level fields
-            compaction = tokens_of({**iteration, "iterations": None})
+            compaction = anthropic_usage({**iteration, "iterations": None})
             if compaction is None:
                 return None
-            input_tokens, output_tokens = input_tokens + compaction[0], output_tokens + compaction[1]
-    return input_tokens, output_tokens
+            total += compaction
+    return total
 
 
-CACHE_FIELDS = ("cache_creation_input_tokens", "cache_read_input_tokens")
+CACHE_FIELDS = ("cache_read_input_tokens", "cache_creation_input_tokens")  # Anthropic's, apart from input_tokens
+CACHE_LIFETIMES = ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")  # of cache_creation_input_tokens
 
 
 def count_of(value: Any) -> int | None:
@@ -112,18 +168,25 @@ def count_of(value: Any) -> int | None:
     return value if isinstance(value, int) and value >= 0 else None
 
 
-def delta_tokens_of(usage: Any, input_so_far: int | None) -> tuple[int, int] | None:
-    """(input tokens, output tokens) after an Anthropic stream's `message_delta`, whose usage is a
-    running total: its output always, its input (cached tokens and compactions included) when it
-    says it, as it grows past message_start's in a server-side tool loop, else INPUT_SO_FAR
-    (message_start's; None when that reported none). None when it reports no count to trust."""
+def optional_count(value: Any) -> int | None:
+    """A count a usage may leave out: absent or null is 0, else `count_of`."""
+    return 0 if value is None else count_of(value)
+
+
+def delta_tokens_of(usage: Any, so_far: Usage | None) -> Usage | None:
+    """The usage after an Anthropic stream's `message_delta`, whose usage is a running total: its
+    output always, its input (cached tokens and compactions included) when it says it, as it grows
+    past message_start's in a server-side tool loop, else SO_FAR's (message_start's; None when that
+    reported none). None when it reports no count to trust."""
     output_tokens = count_of(usage.get("output_tokens")) if isinstance(usage, dict) else None
     if output_tokens is None:
         return None
     if usage.get("input_tokens") is None:
-        return (input_so_far, output_tokens) if input_so_far is not None else None
+        return replace(so_far, output_tokens=output_tokens) if so_far is not None else None
     total = tokens_of(usage)
-    return (max(total[0], input_so_far or 0), total[1]) if total is not None else None
+    if total is None:
+        return None
+    return total.at_least(replace(so_far, output_tokens=0)) if so_far is not None else total
 
 
 def streamed_reply(events: list[dict[str, Any]]) -> Reply:

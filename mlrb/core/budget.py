@@ -6,8 +6,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
+from mlrb.core.api_shapes import Usage
 from mlrb.core.config import BudgetConfig
 from mlrb.core.messages import time_left
 from mlrb.core.tags import Metric
@@ -15,19 +16,25 @@ from mlrb.core.tags import Metric
 
 @dataclass(frozen=True)
 class Spend:
-    """Tokens and dollars: what a model call used, or what is held for one in flight."""
+    """Tokens and dollars: what a model call used, or what is held for one in flight. The input
+    tokens are every token of the prompts; the cache's are parts of them, counted apart too."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     usd: float = 0.0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @classmethod
+    def of(cls, usage: Usage, usd: float) -> Spend:
+        """What a call that used USAGE, priced USD, spent."""
+        return cls(usage.input_tokens, usage.output_tokens, usd, usage.cache_read_tokens, usage.cache_write_tokens)
 
     def __add__(self, other: Spend) -> Spend:
-        return Spend(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
-                     self.usd + other.usd)  # fmt: skip
+        return Spend(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def __sub__(self, other: Spend) -> Spend:
-        return Spend(self.input_tokens - other.input_tokens, self.output_tokens - other.output_tokens,
-                     self.usd - other.usd)  # fmt: skip
+        return Spend(*(a - b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 class Budget:
@@ -39,6 +46,8 @@ class Budget:
         self.input_tokens = 0
         self.output_tokens = 0
         self.usd = 0.0
+        self.cache_read_tokens = 0  # of the input tokens: read from the prompt cache, and written to it
+        self.cache_write_tokens = 0
         # What the model calls in flight hold (the metering proxy reserves each call's estimate
         # before it goes upstream), and how many there are.
         self.held = Spend()
@@ -55,10 +64,12 @@ class Budget:
         self.notice: str | None = None  # the last-minutes notice, once given (mlrb/harness/agent_clock.py)
         self.stopped_by: str | None = None  # a limit the harness enforced from outside the budget (`stop`)
 
-    def carry(self, steps: int, input_tokens: int, output_tokens: int, usd: float, agent_time_s: float) -> None:
+    def carry(self, steps: int, input_tokens: int, output_tokens: int, usd: float, agent_time_s: float,
+              cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> None:  # fmt: skip
         """Go on from what an earlier attempt of the run spent: its steps, tokens, dollars and time."""
         with self.lock:
             self.steps, self.input_tokens, self.output_tokens = steps, input_tokens, output_tokens
+            self.cache_read_tokens, self.cache_write_tokens = cache_read_tokens, cache_write_tokens
             self.usd = usd
             self.started -= agent_time_s
 
@@ -142,6 +153,8 @@ class Budget:
             self.input_tokens += used.input_tokens
             self.output_tokens += used.output_tokens
             self.usd += used.usd
+            self.cache_read_tokens += used.cache_read_tokens
+            self.cache_write_tokens += used.cache_write_tokens
         self.changed()
 
     def exhausted(self) -> str | None:
@@ -203,6 +216,8 @@ class Budget:
             Metric.STEPS: self.steps,
             Metric.INPUT_TOKENS: self.input_tokens,
             Metric.OUTPUT_TOKENS: self.output_tokens,
+            Metric.CACHE_READ_TOKENS: self.cache_read_tokens,
+            Metric.CACHE_WRITE_TOKENS: self.cache_write_tokens,
             Metric.COST_USD: round(self.usd, 6),
             Metric.AGENT_TIME_S: round(self.elapsed_s(), 3),
         }

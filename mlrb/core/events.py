@@ -91,17 +91,23 @@ class ModelCallStarted:
 
 @dataclass(frozen=True)
 class Cost:
-    """One call's charge: the API's reported usage (estimated when it reports none) times the prices."""
+    """One call's charge: the API's reported usage (estimated when it reports none) times the prices.
+    The input tokens are every token of the prompt; those read from the provider's prompt cache and
+    those written to it (an hour's among them) are parts of them, each priced at its own rate."""
 
     input_tokens: int
     output_tokens: int
     estimated: bool
-    input_usd: float
+    input_usd: float  # the prompt's tokens, each kind at its rate
     output_usd: float
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    fee_usd: float = 0.0  # what the provider billed beside tokens
 
     @property
     def usd(self) -> float:
-        return self.input_usd + self.output_usd
+        return self.input_usd + self.output_usd + self.fee_usd
 
 
 @dataclass(frozen=True)

@@ -77,8 +77,10 @@ class Metric:
 
     # What the agent spent (mlrb/core/budget.py's summary), kept across a resumed run's attempts.
     STEPS, INPUT_TOKENS, OUTPUT_TOKENS = "steps", "input_tokens", "output_tokens"
+    # Of the input tokens: those read from the provider's prompt cache, and those written to it.
+    CACHE_READ_TOKENS, CACHE_WRITE_TOKENS = "cache_read_tokens", "cache_write_tokens"
     COST_USD, AGENT_TIME_S = "cost_usd", "agent_time_s"
-    SPENT = (STEPS, INPUT_TOKENS, OUTPUT_TOKENS, COST_USD, AGENT_TIME_S)
+    SPENT = (STEPS, INPUT_TOKENS, OUTPUT_TOKENS, CACHE_READ_TOKENS, CACHE_WRITE_TOKENS, COST_USD, AGENT_TIME_S)
     # The run's own times; STAGE_TIME_S is a prefix, + a stage's name (mlrb/core/timeline.py).
     PREPARE_TIME_S, SCORE_TIME_S, WALL_TIME_S = "prepare_time_s", "score_time_s", "wall_time_s"
     STAGE_TIME_S = "stage_time_s."

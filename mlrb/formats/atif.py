@@ -7,7 +7,9 @@ What maps to what (docs/formats/atif.md says it for users):
 - the system prompt, when one is known, is a `system` step; the task's instructions a `user` step;
 - each model call the metering proxy metered is one `agent` step: its text, the tools it asked
   for (`tool_calls`), their results (`observation`, each linked by its call's id) and its usage
-  and cost as the run was charged them (`metrics`: prompt and completion tokens, `cost_usd`);
+  and cost as the run was charged them (`metrics`: prompt tokens, every one of the prompt's, its
+  `cached_tokens` read from the provider's cache among them, completion tokens, `cost_usd`; the
+  tokens written to the cache in `extra`);
   the failed tries before it are in the step's `extra.api_retries`;
 - a tool call no model asked for (the scripted baseline's command) is an `agent` step with
   `llm_call_count` 0;
@@ -83,10 +85,14 @@ class Steps:
             calls.append({"tool_call_id": call_id, "function_name": str(call.get("name") or ""),
                           "arguments": call.get("arguments") if isinstance(call.get("arguments"), dict) else {}})  # fmt: skip
         # ATIF's names for the call's charge (its Metrics), from the trajectory's model_call line
+        # (prompt_tokens counts every token of the prompt, cached_tokens those of them read from the cache)
         charged = {"prompt_tokens": int(event.get("input_tokens") or 0),
                    "completion_tokens": int(event.get("output_tokens") or 0),
+                   "cached_tokens": int(event.get("cache_read_tokens") or 0),
                    "cost_usd": float(event.get("cost_usd") or 0.0),
                    "extra": {"usage_estimated": bool(event.get("usage_estimated")),
+                             "cache_write_tokens": int(event.get("cache_write_tokens") or 0),
+                             "cache_write_1h_tokens": int(event.get("cache_write_1h_tokens") or 0),
                              "latency_s": event.get("latency_s")}}  # fmt: skip
         step = {"source": "agent", "timestamp": iso(event.get("time")), "model_name": event.get("model"),
                 "message": str(event.get("text") or ""), "llm_call_count": 1, "metrics": charged,
@@ -189,9 +195,15 @@ def convert(run: RunFolder) -> dict[str, Any]:
         document["final_metrics"] = {
             "total_prompt_tokens": int(ended.get("input_tokens") or 0),
             "total_completion_tokens": int(ended.get("output_tokens") or 0),
+            "total_cached_tokens": int(ended.get("cache_read_tokens") or 0),
             "total_cost_usd": float(ended.get("cost_usd") or 0.0),
             "total_steps": len(steps.steps),
-            "extra": {"agent_steps": ended.get("steps"), "agent_time_s": ended.get("agent_time_s"), "outcome": outcome},
+            "extra": {
+                "agent_steps": ended.get("steps"),
+                "agent_time_s": ended.get("agent_time_s"),
+                "outcome": outcome,
+                "cache_write_tokens": int(ended.get("cache_write_tokens") or 0),
+            },
         }
     return document
 

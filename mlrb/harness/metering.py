@@ -127,8 +127,10 @@ class CallEvents:
         text, tool_calls, stop_reason = reply_of(call.response, call.stream)
         if call.open_at_end:  # the run ended before its answer did: charged what it held
             stop_reason = stop_reason or OPEN_AT_END
-        usd_in = call.usd * call.input_tokens / max(call.input_tokens + call.output_tokens, 1)
-        cost = events.Cost(call.input_tokens, call.output_tokens, call.estimated, usd_in, call.usd - usd_in)
+        used, charge = call.usage, call.charge
+        cost = events.Cost(used.input_tokens, used.output_tokens, call.estimated, charge.input_usd, charge.output_usd,
+                           used.cache_read_tokens, used.cache_write_tokens, used.cache_write_1h_tokens,
+                           charge.fee_usd)  # fmt: skip
         self.sink.emit(events.ModelCalled(step, attempt, call.model, call.latency_s, self.redact(text), tool_calls,
                                           stop_reason, cost))  # fmt: skip
         b = self.budget  # the proxy has charged it already

@@ -28,8 +28,10 @@ streaming or not. For each call the proxy
 - passes the response back as it arrives: a stream is written to the agent chunk by chunk,
   never held back;
 - reads the provider's own usage fields from the response (for a stream, from its events;
-  an OpenAI chat stream is asked for its usage, `stream_options.include_usage`) and charges
-  them to the meter at the model's price (mlrb/agents/prices.py), releasing the call's hold;
+  an OpenAI chat stream is asked for its usage, `stream_options.include_usage`), each kind of
+  token apart (input, cache reads, cache writes at each lifetime, output: mlrb/core/api_shapes.py),
+  and charges them to the meter at the model's price for each (mlrb/agents/prices.py), releasing
+  the call's hold;
 - charges every call the upstream served, whatever the agent does: an agent that hangs up
   early (once it has its answer's text, say) is sent nothing more, but its reply is still read
   to its end for its usage; a reply cut off before its usage is charged an estimate;
@@ -79,8 +81,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from mlrb.agents.prices import Price, flat
-from mlrb.core.api_shapes import delta_tokens_of, reply_of, usage_of
+from mlrb.agents.prices import Charge, Price, flat
+from mlrb.core.api_shapes import Usage, delta_tokens_of, reply_of, usage_of
 from mlrb.core.budget import Spend
 from mlrb.harness.request_rules import NOT_FORWARDED_HEADERS, canonical_body, check_request, parse_body
 from mlrb.sandbox.base import ModelEndpoint
@@ -167,9 +169,9 @@ class Call:
     model: str
     stream: bool
     status: int  # the status the agent got
-    input_tokens: int = 0
-    output_tokens: int = 0
-    usd: float = 0.0
+    usage: Usage = field(default_factory=Usage)  # what it is charged for: the upstream's usage, or an estimate
+    charge: Charge = field(default_factory=Charge)  # what that costs, by what it paid for
+    usd: float = 0.0  # the charge's whole
     latency_s: float = 0.0  # from the request to the response's last byte
     first_byte_s: float | None = None  # to the response's first byte (the stream's start)
     attempts: int = 0  # upstream tries (0: refused by the proxy)
@@ -183,6 +185,14 @@ class Call:
     response: Any = None  # the JSON body, or a stream's events as a list
     # Still open when the run ended and gave up waiting for it (`settle_open`): charged what it held.
     open_at_end: bool = False
+
+    @property
+    def input_tokens(self) -> int:
+        return self.usage.input_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        return self.usage.output_tokens
 
 
 class Meter(Protocol):
@@ -266,9 +276,7 @@ class StreamUsage:
     def __init__(self) -> None:
         self.pending = b""
         self.events: list[Any] = []
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.reported = False  # whether the stream carried any usage
+        self.usage: Usage | None = None  # the stream's usage so far (None: it carried none)
         self.final = False  # whether it carried its final usage (not only message_start's)
         self.ended = False  # whether the stream's closing event has passed
 
@@ -298,17 +306,24 @@ class StreamUsage:
         if kind == "message_start":  # Anthropic: the input, and the output so far
             self.take(usage_of(event.get("message")), final=False)
         elif kind == "message_delta":  # Anthropic: its running totals, near the end (the input when it grew)
-            self.take(delta_tokens_of(event.get("usage"), self.input_tokens if self.reported else None))
+            self.take(delta_tokens_of(event.get("usage"), self.usage))
         elif kind in ("response.completed", "response.incomplete", "response.failed"):  # Responses: its usage in it
             self.take(usage_of(event.get("response")))
         elif isinstance(event.get("usage"), dict):  # Chat Completions: the last chunk
             self.take(usage_of(event))
 
-    def take(self, usage: tuple[int, int] | None, final: bool = True) -> None:
+    def take(self, usage: Usage | None, final: bool = True) -> None:
         if usage is not None:
-            self.input_tokens, self.output_tokens = usage
-            self.reported = True
+            self.usage = usage
             self.final = final
+
+    @property
+    def input_tokens(self) -> int:
+        return self.usage.input_tokens if self.usage is not None else 0
+
+    @property
+    def output_tokens(self) -> int:
+        return self.usage.output_tokens if self.usage is not None else 0
 
 
 def positive(value: str | None) -> float | None:
@@ -331,18 +346,18 @@ def estimated_usage(call: Call) -> tuple[int, int]:
     return len(json.dumps(call.request)) // CHARS_PER_TOKEN, len(written) // CHARS_PER_TOKEN
 
 
-def charged_usage(call: Call, status: int, reported: tuple[int, int] | None, final: bool) -> tuple[int, int]:
-    """The tokens a call is charged: the upstream's final usage; for a reply served without it
-    (cut off, or a server that reports none) an estimate, no less than what it did report, and
-    the call says so. An error the upstream answered costs what it reports, else nothing."""
+def charged_usage(call: Call, status: int, reported: Usage | None, final: bool) -> Usage:
+    """The usage a call is charged: the upstream's final usage; for a reply served without it
+    (cut off, or a server that reports none) an estimate, no less than what it did report (its
+    cached tokens kept), and the call says so. An error the upstream answered costs what it
+    reports, else nothing."""
     if status != 200:
-        return reported or (0, 0)
+        return reported or Usage()
     if reported is not None and final:
         return reported
     call.estimated = True
-    estimate = estimated_usage(call)
-    reported = reported or (0, 0)
-    return max(reported[0], estimate[0]), max(reported[1], estimate[1])
+    estimate = Usage(*estimated_usage(call))
+    return reported.at_least(estimate) if reported is not None else estimate
 
 
 class UpstreamConnections:
@@ -466,8 +481,10 @@ class MeteringProxy:
             hold = flight.hold
             flight.meter.settle(hold, hold)
             # A copy: the call's own thread may still be writing the original.
-            call = dataclasses.replace(flight.call, input_tokens=hold.input_tokens, output_tokens=hold.output_tokens,
-                                       usd=hold.usd, estimated=True, open_at_end=True,
+            held = Usage(hold.input_tokens, hold.output_tokens)
+            charge = flight.call.price.charge(held) if flight.call.price is not None else Charge(hold.usd)
+            call = dataclasses.replace(flight.call, usage=held, charge=charge, usd=hold.usd, estimated=True,
+                                       open_at_end=True,
                                        latency_s=(time.time_ns() - flight.call.started_ns) / 1e9)  # fmt: skip
             charged.append(call)
             if self.mark_reported(flight):
@@ -650,7 +667,7 @@ class MeteringProxy:
                 finally:
                     if not self.flight.settled:  # it failed before its usage was read
                         if call.attempts and call.status == 200:  # yet the upstream served it: charged what it held
-                            call.input_tokens, call.output_tokens = hold.input_tokens, hold.output_tokens
+                            call.usage = Usage(hold.input_tokens, hold.output_tokens)
                             call.estimated = True
                         self.settle(call)
 
@@ -661,10 +678,11 @@ class MeteringProxy:
                 self.reply(call.status, answer, call)
 
             def settle(self, call: Call) -> None:
-                """Price the call's tokens, charge them, and release its hold."""
-                call.usd = call.price.usd(call.input_tokens, call.output_tokens) if call.price is not None else 0.0
+                """Price the call's usage, charge it, and release its hold."""
+                call.charge = call.price.charge(call.usage) if call.price is not None else Charge()
+                call.usd = call.charge.usd
                 if self.flight is not None:
-                    proxy.settle(self.flight, Spend(call.input_tokens, call.output_tokens, call.usd))
+                    proxy.settle(self.flight, Spend.of(call.usage, call.usd))
 
             def go_upstream(self, call: Call, upstream_path: str, request: dict, body: bytes) -> None:
                 provider = call.provider
@@ -728,7 +746,7 @@ class MeteringProxy:
                     cut = True
                 if reader is not None:
                     call.response = reader.events
-                    reported = (reader.input_tokens, reader.output_tokens) if reader.reported else None
+                    reported = reader.usage
                     final = reader.final
                 else:
                     try:
@@ -741,7 +759,7 @@ class MeteringProxy:
                         proxy.missing_model = MissingModel(call.provider, call.model,
                                                            proxy.upstreams[call.provider].base_url, said,
                                                            call.response)  # fmt: skip
-                call.input_tokens, call.output_tokens = charged_usage(call, response.status, reported, final)
+                call.usage = charged_usage(call, response.status, reported, final)
                 self.settle(call)
                 self.report(call)  # before the last bytes: an agent that has its answer finds it charged
                 if cut:  # the agent's reply ends cut off too, not closed as if whole

@@ -250,6 +250,8 @@ class Progress:
     steps: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0  # of the input tokens
+    cache_write_tokens: int = 0
     cost_usd: float = 0.0
     agent_time_s: float = 0.0
     # What calls in flight held when this was written: a kill mid-call charges it (fail closed)
@@ -292,7 +294,7 @@ class Keeper:
         with self.lock:
             save(self.run_dir, Progress(
                 attempt=self.attempt, steps=b.steps, input_tokens=b.input_tokens, output_tokens=b.output_tokens,
-                cost_usd=b.usd, agent_time_s=b.elapsed_s(), held_input_tokens=b.held.input_tokens,
+                cache_read_tokens=b.cache_read_tokens, cache_write_tokens=b.cache_write_tokens, cost_usd=b.usd, agent_time_s=b.elapsed_s(), held_input_tokens=b.held.input_tokens,
                 held_output_tokens=b.held.output_tokens, held_usd=b.held.usd,
             ))  # fmt: skip
             if self.also is not None:
@@ -323,4 +325,4 @@ class Keeper:
         """The agent's end, final: a later attempt goes straight to scoring."""
         with self.lock:
             save(self.run_dir, Progress(attempt=self.attempt, outcome=outcome, spent=spent, **{
-                k: spent[k] for k in Metric.SPENT}))  # fmt: skip
+                k: spent.get(k, 0) for k in Metric.SPENT}))  # fmt: skip

@@ -82,7 +82,10 @@ class TrajectoryWriter:
                     model=event.model,
                     attempt=event.attempt,
                     latency_s=round(event.latency_s, 3),
-                    input_tokens=cost.input_tokens,
+                    input_tokens=cost.input_tokens,  # the prompt's every token, the cache's among them
+                    cache_read_tokens=cost.cache_read_tokens,
+                    cache_write_tokens=cost.cache_write_tokens,
+                    cache_write_1h_tokens=cost.cache_write_1h_tokens,
                     output_tokens=cost.output_tokens,
                     usage_estimated=cost.estimated,
                     cost_usd=round(cost.usd, 8),
