@@ -3,7 +3,8 @@ a 2-seed x 2-budget sweep, an agent that fails, one that hands in pickled weight
 and a run whose scorer crashes (an infrastructure error). The report's numbers are
 checked against what MlflowClient says about the same runs (tiny scale: its means are
 the calibrated ones; system tier). What the report writes and logs for a sweep, and its
-answers to bad input, are checked on a sweep at the plumbing scale (integration tier)."""
+answers to bad input, are checked on a sweep of the cheapest real task (conftest's HARNESS_TASK:
+the task is incidental there; integration tier)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, broken_copy_of, mlflow_client, run_cli, run_module
+from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, broken_copy_of, mlflow_client, run_cli, run_module
 
 SMOKE_S, ONE_HOUR_S = 600.0, 3600.0
 
@@ -34,7 +35,7 @@ def read_csv(path: Path) -> list:
 
 # A store takes minutes to fill: its tests go to one test process, which fills it once.
 ONE_STORE = pytest.mark.xdist_group("report_store")
-ONE_PLUMBING_STORE = pytest.mark.xdist_group("report_plumbing_store")
+ONE_HARNESS_STORE = pytest.mark.xdist_group("report_harness_store")
 
 
 @pytest.fixture(scope="module")
@@ -58,19 +59,20 @@ def store(tmp_path_factory, built_cache) -> Path:
 
 
 @pytest.fixture(scope="module")
-def plumbing_store(tmp_path_factory, plumbing_cache) -> Path:
-    """A folder whose mlruns/ holds a 2-seed x 2-budget sweep at the plumbing scale: 4 runs and their parent."""
-    root = tmp_path_factory.mktemp("report-plumbing-store")
-    result = run_cli("-m", PLUMBING, "seed=1,2", "budget=smoke,1h", f"hydra.sweep.dir={root / 'sweep'}",
-                     f"tracking.dir={root / 'mlruns'}", f"paths.cache_dir={plumbing_cache}", cwd=root,
+def harness_store(tmp_path_factory, cache_dir) -> Path:
+    """A folder whose mlruns/ holds a 2-seed x 2-budget sweep of the cheapest real task (HARNESS_TASK,
+    the baseline agent: the given train.py): 4 runs and their parent."""
+    root = tmp_path_factory.mktemp("report-harness-store")
+    result = run_cli("-m", *HARNESS_TASK, "seed=1,2", "budget=smoke,1h", f"hydra.sweep.dir={root / 'sweep'}",
+                     f"tracking.dir={root / 'mlruns'}", f"paths.cache_dir={cache_dir}", cwd=root,
                      timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return root
 
 
-def runs_of(store: Path):
+def runs_of(store: Path, experiment_name: str = "llm_merging"):
     client = mlflow_client(store)
-    experiment = client.get_experiment_by_name("llm_merging")
+    experiment = client.get_experiment_by_name(experiment_name)
     runs = client.search_runs([experiment.experiment_id])
     return (
         client,
@@ -177,11 +179,11 @@ def test_the_report_matches_the_runs_and_keeps_the_infrastructure_failure_out(st
 
 
 @pytest.mark.integration
-@ONE_PLUMBING_STORE
-def test_a_sweeps_report_is_logged_on_its_parent_run_with_a_self_contained_page(plumbing_store, tmp_path):
-    store = plumbing_store
-    client, runs, (parent,) = runs_of(store)
-    assert {r.data.tags["mlrb.scale"] for r in runs} == {"plumbing"}
+@ONE_HARNESS_STORE
+def test_a_sweeps_report_is_logged_on_its_parent_run_with_a_self_contained_page(harness_store, tmp_path):
+    store = harness_store
+    client, runs, (parent,) = runs_of(store, HARNESS_EXPERIMENT)
+    assert {r.data.tags["mlrb.scale"] for r in runs} == {"folder"}  # a task folder's one scale
     sweep_id = parent.data.tags["mlrb.sweep_id"]
     out = tmp_path / "report"
     result = report(
@@ -195,7 +197,7 @@ def test_a_sweeps_report_is_logged_on_its_parent_run_with_a_self_contained_page(
     assert {f"report/{name}" for name in ("summary.md", "summary.csv", "runs.csv", "not_scored.csv", "report.html",
                                           "score_by_task.png", "score_vs_budget.png", "score_vs_cost.png")} <= logged  # fmt: skip
     note = client.get_run(parent.info.run_id).data.tags["mlflow.note.content"]
-    assert f"mlrb report: sweep {sweep_id}" in note and "| llm_merging | baseline | smoke | 2 (2) |" in note
+    assert f"mlrb report: sweep {sweep_id}" in note and f"| {HARNESS_EXPERIMENT} | baseline | smoke | 2 (2) |" in note
     # and they are lines of the sweep's own record first, as a run's facts are: a sync rebuilds them
     from mlrb.store import record
 
@@ -207,10 +209,14 @@ def test_a_sweeps_report_is_logged_on_its_parent_run_with_a_self_contained_page(
     }
 
     page = (out / "report.html").read_text()
-    # plots inlined, every one: the three above (cost against score's needs counted scores: a plumbing run has none)
+    # plots inlined, every one: the three above. Cost against score (cost_score_pareto.png) needs counted
+    # scores, and these runs have none: the folder's anchors are its baseline alone, no do-nothing score
+    # (its starting workspace has no submission.csv, so doing nothing is invalid), hence no floor to count on.
+    assert {r.data.tags["mlrb.counted_as"] for r in runs} == {"none"}
+    assert not any("counted_score" in r.data.metrics or "do_nothing_score" in r.data.metrics for r in runs)
     assert page.count("<img ") == page.count('src="data:image/png;base64,') == 3
     assert 'src="score' not in page and 'src="cost' not in page
-    assert "<td>llm_merging</td>" in page and f"sweep {sweep_id}" in page
+    assert f"<td>{HARNESS_EXPERIMENT}</td>" in page and f"sweep {sweep_id}" in page
 
 
 def free_port() -> int:
@@ -220,11 +226,11 @@ def free_port() -> int:
 
 
 @pytest.mark.integration
-@ONE_PLUMBING_STORE
-def test_bad_input_is_one_clear_line_and_a_failure(plumbing_store, tmp_path):
-    store = plumbing_store
+@ONE_HARNESS_STORE
+def test_bad_input_is_one_clear_line_and_a_failure(harness_store, tmp_path):
+    store = harness_store
     cases = {
-        "unknown experiment 'nope'; experiments in the store: Default, llm_merging": ["--experiment", "nope"],
+        f"unknown experiment 'nope'; experiments in the store: Default, {HARNESS_EXPERIMENT}": ["--experiment", "nope"],
         "no runs match (filters: task nope)": ["--task", "nope"],
         "no runs match (filters: agent baseline; budget 24h)": ["--agent", "baseline", "--budget", "24h"],
         f"no tracking store at {tmp_path / 'missing' / 'mlflow.db'}": ["--tracking-dir", str(tmp_path / "missing")],
