@@ -147,6 +147,10 @@ def test_the_wall_clock_budget_stops_the_agent_and_its_work_is_still_scored(tmp_
     assert run.data.metrics["score"] == pytest.approx(do_nothing, abs=1e-6)
 
 
+# On the default task's plumbing run, not the cheapest task (HARNESS_TASK): there a broken hidden file
+# does not make the scorer fail. Whatever scripts/eval.py raises on it, the folder's judge calls the
+# submission invalid (mlrb/tasks/folder/scoring.py), so no control is asked and the run is the agent's
+# (FINISHED, invalid: "scripts/eval.py get_score raised ..."), not an infrastructure error.
 @pytest.mark.integration
 def test_a_scorer_failure_is_an_infrastructure_error_not_a_zero(tmp_path, plumbing_cache):
     broken_cache = broken_copy_of(plumbing_cache, tmp_path / "cache", scale="plumbing")  # its test set is not JSON
