@@ -432,7 +432,8 @@ class Stages:
             self.spent = dict(progress.spent or {})
             budget.carry(self.spent[Metric.STEPS], self.spent[Metric.INPUT_TOKENS], self.spent[Metric.OUTPUT_TOKENS],
                          self.spent[Metric.COST_USD], self.spent[Metric.AGENT_TIME_S],
-                         self.spent.get(Metric.CACHE_READ_TOKENS, 0), self.spent.get(Metric.CACHE_WRITE_TOKENS, 0))  # fmt: skip
+                         *(self.spent.get(k, 0) for k in (Metric.CACHE_READ_TOKENS, Metric.CACHE_WRITE_TOKENS,
+                                                          Metric.WEB_SEARCHES, Metric.FEE_USD)))  # fmt: skip
             self.sandbox.close()
             if self.model is not None:
                 self.model.close()
@@ -441,7 +442,8 @@ class Stages:
         if progress is not None:  # what calls in flight held when the attempt before ended is charged
             budget.carry(progress.steps, progress.input_tokens + progress.held_input_tokens,
                          progress.output_tokens + progress.held_output_tokens, progress.cost_usd + progress.held_usd,
-                         progress.agent_time_s, progress.cache_read_tokens, progress.cache_write_tokens)  # fmt: skip
+                         progress.agent_time_s, progress.cache_read_tokens, progress.cache_write_tokens,
+                         progress.web_searches, progress.fee_usd)  # fmt: skip
 
         def after_step(step: int) -> None:
             self.during.after(self.step_snapshots.take(step, work, self.before, budget.elapsed_s()))

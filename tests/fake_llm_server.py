@@ -31,15 +31,17 @@ def tool(name: str, **arguments: Any) -> dict[str, Any]:
 
 
 def reply(*tool_calls: dict[str, Any], text: str = "", usage=(1000, 100), delay_s: float = 0.0, gap_s: float = 0.0,
-          linger_s: float = 0.0, end_after_s: float = 0.0, cut: bool = False) -> dict[str, Any]:  # fmt: skip
+          linger_s: float = 0.0, end_after_s: float = 0.0, cut: bool = False, searches: int = 0) -> dict[str, Any]:  # fmt: skip
     """A model turn: some text and tool calls, with the usage the server reports: (input, output), or
     the API's own usage object as it is sent (a dict: say Anthropic's cache fields), or None (none).
     Streamed, its first event comes at once and the rest `gap_s` later; its last two events (those
     that carry its usage and its end, as a long answer's come late) `end_after_s` after the others,
     or, with `cut`, never: the connection breaks there; the stream closes `linger_s` after its
-    last event."""
+    last event. A Responses reply holds `searches` web searches the provider ran (web_search_call
+    items; Anthropic reports its own in its usage's `server_tool_use`)."""
     return {"kind": "reply", "text": text, "tool_calls": list(tool_calls), "usage": usage, "delay_s": delay_s,
-            "gap_s": gap_s, "linger_s": linger_s, "end_after_s": end_after_s, "cut": cut}  # fmt: skip
+            "gap_s": gap_s, "linger_s": linger_s, "end_after_s": end_after_s, "cut": cut,
+            "searches": searches}  # fmt: skip
 
 
 def error(status: int, message: str = "scripted failure") -> dict[str, Any]:
@@ -291,7 +293,9 @@ def openai_chunks(completion: dict[str, Any], request: dict[str, Any]) -> list[b
 
 def responses_reply(turn: dict[str, Any], model: str, n: int) -> dict[str, Any]:
     """A turn as an OpenAI Responses response: a message item, then a function_call item per tool call."""
-    output: list[dict[str, Any]] = []
+    output: list[dict[str, Any]] = [{"type": "web_search_call", "id": f"ws_{n}_{i}", "status": "completed",
+                                     "action": {"type": "search", "query": "q"}}
+                                    for i in range(turn.get("searches", 0))]  # fmt: skip
     if turn["text"]:
         output.append({"type": "message", "id": f"msg_{n}", "status": "completed", "role": "assistant",
                        "content": [{"type": "output_text", "text": turn["text"], "annotations": []}]})  # fmt: skip

@@ -58,6 +58,7 @@ class ProviderOptions:
     price_cache_read_per_mtok: float | None = None  # of the prompt read from the provider's cache
     price_cache_write_per_mtok: float | None = None  # written to it (five minutes)
     price_cache_write_1h_per_mtok: float | None = None  # written to Anthropic's one-hour cache
+    price_per_1k_web_searches: float | None = None  # USD per 1,000 web searches the provider runs
 
 
 @dataclass

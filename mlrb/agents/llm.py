@@ -93,6 +93,9 @@ class LlmOptions:
     price_cache_read_per_mtok: float | None = None
     price_cache_write_per_mtok: float | None = None
     price_cache_write_1h_per_mtok: float | None = None
+    # USD per 1,000 web searches the provider runs for a call (billed beside tokens). null: the table's;
+    # a model with neither may not be offered the provider's web search.
+    price_per_1k_web_searches: float | None = None
     # Longest one API call may take (the remaining wall time may cut it shorter).
     request_timeout_s: float = 600.0
     # Failed calls are retried this often, waiting retry_base_delay_s * 2^(n-1) before the

@@ -71,6 +71,7 @@ CONFIG_RATES = {
     "cache_read_per_mtok": "cache_read_mtok",  # of tokens read from the prompt cache
     "cache_write_per_mtok": "cache_write_mtok",  # written to it (Anthropic's five-minute cache)
     "cache_write_1h_per_mtok": "cache_write_1h_mtok",  # written to Anthropic's one-hour cache
+    "per_1k_web_searches": "web_searches_kcount",  # USD per 1,000 web searches the provider runs for a call
 }
 CONFIG_KEYS = tuple(f"price_{key}" for key in CONFIG_RATES)  # as agent.options and a command's providers name them
 
@@ -107,7 +108,8 @@ class Price:
 
         counted = TableUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                              cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens,
-                             cache_write_1h_tokens=usage.cache_write_1h_tokens)  # fmt: skip
+                             cache_write_1h_tokens=usage.cache_write_1h_tokens,
+                             web_searches=usage.web_searches)  # fmt: skip
         now = datetime.datetime.now(datetime.UTC)
         if self.table_entry is not None and not self.rates:
             provider, model = self.table_entry
@@ -122,6 +124,15 @@ class Price:
             priced = dict(rates.calc_price(counted))
         paid_in, paid_out = priced["input_price"], priced["output_price"]  # Decimals: the fee is exactly the rest
         return Charge(float(paid_in), float(paid_out), float(priced["total_price"] - paid_in - paid_out))
+
+    def has_rate(self, rate: str) -> bool:
+        """Whether this price sets RATE (the table's name, e.g. web_searches_kcount): a fee it has no
+        rate for cannot be charged."""
+        if any(key == rate for key, _ in self.rates):
+            return True
+        if self.table_entry is None:
+            return False
+        return getattr(self.table_entry[1].get_prices(datetime.datetime.now(datetime.UTC)), rate, None) is not None
 
 
 def flat(provider: str, model: str, input_per_mtok: float, output_per_mtok: float, source: str) -> Price:

@@ -79,6 +79,7 @@ class Usage:
     cache_read_tokens: int = 0  # of input_tokens: read from the prompt cache
     cache_write_tokens: int = 0  # of input_tokens: written to it, at every lifetime
     cache_write_1h_tokens: int = 0  # of cache_write_tokens: kept an hour (Anthropic's; the rest five minutes)
+    web_searches: int = 0  # searches the provider ran for the call, billed beside its tokens
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
@@ -95,13 +96,18 @@ class Usage:
                                                                                   other.cache_read_tokens)  # fmt: skip
         hour = max(self.cache_write_1h_tokens, other.cache_write_1h_tokens)
         written = max(self.cache_write_tokens, other.cache_write_tokens, hour)
-        return Usage(plain + read + written, max(self.output_tokens, other.output_tokens), read, written, hour)
+        return Usage(plain + read + written, max(self.output_tokens, other.output_tokens), read, written, hour,
+                     max(self.web_searches, other.web_searches))  # fmt: skip
 
 
 def usage_of(body: Any) -> Usage | None:
     """The usage of a whole JSON response (or a stream's Anthropic message or Responses response);
-    None when it reports none."""
-    return tokens_of(body.get("usage") if isinstance(body, dict) else None)
+    None when it reports none. A Responses response's web searches are its `web_search_call` items."""
+    usage = tokens_of(body.get("usage") if isinstance(body, dict) else None)
+    if usage is None or "output" not in body:
+        return usage
+    searches = sum(1 for item in objects(body.get("output")) if item.get("type") == "web_search_call")
+    return replace(usage, web_searches=max(usage.web_searches, searches))
 
 
 def tokens_of(usage: Any) -> Usage | None:
@@ -111,7 +117,8 @@ def tokens_of(usage: Any) -> Usage | None:
     tokens among the input's (`input_tokens_details.cached_tokens`). Anthropic: input_tokens and
     output_tokens, and the prompt's cached tokens apart from input_tokens (`cache_read_input_tokens`,
     `cache_creation_input_tokens`, split by lifetime in `cache_creation`), all of them read, so input
-    too; the tokens of a server-side compaction apart from the rest (`iterations`), so added.
+    too; the tokens of a server-side compaction apart from the rest (`iterations`), so added; its web
+    searches (`server_tool_use.web_search_requests`).
     A usage whose counts are not whole numbers of at least 0 (a string, null, NaN, a negative one), or
     whose cached tokens are more than its prompt, is not one: the call is then charged an estimate,
     never nothing, never a credit."""
@@ -139,12 +146,13 @@ def anthropic_usage(usage: dict[str, Any]) -> Usage | None:
     read, written = (optional_count(usage.get(k)) for k in CACHE_FIELDS)
     lifetimes = an_object(usage.get("cache_creation"))
     short, hour = (optional_count(lifetimes.get(k)) for k in CACHE_LIFETIMES)
-    counts = (input_tokens, output_tokens, read, written, short, hour)
+    searches = web_searches_of(usage)
+    counts = (input_tokens, output_tokens, read, written, short, hour, searches)
     if any(c is None for c in counts):
         return None
-    input_tokens, output_tokens, read, written, short, hour = (c or 0 for c in counts)
+    input_tokens, output_tokens, read, written, short, hour, searches = (c or 0 for c in counts)
     written = max(written, short + hour)  # the lifetimes' split, if it says more than the total
-    total = Usage(input_tokens + read + written, output_tokens, read, written, hour)
+    total = Usage(input_tokens + read + written, output_tokens, read, written, hour, searches)
     iterations = usage.get("iterations")
     for iteration in iterations if isinstance(iterations, list) else []:
         if isinstance(iteration, dict) and iteration.get("type") == "compaction":  # not in the top-level fields
@@ -157,6 +165,11 @@ def anthropic_usage(usage: dict[str, Any]) -> Usage | None:
 
 CACHE_FIELDS = ("cache_read_input_tokens", "cache_creation_input_tokens")  # Anthropic's, apart from input_tokens
 CACHE_LIFETIMES = ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")  # of cache_creation_input_tokens
+
+
+def web_searches_of(usage: dict[str, Any]) -> int | None:
+    """The web searches an Anthropic usage reports (`server_tool_use.web_search_requests`): absent, 0."""
+    return optional_count(an_object(usage.get("server_tool_use")).get("web_search_requests"))
 
 
 def count_of(value: Any) -> int | None:
@@ -182,7 +195,10 @@ def delta_tokens_of(usage: Any, so_far: Usage | None) -> Usage | None:
     if output_tokens is None:
         return None
     if usage.get("input_tokens") is None:
-        return replace(so_far, output_tokens=output_tokens) if so_far is not None else None
+        searches = web_searches_of(usage)
+        if so_far is None or searches is None:
+            return None
+        return replace(so_far, output_tokens=output_tokens, web_searches=max(so_far.web_searches, searches))
     total = tokens_of(usage)
     if total is None:
         return None

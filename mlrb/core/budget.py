@@ -24,11 +24,14 @@ class Spend:
     usd: float = 0.0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    web_searches: int = 0  # what the provider billed beside tokens, and its dollars (within `usd`)
+    fee_usd: float = 0.0
 
     @classmethod
-    def of(cls, usage: Usage, usd: float) -> Spend:
-        """What a call that used USAGE, priced USD, spent."""
-        return cls(usage.input_tokens, usage.output_tokens, usd, usage.cache_read_tokens, usage.cache_write_tokens)
+    def of(cls, usage: Usage, usd: float, fee_usd: float = 0.0) -> Spend:
+        """What a call that used USAGE, priced USD (FEE_USD of it beside its tokens), spent."""
+        return cls(usage.input_tokens, usage.output_tokens, usd, usage.cache_read_tokens, usage.cache_write_tokens,
+                   usage.web_searches, fee_usd)  # fmt: skip
 
     def __add__(self, other: Spend) -> Spend:
         return Spend(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
@@ -48,6 +51,8 @@ class Budget:
         self.usd = 0.0
         self.cache_read_tokens = 0  # of the input tokens: read from the prompt cache, and written to it
         self.cache_write_tokens = 0
+        self.web_searches = 0  # billed beside tokens, and what they cost (within `usd`)
+        self.fee_usd = 0.0
         # What the model calls in flight hold (the metering proxy reserves each call's estimate
         # before it goes upstream), and how many there are.
         self.held = Spend()
@@ -65,11 +70,13 @@ class Budget:
         self.stopped_by: str | None = None  # a limit the harness enforced from outside the budget (`stop`)
 
     def carry(self, steps: int, input_tokens: int, output_tokens: int, usd: float, agent_time_s: float,
-              cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> None:  # fmt: skip
-        """Go on from what an earlier attempt of the run spent: its steps, tokens, dollars and time."""
+              cache_read_tokens: int = 0, cache_write_tokens: int = 0, web_searches: int = 0,
+              fee_usd: float = 0.0) -> None:  # fmt: skip
+        """Go on from what an earlier attempt of the run spent: its steps, tokens, fees, dollars and time."""
         with self.lock:
             self.steps, self.input_tokens, self.output_tokens = steps, input_tokens, output_tokens
             self.cache_read_tokens, self.cache_write_tokens = cache_read_tokens, cache_write_tokens
+            self.web_searches, self.fee_usd = web_searches, fee_usd
             self.usd = usd
             self.started -= agent_time_s
 
@@ -155,6 +162,8 @@ class Budget:
             self.usd += used.usd
             self.cache_read_tokens += used.cache_read_tokens
             self.cache_write_tokens += used.cache_write_tokens
+            self.web_searches += used.web_searches
+            self.fee_usd += used.fee_usd
         self.changed()
 
     def exhausted(self) -> str | None:
@@ -218,6 +227,8 @@ class Budget:
             Metric.OUTPUT_TOKENS: self.output_tokens,
             Metric.CACHE_READ_TOKENS: self.cache_read_tokens,
             Metric.CACHE_WRITE_TOKENS: self.cache_write_tokens,
+            Metric.WEB_SEARCHES: self.web_searches,
+            Metric.FEE_USD: round(self.fee_usd, 6),
             Metric.COST_USD: round(self.usd, 6),
             Metric.AGENT_TIME_S: round(self.elapsed_s(), 3),
         }

@@ -103,7 +103,8 @@ class Cost:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     cache_write_1h_tokens: int = 0
-    fee_usd: float = 0.0  # what the provider billed beside tokens
+    fee_usd: float = 0.0  # what the provider billed beside tokens: its web searches
+    web_searches: int = 0
 
     @property
     def usd(self) -> float:

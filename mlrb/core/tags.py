@@ -79,8 +79,11 @@ class Metric:
     STEPS, INPUT_TOKENS, OUTPUT_TOKENS = "steps", "input_tokens", "output_tokens"
     # Of the input tokens: those read from the provider's prompt cache, and those written to it.
     CACHE_READ_TOKENS, CACHE_WRITE_TOKENS = "cache_read_tokens", "cache_write_tokens"
+    # What the provider billed beside tokens: its web searches, and the dollars of such fees (within COST_USD).
+    WEB_SEARCHES, FEE_USD = "web_searches", "fee_usd"
     COST_USD, AGENT_TIME_S = "cost_usd", "agent_time_s"
-    SPENT = (STEPS, INPUT_TOKENS, OUTPUT_TOKENS, CACHE_READ_TOKENS, CACHE_WRITE_TOKENS, COST_USD, AGENT_TIME_S)
+    SPENT = (STEPS, INPUT_TOKENS, OUTPUT_TOKENS, CACHE_READ_TOKENS, CACHE_WRITE_TOKENS, WEB_SEARCHES, FEE_USD,
+             COST_USD, AGENT_TIME_S)  # fmt: skip
     # The run's own times; STAGE_TIME_S is a prefix, + a stage's name (mlrb/core/timeline.py).
     PREPARE_TIME_S, SCORE_TIME_S, WALL_TIME_S = "prepare_time_s", "score_time_s", "wall_time_s"
     STAGE_TIME_S = "stage_time_s."

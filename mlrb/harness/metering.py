@@ -130,7 +130,7 @@ class CallEvents:
         used, charge = call.usage, call.charge
         cost = events.Cost(used.input_tokens, used.output_tokens, call.estimated, charge.input_usd, charge.output_usd,
                            used.cache_read_tokens, used.cache_write_tokens, used.cache_write_1h_tokens,
-                           charge.fee_usd)  # fmt: skip
+                           charge.fee_usd, used.web_searches)  # fmt: skip
         self.sink.emit(events.ModelCalled(step, attempt, call.model, call.latency_s, self.redact(text), tool_calls,
                                           stop_reason, cost))  # fmt: skip
         b = self.budget  # the proxy has charged it already

@@ -81,10 +81,10 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from mlrb.agents.prices import Charge, Price, flat
+from mlrb.agents.prices import CONFIG_RATES, Charge, Price, flat
 from mlrb.core.api_shapes import Usage, delta_tokens_of, reply_of, usage_of
 from mlrb.core.budget import Spend
-from mlrb.harness.request_rules import NOT_FORWARDED_HEADERS, canonical_body, check_request, parse_body
+from mlrb.harness.request_rules import NOT_FORWARDED_HEADERS, canonical_body, check_request, fees_of, parse_body
 from mlrb.sandbox.base import ModelEndpoint
 
 log = logging.getLogger(__name__)
@@ -324,6 +324,17 @@ class StreamUsage:
     @property
     def output_tokens(self) -> int:
         return self.usage.output_tokens if self.usage is not None else 0
+
+
+def unpriced_fee(provider: str, request: dict[str, Any], price: Price) -> str | None:
+    """Why a call that offers a tool the provider bills beside tokens is refused: the model's price has
+    no rate for it (the table's, or the config's), so the call cannot be charged what it costs."""
+    for kind, rate in fees_of(provider, request).items():
+        if not price.has_rate(rate):
+            key = next(k for k, v in CONFIG_RATES.items() if v == rate)
+            return (f"mlrb proxy: the tool {kind!r} is billed beside the call's tokens, and the run has no price "
+                    f"for it with model {price.model!r} (set price_{key} in the agent's options)")  # fmt: skip
+    return None
 
 
 def positive(value: str | None) -> float | None:
@@ -636,7 +647,8 @@ class MeteringProxy:
                     call.refused = f"model not allowed: {call.model!r}"
                     call.status, answer = not_allowed(provider, call.model, sorted(upstream.models or ()))
                     return self.reply(call.status, answer, call)
-                why = check_request(provider, request, proxy.network_allowed)
+                why = check_request(provider, request, proxy.network_allowed) or unpriced_fee(provider, request,
+                                                                                            call.price)  # fmt: skip
                 if why is not None:
                     call.refused, call.status = why, 400
                     return self.reply(400, error_body(provider, 400, "invalid_request_error", why), call)
@@ -682,7 +694,7 @@ class MeteringProxy:
                 call.charge = call.price.charge(call.usage) if call.price is not None else Charge()
                 call.usd = call.charge.usd
                 if self.flight is not None:
-                    proxy.settle(self.flight, Spend.of(call.usage, call.usd))
+                    proxy.settle(self.flight, Spend.of(call.usage, call.usd, call.charge.fee_usd))
 
             def go_upstream(self, call: Call, upstream_path: str, request: dict, body: bytes) -> None:
                 provider = call.provider

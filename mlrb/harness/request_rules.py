@@ -11,11 +11,14 @@ is the agent's to use against the run's rules:
   the first) would have the upstream serve a model, or a tool, the proxy never saw;
 - `check_request`: the fields that make the provider do what the proxy can neither price nor
   reconcile with the run's rules: run another model than the one checked (fallbacks, a tool that
-  names a model), bill at another rate (fast or priority tiers, regional inference), generate out
-  of sight (OpenAI's background responses, read later by another call), or hold one answer's worth
-  of the budget for several (`n`); and, when the task allows no network, reach past the sandbox
-  through the provider: the tools the provider runs itself (web search and fetch, code execution,
-  MCP servers, file search), and content it fetches from a URL.
+  names a model), bill at another rate (fast or priority tiers, regional inference), bill beside
+  tokens at a rate the run cannot price (code containers, stored files), generate out of sight
+  (OpenAI's background responses, read later by another call), or hold one answer's worth of the
+  budget for several (`n`); and, when the task allows no network, reach past the sandbox through
+  the provider: the tools the provider runs itself (web search and fetch, code execution, MCP
+  servers, file search), and content it fetches from a URL;
+- `fees_of`: the tools a call offers that the provider bills beside tokens at a rate the run
+  prices (a web search): the proxy lets them go upstream only at a price that has that rate.
 
 A refusal is a sentence for the agent: the proxy answers it as the provider answers a bad
 request (400 `invalid_request_error`), so the agent's SDK raises its own error and the agent can
@@ -55,6 +58,18 @@ CLIENT_TOOLS = {
 INSIDE_TOOL_PREFIXES = {"anthropic": ("tool_search_tool_",), "openai": ("tool_search",)}
 # Tools that run another model than the call's, priced as that model (or per image): never allowed.
 OTHER_MODEL_TOOLS = ("advisor_", "image_generation")
+# Tools the provider bills beside tokens, by what it bills: a web search per search (priced by the table's,
+# or the config's, rate per 1,000 searches). A call that offers one goes upstream only at a price that has
+# the rate (mlrb/agents/prices.py's `Price.has_rate`).
+FEE_TOOLS = {
+    "anthropic": {"web_search_": "web_searches_kcount"},
+    "openai": {"web_search": "web_searches_kcount"},
+}  # Responses' web_search and web_search_preview
+# Tools the provider bills beside tokens at rates no usage reports or the run does not price (a code
+# container's hours or sessions, stored files' days): never allowed. So are Chat Completions' searches
+# (`web_search_options`), billed per call by their context size, which its usage does not say.
+UNPRICED_TOOLS = {"anthropic": ("code_execution_",), "openai": ("code_interpreter", "file_search")}
+UNPRICED_FIELDS = {"openai": ("web_search_options",)}
 # Request fields that have the provider reach outside the request for the agent.
 NETWORK_FIELDS = {"anthropic": ("mcp_servers", "container"), "openai": ("web_search_options",)}
 URL_KEYS = ("url", "image_url", "file_url")  # where a content part names what the provider fetches
@@ -154,7 +169,35 @@ def check_request(provider: str, request: dict[str, Any], network_allowed: bool)
         why = reaches_out(provider, request)
         if why is not None:
             return f"mlrb proxy: {why}; the run's task allows no network, so neither may its model calls"
+    why = billed_unpriced(provider, request)
+    return f"mlrb proxy: {why}" if why is not None else None
+
+
+def billed_unpriced(provider: str, request: dict[str, Any]) -> str | None:
+    """What has the provider bill the call beside its tokens at a rate the run cannot price: a code
+    container, stored files, a search billed per call by its context size. (Without network these
+    reach out too, and are refused as such first.)"""
+    for name in UNPRICED_FIELDS.get(provider, ()):
+        if request.get(name) is not None:
+            return f"`{name}` is billed beside the call's tokens at a rate the run's budget does not price"
+    for tool in tools_of(request):
+        kind = str(tool.get("type") or "")
+        hosted_shell = provider == "openai" and kind == "shell" and not runs_inside(provider, tool)
+        if kind.startswith(UNPRICED_TOOLS.get(provider, ())) or hosted_shell:
+            return f"the tool {kind!r} is billed beside the call's tokens at a rate the run's budget does not price"
     return None
+
+
+def fees_of(provider: str, request: dict[str, Any]) -> dict[str, str]:
+    """The fees beside tokens that REQUEST's tools may have the provider bill: each tool's type -> the
+    rate that prices it (FEE_TOOLS)."""
+    found = {}
+    for tool in tools_of(request):
+        kind = str(tool.get("type") or "")
+        for prefix, rate in FEE_TOOLS.get(provider, {}).items():
+            if kind.startswith(prefix):
+                found[kind] = rate
+    return found
 
 
 def shape(provider: str, request: dict[str, Any]) -> str | None:

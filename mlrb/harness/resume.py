@@ -252,6 +252,8 @@ class Progress:
     output_tokens: int = 0
     cache_read_tokens: int = 0  # of the input tokens
     cache_write_tokens: int = 0
+    web_searches: int = 0  # billed beside tokens, and their dollars (within cost_usd)
+    fee_usd: float = 0.0
     cost_usd: float = 0.0
     agent_time_s: float = 0.0
     # What calls in flight held when this was written: a kill mid-call charges it (fail closed)
@@ -294,7 +296,8 @@ class Keeper:
         with self.lock:
             save(self.run_dir, Progress(
                 attempt=self.attempt, steps=b.steps, input_tokens=b.input_tokens, output_tokens=b.output_tokens,
-                cache_read_tokens=b.cache_read_tokens, cache_write_tokens=b.cache_write_tokens, cost_usd=b.usd, agent_time_s=b.elapsed_s(), held_input_tokens=b.held.input_tokens,
+                cache_read_tokens=b.cache_read_tokens, cache_write_tokens=b.cache_write_tokens,
+                web_searches=b.web_searches, fee_usd=b.fee_usd, cost_usd=b.usd, agent_time_s=b.elapsed_s(), held_input_tokens=b.held.input_tokens,
                 held_output_tokens=b.held.output_tokens, held_usd=b.held.usd,
             ))  # fmt: skip
             if self.also is not None:

@@ -88,6 +88,8 @@ class TrajectoryWriter:
                     cache_write_1h_tokens=cost.cache_write_1h_tokens,
                     output_tokens=cost.output_tokens,
                     usage_estimated=cost.estimated,
+                    web_searches=cost.web_searches,  # billed beside tokens: fee_usd, within cost_usd
+                    fee_usd=round(cost.fee_usd, 8),
                     cost_usd=round(cost.usd, 8),
                     stop_reason=event.stop_reason,
                     text=event.text,
