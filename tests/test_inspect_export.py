@@ -94,7 +94,9 @@ def test_a_sweep_and_a_run_export_as_inspect_logs_that_inspect_reads_back(tmp_pa
     # The log's scores and usage are the samples'.
     scores = {s.name: s for s in claude.results.scores}
     assert scores["valid"].metrics["mean"].value == 0.5 and scores["score"].scored_samples == 1
-    assert scores["score"].metrics["mean"].value == second.scores["mlrb"].value["score"]
+    # The raw score is a valid run's alone: its mean is the valid runs' (the report's), named so.
+    assert scores["score"].metrics["mean_of_valid"].value == second.scores["mlrb"].value["score"]
+    assert "mean" not in scores["score"].metrics
     total = sum(runs[s.metadata["run_name"]].data.metrics["cost_usd"] for s in samples)
     assert claude.stats.model_usage["anthropic/claude-sonnet-5"].total_cost == pytest.approx(total, abs=1e-9)
 
@@ -192,3 +194,41 @@ def test_inspect_view_shows_an_exported_log_in_a_browser(tmp_path, cache_dir):
         os.killpg(viewer.pid, signal.SIGTERM)
         viewer.wait(timeout=30)
         log.close()
+
+
+# One configuration's five runs as Inspect samples: a valid one (raw 0.8, counted 0.8), an invalid one
+# (no raw score, counted as doing nothing: 0.2), one its budget stopped with nothing valid (the same), one
+# Ctrl-C stopped (its workspace scored 0.9, but a killed run is not the agent's doing) and a run still
+# RUNNING: the last two in no mean.
+RUNS = [
+    ("ok", "FINISHED", 1.0, 0.8, 0.8),
+    ("invalid", "FINISHED", 0.0, None, 0.2),
+    ("budget_exhausted", "FINISHED", 0.0, None, 0.2),
+    ("killed", "KILLED", 1.0, 0.9, 0.9),
+    (None, "RUNNING", None, None, None),
+]  # (status, MLflow's, valid, score, counted_score)
+
+
+@pytest.mark.fast
+def test_the_log_s_means_count_a_failed_run_as_the_report_does():
+    """The counted score's mean is over every attempt, a failed one counted as doing nothing (0.4, not the
+    valid run's 0.8); `valid`'s too (1 in 3); the raw score, which only a valid run has, is given as the
+    mean of the valid runs, by that name; the killed run and the unfinished one are in none."""
+    from inspect_ai.log import EvalSample
+    from inspect_ai.scorer import Score
+
+    from mlrb.export.inspect_log import eval_scores
+
+    samples = [EvalSample(id="smoke", epoch=i, input="", target="",
+                          scores={"mlrb": Score(value={"valid": valid, "score": score, "counted_score": counted})},
+                          metadata={k: v for k, v in (("status", status), ("mlflow_status", state)) if v})
+               for i, (status, state, valid, score, counted) in enumerate(RUNS, 1)]  # fmt: skip
+    scores = {s.name: s for s in eval_scores(samples)}
+    assert scores["counted_score"].metrics["mean"].value == pytest.approx(0.4)
+    assert scores["counted_score"].scored_samples == 3 and scores["counted_score"].unscored_samples == 2
+    assert scores["valid"].metrics["mean"].value == pytest.approx(1 / 3)
+    assert set(scores["score"].metrics) == {"mean_of_valid", "stderr_of_valid"}
+    assert scores["score"].metrics["mean_of_valid"].value == 0.8 and scores["score"].scored_samples == 1
+    # An attempt with no counted score (its task has no do-nothing anchor): no counted mean at all, as in the report.
+    samples[1].scores["mlrb"].value["counted_score"] = None
+    assert "counted_score" not in {s.name for s in eval_scores(samples)}

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import datetime
 import hashlib
+import math
 import re
 import sys
 from collections import Counter
@@ -24,9 +25,11 @@ from typing import Any
 
 from mlrb.analysis import stats
 from mlrb.core.api_shapes import text_of
+from mlrb.core.status import Status
 from mlrb.core.tags import Metric, Tag
 from mlrb.formats.run_folder import NotARun, RunFolder, runs_in
 
+ATTEMPTS = {s.value for s in Status if s.is_attempt}
 PROG = "python -m mlrb.export inspect"
 SCORER = "mlrb"
 SCORES = (Metric.SCORE, Metric.NORMALISED_SCORE, Metric.VALID, Metric.COUNTED_SCORE, Metric.COUNTED_NORMALISED_SCORE)
@@ -179,20 +182,44 @@ def eval_log(runs: list[RunFolder]) -> Any:
 
 
 def eval_scores(samples: list[Any]) -> list[Any]:
-    """Each score's mean and its standard error over the samples that have it (as Inspect's
-    mean() and stderr() metrics give them)."""
+    """Each score's mean and standard error (Inspect's mean() and stderr() metrics), counting the runs
+    as the report does (mlrb/report/aggregate.py): over the attempts only (a run that is not the
+    agent's doing, or that never ended, is in no mean); `valid` over every attempt, a failed one 0; the
+    counted scores over every attempt, a failed one counted as doing nothing, and no mean when an
+    attempt has no counted score; the raw scores, which only a valid run has, as the mean of the
+    valid runs (`mean_of_valid`), never as a mean of the attempts."""
     from inspect_ai.log import EvalMetric, EvalScore
 
+    attempts = [s for s in samples if is_attempt(s)]
     scores = []
     for name in SCORES:
-        values = [float(v) for s in samples if (v := (s.scores[SCORER].value or {}).get(name)) is not None]
-        if not values:
+        values: list[float | None] = [value_of(s, name) for s in attempts]
+        if name == Metric.VALID:
+            values = [v or 0.0 for v in values]  # an attempt that was never scored is no valid one
+        if name in (Metric.SCORE, Metric.NORMALISED_SCORE):
+            values, suffix = [v for v in values if v is not None], "_of_valid"
+        else:
+            suffix = ""
+        if not values or any(v is None for v in values):
             continue
-        metrics = {"mean": EvalMetric(name="mean", value=sum(values) / len(values)),
-                   "stderr": EvalMetric(name="stderr", value=stats.sem(values) or 0.0)}  # fmt: skip
-        scores.append(EvalScore(name=name, scorer=SCORER, scored_samples=len(values),
-                                unscored_samples=len(samples) - len(values), metrics=metrics))  # fmt: skip
+        counted = [float(v) for v in values if v is not None]
+        metrics = {f"mean{suffix}": EvalMetric(name=f"mean{suffix}", value=sum(counted) / len(counted)),
+                   f"stderr{suffix}": EvalMetric(name=f"stderr{suffix}", value=stats.sem(counted) or 0.0)}  # fmt: skip
+        scores.append(EvalScore(name=name, scorer=SCORER, scored_samples=len(counted),
+                                unscored_samples=len(samples) - len(counted), metrics=metrics))  # fmt: skip
     return scores
+
+
+def value_of(sample: Any, name: str) -> float | None:
+    """The sample's score NAME, None when it has none (NaN included)."""
+    value = (sample.scores[SCORER].value or {}).get(name)
+    return None if value is None or math.isnan(float(value)) else float(value)
+
+
+def is_attempt(sample: Any) -> bool:
+    """Whether the sample's run counts (mlrb/core/status.py): the agent's doing, and ended."""
+    status = (sample.metadata or {}).get("status")
+    return status in ATTEMPTS and (sample.metadata or {}).get("mlflow_status") == "FINISHED"
 
 
 def sample_of(run: RunFolder, sid: str, epoch: int) -> Any:
@@ -208,10 +235,11 @@ def sample_of(run: RunFolder, sid: str, epoch: int) -> Any:
     for event in run.events:
         if event["event"] == "model_call":
             key = model_key(run, str(event.get("model")))
-            used = ModelUsage(input_tokens=int(event.get("input_tokens") or 0),
-                              output_tokens=int(event.get("output_tokens") or 0),
-                              total_tokens=int(event.get("input_tokens") or 0) + int(event.get("output_tokens") or 0),
-                              total_cost=float(event.get("cost_usd") or 0.0))  # fmt: skip
+            prompt, output = int(event.get("input_tokens") or 0), int(event.get("output_tokens") or 0)
+            read, written = int(event.get("cache_read_tokens") or 0), int(event.get("cache_write_tokens") or 0)
+            used = ModelUsage(input_tokens=prompt - read - written, output_tokens=output,  # Inspect's: the cache's apart
+                              total_tokens=prompt + output, input_tokens_cache_read=read,
+                              input_tokens_cache_write=written, total_cost=float(event.get("cost_usd") or 0.0))  # fmt: skip
             usage[key] = usage[key] + used if key in usage else used
     messages, output, source = conversation(run)
     stop = tags.get(Tag.STOP_REASON) or ""
