@@ -129,6 +129,11 @@ def of_kind(kind: str) -> list:
     return [b for b in BLOCKS if b.kind == kind]
 
 
+def as_run(command: str) -> str:
+    """A command as the shell runs it from a clone's root, its venv on PATH: `.venv/bin/X` is `X`."""
+    return re.sub(r"^\.venv/bin/", "", command)
+
+
 def help_commands() -> list:
     out = subprocess.run([sys.executable, "-m", "mlrb", "--help"], capture_output=True, text=True, cwd=REPO).stdout
     found = [
@@ -267,28 +272,61 @@ def free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-@pytest.mark.integration
-@pytest.mark.xdist_group("documented_ports")  # the blocks' fixed ports: one test at a time
-@pytest.mark.parametrize("block", of_kind("serve"), ids=str)
-def test_serving_blocks_answer_on_their_port(block, workdir):
-    port = int(block.mark.split()[1])
-    assert free(port), f"port {port} is taken: {block}'s command needs it"
-    env = {**os.environ, "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}"}
-    server = subprocess.Popen(["bash", "-c", f"exec {block.commands[0]}"], cwd=workdir, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    try:
+class Serving:
+    """The server of one serve block's command at a time, started as written. A block whose command
+    is the one already serving (the same program, arguments and port: `.venv/bin/mlflow` is the
+    venv's `mlflow`) is answered by it rather than started again."""
+
+    def __init__(self, workdir: Path):
+        self.workdir, self.key, self.server = workdir, None, None
+
+    def serve(self, block: Block) -> int:
+        port = int(block.mark.split()[1])
+        key = (as_run(block.commands[0]), port)
+        if key != self.key:
+            self.stop()
+            assert free(port), f"port {port} is taken: {block}'s command needs it"
+            env = {**os.environ, "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}"}
+            self.server = subprocess.Popen(["bash", "-c", f"exec {block.commands[0]}"], cwd=self.workdir, env=env,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                           start_new_session=True)  # fmt: skip
+            self.key = key
+        return port
+
+    def answers(self, block: Block, port: int) -> None:
         deadline = time.monotonic() + 120
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
                     assert answer.status == 200
-                    break
+                    return
             except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, f"{block}: nothing answered on {port}"
+                assert self.server.poll() is None and time.monotonic() < deadline, (
+                    f"{block}: nothing answered on {port}"
+                )
                 time.sleep(1)
-    finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=60)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            os.killpg(self.server.pid, 15)
+            self.server.wait(timeout=60)
+            self.server = self.key = None
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("serving")
+    (workdir / ".venv").symlink_to(VENV)
+    servers = Serving(workdir)
+    yield servers
+    servers.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.xdist_group("documented_ports")  # the blocks' fixed ports: one test at a time
+@pytest.mark.parametrize("block", of_kind("serve"), ids=str)
+def test_serving_blocks_answer_on_their_port(block, serving):
+    serving.answers(block, serving.serve(block))
 
 
 SUBMIT = reply(tool("submit", summary="nothing to hand in"), usage=(500, 10))
