@@ -171,6 +171,34 @@ def test_the_run_s_end_waits_for_an_open_call_and_charges_the_upstream_s_usage()
     assert (meter.input_tokens, meter.output_tokens, meter.in_flight) == (BIG_PROMPT, 300, 0)
 
 
+def test_a_call_charged_as_the_run_ends_is_recorded_before_the_end_goes_on(monkeypatch):
+    """A call's own thread charges it, then records it. Descheduled between the two (a loaded
+    machine), it finds the run's end gone on and the proxy closed: before, such a call was charged
+    and never recorded (the run's tokens counted it, its trajectory had no line for it)."""
+    from mlrb.harness.proxy import MeteringProxy
+
+    charge = MeteringProxy.settle
+
+    def settle_then_stall(self, flight, used):  # as a thread the scheduler set aside for a second
+        charged = charge(self, flight, used)
+        time.sleep(1.0)
+        return charged
+
+    monkeypatch.setattr(MeteringProxy, "settle", settle_then_stall)
+    calls: list[Call] = []
+    meter = budget()
+    with FakeLlmServer([reply(text=ANSWER, usage=(BIG_PROMPT, 300), end_after_s=0.5)]) as server:
+        with proxy_for(server, meter, calls) as proxy:
+            connection = send(proxy, "anthropic", stream=True)
+            connection.getresponse().read1(65536)
+            hang_up(connection)
+            assert proxy.settle_open(wait_s=120) == []
+        # the proxy is closed here, as the run closes it once its end has gone on
+    [call] = calls
+    assert (call.input_tokens, call.output_tokens, call.estimated) == (BIG_PROMPT, 300, False)
+    assert (meter.input_tokens, meter.output_tokens, meter.in_flight) == (BIG_PROMPT, 300, 0)
+
+
 def test_a_call_still_open_after_the_run_s_wait_is_charged_its_hold_once_and_no_call_goes_up_after():
     """An upstream that has not answered when the wait is over: the call is charged what it holds,
     recorded as an estimate open at the run's end; its answer, when it comes, charges nothing more;

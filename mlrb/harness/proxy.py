@@ -460,17 +460,19 @@ class MeteringProxy:
             if flight.settled:
                 return False
             flight.settled = True
-            self.in_flight.discard(flight)
-            self.flights.notify_all()
         flight.meter.settle(flight.hold, used)
         return True
 
     def mark_reported(self, flight: InFlight | None) -> bool:
-        """Whether the caller is the one to report FLIGHT's call (once: its thread, or the run's end)."""
+        """Whether the caller is the one to report FLIGHT's call (once: its thread, or the run's end).
+        A call is in flight until it is reported: charged and not yet recorded, the run's end waits
+        for its record too."""
         if flight is None:
             return True
         with self.flights:
             first, flight.reported = not flight.reported, True
+            self.in_flight.discard(flight)
+            self.flights.notify_all()
             return first
 
     def settle_open(self, wait_s: float) -> list[Call]:
@@ -486,7 +488,18 @@ class MeteringProxy:
             cut = [flight for flight in self.in_flight if not flight.settled]
             for flight in cut:
                 flight.settled = True
+            # charged by their own threads, and not yet recorded by them: recorded here, as charged
+            unreported = [flight.call for flight in self.in_flight if flight not in cut and not flight.reported]
+            for call in unreported:
+                call.latency_s = call.latency_s or (time.time_ns() - call.started_ns) / 1e9
+            for flight in self.in_flight:
+                flight.reported = flight.reported or flight not in cut
             self.in_flight.clear()
+        for call in unreported:
+            try:
+                self.on_call(call)
+            except Exception:  # recording a call must not stop the others'
+                log.exception("recording a model call failed")
         charged = []
         for flight in cut:
             hold = flight.hold
