@@ -20,7 +20,6 @@ and what a run's "model not found" error quotes.
 
 from __future__ import annotations
 
-import copy
 import datetime
 from dataclasses import dataclass, replace
 from typing import Any
@@ -117,11 +116,11 @@ class Price:
             priced = {"input_price": table.input_price, "output_price": table.output_price,
                       "total_price": table.total_price}  # fmt: skip
         else:
-            rates = copy.copy(self.table_entry[1].get_prices(now)) if self.table_entry is not None else ModelPrice()
-            rates.__dict__.update({key: Decimal(str(rate)) for key, rate in self.rates})
-            if rates.cache_write_1h_mtok is not None and rates.cache_write_mtok is None:  # the table needs both
-                rates.__dict__["cache_write_mtok"] = rates.input_mtok  # a write at no rate of its own is input
-            priced = dict(rates.calc_price(counted))
+            table_rates = vars(self.table_entry[1].get_prices(now)) if self.table_entry is not None else {}
+            given = {**table_rates, **{key: Decimal(str(rate)) for key, rate in self.rates}}
+            if given.get("cache_write_1h_mtok") is not None and given.get("cache_write_mtok") is None:
+                given["cache_write_mtok"] = given.get("input_mtok")  # the table needs both: a write at no rate is input
+            priced = dict(ModelPrice(**given).calc_price(counted))
         paid_in, paid_out = priced["input_price"], priced["output_price"]  # Decimals: the fee is exactly the rest
         return Charge(float(paid_in), float(paid_out), float(priced["total_price"] - paid_in - paid_out))
 
