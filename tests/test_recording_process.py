@@ -1,16 +1,15 @@
 """A single run records through MLflow in a process of its own (mlrb/store/recording_process.py),
-in whole runs of the default task through `python -m mlrb`: the harness's process never
-imports MLflow and the run is recorded whole; a Ctrl-C to the whole process group (what a
-terminal sends) still records the run as killed, and the recording process ends with the
-run; a recording process that dies is one line naming it, not a traceback or a hang. And,
-without a run, what crosses between the two processes: a refused store is the same
-ConfigError, a trace ended by an error names the error's type, a warning the process logs is in
-the harness's log, and a request the process cannot read fails alone."""
+in whole runs through `python -m mlrb` of the cheapest real task (conftest's HARNESS_TASK, the
+task incidental here): the harness's process never imports MLflow and the run is recorded whole;
+a Ctrl-C to the whole process group (what a terminal sends) still records the run as killed, and
+the recording process ends with the run; a recording process that dies is one line naming it,
+not a traceback or a hang. And, without a run, what crosses between the two processes: a refused
+store is the same ConfigError, a trace ended by an error names the error's type, a warning the
+process logs is in the harness's log, and a request the process cannot read fails alone."""
 
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
 import sqlite3
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_SUBMISSION, HARNESS_TASK, store_args
 from mlrb.core import events
 from mlrb.core.config import ConfigError, TrackingConfig
 from mlrb.store import record, recording_process
@@ -52,26 +51,32 @@ def alive(pid: int) -> bool:
 
 def start_long_run(tmp_path: Path, cache: Path, then: str = "true") -> tuple[subprocess.Popen, str]:
     """A run in its own process group whose agent starts a long sleep, then runs THEN once the
-    sleep ends; returns once the sleep runs, with the sleep's marker (for `running_with`). At the
-    plumbing scale, which extends tiny: tiny's baseline_command is its own."""
-    seconds = str(random.randrange(10**6, 10**7))
-    command = f"(sleep {seconds} & echo $! > agent.started; wait); {then}"
+    sleep ends; returns once the sleep runs, with the sleep's marker (for `running_with`). The sleep
+    is its own: its length is drawn in the sandbox and written to agent.started once it runs. A folder
+    task's baseline command is also its baseline anchor, run when its assets are built: there the
+    workspace has no budget file, and the command only makes the submission (one command string for
+    every run: its assets are built once)."""
+    command = (
+        f'if [ ! -e "$MLRB_BUDGET_FILE" ]; then {HARNESS_SUBMISSION}; '
+        "else seconds=$((1000000 + $(od -An -N3 -tu4 /dev/urandom))); "
+        f"(sleep $seconds & echo $seconds > agent.started; wait); {then}; fi"
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache), PLUMBING,
-         f"task.scales.tiny.baseline_command='{command}'"],
+        [sys.executable, "-m", "mlrb", *store_args(tmp_path, cache), *HARNESS_TASK,
+         f"task.scales.folder.baseline_command='{command}'"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal,
         process_group=0,
     )  # fmt: skip
-    wait_for_file(tmp_path / "run" / "workspace" / "agent.started", process)
+    seconds = wait_for_file(tmp_path / "run" / "workspace" / "agent.started", process)
     marker = f"sleep\0{seconds}"
     assert running_with(marker), "the agent's command is running"
     return process, marker
 
 
 @pytest.mark.integration
-def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path, plumbing_cache):
+def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path, cache_dir):
     result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "mlrb", *store_args(tmp_path, plumbing_cache), PLUMBING],
+        [sys.executable, "-X", "importtime", "-m", "mlrb", *store_args(tmp_path, cache_dir), *HARNESS_TASK],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -79,17 +84,17 @@ def test_the_harness_never_imports_mlflow_and_the_run_is_recorded_whole(tmp_path
     imported = {m.group(1) for m in re.finditer(r"^import time:.*\|\s*([\w.]+)$", result.stderr, re.MULTILINE)}
     assert "hydra" in imported and "mlrb.run" in imported
     assert not {m for m in imported if m.split(".")[0] in ("mlflow", "sqlalchemy", "alembic")}
-    client, run = only_run(tmp_path)
+    client, run = only_run(tmp_path, HARNESS_EXPERIMENT)
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.status"] == "ok"
-    assert {"score", "stage_time_s.recording"} <= set(run.data.metrics) and run.data.tags["mlrb.scale"] == "plumbing"
-    assert run.data.params["task.name"] == "llm_merging"
+    assert {"score", "stage_time_s.recording"} <= set(run.data.metrics) and run.data.tags["mlrb.scale"] == "folder"
+    assert run.data.params["task.name"] == HARNESS_EXPERIMENT
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "instructions.md", "score_report.json", "workspace.patch"} <= artifacts
 
 
 @pytest.mark.integration
-def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_process_ends(tmp_path, plumbing_cache):
-    process, marker = start_long_run(tmp_path, plumbing_cache)
+def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_process_ends(tmp_path, cache_dir):
+    process, marker = start_long_run(tmp_path, cache_dir)
     (recorder_pid,) = recording_processes_of(process.pid)
     os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the harness and every process of its group
     out, err = process.communicate(timeout=300)
@@ -97,7 +102,7 @@ def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_pr
     assert "Traceback" not in out + err
     (line,) = mlrb_lines(err)
     assert line.startswith("mlrb: run interrupted by SIGINT; recorded as killed")
-    _, run = only_run(tmp_path)
+    _, run = only_run(tmp_path, HARNESS_EXPERIMENT)
     assert run.info.status == "KILLED" and run.data.tags["mlrb.status"] == "killed"
     deadline = time.monotonic() + 10
     while (alive(recorder_pid) or running_with(marker)) and time.monotonic() < deadline:
@@ -107,8 +112,8 @@ def test_ctrl_c_to_the_process_group_records_the_run_killed_and_the_recording_pr
 
 
 @pytest.mark.integration
-def test_a_recording_process_that_dies_is_one_line_naming_it(tmp_path, plumbing_cache):
-    process, marker = start_long_run(tmp_path, plumbing_cache)
+def test_a_recording_process_that_dies_is_one_line_naming_it(tmp_path, cache_dir):
+    process, marker = start_long_run(tmp_path, cache_dir)
     (recorder_pid,) = recording_processes_of(process.pid)
     os.kill(recorder_pid, signal.SIGKILL)  # say, the kernel's OOM killer
     for pid in running_with(marker):
