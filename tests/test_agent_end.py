@@ -12,19 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, mlflow_client, run_cli, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_SUBMISSION, HARNESS_TASK, PLUMBING, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
 from test_command_agent import command_override
 from test_docker_sandbox import needs_docker
 
 KEY = "sk-ant-agent-end-key-5150"
 
-# The agent's program: an honest submission (the untouched base model), then a worker detached
-# from it that, a second after the program has exited, replaces the submission and leaves a mark.
-LEAVES_A_WORKER = """
-import os, shutil, subprocess
-shutil.copytree(os.path.join(os.environ["MLRB_DATA"], "base_model"), "submission")
-worker = "import shutil, time; time.sleep(1); shutil.rmtree('submission'); open('after_end.txt', 'w').write('late')"
+# The agent's program, on the cheapest real task (conftest's HARNESS_TASK, whose submission is the
+# workspace's submission.csv, scored by its scripts/eval.py): an honest submission (the given train.py's
+# predictions), then a worker detached from it that, a second after the program has exited, removes the
+# submission and leaves a mark.
+LEAVES_A_WORKER = f"""
+import subprocess
+subprocess.run({HARNESS_SUBMISSION!r}, shell=True, check=True)
+worker = "import os, time; time.sleep(1); os.remove('submission.csv'); open('after_end.txt', 'w').write('late')"
 subprocess.Popen(["python", "-c", worker], start_new_session=True,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print("left a worker behind", flush=True)
@@ -35,25 +37,25 @@ def lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def the_run(tmp_path):
+def the_run(tmp_path, experiment: str = "llm_merging"):
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     return client, run
 
 
 @pytest.mark.parametrize("sandbox", [pytest.param("bwrap", marks=pytest.mark.integration),
                                      pytest.param("docker", marks=[pytest.mark.system, needs_docker])])  # fmt: skip
-def test_a_worker_the_program_left_does_nothing_after_the_program_exits(tmp_path, plumbing_cache, sandbox):
+def test_a_worker_the_program_left_does_nothing_after_the_program_exits(tmp_path, cache_dir, sandbox):
     with FakeLlmServer([]) as server:
-        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command",
+        result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, "agent=command",
                          command_override(LEAVES_A_WORKER), "agent.options.model=claude-sonnet-4-5",
                          f"sandbox={sandbox}", "scoring.every_steps=1", cwd=tmp_path,
                          env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "left a worker behind" in (tmp_path / "run" / "agent" / "stdout.txt").read_text()
     work = tmp_path / "run" / "workspace"
-    assert not (work / "after_end.txt").exists() and (work / "submission").is_dir()
-    client, run = the_run(tmp_path)
+    assert not (work / "after_end.txt").exists() and (work / "submission.csv").is_file()
+    client, run = the_run(tmp_path, HARNESS_EXPERIMENT)
     assert run.data.tags["mlrb.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
     patch = client.download_artifacts(run.info.run_id, "workspace.patch", str(tmp_path / "artifacts"))
     assert "after_end.txt" not in Path(patch).read_text()
