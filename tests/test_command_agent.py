@@ -9,15 +9,26 @@ import subprocess
 
 import pytest
 
-from conftest import PLUMBING, REPO, mlflow_client, run_cli, run_module, store_args
+from conftest import (
+    HARNESS_EXPERIMENT,
+    HARNESS_SUBMISSION,
+    HARNESS_TASK,
+    PLUMBING,
+    REPO,
+    mlflow_client,
+    run_cli,
+    run_module,
+    store_args,
+)
 from fake_llm_server import FakeLlmServer, reply, tool
 from test_docker_sandbox import needs_docker
 
 KEY = "sk-ant-command-agent-real-key-555"
 
 # The agent: asks the model (the official SDK, configured only by its environment) until it is
-# told to merge, then runs the starter's merge; a refused call ends it with exit status 3.
-AGENT = """
+# told to merge, then makes its submission (SUBMITS, a shell command); a refused call ends it with
+# exit status 3.
+ASKS_ITS_MODEL = """
 import os, subprocess, anthropic
 client = anthropic.Anthropic(max_retries=0)
 assert "sk-ant" not in " ".join(os.environ.values()), "a real key reached the sandbox"
@@ -31,8 +42,16 @@ while True:
     print("model:", text)
     if text == "merge":
         break
-subprocess.run('python merge.py --data "$MLRB_DATA" --output submission', shell=True, check=True)
+subprocess.run(SUBMITS, shell=True, check=True)
 """
+
+
+def asking_agent(submits: str) -> str:
+    """ASKS_ITS_MODEL, its submission made by the shell command SUBMITS."""
+    return ASKS_ITS_MODEL.replace("SUBMITS", repr(submits))
+
+
+AGENT = asking_agent('python merge.py --data "$MLRB_DATA" --output submission')  # the starter's merge
 
 
 def assert_tool_seen(tmp_path, name: str, arguments: dict, in_output: str) -> None:
@@ -58,22 +77,25 @@ def command_override(source: str) -> str:
     return f"agent.options.command='python -c \"exec(({int.from_bytes(data)}).to_bytes({len(data)}))\"'"
 
 
-def command_run(tmp_path, cache, script, *overrides):
-    """`agent=command` running AGENT at the plumbing scale, against the scripted upstream."""
+def command_run(tmp_path, cache, script, *overrides, task=(PLUMBING,), agent=AGENT, experiment="llm_merging"):
+    """`agent=command` running AGENT (or AGENT given) at the plumbing scale (or on TASK given, whose runs'
+    experiment is EXPERIMENT), against the scripted upstream."""
     with FakeLlmServer(script) as server:
-        result = run_cli(*store_args(tmp_path, cache), PLUMBING, "agent=command", command_override(AGENT), *overrides,
+        result = run_cli(*store_args(tmp_path, cache), *task, "agent=command", command_override(agent), *overrides,
                          cwd=tmp_path, env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     return result, server, client, run
 
 
 @pytest.mark.integration
-def test_a_program_in_bwrap_calls_its_model_through_the_proxy_and_submits(tmp_path, plumbing_cache):
+def test_a_program_in_bwrap_calls_its_model_through_the_proxy_and_submits(tmp_path, cache_dir):
+    # Its task is incidental: the cheapest real task (HARNESS_TASK), its submission the given train.py's.
     script = [reply(text="look around", usage=(1000, 40)), reply(text="merge", usage=(1200, 20))]
-    result, server, client, run = command_run(tmp_path, plumbing_cache, script)
+    result, server, client, run = command_run(tmp_path, cache_dir, script, task=HARNESS_TASK,
+                                              agent=asking_agent(HARNESS_SUBMISSION), experiment=HARNESS_EXPERIMENT)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "llm_merging/command/smoke/0: score" in result.stdout and "status ok" in result.stdout
+    assert f"{HARNESS_EXPERIMENT}/command/smoke/0: score" in result.stdout and "status ok" in result.stdout
     assert run.data.tags["mlrb.status"] == "ok" and run.data.tags["mlrb.valid"] == "True"
     # The upstream got the real key; the program had only the run's token.
     assert [r["headers"]["x-api-key"] for r in server.requests] == [KEY, KEY]
