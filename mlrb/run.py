@@ -34,6 +34,7 @@ from mlrb.agents.recording import open_sink
 from mlrb.analysis import counting
 from mlrb.core import console, disk, events, interrupts, timeline
 from mlrb.core.budget import Budget
+from mlrb.core.compute import HeldCompute
 from mlrb.core.config import ConfigError, MlrbConfig
 from mlrb.core.status import Status, of_run
 from mlrb.core.tags import Metric, Tag
@@ -53,7 +54,7 @@ from mlrb.harness import assets as assets_lib
 from mlrb.harness import plan as plans
 from mlrb.harness.disk_guard import DiskGuard
 from mlrb.harness.resume import Resumption
-from mlrb.sandbox.base import SandboxError, SandboxStopped
+from mlrb.sandbox.base import SandboxError, SandboxStopped, held_hardware
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission
 from mlrb.store import record, recording_process, tracking
 from mlrb.tasks.base import ScoreReport, Task
@@ -402,6 +403,9 @@ class Stages:
         else:
             self.before, self.workspace_as = resumed_workspace(self.start_files, self.work, self.step_snapshots.root)
         self.model = metering.start(plan.agent, network_allowed=plan.limits.network)
+        gpus, cpus = held_hardware(plan.sandbox, plan.limits)  # held from the sandbox's start to its close
+        self.compute = HeldCompute(gpus, cpus, plan.compute.price_per_gpu_hour, plan.compute.price_per_cpu_hour)
+        self.compute.start()
         self.sandbox = plan.sandbox_class(
             plan.sandbox, self.work, self.asset_path / "public", self.recorder.run_id, plan.limits, seed=plan.seed,
             task_environment=task.environment, model_endpoint=self.model.endpoint() if self.model else None,
@@ -417,7 +421,7 @@ class Stages:
     def agent(self) -> None:
         """The agent's run in its sandbox, under the budget, its events into the trajectory."""
         plan, work, resumed = self.plan, self.work, self.resumed
-        budget = self.budget = Budget(plan.budget)
+        budget = self.budget = Budget(plan.budget, compute=self.compute)
         budget.on_pause = self.sandbox.hold_still  # while its clock stands still, nothing of the agent runs
         # scoring.every_steps / every_minutes: the workspace scored mid-run too, off the agent's clock
         self.during = step_scoring.StepScoring(plan.scoring, self.task, self.asset_path, work, self.start_files,
@@ -433,8 +437,10 @@ class Stages:
             budget.carry(self.spent[Metric.STEPS], self.spent[Metric.INPUT_TOKENS], self.spent[Metric.OUTPUT_TOKENS],
                          self.spent[Metric.COST_USD], self.spent[Metric.AGENT_TIME_S],
                          *(self.spent.get(k, 0) for k in (Metric.CACHE_READ_TOKENS, Metric.CACHE_WRITE_TOKENS,
-                                                          Metric.WEB_SEARCHES, Metric.FEE_USD)))  # fmt: skip
+                                                          Metric.WEB_SEARCHES, Metric.FEE_USD, Metric.GPU_HOURS,
+                                                          Metric.CPU_HOURS)))  # fmt: skip
             self.sandbox.close()
+            self.compute.stop()
             if self.model is not None:
                 self.model.close()
             log.info("the agent had ended in an earlier attempt (%s): its workspace is scored", self.outcome.status)
@@ -443,7 +449,7 @@ class Stages:
             budget.carry(progress.steps, progress.input_tokens + progress.held_input_tokens,
                          progress.output_tokens + progress.held_output_tokens, progress.cost_usd + progress.held_usd,
                          progress.agent_time_s, progress.cache_read_tokens, progress.cache_write_tokens,
-                         progress.web_searches, progress.fee_usd)  # fmt: skip
+                         progress.web_searches, progress.fee_usd, progress.gpu_hours, progress.cpu_hours)  # fmt: skip
 
         def after_step(step: int) -> None:
             self.during.after(self.step_snapshots.take(step, work, self.before, budget.elapsed_s()))
@@ -519,6 +525,8 @@ class Stages:
         its model calls still open are waited for (a while, off its clock) and charged, each
         recorded as its call, so that what the upstream served is in the spend taken next."""
         self.sandbox.close()
+        if budget.compute is not None:
+            budget.compute.stop()  # its hardware is no longer held
         if self.model is not None:
             with budget.paused():
                 wait_s = 0.0 if self.guard.received else self.plan.budget.open_calls_wait_s  # a signal: at once

@@ -146,7 +146,8 @@ class HumanAgent:
             raise SandboxError(f"the shell did not start in the sandbox: {terminal.tail()}")
         commands.finish("[the session ended at the wall-time limit]" if out_of_time else "", is_error=out_of_time)
         if out_of_time:
-            outcome = AgentOutcome(Status.BUDGET_EXHAUSTED, "wall_time", "the session ran out of time")
+            limit = ctx.budget.exhausted() or "wall_time"  # the wall time, or GPU-hours that reach theirs first
+            outcome = AgentOutcome(Status.BUDGET_EXHAUSTED, limit, "the session ran out of time")
         else:
             outcome = AgentOutcome(Status.OK, None, f"the person exited the shell after {commands.count} command(s)")
             ctx.events.emit(events.Submitted(step, outcome.message))

@@ -409,7 +409,8 @@ class LlmAgent:
                     attempt = attempt_manager.retry_state.attempt_number
                     return self.try_call(ctx, provider, request, step, attempt)
         except NoTimeLeft:
-            return AgentOutcome(Status.BUDGET_EXHAUSTED, "wall_time", "no wall time left for a model call")
+            limit = ctx.budget.exhausted() or "wall_time"  # the wall time, or GPU-hours that reach theirs first
+            return AgentOutcome(Status.BUDGET_EXHAUSTED, limit, "no time left for a model call")
         except ApiError as error:
             missing = metering.model_not_found(ctx.model)  # the provider has no such model: the config's fault
             if missing is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -9,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import astuple, dataclass
 
 from mlrb.core.api_shapes import Usage
+from mlrb.core.compute import HeldCompute
 from mlrb.core.config import BudgetConfig
 from mlrb.core.messages import time_left
 from mlrb.core.tags import Metric
@@ -41,8 +43,12 @@ class Spend:
 
 
 class Budget:
-    def __init__(self, cfg: BudgetConfig, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, cfg: BudgetConfig, clock: Callable[[], float] = time.monotonic,
+                 compute: HeldCompute | None = None):  # fmt: skip
         self.cfg = cfg
+        # The hardware the agent's sandbox holds, on a clock of its own (wall time: pauses do not stop
+        # it); None: none is counted (a run always has one).
+        self.compute = compute
         self.clock = clock
         self.started = clock()
         self.steps = 0
@@ -71,9 +77,12 @@ class Budget:
 
     def carry(self, steps: int, input_tokens: int, output_tokens: int, usd: float, agent_time_s: float,
               cache_read_tokens: int = 0, cache_write_tokens: int = 0, web_searches: int = 0,
-              fee_usd: float = 0.0) -> None:  # fmt: skip
-        """Go on from what an earlier attempt of the run spent: its steps, tokens, fees, dollars and time."""
+              fee_usd: float = 0.0, gpu_hours: float = 0.0, cpu_hours: float = 0.0) -> None:  # fmt: skip
+        """Go on from what an earlier attempt of the run spent: its steps, tokens, fees, dollars, time and
+        the hours its hardware was held."""
         with self.lock:
+            if self.compute is not None:
+                self.compute.carry(gpu_hours, cpu_hours)
             self.steps, self.input_tokens, self.output_tokens = steps, input_tokens, output_tokens
             self.cache_read_tokens, self.cache_write_tokens = cache_read_tokens, cache_write_tokens
             self.web_searches, self.fee_usd = web_searches, fee_usd
@@ -124,8 +133,17 @@ class Budget:
                 self._paused_at = None
             return self._pauses == 0
 
-    def remaining_s(self) -> float:
+    def wall_time_left_s(self) -> float:
         return max(0.0, self.cfg.wall_time_s - self.elapsed_s())
+
+    def gpu_time_left_s(self) -> float:
+        """Wall seconds until the GPU-hours reach budget.max_gpu_hours (inf: no cap)."""
+        return math.inf if self.compute is None else self.compute.gpu_time_left_s(self.cfg.max_gpu_hours)
+
+    def remaining_s(self) -> float:
+        """The agent's time left: its wall time, or less where its GPU-hours reach their cap first
+        (they run on while the clock stands still, so this may come sooner than it says)."""
+        return max(0.0, min(self.wall_time_left_s(), self.gpu_time_left_s()))
 
     def record_step(self) -> None:
         self.steps += 1
@@ -172,8 +190,10 @@ class Budget:
         # or usage a server got wrong) stops the run instead of lifting the limit.
         if self.stopped_by is not None:
             return self.stopped_by
-        if not self.remaining_s() > 0:
+        if not self.wall_time_left_s() > 0:
             return "wall_time"
+        if not self.gpu_time_left_s() > 0:
+            return "gpu_hours"
         if not self.steps < self.cfg.max_steps:
             return "steps"
         return self.spent()
@@ -190,12 +210,14 @@ class Budget:
         self.stopped_by = self.stopped_by or limit
 
     def limit_reached(self, input_tokens: int, output_tokens: int, usd: float) -> str | None:
-        """The first limit (wall time, tokens, dollars) that these figures reach, or None."""
+        """The first limit (wall time, GPU-hours, tokens, dollars) that these figures reach, or None."""
         cfg = self.cfg
         if self.stopped_by is not None:
             return self.stopped_by
-        if not self.remaining_s() > 0:
+        if not self.wall_time_left_s() > 0:
             return "wall_time"
+        if not self.gpu_time_left_s() > 0:
+            return "gpu_hours"
         if cfg.max_input_tokens is not None and not input_tokens < cfg.max_input_tokens:
             return "input_tokens"
         if cfg.max_output_tokens is not None and not output_tokens < cfg.max_output_tokens:
@@ -208,9 +230,13 @@ class Budget:
         """What is left of every limit, as an agent is shown it after each step."""
         cfg = self.cfg
         parts = [
-            f"{time_left(self.remaining_s())} of wall time",
+            f"{time_left(self.wall_time_left_s())} of wall time",
             f"{max(0, cfg.max_steps - self.steps)} of {cfg.max_steps} steps",
         ]
+        if cfg.max_gpu_hours is not None and self.compute is not None:
+            parts.append(
+                f"{max(0.0, cfg.max_gpu_hours - self.compute.gpu_hours()):.3f} of {cfg.max_gpu_hours:g} GPU-hours"
+            )
         if cfg.max_usd is not None:
             parts.append(f"${max(0.0, cfg.max_usd - self.usd):.4f} of ${cfg.max_usd:g}")
         if cfg.max_input_tokens is not None:
@@ -231,4 +257,5 @@ class Budget:
             Metric.FEE_USD: round(self.fee_usd, 6),
             Metric.COST_USD: round(self.usd, 6),
             Metric.AGENT_TIME_S: round(self.elapsed_s(), 3),
+            **(self.compute.summary() if self.compute is not None else {}),
         }

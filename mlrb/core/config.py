@@ -76,6 +76,8 @@ class BudgetConfig:
     max_output_tokens: int | None = None
     # The most the agent's model calls may cost, in US dollars, as the metering proxy prices them (None: no cap).
     max_usd: float | None = None
+    # The most GPU-hours the agent's sandbox may hold: its GPUs times the wall time from its start (None: no cap).
+    max_gpu_hours: float | None = None
     # How long the run's end waits for the agent's model calls still open (each read from the provider to
     # its end, for its usage); a call still open after that is charged what it held, as an estimate.
     open_calls_wait_s: float = 120.0
@@ -146,6 +148,17 @@ class ScoringConfig:
 
 
 @dataclass
+class ComputeConfig:
+    """What the hardware a run's agent holds costs (mlrb/core/compute.py): US dollars per GPU-hour and per
+    CPU-hour (a CPU core held for an hour); null: not priced (the run still records its hours)."""
+
+    # US dollars per GPU held for an hour by the agent's sandbox (null: not priced).
+    price_per_gpu_hour: float | None = None
+    # US dollars per CPU core held for an hour (the sandbox's CPU limit; null: not priced).
+    price_per_cpu_hour: float | None = None
+
+
+@dataclass
 class PathsConfig:
     # Built task assets (models, data) are cached here and shared between runs.
     cache_dir: str = "${oc.env:MLRB_CACHE_DIR,${oc.env:HOME,/tmp}/.cache/mlrb}"
@@ -172,6 +185,7 @@ class MlrbConfig:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     # The run's seed: the model API's sampling seed where the API takes one, and $MLRB_SEED in the
     # agent's sandbox, which the tasks' baseline and reference commands pass on as --seed.
@@ -303,6 +317,12 @@ def check_positive(key: str, value: Any) -> None:
         raise ConfigError(f"{key} must be positive, got {value}: give a finite number above 0")
 
 
+def check_price(key: str, value: Any) -> None:
+    """A price: a finite number, 0 or more (0: free, say hardware of one's own)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{key} must be a price in US dollars, 0 or more, got {value}: give a finite number or null")
+
+
 def check_tracking_kind(cfg: TrackingConfig) -> None:
     """tracking=server needs the server's address (http or https)."""
     if cfg.kind not in ("sqlite", "server"):
@@ -318,7 +338,15 @@ def check_tracking_kind(cfg: TrackingConfig) -> None:
 def check_rules(cfg: MlrbConfig) -> None:
     from mlrb.core import registry
 
-    for key in ("wall_time_s", "max_steps", "max_input_tokens", "max_output_tokens", "max_usd", "open_calls_wait_s"):
+    for key in (
+        "wall_time_s",
+        "max_steps",
+        "max_input_tokens",
+        "max_output_tokens",
+        "max_usd",
+        "max_gpu_hours",
+        "open_calls_wait_s",
+    ):
         value = getattr(cfg.budget, key)
         if value is not None:
             check_positive(f"budget.{key}", value)
@@ -330,6 +358,10 @@ def check_rules(cfg: MlrbConfig) -> None:
         value = getattr(cfg.scoring, key)
         if value is not None:
             check_positive(f"scoring.{key}", value)
+    for key in ("price_per_gpu_hour", "price_per_cpu_hour"):
+        value = getattr(cfg.compute, key)
+        if value is not None:
+            check_price(f"compute.{key}", value)
     check_positive("tracking.retry_for_s", cfg.tracking.retry_for_s)
     if cfg.tracking.retry_for_s > MAX_RETRY_FOR_S:
         raise ConfigError(f"tracking.retry_for_s must be at most {MAX_RETRY_FOR_S} (MLflow's client retries a request "

@@ -82,8 +82,11 @@ class Metric:
     # What the provider billed beside tokens: its web searches, and the dollars of such fees (within COST_USD).
     WEB_SEARCHES, FEE_USD = "web_searches", "fee_usd"
     COST_USD, AGENT_TIME_S = "cost_usd", "agent_time_s"
+    # The hardware the agent's sandbox held (mlrb/core/compute.py): GPU-hours, CPU-hours (cores), and their
+    # dollars at the config's prices (COMPUTE_USD, only where a price is set; not within COST_USD, the API's).
+    GPU_HOURS, CPU_HOURS, COMPUTE_USD = "gpu_hours", "cpu_hours", "compute_usd"
     SPENT = (STEPS, INPUT_TOKENS, OUTPUT_TOKENS, CACHE_READ_TOKENS, CACHE_WRITE_TOKENS, WEB_SEARCHES, FEE_USD,
-             COST_USD, AGENT_TIME_S)  # fmt: skip
+             COST_USD, AGENT_TIME_S, GPU_HOURS, CPU_HOURS)  # fmt: skip
     # The run's own times; STAGE_TIME_S is a prefix, + a stage's name (mlrb/core/timeline.py).
     PREPARE_TIME_S, SCORE_TIME_S, WALL_TIME_S = "prepare_time_s", "score_time_s", "wall_time_s"
     STAGE_TIME_S = "stage_time_s."

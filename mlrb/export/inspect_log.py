@@ -41,7 +41,7 @@ STOP_REASONS = {"end_turn": "stop", "stop": "stop", "completed": "stop", "stop_s
 # How a run's agent stopped (its budget's limit, mlrb/core/budget.py) as Inspect's limits, with the budget's value.
 LIMITS = {"wall_time": ("time", "budget.wall_time_s"), "steps": ("turn", "budget.max_steps"),
           "input_tokens": ("token", "budget.max_input_tokens"), "output_tokens": ("token", "budget.max_output_tokens"),
-          "usd": ("cost", "budget.max_usd")}  # fmt: skip
+          "usd": ("cost", "budget.max_usd"), "gpu_hours": ("custom", "budget.max_gpu_hours")}  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:

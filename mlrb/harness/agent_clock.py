@@ -1,5 +1,5 @@
 """What the agent can read of its budget at any moment: a file in its workspace that always
-holds the time, steps, tokens and dollars left (`$MLRB_BUDGET_FILE` in its environment), and a
+holds the time, steps, tokens, dollars and GPU-hours left (`$MLRB_BUDGET_FILE` in its environment), and a
 last-minutes notice, once, before its time is up (in the file, in the built-in agent's budget
 note, and in the run's trajectory as a `budget_notice` event).
 
@@ -48,6 +48,9 @@ def left(budget: Budget) -> dict:
         "output_tokens_left": None
         if cfg.max_output_tokens is None
         else max(0, cfg.max_output_tokens - budget.output_tokens),
+        "gpu_hours_left": None
+        if cfg.max_gpu_hours is None or budget.compute is None
+        else round(max(0.0, cfg.max_gpu_hours - budget.compute.gpu_hours()), 6),
         "updated_unix": round(time.time(), 1),
     }
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlrb.core.config import BudgetConfig, MlrbConfig, SandboxConfig, ScoringConfig, TrackingConfig
+from mlrb.core.config import BudgetConfig, ComputeConfig, MlrbConfig, SandboxConfig, ScoringConfig, TrackingConfig
 from mlrb.sandbox.base import Limits
 
 if TYPE_CHECKING:  # imported by `make`, when a run is planned
@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # imported by `make`, when a run is planned
 # Set by the sweep launchers for their jobs (see mlrb/sweep.py).
 # Task keys only folder tasks set: left out of other tasks' identity, so their run keys stay as they were.
 FOLDER_TASK_KEYS = ("kind", "path", "format", "higher_is_better")
+# Budget keys added later whose null is what runs had before: left out of the identity while null, likewise.
+LATER_BUDGET_KEYS = ("max_gpu_hours",)
 
 
 def experiment_name(cfg: MlrbConfig) -> str:
@@ -48,7 +50,11 @@ def identity(cfg: MlrbConfig) -> dict[str, Any]:
     return {
         "task": task,
         "agent": dataclasses.asdict(cfg.agent),
-        "budget": dataclasses.asdict(cfg.budget),
+        "budget": {
+            key: value
+            for key, value in dataclasses.asdict(cfg.budget).items()
+            if value is not None or key not in LATER_BUDGET_KEYS
+        },
         "sandbox": dataclasses.asdict(cfg.sandbox),
         "seed": cfg.seed,
     }
@@ -73,6 +79,7 @@ class RunPlan:
     limits: Limits  # the agent's sandbox's: the task's hardware, unless the sandbox config says less
     budget: BudgetConfig
     scoring: ScoringConfig  # scoring the workspace during the run too (off unless asked)
+    compute: ComputeConfig  # what the agent's hardware costs an hour
     tracking: TrackingConfig
     cache_dir: Path  # where task assets and environments are built
     submission: str  # the file or folder in the workspace that is scored
@@ -122,10 +129,11 @@ def make(cfg: MlrbConfig) -> RunPlan:
     resolved["budget"], resolved["sandbox"] = dataclasses.asdict(budget), dataclasses.asdict(sandbox)
     resolved["tracking"], resolved["paths"] = tracking.masked(cfg.tracking), dataclasses.asdict(cfg.paths)
     resolved["scoring"] = dataclasses.asdict(cfg.scoring)  # recorded, but not what makes the run (identity)
+    resolved["compute"] = dataclasses.asdict(cfg.compute)  # likewise: prices
     return RunPlan(
         experiment=experiment_name(cfg), name=run_name(cfg), key=key, seed=cfg.seed,
         task=task, agent=agent, sandbox_class=sandbox_class, sandbox=sandbox,
-        limits=limits_for(task, sandbox), budget=budget, scoring=cfg.scoring, tracking=cfg.tracking,
+        limits=limits_for(task, sandbox), budget=budget, scoring=cfg.scoring, compute=cfg.compute, tracking=cfg.tracking,
         cache_dir=Path(cfg.paths.cache_dir), submission=cfg.task.submission, tags=tags,
         params=tracking.flatten(resolved), config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
         sweep_id=sweep_id, resume=cfg.resume,

@@ -256,6 +256,8 @@ class Progress:
     fee_usd: float = 0.0
     cost_usd: float = 0.0
     agent_time_s: float = 0.0
+    gpu_hours: float = 0.0  # the hardware the agent's sandbox held (mlrb/core/compute.py)
+    cpu_hours: float = 0.0
     # What calls in flight held when this was written: a kill mid-call charges it (fail closed)
     held_input_tokens: int = 0
     held_output_tokens: int = 0
@@ -297,7 +299,9 @@ class Keeper:
             save(self.run_dir, Progress(
                 attempt=self.attempt, steps=b.steps, input_tokens=b.input_tokens, output_tokens=b.output_tokens,
                 cache_read_tokens=b.cache_read_tokens, cache_write_tokens=b.cache_write_tokens,
-                web_searches=b.web_searches, fee_usd=b.fee_usd, cost_usd=b.usd, agent_time_s=b.elapsed_s(), held_input_tokens=b.held.input_tokens,
+                web_searches=b.web_searches, fee_usd=b.fee_usd, cost_usd=b.usd, agent_time_s=b.elapsed_s(),
+                gpu_hours=b.compute.gpu_hours() if b.compute else 0.0, cpu_hours=b.compute.cpu_hours() if b.compute else 0.0,
+                held_input_tokens=b.held.input_tokens,
                 held_output_tokens=b.held.output_tokens, held_usd=b.held.usd,
             ))  # fmt: skip
             if self.also is not None:

@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -206,6 +206,17 @@ def limits_for(task, cfg: SandboxConfig) -> Limits:
         gpus=hw.gpus,
         network=task.rules.network,
     )
+
+
+def held_hardware(cfg: SandboxConfig, limits: Limits, environ: Mapping[str, str] = os.environ) -> tuple[int, float]:
+    """The GPUs and CPU cores a run's agent holds, for its compute's account (mlrb/core/compute.py):
+    the GPUs it was given (gpus.given: sandbox.gpu_ids, else the task's count from its allocation)
+    and the sandbox's CPU limit (sandbox.cpus, else the task's at its scale); with no CPU limit,
+    every core this process may use."""
+    from mlrb.sandbox.gpus import given
+
+    cpus = limits.cpus if limits.cpus is not None else float(len(os.sched_getaffinity(0)))
+    return given(cfg.gpu_ids, limits.gpus, environ), float(cpus)
 
 
 def sandbox_environment(

@@ -100,6 +100,17 @@ def allocation(gpu_ids: Sequence[object] | None, environ: Mapping[str, str]) -> 
     return entries
 
 
+def given(gpu_ids: Sequence[object] | None, wanted: int, environ: Mapping[str, str]) -> int:
+    """How many GPUs the run was given, for its compute's account (mlrb/core/compute.py): every one
+    sandbox.gpu_ids names (they are the run's, used or not); else the task's count, as many of them
+    as CUDA_VISIBLE_DEVICES names where it is set. Whether this machine has them is not asked: a run
+    given a GPU holds it."""
+    if gpu_ids is not None:
+        return len(allocation(gpu_ids, environ) or [])
+    named = allocation(None, environ)
+    return max(0, wanted if named is None else min(wanted, len(named)))
+
+
 def mig_parents(listing: str) -> dict[str, str]:
     """MIG UUID -> its GPU's UUID, from `nvidia-smi -L` (each GPU's line, then its MIG devices')."""
     parents, gpu = {}, ""
