@@ -145,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         print(ranking.table().markdown())
         print(f"\n{METHOD} With more than two sides, p is Holm-adjusted for the {len(ranking.comparisons)} "
               "comparisons before the verdict.\n")  # fmt: skip
+        show_costs(sides)
         print(ranking.groups_line())
         return 0
     (a, rows_a), (b, rows_b) = sides.items()
@@ -154,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
                            f"{comparison.unpaired[0] if comparison.unpaired else 'no runs'})")  # fmt: skip
     print(f"{a} vs {b}, paired by task and seed: {SCORE}.\n")
     show(comparison)
+    show_costs(sides)
     print(f"{METHOD}\n")
     print(comparison.verdict())
     if args.plan:
@@ -176,6 +178,16 @@ def show(comparison) -> None:
     for note in c.notes:
         print(f"Note: {note}.")
     print()
+
+
+def show_costs(sides) -> None:
+    """Where some run priced its compute: what each side cost per run, the API's and the compute's dollars."""
+    from mlrb.report.paired import cost_table
+
+    table = cost_table(sides)
+    if table is not None:
+        print("Cost per run (mean over each side's attempts; compute at the config's prices):")
+        print(table.markdown() + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,15 +6,29 @@ one whole run on a GPU-sized sandbox requested on this CPU machine."""
 
 from __future__ import annotations
 
+import csv
+import shutil
+
 import pytest
 
-from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, compose_config, mlflow_client, run_cli, store_args
+from conftest import (
+    HARNESS_EXPERIMENT,
+    HARNESS_TASK,
+    compose_config,
+    empty_store,
+    mlflow_client,
+    run_cli,
+    run_module,
+    store_args,
+)
 from mlrb.core.budget import Budget
 from mlrb.core.compute import HeldCompute
 from mlrb.core.config import BudgetConfig
 from mlrb.core.messages import ConfigError
 from mlrb.harness import resume
 from mlrb.harness.plan import identity
+from mlrb.report import aggregate, costs, paired, render
+from mlrb.report.runs import RunRow
 from mlrb.sandbox import gpus
 
 
@@ -131,6 +145,94 @@ def test_prices_and_an_unset_cap_leave_the_run_s_key_as_it_was():
     assert identity(compose_config("budget.max_gpu_hours=2"))["budget"]["max_gpu_hours"] == 2
 
 
+def runs_of(agent: str, scores: list[float], api: float | None, compute: float | None) -> list[RunRow]:
+    """An agent's runs of task a as the report reads them: each with its counted normalised score,
+    its API dollars (cost_usd) and its compute's (compute_usd), None: not recorded."""
+    metrics = {k: v for k, v in (("cost_usd", api), ("compute_usd", compute)) if v is not None}
+    return [RunRow(run_id=f"{agent}{i}", name=f"a/{agent}/smoke/{i}", experiment="a", task="a", agent=agent,
+                   budget="smoke", scale="tiny", seed=str(i), sweep_id="", mlflow_status="FINISHED", kind="ok",
+                   detail="", valid=True, metrics={**metrics, "gpu_hours": 0.5, "counted_normalised_score": v},
+                   sandbox="bwrap", confinement="confined")
+            for i, v in enumerate(scores, 1)]  # fmt: skip
+
+
+@pytest.mark.fast
+def test_the_report_shows_api_compute_and_total_dollars_and_the_front_uses_the_chosen_one():
+    baseline, claude, codex = (runs_of("baseline", [0.0, 2.0], None, 0.2), runs_of("claude", [40.0, 50.0], 1.0, 4.0),
+                               runs_of("codex", [60.0, 60.0], 3.0, 0.5))  # fmt: skip
+    stats = aggregate.summarise(baseline + claude + codex)
+    results = render.results_table(stats)
+    assert results.headers[results.headers.index("valid score") + 1 :][:3] == ["API $", "compute $", "total $"]
+    at = results.headers.index("API $")
+    by_agent = {r[results.headers.index("agent")]: r for r in results.rows}
+    assert by_agent["claude"][at : at + 3] == ["$1.00", "$4.00", "$5.00"]
+    assert by_agent["baseline"][at : at + 3] == ["-", "$0.20", "$0.20"]  # no API dollars: its compute's alone
+    # the front: on API dollars claude is on it; on compute or total, codex is cheaper and better
+    for cost, fronted in (("api", {"baseline", "claude", "codex"}), ("compute", {"baseline", "codex"}),
+                          ("total", {"baseline", "codex"})):  # fmt: skip
+        points, _ = costs.points_of(stats, cost)
+        assert {p.label for p in points if p.on_front} == fronted, cost
+    ((_, intro, table),) = costs.report_sections(stats, "total")
+    assert "Mean dollars, model API and compute together per run" in intro and "drawn on the total $" in intro
+    assert table.headers[2:7] == ["attempts", "API $ per run", "compute $ per run", "total $ per run",
+                                  "counted normalised"]  # fmt: skip
+    assert table.rows[1][3:6] == ["$1.00", "$4.00", "$5.00"]
+    ((_, _, records),) = costs.csv_files(stats, "compute")
+    assert {(r["label"], r["cost"], r["compute_usd_mean"], r["total_usd_mean"]) for r in records} == {
+        ("baseline", "compute", 0.2, 0.2), ("claude", "compute", 4.0, 5.0), ("codex", "compute", 0.5, 3.5)}  # fmt: skip
+    # compare: what each side cost, only where compute was priced
+    table = paired.cost_table({"claude": claude, "codex": codex})
+    assert table is not None and table.rows == [["claude", "2", "$1.00", "$4.00", "$5.00", "0.5"],
+                                                ["codex", "2", "$3.00", "$0.50", "$3.50", "0.5"]]  # fmt: skip
+    unpriced = runs_of("claude", [40.0], 1.0, None)
+    assert paired.cost_table({"claude": unpriced}) is None
+    assert "cost" in render.results_table(aggregate.summarise(unpriced)).headers  # as before: the API's alone
+
+
+@pytest.mark.integration
+def test_compare_shows_each_side_s_api_and_compute_dollars_from_a_real_store(tmp_path):
+    """Two agents' runs as the harness records them (metrics cost_usd, compute_usd, gpu_hours),
+    in a real SQLite store; `python -m mlrb.compare` and `python -m mlrb.report --cost total`."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / "mlruns").mkdir()
+    shutil.copyfile(empty_store(), tmp_path / "mlruns" / "mlflow.db")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    experiment = client.create_experiment("llm_merging")
+    for agent, level, api, compute in (("claude", 40.0, 1.0, 4.0), ("codex", 60.0, 3.0, 0.5)):
+        for seed in range(1, 7):
+            tags = {"mlrb.task": "llm_merging", "mlrb.agent": agent, "mlrb.budget": "smoke", "mlrb.scale": "tiny",
+                    "mlrb.seed": str(seed), "mlrb.sandbox": "bwrap", "mlrb.confined": "true", "mlrb.status": "ok",
+                    "mlrb.valid": "True"}  # fmt: skip
+            run = client.create_run(experiment, tags=tags, run_name=f"llm_merging/{agent}/smoke/{seed}").info.run_id
+            metrics = {"score": level / 100, "normalised_score": level + seed, "counted_score": level / 100,
+                       "counted_normalised_score": level + seed, "cost_usd": api, "compute_usd": compute,
+                       "gpu_hours": 2.0, "cpu_hours": 16.0}  # fmt: skip
+            client.log_batch(run, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()])
+            client.set_terminated(run, "FINISHED")
+    compared = run_module("mlrb.compare", "claude", "codex", cwd=tmp_path, timeout=300)
+    assert compared.returncode == 0, compared.stderr
+    assert (
+        "| side | attempts | API $ per run | compute $ per run | total $ per run | GPU-hours per run |"
+        in compared.stdout
+    )
+    assert "| claude | 6 | $1.00 | $4.00 | $5.00 | 2 |" in compared.stdout
+    assert "| codex | 6 | $3.00 | $0.50 | $3.50 | 2 |" in compared.stdout
+    assert compared.stdout.strip().splitlines()[-1].startswith("codex beats claude")  # the verdict stays last
+    reported = run_module("mlrb.report", "--out", "out", "--cost", "total", "--no-plots", "--no-log", cwd=tmp_path,
+                          timeout=300)  # fmt: skip
+    assert reported.returncode == 0, reported.stderr
+    assert "| API $ | compute $ | total $ |" in reported.stdout and "| $1.00 | $4.00 | $5.00 |" in reported.stdout
+    with open(tmp_path / "out" / "cost_score.csv", newline="") as f:
+        points = {r["label"]: r for r in csv.DictReader(f)}
+    assert (points["claude"]["cost"], points["claude"]["total_usd_mean"], points["claude"]["pareto_front"]) == (
+        "total", "5.0", "False")  # fmt: skip
+    with open(tmp_path / "out" / "summary.csv", newline="") as f:
+        (claude, _) = sorted(csv.DictReader(f), key=lambda r: r["agent"])
+    assert (claude["compute_usd_mean"], claude["gpu_hours_mean"], claude["cpu_hours_mean"]) == ("4.0", "2.0", "16.0")
+
+
 GPU_PRICE, CPU_PRICE, CAP_H = 2.5, 0.04, 0.002  # the cap: 7.2 s of one GPU
 
 
@@ -158,6 +260,15 @@ def test_a_run_on_a_gpu_sized_sandbox_records_its_compute_and_its_gpu_hours_cap_
     assert CAP_H <= gpu_hours < CAP_H + 15 / 3600
     assert gpu_hours * 3600 <= metrics["stage_time_s.sandbox_start"] + metrics["stage_time_s.agent"] + 0.01
     assert gpu_hours * 3600 >= metrics["agent_time_s"]
-    assert cpu_hours == pytest.approx(4 * gpu_hours, abs=2e-6)
+    assert cpu_hours == pytest.approx(4 * gpu_hours, abs=3e-6)  # each rounded to 6 decimals
     assert metrics["compute_usd"] == pytest.approx(gpu_hours * GPU_PRICE + cpu_hours * CPU_PRICE, abs=1e-5)
     assert metrics["cost_usd"] == 0.0  # the API's dollars, apart
+    # the report shows them: the API's dollars, the compute's and their sum
+    reported = run_module("mlrb.report", "--out", "out", "--no-plots", "--no-log", cwd=tmp_path, timeout=300)
+    assert reported.returncode == 0, reported.stderr
+    assert "| API $ | compute $ | total $ |" in reported.stdout
+    shown = render.dollars(metrics["compute_usd"])
+    assert f"| $0.00 | {shown} | {shown} |" in reported.stdout
+    with open(tmp_path / "out" / "runs.csv", newline="") as f:
+        (row,) = csv.DictReader(f)
+    assert float(row["gpu_hours"]) == gpu_hours and float(row["compute_usd"]) == metrics["compute_usd"]

@@ -12,7 +12,8 @@ report them; runs that differ in any of these are never pooled (RunRow.group).
 - raw score: mean +- SEM over the valid submissions (an invalid one has no score);
 - success rate (MLAgentBench: more than 10% over the baseline) and valid-submission
   rate: over every attempt, as MLE-bench's medal and valid-submission rates are;
-- cost, tokens, wall time: means over the attempts that recorded them.
+- cost (the model API's dollars, the compute's at the config's prices, their sum), GPU- and
+  CPU-hours, tokens, wall time: means over the attempts that recorded them.
 
 Runs that are not attempts (infrastructure errors, killed, running, crashed) are
 counted and listed but never enter a mean or a rate: a broken scorer is not an
@@ -59,7 +60,11 @@ class GroupStats:
     success_rate: float | None
     success_n: int
     valid_rate: float | None
-    cost_usd_mean: float | None
+    cost_usd_mean: float | None  # the model API's dollars
+    compute_usd_mean: float | None  # the hardware's, at the config's prices (runs that priced it)
+    total_usd_mean: float | None  # the two together
+    gpu_hours_mean: float | None
+    cpu_hours_mean: float | None
     input_tokens_mean: float | None
     output_tokens_mean: float | None
     wall_time_s_mean: float | None
@@ -144,7 +149,11 @@ def summarise_group(rows: list[RunRow]) -> GroupStats:
         success_rate=mean(successes),
         success_n=len(successes),
         valid_rate=len(scored) / len(attempts) if attempts else None,
-        cost_usd_mean=mean(present(r.metric(Metric.COST_USD) for r in attempts)),
+        cost_usd_mean=mean(present(r.cost("api") for r in attempts)),
+        compute_usd_mean=mean(present(r.cost("compute") for r in attempts)),
+        total_usd_mean=mean(present(r.cost("total") for r in attempts)),
+        gpu_hours_mean=mean(present(r.metric(Metric.GPU_HOURS) for r in attempts)),
+        cpu_hours_mean=mean(present(r.metric(Metric.CPU_HOURS) for r in attempts)),
         input_tokens_mean=mean(present(r.metric(Metric.INPUT_TOKENS) for r in attempts)),
         output_tokens_mean=mean(present(r.metric(Metric.OUTPUT_TOKENS) for r in attempts)),
         wall_time_s_mean=mean(present(r.metric(Metric.WALL_TIME_S) for r in attempts)),
@@ -162,6 +171,11 @@ def summarise_group(rows: list[RunRow]) -> GroupStats:
         rules_unknown=sum(r.unenforced_rules is None for r in rows),
         plumbing=first.plumbing,
     )
+
+
+def cost_mean(s: GroupStats, kind: str) -> float | None:
+    """The group's mean dollars per attempt of one kind (runs.COSTS: api, compute, total)."""
+    return {"api": s.cost_usd_mean, "compute": s.compute_usd_mean, "total": s.total_usd_mean}[kind]
 
 
 def summarise(rows: Iterable[RunRow]) -> list[GroupStats]:

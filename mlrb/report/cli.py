@@ -16,7 +16,7 @@ from typing import Any
 from mlrb.core.config import TrackingConfig
 from mlrb.core.messages import first_line_of, mask_uris_in
 from mlrb.core.tags import Tag
-from mlrb.report.runs import Filters, Selection, load
+from mlrb.report.runs import COSTS, Filters, Selection, load
 
 NOTE_MARKER = "<!-- written by python -m mlrb.report -->"
 
@@ -45,6 +45,9 @@ def parser() -> argparse.ArgumentParser:
     output.add_argument("--html", action="store_true", help="also write report.html, self-contained (plots inlined)")
     output.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib)")
     output.add_argument("--no-log", action="store_true", help="do not log the files onto the sweep's parent run")
+    output.add_argument("--cost", choices=COSTS, default="api",
+                        help="the dollars the cost-against-score plots and Pareto front use: the model API's (api), the "
+                        "compute's at the config's prices (compute), or both together (total); default: api")  # fmt: skip
     return p
 
 
@@ -163,9 +166,9 @@ def build(args: argparse.Namespace) -> int:
     if not args.no_plots:
         from mlrb.report.plots import draw_all
 
-        plots = draw_all(stats, rows, out)
+        plots = draw_all(stats, rows, out, args.cost)
         plots.update(curves.draw(curve_groups, out / "anytime.png"))
-        plots.update(costs.draw(stats, out))
+        plots.update(costs.draw(stats, out, args.cost))
     activities = trajectories.read_all(client, rows)  # each run's trajectory, read once
     report = render.Report(
         title=f"mlrb report: sweep {sweep_id}" if sweep_id else "mlrb report",
@@ -174,8 +177,8 @@ def build(args: argparse.Namespace) -> int:
                  f"written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."),
         stats=stats, causes=aggregate.why_not_scored(rows), excluded=aggregate.not_counted(rows), rows=rows, plots=plots,
         comparisons=paired.report_sections(rows), anytime=curves.report_sections(curve_groups, uncounted),
-        costs=costs.report_sections(stats), failures=failures.report_sections(stats, rows, activities),
-        csvs=costs.csv_files(stats) + failures.csv_files(stats, rows, activities),
+        costs=costs.report_sections(stats, args.cost), failures=failures.report_sections(stats, rows, activities),
+        csvs=costs.csv_files(stats, args.cost) + failures.csv_files(stats, rows, activities),
     )  # fmt: skip
     files = report.write(out, with_html=args.html) + curves.write_csvs(curve_groups, out)
 

@@ -6,7 +6,10 @@ less while doing better in one (points that tie exactly are both on it). Overall
 (model, budget...) over every task of the report, the mean over tasks of both figures (each task
 weighs the same); one that did not run every task is left out of it, and said so.
 
-A run that recorded no cost (the baseline, a scripted agent) costs $0: it is a point too.
+Which dollars (`--cost`, runs.COSTS): the model API's (api, the default), the compute's at the
+config's prices (compute), or both together (total). Where some run priced its compute, the table
+shows all three. A run that recorded no cost of the kind (the baseline, a scripted agent, a run whose
+compute was not priced) costs $0: it is a point too.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlrb.report.aggregate import GROUP_FIELDS, GroupStats, mean, varying
+from mlrb.report.aggregate import GROUP_FIELDS, GroupStats, cost_mean, mean, varying
 from mlrb.report.render import Table, dollars, key_columns
+from mlrb.report.runs import COST_NAMES, COSTS
 
 OVERALL = "overall"
 
@@ -32,6 +36,7 @@ class Point:
     sem: float | None
     attempts: int
     on_front: bool = False
+    by_kind: dict[str, float | None] | None = None  # mean dollars per run of each kind (runs.COSTS); None: unrecorded
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[bool]:
@@ -70,15 +75,17 @@ def labeller(stats: Sequence[GroupStats]):
     return label
 
 
-def points_of(stats: Sequence[GroupStats]) -> tuple[list[Point], list[str]]:
-    """(every point, per task and overall; what was left out of the overall and why)."""
+def points_of(stats: Sequence[GroupStats], cost: str = "api") -> tuple[list[Point], list[str]]:
+    """(every point, per task and overall; what was left out of the overall and why), each at its
+    mean dollars of kind COST (runs.COSTS)."""
     label, show_scale = labeller(stats), varying(stats, "scale")
     points = []
     for s in stats:
         panel = f"{s.task} ({s.scale})" if show_scale else s.task
-        points.append(Point(panel, label(s), {k: str(getattr(s, k)) for k in GROUP_FIELDS}, s.cost_usd_mean or 0.0,
-                            s.cost_usd_mean is not None, s.counted_normalised_mean, s.counted_normalised_sem,
-                            s.attempts))  # fmt: skip
+        chosen = cost_mean(s, cost)
+        points.append(Point(panel, label(s), {k: str(getattr(s, k)) for k in GROUP_FIELDS}, chosen or 0.0,
+                            chosen is not None, s.counted_normalised_mean, s.counted_normalised_sem,
+                            s.attempts, by_kind={kind: cost_mean(s, kind) for kind in COSTS}))  # fmt: skip
     panels = sorted({p.panel for p in points})
     left_out: list[str] = []
     if len(panels) > 1:
@@ -96,71 +103,96 @@ def points_of(stats: Sequence[GroupStats]) -> tuple[list[Point], list[str]]:
                 left_out.append(f"{name} ({why})")
                 continue
             keys = {**mine[0].keys, "task": OVERALL, "scale": "", "assets": ""}
+            by_kind = {
+                kind: mean([(p.by_kind or {}).get(kind) or 0.0 for p in mine])
+                if any((p.by_kind or {}).get(kind) is not None for p in mine)
+                else None
+                for kind in COSTS
+            }
             points.append(Point(OVERALL, name, keys, mean([p.cost for p in mine]) or 0.0,
                                 any(p.cost_recorded for p in mine), mean([p.score or 0.0 for p in mine]), None,
-                                sum(p.attempts for p in mine)))  # fmt: skip
+                                sum(p.attempts for p in mine), by_kind=by_kind))  # fmt: skip
     mark_front(points)
     return points, left_out
 
 
+# What each kind of cost is, in the section's words (runs.COSTS).
+WHAT = {"api": "model API dollars", "compute": "compute dollars (the hardware held, at the config's prices)",
+        "total": "dollars, model API and compute together"}  # fmt: skip
 INTRO = (
-    "Mean dollars per run against the mean counted normalised score (0 = baseline, 100 = reference; a failed "
+    "Mean {what} per run against the mean counted normalised score (0 = baseline, 100 = reference; a failed "
     "attempt counts as doing nothing), per task, and overall as the mean over tasks (each weighs the same). "
     "*Pareto front*: no other row of its task costs no more and scores no less while doing better in one; "
     "a run that recorded no cost counts as $0. `cost_score.csv` has the same; the plot, cost_score_pareto.png."
 )
 
 
-def table(stats: Sequence[GroupStats], points: Sequence[Point]) -> Table:
+def compute_priced(points: Sequence[Point]) -> bool:
+    """Whether some run priced its compute: then every kind of cost is shown."""
+    return any((p.by_kind or {}).get("compute") is not None for p in points)
+
+
+def table(stats: Sequence[GroupStats], points: Sequence[Point], cost: str = "api") -> Table:
     keys = key_columns(stats)
-    headers = keys + ["attempts", "$ per run", "counted normalised", "Pareto front"]
+    every_kind = compute_priced(points)
+    columns = [f"{COST_NAMES[kind]} per run" for kind in COSTS] if every_kind else \
+        ["$ per run" if cost == "api" else f"{COST_NAMES[cost]} per run"]  # fmt: skip
+    headers = keys + ["attempts", *columns, "counted normalised", "Pareto front"]
     body = []
     for p in points:
-        cost = dollars(p.cost) + ("" if p.cost_recorded else " (none recorded)")
+        if every_kind:
+            figures = [dollars((p.by_kind or {}).get(kind) or 0.0) for kind in COSTS]
+        else:
+            figures = [dollars(p.cost) + ("" if p.cost_recorded else " (none recorded)")]
         if p.score is None:
             score = "-"
         elif p.sem is None:
             score = f"{p.score:.1f}"
         else:
             score = f"{p.score:.1f} ± {p.sem:.1f}"
-        body.append([p.keys[k] for k in keys] + [str(p.attempts), cost, score, "yes" if p.on_front else ""])
+        body.append([p.keys[k] for k in keys] + [str(p.attempts), *figures, score, "yes" if p.on_front else ""])
     return Table(headers, body)
 
 
-def report_sections(stats: Sequence[GroupStats]) -> list[tuple[str, str, Table | None]]:
-    points, left_out = points_of(stats)
-    intro = INTRO + (f" Not in the overall: {'; '.join(left_out)}." if left_out else "")
-    return [("Cost against score", intro, table(stats, points))]
+def report_sections(stats: Sequence[GroupStats], cost: str = "api") -> list[tuple[str, str, Table | None]]:
+    points, left_out = points_of(stats, cost)
+    intro = INTRO.format(what=WHAT[cost])
+    if compute_priced(points):
+        intro += f" The front is drawn on the {COST_NAMES[cost]} (python -m mlrb.report --cost api|compute|total)."
+    intro += f" Not in the overall: {'; '.join(left_out)}." if left_out else ""
+    return [("Cost against score", intro, table(stats, points, cost))]
 
 
 FIELDS = ["panel", "label", "task", "scale", "agent", "model", "budget", "sandbox", "confinement", "assets",
-          "attempts", "cost_usd_mean", "cost_recorded", "counted_normalised_mean", "counted_normalised_sem",
-          "pareto_front"]  # fmt: skip
+          "attempts", "cost", "cost_usd_mean", "compute_usd_mean", "total_usd_mean", "cost_recorded",
+          "counted_normalised_mean", "counted_normalised_sem", "pareto_front"]  # fmt: skip
 
 
-def records(stats: Sequence[GroupStats]) -> list[dict[str, object]]:
-    points, _ = points_of(stats)
-    return [{"panel": p.panel, "label": p.label, **p.keys, "attempts": p.attempts, "cost_usd_mean": p.cost,
+def records(stats: Sequence[GroupStats], cost: str = "api") -> list[dict[str, object]]:
+    """The points; `cost` names the kind the front is drawn on, `cost_recorded` is of that kind."""
+    points, _ = points_of(stats, cost)
+    return [{"panel": p.panel, "label": p.label, **p.keys, "attempts": p.attempts, "cost": cost,
+             **{f"{kind}_usd_mean" if kind != "api" else "cost_usd_mean": (p.by_kind or {}).get(kind) for kind in COSTS},
              "cost_recorded": p.cost_recorded, "counted_normalised_mean": p.score, "counted_normalised_sem": p.sem,
              "pareto_front": p.on_front} for p in points]  # fmt: skip
 
 
-def csv_files(stats: Sequence[GroupStats]) -> list[tuple[str, list[str], list[dict[str, object]]]]:
-    return [("cost_score.csv", FIELDS, records(stats))]
+def csv_files(stats: Sequence[GroupStats], cost: str = "api") -> list[tuple[str, list[str], list[dict[str, object]]]]:
+    return [("cost_score.csv", FIELDS, records(stats, cost))]
 
 
 # ---- the plot -----------------------------------------------------------------------------------
 
 PLOT = "cost_score_pareto.png"
-CAPTION = "Cost against score: mean $ per run and mean counted normalised score (filled: on the Pareto front)"
+CAPTION = "Cost against score: mean {what} per run and mean counted normalised score (filled: on the Pareto front)"
 
 
-def draw(stats: Sequence[GroupStats], out: Path) -> dict[str, Path]:
+def draw(stats: Sequence[GroupStats], out: Path, cost: str = "api") -> dict[str, Path]:
     """caption -> PNG: a panel per task (and one overall), each row a point; the front's points
     filled and joined, the others hollow. {} when no row has a counted score."""
     from mlrb.report.plots import panels, pyplot, save
 
-    points, _ = points_of(stats)
+    points, _ = points_of(stats, cost)
     scored = [p for p in points if p.score is not None]
     if not scored:
         return {}
@@ -184,8 +216,8 @@ def draw(stats: Sequence[GroupStats], out: Path) -> dict[str, Path]:
         ax.set_xlim(-0.05 * right, right)
         ax.axhline(0, color="grey", linestyle="--", linewidth=1)
         ax.axhline(100, color="green", linestyle="--", linewidth=1)
-        ax.set_xlabel("mean cost per run (USD)")
+        ax.set_xlabel(f"mean {COST_NAMES[cost].removesuffix(' $')} cost per run (USD)")
         ax.set_ylabel("counted normalised score (mean ± SEM)")
         ax.set_title(f"{name} (mean over tasks)" if name == OVERALL else name)
         ax.legend(fontsize=8, loc="best")
-    return {CAPTION: save(fig, out / PLOT)}
+    return {CAPTION.format(what=COST_NAMES[cost]): save(fig, out / PLOT)}

@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from mlrb.analysis import stats
-from mlrb.report.render import KIND_LABELS, Table
-from mlrb.report.runs import RunRow
+from mlrb.core.tags import Metric
+from mlrb.report.aggregate import mean, present
+from mlrb.report.render import KIND_LABELS, Table, dollars
+from mlrb.report.runs import COST_NAMES, COSTS, RunRow
 
 ALPHA = 0.05
 LEVEL = 1 - ALPHA
@@ -230,6 +232,21 @@ class Comparison:
                          f"{stats.mean_of_means([[p.value_b for p in t.pairs] for t in self.tasks]):.1f}",
                          signed(self.diff or 0.0), span(self.interval), p_text(self.p)])  # fmt: skip
         return Table(headers, rows)
+
+
+def cost_table(sides: dict[str, list[RunRow]]) -> Table | None:
+    """What each side's runs cost, mean per attempt: the model API's dollars, the compute's (at the
+    config's prices) and their sum, and the GPU-hours held; None when no run priced its compute."""
+    attempts = {name: [r for r in rows if r.is_attempt] for name, rows in sides.items()}
+    if not any(r.cost("compute") is not None for rows in attempts.values() for r in rows):
+        return None
+    headers = ["side", "attempts", *(f"{COST_NAMES[kind]} per run" for kind in COSTS), "GPU-hours per run"]
+    body = []
+    for name, rows in attempts.items():
+        hours = mean(present(r.metric(Metric.GPU_HOURS) for r in rows))
+        body.append([name, str(len(rows)), *(dollars(mean(present(r.cost(kind) for r in rows))) for kind in COSTS),
+                     "-" if hours is None else f"{hours:.3g}"])  # fmt: skip
+    return Table(headers, body)
 
 
 def only_counted(side: str, runs: list[RunRow], label: str, seed: str) -> tuple[RunRow | None, str]:

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mlrb.core.messages import duration
-from mlrb.core.tags import Metric
 from mlrb.report.aggregate import GroupStats, varying
 from mlrb.report.runs import RunRow
 
@@ -120,8 +119,8 @@ def score_vs_budget(stats: Sequence[GroupStats], path: Path) -> Path:
     return save(fig, path)
 
 
-def score_vs_cost(stats: Sequence[GroupStats], rows: Sequence[RunRow], path: Path) -> Path:
-    """Points: each scored run's raw score against its cost in USD, a panel per task."""
+def score_vs_cost(stats: Sequence[GroupStats], rows: Sequence[RunRow], path: Path, cost: str = "api") -> Path:
+    """Points: each scored run's raw score against its cost in USD (COST: runs.COSTS), a panel per task."""
     plt = pyplot()
     keys = sorted({task_key(s) for s in stats})
     fig, axes = panels(plt, keys)
@@ -133,20 +132,24 @@ def score_vs_cost(stats: Sequence[GroupStats], rows: Sequence[RunRow], path: Pat
         for r in scored:
             series.setdefault(label(r, show_budget), []).append(r)
         for i, (name, points) in enumerate(sorted(series.items())):
-            ax.scatter([r.metric(Metric.COST_USD) or 0.0 for r in points], [r.score for r in points],
+            ax.scatter([r.cost(cost) or 0.0 for r in points], [r.score for r in points],
                        marker=markers[i % len(markers)], label=name, alpha=0.8)  # fmt: skip
         anchors(ax, [s for s in stats if task_key(s) == key])
-        most = max((r.metric(Metric.COST_USD) or 0.0 for r in scored), default=0.0)
+        most = max((r.cost(cost) or 0.0 for r in scored), default=0.0)
         right = most * 1.1 if most > 0 else 1.0  # a scripted agent costs nothing: show $0 to $1 then
         ax.set_xlim(-0.03 * right, right)
-        ax.set_xlabel("cost of the run (USD)")
+        ax.set_xlabel(f"{COST_AXES[cost]} of the run (USD)")
         ax.set_ylabel("score (valid submissions)")
         ax.set_title(panel_title(key, show_scale))
         ax.legend(fontsize=8, loc="best")
     return save(fig, path)
 
 
-def draw_all(stats: Sequence[GroupStats], rows: Sequence[RunRow], out: Path) -> dict[str, Path]:
+# What each kind of cost is, on an axis (runs.COSTS).
+COST_AXES = {"api": "model API cost", "compute": "compute cost", "total": "API and compute cost"}
+
+
+def draw_all(stats: Sequence[GroupStats], rows: Sequence[RunRow], out: Path, cost: str = "api") -> dict[str, Path]:
     """caption -> PNG, for the figures these runs support."""
     if not stats:
         return {}
@@ -159,6 +162,6 @@ def draw_all(stats: Sequence[GroupStats], rows: Sequence[RunRow], out: Path) -> 
     if swept:
         plots["Score against budget"] = score_vs_budget(stats, out / "score_vs_budget.png")
     plots["Score against dollar cost (one point per scored run)"] = score_vs_cost(
-        stats, rows, out / "score_vs_cost.png"
+        stats, rows, out / "score_vs_cost.png", cost
     )
     return plots

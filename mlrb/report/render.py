@@ -136,8 +136,11 @@ def counted(mean: float | None, sem: float | None, s: GroupStats, spec: str = ".
 def results_table(stats: Sequence[GroupStats]) -> Table:
     keys = key_columns(stats)
     named = any(s.normalised_as != "gap" for s in stats)  # else every row reads as the legend says
+    # where some run priced its compute: the API's dollars, the compute's and their sum, else the API's alone
+    priced = any(s.compute_usd_mean is not None for s in stats)
+    cost_headers = ["API $", "compute $", "total $"] if priced else ["cost"]
     headers = keys + ["runs (attempts)", "counted score", "counted normalised", *(["normalised as"] if named else []),
-                      "success", "valid", "valid score", "cost", "tokens in / out", "wall time",
+                      "success", "valid", "valid score", *cost_headers, "tokens in / out", "wall time",
                       "not counted"]  # fmt: skip
     rows = []
     for s in stats:
@@ -158,6 +161,7 @@ def results_table(stats: Sequence[GroupStats]) -> Table:
                 rate(s.valid_rate, s.attempts),
                 mean_sem(s.score_mean, s.score_sem, s.valid),
                 dollars(s.cost_usd_mean),
+                *([dollars(s.compute_usd_mean), dollars(s.total_usd_mean)] if priced else []),
                 tokens(s),
                 duration(s.wall_time_s_mean),
                 excluded or "-",
@@ -227,7 +231,8 @@ SUMMARY_FIELDS = [
     "task", "scale", "agent", "model", "budget", "sandbox", "confinement", "assets", "budget_wall_time_s", "runs",
     "attempts", "valid", "counted_mean", "counted_sem", "counted_normalised_mean", "counted_normalised_sem",
     "counted_normalised_anchor_sem", "uncounted", "score_mean", "score_sem", "normalised_as", "success_rate", "success_n",
-    "valid_rate", "cost_usd_mean", "input_tokens_mean", "output_tokens_mean", "wall_time_s_mean",
+    "valid_rate", "cost_usd_mean", "compute_usd_mean", "total_usd_mean", "gpu_hours_mean", "cpu_hours_mean",
+    "input_tokens_mean", "output_tokens_mean", "wall_time_s_mean",
     "baseline_score", "reference_score",
     *KIND_LABELS,
 ]  # fmt: skip
@@ -236,7 +241,7 @@ RUN_FIELDS = [
     "run_id", "name", "experiment", "task", "scale", "agent", "model", "budget", "seed", "sweep_id", "sandbox",
     "confinement", "assets", "mlflow_status",
     "kind", "counted", "detail", "score", "normalised_score", "counted_score", "counted_normalised_score",
-    "normalised_as", "unenforced_rules", "success", "do_nothing_score", "baseline_score", "reference_score", "cost_usd", "input_tokens", "output_tokens", "wall_time_s",
+    "normalised_as", "unenforced_rules", "success", "do_nothing_score", "baseline_score", "reference_score", "cost_usd", "compute_usd", "gpu_hours", "cpu_hours", "input_tokens", "output_tokens", "wall_time_s",
 ]  # fmt: skip
 
 
@@ -276,7 +281,8 @@ def run_records(rows: Sequence[RunRow]) -> list[dict[str, object]]:
          "counted_normalised_score": r.counted_normalised, "normalised_as": r.normalised_as,
          "unenforced_rules": "unknown" if r.unenforced_rules is None else ",".join(r.unenforced_rules),
          "success": r.success,
-         **{name: r.metric(name) for name in (*Metric.ANCHORS, Metric.COST_USD, Metric.INPUT_TOKENS, Metric.OUTPUT_TOKENS,
+         **{name: r.metric(name) for name in (*Metric.ANCHORS, Metric.COST_USD, Metric.COMPUTE_USD, Metric.GPU_HOURS,
+                                              Metric.CPU_HOURS, Metric.INPUT_TOKENS, Metric.OUTPUT_TOKENS,
                                               Metric.WALL_TIME_S)}}
         for r in rows
     ]  # fmt: skip

@@ -73,6 +73,11 @@ class Filters:
         return all(not wanted or value in wanted for wanted, value in checks)
 
 
+# The kinds of a run's dollars (RunRow.cost): the model API's, its compute's (mlrb/core/compute.py), their sum.
+COSTS = ("api", "compute", "total")
+COST_NAMES = {"api": "API $", "compute": "compute $", "total": "total $"}
+
+
 @dataclass
 class RunRow:
     run_id: str
@@ -125,6 +130,16 @@ class RunRow:
 
     def metric(self, name: str) -> float | None:
         return self.metrics.get(name)
+
+    def cost(self, kind: str) -> float | None:
+        """Its dollars of one KIND (COSTS): the model API's (cost_usd), its compute's at the config's
+        prices (compute_usd), or their sum; None when it recorded none of them."""
+        api, compute = self.metric(Metric.COST_USD), self.metric(Metric.COMPUTE_USD)
+        if kind == "api":
+            return api
+        if kind == "compute":
+            return compute
+        return None if api is None and compute is None else (api or 0.0) + (compute or 0.0)
 
     @property
     def scored(self) -> bool:
