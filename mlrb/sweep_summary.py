@@ -82,9 +82,15 @@ def parent_metrics(rows: Sequence[RunRow]) -> dict[str, float]:
     for group in stats:
         prefix = metric_prefix(group, varying)
         metrics.update({prefix + key: value for key, value in group_metrics(group).items()})
-    costs = aggregate.present(r.metric(Metric.COST_USD) for r in rows)
-    if costs:
-        metrics[Metric.COST_USD_TOTAL] = float(sum(costs))
+    for each, total in (
+        (Metric.COST_USD, Metric.COST_USD_TOTAL),
+        (Metric.GPU_HOURS, Metric.GPU_HOURS_TOTAL),
+        (Metric.CPU_HOURS, Metric.CPU_HOURS_TOTAL),
+        (Metric.COMPUTE_USD, Metric.COMPUTE_USD_TOTAL),
+    ):
+        figures = aggregate.present(r.metric(each) for r in rows)
+        if figures:
+            metrics[total] = float(sum(figures))
     return metrics
 
 

@@ -189,6 +189,15 @@ def test_the_report_shows_api_compute_and_total_dollars_and_the_front_uses_the_c
     assert "cost" in render.results_table(aggregate.summarise(unpriced)).headers  # as before: the API's alone
 
 
+@pytest.mark.fast
+def test_a_sweep_s_parent_run_has_the_hours_and_compute_dollars_of_all_its_runs():
+    from mlrb.sweep_summary import parent_metrics
+
+    metrics = parent_metrics(runs_of("claude", [40.0, 50.0], 1.0, 4.0) + runs_of("codex", [60.0], 3.0, 0.5))
+    assert (metrics["cost_usd_total"], metrics["compute_usd_total"], metrics["gpu_hours_total"]) == (5.0, 8.5, 1.5)
+    assert "compute_usd_total" not in parent_metrics(runs_of("claude", [40.0], 1.0, None))  # not priced
+
+
 @pytest.mark.integration
 def test_compare_shows_each_side_s_api_and_compute_dollars_from_a_real_store(tmp_path):
     """Two agents' runs as the harness records them (metrics cost_usd, compute_usd, gpu_hours),

@@ -105,3 +105,5 @@ class Metric:
     # configuration's aggregates, prefixed).
     JOBS, JOBS_SKIPPED, JOBS_FAILED, JOBS_DONE = "jobs", "jobs_skipped", "jobs_failed", "jobs_done"
     COST_USD_TOTAL = "cost_usd_total"
+    # and what its runs' hardware held and cost (where they recorded it)
+    GPU_HOURS_TOTAL, CPU_HOURS_TOTAL, COMPUTE_USD_TOTAL = "gpu_hours_total", "cpu_hours_total", "compute_usd_total"
