@@ -281,3 +281,35 @@ def test_a_run_on_a_gpu_sized_sandbox_records_its_compute_and_its_gpu_hours_cap_
     with open(tmp_path / "out" / "runs.csv", newline="") as f:
         (row,) = csv.DictReader(f)
     assert float(row["gpu_hours"]) == gpu_hours and float(row["compute_usd"]) == metrics["compute_usd"]
+
+
+@pytest.mark.integration
+def test_a_resumed_run_adds_the_hours_of_each_attempt(tmp_path, cache_dir):
+    """A run given GPU 0 and 2 cores, killed (SIGKILL) while its agent works and run again: its
+    hours are the first attempt's, as its saved progress had them, and the second's."""
+    import json
+    import subprocess
+
+    from test_resume import command_args, killed_mid_agent
+
+    given = ("sandbox.gpu_ids=[0]", "task.scales.folder.hardware.gpus=1", "sandbox.cpus=2")
+    folder = killed_mid_agent(tmp_path, cache_dir, *given)
+    first = json.loads((folder / resume.PROGRESS).read_text())
+    assert first["gpu_hours"] * 3600 >= resume.HEARTBEAT_S and first["cpu_hours"] == pytest.approx(
+        2 * first["gpu_hours"], abs=1e-9)  # fmt: skip
+    again = subprocess.run(command_args(tmp_path, cache_dir, *given), cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
+    metrics = run.data.metrics
+    assert run.data.tags["mlrb.attempt"] == "2" and run.data.tags["mlrb.status"] == "ok"
+    assert metrics["gpu_hours"] > first["gpu_hours"]  # the first attempt's, and the second's on top
+    assert metrics["gpu_hours"] - first["gpu_hours"] <= metrics["stage_time_s.sandbox_start"] / 3600 + metrics[
+        "stage_time_s.agent"] / 3600 + 1e-5  # fmt: skip
+    assert metrics["cpu_hours"] == pytest.approx(2 * metrics["gpu_hours"], abs=3e-6)
+    assert "compute_usd" not in metrics  # no price: hours only
+    events = [json.loads(line) for line in (folder / "trajectory.jsonl").read_text().splitlines()]
+    (resumed,) = [e for e in events if e["event"] == "resume"]
+    # what the attempts before held, and the moments of this one's sandbox before the line was written
+    assert first["gpu_hours"] <= resumed["spent"]["gpu_hours"] < first["gpu_hours"] + 30 / 3600

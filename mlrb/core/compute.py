@@ -58,11 +58,16 @@ class HeldCompute:
             return 0.0
         return max(0.0, (stopped if stopped is not None else self.clock()) - started)
 
+    def hours(self) -> tuple[float, float]:
+        """(GPU-hours, CPU-hours) so far, earlier attempts' included, from one reading of the clock."""
+        held_h = self.held_s() / HOUR_S
+        return self.carried_gpu_hours + self.gpus * held_h, self.carried_cpu_hours + self.cpus * held_h
+
     def gpu_hours(self) -> float:
-        return self.carried_gpu_hours + self.gpus * self.held_s() / HOUR_S
+        return self.hours()[0]
 
     def cpu_hours(self) -> float:
-        return self.carried_cpu_hours + self.cpus * self.held_s() / HOUR_S
+        return self.hours()[1]
 
     def gpu_time_left_s(self, max_gpu_hours: float | None) -> float:
         """Wall seconds until the GPU-hours reach MAX_GPU_HOURS (inf: no cap, or no GPU held and the
@@ -76,11 +81,11 @@ class HeldCompute:
 
     def usd(self) -> float | None:
         """The hours at the config's prices; None when neither is set. A price left null counts nothing."""
-        return usd_of(self.gpu_hours(), self.cpu_hours(), self.price_per_gpu_hour, self.price_per_cpu_hour)
+        return usd_of(*self.hours(), self.price_per_gpu_hour, self.price_per_cpu_hour)
 
     def summary(self) -> dict[str, float]:
         """The run's metrics: gpu_hours and cpu_hours, and compute_usd where a price is set."""
-        gpu_hours, cpu_hours = self.gpu_hours(), self.cpu_hours()
+        gpu_hours, cpu_hours = self.hours()
         figures = {Metric.GPU_HOURS: round(gpu_hours, 6), Metric.CPU_HOURS: round(cpu_hours, 6)}
         usd = usd_of(gpu_hours, cpu_hours, self.price_per_gpu_hour, self.price_per_cpu_hour)
         if usd is not None:

@@ -295,12 +295,13 @@ class Keeper:
 
     def save(self) -> None:
         b = self.budget
+        gpu_hours, cpu_hours = b.compute.hours() if b.compute is not None else (0.0, 0.0)
         with self.lock:
             save(self.run_dir, Progress(
                 attempt=self.attempt, steps=b.steps, input_tokens=b.input_tokens, output_tokens=b.output_tokens,
                 cache_read_tokens=b.cache_read_tokens, cache_write_tokens=b.cache_write_tokens,
                 web_searches=b.web_searches, fee_usd=b.fee_usd, cost_usd=b.usd, agent_time_s=b.elapsed_s(),
-                gpu_hours=b.compute.gpu_hours() if b.compute else 0.0, cpu_hours=b.compute.cpu_hours() if b.compute else 0.0,
+                gpu_hours=gpu_hours, cpu_hours=cpu_hours,
                 held_input_tokens=b.held.input_tokens,
                 held_output_tokens=b.held.output_tokens, held_usd=b.held.usd,
             ))  # fmt: skip
