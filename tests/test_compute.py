@@ -184,6 +184,9 @@ def test_the_report_shows_api_compute_and_total_dollars_and_the_front_uses_the_c
     table = paired.cost_table({"claude": claude, "codex": codex})
     assert table is not None and table.rows == [["claude", "2", "$1.00", "$4.00", "$5.00", "0.5"],
                                                 ["codex", "2", "$3.00", "$0.50", "$3.50", "0.5"]]  # fmt: skip
+    sections = paired.report_sections(claude + codex, resamples=200)  # the report's, beside its comparison
+    assert [heading for heading, _, _ in sections] == ["Paired comparisons", "Cost per side"]
+    assert sections[1][2] is not None and sections[1][2].rows == table.rows
     unpriced = runs_of("claude", [40.0], 1.0, None)
     assert paired.cost_table({"claude": unpriced}) is None
     assert "cost" in render.results_table(aggregate.summarise(unpriced)).headers  # as before: the API's alone

@@ -234,6 +234,12 @@ class Comparison:
         return Table(headers, rows)
 
 
+COST_INTRO = (
+    "Mean per attempt: the model API's dollars, the compute's (the hardware held, at the config's "
+    "prices), their sum, and the GPU-hours held."
+)
+
+
 def cost_table(sides: dict[str, list[RunRow]]) -> Table | None:
     """What each side's runs cost, mean per attempt: the model API's dollars, the compute's (at the
     config's prices) and their sum, and the GPU-hours held; None when no run priced its compute."""
@@ -439,6 +445,9 @@ def report_sections(rows: Sequence[RunRow], resamples: int = RESAMPLES,
             continue
         intro = f"{PAIRING} Verdict: {said}. `{command}` lists the runs left out. {METHOD}"
         sections.append((heading, intro, table))
+        costs = cost_table(sides)
+        if costs is not None:  # some run priced its compute: what each side cost beside what it scored
+            sections.append((heading.replace("Paired comparisons", "Cost per side"), COST_INTRO, costs))
     return sections
 
 
