@@ -68,3 +68,12 @@ def test_the_readme_s_test_times_are_the_measured_ones():
     assert_about(seconds(found.group(1), "min"), times["default"]["session_s"], "the default run, warm")
     assert_about(seconds(found.group(2), "min"), times["ci-cold"]["default"]["session_s"], "the default run, cold")
     assert_about(seconds(whole.group(1), "min"), times["ci-cold"]["ci_s"], "the whole of .ci/run, cold")
+    # the CPU minutes, which carry across machines as the time does not, and the machine that measured them
+    cpu = re.search(r"They use about (\d+) CPU minutes, measured on an? ([^,]+), 2 cores", text)
+    assert cpu, "the README no longer says how much CPU the tests use, and on which machine"
+    default = times["default"]
+    assert_about(seconds(cpu.group(1), "min"), sum(t["cpu_s"] for t in default["tiers"].values()), "the tests' CPU")
+    named = re.sub(
+        r"\s+", " ", re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b.*", "", default["measured"]["machine"]["cpu"])
+    )
+    assert cpu.group(2) == named.strip(), "the README names another machine than the one that measured"
