@@ -38,6 +38,7 @@ STAGES = ["agent", "assets", "collect", "compose", "recording", "sandbox_start",
 METRICS = sorted(["agent_time_s", "baseline_score", "cost_usd", "counted_normalised_score", "counted_score",
                   "do_nothing_score", "input_tokens", "output_tokens", "prepare_time_s",
                   "reference_score", "score_time_s", "steps", "valid", "wall_time_s",
+                  "cache_read_tokens", "cache_write_tokens", "web_searches", "fee_usd", "gpu_hours", "cpu_hours",
                   *(f"stage_time_s.{stage}" for stage in STAGES)])  # fmt: skip
 TAGS = ["mlflow.parentRunId", "mlflow.runName", "mlrb.agent", "mlrb.agent_message", "mlrb.assets_fingerprint",
         "mlrb.attempt", "mlrb.budget", "mlrb.confined", "mlrb.counted_as", "mlrb.counted_reason", "mlrb.invalid_reason", "mlrb.network",
