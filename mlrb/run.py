@@ -434,11 +434,7 @@ class Stages:
                 Status(outcome["status"]), outcome.get("stop_reason"), outcome.get("message", "")
             )
             self.spent = dict(progress.spent or {})
-            budget.carry(self.spent[Metric.STEPS], self.spent[Metric.INPUT_TOKENS], self.spent[Metric.OUTPUT_TOKENS],
-                         self.spent[Metric.COST_USD], self.spent[Metric.AGENT_TIME_S],
-                         *(self.spent.get(k, 0) for k in (Metric.CACHE_READ_TOKENS, Metric.CACHE_WRITE_TOKENS,
-                                                          Metric.WEB_SEARCHES, Metric.FEE_USD, Metric.GPU_HOURS,
-                                                          Metric.CPU_HOURS)))  # fmt: skip
+            budget.carry(self.spent)
             self.sandbox.close()
             self.compute.stop()
             if self.model is not None:
@@ -446,10 +442,7 @@ class Stages:
             log.info("the agent had ended in an earlier attempt (%s): its workspace is scored", self.outcome.status)
             return
         if progress is not None:  # what calls in flight held when the attempt before ended is charged
-            budget.carry(progress.steps, progress.input_tokens + progress.held_input_tokens,
-                         progress.output_tokens + progress.held_output_tokens, progress.cost_usd + progress.held_usd,
-                         progress.agent_time_s, progress.cache_read_tokens, progress.cache_write_tokens,
-                         progress.web_searches, progress.fee_usd, progress.gpu_hours, progress.cpu_hours)  # fmt: skip
+            budget.carry(progress.spent_with_held())
 
         def after_step(step: int) -> None:
             self.during.after(self.step_snapshots.take(step, work, self.before, budget.elapsed_s()))

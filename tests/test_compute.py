@@ -104,7 +104,9 @@ def test_a_resumed_run_goes_on_from_the_hours_its_earlier_attempts_held(tmp_path
 
     again, clock = held(2, 4, price_per_gpu_hour=2.0)
     budget = Budget(cfg, clock=clock, compute=again)
-    budget.carry(0, 0, 0, 0.0, progress.agent_time_s, gpu_hours=progress.gpu_hours, cpu_hours=progress.cpu_hours)
+    budget.carry(
+        {"agent_time_s": progress.agent_time_s, "gpu_hours": progress.gpu_hours, "cpu_hours": progress.cpu_hours}
+    )
     again.start()
     assert budget.remaining_s() == 900  # half the cap is left
     clock.now += 450

@@ -306,18 +306,18 @@ def test_two_processes_resuming_one_run_at_once_one_gets_it(tmp_path):
 @pytest.mark.fast
 def test_a_carried_budget_goes_on_from_what_was_spent():
     budget = Budget(BudgetConfig(name="t", wall_time_s=100, max_steps=10, max_usd=1.0))
-    budget.carry(steps=4, input_tokens=10, output_tokens=5, usd=0.25, agent_time_s=60)
+    budget.carry({"steps": 4, "input_tokens": 10, "output_tokens": 5, "cost_usd": 0.25, "agent_time_s": 60})
     assert budget.steps == 4 and budget.usd == 0.25
     assert 39 < budget.remaining_s() <= 40
     spent = Budget(BudgetConfig(name="t", wall_time_s=100, max_steps=10, max_usd=1.0))
-    spent.carry(steps=4, input_tokens=10, output_tokens=5, usd=1.0, agent_time_s=60)
+    spent.carry({"steps": 4, "input_tokens": 10, "output_tokens": 5, "cost_usd": 1.0, "agent_time_s": 60})
     assert spent.exhausted() == "usd"
 
 
 @pytest.mark.fast
 def test_a_budget_spent_in_earlier_attempts_leaves_none_for_the_next():
     budget = Budget(BudgetConfig(name="t", wall_time_s=100, max_steps=10))
-    budget.carry(steps=1, input_tokens=0, output_tokens=0, usd=0.0, agent_time_s=100)
+    budget.carry({"steps": 1, "agent_time_s": 100})
     assert budget.exhausted() == "wall_time"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass
 
@@ -75,19 +75,24 @@ class Budget:
         self.notice: str | None = None  # the last-minutes notice, once given (mlrb/harness/agent_clock.py)
         self.stopped_by: str | None = None  # a limit the harness enforced from outside the budget (`stop`)
 
-    def carry(self, steps: int, input_tokens: int, output_tokens: int, usd: float, agent_time_s: float,
-              cache_read_tokens: int = 0, cache_write_tokens: int = 0, web_searches: int = 0,
-              fee_usd: float = 0.0, gpu_hours: float = 0.0, cpu_hours: float = 0.0) -> None:  # fmt: skip
-        """Go on from what an earlier attempt of the run spent: its steps, tokens, fees, dollars, time and
-        the hours its hardware was held."""
+    def carry(self, spent: Mapping[str, float]) -> None:
+        """Go on from what an earlier attempt of the run spent, as `summary` gives it (Metric.SPENT's
+        keys; one an older attempt did not keep is 0): its steps, tokens, fees, dollars, time and the
+        hours its hardware was held."""
+
+        def of(key: str) -> float:
+            return spent.get(key) or 0
+
         with self.lock:
             if self.compute is not None:
-                self.compute.carry(gpu_hours, cpu_hours)
-            self.steps, self.input_tokens, self.output_tokens = steps, input_tokens, output_tokens
-            self.cache_read_tokens, self.cache_write_tokens = cache_read_tokens, cache_write_tokens
-            self.web_searches, self.fee_usd = web_searches, fee_usd
-            self.usd = usd
-            self.started -= agent_time_s
+                self.compute.carry(of(Metric.GPU_HOURS), of(Metric.CPU_HOURS))
+            self.steps = int(of(Metric.STEPS))
+            self.input_tokens, self.output_tokens = int(of(Metric.INPUT_TOKENS)), int(of(Metric.OUTPUT_TOKENS))
+            self.cache_read_tokens = int(of(Metric.CACHE_READ_TOKENS))
+            self.cache_write_tokens = int(of(Metric.CACHE_WRITE_TOKENS))
+            self.web_searches, self.fee_usd = int(of(Metric.WEB_SEARCHES)), float(of(Metric.FEE_USD))
+            self.usd = float(of(Metric.COST_USD))
+            self.started -= of(Metric.AGENT_TIME_S)
 
     def changed(self) -> None:
         if self.on_change is not None:

@@ -317,14 +317,6 @@ class StreamUsage:
             self.usage = usage
             self.final = final
 
-    @property
-    def input_tokens(self) -> int:
-        return self.usage.input_tokens if self.usage is not None else 0
-
-    @property
-    def output_tokens(self) -> int:
-        return self.usage.output_tokens if self.usage is not None else 0
-
 
 def unpriced_fee(provider: str, request: dict[str, Any], price: Price) -> str | None:
     """Why a call that offers a tool the provider bills beside tokens is refused: the model's price has

@@ -266,6 +266,15 @@ class Progress:
     spent: dict[str, Any] | None = None  # its final spend, with the outcome
     saved_at: float = field(default_factory=time.time)
 
+    def spent_with_held(self) -> dict[str, float]:
+        """What the attempts so far spent (Metric.SPENT's keys), with what calls in flight held when
+        this was written charged too: a kill mid-call is not free (fail closed)."""
+        spent = {key: getattr(self, key) for key in Metric.SPENT}
+        spent[Metric.INPUT_TOKENS] += self.held_input_tokens
+        spent[Metric.OUTPUT_TOKENS] += self.held_output_tokens
+        spent[Metric.COST_USD] += self.held_usd
+        return spent
+
 
 def load(run_dir: Path) -> Progress | None:
     try:
