@@ -152,6 +152,13 @@ def test_a_stream_the_upstream_cuts_off_before_its_usage_is_charged_an_estimate_
     assert (meter.input_tokens, meter.output_tokens, meter.usd) == (call.input_tokens, call.output_tokens, call.usd)
 
 
+def leave_a_stream_open(proxy) -> None:
+    """An agent that starts a streamed call, reads its first bytes and goes away: the call is still open."""
+    connection = send(proxy, "anthropic", stream=True)
+    connection.getresponse().read1(65536)
+    hang_up(connection)
+
+
 def test_the_run_s_end_waits_for_an_open_call_and_charges_the_upstream_s_usage():
     """The agent has gone (its sandbox closed) with a stream open whose usage comes later: the
     run's end (`settle_open`) returns once the proxy has read it to its end, with it charged."""
@@ -159,9 +166,7 @@ def test_the_run_s_end_waits_for_an_open_call_and_charges_the_upstream_s_usage()
     meter = budget()
     with FakeLlmServer([reply(text=ANSWER, usage=(BIG_PROMPT, 300), end_after_s=1.5)]) as server:
         with proxy_for(server, meter, calls) as proxy:
-            connection = send(proxy, "anthropic", stream=True)
-            connection.getresponse().read1(65536)
-            hang_up(connection)
+            leave_a_stream_open(proxy)
             started = time.monotonic()
             assert proxy.settle_open(wait_s=120) == []  # nothing left to charge its hold
             waited = time.monotonic() - started
@@ -189,9 +194,7 @@ def test_a_call_charged_as_the_run_ends_is_recorded_before_the_end_goes_on(monke
     meter = budget()
     with FakeLlmServer([reply(text=ANSWER, usage=(BIG_PROMPT, 300), end_after_s=0.5)]) as server:
         with proxy_for(server, meter, calls) as proxy:
-            connection = send(proxy, "anthropic", stream=True)
-            connection.getresponse().read1(65536)
-            hang_up(connection)
+            leave_a_stream_open(proxy)
             assert proxy.settle_open(wait_s=120) == []
         # the proxy is closed here, as the run closes it once its end has gone on
     [call] = calls

@@ -481,13 +481,12 @@ class MeteringProxy:
             for flight in cut:
                 flight.settled = True
             # charged by their own threads, and not yet recorded by them: recorded here, as charged
-            unreported = [flight.call for flight in self.in_flight if flight not in cut and not flight.reported]
-            for call in unreported:
-                call.latency_s = call.latency_s or (time.time_ns() - call.started_ns) / 1e9
-            for flight in self.in_flight:
-                flight.reported = flight.reported or flight not in cut
+            unreported = [flight for flight in self.in_flight if flight not in cut and not flight.reported]
+            for flight in unreported:
+                flight.reported = True
             self.in_flight.clear()
-        for call in unreported:
+        for call in (flight.call for flight in unreported):
+            call.latency_s = call.latency_s or (time.time_ns() - call.started_ns) / 1e9
             try:
                 self.on_call(call)
             except Exception:  # recording a call must not stop the others'
