@@ -185,3 +185,37 @@ def test_a_price_set_whole_in_the_config_charges_a_cached_token_its_input_rate_u
     named = prices.price_of("openai", "local-llama", 1.0, 2.0, "agent.options", cache_read_per_mtok=0.1,
                             cache_write_1h_per_mtok=5.0)  # fmt: skip
     assert named.charge(usage).usd == pytest.approx((100 + 200_000 * 0.1 + 1000 * 1.0 + 2000 * 5.0 + 100 * 2.0) / 1e6)
+
+
+# Each agent with what it needs beside (a model for a local server, a program for a command agent), and
+# where its rates are set.
+AGENT_RATES = {
+    "claude": ([], "agent.options"),
+    "gpt4o": ([], "agent.options"),
+    "openai_compatible": (
+        ["agent.options.model=local", "agent.options.base_url=http://127.0.0.1:8000/v1"],
+        "agent.options",
+    ),
+    "command": (["agent.options.command='python a.py'"], "agent.options.providers.anthropic"),
+    "claude_code": ([], "agent.options.providers.anthropic"),
+    "codex": ([], "agent.options.providers.openai"),
+}
+
+
+@pytest.mark.parametrize("agent", sorted(AGENT_RATES))
+def test_each_rate_beside_input_and_output_is_a_key_a_user_can_set_on_the_command_line(monkeypatch, agent):
+    """The pages name them as keys of each agent's options: the command line takes them, and a bad one
+    is the one line that names it."""
+    from mlrb.cli import check_jobs, parse_command_line
+    from mlrb.core.config import ConfigError, register_schema
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-cached")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-cached")
+    register_schema()
+    needs, options = AGENT_RATES[agent]
+    rates = [
+        f"{options}.price_{key}=0.3" for key in prices.CONFIG_RATES if key not in ("input_per_mtok", "output_per_mtok")
+    ]
+    check_jobs(parse_command_line([f"agent={agent}", *needs, *rates]).args)
+    with pytest.raises(ConfigError, match=rf"{options}\.price_cache_read_per_mtok must .*-3"):
+        check_jobs(parse_command_line([f"agent={agent}", *needs, f"{options}.price_cache_read_per_mtok=-3"]).args)
