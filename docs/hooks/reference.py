@@ -46,6 +46,7 @@ COMMANDS_HELP = (
     ("python -m mlrb.export", "mlrb.export", "help_text"),
     ("python -m mlrb.export inspect", "mlrb.export.inspect_log", "parser"),
     ("python -m mlrb.prefetch", "mlrb.prefetch", "help_text"),
+    ("python -m mlrb.preflight", "mlrb.preflight", "parser"),
     ("python -m mlrb.tracking serve", "mlrb.store.tracking_server", "parser"),
 )
 HELP_COLUMNS = "100"  # argparse wraps --help to the terminal's width: one width for the page
