@@ -2,7 +2,13 @@
 Debian's headless Chromium (driven by Selenium, as tests/test_mlflow_ui.py does). A page fails on
 a link to a page or a heading that is not there, an image that does not load, or an empty table
 of contents where the page has sections. mkdocs --strict checks the links it can see in the
-Markdown; this checks what the browser gets, generated pages and tables included."""
+Markdown; this checks what the browser gets, generated pages and tables included.
+
+At a 1280 px wide window a page also fails on what a reader cannot read whole: a code line cut at
+its block's edge, a table wider than the column or a cell whose text overflows it, a word broken
+mid-word to fit a cell, a literal `\\|` (a bar escaped for a table, shown as typed), or no opening
+sentence after its title (the first thing after the H1 must be a paragraph of a few words: what the
+page lets you do)."""
 
 from __future__ import annotations
 
@@ -41,6 +47,77 @@ return {
 """
 
 
+# What a reader cannot read whole at the window's width, each problem with the line or cell it is in.
+READ_LAYOUT = """
+const article = document.querySelector('article') || document.body;
+const problems = [];
+const short = text => text.replace(/\\s+/g, ' ').trim().slice(0, 90);
+// A code block whose lines are wider than its box: the reader sees them cut (or must scroll sideways).
+const ruler = document.createElement('canvas').getContext('2d');
+for (const code of article.querySelectorAll('pre > code')) {
+  if (code.scrollWidth <= code.clientWidth + 1) continue;
+  const style = getComputedStyle(code);
+  ruler.font = `${style.fontSize} ${style.fontFamily}`;
+  const room = code.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  const fit = Math.floor(room / ruler.measureText('m').width);
+  const cut = code.textContent.split('\\n').filter(line => ruler.measureText(line).width > room);
+  for (const line of cut.length ? cut : [code.textContent.split('\\n')[0]]) {
+    problems.push(`code line cut at ${Math.round(room)} px (${fit} characters fit, it has ${line.length}): ${short(line)}`);
+  }
+}
+// A table wider than the column (material scrolls it sideways in .md-typeset__scrollwrap), a cell whose
+// content overflows it, and a word broken across lines in a cell.
+for (const table of article.querySelectorAll('table')) {
+  const box = table.closest('.md-typeset__scrollwrap') || table.parentElement;
+  const head = short(table.rows[0] ? table.rows[0].innerText : '');
+  if (table.scrollWidth > box.clientWidth + 1) {
+    problems.push(`table wider than the column (${table.scrollWidth} px > ${box.clientWidth} px): | ${head} |`);
+  }
+  for (const cell of table.querySelectorAll('td, th')) {
+    if (cell.scrollWidth > cell.clientWidth + 1) {
+      problems.push(`table cell overflows (${cell.scrollWidth} px > ${cell.clientWidth} px): ${short(cell.innerText)}`);
+    }
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const word of node.data.matchAll(/[A-Za-z0-9]{2,}/g)) {  // a break at . / _ : = is no break in a word
+        const range = document.createRange();
+        range.setStart(node, word.index);
+        range.setEnd(node, word.index + word[0].length);
+        const tops = new Set(Array.from(range.getClientRects()).map(r => Math.round(r.top)));
+        if (tops.size > 1) problems.push(`word broken across lines in a table cell: ${word[0]}`);
+      }
+    }
+  }
+}
+// A bar escaped for a Markdown table, shown as typed.
+for (const line of article.innerText.split('\\n')) {
+  if (line.includes('\\\\|')) problems.push(`literal \\\\| in: ${short(line)}`);
+}
+// The opening sentence: the first element after the title is a paragraph of a few words.
+const title = article.querySelector('h1');
+const first = title && title.nextElementSibling;
+if (!title) problems.push('no title (h1)');
+else if (!first || first.tagName !== 'P' || first.innerText.split(/\\s+/).length < 5) {
+  problems.push(`no opening sentence after the title: the first thing is ${first ? `<${first.tagName.toLowerCase()}> ${short(first.innerText)}` : 'nothing'}`);
+}
+return problems;
+"""
+# Each of READ_LAYOUT's checks, on purpose: a page's article is replaced by this and each must be found.
+BROKEN_ON_PURPOSE = """
+const article = document.querySelector('article');
+article.innerHTML = '<h1>Broken</h1><ul><li>a list first</li></ul>'
+  + '<pre><code>' + 'python -m mlrb seed=1,2,3,4,5 '.repeat(12) + '</code></pre>'
+  + '<p>a bar escaped for a table: str \\\\| None</p>'
+  + '<div class="md-typeset__scrollwrap"><div class="md-typeset__table"><table><tr><th>a</th><th>b</th></tr>'
+  + '<tr><td><code style="word-break: break-all">' + 'edge_llm_compression_'.repeat(4) + '</code></td>'
+  + '<td style="white-space: nowrap">' + 'wide '.repeat(80) + '</td>'
+  + '<td><div style="width: 40px; white-space: nowrap">a cell too narrow for its text</div></td></tr></table></div></div>';
+"""
+LAYOUT_CHECKS = ("code line cut", "table wider than the column", "table cell overflows", "word broken across lines",
+                 "literal \\|", "no opening sentence")  # fmt: skip
+WIDTH, HEIGHT = 1280, 900
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     from mkdocs.commands.build import build
@@ -73,6 +150,11 @@ class Quiet(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     chromium = Browser(tmp_path_factory.mktemp("chromium-profile"), tmp_path_factory.mktemp("shots"))
+    # the page's width, whatever the window's frame: a laptop's browser at 1280 px
+    chromium.driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+    )
     yield chromium
     chromium.quit()
 
@@ -129,3 +211,25 @@ def test_every_page_has_working_links_loaded_images_and_a_table_of_contents(site
             problems.append(f"{page or 'home'}: {seen['sections']} sections and an empty table of contents")
     assert not problems, "\n".join(problems)
     assert checked > 20 * len(every)  # every page's nav links to every page
+
+
+def opened(browser, url: str, page: str) -> None:
+    browser.go(url)
+    browser.wait(
+        f"page {page or 'home'}", lambda driver: driver.execute_script("return document.readyState") == "complete"
+    )
+
+
+def test_every_page_reads_whole_at_1280_px(site, served, browser):
+    # the checks themselves can fail: each finds its problem on a page broken on purpose
+    opened(browser, served + "troubleshooting/", "troubleshooting")
+    browser.driver.execute_script(BROKEN_ON_PURPOSE)
+    found = browser.driver.execute_script(READ_LAYOUT)
+    for check in LAYOUT_CHECKS:
+        assert any(problem.startswith(check) for problem in found), (check, found)
+    assert browser.driver.execute_script("return window.innerWidth") == WIDTH
+    problems = []
+    for page in pages(site):
+        opened(browser, served + page, page)
+        problems += [f"{page or 'home'}: {problem}" for problem in browser.driver.execute_script(READ_LAYOUT)]
+    assert not problems, f"{len(problems)} problems at {WIDTH} px:\n" + "\n".join(problems)

@@ -14,6 +14,7 @@ choice, key and command.
 from __future__ import annotations
 
 import ast
+import html
 import importlib
 import importlib.util
 import io
@@ -49,7 +50,7 @@ COMMANDS_HELP = (
     ("python -m mlrb.preflight", "mlrb.preflight", "parser"),
     ("python -m mlrb.tracking serve", "mlrb.store.tracking_server", "parser"),
 )
-HELP_COLUMNS = "100"  # argparse wraps --help to the terminal's width: one width for the page
+HELP_COLUMNS = "80"  # argparse wraps --help to the terminal's width: the site's code column holds 80 characters
 
 
 # ---- the schema, read from the source --------------------------------------------------------
@@ -154,7 +155,7 @@ def keys_table(module: str, class_name: str, prefix: str) -> list[str]:
     rows = ["| key | type | default | what it does |", "|---|---|---|---|"]
     for k in keys:
         shown = k.type.replace(k.schema, "mapping") if k.schema else k.type
-        rows.append(f"| `{prefix}{k.name}` | `{cell(shown)}` | `{cell(k.default)}` | {cell(k.comment)} |")
+        rows.append(f"| `{prefix}{k.name}` | {type_cell(shown)} | {code_cell(k.default)} | {cell(k.comment)} |")
     lines = ([doc, ""] if doc else []) + rows
     for key in keys:
         if key.schema:
@@ -166,6 +167,19 @@ def keys_table(module: str, class_name: str, prefix: str) -> list[str]:
 def cell(text: str) -> str:
     """Text safe in a table's cell: a bar would end it, a newline the row."""
     return " ".join(text.split()).replace("|", "\\|")
+
+
+def code_cell(text: str) -> str:
+    """Code in a table's cell. A bar escaped in Markdown's backticks would show as `\\|`: a type's
+    bar reads "or" (`str or None`), and other code with a bar is HTML, the bar an entity."""
+    text = " ".join(text.split())
+    if "|" not in text:
+        return f"`{text}`"
+    return "<code>" + html.escape(text, quote=False).replace("|", "&#124;") + "</code>"
+
+
+def type_cell(annotation: str) -> str:
+    return code_cell(annotation.replace(" | ", " or "))
 
 
 # ---- the choices, read from the config files ------------------------------------------------
@@ -272,7 +286,7 @@ def launcher_keys() -> list[str]:
         for key, value in (yaml.safe_load(path.read_text()) or {}).items():
             if key.startswith("_"):
                 continue
-            rows.append(f"| `hydra.launcher.{key}` | `{cell(as_yaml(value))}` | {cell(comments.get(key, ''))} |")
+            rows.append(f"| `hydra.launcher.{key}` | {code_cell(as_yaml(value))} | {cell(comments.get(key, ''))} |")
         lines += ["", f"`{path.stem}` ({cell(leading_comment(path))}):", ""] + rows
     return lines
 
@@ -314,7 +328,7 @@ def configs_page() -> str:
     lines += section(
         "Top-level keys",
         ["| key | type | default | what it does |", "|---|---|---|---|"]
-        + [f"| `{k.name}` | `{cell(k.type)}` | `{cell(k.default)}` | {cell(k.comment)} |" for k in top],
+        + [f"| `{k.name}` | {type_cell(k.type)} | {code_cell(k.default)} | {cell(k.comment)} |" for k in top],
     )
     lines += section(
         "task",
