@@ -31,17 +31,20 @@ def tool(name: str, **arguments: Any) -> dict[str, Any]:
 
 
 def reply(*tool_calls: dict[str, Any], text: str = "", usage=(1000, 100), delay_s: float = 0.0, gap_s: float = 0.0,
-          linger_s: float = 0.0, end_after_s: float = 0.0, cut: bool = False, searches: int = 0) -> dict[str, Any]:  # fmt: skip
+          linger_s: float = 0.0, end_after_s: float = 0.0, cut: bool = False, searches: int = 0,
+          service_tier: str | None = None) -> dict[str, Any]:  # fmt: skip
     """A model turn: some text and tool calls, with the usage the server reports: (input, output), or
     the API's own usage object as it is sent (a dict: say Anthropic's cache fields), or None (none).
     Streamed, its first event comes at once and the rest `gap_s` later; its last two events (those
     that carry its usage and its end, as a long answer's come late) `end_after_s` after the others,
     or, with `cut`, never: the connection breaks there; the stream closes `linger_s` after its
     last event. A Responses reply holds `searches` web searches the provider ran (web_search_call
-    items; Anthropic reports its own in its usage's `server_tool_use`)."""
+    items; Anthropic reports its own in its usage's `server_tool_use`). An OpenAI reply says it was
+    served at `service_tier` (at the top of a completion, of each chunk, of a Responses response;
+    Anthropic says its tier and speed in its usage, given in `usage`)."""
     return {"kind": "reply", "text": text, "tool_calls": list(tool_calls), "usage": usage, "delay_s": delay_s,
             "gap_s": gap_s, "linger_s": linger_s, "end_after_s": end_after_s, "cut": cut,
-            "searches": searches}  # fmt: skip
+            "searches": searches, "service_tier": service_tier}  # fmt: skip
 
 
 def error(status: int, message: str = "scripted failure") -> dict[str, Any]:
@@ -234,6 +237,8 @@ def openai_reply(turn: dict[str, Any], model: str, n: int) -> dict[str, Any]:
         "model": model,
         "choices": [{"index": 0, "finish_reason": "tool_calls" if turn["tool_calls"] else "stop", "message": message}],
     }
+    if turn.get("service_tier") is not None:
+        out["service_tier"] = turn["service_tier"]
     if isinstance(turn["usage"], dict):
         out["usage"] = turn["usage"]
     elif turn["usage"] is not None:
@@ -274,7 +279,8 @@ def anthropic_events(message: dict[str, Any]) -> list[bytes]:
 
 def openai_chunks(completion: dict[str, Any], request: dict[str, Any]) -> list[bytes]:
     """A chat completion as the chunks the API streams for it (its usage last when asked for)."""
-    head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    head = {k: completion[k] for k in ("id", "created", "model", "service_tier") if k in completion} | {
+        "object": "chat.completion.chunk"}  # fmt: skip
     choice = completion["choices"][0]
     message = choice["message"]
     chunks = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
@@ -305,6 +311,8 @@ def responses_reply(turn: dict[str, Any], model: str, n: int) -> dict[str, Any]:
     out: dict[str, Any] = {"id": f"resp_{n}", "object": "response", "created_at": 0, "status": "completed",
                            "model": model, "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
                            "tools": []}  # fmt: skip
+    if turn.get("service_tier") is not None:
+        out["service_tier"] = turn["service_tier"]
     if isinstance(turn["usage"], dict):
         out["usage"] = turn["usage"]
     elif turn["usage"] is not None:

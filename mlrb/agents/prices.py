@@ -6,11 +6,16 @@ itself, so no price is fetched at run time. It prices a call as the provider bil
 day of the call, tiers included (Claude Sonnet 4.5 costs twice as much past 200k input tokens),
 each kind of token at its own rate: a token read from the provider's prompt cache costs about a tenth
 of a plain input token, one written to it a quarter more (twice as much for Anthropic's one-hour
-cache), as the provider reported them (mlrb/core/api_shapes.py's `Usage`).
+cache), as the provider reported them (mlrb/core/api_shapes.py's `Usage`). A call served at another
+tier is priced at that tier's rates where the table has them: OpenAI's priority tier costs more and
+its flex tier less, Anthropic's fast mode a multiple of the standard rate. The tier is the
+table's price context (e.g. {"service_tier": "priority"}, {"speed": "fast"}); mlrb/harness/request_rules.py
+says which tier a call is billed at.
 
 An agent's config may set rates instead (USD per million tokens, `CONFIG_RATES`): each overrides
 the table's, and a model the table does not know (a local server's, say) needs an input and an
-output rate. The library is imported
+output rate. A price with a config rate has no dearer tier (`prices_tier`): which of its rates a
+tier would change is not the config's to say, so a call may not ask for one. The library is imported
 only when a price is looked up, so composing a config stays fast.
 
 The table keeps a model's price after its provider retires it. `RETIRED` says which models the
@@ -21,6 +26,7 @@ and what a run's "model not found" error quotes.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -94,12 +100,14 @@ class Price:
     # without a table has these alone: a kind of token it has no rate for is input, at the input rate.
     rates: tuple[tuple[str, float], ...] = ()
 
-    def usd(self, input_tokens: int, output_tokens: int) -> float:
-        """What a call with these tokens, none of them cached, costs."""
-        return self.charge(Usage(input_tokens, output_tokens)).usd
+    def usd(self, input_tokens: int, output_tokens: int, tier: Mapping[str, str] | None = None) -> float:
+        """What a call with these tokens, none of them cached, costs at TIER."""
+        return self.charge(Usage(input_tokens, output_tokens), tier).usd
 
-    def charge(self, usage: Usage) -> Charge:
-        """What a call that used USAGE costs, each kind of token at its rate, the table's tiers applied."""
+    def charge(self, usage: Usage, tier: Mapping[str, str] | None = None) -> Charge:
+        """What a call that used USAGE costs, each kind of token at its rate, the table's long-prompt tiers
+        applied, at TIER: the table's price context, the rates of its variant for it (None or {}: the
+        standard rates). A price with config rates has none: it charges its rates at any tier."""
         from decimal import Decimal
 
         from genai_prices import Usage as TableUsage
@@ -112,7 +120,7 @@ class Price:
         now = datetime.datetime.now(datetime.UTC)
         if self.table_entry is not None and not self.rates:
             provider, model = self.table_entry
-            table = model.calc_price(counted, provider, genai_request_timestamp=now)
+            table = model.calc_price(counted, provider, genai_request_timestamp=now, price_context=dict(tier or {}))
             priced = {"input_price": table.input_price, "output_price": table.output_price,
                       "total_price": table.total_price}  # fmt: skip
         else:
@@ -123,6 +131,22 @@ class Price:
             priced = dict(ModelPrice(**given).calc_price(counted))
         paid_in, paid_out = priced["input_price"], priced["output_price"]  # Decimals: the fee is exactly the rest
         return Charge(float(paid_in), float(paid_out), float(priced["total_price"] - paid_in - paid_out))
+
+    def prices_tier(self, tier: Mapping[str, str]) -> bool:
+        """Whether this price has rates of its own for a call at TIER (the table's price context, e.g.
+        {"service_tier": "priority"}): the standard tier ({}) always; another only from the table, with
+        no config rate, where the table has a variant for TIER in force today that sets a rate."""
+        if not tier:
+            return True
+        if self.table_entry is None or self.rates:
+            return False
+        now = datetime.datetime.now(datetime.UTC)
+        for variant in self.table_entry[1].price_variants or ():
+            if variant.constraint is not None and not variant.constraint.active(now):
+                continue
+            if variant.when == dict(tier) and any(v is not None for v in vars(variant.prices).values()):
+                return True
+        return False
 
     def has_rate(self, rate: str) -> bool:
         """Whether this price sets RATE (the table's name, e.g. web_searches_kcount): a fee it has no

@@ -8,7 +8,9 @@ Anthropic Messages API, OpenAI Chat Completions and OpenAI Responses, whole or s
 - `usage_of`, `tokens_of`, `delta_tokens_of`: the tokens a call used (`Usage`: input, output, and the
   prompt's tokens read from and written to the provider's cache, each apart), read the same for every
   shape by the metering proxy (mlrb/harness/proxy.py) and the built-in agent's providers
-  (mlrb/agents/providers.py); a count that is not a whole number of at least 0 is no usage.
+  (mlrb/agents/providers.py); a count that is not a whole number of at least 0 is no usage;
+- `tier_of`: the tier the provider says it served a call at (OpenAI's `service_tier`, Anthropic's
+  fast mode), which the call is priced at (mlrb/harness/request_rules.py's `billed_tier`).
 
 Together they let the harness see an outside agent's tool calls without its help: asked in one
 call's answer, answered in the next call's request.
@@ -184,6 +186,24 @@ def count_of(value: Any) -> int | None:
 def optional_count(value: Any) -> int | None:
     """A count a usage may leave out: absent or null is 0, else `count_of`."""
     return 0 if value is None else count_of(value)
+
+
+TIER_FIELDS = ("service_tier", "speed")  # where a response says its tier: OpenAI's service_tier, Anthropic's speed
+
+
+def tier_of(response: Any) -> dict[str, str]:
+    """The tier a provider says it served a call at, by field (TIER_FIELDS), as it wrote it: OpenAI's
+    `service_tier` at the top of a chat completion, of each chunk of its stream and of a Responses
+    response (in a stream's events); Anthropic's `service_tier` and `speed` in its usage (a stream's
+    message_start, or any event's usage). A stream's last word counts; a value that is not a string
+    is none."""
+    said: dict[str, str] = {}
+    for event in response if isinstance(response, list) else [response]:
+        event = an_object(event)
+        for part in (event, an_object(event.get("response")), an_object(event.get("message"))):
+            for holder in (part, an_object(part.get("usage"))):
+                said.update({k: holder[k] for k in TIER_FIELDS if isinstance(holder.get(k), str)})
+    return said
 
 
 def delta_tokens_of(usage: Any, so_far: Usage | None) -> Usage | None:

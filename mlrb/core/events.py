@@ -105,6 +105,7 @@ class Cost:
     cache_write_1h_tokens: int = 0
     fee_usd: float = 0.0  # what the provider billed beside tokens: its web searches
     web_searches: int = 0
+    tier: str = "standard"  # the service tier it was billed at: "standard", or the provider's ("priority", "flex")
 
     @property
     def usd(self) -> float:

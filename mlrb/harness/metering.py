@@ -21,6 +21,7 @@ from mlrb.core import events
 from mlrb.core.api_shapes import reply_of, tool_results_of
 from mlrb.core.budget import Budget
 from mlrb.harness.proxy import Call, MeteringProxy
+from mlrb.harness.request_rules import tier_name
 
 PROXY_RETRIES = 6  # upstream tries after the first, for an agent that does not retry by itself
 SET_MODEL = "set a model it serves with agent.options.model=NAME"
@@ -130,7 +131,7 @@ class CallEvents:
         used, charge = call.usage, call.charge
         cost = events.Cost(used.input_tokens, used.output_tokens, call.estimated, charge.input_usd, charge.output_usd,
                            used.cache_read_tokens, used.cache_write_tokens, used.cache_write_1h_tokens,
-                           charge.fee_usd, used.web_searches)  # fmt: skip
+                           charge.fee_usd, used.web_searches, tier_name(call.tier))  # fmt: skip
         self.sink.emit(events.ModelCalled(step, attempt, call.model, call.latency_s, self.redact(text), tool_calls,
                                           stop_reason, cost))  # fmt: skip
         b = self.budget  # the proxy has charged it already

@@ -20,7 +20,7 @@ streaming or not. For each call the proxy
   an account is out of credit: Anthropic's 400 `invalid_request_error`, OpenAI's 429
   `insufficient_quota`; nothing goes upstream;
 - holds what the call may cost from the budget while it is in flight (`meter.reserve()`: its
-  request's tokens, the most it may write, priced), so calls made at once cannot spend the
+  request's tokens, the most it may write, priced at the tier it asks for), so calls made at once cannot spend the
   budget many times over: a call that the holds of the calls in flight leave no room for is
   answered 429, a rate limit the SDKs retry, until they end;
 - sends it upstream with the real key, retrying connection failures, 408, 409, 429 and
@@ -30,8 +30,9 @@ streaming or not. For each call the proxy
 - reads the provider's own usage fields from the response (for a stream, from its events;
   an OpenAI chat stream is asked for its usage, `stream_options.include_usage`), each kind of
   token apart (input, cache reads, cache writes at each lifetime, output: mlrb/core/api_shapes.py),
-  and charges them to the meter at the model's price for each (mlrb/agents/prices.py), releasing
-  the call's hold;
+  and charges them to the meter at the model's price for each (mlrb/agents/prices.py), at the
+  tier the provider says it served the call at (mlrb/harness/request_rules.py's `billed_tier`),
+  releasing the call's hold;
 - charges every call the upstream served, whatever the agent does: an agent that hangs up
   early (once it has its answer's text, say) is sent nothing more, but its reply is still read
   to its end for its usage; a reply cut off before its usage is charged an estimate;
@@ -82,9 +83,18 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from mlrb.agents.prices import CONFIG_RATES, Charge, Price, flat
-from mlrb.core.api_shapes import Usage, delta_tokens_of, reply_of, usage_of
+from mlrb.core.api_shapes import Usage, delta_tokens_of, reply_of, tier_of, usage_of
 from mlrb.core.budget import Spend
-from mlrb.harness.request_rules import NOT_FORWARDED_HEADERS, canonical_body, check_request, fees_of, parse_body
+from mlrb.harness.request_rules import (
+    NOT_FORWARDED_HEADERS,
+    billed_tier,
+    canonical_body,
+    check_request,
+    fees_of,
+    parse_body,
+    requested_tier,
+    unpriced_tier,
+)
 from mlrb.sandbox.base import ModelEndpoint
 
 log = logging.getLogger(__name__)
@@ -178,6 +188,7 @@ class Call:
     refused: str | None = None  # why the proxy answered itself (bad token, budget spent)
     estimated: bool = False  # the server reported no usage (or the reply broke off): the tokens are an estimate
     price: Price | None = None  # the model's price (None: refused before it was known)
+    tier: dict[str, str] = field(default_factory=dict)  # the tier billed, as the price's context ({}: standard)
     timeout_s: float | None = None  # how long the agent said it would wait (x-mlrb-timeout-s)
     agent_attempt: int | None = None  # the agent's own try (x-mlrb-attempt)
     started_ns: int = 0  # wall time the request arrived (time.time_ns())
@@ -257,13 +268,14 @@ def held_back(provider: str, limit: str) -> tuple[int, dict[str, Any]]:
     return 429, error_body(provider, 429, "requests", message, code="rate_limit_exceeded")
 
 
-def hold_for(price: Price, request: dict[str, Any], body: bytes) -> Spend:
+def hold_for(price: Price, request: dict[str, Any], body: bytes, tier: Mapping[str, str] | None = None) -> Spend:
     """What a call may cost, held from the budget while it is in flight: its request's tokens
-    (about 4 characters a token) and the most it may write (its own cap, else a default)."""
+    (about 4 characters a token) and the most it may write (its own cap, else a default), at TIER's
+    rates (the tier it asked for, where that costs more than the standard one)."""
     caps = [v for v in (request.get(k) for k in OUTPUT_CAPS) if isinstance(v, int) and not isinstance(v, bool)]
     output_tokens = max(caps) if caps and max(caps) > 0 else DEFAULT_OUTPUT_HOLD
     input_tokens = len(body) // CHARS_PER_TOKEN
-    return Spend(input_tokens, output_tokens, price.usd(input_tokens, output_tokens))
+    return Spend(input_tokens, output_tokens, price.usd(input_tokens, output_tokens, tier))
 
 
 # The events after which an SDK may hand the agent its answer without reading on.
@@ -497,7 +509,8 @@ class MeteringProxy:
             flight.meter.settle(hold, hold)
             # A copy: the call's own thread may still be writing the original.
             held = Usage(hold.input_tokens, hold.output_tokens)
-            charge = flight.call.price.charge(held) if flight.call.price is not None else Charge(hold.usd)
+            price = flight.call.price
+            charge = price.charge(held, flight.call.tier) if price is not None else Charge(hold.usd)
             call = dataclasses.replace(flight.call, usage=held, charge=charge, usd=hold.usd, estimated=True,
                                        open_at_end=True,
                                        latency_s=(time.time_ns() - flight.call.started_ns) / 1e9)  # fmt: skip
@@ -651,8 +664,9 @@ class MeteringProxy:
                     call.refused = f"model not allowed: {call.model!r}"
                     call.status, answer = not_allowed(provider, call.model, sorted(upstream.models or ()))
                     return self.reply(call.status, answer, call)
-                why = check_request(provider, request, proxy.network_allowed) or unpriced_fee(provider, request,
-                                                                                            call.price)  # fmt: skip
+                why = (check_request(provider, request, proxy.network_allowed)
+                       or unpriced_fee(provider, request, call.price)
+                       or unpriced_tier(provider, request, call.model, call.price.prices_tier))  # fmt: skip
                 if why is not None:
                     call.refused, call.status = why, 400
                     return self.reply(400, error_body(provider, 400, "invalid_request_error", why), call)
@@ -665,7 +679,8 @@ class MeteringProxy:
                 spent = meter.spent() if meter is not None else "not started"
                 if meter is None or spent:
                     return self.refuse_spent(call, spent or "not started")
-                hold = hold_for(call.price, request, body)
+                call.tier = billed_tier(provider, requested_tier(provider, request), {})  # until the reply says its own
+                hold = hold_for(call.price, request, body, call.tier)
                 held = meter.reserve(hold)
                 if held:
                     spent = meter.spent()  # a call that ended meanwhile may have spent it
@@ -695,7 +710,7 @@ class MeteringProxy:
 
             def settle(self, call: Call) -> None:
                 """Price the call's usage, charge it, and release its hold."""
-                call.charge = call.price.charge(call.usage) if call.price is not None else Charge()
+                call.charge = call.price.charge(call.usage, call.tier) if call.price is not None else Charge()
                 call.usd = call.charge.usd
                 if self.flight is not None:
                     proxy.settle(self.flight, Spend.of(call.usage, call.usd, call.charge.fee_usd))
@@ -776,6 +791,8 @@ class MeteringProxy:
                                                            proxy.upstreams[call.provider].base_url, said,
                                                            call.response)  # fmt: skip
                 call.usage = charged_usage(call, response.status, reported, final)
+                call.tier = billed_tier(call.provider, requested_tier(call.provider, call.request),
+                                        tier_of(call.response))  # fmt: skip
                 self.settle(call)
                 self.report(call)  # before the last bytes: an agent that has its answer finds it charged
                 if cut:  # the agent's reply ends cut off too, not closed as if whole

@@ -11,14 +11,20 @@ is the agent's to use against the run's rules:
   the first) would have the upstream serve a model, or a tool, the proxy never saw;
 - `check_request`: the fields that make the provider do what the proxy can neither price nor
   reconcile with the run's rules: run another model than the one checked (fallbacks, a tool that
-  names a model), bill at another rate (fast or priority tiers, regional inference), bill beside
+  names a model), bill at a rate no price has (OpenAI's scale tier, regional inference), bill beside
   tokens at a rate the run cannot price (code containers, stored files), generate out of sight
   (OpenAI's background responses, read later by another call), or hold one answer's worth of the
   budget for several (`n`); and, when the task allows no network, reach past the sandbox through
   the provider: the tools the provider runs itself (web search and fetch, code execution, MCP
   servers, file search), and content it fetches from a URL;
 - `fees_of`: the tools a call offers that the provider bills beside tokens at a rate the run
-  prices (a web search): the proxy lets them go upstream only at a price that has that rate.
+  prices (a web search): the proxy lets them go upstream only at a price that has that rate;
+- `unpriced_tier`, `requested_tier`, `billed_tier`: the service tiers a call may ask for (`TIERS`:
+  OpenAI's priority and flex tiers, Anthropic's fast mode), and the tier it is billed at. A tier
+  dearer than the standard one goes upstream only at a price that has its rates (the table's
+  variant for the model, never a config's rates). The call is billed at the tier the provider says
+  it served (mlrb/core/api_shapes.py's `tier_of`); where it says none, or one the run does not know,
+  at the tier asked for when that costs more than the standard one, else at the standard one.
 
 A refusal is a sentence for the agent: the proxy answers it as the provider answers a bad
 request (400 `invalid_request_error`), so the agent's SDK raises its own error and the agent can
@@ -30,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 # Request headers the proxy sends upstream none of (beside its own list): the body's type and
@@ -75,13 +81,25 @@ NETWORK_FIELDS = {"anthropic": ("mcp_servers", "container"), "openai": ("web_sea
 URL_KEYS = ("url", "image_url", "file_url")  # where a content part names what the provider fetches
 NOT_CONTENT = ("tools", "metadata", "action")  # tool schemas, the agent's labels, what the model did: fetched by no one
 URL_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*:", re.IGNORECASE)
-# The tiers and modes each provider bills at the rate the proxy prices (None: the field is absent).
-RATES = {
-    ("anthropic", "service_tier"): (None, "auto", "standard_only"),
-    ("anthropic", "speed"): (None, "standard"),  # "fast" is billed at a multiple of the model's rate
-    ("anthropic", "inference_geo"): (None, "global"),  # a pinned region is billed at a premium
-    ("openai", "service_tier"): (None, "auto", "default", "flex"),  # priority/fast/scale cost more
-}
+# The tiers a call may ask for, by provider and field: each value -> the tier it is billed at, as the
+# price table's context (mlrb/agents/prices.py; {}: the standard rates). Any other value is refused:
+# OpenAI's scale tier (billed from units bought ahead), an Anthropic region pinned (billed at a premium
+# the table does not price), Anthropic's service_tier values beside these.
+TIERS: dict[tuple[str, str], dict[Any, dict[str, str]]] = {
+    ("anthropic", "service_tier"): {None: {}, "auto": {}, "standard_only": {}},
+    ("anthropic", "speed"): {None: {}, "standard": {}, "fast": {"speed": "fast"}},  # fast: a multiple of the rate
+    ("anthropic", "inference_geo"): {None: {}, "global": {}},
+    ("openai", "service_tier"): {None: {}, "auto": {}, "default": {}, "flex": {"service_tier": "flex"},
+                                 "priority": {"service_tier": "priority"}, "fast": {"service_tier": "fast"}},
+}  # fmt: skip
+CHEAPER = ({"service_tier": "flex"},)  # tiers billed below the standard rates: without the table's, charged those
+# The tiers a provider says it served a call at (mlrb/core/api_shapes.py's `tier_of`), by field: each -> its
+# price context. A tier not here (OpenAI's scale, Anthropic's priority capacity) is the standard rates'.
+SERVED: dict[str, dict[str, dict[str, dict[str, str]]]] = {
+    "anthropic": {"speed": {"standard": {}, "fast": {"speed": "fast"}}},
+    "openai": {"service_tier": {"default": {}, "flex": {"service_tier": "flex"},
+                                "priority": {"service_tier": "priority"}, "fast": {"service_tier": "fast"}}},
+}  # fmt: skip
 
 
 class Ambiguous(ValueError):
@@ -200,6 +218,58 @@ def fees_of(provider: str, request: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+def requested_tier(provider: str, request: dict[str, Any]) -> dict[str, str]:
+    """The tier REQUEST asks for, as the price table's context ({}: the standard one); its fields
+    passed `check_request`."""
+    tier: dict[str, str] = {}
+    for (api, name), allowed in TIERS.items():
+        value = request.get(name)
+        if api == provider and isinstance(value, str | None):
+            tier.update(allowed.get(value, {}))
+    return tier
+
+
+def dearer(tier: Mapping[str, str]) -> bool:
+    """Whether TIER costs more than the standard rates (any tier but the standard one and CHEAPER's)."""
+    return bool(tier) and dict(tier) not in CHEAPER
+
+
+def unpriced_tier(provider: str, request: dict[str, Any], model: str,
+                  prices_tier: Callable[[Mapping[str, str]], bool]) -> str | None:  # fmt: skip
+    """Why a call that asks for a tier dearer than the standard one is refused: MODEL's price has no
+    rates for it (PRICES_TIER: mlrb/agents/prices.py's `Price.prices_tier`), so the call would be
+    charged less than it costs. One sentence: the field, the value, and the values the model allows."""
+    for (api, name), allowed in TIERS.items():
+        value = request.get(name)
+        tier = allowed.get(value, {}) if api == provider and isinstance(value, str | None) else {}
+        if dearer(tier) and not prices_tier(tier):
+            valid = ", ".join(repr(v) for v, t in allowed.items() if v is not None and (not dearer(t) or prices_tier(t)))  # fmt: skip
+            return (f"mlrb proxy: `{name}: {value!r}` is billed at a rate the run has no price for with model "
+                    f"{model!r} (the price table has none for it, or the agent's options set the model's prices); "
+                    f"valid: {valid}")  # fmt: skip
+    return None
+
+
+def billed_tier(provider: str, requested: Mapping[str, str], reported: Mapping[str, str]) -> dict[str, str]:
+    """The tier a call is billed at, as the price table's context: the one the provider REPORTED it
+    served (mlrb/core/api_shapes.py's `tier_of`), field by field; where it reported none the run
+    knows (SERVED), the one REQUESTED when that costs more than the standard one, else the standard."""
+    tier: dict[str, str] = {}
+    for name, served in SERVED.get(provider, {}).items():
+        said = reported.get(name)
+        if said in served:
+            tier.update(served[said])
+        elif name in requested and dearer({name: requested[name]}):
+            tier[name] = requested[name]
+    return tier
+
+
+def tier_name(tier: Mapping[str, str]) -> str:
+    """How a call's record names the tier it was billed at: "standard", or the provider's word ("priority",
+    "flex", "fast")."""
+    return "+".join(tier.values()) or "standard"
+
+
 def shape(provider: str, request: dict[str, Any]) -> str | None:
     """The fields the proxy reads must be what it takes them for: else the upstream may read them
     otherwise (a max_tokens of 64000.0, say, that the hold ignores and a lenient server honours)."""
@@ -221,9 +291,11 @@ def shape(provider: str, request: dict[str, Any]) -> str | None:
 def priced(provider: str, request: dict[str, Any]) -> str | None:
     """What has the provider run or bill another model, or bill the call's at another rate, than the
     one the proxy checked and prices."""
-    for (api, name), allowed in RATES.items():
-        if api == provider and request.get(name) not in allowed:
-            return f"`{name}: {request.get(name)!r}` is billed at a rate the run's budget does not price"
+    for (api, name), allowed in TIERS.items():
+        value = request.get(name)
+        if api == provider and (not isinstance(value, str | None) or value not in allowed):
+            valid = ", ".join(repr(v) for v in allowed if v is not None)
+            return f"`{name}: {value!r}` is billed at a rate the run's budget does not price (valid: {valid})"
     if provider == "anthropic" and request.get("fallbacks"):
         return "`fallbacks` would have other models answer than the one the run checked and prices"
     if provider == "openai" and request.get("prompt") is not None:

@@ -91,6 +91,7 @@ class TrajectoryWriter:
                     web_searches=cost.web_searches,  # billed beside tokens: fee_usd, within cost_usd
                     fee_usd=round(cost.fee_usd, 8),
                     cost_usd=round(cost.usd, 8),
+                    tier=cost.tier,  # the service tier it was billed at
                     stop_reason=event.stop_reason,
                     text=event.text,
                     tool_calls=event.tool_calls,
