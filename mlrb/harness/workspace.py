@@ -29,7 +29,7 @@ from mlrb.core import disk
 # Files larger than this, or not UTF-8, appear in the patch by size and hash only.
 MAX_TEXT_DIFF_BYTES = 512_000
 # A walk's caps. 100,000 files is several workspaces holding a virtual environment and a data
-# set, and a few seconds a walk (one is taken after every step); past it, files are counted (up to
+# set, and a few seconds a walk (one is taken after every step: benchmarks/workspace_walk.py); past it, files are counted (up to
 # MAX_ENTRIES entries looked at) and left out. 64 levels of folders is more than any project
 # nests, and keeps a copy's paths within what the kernel and a recursive copy take.
 MAX_FILES = 100_000
@@ -52,7 +52,6 @@ UNREAD = "unread:"  # a file known by size and time: "unread:SIZE:MTIME_NS"
 # What notes say, a kind a line.
 SPECIAL = "special files (FIFOs, sockets, devices) left out"
 TOO_DEEP = f"folders deeper than {MAX_DEPTH} levels left out"
-TOO_MANY = f"files past the first {MAX_FILES} left out"
 UNREADABLE = "files or folders that could not be read, left out"
 UNCOPIED = "files or folders that could not be copied, left out"
 NOT_READ = f"files not read (known by size and time): the {MAX_READ_BYTES >> 30} GiB read budget was spent"
@@ -153,7 +152,7 @@ def scan(root: Path, notes: Notes, skip: frozenset[str] = frozenset()) -> Iterat
         except OSError:
             notes.add(UNREADABLE, prefix.rstrip("/") or ".")
     if left_out:
-        notes.add(TOO_MANY, count=left_out)
+        notes.add(f"files past the first {MAX_FILES} left out", count=left_out)
 
 
 def is_folder(entry: os.DirEntry[str]) -> bool | None:
