@@ -181,17 +181,37 @@ def test_a_server_that_answers_garbage_is_not_taken_for_a_store(tmp_path):
 @pytest.mark.integration
 def test_processes_creating_a_new_store_at_once_all_get_it(tmp_path):
     store = tmp_path / "mlruns"
-    code = "import sys; from mlrb.store import tracking; from mlrb.core.config import TrackingConfig; " \
-           "tracking.check_store(TrackingConfig(dir=sys.argv[1]))"  # fmt: skip
-    processes = [subprocess.Popen([sys.executable, "-c", code, str(store)], stderr=subprocess.PIPE, text=True)
-                 for _ in range(4)]  # fmt: skip
-    errors = [p.communicate(timeout=300)[1] for p in processes]
-    assert [p.returncode for p in processes] == [0, 0, 0, 0], errors
-    assert not any("already exists" in e for e in errors)
+    errors = in_processes_of_their_own(create_store, [(str(store), None)] * 4)
+    assert errors == [None, None, None, None], errors
     client = mlflow_client(tmp_path)
     client.create_experiment("after")  # the store is whole: it takes writes
     assert {e.name for e in client.search_experiments()} == {"Default", "after"}
     assert sorted(p.name for p in store.iterdir() if p.name.startswith("mlflow.db.")) == ["mlflow.db.lock"]
+
+
+def in_processes_of_their_own(function, calls: list) -> list:
+    """FUNCTION over CALLS, each in a process of its own started at once, as separate commands
+    are: forked from a server that imported the store's code once (none pays for it again) and
+    holds no connection to any store."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["mlrb.store.tracking", "mlflow.store.tracking.sqlalchemy_store"])
+    with context.Pool(len(calls)) as pool:
+        return pool.map(function, calls, chunksize=1)
+
+
+def create_store(args: tuple[str, int | None]) -> str | None:
+    """`tracking.check_store` on the store in folder STORE, with files limited to LIMIT bytes
+    (None: no limit) as on a full disk; the error it raised, as a traceback's last line says it."""
+    store, limit = args
+    if limit is not None:
+        limited_file_size(limit)()
+    try:
+        tracking.check_store(TrackingConfig(dir=store))
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 def limited_file_size(limit_bytes: int):
@@ -207,13 +227,10 @@ def limited_file_size(limit_bytes: int):
 @pytest.mark.fast
 def test_a_store_creation_cut_short_by_a_full_disk_leaves_no_broken_store(tmp_path):
     store = tmp_path / "mlruns"
-    code = "import sys; from mlrb.store import tracking; from mlrb.core.config import TrackingConfig; " \
-           "tracking.check_store(TrackingConfig(dir=sys.argv[1]))"  # fmt: skip
-    full = subprocess.run([sys.executable, "-c", code, str(store)], preexec_fn=limited_file_size(64_000),
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert full.returncode != 0
-    assert f"ConfigError: tracking store 'sqlite:///{store / 'mlflow.db'}' (tracking.dir): cannot create it: " \
-           "OperationalError: (sqlite3.OperationalError) disk I/O error" in full.stderr  # fmt: skip
+    (error,) = in_processes_of_their_own(create_store, [(str(store), 64_000)])
+    assert error is not None
+    assert error.startswith(f"ConfigError: tracking store 'sqlite:///{store / 'mlflow.db'}' (tracking.dir): cannot "
+                            "create it: OperationalError: (sqlite3.OperationalError) disk I/O error"), error  # fmt: skip
     assert not (store / "mlflow.db").exists()  # only the temporary file, never a half-made store
     tracking.check_store(TrackingConfig(dir=str(store)))  # with room again: created whole
     assert [e.name for e in mlflow_client(tmp_path).search_experiments()] == ["Default"]
