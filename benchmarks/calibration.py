@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 from benchmarks import results as results_page
-from benchmarks.results import Section, commands, load, where
+from benchmarks.results import Section, commands, load, provenance_table
 from mlrb.analysis.stats import sd as sample_sd  # the one sample SD
 
 REPO = Path(__file__).resolve().parents[1]
@@ -267,8 +267,10 @@ def table(results: dict, machines: dict | None = None) -> str:
     """Each task's anchors (mean ± SEM over seeds, with the per-run SD). `machines`: for anchors that
     every run scores alike, {task: {anchor: {"values": [their scores over kernel paths]}}}."""
     machines = machines or {}
-    lines = ["| task | items | do_nothing | baseline | reference | n | item worth (norm. pts) | baseline SEM (norm. pts) |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    # Six columns, so the table fits the page's column: the items and seeds sit under the task's name, the
+    # two noise figures share one cell.
+    lines = ["| task | do_nothing | baseline | reference | one item (norm. pts) | baseline SEM (norm. pts) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for key, r in results.items():
         a, c = r["anchors"], r["checks"]
         seen = machines.get(key, {})
@@ -277,8 +279,8 @@ def table(results: dict, machines: dict | None = None) -> str:
             fmt(a[anchor], seen.get(anchor, {}).get("values")) for anchor in ("do_nothing", "baseline", "reference")
         ]
         lines.append(
-            f"| {key} | {r['items']} | {' | '.join(cells)} | "
-            f"{a['baseline']['n']} | {'-' if worth is None else f'{worth:.1f}'} | {baseline_noise(r, seen)} |"
+            f"| {key} ({r['items']} items, n={a['baseline']['n']}) | {' | '.join(cells)} | "
+            f"{'-' if worth is None else f'{worth:.1f}'} | {baseline_noise(r, seen)} |"
         )  # fmt: skip
     return "\n".join(lines)
 
@@ -366,7 +368,7 @@ def calibration_section(bench_dir: Path) -> str:
         "is between machines: where it was measured, the table gives its range over the kernel paths one "
         "machine can run (the section \"How far the CPU's kernels move a score\" below), and the baseline's SD "
         "over them in normalised points where a SEM over seeds cannot be had.",
-        f"Output: `benchmarks/calibration.json`. {calibration_where(runs)}",
+        "Output: `benchmarks/calibration.json`.",
         table(runs, machines),
         bars(runs),
         "### Seeds a comparison of agents needs",
@@ -381,9 +383,11 @@ def calibration_section(bench_dir: Path) -> str:
         "everyone builds the same draw, but it shows whether that draw is typical. A score from assets built "
         "with another `assets.seed` is not comparable with the shipped draw's (each run records its assets' "
         "fingerprint, and the report keeps runs of different fingerprints apart).",
-        f"Output: `benchmarks/calibration_assets.json`. {calibration_where(assets)}",
+        "Output: `benchmarks/calibration_assets.json`.",
         table(assets),
         bars(assets),
+        "### Where the anchors were measured",
+        provenance_table(calibration_rows(runs, "calibration.json") + calibration_rows(assets, "calibration_assets.json")),
     ])  # fmt: skip
 
 
@@ -430,10 +434,10 @@ def bars(results: dict) -> str:
     return " ".join(lines)
 
 
-def calibration_where(results: dict) -> str:
-    """The provenance of a calibration file's tasks: one line per distinct measurement (the script
+def calibration_rows(results: dict, name: str) -> list[tuple[str, dict]]:
+    """The provenance of a calibration file's tasks: one row per distinct measurement (the script
     writes each task as it finishes, and `--tasks` reruns some of them). The tasks of one run share
-    their line, and its sources are all of theirs."""
+    their row, and its sources are all of theirs."""
     groups: dict[str, list[str]] = {}
     sources: dict[str, dict] = {}
     for key, result in results.items():
@@ -447,9 +451,7 @@ def calibration_where(results: dict) -> str:
     def measurement(group: str) -> dict:
         return {**json.loads(group), **({"sources": sources[group]} if group in sources else {})}
 
-    if len(groups) == 1:
-        return where(measurement(next(iter(groups))))
-    return " ".join(f"{', '.join(keys)}: {where(measurement(group))}" for group, keys in groups.items())
+    return [(f"`{name}`: {', '.join(keys)}", measurement(group)) for group, keys in groups.items()]
 
 
 SECTION = Section(

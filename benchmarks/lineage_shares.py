@@ -19,7 +19,7 @@ from pathlib import Path
 
 from benchmarks import results as results_page
 from benchmarks.calibration import load_task
-from benchmarks.results import Section, commands, load, table, where
+from benchmarks.results import Section, commands, load, provenance_table, table
 
 
 def main() -> None:
@@ -80,8 +80,9 @@ def lineage_section(bench_dir: Path) -> str:
         f"tensor (limit {limits['per_tensor']:.0%}): an honest fine-tune must stay well inside both at every seed.",
         "Measured with:",
         commands("-m benchmarks.lineage_shares --seeds 0,1,2,3 --out benchmarks/lineage_shares.json"),
-        f"Output: `benchmarks/lineage_shares.json`. {where(data.get('measured'))}",
+        "Output: `benchmarks/lineage_shares.json`.",
         table(["anchor", "seed", "over all tensors", "worst tensor", "which"], rows),
+        provenance_table([("`lineage_shares.json`", data.get("measured"))]),
     ])  # fmt: skip
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from benchmarks import results as results_page
 from benchmarks.calibration import ANCHORS, TASKS, load_task, task_sources
-from benchmarks.results import Section, commands, load, table, where
+from benchmarks.results import Section, commands, load, provenance_table, table
 
 # Each kernel path: the libraries' switches that cap it, and the CPU flag it needs.
 PATHS = {
@@ -161,7 +161,7 @@ def machine_spread_section(bench_dir: Path) -> str:
             for name, path in task["paths"].items():
                 scores = [("invalid" if path["anchors"][a] is None else f"{path['anchors'][a]:.4f}") for a in ANCHORS]
                 rows.append([machine["cpu"], key, name, f"`{path['capability']}`", *scores])
-    measured = [f"{m['cpu']}: {where(m.get('measured'))}" for m in machines_of(data)]
+    measured = [(f"`machine_spread.json`: {m['cpu']}", m.get("measured")) for m in machines_of(data)]
     return "\n\n".join([
         "Every run of one solution scores alike on one machine when its anchors take no seed (llm_merging's "
         "do not), so the default run's score can move only between machines: another CPU makes torch, MKL and "
@@ -173,8 +173,9 @@ def machine_spread_section(bench_dir: Path) -> str:
         "these machines can show; other hardware, other library builds and other torch versions can move a score "
         "further.",
         commands("-m benchmarks.machine_spread --out benchmarks/machine_spread.json"),
-        "Output: `benchmarks/machine_spread.json`. " + " ".join(measured),
+        "Output: `benchmarks/machine_spread.json`.",
         table(["CPU", "task", "kernel path", "torch reports", *ANCHORS], rows),
+        provenance_table(measured),
     ])  # fmt: skip
 
 

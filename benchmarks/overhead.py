@@ -500,9 +500,13 @@ def stages_table(entry: dict) -> str:
         return "Stage times: not recorded."
     names = list(next(iter(recorded.values())))
     labels = {"run": "now", "run_before": before_label(entry)}
-    rows = [[labels.get(key, key), *(f"{times[n]:.2f}" for n in names)] for key, times in recorded.items()]
+    # one row per stage, one column per version: a table as narrow as the page's column
+    rows = [
+        [f"`{n}`" if n not in ("other", "wall") else n, *(f"{times[n]:.2f}" for times in recorded.values())]
+        for n in names
+    ]
     intro = "Stage times, median seconds (`mlrb/core/timeline.py` says what each holds; other: the wall time less their sum):"
-    return intro + "\n\n" + table(["", *names], rows) + cpu_table(entry, labels)
+    return intro + "\n\n" + table(["stage", *(labels.get(k, k) for k in recorded)], rows) + cpu_table(entry, labels)
 
 
 def cpu_table(entry: dict, labels: dict[str, str]) -> str:
@@ -520,6 +524,7 @@ def cpu_table(entry: dict, labels: dict[str, str]) -> str:
 SECTION = Section(
     "Per-run overhead",
     order=40,
+    page="suite",
     reads=("overhead.json",),
     render=overhead_section,
     sources=("mlrb", "requirements.lock"),

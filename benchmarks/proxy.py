@@ -181,7 +181,7 @@ def proxy_section(bench_dir: Path) -> str:
 
 
 SECTION = Section(
-    "The metering proxy's cost", order=60, reads=("proxy.json",), render=proxy_section,
+    "The metering proxy's cost", order=60, reads=("proxy.json",), render=proxy_section, page="suite",
     sources=("mlrb/harness/proxy.py", "mlrb/core/api_shapes.py", "mlrb/core/budget.py", "mlrb/harness/metering.py", "mlrb/agents/prices.py",
              "tests/fake_llm_server.py"),
 )  # fmt: skip

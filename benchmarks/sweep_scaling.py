@@ -243,6 +243,7 @@ def sweep_scaling_section(bench_dir: Path) -> str:
 SECTION = Section(
     "Sweep scaling",
     order=50,
+    page="suite",
     reads=("sweep_scaling.json",),
     render=sweep_scaling_section,
     sources=("mlrb", "launchers", "requirements.lock"),

@@ -103,11 +103,45 @@ def test_the_page_is_plain_markdown():
 
 
 def test_the_results_page_shows_the_benchmark_and_development_the_suite():
-    """The Results page opens on the tasks' anchors; the suite's and the builds' timings are Development's."""
+    """The Results page opens on the tasks' anchors and holds the benchmark's figures only; the harness's
+    own (a run's overhead, sweep scaling, the proxy's cost) and the suite's and builds' timings are Development's."""
     benchmark, suite = results.sections("results"), results.sections("suite")
     assert benchmark[0].reads[0] == "calibration.json"
-    assert {s.reads[0] for s in suite} == {"suite_time.json", "build_times.json"}
+    assert {s.reads[0] for s in benchmark} == {"calibration.json", "machine_spread.json", "lineage_shares.json"}
+    assert {s.reads[0] for s in suite} == {
+        "suite_time.json",
+        "build_times.json",
+        "overhead.json",
+        "sweep_scaling.json",
+        "proxy.json",
+    }
     assert {s.page for s in results.sections()} == set(results.PAGES)
+
+
+def test_the_results_page_keeps_commits_and_notes_in_its_provenance_tables():
+    """Every measurement of the Results page's JSON files has its row in a provenance table (what it
+    measured, date, machine, commit, command and note); the prose outside tables and code names no commit."""
+    import re
+
+    page = results.render(BENCH)
+    rows = [line for line in page.splitlines() if line.startswith("| `") and "commit " in line]
+    for section in results.sections("results"):
+        for name in section.reads:
+            measured = list(results.measurements(results.load(BENCH, name)))
+            if name.startswith("calibration"):  # one entry per task, a row per distinct measurement
+                measured = [m for m in measured if m[1].get("commit")]
+            ours = [row for row in rows if row.startswith(f"| `{name}`")]
+            assert ours, name
+            for _, entry in measured:
+                commit = entry.get("commit")
+                assert any(commit is None or f"commit {commit}" in row for row in ours), (name, commit)
+                if entry.get("command"):
+                    assert any(results.breakable(entry["command"]) in row for row in ours), (name, entry["command"])
+    assert page.count("| figures | measured | command and note |") == len(results.sections("results"))
+    prose = re.sub(r"```.*?```", "", page, flags=re.S)
+    prose = "\n".join(line for line in prose.splitlines() if not line.startswith("|"))
+    assert not re.findall(r"\b[0-9a-f]{7,40}\b", prose), "a commit hash in the prose: it belongs in the table"
+    assert "Commit:" not in page
 
 
 def test_every_figure_names_its_script_commit_date_machine_and_command():
@@ -144,7 +178,7 @@ def test_a_figure_whose_sources_changed_is_marked_stale_where_the_docs_render_it
 
     def marked() -> str:
         (folder / "proxy.json").write_text(json.dumps(figures))
-        page = results.render(folder, marked=True, title=False)
+        page = results.render(folder, "suite", marked=True, title=False)
         return page.split(f"## {section.heading}", 1)[1].split("\n## ", 1)[0]
 
     figures["measured"]["sources"] = results.digests(section.sources)
@@ -153,7 +187,7 @@ def test_a_figure_whose_sources_changed_is_marked_stale_where_the_docs_render_it
     assert "**Stale: measured on code that has changed since (mlrb/harness/proxy.py).**" in marked()
     del figures["measured"]["sources"]
     assert "**Sources not recorded**: whether its code has changed since cannot be checked" in marked()
-    assert "Stale" not in results.render(folder)  # the committed page carries no mark
+    assert "Stale" not in results.render(folder, "suite")  # the committed page carries no mark
     listed = "\n".join(results.marks(folder))
     assert "The metering proxy's cost / proxy.json: Sources not recorded" in listed
 
@@ -196,11 +230,25 @@ def test_overhead_writes_its_runs_entries_and_keeps_the_others(tmp_path):
     assert entry["cpu_s"]["run"] == {"harness": 1.3, "recording": 3.3, "scorer": 4.2, "sandbox": 5.0, "all": 13.6}
     assert not (folder / "RESULTS.md").exists()  # a file outside benchmarks/ leaves the page alone
 
-    page = results.render(folder)
+    page = results.render(folder, "suite")  # the harness's own figures: the Development page
     assert "| default run, before (fbf2c7c) | 14.30 s [13.70-15.20] |" in page
     assert (
         "a unit test's figures" in page
-        and "| now | 0.80 | 0.00 | 0.10 | 3.90 | 0.30 | 1.20 | 2.00 | 0.30 | 8.60 |" in page
+        and "| stage | now | before (fbf2c7c) |" in page  # one row per stage: a table as narrow as the column
+        and all(
+            f"| {stage} | {now} |" in page
+            for stage, now in [
+                ("`compose`", "0.80"),
+                ("`assets`", "0.00"),
+                ("`sandbox_start`", "0.10"),
+                ("`agent`", "3.90"),
+                ("`collect`", "0.30"),
+                ("`scoring`", "1.20"),
+                ("`recording`", "2.00"),
+                ("other", "0.30"),
+                ("wall", "8.60"),
+            ]
+        )  # fmt: skip
     )
     assert "| now | 1.30 | 3.30 | 4.20 | 5.00 | 13.60 |" in page
 
@@ -218,7 +266,7 @@ def test_sweep_scaling_writes_its_figures(tmp_path):
     folder = bench_copy(tmp_path)
     sweep_scaling.write(folder / "sweep_scaling.json", figures)
     assert json.loads((folder / "sweep_scaling.json").read_text()) == figures
-    page = results.render(folder)
+    page = results.render(folder, "suite")  # the harness's own figures: the Development page
     assert "| scaling efficiency: ideal / sweep (target >= 90%) | 119% |" in page
     assert "| `docker` | not measured: no usable Docker engine or image (DockerException: no engine) |  |  |" in page
     assert "| `bwrap` | 15.0 s | 3.6 s | 0.2 s |" in page
@@ -235,7 +283,7 @@ def test_overhead_noop_entry_renders_with_its_store_floor(tmp_path):
 
     folder = bench_copy(tmp_path)
     overhead.write_entries(folder / "overhead.json", new)
-    page = results.render(folder)
+    page = results.render(folder, "suite")  # the harness's own figures: the Development page
     assert (
         "| floor and the SQL store's module (`mlflow.store.tracking.sqlalchemy_store`) | 4.10 s [3.60-4.50] |" in page
     )
@@ -256,7 +304,13 @@ def test_the_docs_hook_renders_each_page_of_figures_under_its_page_s_title():
     page = hook.on_page_markdown('# Results\n\nIntro.\n\n--8<-- "benchmarks/RESULTS.md"\n', None, config, None)
     assert page.count("\n# ") == 0 and page.startswith("# Results\n")
     assert "\n## How far apart the anchors are\n" in page and "\n### Seeds of the runs, on the shipped assets\n" in page
-    assert "Sources not recorded" in page  # proxy.json, measured before sources were recorded
+    # calibration_assets.json's first tasks, measured before sources were recorded: under its table
+    assert (
+        "`calibration_assets.json`: llm_merging, llm_efficiency, edge_llm_compression, baby_lm: **Sources not recorded**"
+        in page
+    )
     development = hook.on_page_markdown('# Dev\n\n## Figures\n\n--8<-- "benchmarks/SUITE.md"\n', None, config, None)
     assert "\n### Test suite time\n" in development and "\n### First asset builds\n" in development
-    assert "## How far apart" not in development
+    assert "\n### Per-run overhead\n" in development and "\n### The metering proxy's cost\n" in development
+    assert "Sources not recorded" in development  # proxy.json, measured before sources were recorded
+    assert "## How far apart" not in development and "## Per-run overhead" not in page
