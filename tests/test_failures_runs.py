@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -215,11 +216,12 @@ def test_kill_or_a_closed_terminal_stop_the_run_to_go_on_later_in_one_line(tmp_p
 
 def test_identical_runs_started_in_the_same_second_get_their_own_folders_and_trajectories(tmp_path, plumbing_cache):
     # Same config, same seed, same Hydra run folder, and a store neither has created yet.
+    # Both commands are sent at once, from two threads, and forked from the same warm process (tests/warm_start.py).
     command = "echo I am $(od -An -N8 -tx8 /dev/urandom)"  # not $$: each sandbox may number its own PIDs
-    processes = [start_run(tmp_path, plumbing_cache, PLUMBING, f"task.scales.tiny.baseline_command='{command}'")
-                 for _ in range(2)]  # fmt: skip
-    results = [p.communicate(timeout=600) for p in processes]
-    assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in results]
+    args = (*store_args(tmp_path, plumbing_cache), PLUMBING, f"task.scales.tiny.baseline_command='{command}'")
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: run_cli(*args, cwd=tmp_path), range(2)))
+    assert [r.returncode for r in results] == [0, 0], [r.stderr[-2000:] for r in results]
     client = mlflow_client(tmp_path)
     runs = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
     assert len(runs) == 2 and {r.data.tags["mlrb.status"] for r in runs} == {"no_submission"}

@@ -68,10 +68,11 @@ def test_a_submission_that_breaks_the_scorer_is_invalid_and_counted_when_the_con
 def test_a_timeout_the_control_shares_is_an_infrastructure_error_not_the_agent_s(tmp_path, plumbing_cache):
     # A time limit no scoring can meet (the scorer polls for its request every 20 ms): the machine is
     # too slow for the task, as the baseline shows; the honest submission is not blamed. (Set on tiny: the
-    # plumbing scale extends it.)
+    # plumbing scale extends it.) With verbose=true, whose console shows an infrastructure error's traceback
+    # (without it, one line naming the log file that holds it: tests/test_end_to_end.py's scorer failure).
     result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "task.scales.tiny.score_timeout_s=0.01",
-                     cwd=tmp_path)  # fmt: skip
-    assert result.returncode == 1
+                     "verbose=true", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1 and "Traceback" in result.stderr + result.stdout
     run = only_run(tmp_path)
     assert run.data.tags["mlrb.status"] == "infra_error"
     error = run.data.tags["mlrb.error"]

@@ -107,16 +107,18 @@ class Zygote:
 
     _one: Zygote | None = None
     _failed = False
+    _starting = threading.Lock()  # commands run from threads at once start one zygote
 
     @classmethod
     def get(cls) -> Zygote | None:
-        if cls._one is None and not cls._failed:
-            try:
-                cls._one = Zygote()
-            except Exception as e:  # say why once; the commands start cold
-                cls._failed = True
-                print(f"warm_start: no warm process ({e}); commands start cold", file=sys.stderr)
-        return cls._one
+        with cls._starting:
+            if cls._one is None and not cls._failed:
+                try:
+                    cls._one = Zygote()
+                except Exception as e:  # say why once; the commands start cold
+                    cls._failed = True
+                    print(f"warm_start: no warm process ({e}); commands start cold", file=sys.stderr)
+            return cls._one
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
