@@ -69,8 +69,9 @@ def template(node: ast.AST) -> str | None:
 
 
 def normal(text: str) -> str:
-    """A template as compared: each placeholder `{}`, spaces collapsed."""
-    return " ".join(PLACEHOLDER.sub("{}", text).split())
+    """A template as compared: each placeholder `{}`, spaces collapsed, backticks aside (the page may
+    leave out a message's own, around a command with placeholders that no page's block runs)."""
+    return " ".join(PLACEHOLDER.sub("{}", text.replace("`", "")).split())
 
 
 def error_classes(trees: dict[str, ast.Module]) -> set[str]:
