@@ -77,3 +77,34 @@ def test_the_readme_s_test_times_are_the_measured_ones():
         r"\s+", " ", re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b.*", "", default["measured"]["machine"]["cpu"])
     )
     assert cpu.group(2) == named.strip(), "the README names another machine than the one that measured"
+
+
+def test_the_tutorial_s_times_scores_and_cost_are_the_measured_and_configured_ones():
+    """The tutorial's first build and later run (as the README's), the default run's score on the machine
+    it names and the range of the machines measured (benchmarks/machine_spread.json), and what its paid
+    step can cost and take: three runs of the smoke budget's caps, one after another."""
+    import yaml
+
+    text = " ".join((REPO / "docs" / "tutorial.md").read_text().split())
+    build = re.search(r"builds the task's tiny models and data: about (\d+) (s|minutes?) on 2 idle cores", text)
+    later = re.search(r"Later runs reuse them and take about (\d+) (s|minutes?)", text)
+    assert build and later, "the tutorial no longer says how long the first build and a later run take"
+    assert_about(seconds(*build.groups()), measured("build_times.json")["seconds"]["llm_merging"], "first build")
+    assert_about(seconds(*later.groups()), measured("overhead.json")["default"]["rows"]["run"]["wall_s"]["median"],
+                 "a later default run")  # fmt: skip
+    # the score it quotes is the baseline's on the path the libraries pick, on the machine it names
+    from benchmarks.machine_spread import machines_of
+
+    machines = machines_of(measured("machine_spread.json"))
+    quoted = re.search(r"On an (Intel Xeon|AMD EPYC) it read `score (\d\.\d{4}) \(valid\)", text)
+    assert quoted, "the tutorial no longer quotes the default run's score"
+    picked = {m["cpu"]: m["tasks"]["llm_merging"]["paths"]["as picked"]["anchors"]["baseline"] for m in machines}
+    (cpu,) = [c for c in picked if quoted.group(1).split()[-1] in c]
+    assert f"{picked[cpu]:.4f}" == quoted.group(2)
+    every = [p["anchors"]["baseline"] for m in machines for p in m["tasks"]["llm_merging"]["paths"].values()]
+    assert f"from {min(every):.4f} to {max(every):.4f} on the machines measured" in text
+    smoke = yaml.safe_load((REPO / "mlrb" / "conf" / "budget" / "smoke.yaml").read_text())
+    cap, steps, minutes = smoke["max_usd"], smoke["max_steps"], smoke["wall_time_s"] / 60
+    assert f"stops each run at ${cap:g}, {steps} steps or {minutes:g} minutes" in text
+    assert f"at most ${3 * cap:g} and {3 * minutes:g} minutes in all" in text
+    assert f"Only step 3 costs money: at most ${3 * cap:g}, in at most {3 * minutes:g} minutes" in text
