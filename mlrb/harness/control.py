@@ -76,7 +76,7 @@ def score_control(task: Task, asset_path: Path, work_dir: Path, sandbox: Sandbox
         return Verdict(False, "the task has no baseline command, so no control could show the scorer at fault")
     try:
         submission = control_submission(task, asset_path)
-        with Scorer(task, asset_path, work_dir, sandbox, run_id) as scorer:
+        with Scorer(task, asset_path, work_dir, sandbox, run_id, ahead=False) as scorer:  # it scores at once
             report = scorer.score(submission)
     except ScorerError as e:
         return Verdict(True, f"the control failed too: {e}")

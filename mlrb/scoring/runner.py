@@ -75,7 +75,7 @@ def score_submission(
     """Score in a fresh sandbox of the run's kind (a new namespace for bwrap, a new container
     for docker, a plain subprocess for unconfined). A submission that runs past the time limit
     is invalid here (a step scored mid-run, a rescoring); a run's own scoring asks a control."""
-    with Scorer(task, assets, work_dir, sandbox, run_id) as scorer:
+    with Scorer(task, assets, work_dir, sandbox, run_id, ahead=False) as scorer:  # it scores at once
         try:
             return scorer.score(submission)
         except ScoringTimedOut as e:
@@ -115,11 +115,14 @@ class Scorer:
         if self.may_start_ahead:
             self.process = self.start()
 
-    def start(self) -> IsolatedProcess:
+    def start(self, ahead: bool = True) -> IsolatedProcess:
+        """The worker in its sandbox. Started AHEAD of its submission, it imports the judge's modules
+        while it waits; started to score at once, it imports each as scoring uses it, so a submission
+        the checks refuse is refused without torch's seconds of imports."""
         self.request_file.unlink(missing_ok=True)
         self.assets_seen = folder_identity(self.assets)
         self.used = self.closed = False
-        imports = ",".join(self.task.judge.imports)
+        imports = ",".join(self.task.judge.imports) if ahead else ""
         self.job = IsolatedCommand(
             argv=[sys.executable, "-I", "-m", "mlrb.scoring.worker", str(self.request_file), imports],
             mounts=scorer_mounts(self.assets, self.work_dir) + task_environment_mounts(self.task.environment),
@@ -151,7 +154,7 @@ class Scorer:
         if self.process is None or self.used or self.closed or folder_identity(self.assets) != self.assets_seen:
             if self.process is not None:
                 self.process.close()
-            self.process = self.start()
+            self.process = self.start(ahead=False)
         self.used = True
         process = self.process
         fresh = self.work_dir / "submission"
