@@ -43,6 +43,9 @@ class Tag:
     # A Harbor task's runs, from its tests: "true" when its verifier runs code the agent wrote, which could
     # write the reward itself (mlrb/tasks/harbor/verifier.py's `forgeable`), and why; else "false" and "".
     FORGEABLE_REWARD, FORGEABLE_REASON = "mlrb.forgeable_reward", "mlrb.forgeable_reason"
+    # The run's review (mlrb/review/): its verdict ("clean", "suspicious", "tampering"; "error" when the
+    # review itself failed) and how many findings its review.json lists.
+    REVIEW, REVIEW_FINDINGS = "mlrb.review", "mlrb.review_findings"
 
     # A sweep's parent run: ROLE is SWEEP_ROLE on it (and absent on the runs).
     ROLE, N_JOBS, COMMAND = "mlrb.role", "mlrb.n_jobs", "mlrb.command"

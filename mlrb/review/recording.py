@@ -1,0 +1,62 @@
+"""A review's verdict as the run's tags (`mlrb.review`, `mlrb.review_findings`) and its review.json
+as the run's artifact: lines appended to the run folder's record (mlrb/store/record.py), as a
+rescoring's are, then written to the run in the store it was recorded for, when that store can be
+reached. A store that cannot is said in a line; `python -m mlrb.sync RUN_DIR` uploads the lines later.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mlrb.core import disk
+from mlrb.core.config import ConfigError
+from mlrb.core.messages import first_line
+from mlrb.core.tags import Tag
+from mlrb.review.review import FILE, Review
+from mlrb.store import record
+
+
+def tags_of(done: Review) -> dict[str, str]:
+    return {Tag.REVIEW: done.verdict, Tag.REVIEW_FINDINGS: str(len(done.findings))}
+
+
+def record_review(run_dir: Path, done: Review) -> str:
+    """The review's tags and artifact, into the run's record and its store; returns where they went."""
+    run_dir = Path(run_dir)
+    state = record.fold(record.read(run_dir))
+    tags = json.loads(record.line_of("tags", tags=tags_of(done)))
+    artifact = json.loads(record.line_of("artifact", file=FILE, artifact_path=None, is_dir=False))
+    new = [tags] + ([artifact] if (FILE, None, False) not in map(tuple, state["artifacts"]) else [])
+    for line in new:
+        disk.append_whole(run_dir / record.FILE, (json.dumps(line) + "\n").encode("utf-8"))
+    try:
+        client = store_client(run_dir)
+        from mlrb.store import tracking
+
+        run = tracking.find_run(client, state["run_id"])
+        if run is None:
+            return f"not in its store yet (`python -m mlrb.sync {run_dir}` uploads it)"
+        writer = tracking.MlflowRunWriter(client, run.info.run_id, run.info.experiment_id)
+        record.export(writer, [tags, artifact], run_dir)  # review.json again: its content is new
+    except Exception as e:  # a store away, a password the record does not keep: the record has it
+        return f"not written to its store ({first_line(e)}); `python -m mlrb.sync {run_dir}` uploads it"
+    return f"tagged in its store (run {run.info.run_id})"
+
+
+def store_client(run_dir: Path) -> Any:
+    """A client of the store RUN_DIR's run was recorded for; ConfigError when there is none to reach
+    (a SQLite store that is not there is not made: the run's own store is gone)."""
+    from mlrb.store import tracking
+    from mlrb.sync import recorded_store
+
+    cfg = recorded_store(run_dir)
+    uri = cfg.named_uri()
+    database = tracking.sqlite_path(uri) if uri else Path(cfg.dir).expanduser() / "mlflow.db"
+    if database is not None and not database.is_file():
+        raise ConfigError(f"its store {database} is not there")
+    if uri and uri.startswith(("http://", "https://")):
+        return tracking.reading_client(uri)
+    client, _ = tracking.client_for(cfg)
+    return client
