@@ -48,6 +48,7 @@ COMMANDS_HELP = (
     ("python -m mlrb.export inspect", "mlrb.export.inspect_log", "parser"),
     ("python -m mlrb.prefetch", "mlrb.prefetch", "help_text"),
     ("python -m mlrb.preflight", "mlrb.preflight", "parser"),
+    ("python -m mlrb.review", "mlrb.review.__main__", "parser"),
     ("python -m mlrb.tracking serve", "mlrb.store.tracking_server", "parser"),
 )
 HELP_COLUMNS = "80"  # argparse wraps --help to the terminal's width: the site's code column holds 80 characters

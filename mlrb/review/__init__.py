@@ -1,4 +1,4 @@
-"""Every run reviewed for signs that its agent tried to cheat (issue 72): named rules
+"""Every run reviewed for signs that its agent tried to cheat: named rules
 (mlrb/review/rules.py) read what the run folder holds (mlrb/review/evidence.py: the tool calls and
 their outputs, the proxy's refusals, the workspace's patch and notes, the step snapshots), and the
 review (mlrb/review/review.py) gives the verdict, `clean`, `suspicious` or `tampering`, with each
