@@ -138,7 +138,7 @@ LAYERS = [
     ("mlrb.__main__", "mlrb.cli", "mlrb.report.__main__"),
     # the commands: a run, a sweep of runs, and what reads them back or puts them elsewhere
     ("mlrb.run", "mlrb.sweep", "mlrb.sweep_summary", "mlrb.sync", "mlrb.rescore", "mlrb.prefetch", "mlrb.compare",
-     "mlrb.tracking", "mlrb.report", "mlrb.export", "mlrb.review"),
+     "mlrb.tracking", "mlrb.report", "mlrb.export", "mlrb.review", "mlrb.preflight"),
     # what a run is made of: the harness's parts, the tasks, agents, sandboxes, scorers and formats
     ("mlrb.harness", "mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring", "mlrb.formats"),
     # the store and its record; the numbers made from runs
