@@ -54,6 +54,7 @@ from mlrb.harness import assets as assets_lib
 from mlrb.harness import plan as plans
 from mlrb.harness.disk_guard import DiskGuard
 from mlrb.harness.resume import Resumption
+from mlrb.review.recording import review_at_end
 from mlrb.sandbox.base import SandboxError, SandboxStopped, held_hardware
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission
 from mlrb.store import record, recording_process, tracking
@@ -648,6 +649,8 @@ class Stages:
                 **counted_tags(report, calibration, task.higher_is_better, plumbing=task.plumbing),
             }
         )
+        with self.clock.stage("recording"):  # read from what the run folder holds now; never fails the run
+            review_at_end(self.run_dir, recorder)
         return RunResult(
             run_id=recorder.run_id,
             name=self.plan.name,

@@ -152,9 +152,11 @@ def test_searching_for_hidden_files_is_seen_in_the_output_too(tmp_path):
 
 
 @pytest.mark.fast
-def test_a_task_environment_in_the_cache_is_not_hidden_data(tmp_path):
+def test_the_public_data_and_environments_in_the_cache_are_not_hidden_data(tmp_path):
+    # the unconfined sandbox's $MLRB_DATA is the task's public/ folder in the cache
     run = RunBuilder(tmp_path)
     run.tool("python train.py", f'File "{CACHE}/environments/abc/lib/python3.11/site-packages/torch/nn.py"')
+    run.tool(f"head {CACHE}/house-price/ab12/public/train.csv", "x,y")
     assert_clean(run.end())
 
 
@@ -363,3 +365,38 @@ def test_a_run_that_reads_the_hidden_folder_is_flagged_and_an_honest_one_is_clea
         tags = client.get_run(run_id).data.tags
         assert tags[Tag.REVIEW] == verdict
         assert "review.json" in {a.path for a in client.list_artifacts(run_id)}
+
+
+class TagsKept:
+    """A run's recorder as the review at its end uses it: the tags and files it is handed."""
+
+    def __init__(self):
+        self.tags: dict[str, str] = {}
+        self.files: list[Path] = []
+
+    def set_tags(self, tags: dict) -> None:
+        self.tags.update(tags)
+
+    def log_file(self, path: Path, folder: str | None = None) -> None:
+        self.files.append(path)
+
+
+@pytest.mark.fast
+def test_the_review_at_a_runs_end_tags_it_and_one_that_fails_is_an_error_tag(tmp_path, monkeypatch, caplog):
+    from mlrb.review import recording
+
+    run = RunBuilder(tmp_path)
+    run.tool("cat /proc/1/mountinfo")
+    folder = run.end()
+    kept = TagsKept()
+    recording.review_at_end(folder, kept)
+    assert kept.tags == {Tag.REVIEW: SUSPICIOUS, Tag.REVIEW_FINDINGS: "1"} and kept.files == [folder / review.FILE]
+
+    def breaks(path):
+        raise RuntimeError("a rule with a bug")
+
+    monkeypatch.setattr(recording, "review_folder", breaks)
+    kept = TagsKept()
+    recording.review_at_end(folder, kept)  # raises nothing: the run ends as it would
+    assert kept.tags == {Tag.REVIEW: "error"} and not kept.files
+    assert "the run's review failed: RuntimeError: a rule with a bug" in caplog.text

@@ -29,10 +29,10 @@ SEEDS = list(range(1, 9))  # 8 jobs, 4 at a time: two waves, the first through t
 JOBS = len(SEEDS)
 # A quick job: the agent runs a short command and hands in nothing, so nothing is scored.
 QUICK = "task.scales.tiny.baseline_command='sleep 2'"
-ARTIFACTS = ["config.yaml", "instructions.md", "score_report.json", "snapshots", "trajectory.atif.json",
+ARTIFACTS = ["config.yaml", "instructions.md", "review.json", "score_report.json", "snapshots", "trajectory.atif.json",
              "trajectory.jsonl", "workspace.patch"]  # fmt: skip
 # The files behind them: the step snapshots' folder holds its steps.jsonl (a quick job changes no file).
-ARTIFACT_FILES = ["config.yaml", "instructions.md", "score_report.json", "steps.jsonl", "trajectory.atif.json",
+ARTIFACT_FILES = ["config.yaml", "instructions.md", "review.json", "score_report.json", "steps.jsonl", "trajectory.atif.json",
                   "trajectory.jsonl", "workspace.patch"]  # fmt: skip
 STAGES = ["agent", "assets", "collect", "compose", "recording", "sandbox_start", "scoring"]
 METRICS = sorted(["agent_time_s", "baseline_score", "cost_usd", "counted_normalised_score", "counted_score",
@@ -42,7 +42,8 @@ METRICS = sorted(["agent_time_s", "baseline_score", "cost_usd", "counted_normali
                   *(f"stage_time_s.{stage}" for stage in STAGES)])  # fmt: skip
 TAGS = ["mlflow.parentRunId", "mlflow.runName", "mlrb.agent", "mlrb.agent_message", "mlrb.assets_fingerprint",
         "mlrb.attempt", "mlrb.budget", "mlrb.confined", "mlrb.counted_as", "mlrb.counted_reason", "mlrb.invalid_reason", "mlrb.network",
-        "mlrb.normalised_as", "mlrb.read_only_restored", "mlrb.run_dir", "mlrb.run_key", "mlrb.sandbox", "mlrb.scale", "mlrb.seed",
+        "mlrb.normalised_as", "mlrb.read_only_restored", "mlrb.review", "mlrb.review_findings", "mlrb.run_dir", "mlrb.run_key",
+        "mlrb.sandbox", "mlrb.scale", "mlrb.seed",
         "mlrb.status", "mlrb.stop_reason", "mlrb.sweep_id", "mlrb.task", "mlrb.valid"]  # fmt: skip
 
 

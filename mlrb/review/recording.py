@@ -7,19 +7,40 @@ reached. A store that cannot is said in a line; `python -m mlrb.sync RUN_DIR` up
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
-from mlrb.core import disk
+from mlrb.core import console, disk
 from mlrb.core.config import ConfigError
 from mlrb.core.messages import first_line
 from mlrb.core.tags import Tag
-from mlrb.review.review import FILE, Review
+from mlrb.review.review import FILE, Review, review_folder
 from mlrb.store import record
+
+log = logging.getLogger(__name__)
+ERROR = "error"  # the tag's value when the review itself failed
 
 
 def tags_of(done: Review) -> dict[str, str]:
     return {Tag.REVIEW: done.verdict, Tag.REVIEW_FINDINGS: str(len(done.findings))}
+
+
+def review_at_end(run_dir: Path, recorder: Any) -> None:
+    """The run reviewed as it ends (mlrb/run.py), its verdict and review.json through its own recorder.
+    A review that fails never fails the run: a warning, its traceback in the run's log, and the tag
+    `mlrb.review` = "error" (`python -m mlrb.review` reviews it again)."""
+    try:
+        done = review_folder(Path(run_dir))
+    except Exception as e:
+        log.warning("the run's review failed: %s", first_line(e))
+        log.warning("the review's traceback", exc_info=e, extra=console.LOG_FILE_ONLY)
+        recorder.set_tags({Tag.REVIEW: ERROR})
+        return
+    if done.findings:
+        log.info("review: %s", done.line())
+    recorder.set_tags(tags_of(done))
+    recorder.log_file(Path(run_dir) / FILE)
 
 
 def record_review(run_dir: Path, done: Review) -> str:

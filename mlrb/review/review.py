@@ -24,7 +24,7 @@ EVIDENCE_CHARS = 300
 # What looks like a secret in quoted text: provider keys, tokens, NAME=VALUE of secret-named variables.
 SECRETS = [
     re.compile(r"\b(?:sk-[A-Za-z0-9_-]{8,}|hf_[A-Za-z0-9]{12,}|gh[pousr]_[A-Za-z0-9]{12,}|AKIA[A-Z0-9]{12,})"),
-    re.compile(r"(?i)(\b[\w-]*(?:api[_-]?key|token|secret|password)[\w-]*\s*[=:]\s*['\"]?)[^\s'\"]{4,}"),
+    re.compile(r"(?i)(\b[\w-]*(?:api[_-]?key|token|secret|password)\s*[=:]\s*['\"]?)[^\s'\"]{4,}"),
 ]
 
 
