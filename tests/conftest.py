@@ -23,6 +23,13 @@ os.environ.pop("MLFLOW_TRACKING_URI", None)
 # cores spin while they wait, so two torch processes side by side each took four times as long.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+# Python's bytecode caches are written, here and in every process the tests start, even where the
+# environment says not to (PYTHONDONTWRITEBYTECODE, set by some container images): without them each
+# test process rewrites every test module's asserts again (about 4 CPU s a process) and each new
+# interpreter compiles mlrb's own modules again. They go where Python puts them, in __pycache__
+# folders, which git ignores and the harness leaves out wherever it copies or hashes code.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 import warm_start  # noqa: E402  # after the lines above: it keeps this environment for its warm process
 
