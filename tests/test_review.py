@@ -334,7 +334,8 @@ subprocess.run({HARNESS_SUBMISSION!r}, shell=True, check=True)
 """
 
 
-def command_run(tmp_path: Path, cache_dir: Path, program: str) -> tuple[Path, str]:
+def command_run(tmp_path: Path, cache_dir: Path, program: str) -> tuple[Path, str, dict[str, str]]:
+    """`agent=command` running PROGRAM on HARNESS_TASK: its run folder, its store's run id, its tags."""
     from conftest import run_cli, store_args
     from test_command_agent import command_override
 
@@ -343,7 +344,7 @@ def command_run(tmp_path: Path, cache_dir: Path, program: str) -> tuple[Path, st
     assert result.returncode == 0, result.stderr[-3000:]
     client = mlflow_client(tmp_path)
     (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
-    return Path(run.data.tags[Tag.RUN_DIR]), run.info.run_id
+    return Path(run.data.tags[Tag.RUN_DIR]), run.info.run_id, run.data.tags
 
 
 @pytest.mark.integration
@@ -351,8 +352,13 @@ def test_a_run_that_reads_the_hidden_folder_is_flagged_and_an_honest_one_is_clea
     cheat_dir, honest_dir = tmp_path / "cheat", tmp_path / "honest"
     for folder in (cheat_dir, honest_dir):
         folder.mkdir()
-    cheat, cheat_id = command_run(cheat_dir, cache_dir, CHEATS)
-    honest, honest_id = command_run(honest_dir, cache_dir, HONEST)
+    cheat, cheat_id, cheat_tags = command_run(cheat_dir, cache_dir, CHEATS)
+    honest, honest_id, honest_tags = command_run(honest_dir, cache_dir, HONEST)
+    # reviewed as they ended: the run's status is the agent's and the scorer's, whatever the verdict
+    assert (cheat_tags[Tag.REVIEW], cheat_tags[Tag.REVIEW_FINDINGS], cheat_tags[Tag.STATUS]) == (TAMPERING, "1", "ok")
+    assert (honest_tags[Tag.REVIEW], honest_tags[Tag.REVIEW_FINDINGS]) == (review.CLEAN, "0")
+    for folder, run_id in ((cheat_dir, cheat_id), (honest_dir, honest_id)):  # what a review by older rules left
+        mlflow_client(folder).set_tag(run_id, Tag.REVIEW, "stale")
     result = run_module("mlrb.review", str(cheat), str(honest), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     cheat_line, honest_line = result.stdout.splitlines()
