@@ -1,7 +1,7 @@
 """The pictures on the docs' pages, made from a real sweep: llm_merging at its tiny scale, run by
-the scripted `baseline` agent and by the `claude` agent against a scripted model server on
-loopback (tests/fake_llm_server.py), three seeds each. So the pictures show what mlrb draws from
-real runs, not what any real model scored. Then each Claude run is scored step by step, the
+the scripted `baseline` agent and by the `claude` and `gpt4o` agents against a scripted model server
+on loopback (tests/fake_llm_server.py), three seeds each. So the pictures show what mlrb draws from
+real runs, not what any real model scored. Then each model agent's run is scored step by step, the
 report is made, and one run's page in the MLflow UI is photographed in headless Chromium.
 
     python -m benchmarks.pictures        # from the repository's root; about 10 minutes on 2 cores
@@ -41,23 +41,41 @@ SUMMED = "weights = args.weights or [1.0] * len(adapter_dirs)"
 WAIT_S = 180
 
 
+RUN_MERGE = [["run_python", {"path": "merge.py", "args": MERGE_ARGS, "timeout_s": 300}]]
+SUBMIT = [["submit", {"summary": "merged"}]]
+
+
+def weights(share: str) -> str:
+    return f"weights = args.weights or [{share}] * len(adapter_dirs)"
+
+
 def claude_turns() -> list:
     """Three runs, one after another (a local sweep runs one job at a time): each runs the starter's
     merge, changes the merge's weights, runs it again and submits; the weights differ per run. A
     turn is a list of [tool, arguments], as the model server reads them."""
     turns = []
-    for new in (SUMMED, "weights = args.weights or [0.75] * len(adapter_dirs)", STARTER):
-        run = [["run_python", {"path": "merge.py", "args": MERGE_ARGS, "timeout_s": 300}]]
+    for new in (SUMMED, weights("0.75"), STARTER):
         edit = [["edit_file", {"path": "merge.py", "old_text": STARTER, "new_text": new}]] if new != STARTER \
             else [["list_files", {"path": "."}]]  # fmt: skip
-        turns += [run, edit, run, [["submit", {"summary": "merged"}]]]
+        turns += [RUN_MERGE, edit, RUN_MERGE, SUBMIT]
+    return turns
+
+
+def gpt4o_turns() -> list:
+    """The second agent's three runs, after Claude's: it edits the weights before its first merge, then
+    once more, running the merge after each edit, so that its curve climbs later than Claude's."""
+    turns = []
+    for first, second in ((SUMMED, weights("0.6")), (weights("0.75"), weights("0.6")), (SUMMED, weights("0.4"))):
+        turns += [[["edit_file", {"path": "merge.py", "old_text": STARTER, "new_text": first}]], RUN_MERGE,
+                  [["edit_file", {"path": "merge.py", "old_text": first, "new_text": second}]], RUN_MERGE,
+                  SUBMIT]  # fmt: skip
     return turns
 
 
 @contextlib.contextmanager
 def model_server(work: Path) -> Iterator[str]:
-    """The scripted model server on loopback, playing `claude_turns`; its address."""
-    (work / "turns.json").write_text(json.dumps(claude_turns()))
+    """The scripted model server on loopback, playing Claude's turns, then GPT-4o's; its address."""
+    (work / "turns.json").write_text(json.dumps(claude_turns() + gpt4o_turns()))
     server = subprocess.Popen([sys.executable, str(MODEL_SERVER), str(work / "turns.json")], stdout=subprocess.PIPE,
                               text=True)  # fmt: skip
     try:
@@ -82,15 +100,17 @@ def sweep_and_report(work: Path) -> tuple[Path, str, str]:
     import mlflow
 
     with model_server(work) as address:
-        python("-m", "mlrb", "-m", "agent=baseline,claude", "seed=1,2,3", f"tracking.dir={work / 'mlruns'}",
+        python("-m", "mlrb", "-m", "agent=baseline,claude,gpt4o", "seed=1,2,3", f"tracking.dir={work / 'mlruns'}",
                f"hydra.sweep.dir={work / 'sweep'}", cwd=work,
-               env={"ANTHROPIC_API_KEY": "sk-ant-pictures", "ANTHROPIC_BASE_URL": address})  # fmt: skip
+               env={"ANTHROPIC_API_KEY": "sk-ant-pictures", "ANTHROPIC_BASE_URL": address,
+                    "OPENAI_API_KEY": "sk-pictures", "OPENAI_BASE_URL": f"{address}/v1"})  # fmt: skip
     client = mlflow.MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("llm_merging")
     runs = client.search_runs([experiment.experiment_id])  # the sweep's parent run has no agent.name
     claude = [r for r in runs if r.data.params.get("agent.name") == "claude"]
-    assert len(claude) == 3, [r.info.run_name for r in claude]
-    for run in claude:
+    gpt4o = [r for r in runs if r.data.params.get("agent.name") == "gpt4o"]
+    assert len(claude) == 3 and len(gpt4o) == 3, [r.info.run_name for r in runs]
+    for run in claude + gpt4o:  # both agents' curves: each step scored
         python("-m", "mlrb.rescore", run.info.run_id, "--all-steps", "--tracking-dir", str(work / "mlruns"), cwd=work)
     python("-m", "mlrb.report", "--tracking-dir", str(work / "mlruns"), "--out", str(work / "report"), cwd=work)
     return work / "report", experiment.experiment_id, claude[0].info.run_id
@@ -145,8 +165,8 @@ def photograph_run(work: Path, experiment_id: str, run_id: str, shot: Path) -> N
 
 
 def main() -> None:
-    measured = provenance("a tiny-scale sweep: the scripted baseline and the claude agent against a scripted "
-                          "model server on loopback, three seeds each; the pictures show what mlrb draws, "
+    measured = provenance("a tiny-scale sweep: the scripted baseline, and the claude and gpt4o agents against a "
+                          "scripted model server on loopback, three seeds each; the pictures show what mlrb draws, "
                           "not a real model's scores")  # fmt: skip
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mlrb-pictures-") as folder:

@@ -197,6 +197,8 @@ def draw(stats: Sequence[GroupStats], out: Path, cost: str = "api") -> dict[str,
     if not scored:
         return {}
     plt = pyplot()
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
     names = sorted({p.panel for p in scored} - {OVERALL}) + (
         [OVERALL] if any(p.panel == OVERALL for p in scored) else []
     )
@@ -205,8 +207,9 @@ def draw(stats: Sequence[GroupStats], out: Path, cost: str = "api") -> dict[str,
     for (name,), ax in axes.items():
         mine = [p for p in scored if p.panel == name]
         front = sorted((p for p in mine if p.on_front), key=lambda p: (p.cost, -(p.score or 0.0)))
-        ax.step([p.cost for p in front], [p.score for p in front], where="post", color="black", linewidth=1,
-                alpha=0.6, label="Pareto front")  # fmt: skip
+        if len(front) > 1:  # a front of one point draws no line: the legend names only what is drawn
+            ax.step([p.cost for p in front], [p.score for p in front], where="post", color="black", linewidth=1,
+                    alpha=0.6, label="Pareto front")  # fmt: skip
         for p in mine:
             colour = colours[p.label]
             ax.errorbar([p.cost], [p.score], yerr=[p.sem or 0.0], fmt="o", markersize=8, capsize=3, color=colour,
@@ -214,8 +217,11 @@ def draw(stats: Sequence[GroupStats], out: Path, cost: str = "api") -> dict[str,
         most = max(p.cost for p in mine)
         right = most * 1.15 if most > 0 else 1.0  # a scripted agent costs nothing: show $0 to $1 then
         ax.set_xlim(-0.05 * right, right)
-        ax.axhline(0, color="grey", linestyle="--", linewidth=1)
-        ax.axhline(100, color="green", linestyle="--", linewidth=1)
+        # at most five ticks, each as short as its value allows: labels that never run into each other
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.axhline(0, color="grey", linestyle="--", linewidth=1, label="baseline (0)")
+        ax.axhline(100, color="green", linestyle="--", linewidth=1, label="reference (100)")
         ax.set_xlabel(f"mean {COST_NAMES[cost].removesuffix(' $')} cost per run (USD)")
         ax.set_ylabel("counted normalised score (mean ± SEM)")
         ax.set_title(f"{name} (mean over tasks)" if name == OVERALL else name)

@@ -271,7 +271,7 @@ def draw(groups: Sequence[GroupCurves], path: Path) -> dict[str, Path]:
     from mlrb.report import plots
 
     plt = plots.pyplot()  # matplotlib, with its Agg backend set before anything else of it is imported
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     tasks = sorted({(g.first.task, g.first.scale) for g in groups})
     show_budget, show_scale = (len({getattr(g.first, name) for g in groups}) > 1 for name in ("budget", "scale"))
@@ -279,6 +279,8 @@ def draw(groups: Sequence[GroupCurves], path: Path) -> dict[str, Path]:
     for row_axes, task in zip(axes, tasks, strict=True):
         mine = [g for g in groups if (g.first.task, g.first.scale) == task]
         for ax, (_, attribute, label, scale) in zip(row_axes, AXES, strict=True):
+            if attribute == "wall_s" and all(x * scale < 1 for g in mine for x, *_ in g.series(attribute)):
+                label, scale = "wall time (minutes)", scale * 60  # a short run's hours are all zeros
             for g in mine:
                 series = g.series(attribute)
                 xs = [x * scale for x, *_ in series]
@@ -288,10 +290,11 @@ def draw(groups: Sequence[GroupCurves], path: Path) -> dict[str, Path]:
                     highs = [s[4] if s[4] is not None else s[2] for s in series]
                     ax.fill_between(xs, lows, highs, step="post", alpha=0.2, color=line[0].get_color())
             if mine[0].first.normalised_as == "gap":
-                ax.axhline(0, color="grey", linestyle="--", linewidth=1)
-                ax.axhline(100, color="green", linestyle="--", linewidth=1)
-            if attribute == "step":
-                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+                ax.axhline(0, color="grey", linestyle="--", linewidth=1, label="baseline (0)")
+                ax.axhline(100, color="green", linestyle="--", linewidth=1, label="reference (100)")
+            # at most five ticks, each as short as its value allows: labels that never run into each other
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=attribute == "step"))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
             ax.set_xlabel(label)
             ax.set_ylabel("best so far (counted normalised)")
             ax.set_title(plots.panel_title(task, show_scale))

@@ -82,11 +82,15 @@ def score_by_task(stats: Sequence[GroupStats], path: Path) -> Path:
         heights = [s.score_mean if s.score_mean is not None else 0.0 for s in group]
         errors = [s.score_sem or 0.0 for s in group]
         bars = ax.bar(range(len(group)), heights, yerr=errors, capsize=4, color="#4c72b0")
-        for bar, s in zip(bars, group, strict=True):
+        for bar, s, error in zip(bars, group, errors, strict=True):
             text = f"n={s.valid}/{s.attempts}" if s.score_mean is not None else "no valid run"
-            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
-                        fontsize=8, xytext=(0, 2), textcoords="offset points")  # fmt: skip
+            # above the error bar, not across it
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height() + error), ha="center",
+                        va="bottom", fontsize=8, xytext=(0, 3), textcoords="offset points")  # fmt: skip
         anchors(ax, group)
+        top = max([h + e for h, e in zip(heights, errors, strict=True)] + [s.reference_score or 0.0 for s in group])
+        if top > 0:
+            ax.set_ylim(top=top * 1.3)  # room for the legend above the bars and the reference line
         ax.set_xticks(range(len(group)), names, rotation=20, ha="right")
         ax.set_ylabel("score (valid submissions, mean ± SEM)")
         ax.set_title(panel_title(key, show_scale))
