@@ -40,9 +40,9 @@ class RunBuilder:
     """A run folder as the harness writes one: a recorder's record, the sink's trajectory and traces,
     a workspace whose steps are snapshotted, and at the end its patch, its notes and its tags."""
 
-    def __init__(self, tmp_path: Path, network: bool = False, read_only: tuple[str, ...] = ()):
-        self.dir = tmp_path / "run"
-        self.work = tmp_path / "workspace"
+    def __init__(self, tmp_path: Path, network: bool = False, read_only: tuple[str, ...] = (), name: str = "run"):
+        self.dir = tmp_path / name
+        self.work = tmp_path / f"{name}-workspace"
         self.work.mkdir()
         self.dir.mkdir()
         (self.work / "train.py").write_text("print('training')\n")
@@ -313,6 +313,24 @@ def test_the_review_command_writes_review_json_and_the_record(tmp_path):
     assert state["tags"][Tag.REVIEW] == TAMPERING and state["tags"][Tag.REVIEW_FINDINGS] == "1"
     assert ("review.json", None, False) in [tuple(a) for a in state["artifacts"]]
     assert run_module("mlrb.review", str(folder), "--fail-on", "suspicious", cwd=tmp_path).returncode == 1
+
+
+@pytest.mark.fast
+def test_the_review_command_reviews_each_run_of_a_sweep(tmp_path):
+    from mlrb.core.tags import SWEEP_ROLE
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    parent = record.RecordedRun(NoStore(), sweep, "exp", "exp/sweep", {Tag.ROLE: SWEEP_ROLE}, record.new_run_id())
+    parent.finish("FINISHED")
+    RunBuilder(sweep, name="0").tool("python train.py").end()
+    RunBuilder(sweep, name="1").tool("pip install mlrb").end()
+    result = run_module("mlrb.review", str(sweep), "--no-store", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [line.split(",")[0] for line in result.stdout.splitlines()] == ["exp/llm/smoke/0: clean",
+                                                                           "exp/llm/smoke/0: tampering"]  # fmt: skip
+    assert json.loads((sweep / "1" / review.FILE).read_text())["findings"][0]["rule"] == "harness_import"
+    assert Tag.REVIEW not in record.fold(record.read(sweep / "1"))["tags"]  # --no-store: review.json alone
 
 
 @pytest.mark.fast
