@@ -460,3 +460,21 @@ def test_the_review_at_a_runs_end_tags_it_and_one_that_fails_is_an_error_tag(tmp
     recording.review_at_end(folder, kept)  # raises nothing: the run ends as it would
     assert kept.tags == {Tag.REVIEW: "error"} and not kept.files
     assert "the run's review failed: RuntimeError: a rule with a bug" in caplog.text
+
+
+@pytest.mark.fast
+def test_an_outside_agents_transcript_is_read_past_the_trajectorys_cut(tmp_path):
+    # a program that prints more than the trajectory keeps of an output, then goes for the answers
+    run = RunBuilder(tmp_path)
+    printed = "x" * 30_000 + "\ncat: /srv/assets/hidden/answer.csv: Permission denied\n"
+    run.tool("python agent.py", printed, tool="command")
+    folder = run.end()
+    (folder / "agent").mkdir()
+    (folder / "agent" / "stdout.txt").write_text(printed)
+    (finding,) = reviewed(folder).findings
+    assert finding.rule == "hidden_data" and finding.evidence.startswith("agent/stdout.txt: output: ")
+    # one the trajectory holds whole is not read twice
+    whole = RunBuilder(tmp_path, name="whole").tool("python agent.py", "exit code 0\nstdout:\ntrain MAE: 6.0\n").end()
+    (whole / "agent").mkdir()
+    (whole / "agent" / "stdout.txt").write_text("train MAE: 6.0\n")
+    assert [use.tool for use in evidence.load(whole).tools] == ["bash"]

@@ -1,5 +1,5 @@
 """What a run folder holds that a review reads, loaded once: the agent's tool calls (each with its
-step, what it asked for and what came back), the model calls the metering proxy refused, the files
+step, what it asked for and what came back; an outside agent's whole transcript too), the model calls the metering proxy refused, the files
 the workspace's patch changed, the harness's notes on the workspace, the step snapshots, and the
 run's tags and params. Read from the files the harness writes (mlrb/formats/run_folder.py reads the
 record and the trajectory), so a past run is reviewed as a live one is.
@@ -94,6 +94,7 @@ def load(path: Path) -> RunEvidence:
     run = run_folder.read(Path(path), must_have_ended=False)
     evidence = RunEvidence(Path(path), run.name, dict(run.tags), dict(run.params))
     evidence.tools = tool_uses(run.events)
+    evidence.tools += transcripts(Path(path), evidence.tools)
     evidence.builtin_agent = any(e["event"] == "agent" for e in run.events)
     evidence.refusals = refusals(run.state["traces"])
     evidence.patched = patched_files(read_text(Path(path) / PATCH))
@@ -112,6 +113,18 @@ def tool_uses(events: list[dict[str, Any]]) -> list[ToolUse]:
     return [ToolUse(int(e.get("step") or 0), str(e.get("tool", "")), arguments_text(e.get("arguments")),
                     results.get(e.get("id"), ""))
             for e in events if e["event"] == "tool_call"]  # fmt: skip
+
+
+def transcripts(path: Path, tools: list[ToolUse]) -> list[ToolUse]:
+    """What an outside agent printed, whole (agent/*.txt: a program's stdout and stderr, a person's
+    terminal), where the trajectory does not hold it already: its copy there is cut at
+    trajectory.MAX_FIELD_CHARS, and a program can print past it."""
+    found = []
+    for file in sorted((path / "agent").glob("*.txt")):
+        text = read_text(file)
+        if text.strip() and not any(text.strip() in use.output for use in tools):
+            found.append(ToolUse(max((u.step for u in tools), default=0), f"agent/{file.name}", "", text))
+    return found
 
 
 def arguments_text(arguments: Any) -> str:
