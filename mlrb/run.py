@@ -152,10 +152,29 @@ def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
                 raise RunFailed(f"recording the run's end failed: {type(e).__name__}: {e} (its record is whole: "
                                 f"`python -m mlrb.sync {run_dir}` uploads it)", recorder.shown_id,
                                 console.log_file()) from e  # fmt: skip
+            if recorder.store_error and tracking.store_disk_was_full(recorder.store_error):
+                catch_up_store(recorder, run_dir)
         result = dataclasses.replace(result, store_error=recorder.store_error, run_id=recorder.shown_id)
     if result.status == Status.KILLED:
         raise RunInterrupted(result, guard.received[0])
     return result
+
+
+def catch_up_store(recorder: record.RecordedRun, run_dir: Path) -> None:
+    """Give the store what it missed of the run, at the run's end: a store found away only because
+    its disk was full (the agent filled the disk they share) has room again once the harness has
+    stopped the agent and removed what it wrote past its limit. What `python -m mlrb.sync` would
+    upload later, uploaded now; a store that still cannot take it leaves the run saying so."""
+    from mlrb import sync
+
+    try:
+        client, artifact_root = tracking.client_for(sync.recorded_store(run_dir))
+        done = sync.sync_run(client, artifact_root, run_dir)
+    except Exception as e:
+        log.warning("the tracking store, whose disk was full, still cannot take the run: %s", tracking.first_line(e))
+        return
+    log.info("the tracking store, whose disk was full, has the run now: %s", done)
+    recorder.store_error = None
 
 
 def preflight(plan: plans.RunPlan, recording: recording_process.RecordingProcess, clock: timeline.StageClock) -> None:

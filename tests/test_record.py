@@ -13,7 +13,7 @@ import pytest
 
 from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, assert_record_matches_store, mlflow_client, run_cli
 from mlrb.core.config import TrackingConfig
-from mlrb.store import record, recording_process
+from mlrb.store import record, recording_process, tracking
 
 
 @pytest.mark.fast
@@ -285,3 +285,41 @@ def test_a_line_is_written_whole_or_not_at_all_and_a_cut_last_line_is_skipped_th
     disk.mend(path)  # before the next attempt appends
     disk.append_whole(path, record.line_of("tags", tags={"b": "2"}).encode())
     assert [line["kind"] for line in record.read(tmp_path)] == ["params", "tags"]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("away, caught_up", [
+    ("RecordingError: OSError: [Errno 28] No space left on device: 'mlruns/artifacts'", True),
+    ("RecordingError: OperationalError: (sqlite3.OperationalError) database or disk is full", True),
+    ("RecordingError: ConnectionError: Max retries exceeded (Connection refused)", False),
+], ids=["no-space", "sqlite-full", "server-away"])  # fmt: skip
+def test_a_store_away_only_for_a_full_disk_gets_the_run_at_its_end(tmp_path, away, caught_up):
+    """A run whose store was found away mid-run because its disk was full (the agent filled the disk they
+    share) is given the rest of its record at its end, once the harness has made room: the store holds it
+    FINISHED with its last tags, and the run no longer says it is not yet in the store. A store away for
+    any other reason is left to `python -m mlrb.sync`, as before."""
+    from mlflow.tracking import MlflowClient
+
+    from mlrb.run import catch_up_store
+
+    run_dir = tmp_path / "outputs" / "runs" / "run-0"
+    run_dir.mkdir(parents=True)
+    store = recording_process.start().store_run(TrackingConfig(dir=str(tmp_path / "mlruns")))
+    recorder = record.RecordedRun(store, run_dir, "llm_merging", "llm_merging/command/smoke/0",
+                                  {"mlrb.task": "llm_merging"}, record.new_run_id())  # fmt: skip
+    recorder.log_params({"seed": "0"})
+    recorder.store_run.flush()
+    recorder.store_error = away  # as store_failures notes a failed export; what follows is in the record only
+    recorder.set_tags({"mlrb.status": "budget_exhausted", "mlrb.stop_reason": "disk"})
+    recorder.log_metrics({"score": 0.5})
+    recorder.finish("FINISHED")
+    if tracking.store_disk_was_full(recorder.store_error):
+        catch_up_store(recorder, run_dir)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert (recorder.store_error is None) == caught_up
+    if caught_up:
+        assert run.info.status == "FINISHED" and run.data.tags["mlrb.stop_reason"] == "disk"
+        assert run.data.metrics["score"] == 0.5 and run.data.params["seed"] == "0"
+    else:
+        assert run.info.status == "RUNNING" and "mlrb.stop_reason" not in run.data.tags

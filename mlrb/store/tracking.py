@@ -637,11 +637,13 @@ def older_run(client: Any, run_id: str) -> list[Any]:
 # What a store call's error says when the store could not be reached at all (an MLflow server
 # or a database away past tracking.retry_for_s), as against a call the store refused. The
 # network's own words first: `unreachable_sign` names the first found.
+# A store whose disk is full cannot take the run now: as if away, and given the record at the run's end
+# once the harness has made room (mlrb/run.py's `catch_up_store`), else synced later.
+DISK_FULL_SIGNS = ("No space left on device", "Disk quota exceeded", "database or disk is full")
 UNREACHABLE_SIGNS = ("Connection refused", "timed out", "Name or service not known", "No route to host",
                      "Failed to establish a new connection", "could not connect to server", "Max retries exceeded",
                      "failed with exception", "failed with error code 50", "OperationalError",
-                     # a store whose disk is full cannot take the run now: as if away, synced later
-                     "No space left on device", "Disk quota exceeded", "database or disk is full")  # fmt: skip
+                     *DISK_FULL_SIGNS)  # fmt: skip
 
 
 def unreachable_sign(error: BaseException) -> str | None:
@@ -653,6 +655,11 @@ def unreachable_sign(error: BaseException) -> str | None:
 
 def store_unreachable(error: BaseException) -> bool:
     return unreachable_sign(error) is not None
+
+
+def store_disk_was_full(store_error: str) -> bool:
+    """Whether a store found away (RecordedRun.store_error) was away only because its disk was full."""
+    return any(sign in store_error for sign in DISK_FULL_SIGNS)
 
 
 def opening_tags(tags: dict[str, Any], attempt: int) -> dict[str, str]:
