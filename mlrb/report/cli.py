@@ -145,7 +145,7 @@ def read(args: argparse.Namespace, filters: Filters) -> tuple[Any, Selection, st
 
 
 def build(args: argparse.Namespace) -> int:
-    from mlrb.report import aggregate, costs, curves, failures, paired, render, trajectories
+    from mlrb.report import aggregate, costs, curves, failures, flagged, paired, render, trajectories
 
     filters = filters_of(args)
     client, selection, shown_uri = read(args, filters)
@@ -170,6 +170,7 @@ def build(args: argparse.Namespace) -> int:
         plots.update(curves.draw(curve_groups, out / "anytime.png"))
         plots.update(costs.draw(stats, out, args.cost))
     activities = trajectories.read_all(client, rows)  # each run's trajectory, read once
+    findings = flagged.read_findings(client, rows)  # the flagged runs' review.json
     report = render.Report(
         title=f"mlrb report: sweep {sweep_id}" if sweep_id else "mlrb report",
         context=(f"Store {shown_uri}; experiments: {', '.join(sorted({r.experiment for r in rows}))}; "
@@ -179,10 +180,16 @@ def build(args: argparse.Namespace) -> int:
         comparisons=paired.report_sections(rows), anytime=curves.report_sections(curve_groups, uncounted),
         costs=costs.report_sections(stats, args.cost), failures=failures.report_sections(stats, rows, activities),
         csvs=costs.csv_files(stats, args.cost) + failures.csv_files(stats, rows, activities),
+        as_failures=flagged.as_failures_sections(rows), flagged=flagged.report_sections(rows, findings, shown_uri),
     )  # fmt: skip
     files = report.write(out, with_html=args.html) + curves.write_csvs(curve_groups, out)
 
     print(render.results_table(stats).markdown())
+    for heading, _, table in report.as_failures:  # the headline both ways, where runs were flagged
+        print(f"\n{heading}:\n{table.markdown()}")
+    said = [f"{flagged.counts(rows)} (summary.md's Flagged runs lists them)"] if flagged.flagged(rows) else []
+    for line in said + flagged.review_notes(rows):
+        print(f"\n{line}")
     print(f"\n{len(rows)} runs in {len(stats)} groups; files in {out}/: {', '.join(f.name for f in files)}")
     parent = selection.sweep_parents.get(sweep_id) if sweep_id else None
     if parent is not None and not args.no_log:

@@ -321,10 +321,16 @@ class Report:
     failures: list[tuple] = field(default_factory=list)
     # (file name, fields, records) of the CSV files those sections write beside the others
     csvs: list[tuple] = field(default_factory=list)
+    # (heading, intro, table) of the results with flagged runs counted as failures, and of "Flagged runs"
+    # (report/flagged.py): the review's verdicts, right after the results they change
+    as_failures: list[tuple] = field(default_factory=list)
+    flagged: list[tuple] = field(default_factory=list)
 
     def sections(self) -> list[tuple]:
         """(heading, intro, table or None) in reading order."""
         sections: list[tuple] = [("Results", HOW_TO_READ, results_table(self.stats))]
+        sections += self.as_failures
+        sections += self.flagged
         unenforced = unenforced_table(self.stats)
         if unenforced is not None:
             sections.append((f"{UNENFORCED_MARK} Rules not enforced", UNENFORCED_INTRO, unenforced))

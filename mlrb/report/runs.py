@@ -118,6 +118,18 @@ class RunRow:
     own_id: str = ""
     # A run at a plumbing scale (tag mlrb.plumbing): it measures nothing, so no mean includes it.
     plumbing: bool = False
+    # Its review's verdict (tag mlrb.review: clean, suspicious, tampering, or error when the review
+    # failed) and its findings (mlrb.review_findings); None: recorded before runs were reviewed.
+    review: str | None = None
+    review_findings: int | None = None
+    # Its task's direction (param task.higher_is_better): what a failure counts as is worked out
+    # again from it and the anchors (report/flagged.py).
+    higher_is_better: bool = True
+    # The MLflow experiment's id, for the run's address in the UI.
+    experiment_id: str = ""
+    # Why a comparison leaves it out whatever it scored ("": it is not): a flagged run under
+    # `mlrb.compare --flagged exclude` (report/flagged.py).
+    left_out: str = ""
 
     @property
     def is_attempt(self) -> bool:
@@ -250,7 +262,18 @@ def to_row(run: Any, experiment: str, parent_status: str | None, now_s: float) -
         run_dir=tags.get(Tag.RUN_DIR, ""),
         own_id=tags.get(Tag.RUN_ID, ""),
         plumbing=tags.get(Tag.PLUMBING) == "true",
+        review=tags.get(Tag.REVIEW),
+        review_findings=findings_count(tags.get(Tag.REVIEW_FINDINGS)),
+        higher_is_better=params.get("task.higher_is_better", "True") != "False",
+        experiment_id=run.info.experiment_id,
     )
+
+
+def findings_count(tag: str | None) -> int | None:
+    try:
+        return None if tag is None else int(tag)
+    except ValueError:
+        return None
 
 
 def rule_ids(tag: str | None) -> tuple[str, ...] | None:

@@ -120,6 +120,12 @@ def read_file(path: Path) -> RunActivity:
 
 def local_trajectory(row: RunRow) -> Path | None:
     """The run's own trajectory in its run folder, when that folder is here and is this run's."""
+    return local_file(row, ARTIFACT)
+
+
+def local_file(row: RunRow, name: str) -> Path | None:
+    """The file NAME of the run's folder, when that folder is here and is this run's (its record
+    opens with the run's id: a folder of the same name may hold a later run)."""
     if not row.run_dir:
         return None
     folder = Path(row.run_dir)
@@ -128,7 +134,7 @@ def local_trajectory(row: RunRow) -> Path | None:
             opened = json.loads(f.readline())
     except (OSError, ValueError):
         return None
-    path = folder / ARTIFACT
+    path = folder / name
     ours = opened.get("run_id") in (row.own_id or row.run_id, row.run_id) if isinstance(opened, dict) else False
     return path if ours and path.is_file() else None
 
