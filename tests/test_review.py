@@ -6,6 +6,7 @@ clean; `python -m mlrb.review` reviews past runs again and tags them in their st
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -83,8 +84,10 @@ class RunBuilder:
         self.sink.emit(events.RunEnded({"status": "ok"}, {}))
         self.sink.close()
         self.snapshots.take(self.step, self.work, self.before)  # the final snapshot
+        self.recorder.log_file(self.dir / "trajectory.jsonl")
         notes = workspace.Notes("the patch")
         self.recorder.log_text(workspace.diff(self.before, self.work, notes), "workspace.patch")
+        self.recorder.log_folder(self.snapshots.root, "snapshots")
         submission_notes = workspace.Notes("the submission")
         workspace.collect(self.work, submission, self.dir / "submission", submission_notes)
         lines = notes.lines() + submission_notes.lines()
@@ -313,6 +316,48 @@ def test_the_review_command_writes_review_json_and_the_record(tmp_path):
     assert state["tags"][Tag.REVIEW] == TAMPERING and state["tags"][Tag.REVIEW_FINDINGS] == "1"
     assert ("review.json", None, False) in [tuple(a) for a in state["artifacts"]]
     assert run_module("mlrb.review", str(folder), "--fail-on", "suspicious", cwd=tmp_path).returncode == 1
+
+
+@pytest.mark.fast
+def test_a_run_whose_folder_is_gone_is_reviewed_from_its_store(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from mlrb import sync
+
+    run = RunBuilder(tmp_path)
+    run.recorder.set_tags({Tag.TASK: "llm_merging", Tag.AGENT: "llm", Tag.BUDGET: "smoke", Tag.SEED: "0"})
+    run.tool("cat /srv/hidden/answers.csv")
+    run.refused("claude-opus-9", "model not allowed: 'claude-opus-9'")  # read back from the store's traces
+    folder = run.end()
+    from_folder = reviewed(folder)
+    sync.main([str(folder), "--tracking-dir", str(tmp_path / "mlruns")])  # the store a user keeps
+    for name in (folder, run.work):  # the cluster's scratch cleaned
+        shutil.rmtree(name)
+    result = run_module(
+        "mlrb.review", "--store", "--tracking-dir", str(tmp_path / "mlruns"), "--task", "llm_merging", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    assert line.startswith("exp/llm/smoke/0: tampering, 2 findings; hidden_data (step 1): bash: cat /srv/hidden/")
+    assert "tagged in its store" in line
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    (stored,) = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
+    assert (stored.data.tags[Tag.REVIEW], stored.data.tags[Tag.REVIEW_FINDINGS]) == (TAMPERING, "2")
+    written = json.loads(Path(client.download_artifacts(stored.info.run_id, review.FILE, str(tmp_path))).read_text())
+    assert [(f["rule"], f["step"], f["evidence"]) for f in written["findings"]] == [
+        (f.rule, f.step, f.evidence) for f in from_folder.findings
+    ]  # the same findings as from its folder: the refused model's included
+    assert {f["rule"] for f in written["findings"]} == {"hidden_data", "model_not_allowed"}
+    store = ("--store", "--tracking-dir", str(tmp_path / "mlruns"))
+    assert run_module("mlrb.review", *store, "--fail-on", "tampering", cwd=tmp_path).returncode == 1
+    nothing = run_module("mlrb.review", *store, "--task", "baby_lm", cwd=tmp_path)
+    assert nothing.returncode == 2 and nothing.stderr.startswith(
+        "mlrb.review: error: no ended runs match (filters: task"
+    )
+    both = run_module("mlrb.review", "--store", str(tmp_path), cwd=tmp_path)
+    assert both.returncode == 2 and "(not both)" in both.stderr
+    filter_only = run_module("mlrb.review", str(tmp_path), "--sweep", "abc", cwd=tmp_path)
+    assert filter_only.returncode == 2 and "--sweep chooses the store's runs: add --store" in filter_only.stderr
 
 
 @pytest.mark.fast

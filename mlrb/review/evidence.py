@@ -92,11 +92,24 @@ class RunEvidence:
 def load(path: Path) -> RunEvidence:
     """The run in folder PATH; run_folder.NotARun when it holds none."""
     run = run_folder.read(Path(path), must_have_ended=False)
-    evidence = RunEvidence(Path(path), run.name, dict(run.tags), dict(run.params))
-    evidence.tools = tool_uses(run.events)
+    return assemble(Path(path), run.name, dict(run.tags), dict(run.params), run.events, run.state["traces"])
+
+
+def assemble(
+    path: Path,
+    name: str,
+    tags: dict[str, str],
+    params: dict[str, str],
+    events: list[dict[str, Any]],
+    traces: list[dict[str, Any]],
+) -> RunEvidence:
+    """The evidence of a run whose files are laid out in PATH as in its run folder (the trajectory,
+    the patch and notes, agent/, snapshots/), with its tags, params, trajectory events and traces."""
+    evidence = RunEvidence(Path(path), name, tags, params)
+    evidence.tools = tool_uses(events)
     evidence.tools += transcripts(Path(path), evidence.tools)
-    evidence.builtin_agent = any(e["event"] == "agent" for e in run.events)
-    evidence.refusals = refusals(run.state["traces"])
+    evidence.builtin_agent = any(e["event"] == "agent" for e in events)
+    evidence.refusals = refusals(traces)
     evidence.patched = patched_files(read_text(Path(path) / PATCH))
     evidence.notes = [line for line in read_text(Path(path) / NOTES).splitlines() if line.strip()]
     evidence.steps = step_lines(Path(path) / "snapshots" / snapshots.STEPS)
