@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from mlrb.report.cli import NoStore, ReportError, add_run_arguments, filters_of, read
+from mlrb.report.flagged import AS_FAILURE, COUNTED, EXCLUDE, INCLUDE, TREATMENTS
 from mlrb.report.paired import METHOD, RESAMPLES, SCORE, CompareError
 
 # The tiny tasks' anchors at several seeds, as benchmarks/calibration.py measured them (benchmarks/
@@ -43,6 +44,11 @@ def parser() -> argparse.ArgumentParser:
                             "(the output is the same for the same runs and seed); default: 0")  # fmt: skip
     statistics.add_argument("--resamples", type=int, default=RESAMPLES,
                             help=f"bootstrap resamples; default: {RESAMPLES}")  # fmt: skip
+    statistics.add_argument("--flagged", default=None, metavar="|".join(TREATMENTS),
+                            help="how to count the runs their review flagged (suspicious or tampering): as they "
+                            "scored (include), as failed attempts, doing nothing (as-failure), or not at all, "
+                            "with the runs they pair with (exclude); default: each comparison both as they scored "
+                            "and as failures, and a line that says whether the answer changes")  # fmt: skip
     plan = p.add_argument_group("planning seeds")
     plan.add_argument("--plan", action="store_true", help="say how many seeds per task a comparison needs")
     plan.add_argument("--effect", type=float, default=None, metavar="POINTS",
@@ -117,7 +123,7 @@ def plan_without_sides(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlrb.report.paired import Plan, compare, noise_of_comparison, rank, resolve, stratum_labeller
+    from mlrb.report.paired import Plan, answer_for, change_line, noise_of_comparison, resolve, stratum_labeller
 
     check(args)
     if args.plan and not args.sides:
@@ -135,33 +141,78 @@ def run(args: argparse.Namespace) -> int:
                            "compare runs at a calibrated scale (task.scale=tiny or full), or leave these out "
                            "with --scale")  # fmt: skip
     label = stratum_labeller(chosen)
+    treatments = treatments_of(args.flagged, chosen)
+    answers = [answer_for(sides, label, t, args.resamples, args.seed) for t in treatments]
     if len(sides) > 2:
-        ranking = rank(sides, label, args.resamples, args.seed)
-        if all(c.diff is None for c in ranking.comparisons):
+        if all(c.diff is None for answer in answers for c in answer.comparisons):
             raise CompareError(f"no two of {', '.join(sides)} share a task and seed where both have a counted run")
         print(f"{', '.join(sides)}, every pair compared by task and seed: {SCORE}.\n")
-        for c in ranking.comparisons:
-            show(c)
-        print(ranking.table().markdown())
-        print(f"\n{METHOD} With more than two sides, p is Holm-adjusted for the {len(ranking.comparisons)} "
+        print(review_line(chosen, args.flagged, len(treatments)))
+        for answer in answers:
+            ranking = answer.ranking
+            assert ranking is not None  # (more than two sides are ranked)
+            print(treatment_heading(answer.treatment, len(treatments)), end="")
+            for c in ranking.comparisons:
+                show(c)
+            print(ranking.table().markdown() + "\n")
+            if len(treatments) > 1:
+                print(f"Verdict, flagged runs {COUNTED[answer.treatment]}: {ranking.groups_line()}\n")
+        print(f"{METHOD} With more than two sides, p is Holm-adjusted for the {len(answers[0].comparisons)} "
               "comparisons before the verdict.\n")  # fmt: skip
         show_costs(sides)
-        print(ranking.groups_line())
+        print(change_line(*answers) if len(answers) > 1 else answers[0].verdict())
         return 0
-    (a, rows_a), (b, rows_b) = sides.items()
-    comparison = compare(a, rows_a, b, rows_b, label, args.resamples, args.seed)
-    if not comparison.tasks:
+    (a, _), (b, _) = sides.items()
+    if not any(answer.comparisons[0].tasks for answer in answers):
+        comparison = answers[0].comparisons[0]
         raise CompareError(f"{comparison.verdict()} ({len(comparison.unpaired)} unpaired: "
                            f"{comparison.unpaired[0] if comparison.unpaired else 'no runs'})")  # fmt: skip
     print(f"{a} vs {b}, paired by task and seed: {SCORE}.\n")
-    show(comparison)
+    print(review_line(chosen, args.flagged, len(treatments)))
+    for answer in answers:
+        print(treatment_heading(answer.treatment, len(treatments)), end="")
+        show(answer.comparisons[0])
+        if len(treatments) > 1:
+            print(f"Verdict, flagged runs {COUNTED[answer.treatment]}: {answer.verdict()}\n")
     show_costs(sides)
     print(f"{METHOD}\n")
-    print(comparison.verdict())
+    print(change_line(*answers) if len(answers) > 1 else answers[0].verdict())
     if args.plan:
+        comparison = answers[0].comparisons[0]
         print()
         print("\n".join(Plan(args.effect, noise_of_comparison(comparison, chosen, label), args.power).lines()))
     return 0
+
+
+def treatments_of(chosen_value: str | None, rows: list) -> list[str]:
+    """The ways to count flagged runs: the one --flagged names; else, where a run is flagged, as they
+    scored and as failures; else as they scored (there is nothing to count otherwise)."""
+    from mlrb.report.flagged import flagged
+
+    if chosen_value:
+        return [chosen_value]
+    return [INCLUDE, AS_FAILURE] if flagged(rows) else [INCLUDE]
+
+
+def review_line(rows: list, chosen_value: str | None, ways: int) -> str:
+    """What the runs' reviews flagged and how this comparison counts them; the runs not reviewed."""
+    from mlrb.report.flagged import counts, review_notes
+
+    notes = "".join(f" {note}" for note in review_notes(rows))
+    found = counts(rows)
+    if not found:
+        return f"Review: no run compared was flagged.{notes}\n"
+    if ways > 1:
+        how = "each comparison is given with them counted as they scored, then as failures (--flagged picks one)"
+    elif chosen_value == EXCLUDE:
+        how = "left out (--flagged exclude), and so are the runs they pair with: the unpaired runs say which"
+    else:
+        how = f"{COUNTED[chosen_value or INCLUDE]} (--flagged {chosen_value or INCLUDE})"
+    return f"Review: {found} (python -m mlrb.report lists them); {how}.{notes}\n"
+
+
+def treatment_heading(treatment: str, ways: int) -> str:
+    return f"Flagged runs {COUNTED[treatment]} (--flagged {treatment}):\n\n" if ways > 1 else ""
 
 
 def show(comparison) -> None:
@@ -192,6 +243,10 @@ def show_costs(sides) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    if args.flagged is not None and args.flagged not in TREATMENTS:  # a usage error, as argparse's: status 2
+        print(f"mlrb.compare: error: unknown --flagged value '{args.flagged}'; valid values: {', '.join(TREATMENTS)}",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
     try:
         sys.exit(run(args))
     except (ReportError, CompareError) as e:

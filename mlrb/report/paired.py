@@ -30,6 +30,7 @@ from itertools import combinations
 
 from mlrb.analysis import stats
 from mlrb.core.tags import Metric
+from mlrb.report import flagged
 from mlrb.report.aggregate import mean, present
 from mlrb.report.render import KIND_LABELS, Table, dollars
 from mlrb.report.runs import COST_NAMES, COSTS, RunRow
@@ -106,8 +107,9 @@ def by_stratum_and_seed(rows: Sequence[RunRow]) -> dict[tuple[str, str], dict[st
 
 
 def counted_value(row: RunRow) -> float | None:
+    """Its counted normalised score; None for a run a comparison leaves out (RunRow.left_out)."""
     value = row.counted_normalised
-    return None if value is None or math.isnan(value) else value
+    return None if value is None or math.isnan(value) or row.left_out else value
 
 
 # ---- two sides -----------------------------------------------------------------------------
@@ -271,6 +273,9 @@ def only_counted(side: str, runs: list[RunRow], label: str, seed: str) -> tuple[
         return counted[0], ""
     if not runs:
         return None, "no run"
+    left = next((r for r in runs if r.left_out), None)
+    if left is not None:
+        return None, left.left_out
     attempt = next((r for r in runs if r.is_attempt), None)
     if attempt is not None:
         return None, "no counted score (its task has no do-nothing anchor, or it was recorded before runs recorded one)"
@@ -332,6 +337,73 @@ def condition_notes(a: str, b: str, tasks: Sequence[TaskResult]) -> list[str]:
         if values_a != values_b:
             notes.append(f"the pairs differ in {attr}: {a} {', '.join(values_a)}; {b} {', '.join(values_b)}")
     return notes
+
+
+# ---- the answer, and whether flagged runs change it -------------------------------------------
+
+
+def gist(c: Comparison, p: float | None) -> tuple[int, int]:
+    """What the answer is: (significant: +1 A, -1 B, 0 cannot tell; ahead: +1 A, -1 B, 0 level), at P."""
+    diff = c.diff or 0.0
+    return significant(c.diff, c.interval, p), (diff > 0) - (diff < 0)
+
+
+def answer(c: Comparison, p: float | None) -> str:
+    """The answer in a few words, at P (the comparison's own, or Holm-adjusted): who beats whom, else
+    who is ahead."""
+    if not c.tasks:
+        return "no pairs"
+    beats, ahead = gist(c, p)
+    if beats:
+        return f"{c.a} beats {c.b}" if beats > 0 else f"{c.b} beats {c.a}"
+    return (
+        f"cannot tell ({c.a} ahead)"
+        if ahead > 0
+        else f"cannot tell ({c.b} ahead)"
+        if ahead < 0
+        else "cannot tell (level)"
+    )
+
+
+def change_line(scored: Answer, failed: Answer) -> str:
+    """One line: whether an answer (who is ahead, and whether significantly) changes when flagged runs
+    count as failures rather than as they scored; each pair of sides, at its Holm-adjusted p when ranked."""
+    changed = []
+    for one, other in zip(scored.comparisons, failed.comparisons, strict=True):
+        p_one, p_other = scored.p_of(one), failed.p_of(other)
+        if gist(one, p_one) != gist(other, p_other):
+            pair = f"{one.a} vs {one.b}, " if len(scored.comparisons) > 1 else ""
+            changed.append(f"{pair}{answer(one, p_one)} counted as they scored, {answer(other, p_other)} as failures")
+    if not changed:
+        return "The answer is the same when flagged runs count as failures."
+    return "The answer changes when flagged runs count as failures: " + "; ".join(changed) + "."
+
+
+@dataclass
+class Answer:
+    """The sides compared with their flagged runs counted one way (report/flagged.py's TREATMENTS)."""
+
+    treatment: str
+    comparisons: list[Comparison]  # one for two sides, every pair for more
+    ranking: Ranking | None = None  # more than two sides
+
+    def p_of(self, c: Comparison) -> float | None:
+        """The p its verdict reads: Holm-adjusted when more than two sides are ranked."""
+        return self.ranking.adjusted.get((c.a, c.b)) if self.ranking else c.p
+
+    def verdict(self) -> str:
+        return self.ranking.groups_line() if self.ranking else self.comparisons[0].verdict()
+
+
+def answer_for(sides: dict[str, list[RunRow]], label: Callable[[tuple[str, str]], str], treatment: str,
+               resamples: int = RESAMPLES, seed: int = 0) -> Answer:  # fmt: skip
+    """SIDES compared, their flagged runs counted as TREATMENT says."""
+    treated = {name: flagged.treat(rows, treatment) for name, rows in sides.items()}
+    if len(treated) == 2:
+        (a, rows_a), (b, rows_b) = treated.items()
+        return Answer(treatment, [compare(a, rows_a, b, rows_b, label, resamples, seed)])
+    ranking = rank(treated, label, resamples, seed)
+    return Answer(treatment, ranking.comparisons, ranking)
 
 
 # ---- more than two sides -------------------------------------------------------------------
@@ -432,18 +504,23 @@ def report_sections(rows: Sequence[RunRow], resamples: int = RESAMPLES,
         names = " ".join(sides)
         command = f"python -m mlrb.compare {names}" + (f" --budget {budget}" if len(budgets) > 1 else "")
         label = stratum_labeller(chosen)
+        treatments = [flagged.INCLUDE] + ([flagged.AS_FAILURE] if flagged.flagged(chosen) else [])
         try:
-            if len(sides) == 2:
-                (a, rows_a), (b, rows_b) = sides.items()
-                comparison = compare(a, rows_a, b, rows_b, label, resamples, seed)
-                said, table = comparison.verdict(), comparison.table() if comparison.tasks else None
-            else:
-                ranking = rank(sides, label, resamples, seed)
-                said, table = ranking.groups_line() + " (p Holm-adjusted)", ranking.table()
+            answers = [answer_for(sides, label, t, resamples, seed) for t in treatments]
         except CompareError as e:
             sections.append((heading, f"Not compared: {e}.", None))
             continue
-        intro = f"{PAIRING} Verdict: {said}. `{command}` lists the runs left out. {METHOD}"
+        first = answers[0]
+        table: Table | None
+        if first.ranking is not None:
+            said, table = first.verdict() + " (p Holm-adjusted)", first.ranking.table()
+        else:
+            said, table = first.verdict(), first.comparisons[0].table() if first.comparisons[0].tasks else None
+        intro = f"{PAIRING} Verdict: {said}."
+        if len(answers) > 1:  # flagged runs: the verdict with them counted as failures, and whether it changes
+            intro += (f" With flagged runs counted as failures ({flagged.counts(chosen)}): {answers[1].verdict()}. "
+                      f"{change_line(first, answers[1])}")  # fmt: skip
+        intro += f" `{command}` lists the runs left out. {METHOD}"
         sections.append((heading, intro, table))
         costs = cost_table(sides)
         if costs is not None:  # some run priced its compute: what each side cost beside what it scored
