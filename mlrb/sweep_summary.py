@@ -18,8 +18,11 @@ from typing import Any
 
 from mlrb.core.messages import duration
 from mlrb.core.tags import Metric
-from mlrb.report import aggregate, render
+from mlrb.report import aggregate, flagged, render
 from mlrb.report.runs import Filters, RunRow, load
+
+
+FLAGGED_RUNS = "flagged_runs"  # the parent's metric: its runs that their review flagged (suspicious or tampering)
 
 
 @dataclass
@@ -47,6 +50,13 @@ def runs_table(rows: Sequence[RunRow]) -> str:
         for r in sorted(rows, key=lambda r: r.name)
     ]  # fmt: skip
     return text_table(headers, body)
+
+
+def review_lines(rows: Sequence[RunRow], sweep_id: str) -> list[str]:
+    """What the runs' reviews flagged, and the runs not reviewed or whose review failed ([]: every run clean)."""
+    found = flagged.counts(rows)
+    lines = [f"{found}; python -m mlrb.report --sweep {sweep_id} lists them"] if found else []
+    return lines + flagged.review_notes(rows)
 
 
 def group_metrics(stats: aggregate.GroupStats) -> dict[str, float]:
@@ -82,6 +92,7 @@ def parent_metrics(rows: Sequence[RunRow]) -> dict[str, float]:
     for group in stats:
         prefix = metric_prefix(group, varying)
         metrics.update({prefix + key: value for key, value in group_metrics(group).items()})
+    metrics[FLAGGED_RUNS] = float(sum(flagged.is_flagged(r) for r in rows))
     for each, total in (
         (Metric.COST_USD, Metric.COST_USD_TOTAL),
         (Metric.GPU_HOURS, Metric.GPU_HOURS_TOTAL),
@@ -118,7 +129,8 @@ def summarise(
     counts = {kind: sum(r.kind == kind for r in rows) for kind in render.KIND_LABELS}
     took = f" in {duration(elapsed_s)}" if elapsed_s is not None else ""
     outcome = ", ".join(f"{n} {render.KIND_LABELS[k]}" for k, n in counts.items() if n)
-    parts = [f"[sweep {sweep_id}] done{took}: {len(rows)} runs ({outcome or 'none recorded'})", ""]
+    parts = [f"[sweep {sweep_id}] done{took}: {len(rows)} runs ({outcome or 'none recorded'})"]
+    parts += review_lines(rows, sweep_id) + [""]
     if rows:
         parts += [runs_table(rows), ""]
         results = render.results_table(stats)
