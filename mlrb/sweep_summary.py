@@ -21,7 +21,6 @@ from mlrb.core.tags import Metric
 from mlrb.report import aggregate, flagged, render
 from mlrb.report.runs import Filters, RunRow, load
 
-
 FLAGGED_RUNS = "flagged_runs"  # the parent's metric: its runs that their review flagged (suspicious or tampering)
 
 
