@@ -159,6 +159,40 @@ class ComputeConfig:
 
 
 @dataclass
+class ReviewConfig:
+    """The review every run gets as it ends (mlrb/review/): the rules always, and a model judge when
+    `judge` names a model. The judge reads the run's trajectory by a rubric (mlrb/review/rubric.md) and
+    may add findings, never remove one; it calls its model through a metering proxy of its own, under
+    its own budget, and what it costs is recorded apart from the agent's cost (review_judge_cost_usd)."""
+
+    # A model that reads each run's trajectory as a judge, after the rules (e.g. claude-sonnet-5, gpt-4o):
+    # any model the price table knows for anthropic or openai. null: the rules alone.
+    judge: str | None = None
+    # The judge's API: anthropic (Messages) or openai (Chat Completions); null: the provider whose
+    # price table lists the model.
+    judge_provider: str | None = None
+    # null: the SDK's own variable ($ANTHROPIC_BASE_URL, $OPENAI_BASE_URL), else the provider's API.
+    judge_base_url: str | None = None
+    # The environment variable holding the judge's API key; null: the provider's ($ANTHROPIC_API_KEY,
+    # $OPENAI_API_KEY). Checked before the run starts; the key itself is never recorded.
+    judge_api_key_env: str | None = None
+    # The judge's own budget for one run's review, apart from the agent's: US dollars (null: no cap),
+    # and tokens (null: no cap). The trajectory is cut to what the budget can pay for.
+    judge_max_usd: float | None = 1.0
+    judge_max_input_tokens: int | None = None
+    judge_max_output_tokens: int | None = 4096
+    # USD per million tokens, for a model the price table lacks (a server of your own): both, or null
+    # for the table's.
+    judge_price_input_per_mtok: float | None = None
+    judge_price_output_per_mtok: float | None = None
+    # The most of the trajectory the judge reads, in characters (about 4 a token); past it, long outputs
+    # are cut and then the middle steps left out, and the judge is told what was.
+    judge_context_chars: int = 200_000
+    # The longest the judge's call may take, in seconds.
+    judge_timeout_s: float = 180.0
+
+
+@dataclass
 class PathsConfig:
     # Built task assets (models, data) are cached here and shared between runs.
     cache_dir: str = "${oc.env:MLRB_CACHE_DIR,${oc.env:HOME,/tmp}/.cache/mlrb}"
@@ -186,6 +220,7 @@ class MlrbConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
+    review: ReviewConfig = field(default_factory=ReviewConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     # The run's seed: the model API's sampling seed where the API takes one, and $MLRB_SEED in the
     # agent's sandbox, which the tasks' baseline and reference commands pass on as --seed.
@@ -335,6 +370,29 @@ def check_tracking_kind(cfg: TrackingConfig) -> None:
                           "`python -m mlrb.tracking serve` starts a server and prints it)")  # fmt: skip
 
 
+def check_review(cfg: ReviewConfig) -> None:
+    """The review's settings; with a judge, its model: a provider that serves it, a price, and its
+    API key in the environment (mlrb/review/judge_model.py), so that a judge that cannot run is
+    refused before the run starts, not found at its end."""
+    from mlrb.core import registry
+
+    for key in ("judge_max_usd", "judge_max_input_tokens", "judge_max_output_tokens", "judge_context_chars",
+                "judge_timeout_s"):  # fmt: skip
+        value = getattr(cfg, key)
+        if value is not None:
+            check_positive(f"review.{key}", value)
+    for key in ("judge_price_input_per_mtok", "judge_price_output_per_mtok"):
+        value = getattr(cfg, key)
+        if value is not None:
+            check_price(f"review.{key}", value)
+    if cfg.judge is None:
+        return
+    if not cfg.judge.strip():
+        raise ConfigError("review.judge is empty: name a model (e.g. review.judge=claude-sonnet-5), or null for "
+                          "the rules alone")  # fmt: skip
+    registry.load(registry.REVIEW_JUDGE)(cfg)
+
+
 def check_rules(cfg: MlrbConfig) -> None:
     from mlrb.core import registry
 
@@ -373,6 +431,7 @@ def check_rules(cfg: MlrbConfig) -> None:
     if cfg.tracking.uri is not None and not cfg.tracking.uri.strip():
         raise ConfigError("tracking.uri is empty: give a URI (sqlite:///PATH, http://HOST:PORT) or null")
     check_tracking_kind(cfg.tracking)
+    check_review(cfg.review)
     registry.check_choice("agent kind", cfg.agent.kind, registry.AGENTS)
     agent_class = registry.load(registry.AGENTS[cfg.agent.kind])
     if hasattr(agent_class, "check_config"):

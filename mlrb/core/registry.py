@@ -55,6 +55,9 @@ SANDBOXES: Mapping[str, str] = {
     "unconfined": "mlrb.sandbox.unconfined:UnconfinedSandbox",
 }
 
+# The check of a review's judge (review.judge): its model's provider, price and API key.
+REVIEW_JUDGE = "mlrb.review.judge_model:check_config"
+
 
 def check_choice(what: str, name: str, choices: Mapping[str, Any]) -> None:
     if name not in choices:
