@@ -669,7 +669,7 @@ class Stages:
             }
         )
         with self.clock.stage("recording"):  # read from what the run folder holds now; never fails the run
-            review_at_end(self.run_dir, recorder)
+            review_at_end(self.run_dir, recorder, self.plan.review)
         return RunResult(
             run_id=recorder.run_id,
             name=self.plan.name,

@@ -46,6 +46,8 @@ class Tag:
     # The run's review (mlrb/review/): its verdict ("clean", "suspicious", "tampering"; "error" when the
     # review itself failed) and how many findings its review.json lists.
     REVIEW, REVIEW_FINDINGS = "mlrb.review", "mlrb.review_findings"
+    # How its model judge's read went, when one was asked for (review.judge): "ok", "incomplete" or "error".
+    REVIEW_JUDGE = "mlrb.review_judge"
 
     # A sweep's parent run: ROLE is SWEEP_ROLE on it (and absent on the runs).
     ROLE, N_JOBS, COMMAND = "mlrb.role", "mlrb.n_jobs", "mlrb.command"
@@ -90,6 +92,9 @@ class Metric:
     GPU_HOURS, CPU_HOURS, COMPUTE_USD = "gpu_hours", "cpu_hours", "compute_usd"
     SPENT = (STEPS, INPUT_TOKENS, OUTPUT_TOKENS, CACHE_READ_TOKENS, CACHE_WRITE_TOKENS, WEB_SEARCHES, FEE_USD,
              COST_USD, AGENT_TIME_S, GPU_HOURS, CPU_HOURS)  # fmt: skip
+    # What the review's model judge used and cost (review.judge): its own, never within COST_USD, the agent's.
+    REVIEW_JUDGE_COST_USD = "review_judge_cost_usd"
+    REVIEW_JUDGE_INPUT_TOKENS, REVIEW_JUDGE_OUTPUT_TOKENS = "review_judge_input_tokens", "review_judge_output_tokens"
     # The run's own times; STAGE_TIME_S is a prefix, + a stage's name (mlrb/core/timeline.py).
     PREPARE_TIME_S, SCORE_TIME_S, WALL_TIME_S = "prepare_time_s", "score_time_s", "wall_time_s"
     STAGE_TIME_S = "stage_time_s."

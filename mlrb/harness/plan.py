@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlrb.core.config import BudgetConfig, ComputeConfig, MlrbConfig, SandboxConfig, ScoringConfig, TrackingConfig
+from mlrb.core.config import (
+    BudgetConfig,
+    ComputeConfig,
+    MlrbConfig,
+    ReviewConfig,
+    SandboxConfig,
+    ScoringConfig,
+    TrackingConfig,
+)
 from mlrb.sandbox.base import Limits
 
 if TYPE_CHECKING:  # imported by `make`, when a run is planned
@@ -88,6 +96,7 @@ class RunPlan:
     config_yaml: str  # the same, as the run's config.yaml artifact
     sweep_id: str | None
     resume: bool  # go on with this run if it was begun before and never ended (mlrb/harness/resume.py)
+    review: ReviewConfig = dataclasses.field(default_factory=ReviewConfig)  # the review at the run's end: its judge
 
 
 def make(cfg: MlrbConfig) -> RunPlan:
@@ -130,11 +139,12 @@ def make(cfg: MlrbConfig) -> RunPlan:
     resolved["tracking"], resolved["paths"] = tracking.masked(cfg.tracking), dataclasses.asdict(cfg.paths)
     resolved["scoring"] = dataclasses.asdict(cfg.scoring)  # recorded, but not what makes the run (identity)
     resolved["compute"] = dataclasses.asdict(cfg.compute)  # likewise: prices
+    resolved["review"] = dataclasses.asdict(cfg.review)  # likewise: how the run is reviewed (its key's variable, not the key)
     return RunPlan(
         experiment=experiment_name(cfg), name=run_name(cfg), key=key, seed=cfg.seed,
         task=task, agent=agent, sandbox_class=sandbox_class, sandbox=sandbox,
         limits=limits_for(task, sandbox), budget=budget, scoring=cfg.scoring, compute=cfg.compute, tracking=cfg.tracking,
         cache_dir=Path(cfg.paths.cache_dir), submission=cfg.task.submission, tags=tags,
         params=tracking.flatten(resolved), config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
-        sweep_id=sweep_id, resume=cfg.resume,
+        sweep_id=sweep_id, resume=cfg.resume, review=cfg.review,
     )  # fmt: skip

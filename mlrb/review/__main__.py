@@ -8,7 +8,8 @@ its verdict (clean, suspicious, tampering), how many findings, the first of them
 to the run's tags (`mlrb.review`, `mlrb.review_findings`) and review.json to its artifacts, in its
 record and, when it can be reached, the store it was recorded for. A folder that holds no ended
 run is one line on stderr, exit status 2; with --fail-on VERDICT, exit status 1 when a run's verdict
-is that or worse. With --store, the runs are those of the tracking store that pass the filters (as
+is that or worse. With --judge MODEL, a model reads each run's record as a judge too (its findings
+added, never removing one). With --store, the runs are those of the tracking store that pass the filters (as
 `python -m mlrb.report` chooses them), reviewed from the artifacts and traces the store keeps, for
 runs whose folders are gone; their verdicts go back to the store.
 """
@@ -19,10 +20,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from mlrb.core.config import ConfigError, ReviewConfig, check_review
 from mlrb.formats import run_folder
 from mlrb.report.cli import ReportError, add_run_arguments, filters_of, read
 from mlrb.report.runs import RUNNING
-from mlrb.review.recording import record_review
+from mlrb.review.recording import judged_by, record_review
 from mlrb.review.review import CLEAN, Review, review_folder
 from mlrb.review.rules import SUSPICIOUS, TAMPERING
 
@@ -37,15 +39,33 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--store", action="store_true",
                    help="review the tracking store's runs that pass the filters below, from what the store keeps "
                    "of them (for runs whose folders are gone), instead of run folders")  # fmt: skip
+    p.add_argument("--judge", metavar="MODEL", default=None,
+                   help="a model that reads each run's record as a judge too, after the rules (review.judge: e.g. "
+                   "claude-sonnet-5); its key from the provider's variable, its cost apart from the agent's")  # fmt: skip
+    p.add_argument("--judge-max-usd", metavar="USD", type=float, default=ReviewConfig.judge_max_usd,
+                   help="the judge's own budget per run, in US dollars (default: %(default)s)")  # fmt: skip
+    p.add_argument("--judge-base-url", metavar="URL", default=None,
+                   help="where the judge's provider is served (default: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL, "
+                   "else the provider's API)")  # fmt: skip
     add_run_arguments(p)
     return p
 
 
+def judge_config(args: argparse.Namespace) -> ReviewConfig | None:
+    """The judge the command line names, checked as a run's config is (ConfigError: one line); None without one."""
+    if args.judge is None:
+        return None
+    cfg = ReviewConfig(judge=args.judge, judge_max_usd=args.judge_max_usd, judge_base_url=args.judge_base_url)
+    check_review(cfg)
+    return cfg
+
+
 def reviewed_folders(args: argparse.Namespace) -> list[Review]:
     runs = run_folder.runs_in(args.folders)
+    judge = judged_by(judge_config(args))
     done = []
     for run in runs:
-        review = review_folder(run.path)
+        review = review_folder(run.path, judge)
         where = "" if args.no_store else f" [{record_review(run.path, review)}]"
         print(review.line() + where, flush=True)
         done.append(review)
@@ -77,11 +97,13 @@ def main(argv: list[str] | None = None) -> None:
     chosen = [f for f in ("experiment", "task", "agent", "budget", "scale", "sweep") if getattr(args, f)]
     if chosen and not args.store:
         p.error(f"--{chosen[0]} chooses the store's runs: add --store, or name run folders without it")
+    if args.judge and args.store:
+        p.error("--judge reads run folders (the record the judge quotes from): name them instead of --store")
     if args.no_store and args.store:
         p.error("--no-store is for run folders: --store writes the verdicts to the store")
     try:
         done = reviewed_in_store(args) if args.store else reviewed_folders(args)
-    except (run_folder.NotARun, ReportError) as e:
+    except (run_folder.NotARun, ReportError, ConfigError) as e:
         print(f"mlrb.review: error: {e}", file=sys.stderr)
         sys.exit(2)
     worst = max((d.verdict for d in done), key=ORDER.index, default=CLEAN)

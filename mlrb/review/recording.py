@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.core import console, disk
-from mlrb.core.config import ConfigError
+from mlrb.core.config import ConfigError, ReviewConfig
 from mlrb.core.messages import first_line
-from mlrb.core.tags import Tag
+from mlrb.core.tags import Metric, Tag
 from mlrb.review.review import FILE, Review, review_folder
 from mlrb.store import record
 
@@ -23,15 +23,35 @@ ERROR = "error"  # the tag's value when the review itself failed
 
 
 def tags_of(done: Review) -> dict[str, str]:
-    return {Tag.REVIEW: done.verdict, Tag.REVIEW_FINDINGS: str(len(done.findings))}
+    tags = {Tag.REVIEW: done.verdict, Tag.REVIEW_FINDINGS: str(len(done.findings))}
+    return {**tags, Tag.REVIEW_JUDGE: done.judge["status"]} if done.judge is not None else tags
 
 
-def review_at_end(run_dir: Path, recorder: Any) -> None:
-    """The run reviewed as it ends (mlrb/run.py), its verdict and review.json through its own recorder.
-    A review that fails never fails the run: a warning, its traceback in the run's log, and the tag
-    `mlrb.review` = "error" (`python -m mlrb.review` reviews it again)."""
+def metrics_of(done: Review) -> dict[str, float]:
+    """What the review's judge used and cost, apart from the agent's spending ({} without a judge)."""
+    if done.judge is None:
+        return {}
+    return {Metric.REVIEW_JUDGE_COST_USD: done.judge["cost_usd"],
+            Metric.REVIEW_JUDGE_INPUT_TOKENS: done.judge["input_tokens"],
+            Metric.REVIEW_JUDGE_OUTPUT_TOKENS: done.judge["output_tokens"]}  # fmt: skip
+
+
+def judged_by(cfg: ReviewConfig | None) -> Any:
+    """What adds the judge's read to a review, when CFG names a judge (its modules imported only then)."""
+    if cfg is None or not cfg.judge:
+        return None
+    from mlrb.review.judge import judge_for
+
+    return judge_for(cfg)
+
+
+def review_at_end(run_dir: Path, recorder: Any, cfg: ReviewConfig | None = None) -> None:
+    """The run reviewed as it ends (mlrb/run.py), by the rules and the judge CFG names, its verdict,
+    the judge's cost and review.json through its own recorder. A review that fails never fails the
+    run: a warning, its traceback in the run's log, and the tag `mlrb.review` = "error" (`python -m
+    mlrb.review` reviews it again); a judge that fails is the judge's status in review.json."""
     try:
-        done = review_folder(Path(run_dir))
+        done = review_folder(Path(run_dir), judged_by(cfg))
     except Exception as e:
         log.warning("the run's review failed: %s", first_line(e))
         log.warning("the review's traceback", exc_info=e, extra=console.LOG_FILE_ONLY)
@@ -39,6 +59,9 @@ def review_at_end(run_dir: Path, recorder: Any) -> None:
         return
     if done.findings:
         log.info("review: %s", done.line())
+    if done.judge is not None:
+        log.info("review: the judge (%s): %s, $%.4f", done.judge["model"], done.judge["status"], done.judge["cost_usd"])
+        recorder.log_metrics(metrics_of(done))
     recorder.set_tags(tags_of(done))
     recorder.log_file(Path(run_dir) / FILE)
 
@@ -49,7 +72,8 @@ def record_review(run_dir: Path, done: Review) -> str:
     state = record.fold(record.read(run_dir))
     tags = json.loads(record.line_of("tags", tags=tags_of(done)))
     artifact = json.loads(record.line_of("artifact", file=FILE, artifact_path=None, is_dir=False))
-    new = [tags] + ([artifact] if (FILE, None, False) not in map(tuple, state["artifacts"]) else [])
+    metrics = [json.loads(record.line_of("metrics", metrics=metrics_of(done), step=0))] if done.judge else []
+    new = [tags, *metrics] + ([artifact] if (FILE, None, False) not in map(tuple, state["artifacts"]) else [])
     for line in new:
         disk.append_whole(run_dir / record.FILE, (json.dumps(line) + "\n").encode("utf-8"))
     try:
@@ -60,7 +84,7 @@ def record_review(run_dir: Path, done: Review) -> str:
         if run is None:
             return f"not in its store yet (`python -m mlrb.sync {run_dir}` uploads it)"
         writer = tracking.MlflowRunWriter(client, run.info.run_id, run.info.experiment_id)
-        record.export(writer, [tags, artifact], run_dir)  # review.json again: its content is new
+        record.export(writer, [tags, *metrics, artifact], run_dir)  # review.json again: its content is new
     except Exception as e:  # a store away, a password the record does not keep: the record has it
         return f"not written to its store ({first_line(e)}); `python -m mlrb.sync {run_dir}` uploads it"
     return f"tagged in its store (run {run.info.run_id})"

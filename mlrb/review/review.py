@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ class Finding:
     severity: str
     step: int | None
     evidence: str
+    reason: str | None = None  # the judge's own words on why (a rule's reason is the rule's)
 
 
 @dataclass
@@ -43,6 +45,8 @@ class Review:
     findings: list[Finding] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)  # the rules it was reviewed by
     reviewed_at: float = 0.0
+    # The model judge's read, when one was asked for (mlrb/review/judge.py): its model, status, cost.
+    judge: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,6 +54,9 @@ class Review:
     def line(self) -> str:
         """One line for a person: the run, its verdict, how many findings, the first."""
         said = f"{self.run}: {self.verdict}, {len(self.findings)} finding{'s' * (len(self.findings) != 1)}"
+        if self.judge is not None:
+            why = self.judge["reason"][:100]
+            said += f" (judge {self.judge['status']}{': ' + why if why else ''})"
         if self.findings:
             first = self.findings[0]
             step = f" (step {first.step})" if first.step is not None else ""
@@ -81,10 +88,13 @@ def review(run: evidence_lib.RunEvidence, rules: list[Rule] | None = None) -> Re
     return Review(run.name, verdict_of(findings), findings, [r.name for r in rules], round(time.time(), 3))
 
 
-def review_folder(path: Path) -> Review:
-    """The run in folder PATH reviewed with today's rules, its review.json written there;
-    run_folder.NotARun when PATH holds no run."""
-    done = review(evidence_lib.load(path))
+def review_folder(path: Path, judge: Callable[[evidence_lib.RunEvidence, Review], None] | None = None) -> Review:
+    """The run in folder PATH reviewed with today's rules (and JUDGE, which may add to the review:
+    mlrb/review/judge.py), its review.json written there; run_folder.NotARun when PATH holds no run."""
+    run = evidence_lib.load(path)
+    done = review(run)
+    if judge is not None:
+        judge(run, done)
     write(Path(path), done)
     return done
 
