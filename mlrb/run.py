@@ -55,7 +55,7 @@ from mlrb.harness import plan as plans
 from mlrb.harness.disk_guard import DiskGuard
 from mlrb.harness.resume import Resumption
 from mlrb.review.recording import review_at_end
-from mlrb.sandbox.base import SandboxError, SandboxStopped, held_hardware
+from mlrb.sandbox.base import SandboxError, SandboxStopped, held_hardware, left_running_note
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission
 from mlrb.store import record, recording_process, tracking
 from mlrb.tasks.base import ScoreReport, Task
@@ -359,6 +359,7 @@ class Stages:
         self.calls: metering.CallEvents | None = None  # the model calls, for an agent that makes them
         self.outcome: AgentOutcome  # how the agent ended (`agent`)
         self.disk_guard: DiskGuard | None = None  # the agent's disk, once its workspace is there (`start`)
+        self.left_running: list[str] = []  # what the agent left running at its end (`end_agent`)
 
     def run(self) -> RunResult:
         timed = ((self.open, "recording"), (self.assets, "assets"), (self.start, "sandbox_start"), (self.agent, "agent"),
@@ -536,7 +537,12 @@ class Stages:
         """The agent's end, whatever brought it (its exit, its budget, an error, a signal): first
         every process it has in its sandbox is ended, so nothing of it works after its end; then
         its model calls still open are waited for (a while, off its clock) and charged, each
-        recorded as its call, so that what the upstream served is in the spend taken next."""
+        recorded as its call, so that what the upstream served is in the spend taken next. What it
+        left running is named first, for the review (a note in `collect`)."""
+        try:
+            self.left_running = self.sandbox.processes_left()
+        except Exception as e:  # the evidence is not worth the run
+            log.warning("listing what the agent left running failed: %s", tracking.first_line(e))
         self.sandbox.close()
         if budget.compute is not None:
             budget.compute.stop()  # its hardware is no longer held
@@ -610,6 +616,7 @@ class Stages:
         if self.restored:
             log.warning("the agent changed read-only files, restored before scoring: %s", ", ".join(self.restored))
         disk_notes = self.disk_guard.notes if self.disk_guard is not None else []
+        notes += [left] if (left := left_running_note(self.left_running)) else []
         lines = notes + disk_notes + patch_notes.lines() + submission_notes.lines()
         for line in lines:
             log.warning("%s", line)

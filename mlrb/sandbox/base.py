@@ -129,6 +129,7 @@ class ModelEndpoint:
 MODEL_SOCKET = "/run/mlrb/model.sock"
 MODEL_BRIDGE = Path(__file__).with_name("model_bridge.py")
 BRIDGE_INSIDE = "/run/mlrb/model_bridge.py"
+COMMAND_LINE_CHARS = 200  # of a process left running, as the harness notes it
 BRIDGE_PORT = 8787
 
 
@@ -333,6 +334,31 @@ def resolve_inside(root: Path, path: str, alias: str = "") -> Path:
     return resolved
 
 
+def agents_own(command_lines: list[str]) -> list[str]:
+    """COMMAND_LINES without the harness's own processes in the sandbox (the model bridge), each cut
+    to COMMAND_LINE_CHARS."""
+    return [line.strip()[:COMMAND_LINE_CHARS] for line in command_lines if line.strip() and BRIDGE_INSIDE not in line]
+
+
+LEFT_RUNNING = "processes the agent left running, killed at its end"  # the workspace note's start
+
+
+def left_running_note(command_lines: list[str], most: int = 10) -> str:
+    """The workspace note that names what the agent left running ("" for nothing)."""
+    if not command_lines:
+        return ""
+    more = f"; and {len(command_lines) - most} more" if len(command_lines) > most else ""
+    return f"{LEFT_RUNNING} ({len(command_lines)}): " + "; ".join(command_lines[:most]) + more
+
+
+def command_line(pid: int) -> str:
+    """The command line of this host's process PID ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 def capped(data: bytes | bytearray) -> str:
     text = bytes(data[:MAX_CAPTURE_BYTES]).decode(errors="replace")
     if len(data) > MAX_CAPTURE_BYTES:
@@ -376,6 +402,7 @@ class Sandbox(abc.ABC):
         self.model_endpoint = model_endpoint
         self.agent_tools = agent_tools  # an agent's programs (mlrb/agents/installed.py): read-only, same path
         self.state_dir = state_dir  # the agent's own state across the run's attempts: writable, at STATE
+        self.killed_left: list[str] = []  # what a `whole_run` command left running, killed at its end
 
     @classmethod
     def parse_options(cls, cfg: SandboxConfig) -> Any:
@@ -425,6 +452,13 @@ class Sandbox(abc.ABC):
         self.close()
         if meanwhile is not None:
             meanwhile()
+
+    def processes_left(self) -> list[str]:
+        """The command lines of the processes the agent left running, which its end kills: those a
+        `whole_run` command left (killed as it ended), then those still running now (called at the
+        agent's end, before `close`). The harness's own (the model bridge) are not the agent's. A
+        kind that cannot see them says none."""
+        return list(self.killed_left)
 
     def stopped_result(self, started: float) -> ExecResult:
         """What a command gets once the harness has stopped the sandbox."""

@@ -53,6 +53,8 @@ from mlrb.sandbox.base import (
     Sandbox,
     SandboxError,
     SandboxStopped,
+    agents_own,
+    command_line,
     kill_group,
     least_specific_first,
     python_mounts,
@@ -285,6 +287,7 @@ class BwrapSandbox(Sandbox):
             return self.stopped_result(started)
         if reply is None:
             raise self._gone("the bwrap sandbox stopped answering")
+        self.killed_left += agents_own(reply.pop("left", []))
         reply["duration_s"] = time.monotonic() - started
         return ExecResult(**reply)
 
@@ -325,6 +328,13 @@ class BwrapSandbox(Sandbox):
         self.stderr_log.seek(0)
         lines = self.stderr_log.read().decode(errors="replace").strip().splitlines()
         return lines[-1] if lines else f"exit code {self.proc.poll()}"
+
+    def processes_left(self) -> list[str]:
+        """Those a whole-run command left, then every process of the namespace but its PID 1 (the exec
+        server), read from the host's /proc."""
+        init = namespace_init(self.proc.pid) if self.proc.poll() is None else None
+        running = [command_line(pid) for pid in descendants(init)] if init is not None else []
+        return self.killed_left + agents_own(running)
 
     def stop(self, reason: str, meanwhile: Callable[[], None] | None = None) -> None:
         """From any thread: the exec server (PID 1 inside, which only a process outside can send

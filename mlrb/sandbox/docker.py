@@ -36,6 +36,7 @@ from mlrb.sandbox.base import (
     Mount,
     Sandbox,
     SandboxError,
+    agents_own,
     capped,
     least_specific_first,
     python_mounts,
@@ -56,6 +57,13 @@ PID_LABEL = "mlrb.harness_pid"
 # process of the container's user in one step no fork slips past (stopped, not killed: the
 # container's keeper stays, so the exec returns its exit status); the run then removes it.
 WHOLE_RUN = '"$@"; code=$?; kill -STOP -1 2>/dev/null; exit $code'
+# Every process of the container but its init, the keeper it started (`sleep infinity`) and this
+# shell: a command line a line (what the agent left running, stopped or not).
+LIST_PROCESSES = (
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] && continue; '
+    'c=$(tr "\\0" " " < $d/cmdline 2>/dev/null); '
+    '[ -z "$c" ] || [ "$c" = "sleep infinity " ] || echo "$c"; done'
+)
 
 
 @dataclass
@@ -295,6 +303,19 @@ class DockerSandbox(Sandbox):
             duration_s=duration,
             timed_out=exit_code == 137 and duration >= timeout_s - 0.05,
         )
+
+    def processes_left(self) -> list[str]:
+        """Every process the container holds but its own (those a whole-run command left are
+        there still, stopped), listed by a shell run in it."""
+        from docker.errors import APIError
+
+        if self.stopped:
+            return []
+        try:
+            code, out = self.container.exec_run(["sh", "-c", LIST_PROCESSES], user=self.user)
+        except APIError:
+            return []
+        return agents_own(out.decode(errors="replace").splitlines()) if code == 0 else []
 
     def stop(self, reason: str, meanwhile: Callable[[], None] | None = None) -> None:
         """From any thread: the container paused, MEANWHILE run, then its processes killed (the

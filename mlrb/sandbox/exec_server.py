@@ -17,8 +17,9 @@ At a command's timeout every process that command started is killed, detached
 ones included; work left running by earlier commands is not. A `whole_run` command
 is the agent's whole run (an outside agent's program): when it ends, every other
 process of the namespace is killed before the reply, so nothing of the agent works
-after its end. A signal request stops (STOP) or resumes (CONT) every other process of
-the namespace at once: the agent's processes stand still while the harness's clock does.
+after its end; the reply names them ("left": their command lines). A signal request
+stops (STOP) or resumes (CONT) every other process of the namespace at once: the agent's
+processes stand still while the harness's clock does.
 SIGUSR2 and SIGUSR1, which only the harness can send it, stop and then kill every other
 process at once (a limit the harness enforces from outside, such as the agent's disk): a
 command under way returns killed.
@@ -115,6 +116,20 @@ def reap_orphans(keep):
             pass
 
 
+def command_lines(pids):
+    """The command line of each of PIDS still there."""
+    found = []
+    for pid in sorted(pids):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                line = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if line:
+            found.append(line)
+    return found
+
+
 def end_all_others(leader):
     """SIGKILL every process of the namespace but this one, and reap them (not `leader`,
     which subprocess collects)."""
@@ -177,8 +192,10 @@ def run(command, timeout_s, cwd, whole_run=False):
         for key, _ in selector.select(timeout=min(0.05, max(0.0, deadline - time.monotonic()))):
             if key.data is not None:
                 drain(key.fileobj, key.data)
-    if whole_run:  # the agent's run is over: nothing it left may go on
+    left = []
+    if whole_run:  # the agent's run is over: nothing it left may go on (what was, named in the reply)
         proc.wait()
+        left = command_lines(set(process_table()) - {os.getpid(), proc.pid})
         end_all_others(proc.pid)
     # What is already written; a background process holding the pipes open is not waited for.
     for stream, buffer in captured.items():
@@ -194,6 +211,7 @@ def run(command, timeout_s, cwd, whole_run=False):
         "stderr": capped(captured[proc.stderr]),
         "duration_s": time.monotonic() - started,
         "timed_out": timed_out,
+        "left": left,
     }
 
 

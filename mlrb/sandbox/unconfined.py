@@ -10,6 +10,7 @@ and the report never pools them with confined runs.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 import time
@@ -26,7 +27,9 @@ from mlrb.sandbox.base import (
     ModelEndpoint,
     Sandbox,
     agent_environment,
+    agents_own,
     capped,
+    command_line,
     kill_group,
 )
 
@@ -51,6 +54,7 @@ class UnconfinedSandbox(Sandbox):
         self.env = agent_environment(self.workspace, self.data_dir, self.seed, task_environment,
                                      str(state_dir) if state_dir else None)  # fmt: skip
         self.running: set[int] = set()
+        self.groups: list[int] = []  # every command's process group (its pid): what it left runs in it
 
     @classmethod
     def preflight(cls, cfg: SandboxConfig) -> None:
@@ -65,6 +69,7 @@ class UnconfinedSandbox(Sandbox):
                 stdout=out, stderr=err, start_new_session=True,  # a group of its own, killed whole
             )  # fmt: skip
             self.running.add(proc.pid)
+            self.groups.append(proc.pid)
             timed_out = False
             try:
                 proc.wait(timeout=max(timeout_s, 0.001))
@@ -78,6 +83,7 @@ class UnconfinedSandbox(Sandbox):
             finally:
                 self.running.discard(proc.pid)
             if whole_run:  # the agent's end: what it left in its group goes too (a detached process escapes)
+                self.killed_left += agents_own([command_line(pid) for pid in group_members([proc.pid])])
                 kill_group(proc.pid)
             return ExecResult(
                 proc.returncode, read_capped(out), read_capped(err), time.monotonic() - started, timed_out
@@ -89,13 +95,36 @@ class UnconfinedSandbox(Sandbox):
         variables = [f"{name}={value}" for name, value in {**self.env, **env}.items()]
         return ["/usr/bin/env", "-i", f"--chdir={self.workspace}", *variables, *argv]
 
+    def processes_left(self) -> list[str]:
+        """Those a whole-run command left, then what still runs in the groups of its commands."""
+        return self.killed_left + agents_own([command_line(pid) for pid in group_members(self.groups)])
+
     def close(self) -> None:
-        for pid in list(self.running):
+        """Kill the commands running and what earlier ones left running in their groups (`nohup
+        train.py &`); a process that left its group (setsid) escapes, as nothing confines it."""
+        for pid in list(self.running) + [g for g in self.groups if group_members([g])]:
             kill_group(pid)
 
     @classmethod
     def start_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> IsolatedProcess:
         return GroupProcess(job.argv, job, cwd=job.workdir, env=job.env)
+
+
+def group_members(groups: list[int]) -> list[int]:
+    """This host's live processes in the sessions GROUPS lead (each command's own, started with
+    start_new_session: its session and process group are its pid)."""
+    wanted, found = set(groups), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        state, _, group, session = stat[stat.rfind(")") + 2 :].split()[:4]
+        if state != "Z" and int(group) in wanted and int(session) == int(group):
+            found.append(int(name))
+    return sorted(found)
 
 
 def read_capped(handle) -> str:
