@@ -182,15 +182,19 @@ FLAGGED_INTRO = (
 )
 
 
+def runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
 def review_notes(rows: Sequence[RunRow]) -> list[str]:
     """Sentences on the runs not reviewed and those whose review failed ([] when there are none)."""
     notes = []
     unseen, failed = not_reviewed(rows), review_failed(rows)
     if unseen:
-        notes.append(f"{len(unseen)} runs not reviewed (recorded before runs were reviewed): "
+        notes.append(f"{runs(len(unseen))} not reviewed (recorded before runs were reviewed): "
                      f"{', '.join(sorted(r.name for r in unseen))}; `{review_command(unseen)}` reviews them.")  # fmt: skip
     if failed:
-        notes.append(f"{len(failed)} runs whose review failed (review error, not a verdict): "
+        notes.append(f"{runs(len(failed))} whose review failed (review error, not a verdict): "
                      f"{', '.join(sorted(r.name for r in failed))}; `{review_command(failed)}` reviews them "
                      "again.")  # fmt: skip
     return notes
