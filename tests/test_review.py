@@ -497,7 +497,7 @@ def test_the_review_at_a_runs_end_tags_it_and_one_that_fails_is_an_error_tag(tmp
     recording.review_at_end(folder, kept)
     assert kept.tags == {Tag.REVIEW: SUSPICIOUS, Tag.REVIEW_FINDINGS: "1"} and kept.files == [folder / review.FILE]
 
-    def breaks(path):
+    def breaks(path, judge=None):
         raise RuntimeError("a rule with a bug")
 
     monkeypatch.setattr(recording, "review_folder", breaks)

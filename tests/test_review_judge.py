@@ -88,7 +88,8 @@ def test_a_judges_finding_is_added_with_its_verdict_and_its_cost_recorded_apart(
     assert "3.14 2.72 1.41" in added.evidence and added.reason == "the predictions are typed in, not computed"
     assert done.judge["status"] == judge.OK and kept.tags[Tag.REVIEW_JUDGE] == judge.OK
     cost = (9000 * SONNET[0] + 300 * SONNET[1]) / 1e6
-    assert done.judge["cost_usd"] == pytest.approx(cost) and kept.metrics[Metric.REVIEW_JUDGE_COST_USD] == cost
+    spent = done.judge[Metric.REVIEW_JUDGE_COST_USD]
+    assert spent == pytest.approx(cost) and kept.metrics[Metric.REVIEW_JUDGE_COST_USD] == spent
     assert (
         kept.metrics[Metric.REVIEW_JUDGE_INPUT_TOKENS] == 9000
         and kept.metrics[Metric.REVIEW_JUDGE_OUTPUT_TOKENS] == 300
@@ -156,7 +157,7 @@ def test_a_budget_too_small_for_a_read_is_incomplete_and_nothing_is_called(tmp_p
         done, kept = judged(folder, server, monkeypatch, judge_max_usd=0.01)  # an answer of 4,096 tokens costs $0.04
     assert server.requests == []
     assert done.judge["status"] == judge.INCOMPLETE and "review.judge_max_usd=0.01" in done.judge["reason"]
-    assert kept.tags[Tag.REVIEW_JUDGE] == judge.INCOMPLETE and done.judge["cost_usd"] == 0
+    assert kept.tags[Tag.REVIEW_JUDGE] == judge.INCOMPLETE and done.judge[Metric.REVIEW_JUDGE_COST_USD] == 0
     assert done.verdict == SUSPICIOUS and [f.rule for f in done.findings] == ["harness_paths"]  # the rules' stand
 
 
@@ -172,7 +173,8 @@ def test_a_failing_provider_or_a_malformed_answer_is_the_judges_error_alone(tmp_
     with FakeLlmServer([reply(text="The run looks fine to me.", usage=(5000, 10))]) as server:
         done, kept = judged(folder, server, monkeypatch)
     assert done.judge["status"] == judge.ERROR and "not the JSON asked for" in done.judge["reason"]
-    assert done.judge["cost_usd"] == pytest.approx((5000 * SONNET[0] + 10 * SONNET[1]) / 1e6)  # a bad answer is paid
+    paid = (5000 * SONNET[0] + 10 * SONNET[1]) / 1e6  # a bad answer is paid for all the same
+    assert done.judge[Metric.REVIEW_JUDGE_COST_USD] == pytest.approx(paid)
     assert done.verdict == SUSPICIOUS and kept.tags[Tag.REVIEW] == SUSPICIOUS
 
 

@@ -176,10 +176,12 @@ class ReviewConfig:
     # The environment variable holding the judge's API key; null: the provider's ($ANTHROPIC_API_KEY,
     # $OPENAI_API_KEY). Checked before the run starts; the key itself is never recorded.
     judge_api_key_env: str | None = None
-    # The judge's own budget for one run's review, apart from the agent's: US dollars (null: no cap),
-    # and tokens (null: no cap). The trajectory is cut to what the budget can pay for.
+    # The judge's own budget for one run's review, apart from the agent's, in US dollars (null: no cap).
+    # The trajectory is cut to what the budget can pay for.
     judge_max_usd: float | None = 1.0
+    # The most input tokens the judge may read for one run (null: no cap): the trajectory is cut to fit.
     judge_max_input_tokens: int | None = None
+    # The most tokens the judge may write for one run: its answer's cap (null: 4096).
     judge_max_output_tokens: int | None = 4096
     # USD per million tokens, for a model the price table lacks (a server of your own): both, or null
     # for the table's.

@@ -95,6 +95,7 @@ class Metric:
     # What the review's model judge used and cost (review.judge): its own, never within COST_USD, the agent's.
     REVIEW_JUDGE_COST_USD = "review_judge_cost_usd"
     REVIEW_JUDGE_INPUT_TOKENS, REVIEW_JUDGE_OUTPUT_TOKENS = "review_judge_input_tokens", "review_judge_output_tokens"
+    REVIEW_JUDGE_SPENT = (REVIEW_JUDGE_COST_USD, REVIEW_JUDGE_INPUT_TOKENS, REVIEW_JUDGE_OUTPUT_TOKENS)
     # The run's own times; STAGE_TIME_S is a prefix, + a stage's name (mlrb/core/timeline.py).
     PREPARE_TIME_S, SCORE_TIME_S, WALL_TIME_S = "prepare_time_s", "score_time_s", "wall_time_s"
     STAGE_TIME_S = "stage_time_s."

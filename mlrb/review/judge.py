@@ -29,6 +29,7 @@ from typing import Any
 
 from mlrb.core.config import ReviewConfig
 from mlrb.core.messages import first_line
+from mlrb.core.tags import Metric
 from mlrb.review import evidence as evidence_lib
 from mlrb.review import judge_model
 from mlrb.review.review import Finding, Review, masked, quoted, verdict_of
@@ -261,10 +262,10 @@ def sizing(judge: judge_model.JudgeModel, cfg: ReviewConfig, fixed_chars: int) -
 
 def report(judge: judge_model.JudgeModel | None, model: str, status: str, reason: str = "",
            **more: Any) -> dict[str, Any]:  # fmt: skip
-    """review.json's `judge`: who judged, how it went and what it cost."""
+    """review.json's `judge`: who judged, how it went, what it was shown and what it cost (under the names of the run's metrics it becomes)."""
     base: dict[str, Any] = {"model": model, "provider": judge.provider if judge else None, "status": status, "reason": reason,
-            "added": 0, "repeated": 0, "unverified": [], "shown_chars": 0, "cut": "", "input_tokens": 0,
-            "output_tokens": 0, "cost_usd": 0.0}  # fmt: skip
+            "added": 0, "repeated": 0, "unverified": [], "shown_chars": 0, "cut": "",
+            **dict.fromkeys(Metric.REVIEW_JUDGE_SPENT, 0)}  # fmt: skip
     return {**base, **more}
 
 
@@ -292,8 +293,9 @@ def read(run: evidence_lib.RunEvidence, done: Review, cfg: ReviewConfig, judge: 
     shown, cut_said = fit(entries, size.limit)
     prompt = prompt_of(shown, done.findings, cut_said, nonce)
     answer = judge_model.ask(judge, cfg, system, prompt, size.answer_tokens)
-    spent = {"shown_chars": len(prompt), "cut": cut_said, "input_tokens": answer.input_tokens,
-             "output_tokens": answer.output_tokens, "cost_usd": round(answer.cost_usd, 6)}  # fmt: skip
+    spent = {"shown_chars": len(prompt), "cut": cut_said, Metric.REVIEW_JUDGE_INPUT_TOKENS: answer.input_tokens,
+             Metric.REVIEW_JUDGE_OUTPUT_TOKENS: answer.output_tokens,
+             Metric.REVIEW_JUDGE_COST_USD: round(answer.cost_usd, 6)}  # fmt: skip
     if answer.text is None:
         status = INCOMPLETE if answer.over_budget else ERROR
         return report(judge, judge.model, status, masked(answer.failure or "no answer")[:300], **spent)

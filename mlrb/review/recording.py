@@ -31,9 +31,7 @@ def metrics_of(done: Review) -> dict[str, float]:
     """What the review's judge used and cost, apart from the agent's spending ({} without a judge)."""
     if done.judge is None:
         return {}
-    return {Metric.REVIEW_JUDGE_COST_USD: done.judge["cost_usd"],
-            Metric.REVIEW_JUDGE_INPUT_TOKENS: done.judge["input_tokens"],
-            Metric.REVIEW_JUDGE_OUTPUT_TOKENS: done.judge["output_tokens"]}  # fmt: skip
+    return {name: done.judge.get(name, 0) for name in Metric.REVIEW_JUDGE_SPENT}
 
 
 def judged_by(cfg: ReviewConfig | None) -> Any:
@@ -60,7 +58,8 @@ def review_at_end(run_dir: Path, recorder: Any, cfg: ReviewConfig | None = None)
     if done.findings:
         log.info("review: %s", done.line())
     if done.judge is not None:
-        log.info("review: the judge (%s): %s, $%.4f", done.judge["model"], done.judge["status"], done.judge["cost_usd"])
+        log.info("review: the judge (%s): %s, $%.4f", done.judge["model"], done.judge["status"],
+                 done.judge[Metric.REVIEW_JUDGE_COST_USD])  # fmt: skip
         recorder.log_metrics(metrics_of(done))
     recorder.set_tags(tags_of(done))
     recorder.log_file(Path(run_dir) / FILE)
