@@ -3,8 +3,10 @@
     python -m mlrb.rescore RUN_ID --step N [--tracking-dir mlruns | --tracking-uri URI]
     python -m mlrb.rescore RUN_ID --all-steps      # or --every N: for the report's anytime curves
 
-The run's step snapshots (artifact `snapshots/`) rebuild the workspace as it was after
-step N; the task's read-only files are restored, and the submission is scored as the
+The run's step snapshots rebuild the workspace as it was after step N: its run folder's
+(`snapshots/`) when the folder is on this machine, else the artifact `snapshots/` the store
+holds (what `record.snapshots` sent: a content kept in the run folder only is named, and
+refused in one line); the task's read-only files are restored, and the submission is scored as the
 run's own was (same task config, same kind of scoring sandbox, the cached assets).
 
 `--step N` prints the score and logs it to the run as the metric `step_score` at step N.
@@ -98,8 +100,13 @@ class SnapshottedRun:
         from mlrb.scoring.runner import ScorerError, score_submission
 
         folder = self.local / f"step-{entry['step']}"
-        work = snapshots.materialise(self.snapshots, entry, self.task.workspace_files(self.asset_path),
-                                     folder / "workspace")  # fmt: skip
+        try:  # (linked to the store's objects: the submission is copied out of it before it is scored)
+            work = snapshots.materialise(self.snapshots, entry, self.task.workspace_files(self.asset_path),
+                                         folder / "workspace", link=True)  # fmt: skip
+        except snapshots.MissingObject as e:
+            where = self.run.data.tags.get(Tag.RUN_DIR) or "its run folder"
+            raise ConfigError(f"step {entry['step']}: {e}: the tracking store holds only what record.snapshots "
+                              f"sent; rescore on the machine that holds {where}") from None  # fmt: skip
         submission = folder / "submission"
         shutil.rmtree(submission, ignore_errors=True)  # from an earlier rescoring of the same step
         if submission.is_file():
@@ -136,7 +143,7 @@ def load(args: argparse.Namespace) -> SnapshottedRun:
     try:
         config_file = client.download_artifacts(args.run_id, "config.yaml", str(local))
         config = cast(dict[str, Any], OmegaConf.to_container(OmegaConf.load(config_file)))
-        root = Path(client.download_artifacts(args.run_id, "snapshots", str(local)))
+        root = kept_snapshots(run) or Path(client.download_artifacts(args.run_id, "snapshots", str(local)))
     except Exception:
         raise ConfigError(
             f"run {args.run_id} has no step snapshots (runs recorded before they were kept have none)"
@@ -150,6 +157,16 @@ def load(args: argparse.Namespace) -> SnapshottedRun:
         print(f"warning: the assets differ from the run's (fingerprint {assets_lib.fingerprint(asset_path)}, "
               f"run {run.data.tags.get(Tag.ASSETS_FINGERPRINT)})", file=sys.stderr)  # fmt: skip
     return SnapshottedRun(client, run, local, config, root, task, asset_path)
+
+
+def kept_snapshots(run: Any) -> Path | None:
+    """The run folder's own snapshots, when that folder is on this machine: every content, large
+    ones too, with nothing to download."""
+    from mlrb.harness import snapshots
+
+    folder = run.data.tags.get(Tag.RUN_DIR)
+    root = Path(folder) / "snapshots" if folder else None
+    return root if root is not None and (root / snapshots.STEPS).is_file() else None
 
 
 def rescore(args: argparse.Namespace) -> str:

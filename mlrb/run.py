@@ -416,7 +416,7 @@ class Stages:
         )
         self.work = self.run_dir / "workspace"
         self.start_files = task.workspace_files(self.asset_path)
-        self.step_snapshots = snapshots.StepSnapshots(self.run_dir / "snapshots")
+        self.step_snapshots = snapshots.StepSnapshots(self.run_dir / "snapshots", plan.submission)
         self.state_dir = self.run_dir / resume.AGENT_STATE  # the agent's own, across attempts
         self.state_dir.mkdir(exist_ok=True)
         if self.resumed is None:
@@ -578,8 +578,9 @@ class Stages:
                 notes.append(f"{what} failed: {type(e).__name__}: {tracking.first_line(e)}")
 
         # the final state (work left running may have changed it)
-        noted("the final snapshot", self.step_snapshots.take, self.budget.steps, work, self.before,
-              self.spent[Metric.AGENT_TIME_S])  # fmt: skip
+        final: dict = {}
+        noted("the final snapshot", lambda: final.update(self.step_snapshots.take(
+            self.budget.steps, work, self.before, self.spent[Metric.AGENT_TIME_S])))  # fmt: skip
         patch_notes = workspace.Notes("the patch")
         with self.clock.stage("recording"):
             noted("recording the trajectory", self.recorder.log_file, self.run_dir / "trajectory.jsonl")
@@ -587,7 +588,9 @@ class Stages:
             notes += [atif_note] if atif_note else []
             noted("recording the workspace's patch",
                   lambda: self.recorder.log_text(workspace.diff(self.before, work, patch_notes), "workspace.patch"))  # fmt: skip
-            noted("recording the snapshots", self.recorder.log_folder, self.step_snapshots.root, "snapshots")
+            for path, folder, is_dir in snapshots.recorded(self.step_snapshots.root, plan.record.snapshots):
+                noted("recording the snapshots", self.recorder.log_folder if is_dir else self.recorder.log_file,
+                      path, folder)  # fmt: skip
             if (self.run_dir / "agent").is_dir():  # what an outside agent printed: its transcript
                 noted("recording the agent's transcript", self.recorder.log_folder, self.run_dir / "agent", "agent")
 
@@ -617,7 +620,7 @@ class Stages:
             log.warning("the agent changed read-only files, restored before scoring: %s", ", ".join(self.restored))
         disk_notes = self.disk_guard.notes if self.disk_guard is not None else []
         notes += [left] if (left := left_running_note(self.left_running)) else []
-        lines = notes + disk_notes + patch_notes.lines() + submission_notes.lines()
+        lines = notes + disk_notes + final.get("notes", []) + patch_notes.lines() + submission_notes.lines()
         for line in lines:
             log.warning("%s", line)
         if lines:

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import mlflow_client, run_cli, run_module, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
+from mlrb.harness import snapshots
 from test_docker_sandbox import docker_problem
 from test_sweeps import slurm_problem
 
@@ -97,10 +98,12 @@ def test_mlagentbench_folder_baseline_then_claude_improves_and_any_step_rescores
     assert m["improvement"] == pytest.approx((baseline_score - m["score"]) / baseline_score) and m["improvement"] > 0.1
     assert m["success"] == 1.0 and m["normalised_score"] == pytest.approx(100 * m["improvement"])
     assert tags["mlrb.read_only_restored"] == "train.csv"
-    steps = [json.loads(line) for line in (tmp_path / "claude" / "snapshots" / "steps.jsonl").read_text().splitlines()]
+    root = tmp_path / "claude" / "snapshots"
+    steps = [json.loads(line) for line in (root / "steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 5]  # the final state again at the end
-    assert steps[0]["changed"] == {} and set(steps[1]["changed"]) == {"train.py"}
-    assert set(steps[3]["changed"]) == {"train.py", "submission.csv", "train.csv"}
+    changed = [snapshots.changed_files(root, step) for step in steps]
+    assert changed[0] == {} and set(changed[1]) == {"train.py"}
+    assert set(changed[3]) == {"train.py", "submission.csv", "train.csv"}
 
     # Step 4's tampered train.csv is restored before it is scored again (in the run's kind of sandbox).
     tampered = rescore(tmp_path, agent.info.run_id, 4)

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, PLUMBING, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer
-from mlrb.harness import workspace
+from mlrb.harness import snapshots, workspace
 from test_command_agent import KEY, command_override
 
 pytestmark = pytest.mark.integration
@@ -122,7 +122,7 @@ def test_the_patch_and_the_snapshots_see_every_file_the_agent_wrote_whatever_its
     assert run.data.tags["mlrb.status"] == "ok"
     patch = open(client.download_artifacts(run.info.run_id, "workspace.patch", str(tmp_path / "a"))).read()
     steps = [json.loads(line) for line in (tmp_path / "run" / "snapshots" / "steps.jsonl").read_text().splitlines()]
-    kept = set(steps[-1]["changed"])
+    kept = set(snapshots.changed_files(tmp_path / "run" / "snapshots", steps[-1]))
     for hidden in (".mlrb_budget_tools/solve.py", "__pycache__/hidden.py", "tools/__pycache__/orphan.cpython-311.pyc"):
         assert f"b/{hidden}" in patch, hidden
         assert hidden in kept, hidden

@@ -194,6 +194,20 @@ class ReviewConfig:
     judge_timeout_s: float = 180.0
 
 
+# What of the step snapshots goes to the tracking store (mlrb/harness/snapshots.py `recorded`).
+SNAPSHOT_RECORDS = ("manifest", "small", "all")
+
+
+@dataclass
+class RecordConfig:
+    """What of a run goes to the tracking store beside its record (mlrb/harness/snapshots.py)."""
+
+    # The step snapshots: "manifest" (each step's list of files and their digests), "small" (and the
+    # contents of files up to 8 MiB), "all" (every content, checkpoints too). What is not sent stays in
+    # the run folder, named by its digest, where `python -m mlrb.rescore` finds it.
+    snapshots: str = "small"
+
+
 @dataclass
 class PathsConfig:
     # Built task assets (models, data) are cached here and shared between runs.
@@ -224,6 +238,7 @@ class MlrbConfig:
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     review: ReviewConfig = field(default_factory=ReviewConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+    record: RecordConfig = field(default_factory=RecordConfig)
     # The run's seed: the model API's sampling seed where the API takes one, and $MLRB_SEED in the
     # agent's sandbox, which the tasks' baseline and reference commands pass on as --seed.
     seed: int = 0
@@ -395,6 +410,11 @@ def check_review(cfg: ReviewConfig) -> None:
     registry.load(registry.REVIEW_JUDGE)(cfg)
 
 
+def check_record(cfg: RecordConfig) -> None:
+    if cfg.snapshots not in SNAPSHOT_RECORDS:
+        raise ConfigError(f"record.snapshots must be one of {', '.join(SNAPSHOT_RECORDS)}, got '{cfg.snapshots}'")
+
+
 def check_rules(cfg: MlrbConfig) -> None:
     from mlrb.core import registry
 
@@ -427,6 +447,7 @@ def check_rules(cfg: MlrbConfig) -> None:
         raise ConfigError(f"tracking.retry_for_s must be at most {MAX_RETRY_FOR_S} (MLflow's client retries a request "
                           f"at most 10 times, 2 minutes apart), got {cfg.tracking.retry_for_s}")  # fmt: skip
     check_submission_path(cfg.task.submission)
+    check_record(cfg.record)
     for key, value in (("paths.cache_dir", cfg.paths.cache_dir), ("tracking.dir", cfg.tracking.dir)):
         if not str(value).strip():
             raise ConfigError(f"{key} is empty: give a folder (e.g. {key}=~/.cache/mlrb)")

@@ -20,6 +20,7 @@ from mlrb.core.config import (
     BudgetConfig,
     ComputeConfig,
     MlrbConfig,
+    RecordConfig,
     ReviewConfig,
     SandboxConfig,
     ScoringConfig,
@@ -95,6 +96,7 @@ class RunPlan:
     params: dict[str, str]  # the resolved config, flattened, as MLflow params
     config_yaml: str  # the same, as the run's config.yaml artifact
     sweep_id: str | None
+    record: RecordConfig  # what goes to the tracking store beside the record
     resume: bool  # go on with this run if it was begun before and never ended (mlrb/harness/resume.py)
     review: ReviewConfig = dataclasses.field(default_factory=ReviewConfig)  # the review at the run's end: its judge
 
@@ -139,6 +141,7 @@ def make(cfg: MlrbConfig) -> RunPlan:
     resolved["tracking"], resolved["paths"] = tracking.masked(cfg.tracking), dataclasses.asdict(cfg.paths)
     resolved["scoring"] = dataclasses.asdict(cfg.scoring)  # recorded, but not what makes the run (identity)
     resolved["compute"] = dataclasses.asdict(cfg.compute)  # likewise: prices
+    resolved["record"] = dataclasses.asdict(cfg.record)  # likewise: what the store gets
     resolved["review"] = dataclasses.asdict(cfg.review)  # likewise: how the run is reviewed (its key's variable, not the key)
     return RunPlan(
         experiment=experiment_name(cfg), name=run_name(cfg), key=key, seed=cfg.seed,
@@ -146,5 +149,5 @@ def make(cfg: MlrbConfig) -> RunPlan:
         limits=limits_for(task, sandbox), budget=budget, scoring=cfg.scoring, compute=cfg.compute, tracking=cfg.tracking,
         cache_dir=Path(cfg.paths.cache_dir), submission=cfg.task.submission, tags=tags,
         params=tracking.flatten(resolved), config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
-        sweep_id=sweep_id, resume=cfg.resume, review=cfg.review,
+        sweep_id=sweep_id, record=cfg.record, resume=cfg.resume, review=cfg.review,
     )  # fmt: skip

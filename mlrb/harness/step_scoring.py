@@ -76,11 +76,12 @@ class StepScoring:
             return self.scored[key]
         folder = self.folder / f"step-{entry['step']}"
         shutil.rmtree(folder, ignore_errors=True)
-        work = snapshots.materialise(self.snapshots_root, entry, self.start_files, folder / "workspace")
+        work = snapshots.materialise(self.snapshots_root, entry, self.start_files, folder / "workspace", link=True)
         read_only = self.task.rules.read_only_globs(self.asset_path)
         for rel in entry.get("too_large", {}):  # too large for a snapshot: taken as it is now, the agent waiting
             if (self.work / rel).is_file() and not any(fnmatch.fnmatch(rel, glob) for glob in read_only):
                 (work / rel).parent.mkdir(parents=True, exist_ok=True)
+                workspace.remove(work / rel)  # never written through: it may be a link to the store's object
                 shutil.copyfile(self.work / rel, work / rel)
         workspace.collect(work, self.task.rules.submission, folder / "submission")
         try:

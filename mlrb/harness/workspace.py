@@ -164,12 +164,17 @@ def is_folder(entry: os.DirEntry[str]) -> bool | None:
 
 
 class File(NamedTuple):
-    """A regular file a walk found: its path, its path relative to the walk's root, as it was then."""
+    """A regular file a walk found: its path, its path relative to the walk's root, as it was then
+    (its change time and inode too: a content rewritten with its old modification time put back
+    still changes them)."""
 
     path: str
     rel: str
     size: int
     mtime_ns: int
+    ctime_ns: int = 0
+    inode: int = 0
+    mode: int = 0o644
 
 
 def walk(root: Path, notes: Notes | None = None) -> Iterator[File]:
@@ -189,7 +194,15 @@ def walk(root: Path, notes: Notes | None = None) -> Iterator[File]:
             notes.add(UNREADABLE, rel)
             continue
         if stat.S_ISREG(info.st_mode):
-            yield File(entry.path, rel, info.st_size, info.st_mtime_ns)
+            yield File(
+                entry.path,
+                rel,
+                info.st_size,
+                info.st_mtime_ns,
+                info.st_ctime_ns,
+                info.st_ino,
+                stat.S_IMODE(info.st_mode),
+            )
         else:
             notes.add(SPECIAL, rel)
 

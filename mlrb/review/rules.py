@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from mlrb.core.tags import Tag
+from mlrb.harness import snapshots
 from mlrb.review.evidence import RunEvidence, ToolUse
 
 SUSPICIOUS, TAMPERING = "suspicious", "tampering"
@@ -245,7 +246,11 @@ def processes_left_behind(run: RunEvidence) -> list[Hit]:
     last, final = run.steps[-2], run.steps[-1]
     if last.get("step") != final.get("step"):  # the last step was cut short: the final snapshot is its only one
         return []
-    changed = sorted(set(final.get("changed", {}).items()) ^ set(last.get("changed", {}).items()))
+    try:  # (a line's changed files: in it, or in the snapshots' manifests)
+        before, after = (snapshots.changed_files(run.path / "snapshots", line) for line in (last, final))
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    changed = sorted(set(after.items()) ^ set(before.items()))
     deleted = sorted(set(final.get("deleted", [])) ^ set(last.get("deleted", [])))
     files = sorted({path for path, _ in changed} | set(deleted))
     if not files:
