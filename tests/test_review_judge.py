@@ -263,3 +263,22 @@ def test_a_whole_run_judged_at_its_end_its_cost_apart_in_mlflow_and_again_from_t
     assert stored.tags[Tag.REVIEW_FINDINGS] == "1" and stored.tags[Tag.REVIEW_JUDGE] == judge.OK
     assert stored.metrics[Metric.REVIEW_JUDGE_COST_USD] == pytest.approx((7000 * 2.0 + 10 * 10.0) / 1e6)
     assert stored.metrics[Metric.COST_USD] == pytest.approx(agent_cost)
+
+
+@pytest.mark.fast
+def test_an_openai_model_judges_through_chat_completions(tmp_path, monkeypatch):
+    from mlrb.agents.prices import from_table
+
+    folder = hardcoding_run(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-judge-openai-key-0123456789")
+    cfg = ReviewConfig(judge="gpt-4o")
+    script = [reply(text=answer(finding("3.14 2.72 1.41 > submission/predictions.csv")), usage=(6000, 90))]
+    with FakeLlmServer(script) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.openai_url)
+        done = review.review_folder(folder, judge.judge_for(cfg))
+    (request,) = server.requests
+    assert request["path"] == "/v1/chat/completions" and request["body"]["max_completion_tokens"] == 4096
+    assert [m["role"] for m in request["body"]["messages"]] == ["system", "user"] and "tools" not in request["body"]
+    assert done.verdict == TAMPERING and done.judge["provider"] == "openai"
+    price = from_table("openai", "gpt-4o")
+    assert price is not None and done.judge[Metric.REVIEW_JUDGE_COST_USD] == pytest.approx(price.usd(6000, 90))
