@@ -601,13 +601,15 @@ class Stages:
             except ScorerError as e:  # a step whose dev scoring fails is not chosen; the final scoring has a control
                 return ScoreReport.invalid(f"dev scoring failed: {e}")
 
+        globs = task.rules.read_only_globs(self.asset_path)
+        # what the agent left changed of them, which a chosen step's state (scored without them) leaves out
+        changed_read_only = workspace.read_only_changed(self.start_files, work, globs, self.before)
         chosen = task.judge.choose_snapshot(self.step_snapshots.root, self.asset_path, self.run_dir, score_folder)
         if chosen is not None:  # MLRC-Bench: the test split is scored on the snapshot with the best dev score
             snapshots.materialise(self.step_snapshots.root, chosen["entry"], self.start_files, work)
             with self.clock.stage("recording"):
                 self.recorder.log_metrics(chosen["metrics"])
                 self.recorder.set_tags(chosen["tags"])
-        globs = task.rules.read_only_globs(self.asset_path)
         submission_notes = workspace.Notes("the submission")
         try:
             self.restored = workspace.restore_read_only(self.start_files, work, globs, self.before)
@@ -616,6 +618,7 @@ class Stages:
             submission_notes.say(f"{e}: the submission was not collected")
         else:  # copied here, so that what it left out is noted with the rest
             self.submitted = workspace.collect(work, plan.submission, self.run_dir / "submission", submission_notes)
+        self.restored = sorted(set(self.restored) | set(changed_read_only))
         if self.restored:
             log.warning("the agent changed read-only files, restored before scoring: %s", ", ".join(self.restored))
         disk_notes = self.disk_guard.notes if self.disk_guard is not None else []

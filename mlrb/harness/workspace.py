@@ -481,6 +481,13 @@ def restore_read_only(starter_dir: Path, workspace: Path, globs: list[str], befo
     return restored
 
 
+def read_only_changed(starter_dir: Path, workspace: Path, globs: list[str], before: Snapshot) -> list[str]:
+    """The starter files matching `globs` that the agent changed, removed or replaced, as
+    `restore_read_only` would put them back, without putting them back."""
+    return [rel for rel in sorted(before.hashes) if any(fnmatch.fnmatch(rel, pattern) for pattern in globs)
+            and not (in_real_folders(workspace, rel) and same_content(starter_dir / rel, workspace / rel))]  # fmt: skip
+
+
 def in_real_folders(root: Path, rel: str) -> bool:
     """Whether every folder on REL's way down from ROOT is a folder, not a link to one."""
     return all(is_real_folder(root.joinpath(*Path(rel).parts[:n])) for n in range(1, len(Path(rel).parts)))
