@@ -10,6 +10,7 @@ both then fitting every feature (a far better score), and at seed 3 runs the giv
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -259,3 +260,18 @@ def test_with_three_sides_the_line_names_each_pair_whose_answer_changes():
     assert line.startswith("The answer changes when flagged runs count as failures: cheat vs good, cheat beats good")
     assert "cheat vs weak, " in line and "good vs weak" not in line  # their runs were not flagged
     assert change_line(scored, scored) == "The answer is the same when flagged runs count as failures."
+
+
+@pytest.mark.fast
+def test_a_flagged_run_links_to_its_page_on_a_tracking_server():
+    from mlrb.report.flagged import flagged_table
+
+    cheat = dataclasses.replace(run_row("a", 1, 25.0, review="tampering"), experiment_id="7")
+    finding = {"rule": "hidden_data", "severity": "tampering", "step": 2, "evidence": "bash: cat  /x/hidden/a.csv"}
+    table = flagged_table([cheat], {cheat.run_id: [finding]}, "http://mlflow.lab:5000/")
+    (row,) = table.rows
+    page = f"http://mlflow.lab:5000/#/experiments/7/runs/{cheat.run_id}"
+    assert row[1:4] == ["tampering", "hidden_data", "step 2: bash: cat /x/hidden/a.csv"] and row[-1] == page
+    assert f'<a href="{page}">{page}</a>' in table.html()
+    (on_sqlite,) = flagged_table([cheat], {}, "sqlite:///mlruns/mlflow.db").rows  # no UI address: the run id
+    assert on_sqlite[-1] == cheat.run_id and on_sqlite[2] == "?" and "could not be read" in on_sqlite[3]

@@ -58,8 +58,14 @@ class Table:
 
     def html(self) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows)
+        body = "".join("<tr>" + "".join(f"<td>{linked(c)}</td>" for c in row) + "</tr>" for row in self.rows)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def linked(cell: str) -> str:
+    """A cell as HTML: an address alone (a run's page in the MLflow UI) as a link, any other text escaped."""
+    text = html.escape(cell)
+    return f'<a href="{text}">{text}</a>' if re.fullmatch(r"https?://\S+", cell) else text
 
 
 # ---- numbers as people read them ------------------------------------------------------
