@@ -275,3 +275,18 @@ def test_a_flagged_run_links_to_its_page_on_a_tracking_server():
     assert f'<a href="{page}">{page}</a>' in table.html()
     (on_sqlite,) = flagged_table([cheat], {}, "sqlite:///mlruns/mlflow.db").rows  # no UI address: the run id
     assert on_sqlite[-1] == cheat.run_id and on_sqlite[2] == "?" and "could not be read" in on_sqlite[3]
+
+
+@pytest.mark.fast
+def test_the_review_command_suggested_reviews_the_folders_here_else_the_store(tmp_path):
+    from mlrb.report.flagged import review_command
+
+    here, gone = (dataclasses.replace(run_row("a", seed, 1.0), run_dir=str(tmp_path / name), sweep_id="5eed")
+                  for seed, name in ((1, "here"), (2, "gone")))  # fmt: skip
+    (tmp_path / "here").mkdir()
+    assert review_command([here, gone]) == f"python -m mlrb.review {tmp_path / 'here'}"
+    assert review_command([gone]) == "python -m mlrb.review --store --sweep 5eed"
+    assert (
+        review_command([dataclasses.replace(gone, sweep_id="")])
+        == "python -m mlrb.review --store --experiment llm_merging"
+    )

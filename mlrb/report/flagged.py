@@ -69,12 +69,17 @@ def counts(rows: Sequence[RunRow]) -> str:
 
 
 def review_command(rows: Sequence[RunRow]) -> str:
-    """The command that reviews ROWS' runs again: their folders, when the store names them."""
-    folders = sorted({r.run_dir for r in rows if r.run_dir})
-    if not folders:
-        return "python -m mlrb.review RUN_DIR..."
-    return (
-        "python -m mlrb.review " + " ".join(folders[:FOLDERS_SHOWN]) + (" ..." if len(folders) > FOLDERS_SHOWN else "")
+    """The command that reviews ROWS' runs again: their folders, where they are here; else the store's
+    copy of them (--store), by sweep or by experiment."""
+    folders = sorted({r.run_dir for r in rows if r.run_dir and Path(r.run_dir).is_dir()})
+    if folders:
+        more = " ..." if len(folders) > FOLDERS_SHOWN else ""
+        return "python -m mlrb.review " + " ".join(folders[:FOLDERS_SHOWN]) + more
+    sweeps = sorted({r.sweep_id for r in rows if r.sweep_id})
+    if sweeps:
+        return "python -m mlrb.review --store " + " ".join(f"--sweep {s}" for s in sweeps)
+    return "python -m mlrb.review --store " + " ".join(
+        f"--experiment {e}" for e in sorted({r.experiment for r in rows})
     )
 
 
