@@ -9,7 +9,10 @@ values (by step), artifacts, the agent's traces (by step, with their own times) 
 status. A run the store already holds (the one tagged `mlrb.run_id` with the record's run
 id) is completed; otherwise a run is created with the record's name in its experiment, so
 tagged. Syncing again uploads nothing twice, and a sync stopped half-way is
-finished by the next. Use it to upload a run whose store was away while it ran, to rebuild a
+finished by the next. Once a run is whole in the store, its run carries the tag
+`mlrb.synced_record` (a digest of its record and of the files of the folders it logs): a later
+sync finds the run in sync by that tag alone, and a sync of many folders reads the store's
+runs in one paged search rather than asking about each. Use it to upload a run whose store was away while it ran, to rebuild a
 lost or corrupt store from the run folders, or to copy runs into another store (say a
 team's server).
 """
@@ -17,6 +20,7 @@ team's server).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from collections import Counter
 from pathlib import Path
@@ -73,8 +77,14 @@ def run_dirs(args: argparse.Namespace) -> list[Path]:
     return folders
 
 
-def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
-    """Upload what the store lacks of RUN_DIR's record; returns one line saying what was done."""
+# A sync of at least this many run folders reads the store's runs in one paged search (StoreRuns)
+# instead of looking each run up on its own (two requests).
+INDEX_FROM = 50
+
+
+def sync_run(client: Any, artifact_root: str | None, run_dir: Path, store_runs: Any = None) -> str:
+    """Upload what the store lacks of RUN_DIR's record; returns one line saying what was done.
+    STORE_RUNS (tracking.StoreRuns), when given, is where the store's run is looked up."""
     from mlrb.store import tracking
 
     lines = record.read(run_dir)
@@ -82,7 +92,10 @@ def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
     if not opened:
         raise ConfigError(f"{run_dir / record.FILE}: the run was never opened in a store")
     state = record.fold(lines)
-    run = tracking.find_run(client, state["run_id"])
+    run = store_runs.find(state["run_id"]) if store_runs is not None else tracking.find_run(client, state["run_id"])
+    digest = record_digest(run_dir, state)
+    if run is not None and run.data.tags.get(Tag.SYNCED_RECORD) == digest:
+        return f"{run_dir}: in sync, nothing to upload (run {run.info.run_id})"  # whole when the tag was set
     created = run is None
     if run is None:  # its record's tags name its own id (Tag.RUN_ID): a later sync finds it by that
         experiment = tracking.experiment_id(client, opened[-1]["experiment"], artifact_root)
@@ -90,10 +103,11 @@ def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
         run = tracking.with_retries(
             lambda: client.create_run(experiment, run_name=opened[-1]["run_name"], tags=opening)
         )
-        run = client.get_run(run.info.run_id)
-    missing = missing_lines(client, run, lines, state, run_dir)
+    missing = missing_lines(client, run, lines, state, run_dir, created)
     # Written as a live run writes its record: the same exporter, line by line.
-    record.export(tracking.MlflowRunWriter(client, run.info.run_id, run.info.experiment_id), missing, run_dir)
+    writer = tracking.MlflowRunWriter(client, run.info.run_id, run.info.experiment_id)
+    record.export(writer, missing, run_dir)
+    writer.set_tags({Tag.SYNCED_RECORD: digest})  # last: set only once all of the record is in the store
     count = Counter[str]()
     for line in missing:  # params, tags and metric values by name; the rest one per line
         kind = line["kind"]
@@ -106,11 +120,27 @@ def sync_run(client: Any, artifact_root: str | None, run_dir: Path) -> str:
     return f"{run_dir}: {done} ({'new run' if created else 'run'} {run.info.run_id})"
 
 
-def missing_lines(client: Any, run: Any, lines: list[dict], state: dict[str, Any], run_dir: Path) -> list[dict]:
+def record_digest(run_dir: Path, state: dict[str, Any]) -> str:
+    """What the store's run is tagged with once it holds all of RUN_DIR's record: a digest of the
+    record's whole lines and of the names of the files in the folders it logs (a file added to
+    one since is uploaded by the next sync, as the record's own lines are)."""
+    data = (run_dir / record.FILE).read_bytes()
+    digest = hashlib.sha256(data[: data.rfind(b"\n") + 1])
+    for file, _, is_dir in state["artifacts"]:
+        path = Path(file) if Path(file).is_absolute() else run_dir / file
+        if is_dir and path.is_dir():
+            for found in sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()):
+                digest.update(f"\0{file}/{found}".encode("utf-8", "backslashreplace"))
+    return digest.hexdigest()[:32]
+
+
+def missing_lines(client: Any, run: Any, lines: list[dict], state: dict[str, Any], run_dir: Path,
+                  created: bool = False) -> list[dict]:  # fmt: skip
     """The record's lines (`state`: them folded), cut down to what the store's run lacks of
     them: params it does not hold, tags it holds otherwise, metric values (by step) it lacks,
     each with the time of the line that logged it, artifact files it lacks (a folder's, file
-    by file), the traces of the steps it lacks, and the end status when it differs."""
+    by file), the traces of the steps it lacks, and the end status when it differs. A run just
+    `created` lacks all of them: the store is not asked."""
     from mlrb.store import tracking
 
     run_id = run.info.run_id
@@ -126,8 +156,7 @@ def missing_lines(client: Any, run: Any, lines: list[dict], state: dict[str, Any
     if tags:
         missing.append({"kind": "tags", "tags": tags})
 
-    stored = {key: Counter((m.step, m.value) for m in client.get_metric_history(run_id, key))
-              for key in state["metrics"]}  # fmt: skip
+    stored = {key: stored_values(client, run, key, history, created) for key, history in state["metrics"].items()}
     for line in lines:
         if line["kind"] != "metrics":
             continue
@@ -140,7 +169,7 @@ def missing_lines(client: Any, run: Any, lines: list[dict], state: dict[str, Any
         if values:
             missing.append({**line, "metrics": values})
 
-    stored_files = artifact_files(client, run_id)
+    stored_files = set() if created else artifact_files(client, run_id)
     for file, folder, is_dir in state["artifacts"]:
         path = Path(file) if Path(file).is_absolute() else run_dir / file
         for source in sorted(p for p in path.rglob("*") if p.is_file()) if is_dir else [path]:
@@ -150,10 +179,22 @@ def missing_lines(client: Any, run: Any, lines: list[dict], state: dict[str, Any
                 missing.append({"kind": "artifact", "file": str(source.absolute()), "is_dir": False,
                                 "artifact_path": None if destination == "." else destination})  # fmt: skip
 
-    missing += [{"kind": "trace", "trace": trace} for trace in missing_traces(client, run, state["traces"])]
+    traces = state["traces"] if created else missing_traces(client, run, state["traces"])
+    missing += [{"kind": "trace", "trace": trace} for trace in traces]
     if state["status"] is not None and run.info.status != state["status"]:
         missing.append({"kind": "status", "status": state["status"]})
     return missing
+
+
+def stored_values(client: Any, run: Any, key: str, history: list[list], created: bool) -> Counter:
+    """The (step, value) pairs the store's run holds of metric KEY, as a count of each. A metric the
+    record logged once, whose latest value in the store is that value, is taken as held without
+    asking for its history (a request per metric: most of a run's metrics are logged once)."""
+    if created or key not in run.data.metrics:
+        return Counter()
+    if len(history) == 1 and run.data.metrics[key] == history[0][1]:
+        return Counter([(history[0][0], history[0][1])])
+    return Counter((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
 
 
 def missing_traces(client: Any, run: Any, traces: list[dict]) -> list[dict]:
@@ -192,8 +233,9 @@ def main(argv: list[str] | None = None) -> None:
             cfg = TrackingConfig(uri=uri, dir=folder_of_store)
             tracking.check_store(cfg)
             client, artifact_root = tracking.client_for(cfg)
+            store_runs = tracking.StoreRuns(client) if len(folders) >= INDEX_FROM else None
             for folder in folders:
-                print(sync_run(client, artifact_root, folder), flush=True)
+                print(sync_run(client, artifact_root, folder, store_runs), flush=True)
     except (ConfigError, ValueError) as e:
         print(f"mlrb.sync: error: {e}", file=sys.stderr)
         sys.exit(2)

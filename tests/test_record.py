@@ -85,7 +85,8 @@ def store_content(client, run) -> dict:
     # each value with its step and the time it was logged at: a synced value keeps the live run's
     history = {key: sorted((m.step, m.value, m.timestamp) for m in client.get_metric_history(run.info.run_id, key))
                for key in run.data.metrics}  # fmt: skip
-    tags = {k: v for k, v in run.data.tags.items() if k.startswith("mlrb.")}
+    # the run's own tags: not the one a sync marks its store's run with once the run is whole there
+    tags = {k: v for k, v in run.data.tags.items() if k.startswith("mlrb.") and k != "mlrb.synced_record"}
     return {"name": run.info.run_name, "status": run.info.status, "params": run.data.params, "tags": tags,
             "metrics": history, "artifacts": artifact_files(client, run.info.run_id)}  # fmt: skip
 
@@ -209,6 +210,95 @@ def test_a_sync_killed_at_any_write_is_finished_by_the_next_without_duplicates(t
         capsys.readouterr()
         sync.main([str(run_dir), "--tracking-dir", str(store)])
         assert capsys.readouterr().out.strip().endswith(f"in sync, nothing to upload (run {run.info.run_id})")
+
+
+def copies_of(run_dir: Path, count: int, first: int = 1) -> list[Path]:
+    """COUNT run folders beside RUN_DIR (run-FIRST, ...), each a copy of it recorded as another run (its own id)."""
+    import shutil
+
+    folders = []
+    for n in range(first, first + count):
+        folder = run_dir.with_name(f"run-{n}")
+        shutil.copytree(run_dir, folder)
+        text = (folder / record.FILE).read_text()
+        lines = [json.loads(line) for line in text.splitlines()]
+        run_id = record.new_run_id()
+        lines[0] = {**lines[0], "run_id": run_id, "tags": {**lines[0]["tags"], "mlrb.run_id": run_id,
+                                                          "mlrb.run_dir": str(folder)}}  # fmt: skip
+        (folder / record.FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+        folders.append(folder)
+    return folders
+
+
+def store_calls(monkeypatch) -> dict:
+    """Every call of the MLflow client's methods from here on, counted by name."""
+    from collections import Counter
+
+    from mlflow.tracking import MlflowClient
+
+    calls: Counter = Counter()
+    for name in ("search_experiments", "search_runs", "get_run", "get_metric_history", "list_artifacts",
+                 "search_traces", "get_experiment_by_name", "create_run", "log_batch", "log_artifact",
+                 "log_artifacts", "set_terminated"):  # fmt: skip
+        method = getattr(MlflowClient, name)
+
+        def counted(*args, _method=method, _name=name, **kwargs):
+            calls[_name] += 1
+            return _method(*args, **kwargs)
+
+        monkeypatch.setattr(MlflowClient, name, counted)
+    return calls
+
+
+@pytest.mark.fast
+def test_a_sync_of_many_runs_already_in_the_store_asks_it_a_few_times_in_all(tmp_path, capsys, monkeypatch):
+    """A lab's `python -m mlrb.sync --all` over thousands of runs it synced before: the store's runs are
+    read in one paged search and each run is found whole by its tag, so the store is asked the same
+    few times for 3 runs as for 6 (before, some 50 requests per run: a metric's history each). A
+    new run is created and written without asking what it holds; a single run in sync is looked up
+    alone."""
+    from mlrb import sync
+
+    monkeypatch.setattr(sync, "INDEX_FROM", 2)
+    run_dir, _ = recorded_run(tmp_path, tmp_path / "live")
+    outputs = tmp_path / "outputs"
+    store = ["--outputs", str(outputs), "--tracking-dir", str(tmp_path / "rebuilt")]
+    copies_of(run_dir, 2)
+    calls = store_calls(monkeypatch)
+    sync.main(["--all", *store])  # three new runs
+    assert calls["create_run"] == 3 and not calls["get_metric_history"] and not calls["list_artifacts"]
+    asked = {}
+    for count in (3, 6):
+        if count == 6:
+            copies_of(run_dir, 3, first=3)
+            sync.main(["--all", *store])
+        capsys.readouterr()
+        calls.clear()
+        sync.main(["--all", *store])
+        said = capsys.readouterr().out.splitlines()
+        assert len(said) == count and all("in sync, nothing to upload" in line for line in said)
+        asked[count] = dict(calls)
+    assert asked[3] == asked[6] and sum(asked[6].values()) <= 3, asked  # the store's check, then one search
+    calls.clear()
+    sync.main([str(run_dir), "--tracking-dir", str(tmp_path / "rebuilt")])
+    assert sum(calls.values()) <= 3, dict(calls)  # the store's check, then the run looked up
+
+
+@pytest.mark.fast
+def test_a_file_added_to_a_logged_folder_after_a_sync_is_uploaded_by_the_next(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from mlrb import sync
+    from mlrb.sync import artifact_files
+
+    run_dir, _ = recorded_run(tmp_path, tmp_path / "live")
+    sync.main([str(run_dir), "--tracking-dir", str(tmp_path / "rebuilt")])
+    (run_dir / "snapshots" / "step-1" / "later.py").write_text("print(2)\n")
+    sync.main([str(run_dir), "--tracking-dir", str(tmp_path / "rebuilt")])
+    assert "1 artifacts" in capsys.readouterr().out.splitlines()[-1]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'rebuilt' / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    assert "snapshots/step-1/later.py" in artifact_files(client, run.info.run_id)
 
 
 @pytest.mark.fast

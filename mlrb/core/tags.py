@@ -56,6 +56,8 @@ class Tag:
     STEP = "mlrb.step"
     # The run id a run synced before the harness made its own ids had in its record (now: RUN_ID).
     SYNCED_FROM = "mlrb.synced_from"
+    # Set by mlrb.sync once the store's run holds all of its record: a digest of the record (mlrb/sync.py).
+    SYNCED_RECORD = "mlrb.synced_record"
 
     # MLflow's own tags that mlrb sets or reads.
     PARENT_RUN_ID, GIT_COMMIT, NOTE = "mlflow.parentRunId", "mlflow.source.git.commit", "mlflow.note.content"
