@@ -108,3 +108,20 @@ def test_the_tutorial_s_times_scores_and_cost_are_the_measured_and_configured_on
     assert f"stops each run at ${cap:g}, {steps} steps or {minutes:g} minutes" in text
     assert f"at most ${3 * cap:g} and {3 * minutes:g} minutes in all" in text
     assert f"Only step 3 costs money: at most ${3 * cap:g}, in at most {3 * minutes:g} minutes" in text
+
+
+def test_the_full_scale_guide_s_disk_figures_are_the_paper_load_s():
+    """The full-scale guide's figures of a paper-scale run are benchmarks/paper_load.json's, as printed."""
+    text = " ".join((REPO / "docs" / "full-scale.md").read_text().split())
+    figures = measured("paper_load.json")["figures"]
+    gib = 1 << 30
+    found = re.search(r"The agent wrote (\d+\.\d\d) GiB and its workspace held (\d+\.\d\d) GiB", text)
+    assert found, "the full-scale guide no longer says what the agent wrote"
+    assert found.groups() == (f"{figures['agent_wrote_bytes'] / gib:.2f}", f"{figures['workspace_bytes'] / gib:.2f}")
+    assert f"the snapshots took {figures['store_over_needed']:.2f} times the bytes still needed" in text
+    unchanged = figures["unchanged_step_s"]
+    assert (f"a step that changed nothing took {unchanged['median']:.2f} s of the harness's time "
+            f"({unchanged['cpu_median']:.2f} s of CPU)") in text  # fmt: skip
+    assert f"the harness's peak memory was {figures['harness_peak_mib']} MiB" in text
+    assert f"the tracking store got {figures['uploaded_bytes'] / (1 << 20):.0f} MiB of the snapshots" in text
+    assert f"{figures['steps'] - 1} steps" in text  # its last step is the final snapshot

@@ -17,7 +17,6 @@ from mlrb.core.config import ConfigError, RecordConfig, check_record
 from mlrb.harness import snapshots, workspace
 
 MIB = 1 << 20
-pytestmark = pytest.mark.fast
 
 
 def start(tmp_path: Path, files: dict[str, str] | None = None) -> tuple[Path, Path, workspace.Snapshot]:
@@ -48,6 +47,7 @@ def counting_reads(monkeypatch) -> list[int]:
     return reads
 
 
+@pytest.mark.fast
 def test_a_step_that_changed_nothing_reads_nothing_and_stores_nothing_new(tmp_path, monkeypatch):
     starter, ws, before = start(tmp_path, {"train.py": "train()\n"})
     for i in range(200):
@@ -78,6 +78,7 @@ def test_a_step_that_changed_nothing_reads_nothing_and_stores_nothing_new(tmp_pa
     assert third["tree"] != first["tree"]
 
 
+@pytest.mark.fast
 def test_a_content_rewritten_in_place_with_its_old_time_is_read_again(tmp_path):
     """A file whose bytes changed with its size and modification time put back (os.utime) is still
     read again: its change time moved. The step's snapshot has the new content."""
@@ -94,6 +95,7 @@ def test_a_content_rewritten_in_place_with_its_old_time_is_read_again(tmp_path):
     assert (rebuilt / "answer.txt").read_text() == "0.9\n"
 
 
+@pytest.mark.fast
 def test_a_rewritten_checkpoint_is_stored_once_per_content(tmp_path):
     starter, ws, before = start(tmp_path)
     (ws / "ckpt").mkdir()
@@ -111,6 +113,7 @@ def test_a_rewritten_checkpoint_is_stored_once_per_content(tmp_path):
         assert (rebuilt / "ckpt" / "model.bin").read_bytes() == contents[which]
 
 
+@pytest.mark.fast
 def test_a_submission_past_the_old_cap_is_kept_and_rebuilt_at_its_step(tmp_path):
     """A 300 MiB submission (sparse: a few real bytes among holes) is kept at each step whose content
     it has, and rebuilt as it was; a file as large that is not the submission is named, not kept."""
@@ -146,6 +149,7 @@ def test_a_submission_past_the_old_cap_is_kept_and_rebuilt_at_its_step(tmp_path)
         assert os.path.getsize(rebuilt / "submission" / "model.bin") == big
 
 
+@pytest.mark.fast
 def test_an_agent_rewriting_a_file_in_place_never_changes_an_earlier_step(tmp_path):
     """The store's objects are its own (copies; never hard links to the agent's files), and a
     rebuilt workspace's links to them are never written through: a program that rewrites its
@@ -177,6 +181,7 @@ def test_an_agent_rewriting_a_file_in_place_never_changes_an_earlier_step(tmp_pa
         ("all", {"steps.jsonl", "trees", "objects", "large"}),
     ],
 )
+@pytest.mark.fast
 def test_the_tracking_store_gets_what_record_snapshots_says(tmp_path, what, sent):
     """What run.py logs for each `record.snapshots`, through the run's real recorder: its record's
     artifact lines, which the recording process and python -m mlrb.sync turn into the store's."""
@@ -199,6 +204,7 @@ def test_the_tracking_store_gets_what_record_snapshots_says(tmp_path, what, sent
     assert all(folder.startswith("snapshots") for _, folder, _ in artifacts)
 
 
+@pytest.mark.fast
 def test_a_bad_record_snapshots_is_refused_in_one_line():
     check_record(RecordConfig())
     with pytest.raises(ConfigError) as refused:
@@ -206,6 +212,7 @@ def test_a_bad_record_snapshots_is_refused_in_one_line():
     assert str(refused.value) == "record.snapshots must be one of manifest, small, all, got 'everything'"
 
 
+@pytest.mark.fast
 def test_a_run_folder_of_the_format_before_is_still_read_and_rebuilt(tmp_path):
     """Format 1: each line's changed files in the line itself, objects in objects/ (what runs
     recorded before wrote); rebuilt, keyed and filtered as before, and a resumed run appends
@@ -237,3 +244,54 @@ def test_a_run_folder_of_the_format_before_is_still_read_and_rebuilt(tmp_path):
     assert first == entry and second["v"] == snapshots.VERSION
     assert snapshots.materialise(root, second, starter, tmp_path / "r2").joinpath("answer.txt").read_text() == "0.7\n"
     assert snapshots.state_key(first) != snapshots.state_key(second)
+
+
+MARK_AT = 1000  # where the submission's big file holds its step's mark
+
+
+def big_file(mark: str) -> str:
+    """A shell command that leaves model.bin past the old 256 MiB cap (sparse) with MARK in it."""
+    return (f"truncate -s 260M model.bin && printf {mark} | dd of=model.bin bs=1 seek={MARK_AT} conv=notrunc "
+            "status=none")  # fmt: skip
+
+
+@pytest.mark.integration
+def test_a_submission_past_the_old_cap_is_rescored_at_its_step_and_the_store_gets_no_large_object(tmp_path, cache_dir):
+    """A real run (the cheapest task, whose submission is the whole workspace) whose scripted Claude
+    leaves a 260 MiB file in its workspace at step 1 and rewrites it at step 2: its step 1 is
+    rescored afterwards with that file as step 1 left it, and the tracking store, by default,
+    holds the manifests and small files but not the large object."""
+    from conftest import (
+        HARNESS_EXPERIMENT,
+        HARNESS_SUBMISSION,
+        HARNESS_TASK,
+        mlflow_client,
+        run_cli,
+        run_module,
+        store_args,
+    )
+    from fake_llm_server import FakeLlmServer, reply, tool
+
+    script = [
+        reply(tool("bash", command=f"{big_file('first')} && {HARNESS_SUBMISSION}", timeout_s=300)),
+        reply(tool("bash", command=big_file("second"), timeout_s=300)),
+        reply(tool("submit", summary="done")),
+    ]
+    with FakeLlmServer(script) as server:
+        result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, "agent=claude", cwd=tmp_path,
+                         env={"ANTHROPIC_API_KEY": "sk-ant-snapshots", "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
+    sent = {a.path for a in client.list_artifacts(run.info.run_id, "snapshots")}
+    assert sent == {"snapshots/steps.jsonl", "snapshots/trees", "snapshots/objects"}
+    assert len(list((tmp_path / "run" / "snapshots" / snapshots.LARGE).iterdir())) == 2  # in the run folder
+
+    rescored = run_module("mlrb.rescore", run.info.run_id, "--step", "1", cwd=tmp_path)
+    assert rescored.returncode == 0, rescored.stderr[-3000:]
+    assert "step 1: score" in rescored.stdout and "(valid)" in rescored.stdout
+    rebuilt = tmp_path / "outputs" / "rescore" / run.info.run_id / "step-1" / "workspace" / "model.bin"
+    assert rebuilt.stat().st_size == 260 * MIB
+    with open(rebuilt, "rb") as f:
+        f.seek(MARK_AT)
+        assert f.read(5) == b"first"

@@ -378,11 +378,29 @@ def needed(root: Path) -> dict[str, int]:
     """sha256 -> bytes of every content some step's workspace holds (not its starting files): what
     the objects must keep for each step to be scored."""
     found: dict[str, int] = {}
+
+    def add(digest: str, size: int | None) -> None:
+        if digest not in found:
+            path = object_path(root, digest)
+            found[digest] = size if size is not None else (path.stat().st_size if path else 0)
+
+    seen: set[str] = set()  # a folder's manifest, read once however many steps share it
     for entry in load_steps(root):
-        for _, digest, size, _ in files(root, entry):
-            if digest not in found:
-                path = object_path(root, digest)
-                found[digest] = size if size is not None else (path.stat().st_size if path else 0)
+        if entry.get("v", 1) < 2:
+            for _, digest, size, _ in files(root, entry):
+                add(digest, size)
+            continue
+        pending = [entry["tree"]] if entry["tree"] else []
+        while pending:
+            tree = pending.pop()
+            if tree in seen:
+                continue
+            seen.add(tree)
+            for item in json.loads((Path(root) / TREES / tree).read_bytes()).values():
+                if item[0] == "d":
+                    pending.append(item[1])
+                else:
+                    add(item[1], item[2])
     return found
 
 
