@@ -229,6 +229,9 @@ def stopped(plan: plans.RunPlan, recorder, run_dir: Path, e: BaseException) -> B
             recorder.log_file(run_dir / "trajectory.jsonl")
             atif.record(run_dir, recorder)  # the trajectory as ATIF too; its failure is a warning
             recorder.log_file(run_dir / "scoring" / "scorer.log")
+            # what the agent tried before the end counts though nothing was scored: the rules
+            # alone (no judge: a stopped job has seconds left), never failing the recording
+            review_at_end(run_dir, recorder)
         finally:
             recorder.finish(status.mlflow_status)
     except Exception as failure:  # the store itself failed: say so, in the same one line

@@ -170,3 +170,5 @@ def test_a_scorer_failure_is_an_infrastructure_error_not_a_zero(tmp_path, plumbi
     assert run.data.tags["mlrb.status"] == "infra_error"
     assert "ScorerError" in run.data.tags["mlrb.error"]
     assert "score" not in run.data.metrics
+    # reviewed though it was not scored: what its agent tried still counts
+    assert (run.data.tags["mlrb.review"], run.data.tags["mlrb.review_findings"]) == ("clean", "0")
