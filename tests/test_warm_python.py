@@ -203,6 +203,24 @@ def test_the_starters_imports_are_preloaded_but_not_their_own_modules(tmp_path):
     assert starter_imports(tmp_path) == ["json", "torch", "transformers:AutoTokenizer", "transformers:GPT2LMHeadModel"]
 
 
+@pytest.mark.fast
+def test_what_a_run_imports_from_the_libraries_is_imported_for_the_runs_after_it_but_not_its_own_files(warm, tmp_path):
+    """A module a run imports as it goes (an Auto class's model, say) is found imported by the next
+    run; the run's own modules, and those of a folder its script is in, never are."""
+    script = textwrap.dedent("""\
+        import json, sys
+        json.dump({name: name in sys.modules for name in ("email.mime.text", "helper")}, open("seen.json", "w"))
+        import email.mime.text, helper
+        """)
+    for name in ("first", "second"):
+        folder = workspace(tmp_path, name)
+        (folder / "lazy.py").write_text(script)
+        (folder / "helper.py").write_text("VALUE = 1\n")
+        assert warm.run("python lazy.py", folder, environment(folder, 0)) == (0, "")
+    assert seen(tmp_path / "first") == {"email.mime.text": False, "helper": False}
+    assert seen(tmp_path / "second") == {"email.mime.text": True, "helper": False}
+
+
 @pytest.mark.integration
 def test_a_training_run_warm_writes_the_bytes_a_fresh_one_writes(cache_dir, tmp_path):
     """baby_lm's baseline (a GPT-2 initialised from the seed and trained on the public text), cut

@@ -11,6 +11,12 @@ and runs the script as `__main__`, as `python SCRIPT` would. The arithmetic is t
 the same thread count, so the scores are those of fresh processes (the asset fingerprints and
 calibration did not change when this came in).
 
+What a run imports only as it goes (the model class an Auto class picks from a config, its
+generation code, the weights' loader: 1.5 s of a core for a seq2seq model) the server learns:
+each child names, as it ends, the library modules it imported (those found on the server's own
+path, never the run's own files; nothing from a run that used a GPU), and the server imports
+them before its next fork.
+
 Only a command that is one plain `python SCRIPT.py ARGS` (no shell operators, no interpreter
 flags, `python` being this interpreter) is run warm; anything else, or a server that did not
 start, goes through bash as before (`WarmPython.run` returns None).
@@ -161,6 +167,8 @@ def serve(socket_path: str, preload: list[str]) -> None:
                 getattr(loaded, attribute)
         except Exception:  # noqa: BLE001 - the script will import it itself, and fail there if it must
             continue
+    learned = os.path.join(os.path.dirname(socket_path), "learned-imports")
+    os.makedirs(learned, exist_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(socket_path)
     listener.listen(16)
@@ -179,7 +187,7 @@ def serve(socket_path: str, preload: list[str]) -> None:
             if pid == 0:
                 listener.close()
                 conn.close()
-                run_child(json.loads(message), fds)
+                run_child(json.loads(message), fds, learned)
             for fd in fds:
                 os.close(fd)
             try:
@@ -198,11 +206,55 @@ def serve(socket_path: str, preload: list[str]) -> None:
             except OSError:
                 pass
             done.close()
+            import_learned(os.path.join(learned, str(pid)))
 
 
-def run_child(request: dict, fds: list[int]) -> NoReturn:
+def import_learned(path: str) -> None:
+    """Import the modules a child that ended named in `path` (`name_imports`), for the runs forked
+    after it; the file is removed. A module that fails to import here is left to the runs."""
+    try:
+        with open(path) as f:
+            names = f.read().split()
+        os.unlink(path)
+    except OSError:  # the child died before it could say
+        return
+    for name in names:
+        if name not in sys.modules:
+            try:
+                __import__(name)
+            except BaseException:  # noqa: BLE001 - the run imports it itself, as before
+                continue
+
+
+def name_imports(path: str, before: set[str], library_path: list[str], own: list[str]) -> None:
+    """Write to `path` the modules this child imported (not in `before`) that come from the
+    server's own library path and not from the run's folders `own`: what the server may import
+    for later runs."""
+
+    def under(entries: list[str]) -> tuple[str, ...]:
+        return tuple(os.path.join(os.path.realpath(entry), "") for entry in entries if entry)
+
+    library, run = under(library_path), under(own)
+    found = []
+    for name, module in list(sys.modules.items()):
+        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        if name in before or not isinstance(origin, str):
+            continue
+        origin = os.path.realpath(origin)
+        if origin.startswith(library) and not origin.startswith(run):
+            found.append(name)
+    try:
+        with open(path + ".part", "w") as f:
+            f.write("\n".join(sorted(found)))
+        os.rename(path + ".part", path)
+    except OSError:
+        pass
+
+
+def run_child(request: dict, fds: list[int], learned: str | None = None) -> NoReturn:
     """In the forked child: become `python SCRIPT ARGS` in the request's folder and environment,
-    and end as python ends (`end`)."""
+    and end as python ends (`end`), naming in the folder `learned` the library modules it imported."""
+    before, library_path = set(sys.modules), list(sys.path)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -231,6 +283,11 @@ def run_child(request: dict, fds: list[int]) -> NoReturn:
             frames = frames.tb_next
         traceback.print_exception(type(e), e, frames or e.__traceback__)
         code = 1
+    torch = sys.modules.get("torch")
+    on_gpu = torch is not None and getattr(getattr(torch, "cuda", None), "is_initialized", lambda: False)()
+    if learned is not None and not on_gpu:  # a GPU library may start CUDA as it is imported: no fork could use it then
+        own = [request["cwd"], os.path.dirname(os.path.realpath(script))]
+        name_imports(os.path.join(learned, str(os.getpid())), before, library_path, own)
     end(code, main)
 
 
