@@ -23,7 +23,6 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -123,24 +122,21 @@ def kept_unseen_seed_scores(task, assets: Path) -> dict[str, float] | None:
 
 def unseen_seed_scores(task, assets: Path, scratch: Path) -> dict[str, float]:
     """The baseline's and the reference's scores at the first seed the build did not run, run and
-    scored as at asset build. Kept beside the assets in the test cache: the asset key covers the
+    scored as at asset build (side by side, forked from a warm interpreter, each scored on one
+    torch thread as soon as it ends; an invalid submission stops it, AnchorFailed). Kept beside the assets in the test cache: the asset key covers the
     commands, the data and the code that runs and scores them (mlrb/tasks/sources.py), so a rerun
     of the same code reads the same scores back, and any change to them runs both again."""
     kept = kept_unseen_seed_scores(task, assets)
     if kept is not None:
         return kept
     record, wanted = unseen_seed_record(task, assets)
-    commands, seed = wanted["commands"], wanted["seed"]
-
-    def ran(anchor: str):
-        return task.solutions(assets / "public").run(commands[anchor], scratch / anchor / "workspace", seed)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:  # the two runs side by side, as at asset build
-        workspaces = dict(zip(["baseline", "reference"], pool.map(ran, ["baseline", "reference"]), strict=True))
-    scores = {}
-    for anchor, work in workspaces.items():  # scored in this thread: the scorers' lazy imports are not thread-safe
-        report = task.score(work / task.cfg.submission, assets, scratch / anchor / "scoring")
-        assert report.valid, report.reason
-        scores[anchor] = report.score
+    solutions = task.solutions(assets / "public")
+    jobs = [("reference", wanted["seed"]), ("baseline", wanted["seed"])]  # the longer first, as at asset build
+    with solutions.warm() as warm:  # forked from one warm interpreter, as at asset build
+        reports = task.anchors.score_seeds(
+            scratch, jobs, run=lambda command, workspace, seed: solutions.run(command, workspace, seed, warm),
+            score=lambda submission, work_dir: task.score(submission, assets, work_dir), workers=2,
+        )  # fmt: skip
+    scores = {anchor: reports[anchor, wanted["seed"]].score for anchor in ("baseline", "reference")}
     record.write_text(json.dumps({**wanted, "scores": scores}, indent=2))
     return scores
