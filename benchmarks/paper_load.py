@@ -218,5 +218,48 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     return {name: history[-1][1] for name, history in record.fold(record.read(run_dir))["metrics"].items()}
 
 
+# -- its section of the results page (benchmarks/results.py) -----------------------------------
+
+
+def paper_load_section(bench_dir: Path) -> str:
+    data = results_page.load(bench_dir, "paper_load.json")
+    f = data["figures"]
+    gib = 1024**3
+    unchanged = f["unchanged_step_s"]
+    rows = [
+        ["workspace at the end", f"{f['workspace_bytes'] / gib:.2f} GiB", ""],
+        ["bytes the agent wrote, still needed for scoring", f"{f['needed_bytes'] / gib:.2f} GiB", ""],
+        ["snapshot store", f"{f['store_bytes'] / gib:.2f} GiB ({f['store_over_needed']:.2f}x needed)", "at most 1.2x"],
+        [
+            "a step that changed nothing",
+            f"median {unchanged['median']:.2f} s, worst {unchanged['max']:.2f} s ({unchanged['count']} steps)",
+            "under 1 s",
+        ],  # fmt: skip
+        ["the harness's peak memory", f"{f['harness_peak_mib']} MiB", "under 1 GiB"],
+        ["uploaded to the tracking store", f"{f['uploaded_bytes'] / 1024**2:.0f} MiB", ""],
+        ["the run's record", f"{f['record_bytes'] / 1024**2:.1f} MiB", ""],
+        ["snapshots, all steps", f"{f['snapshot_s_total']:.0f} s ({f['snapshot_cpu_s_total']:.0f} s CPU)", ""],
+    ]
+    shape = f["shape"]
+    return "\n\n".join([
+        f"A day of paper-scale work compressed in time, through the real harness (bwrap, SQLite store): "
+        f"{f['steps']} steps and {f['model_calls']} model calls against a scripted model server, a venv of "
+        f"{shape['venv_files']:,} files, {shape['data_shards']} data shards of {shape['data_bytes'] / 1024**2:.0f} MiB and "
+        f"{shape['ckpt_shards']} checkpoint shards of {shape['ckpt_bytes'] / 1024**2:.0f} MiB rewritten every "
+        f"{shape['ckpt_every']} steps (scale {f['scale']:g}; `--scale` grows it).",
+        "Measured with:",
+        results_page.commands("-m benchmarks.paper_load --out benchmarks/paper_load.json"),
+        "Output: `benchmarks/paper_load.json`.",
+        results_page.table(["what", "figure", "target"], rows),
+        results_page.provenance_table([("`paper_load.json`", data.get("measured"))]),
+    ])  # fmt: skip
+
+
+SECTION = results_page.Section(
+    "A day of paper-scale work", order=36, reads=("paper_load.json",), render=paper_load_section,
+    sources=SOURCES[1:],
+)  # fmt: skip
+
+
 if __name__ == "__main__":
     main()

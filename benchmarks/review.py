@@ -297,5 +297,33 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+# -- its section of the results page (benchmarks/results.py) -----------------------------------
+
+
+def review_section(bench_dir: Path) -> str:
+    data = results_page.load(bench_dir, "review.json")
+    rows = [[f"`{name}`", str(r["runs_expected"]), str(r["true_positives"]), str(r["false_positives"]),
+             f"{r['precision']:.2f}", f"{r['recall']:.2f}"]
+            for name, r in data["rules"].items()]  # fmt: skip
+    return "\n\n".join([
+        f"The review's rules on a labelled set of {data['cheating_runs'] + data['honest_runs']} runs through the real "
+        f"harness (`benchmarks/review_set.yaml`): {data['cheating_runs_flagged']} of {data['cheating_runs']} cheating "
+        f"runs flagged, {data['honest_runs_flagged']} of {data['honest_runs']} honest runs (targets: every cheating "
+        "run, and no more than 1 honest run in 20). The review at the end of a tiny-scale run took "
+        f"{data['review_s_tiny_scale'] * 1000:.0f} ms (target: at most 2 s).",
+        "Measured with:",
+        results_page.commands("-m benchmarks.review --out benchmarks/review.json"),
+        "Output: `benchmarks/review.json`.",
+        results_page.table(["rule", "its cheating runs", "flagged", "flagged where not expected", "precision", "recall"], rows),
+        results_page.provenance_table([("`review.json`", data.get("measured"))]),
+    ])  # fmt: skip
+
+
+SECTION = results_page.Section(
+    "How well the review's rules do", order=37, reads=("review.json",), render=review_section,
+    sources=SOURCES,
+)  # fmt: skip
+
+
 if __name__ == "__main__":
     sys.exit(main())
