@@ -104,12 +104,14 @@ def test_the_page_is_plain_markdown():
 
 def test_the_results_page_shows_the_benchmark_and_development_the_suite():
     """The Results page opens on the tasks' anchors and holds the benchmark's figures and what a lab's store and
-    sweep cost at paper scale; the harness's own per run (a run's overhead, sweep scaling, the proxy's cost) and
+    sweep cost at paper scale, a day of paper-scale work and how well the review's rules do; the harness's own per run (a run's overhead, sweep scaling, the proxy's cost) and
     the suite's and builds' timings are Development's."""
     benchmark, suite = results.sections("results"), results.sections("suite")
     assert benchmark[0].reads[0] == "calibration.json"
-    assert {s.reads[0] for s in benchmark} == {"calibration.json", "machine_spread.json", "lineage_shares.json",
-                                               "store_load.json"}  # fmt: skip
+    assert {s.reads[0] for s in benchmark} == {
+        "calibration.json", "machine_spread.json", "lineage_shares.json", "store_load.json", "paper_load.json",
+        "review.json",
+    }  # fmt: skip
     assert {s.reads[0] for s in suite} == {
         "suite_time.json",
         "build_times.json",
