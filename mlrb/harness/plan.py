@@ -142,7 +142,7 @@ def make(cfg: MlrbConfig) -> RunPlan:
     resolved["scoring"] = dataclasses.asdict(cfg.scoring)  # recorded, but not what makes the run (identity)
     resolved["compute"] = dataclasses.asdict(cfg.compute)  # likewise: prices
     resolved["record"] = dataclasses.asdict(cfg.record)  # likewise: what the store gets
-    resolved["review"] = dataclasses.asdict(cfg.review)  # likewise: how the run is reviewed (its key's variable, not the key)
+    resolved["review"] = dataclasses.asdict(cfg.review)  # likewise: its review (the key's variable, never the key)
     return RunPlan(
         experiment=experiment_name(cfg), name=run_name(cfg), key=key, seed=cfg.seed,
         task=task, agent=agent, sandbox_class=sandbox_class, sandbox=sandbox,
