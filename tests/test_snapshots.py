@@ -15,18 +15,9 @@ import pytest
 
 from mlrb.core.config import ConfigError, RecordConfig, check_record
 from mlrb.harness import snapshots, workspace
+from test_workspace_traps import start
 
 MIB = 1 << 20
-
-
-def start(tmp_path: Path, files: dict[str, str] | None = None) -> tuple[Path, Path, workspace.Snapshot]:
-    starter = tmp_path / "starter"
-    starter.mkdir()
-    for rel, text in (files or {}).items():
-        (starter / rel).parent.mkdir(parents=True, exist_ok=True)
-        (starter / rel).write_text(text)
-    ws = tmp_path / "ws"
-    return starter, ws, workspace.prepare(starter, ws)
 
 
 def stored(root: Path) -> set[str]:
