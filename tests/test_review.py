@@ -326,8 +326,9 @@ def test_a_run_whose_folder_is_gone_is_reviewed_from_its_store(tmp_path):
 
     run = RunBuilder(tmp_path)
     run.recorder.set_tags({Tag.TASK: "llm_merging", Tag.AGENT: "llm", Tag.BUDGET: "smoke", Tag.SEED: "0"})
-    run.tool("cat /srv/hidden/answers.csv")
     run.refused("claude-opus-9", "model not allowed: 'claude-opus-9'")  # read back from the store's traces
+    run.tool("cat /srv/hidden/answers.csv")
+    (run.work / "late.txt").write_text("after the end\n")  # read back from the snapshots' manifests
     folder = run.end()
     from_folder = reviewed(folder)
     sync.main([str(folder), "--tracking-dir", str(tmp_path / "mlruns")])  # the store a user keeps
@@ -338,16 +339,16 @@ def test_a_run_whose_folder_is_gone_is_reviewed_from_its_store(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     (line,) = result.stdout.splitlines()
-    assert line.startswith("exp/llm/smoke/0: tampering, 2 findings; hidden_data (step 1): bash: cat /srv/hidden/")
+    assert line.startswith("exp/llm/smoke/0: tampering, 3 findings; hidden_data (step 2): bash: cat /srv/hidden/")
     assert "tagged in its store" in line
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     (stored,) = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
-    assert (stored.data.tags[Tag.REVIEW], stored.data.tags[Tag.REVIEW_FINDINGS]) == (TAMPERING, "2")
+    assert (stored.data.tags[Tag.REVIEW], stored.data.tags[Tag.REVIEW_FINDINGS]) == (TAMPERING, "3")
     written = json.loads(Path(client.download_artifacts(stored.info.run_id, review.FILE, str(tmp_path))).read_text())
     assert [(f["rule"], f["step"], f["evidence"]) for f in written["findings"]] == [
         (f.rule, f.step, f.evidence) for f in from_folder.findings
     ]  # the same findings as from its folder: the refused model's included
-    assert {f["rule"] for f in written["findings"]} == {"hidden_data", "model_not_allowed"}
+    assert {f["rule"] for f in written["findings"]} == {"hidden_data", "model_not_allowed", "processes_left_behind"}
     store = ("--store", "--tracking-dir", str(tmp_path / "mlruns"))
     assert run_module("mlrb.review", *store, "--fail-on", "tampering", cwd=tmp_path).returncode == 1
     nothing = run_module("mlrb.review", *store, "--task", "baby_lm", cwd=tmp_path)

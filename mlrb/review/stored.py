@@ -1,7 +1,7 @@
 """Runs reviewed from what their tracking store keeps, for runs whose folders are gone (a cluster's
 scratch cleaned, a store shared by a colleague): the run's tags and params, the step traces (the
 proxy's refusals), and the artifacts the harness logged (the trajectory, the workspace's patch and
-notes, the agent's transcript, the snapshots' step list), laid out in a scratch folder as they are
+notes, the agent's transcript, the snapshots' step list and manifests), laid out in a scratch folder as they are
 in a run folder so that the review reads them as it reads a live run's. The verdict goes back to
 the run in the store: its tags and review.json.
 """
@@ -27,6 +27,7 @@ ARTIFACTS = {
     "workspace.patch": evidence_lib.PATCH,
     "workspace_notes.txt": evidence_lib.NOTES,
     f"snapshots/{snapshots.STEPS}": Path("snapshots") / snapshots.STEPS,
+    f"snapshots/{snapshots.TREES}": Path("snapshots") / snapshots.TREES,  # the steps' manifests: a folder
 }
 TRANSCRIPTS = "agent"  # an outside agent's printed output, a file per program
 
