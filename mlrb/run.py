@@ -415,7 +415,8 @@ class Stages:
         # after which the workspace holds a submission (`after_step`).
         ahead = getattr(plan.agent, "runs_known_solution", False)
         self.scorer = self.closing.enter_context(
-            Scorer(task, self.asset_path, self.run_dir / "scoring", plan.sandbox, self.recorder.run_id, ahead=ahead)
+            Scorer(task, self.asset_path, self.run_dir / "scoring", plan.sandbox, self.recorder.run_id, ahead=ahead,
+                   on_agent_state=True)
         )
         self.work = self.run_dir / "workspace"
         self.start_files = task.workspace_files(self.asset_path)
@@ -434,6 +435,7 @@ class Stages:
             plan.sandbox, self.work, self.asset_path / "public", self.recorder.run_id, plan.limits, seed=plan.seed,
             task_environment=task.environment, model_endpoint=self.model.endpoint() if self.model else None,
             agent_tools=getattr(plan.agent, "tools_dir", None), state_dir=self.state_dir,
+            workspace_at=task.workspace_at,
         )  # fmt: skip
         self.guard.on_interrupt(self.sandbox.close)  # a signal stops the agent's processes at once
         self.disk_guard = DiskGuard([self.work, self.state_dir], int(plan.sandbox.disk_gb * (1 << 30)),

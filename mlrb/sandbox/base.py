@@ -113,6 +113,9 @@ class IsolatedCommand:
     log_file: Path
     limits: Limits = field(default_factory=Limits)
     run_id: str = ""
+    # Run on what the run's agent left of its sandbox beyond its workspace (a Docker sandbox that
+    # keeps its state: its container's file system), where the kind kept it; else as usual.
+    on_agent_state: bool = False
 
 
 @dataclass(frozen=True)
@@ -390,8 +393,12 @@ class Sandbox(abc.ABC):
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
                  task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
-                 agent_tools: Path | None = None, state_dir: Path | None = None):  # fmt: skip
+                 agent_tools: Path | None = None, state_dir: Path | None = None,
+                 workspace_at: str = ""):  # fmt: skip
         self.cfg = cfg
+        # Where a confined kind shows the workspace (the task's own folder, say a Harbor task's
+        # WORKDIR /app; "": WORKSPACE). An unconfined one shows the host's folder as it is.
+        self.workspace_at = workspace_at or WORKSPACE
         self.options = self.parse_options(cfg)
         self.root = Path(workspace).resolve()
         self.host_data_dir = Path(data_dir).resolve()
@@ -481,10 +488,10 @@ class Sandbox(abc.ABC):
 
     def confined_layout(self) -> tuple[list[Mount], dict[str, str]]:
         """For a sandbox that shows the agent paths of its own (bwrap, Docker): the workspace at
-        WORKSPACE (writable) and the data at DATA, as mounts (the harness's own files in the venv
-        hidden), and the agent's environment there."""
-        self.workspace, self.data_dir = WORKSPACE, DATA
-        mounts = [Mount(self.root, WORKSPACE, writable=True), Mount(self.host_data_dir, DATA), *harness_hidden()]
+        `workspace_at` (WORKSPACE unless the task names its own folder; writable) and the data at
+        DATA, as mounts (the harness's own files in the venv hidden), and the agent's environment there."""
+        self.workspace, self.data_dir = self.workspace_at, DATA
+        mounts = [Mount(self.root, self.workspace, writable=True), Mount(self.host_data_dir, DATA), *harness_hidden()]
         mounts += task_environment_mounts(self.task_environment)
         if self.model_endpoint is not None:
             mounts += [Mount(self.model_endpoint.socket, MODEL_SOCKET), Mount(MODEL_BRIDGE, BRIDGE_INSIDE)]
@@ -492,7 +499,7 @@ class Sandbox(abc.ABC):
             mounts.append(Mount(Path(self.agent_tools)))
         if self.state_dir is not None:
             mounts.append(Mount(Path(self.state_dir), STATE, writable=True))
-        return mounts, agent_environment(WORKSPACE, DATA, self.seed, self.task_environment,
+        return mounts, agent_environment(self.workspace, DATA, self.seed, self.task_environment,
                                          STATE if self.state_dir is not None else None)  # fmt: skip
 
     def start_model_bridge(self, python: str) -> None:

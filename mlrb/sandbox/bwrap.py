@@ -239,9 +239,10 @@ class BwrapSandbox(Sandbox):
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
                  task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
-                 agent_tools: Path | None = None, state_dir: Path | None = None):  # fmt: skip
+                 agent_tools: Path | None = None, state_dir: Path | None = None,
+                 workspace_at: str = ""):  # fmt: skip
         super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools,
-                         state_dir)  # fmt: skip
+                         state_dir, workspace_at)  # fmt: skip
         mounts, env = self.confined_layout()
         self.layout = (list(mounts), env)  # for a person's shell (interactive_argv)
         mounts.append(Mount(EXEC_SERVER, SERVER_INSIDE))
@@ -249,9 +250,9 @@ class BwrapSandbox(Sandbox):
         self.scratch = Path(tempfile.mkdtemp(prefix="mlrb-bwrap-"))
         self.identity_dir = identity(self.scratch)
         self.gpu_view = run_gpus(cfg, limits)  # the run's own GPUs only, 0..n-1 inside
-        argv = bwrap_argv(self.binary, self.options, limits, mounts, WORKSPACE, env, self.identity_dir,
+        argv = bwrap_argv(self.binary, self.options, limits, mounts, self.workspace, env, self.identity_dir,
                           gpu_view=self.gpu_view)  # fmt: skip
-        argv += ["--as-pid-1", sys.executable, "-I", "-S", SERVER_INSIDE, WORKSPACE]
+        argv += ["--as-pid-1", sys.executable, "-I", "-S", SERVER_INSIDE, self.workspace]
         self.cgroup = Cgroup.create(cgroup_name(run_id), limits, cfg.pids_limit)
         self.stderr_log = open(self.scratch / "bwrap.log", "w+b")
         self.proc = subprocess.Popen(
@@ -309,7 +310,7 @@ class BwrapSandbox(Sandbox):
         cgroup (its limits, and closing the sandbox kills what is left in it); it ends, and every
         process in it, when `argv` does or its terminal goes. The model bridge runs only in `exec`'s."""
         mounts, environment = self.layout
-        inner = bwrap_argv(self.binary, self.options, self.limits, mounts, WORKSPACE, {**environment, **env},
+        inner = bwrap_argv(self.binary, self.options, self.limits, mounts, self.workspace, {**environment, **env},
                            self.identity_dir, new_session=False, gpu_view=self.gpu_view)  # fmt: skip
         return joined(inner + argv, self.cgroup)
 

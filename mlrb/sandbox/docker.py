@@ -13,6 +13,7 @@ found and removed when the next run starts.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -27,7 +28,6 @@ from mlrb.core.config import ConfigError, SandboxConfig
 from mlrb.sandbox.base import (
     AGENT_UID,
     MAX_CAPTURE_BYTES,
-    WORKSPACE,
     ExecResult,
     IsolatedCommand,
     IsolatedProcess,
@@ -44,6 +44,8 @@ from mlrb.sandbox.base import (
     shown_instead,
 )
 
+log = logging.getLogger(__name__)
+
 # Docker labels on mlrb's containers: which run made one, and which harness process on which
 # host, so that a later harness removes containers whose harness is gone.
 LABEL = "mlrb.managed"
@@ -51,6 +53,10 @@ RUN_ID_LABEL = "mlrb.run_id"
 ROLE_LABEL = "mlrb.role"
 HOST_LABEL = "mlrb.harness_host"
 PID_LABEL = "mlrb.harness_pid"
+STATE_REPOSITORY = "mlrb-agent-state"  # the agent's container kept (keep_state): mlrb-agent-state:<run id>
+# What a root user in a container with a writable file system needs to manage its files (Docker's
+# default set has them; mlrb's containers drop every capability).
+ROOT_FILE_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER"]
 
 
 # A whole-run command's wrapper: once the command ends, kill(-1, SIGSTOP) stops every other
@@ -78,6 +84,13 @@ class DockerOptions:
     # Mount the harness's Python (venv and interpreter) read-only, so the container
     # has the same ML stack without installing it into the image.
     mount_host_python: bool = True
+    # The container's own file system writable, with the capabilities its root user needs to
+    # manage files (a Harbor task's container: its agent installs what the task needs there).
+    writable_root: bool = False
+    # When the agent's container ends, its file system is kept as an image (docker commit), which
+    # the run's own scoring of the submission then runs on (a Harbor verifier checks what the agent
+    # installed and wrote anywhere in its container); removed once that scoring ends.
+    keep_state: bool = False
 
 
 def connect(options: DockerOptions):
@@ -186,7 +199,7 @@ def container_options(
         network_mode=docker_options.network_when_allowed if limits.network else "none",
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
-        read_only=True,
+        read_only=not docker_options.writable_root,
         tmpfs={"/tmp": "rw,nosuid,nodev,size=1g,mode=1777"},
         pids_limit=cfg.pids_limit,
         init=True,  # reap zombies, forward signals
@@ -194,6 +207,8 @@ def container_options(
         device_requests=gpu_request(cfg, limits, os.environ.get("CUDA_VISIBLE_DEVICES")),
         detach=True,
     )
+    if docker_options.writable_root:
+        options["cap_add"] = list(ROOT_FILE_CAPABILITIES)
     if limits.memory_gb:
         memory = f"{int(limits.memory_gb * 1024)}m"
         options.update(mem_limit=memory, memswap_limit=memory)  # no swap: a memory bomb is OOM-killed
@@ -222,7 +237,72 @@ def remove_stale(client) -> list[str]:
                 raise
             continue
         removed.append((container.get("Names") or [container["Id"]])[0].lstrip("/"))
+    for image in client.api.images(filters={"label": f"{LABEL}=true"}):  # agents' states (keep_state) left behind
+        info = image.get("Labels") or {}
+        if info.get(HOST_LABEL) != host or pid_alive(int(info.get(PID_LABEL, "0"))):
+            continue
+        with contextlib.suppress(APIError):
+            client.api.remove_image(image["Id"], force=True)
+            removed.append(f"image {(image.get('RepoTags') or [image['Id']])[0]}")
     return removed
+
+
+# Where a container's programs and libraries live: what the agent changes there, a verifier run on
+# its kept state would run as its own (a Python package installed to dist-packages is not one).
+SYSTEM_FOLDERS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/bin", "/usr/sbin", "/usr/lib",
+                  "/usr/lib32", "/usr/lib64", "/usr/libexec", "/etc/ld.so.preload", "/etc/ld.so.conf",
+                  "/etc/ld.so.conf.d", "/etc/profile", "/etc/profile.d", "/etc/bash.bashrc", "/etc/environment")  # fmt: skip
+PACKAGE_FOLDERS = ("/dist-packages/", "/site-packages/")
+STARTUP_FILES = ("sitecustomize.py", "usercustomize.py")  # what a Python runs as it starts, wherever it is
+# What Docker itself puts in every container (init=True's init, the network's files), mounted in.
+DOCKER_MADE = {"/usr/sbin/docker-init", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/dev", "/proc", "/sys"}
+SHADOWING_FOLDERS = ("/usr/local/bin", "/usr/local/sbin")  # before the system's own on PATH
+SHADOWED_FOLDERS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
+
+
+def system_tools_changed(changes: list[tuple[str, int]], exists: Callable[[str], bool]) -> list[str]:
+    """Of a container's changes (docker diff: path, kind 0 changed, 1 added, 2 deleted), those
+    that change the system's own programs: any file (not a folder, which lists what changed in
+    it) under SYSTEM_FOLDERS but Python packages, a Python's start-up file, and a program added
+    before the system's on PATH under a name that EXISTS there."""
+    paths = [path for path, _ in changes]
+    found = []
+    for path, kind in changes:
+        if any(other.startswith(path.rstrip("/") + "/") for other in paths):
+            continue  # a folder
+        if under(path, SYSTEM_FOLDERS) and not any(part in path for part in PACKAGE_FOLDERS):
+            found.append(path)
+        elif path.rsplit("/", 1)[-1] in STARTUP_FILES:
+            found.append(path)
+        elif kind == 1 and under(path, SHADOWING_FOLDERS):
+            name = path.rsplit("/", 1)[-1]
+            if any(exists(f"{folder}/{name}") for folder in SHADOWED_FOLDERS):
+                found.append(path)
+    return found
+
+
+def made_for(path: str, mounted: set[str]) -> bool:
+    """Whether Docker made PATH to mount something there (the mount point, or a folder above it)."""
+    return path in mounted or any(target.startswith(path.rstrip("/") + "/") for target in mounted)
+
+
+def under(path: str, folders: tuple[str, ...]) -> bool:
+    return any(path == folder or path.startswith(folder + "/") for folder in folders)
+
+
+def exists_in(container: Any, path: str) -> bool:
+    from docker.errors import NotFound
+
+    try:
+        container.get_archive(path)
+        return True
+    except NotFound:
+        return False
+
+
+def state_image(run_id: str) -> str:
+    """The image an agent's container is kept as (keep_state), named after its run."""
+    return f"{STATE_REPOSITORY}:{(run_id or 'run').lower()}"
 
 
 def pid_alive(pid: int) -> bool:
@@ -253,9 +333,10 @@ class DockerSandbox(Sandbox):
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
                  task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
-                 agent_tools: Path | None = None, state_dir: Path | None = None):  # fmt: skip
+                 agent_tools: Path | None = None, state_dir: Path | None = None,
+                 workspace_at: str = ""):  # fmt: skip
         super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools,
-                         state_dir)  # fmt: skip
+                         state_dir, workspace_at)  # fmt: skip
         mounts, environment = self.confined_layout()
         self.client = connect(self.options)
         self.stale_removed = remove_stale(self.client)
@@ -266,7 +347,7 @@ class DockerSandbox(Sandbox):
         options = container_options(cfg, limits, run_id, "agent", mounts)
         environment.pop("CUDA_VISIBLE_DEVICES", None)  # see numbers_own_gpus
         self.container = self.client.containers.run(
-            command=["sleep", "infinity"], working_dir=WORKSPACE, environment=environment, **options,
+            command=["sleep", "infinity"], working_dir=self.workspace, environment=environment, **options,
         )  # fmt: skip
         if model_endpoint is not None:
             try:
@@ -285,7 +366,7 @@ class DockerSandbox(Sandbox):
         argv = ["timeout", "--signal=KILL", f"{timeout_s:.3f}s", "bash", "-c", command]
         if whole_run:  # the agent's end: the rest of its processes stopped before the exec returns
             argv = ["bash", "-c", WHOLE_RUN, "mlrb", *argv]
-        exec_id = api.exec_create(self.container.id, argv, user=self.user, workdir=WORKSPACE)["Id"]
+        exec_id = api.exec_create(self.container.id, argv, user=self.user, workdir=self.workspace)["Id"]
         out, err = bytearray(), bytearray()
         for chunk_out, chunk_err in api.exec_start(exec_id, stream=True, demux=True):
             for buffer, chunk in ((out, chunk_out), (err, chunk_err)):
@@ -355,10 +436,11 @@ class DockerSandbox(Sandbox):
             raise SandboxError("a shell in the docker sandbox needs Docker's command-line client, `docker`, on PATH")
         host = ["-H", os.environ["DOCKER_HOST"]] if os.environ.get("DOCKER_HOST") else []
         variables = [arg for name, value in env.items() for arg in ("-e", f"{name}={value}")]
-        return [client, *host, "exec", "-it", "-u", self.user, "-w", WORKSPACE, *variables, self.container.id, *argv]
+        where = ["-u", self.user, "-w", self.workspace]
+        return [client, *host, "exec", "-it", *where, *variables, self.container.id, *argv]
 
     def write_file(self, path: str, content: str) -> None:
-        target = resolve_inside(self.root, path, WORKSPACE)
+        target = resolve_inside(self.root, path, self.workspace)
         missing = [p for p in [target.parent, *target.parent.parents] if not p.exists()]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
@@ -366,13 +448,46 @@ class DockerSandbox(Sandbox):
             hand_over(created, self.user)
 
     def close(self) -> None:
-        """Stop and remove the container; the workspace (a host folder) stays for collection."""
+        """Stop and remove the container; the workspace (a host folder) stays for collection. With
+        keep_state, its file system is kept first as the run's state image (the workspace, a
+        mount, is not in it: the run's copy of it is what scoring sees)."""
         from docker.errors import NotFound
 
+        if self.options.keep_state and not getattr(self, "state_kept", False):
+            self.state_kept = True
+            self.keep_state()
         try:
             self.container.remove(force=True)
         except NotFound:
             pass
+
+    def keep_state(self) -> None:
+        """The container's file system as the image state_image(run id), labelled as mlrb's (a
+        later harness removes one whose harness is gone); a failure is a warning: scoring then runs
+        on the task's image, where nothing the agent did outside its workspace counts."""
+        from docker.errors import DockerException
+
+        with contextlib.suppress(DockerException):
+            self.container.unpause()  # (stopped by the harness: paused, then killed)
+        try:
+            self.container.reload()
+            mounted = {mount["Destination"] for mount in self.container.attrs.get("Mounts") or []} | DOCKER_MADE
+            changed = [(entry["Path"], entry["Kind"]) for entry in self.container.diff() or []
+                       if not made_for(entry["Path"], mounted)]  # fmt: skip
+            tools = system_tools_changed(changed, lambda path: exists_in(self.container, path))
+        except DockerException as e:
+            tools = [f"(docker diff failed: {str(e).splitlines()[0][:100]})"]
+        if tools:  # scoring on them would run the agent's programs as the verifier's
+            log.warning("sandbox=docker: the agent changed the system's own programs (%s): its container is not "
+                        "kept, and it is scored on the task's image", ", ".join(tools[:10]))  # fmt: skip
+            return
+        repository, _, tag = state_image(self.run_id).partition(":")
+        try:
+            self.container.commit(repository=repository, tag=tag, pause=False,
+                                  conf={"Labels": labels(self.run_id, "agent-state")})  # fmt: skip
+        except DockerException as e:
+            log.warning("sandbox=docker: keeping the agent's container for scoring failed (%s): it is scored on "
+                        "the task's image", str(e).splitlines()[0][:200])  # fmt: skip
 
     @classmethod
     def start_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> IsolatedProcess:
@@ -383,20 +498,30 @@ class DockerSandbox(Sandbox):
             if mount.writable:
                 hand_over(mount.host, user)
         client = connect(options)
-        container = client.containers.run(
-            command=job.argv, working_dir=job.workdir,
-            environment=job.env,
-            **container_options(cfg, job.limits, job.run_id, "scorer", job.mounts),
-        )  # fmt: skip
-        return ContainerProcess(container, job.log_file, user)
+        run_options = container_options(cfg, job.limits, job.run_id, "scorer", job.mounts)
+        state = state_image(job.run_id) if job.on_agent_state and options.keep_state else ""
+        if state:
+            from docker.errors import ImageNotFound
+
+            try:
+                client.images.get(state)
+                run_options["image"] = state
+            except ImageNotFound:
+                log.warning("sandbox=docker: the agent's container was not kept (%s): scored on %s, where nothing "
+                            "the agent did outside its workspace counts", state, options.image)  # fmt: skip
+                state = ""
+        container = client.containers.run(command=job.argv, working_dir=job.workdir, environment=job.env,
+                                          **run_options)  # fmt: skip
+        return ContainerProcess(container, job.log_file, user, remove_image=state)
 
 
 class ContainerProcess(IsolatedProcess):
     """A container started by `DockerSandbox.start_isolated`; its output is copied to the log
     once it has ended."""
 
-    def __init__(self, container, log_file: Path, user: str):
+    def __init__(self, container, log_file: Path, user: str, remove_image: str = ""):
         self.container, self.log_file, self.user = container, log_file, user
+        self.remove_image = remove_image  # the agent's kept state it ran on: removed with it
 
     def hand_over(self, path: Path) -> None:
         hand_over(path, self.user)
@@ -412,9 +537,13 @@ class ContainerProcess(IsolatedProcess):
         return code
 
     def close(self) -> None:
-        from docker.errors import NotFound
+        from docker.errors import DockerException, NotFound
 
         try:
             self.container.remove(force=True)
         except NotFound:
             pass
+        image, self.remove_image = self.remove_image, ""
+        if image:
+            with contextlib.suppress(DockerException):
+                self.container.client.images.remove(image, force=True)

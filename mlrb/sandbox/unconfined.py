@@ -46,9 +46,10 @@ class UnconfinedSandbox(Sandbox):
 
     def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
                  task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
-                 agent_tools: Path | None = None, state_dir: Path | None = None):  # fmt: skip
+                 agent_tools: Path | None = None, state_dir: Path | None = None,
+                 workspace_at: str = ""):  # fmt: skip
         super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools,
-                         state_dir)  # fmt: skip
+                         state_dir, workspace_at)  # fmt: skip
         self.workspace, self.data_dir = str(self.root), str(self.host_data_dir)
         self.model_url = model_endpoint.url if model_endpoint else None  # the host's loopback is its own
         self.env = agent_environment(self.workspace, self.data_dir, self.seed, task_environment,

@@ -93,8 +93,11 @@ class Scorer:
     pays for a scorer's imports (seconds of CPU) or holds its memory (hundreds of MiB)."""
 
     def __init__(self, task: ScoredTask, assets: Path, work_dir: Path, sandbox: SandboxConfig, run_id: str = "",
-                 ahead: bool = True):  # fmt: skip
+                 ahead: bool = True, on_agent_state: bool = False):  # fmt: skip
         self.task, self.sandbox, self.run_id = task, sandbox, run_id
+        # It scores what the run's agent left at its end: a submission's own command that asks for
+        # it runs on the agent's kept state (IsolatedCommand.on_agent_state), not a control's.
+        self.on_agent_state = on_agent_state
         # Absolute, as given (not resolved): the scorer sees each folder at the path it is told.
         self.assets, self.work_dir = assets.absolute(), work_dir.absolute()
         self.request_file = self.work_dir / "request.json"
@@ -211,6 +214,7 @@ class Scorer:
             log_file=log_file,
             limits=self.limits(),
             run_id=self.run_id,
+            on_agent_state=self.on_agent_state and command.on_agent_state,
         )
         code = self.sandbox_class().run_isolated(self.sandbox, job)
         if code is None:  # a slow submission or a slow machine: a run's control tells which

@@ -18,3 +18,6 @@ class SubmissionCommand:
     timeout_s: float
     # More it sees (mlrb.sandbox.base.Mount): a Harbor verifier's /tests and its empty /logs/verifier.
     mounts: list[Any] = field(default_factory=list)
+    # Run on what the agent left of its sandbox beyond the workspace, where the run's sandbox kept
+    # it (a Harbor verifier: Docker's kept container), when scoring the run's own submission.
+    on_agent_state: bool = False

@@ -189,6 +189,9 @@ class Task:
     # (budget, sandbox) -> the run's own: a task that brings its settings (a Harbor task: its agent
     # timeout as the wall time, its image for sandbox=docker), called once, when the run is planned.
     run_settings: Callable[[Any, Any], tuple[Any, Any]] | None = None
+    # Where a confined sandbox shows the agent its workspace ("": /workspace): a Harbor task's WORKDIR,
+    # which its instruction names.
+    workspace_at: str = ""
 
     # ---- what the harness reads of a task: these, not its config (`cfg`, `spec`) ----------
 

@@ -4,8 +4,10 @@ environment/ (sandbox=docker)."""
 
 from __future__ import annotations
 
+import fcntl
 import math
 import re
+import shutil
 import subprocess
 import tomllib
 from dataclasses import dataclass
@@ -18,6 +20,11 @@ TEST, SOLVE = "tests/test.sh", "solution/solve.sh"
 REQUIRED = (INSTRUCTION, TASK_TOML, DOCKERFILE, TEST)
 AGENT_TIMEOUT_S = VERIFIER_TIMEOUT_S = 600.0  # Harbor's defaults
 IMAGE_PREFIX = "mlrb-harbor-"
+# Folders a WORKDIR cannot be the agent's workspace at: the root, the kernel's, and mlrb's own in
+# its sandboxes (the data, the agent's state, the model bridge, the verifier's).
+NOT_A_WORKSPACE = ("/proc", "/dev", "/sys", "/data", "/agent-state", "/run/mlrb", "/tests", "/logs")
+# The host's folders that the bwrap sandbox shows read-only: no workspace can be made inside them there.
+HOST_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,74 @@ def read_settings(folder: Path) -> Settings:
         gpus=gpu_count(environment, file),
         workdir=str(environment.get("workdir") or dockerfile_workdir(folder / DOCKERFILE)),
     )
+
+
+def workspace_at(workdir: str) -> str:
+    """Where the agent's workspace appears for a WORKDIR ("": the sandbox's own /workspace, for
+    none, the root, or one of the sandbox's own folders)."""
+    folder = "/" + "/".join(part for part in workdir.split("/") if part not in ("", "."))
+    if folder == "/" or ".." in folder.split("/") or within(folder, NOT_A_WORKSPACE):
+        return ""
+    return folder
+
+
+def within(path: str, folders: tuple[str, ...]) -> bool:
+    return any(path == folder or path.startswith(folder + "/") for folder in folders)
+
+
+def not_reproduced(dockerfile: Path, workdir: str) -> list[str]:
+    """What of the Dockerfile a sandbox without its image cannot give the agent: its RUN steps, its
+    ENV and USER, and what it copies outside the WORKDIR (environment/'s files are there)."""
+    lines = dockerfile.read_text().replace("\\\n", " ").splitlines()  # a step continued on the next line: one
+    found: list[str] = []
+    for line in lines:
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        step = words[0].upper()
+        if step in ("RUN", "ENV", "USER", "ENTRYPOINT"):
+            found.append(f"{step} {' '.join(words[1:])[:60]}")
+        elif step in ("COPY", "ADD") and len(words) > 2:
+            target = words[-1]
+            if target.startswith("/") and not (workdir and within(target.rstrip("/") or "/", (workdir,))):
+                found.append(f"{step} to {target}")
+    return found
+
+
+def image_files(image: str, workdir: str, home: Path) -> Path:
+    """What the task's IMAGE holds at WORKDIR, copied out once per image into HOME/<image id>
+    (beside the task's assets, under a lock: a sweep's jobs may start at once): the agent's
+    starting files in the task's container."""
+    image_id = docker("image", "inspect", "-f", "{{.Id}}", image).split(":")[-1][:16]
+    kept = home / image_id
+    if (kept / "done").exists():
+        return kept / "files"
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (kept / "done").exists():
+            return kept / "files"
+        staging = home / "making"
+        shutil.rmtree(staging, ignore_errors=True)
+        (staging / "files").mkdir(parents=True)
+        container = docker("create", "--entrypoint", "/bin/true", image).strip()
+        try:
+            docker("cp", f"{container}:{workdir}/.", str(staging / "files"))
+        finally:
+            docker("rm", "-f", container)
+        (staging / "done").touch()
+        shutil.rmtree(kept, ignore_errors=True)
+        staging.rename(kept)
+    return kept / "files"
+
+
+def docker(*args: str) -> str:
+    """A docker command's output; a ConfigError with its last line when it fails."""
+    proc = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        last = [line for line in proc.stderr.splitlines() if line.strip()] or ["(no output)"]
+        raise ConfigError(f"docker {args[0]} failed: {last[-1].strip()[:300]}")
+    return proc.stdout
 
 
 def table(data: dict, file: Path, name: str) -> dict:

@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mlrb.core.config import BudgetConfig, SandboxConfig, TaskConfig
+from mlrb.core.config import BudgetConfig, ConfigError, SandboxConfig, TaskConfig
 from mlrb.core.tags import Tag
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import HardwareSpec, PromptSpec, ScaleSpec, Task, anchors, scale_spec
@@ -81,7 +81,9 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
                "baseline_command": spec.baseline_command.replace("${", "\\${"), "workdir": settings.workdir}  # fmt: skip
         cfg = dataclasses.replace(cfg, scales={**cfg.scales, cfg.scale: own})
     spec.score_timeout_s = spec.score_timeout_s or 600.0
-    check = verifier.HarborVerifier(spec.score_timeout_s, settings.workdir if settings else spec.workdir)
+    workdir = settings.workdir if settings else spec.workdir
+    check = verifier.HarborVerifier(spec.score_timeout_s, layout.workspace_at(workdir))
+    starting = StartingFiles(layout.workspace_at(workdir))
     judge = Judge(check.score_unrun, timeout_s=spec.score_timeout_s, device="cpu",
                   submission_command=check.command, score_after_command=check.score,
                   tags=forgeable_tags(folder) if settings is not None else {})  # fmt: skip
@@ -91,12 +93,12 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
         builder=AssetBuilder(cfg.name, {**spec.assets, "source": "build"},
                              {"build": functools.partial(copy_folder, folder)}),
         anchors=anchors(cfg, spec), judge=judge, package_dir=Path(__file__).parent,
-        workspace=lambda assets: assets / "public",
+        workspace=starting.of, workspace_at=starting.workdir,
         own_prompt=lambda: (folder / layout.INSTRUCTION).read_text(),
         requirements=tuple(cfg.requirements),
         key=lambda: {"folder": folder_digest(folder)},
         check_config=functools.partial(check_folder, cfg.path or ""),
-        run_settings=functools.partial(run_settings, folder, spec),
+        run_settings=functools.partial(run_settings, folder, spec, starting),
         environment=environment,
     )  # fmt: skip
 
@@ -124,20 +126,52 @@ def copy_folder(folder: Path, out_dir: Path, params: dict[str, Any]) -> dict[str
     return {"folder": str(folder)}
 
 
-def run_settings(folder: Path, spec: HarborScaleSpec, budget: BudgetConfig,
+@dataclasses.dataclass
+class StartingFiles:
+    """The agent's starting files, where its sandbox shows them (`workdir`: the task's WORKDIR, ""
+    for /workspace): environment/ as the assets hold it, or, once the run chose sandbox=docker
+    (run_settings), what the task's image holds at its WORKDIR, copied out of it beside the assets."""
+
+    workdir: str
+    image: str = ""
+
+    def of(self, assets: Path) -> Path:
+        if not (self.image and self.workdir):
+            return assets / "public"
+        return layout.image_files(self.image, self.workdir, assets.parent / f"{assets.name}{IMAGE_FILES_SUFFIX}")
+
+
+IMAGE_FILES_SUFFIX = ".image"  # <asset folder>.image/<image id>/files: what the task's image has at its WORKDIR
+
+
+def run_settings(folder: Path, spec: HarborScaleSpec, starting: StartingFiles, budget: BudgetConfig,
                  sandbox: SandboxConfig) -> tuple[BudgetConfig, SandboxConfig]:  # fmt: skip
     """The run's budget and sandbox with the task's own settings: task.toml's agent timeout as the
-    wall time unless the command line names a budget; with sandbox=docker, the task's image, built
-    here from environment/Dockerfile; with bwrap, a warning that the Dockerfile is not built."""
+    wall time unless the command line names a budget; with sandbox=docker, the task's container
+    as Harbor makes it (its image, built here from environment/Dockerfile, its WORKDIR's files the
+    workspace, its file system writable by its root user, the agent's container kept for the
+    verifier); with bwrap, environment/ at the WORKDIR and one warning line naming what of the
+    Dockerfile is not reproduced."""
     if spec.time_limit_s and not budget_named_by_user():
         budget = dataclasses.replace(budget, wall_time_s=float(spec.time_limit_s))
     if sandbox.kind == "docker":
         image = layout.build_image(folder)
-        sandbox = dataclasses.replace(sandbox, options={**sandbox.options, "image": image})
+        starting.image = image
+        user = sandbox.options.get("user", "auto")
+        options = {"image": image, "writable_root": True, "keep_state": True,
+                   "user": "0:0" if user == "auto" else user}  # fmt: skip
+        sandbox = dataclasses.replace(sandbox, options={**sandbox.options, **options})
     elif sandbox.kind in ("bwrap", "unconfined"):
+        if sandbox.kind == "bwrap" and layout.within(starting.workdir, layout.HOST_SYSTEM):
+            raise ConfigError(f"harbor task {folder.name}: its WORKDIR {starting.workdir} lies in this machine's "
+                              "system folders, which sandbox=bwrap shows read-only: use sandbox=docker")  # fmt: skip
+        where = f"environment/'s files at {starting.workdir or '/workspace'}" if sandbox.kind == "bwrap" else \
+            "environment/'s files in the run's workspace folder"  # fmt: skip
+        missing = layout.not_reproduced(folder / layout.DOCKERFILE, starting.workdir)
+        lost = f"; not reproduced: {'; '.join(missing)}" if missing else ""
         log.warning("harbor task %s: sandbox=%s does not build environment/Dockerfile: the agent and the verifier "
-                    "run on this machine's own tools (use sandbox=docker for the task's image)", folder.name,
-                    sandbox.kind)  # fmt: skip
+                    "run on this machine's own tools, %s%s (use sandbox=docker for the task's image)", folder.name,
+                    sandbox.kind, where, lost)  # fmt: skip
     return budget, sandbox
 
 

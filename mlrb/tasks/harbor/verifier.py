@@ -68,7 +68,7 @@ class HarborVerifier:
         # A link of the agent's to /tests/expected.txt would read as its own answer there.
         (logs / LINKS).write_text(removed_note(remove_links_out(copy)))
         where = self.workdir or str(copy.absolute())
-        script = (f"cd {shlex.quote(where)} && bash {TESTS}/test.sh > {LOGS}/{OUTPUT} 2>&1; "
+        script = (f"cd {shlex.quote(where)} && /bin/bash {TESTS}/test.sh > {LOGS}/{OUTPUT} 2>&1; "
                   f"echo $? > {LOGS}/{EXIT}; exit 0")  # fmt: skip
         mounts = [Mount(assets.absolute() / "hidden" / "tests", inside=TESTS),
                   Mount(logs.absolute(), inside=LOGS, writable=True),
@@ -76,7 +76,9 @@ class HarborVerifier:
         if self.workdir and self.workdir != str(copy.absolute()):
             mounts.append(Mount(copy.absolute(), inside=self.workdir, writable=True))
         env = sandbox_environment(f"{OWN}/{HOME}", trusted_python(where, str(copy.absolute())))
-        return SubmissionCommand(["/bin/bash", "-c", script], env, f"`{SHOWN}`", self.timeout_s, mounts)
+        return SubmissionCommand(
+            ["/bin/bash", "-c", script], env, f"`{SHOWN}`", self.timeout_s, mounts, on_agent_state=True
+        )  # in Docker, on the agent's container as it left it
 
     def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
         """The reward the verifier wrote, as the score; VerifierFailed when there is none, or

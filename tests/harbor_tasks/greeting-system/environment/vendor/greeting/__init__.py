@@ -1,0 +1,2 @@
+def hello(name: str) -> str:
+    return f"Hello, {name}!"
