@@ -1,4 +1,4 @@
-"""What the metering proxy (mlrb/harness/proxy.py) adds to a model call, against calling the same
+"""What the metering proxy (mlrb/models/proxy.py) adds to a model call, against calling the same
 scripted upstream directly, in the same process and run (targets: at most 2 ms at the median
 per call, and a stream's first byte at most 5 ms after the upstream's); and what the run's end
 adds while it waits for calls still open.
@@ -27,10 +27,10 @@ from urllib.parse import urlsplit
 
 from benchmarks import results as results_page
 from benchmarks.results import Section, commands, load, spread, table, where
-from mlrb.agents.prices import price_of
 from mlrb.core.budget import Budget
 from mlrb.core.config import BudgetConfig
-from mlrb.harness.proxy import MeteringProxy, Upstream
+from mlrb.models.prices import price_of
+from mlrb.models.proxy import MeteringProxy, Upstream
 from tests.fake_llm_server import FakeLlmServer, reply  # the scripted upstream
 
 TARGET_MS = 2.0  # added at the median per call
@@ -168,7 +168,7 @@ def proxy_section(bench_dir: Path) -> str:
              spread(data["run_end_one_open_added_ms"], " ms"), "-", rounds],
         ]  # fmt: skip
     return "\n\n".join([
-        "What a model call pays for going through the run's metering proxy (`mlrb/harness/proxy.py`): the same "
+        "What a model call pays for going through the run's metering proxy (`mlrb/models/proxy.py`): the same "
         "scripted upstream (tests/fake_llm_server.py) called directly and through the proxy, alternately, over "
         "kept-alive HTTP/1.1 connections, so the figures are the proxy's and not an SDK's. Then what the run's "
         "end adds while it waits for the agent's calls to settle (`MeteringProxy.settle_open`): with none open, "
@@ -182,7 +182,7 @@ def proxy_section(bench_dir: Path) -> str:
 
 SECTION = Section(
     "The metering proxy's cost", order=60, reads=("proxy.json",), render=proxy_section, page="suite",
-    sources=("mlrb/harness/proxy.py", "mlrb/core/api_shapes.py", "mlrb/core/budget.py", "mlrb/harness/metering.py", "mlrb/agents/prices.py",
+    sources=("mlrb/models/proxy.py", "mlrb/models/api_shapes.py", "mlrb/core/budget.py", "mlrb/models/metering.py", "mlrb/models/prices.py",
              "tests/fake_llm_server.py"),
 )  # fmt: skip
 

@@ -44,7 +44,6 @@ from mlrb.harness import (
     control,
     disk_guard,
     instructions,
-    metering,
     resume,
     snapshots,
     step_scoring,
@@ -54,6 +53,7 @@ from mlrb.harness import assets as assets_lib
 from mlrb.harness import plan as plans
 from mlrb.harness.disk_guard import DiskGuard
 from mlrb.harness.resume import Resumption
+from mlrb.models import metering
 from mlrb.review.recording import review_at_end
 from mlrb.sandbox.base import SandboxError, SandboxStopped, held_hardware, left_running_note
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission

@@ -11,11 +11,10 @@ import yaml
 
 from conftest import PLUMBING, REPO, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
-from mlrb.agents import prices
 from mlrb.agents.command import CommandAgent
 from mlrb.core.config import AgentConfig, ConfigError
-from mlrb.harness import metering
-from mlrb.harness.proxy import MeteringProxy, MissingModel, Upstream, model_not_found
+from mlrb.models import metering, prices
+from mlrb.models.proxy import MeteringProxy, MissingModel, Upstream, model_not_found
 from test_command_agent import command_override
 from test_sweeps import runs_by_role, sweep_args
 

@@ -1,4 +1,4 @@
-"""What the harness reads of the model APIs' messages (mlrb/core/api_shapes.py): a call's text, tool
+"""What the harness reads of the model APIs' messages (mlrb/models/api_shapes.py): a call's text, tool
 calls and stop reason, whole or streamed, and the tool results an agent sends back, in the
 shapes the scripted upstream (tests/fake_llm_server.py) writes as the real APIs do."""
 
@@ -18,8 +18,8 @@ from fake_llm_server import (
     responses_reply,
     tool,
 )
-from mlrb.core.api_shapes import Usage, delta_tokens_of, reply_of, tokens_of, tool_results_of, usage_of
-from mlrb.harness.proxy import StreamUsage
+from mlrb.models.api_shapes import Usage, delta_tokens_of, reply_of, tokens_of, tool_results_of, usage_of
+from mlrb.models.proxy import StreamUsage
 
 pytestmark = pytest.mark.fast
 
@@ -94,7 +94,7 @@ def test_the_proxy_and_the_agents_providers_read_a_calls_tokens_alike(shape):
     import anthropic.types
     import openai.types.chat
 
-    from mlrb.agents.providers import tokens_of
+    from mlrb.models.providers import tokens_of
 
     body = {**WHOLE[shape], "usage": CACHED} if shape == "anthropic" else WHOLE[shape]
     whole = usage_of(body)

@@ -111,3 +111,16 @@ def test_every_module_the_ownership_table_names_exists():
     assert "core/events.py" in named and "harness/trajectory.py" in named
     missing = [name for name in named if not (REPO / "mlrb" / name).exists()]
     assert not missing, f"docs/ARCHITECTURE.md names modules that do not exist: {missing}"
+
+
+def test_the_price_example_charges_a_call_at_the_config_s_rates_through_the_proxy():
+    """The page's worked price: a local server's model (tests/fake_llm_server.py, scripted), priced by
+    the config's two rates, called with the OpenAI SDK through a real metering proxy."""
+    from fake_llm_server import FakeLlmServer, reply
+
+    namespace: dict = {}
+    exec(compile(example("price"), "docs/ARCHITECTURE.md", "exec"), namespace)
+    with FakeLlmServer([reply(text="Hello.", usage=(1000, 100))]) as server:
+        budget = namespace["one_priced_call"](server.openai_url, "sk-local")
+    assert (budget.input_tokens, budget.output_tokens) == (1000, 100)
+    assert budget.usd == pytest.approx((1000 * 0.5 + 100 * 1.5) / 1e6)

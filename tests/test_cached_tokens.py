@@ -1,5 +1,5 @@
-"""Each kind of token at its own rate (mlrb/core/api_shapes.py reads it, mlrb/agents/prices.py prices
-it, mlrb/harness/proxy.py charges it): a prompt read from the provider's cache costs the table's
+"""Each kind of token at its own rate (mlrb/models/api_shapes.py reads it, mlrb/models/prices.py prices
+it, mlrb/models/proxy.py charges it): a prompt read from the provider's cache costs the table's
 cache-read rate, one written to it the cache-write rate of its lifetime, not the input rate; the
 run's record keeps each kind apart.
 
@@ -19,13 +19,12 @@ import openai
 import pytest
 
 from fake_llm_server import FakeLlmServer, reply
-from mlrb.agents import prices
 from mlrb.core import events
 from mlrb.core.budget import Budget
 from mlrb.core.config import BudgetConfig
-from mlrb.harness import metering
-from mlrb.harness.proxy import Call, MeteringProxy, Upstream
 from mlrb.harness.trajectory import Trajectory, TrajectoryWriter
+from mlrb.models import metering, prices
+from mlrb.models.proxy import Call, MeteringProxy, Upstream
 
 pytestmark = pytest.mark.fast
 

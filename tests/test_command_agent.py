@@ -56,7 +56,7 @@ AGENT = asking_agent('python merge.py --data "$MLRB_DATA" --output submission') 
 
 def assert_tool_seen(tmp_path, name: str, arguments: dict, in_output: str) -> None:
     """The run's trajectory and trace show the agent's tool call, as the harness read it from the
-    model's answer and the agent's next request (mlrb/harness/metering.py): its arguments and its output."""
+    model's answer and the agent's next request (mlrb/models/metering.py): its arguments and its output."""
     trajectory = [json.loads(line) for line in (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()]
     (asked,) = [e for e in trajectory if e["event"] == "tool_call" and (e["tool"], e["arguments"]) == (name, arguments)]
     (result,) = [e for e in trajectory if e["event"] == "tool_result" and e["id"] == asked["id"]]

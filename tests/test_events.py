@@ -20,9 +20,9 @@ from mlrb.agents.recording import MetricsWriter, open_sink
 from mlrb.core import events
 from mlrb.core.budget import Budget
 from mlrb.core.config import SandboxConfig, TrackingConfig
-from mlrb.harness import metering
-from mlrb.harness.proxy import Call, MeteringProxy, Upstream
 from mlrb.harness.trajectory import Trajectory, TrajectoryWriter
+from mlrb.models import metering
+from mlrb.models.proxy import Call, MeteringProxy, Upstream
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 from mlrb.store import record, recording_process
@@ -223,7 +223,7 @@ def test_an_interrupted_tool_call_ends_its_spans_with_the_interruption(tmp_path,
 
 def test_an_outside_agent_s_tool_calls_are_seen_in_its_model_calls(tmp_path):
     """For an agent that does not emit its own tool events, the harness reads them from the calls
-    (mlrb/harness/metering.py): asked in an answer, answered in the next request, over a streamed OpenAI
+    (mlrb/models/metering.py): asked in an answer, answered in the next request, over a streamed OpenAI
     chat conversation here as a program would hold one."""
     import openai
 

@@ -333,7 +333,7 @@ def chat_request() -> dict:
 @pytest.mark.parametrize("body, content_type", [(b"<html>oops</html>", "text/html"), (b"{not json", "application/json"),
                                                 (b'{"id": "x"}', "application/json")])  # fmt: skip
 def test_a_200_that_is_not_an_api_reply_is_a_retried_api_error_naming_the_server(body, content_type):
-    from mlrb.agents.providers import AnthropicProvider, ApiError, OpenAIProvider
+    from mlrb.models.providers import AnthropicProvider, ApiError, OpenAIProvider
 
     with garbage_server(body, content_type) as url:
         for provider in (OpenAIProvider("k", f"{url}/v1", None, "max_tokens", 0), AnthropicProvider("k", url, None)):
@@ -346,7 +346,7 @@ def test_a_200_that_is_not_an_api_reply_is_a_retried_api_error_naming_the_server
 
 @pytest.mark.fast
 def test_a_connection_error_names_the_endpoint():
-    from mlrb.agents.providers import ApiError, OpenAIProvider
+    from mlrb.models.providers import ApiError, OpenAIProvider
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(ApiError, match=f"openai API unreachable at {url}: APIConnectionError"):

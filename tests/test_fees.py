@@ -1,5 +1,5 @@
-"""Fees beside tokens (mlrb/harness/request_rules.py says which tools bring them, mlrb/core/api_shapes.py
-reads them, mlrb/agents/prices.py prices them): where a task allows the network and a provider runs web
+"""Fees beside tokens (mlrb/models/request_rules.py says which tools bring them, mlrb/models/api_shapes.py
+reads them, mlrb/models/prices.py prices them): where a task allows the network and a provider runs web
 searches for a call, each search is charged at the table's (or the config's) rate, shown apart from the
 tokens; a tool the provider bills at a rate the run cannot price is refused, never free.
 
@@ -16,14 +16,13 @@ import openai
 import pytest
 
 from fake_llm_server import FakeLlmServer, reply
-from mlrb.agents import prices
 from mlrb.core import events
-from mlrb.core.api_shapes import tokens_of
 from mlrb.core.budget import Budget
 from mlrb.core.config import BudgetConfig
-from mlrb.harness import metering
-from mlrb.harness.proxy import Call, MeteringProxy, Upstream
 from mlrb.harness.trajectory import Trajectory, TrajectoryWriter
+from mlrb.models import metering, prices
+from mlrb.models.api_shapes import tokens_of
+from mlrb.models.proxy import Call, MeteringProxy, Upstream
 
 pytestmark = pytest.mark.fast
 

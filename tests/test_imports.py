@@ -143,6 +143,8 @@ LAYERS = [
     ("mlrb.harness", "mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring", "mlrb.formats"),
     # the store and its record; the numbers made from runs
     ("mlrb.store", "mlrb.analysis"),
+    # a model call, end to end: providers, prices, the metering proxy and its charging
+    ("mlrb.models",),
     # what every layer shares
     ("mlrb", "mlrb.core"),
 ]  # fmt: skip
@@ -170,6 +172,21 @@ def test_every_module_imports_only_its_own_layer_or_a_lower_one():
         > layer_of("mlrb.cli")
     )
     assert layer_of("mlrb.store.tracing") == layer_of("mlrb.analysis.stats") > layer_of("mlrb.agents.llm")
+    assert layer_of("mlrb.core.budget") > layer_of("mlrb.models.proxy") > layer_of("mlrb.store.tracking")
+
+
+def test_the_models_layer_imports_only_itself_and_core():
+    """A model call is owned end to end by mlrb/models/: it is used by the agents, the harness, the
+    sandboxes and the review, and imports nothing of theirs (nor of the store's), only mlrb.core."""
+    graph = internal_graph()
+    models = {m for m in graph if m.startswith("mlrb.models.")}
+    assert {"mlrb.models.proxy", "mlrb.models.prices", "mlrb.models.providers", "mlrb.models.metering"} <= models
+    outside = sorted((m, t) for m in models for t in graph[m]
+                     if not t.startswith(("mlrb.models", "mlrb.core")) and t != "mlrb")  # fmt: skip
+    assert not outside, outside
+    # and nothing of a model call is left beside the layer: no module outside it forwards or prices a call
+    assert not [m for m in graph if m.rsplit(".", 1)[-1] in ("proxy", "prices", "providers", "metering")
+                and not m.startswith("mlrb.models.")]  # fmt: skip
 
 
 def package_folders() -> list[Path]:
@@ -187,7 +204,8 @@ def test_the_package_s_top_holds_the_commands_and_each_folder_is_a_layer():
         assert module in named, f"{module} is in no layer of LAYERS: place the folder in one"
         docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
         assert docstring and len(docstring) > 60, f"{module}/__init__.py: say what the folder holds"
-    for folder in ("core", "analysis", "store", "harness"):  # the layers' own folders say what they may import
+    # the layers' own folders say what they may import
+    for folder in ("core", "models", "analysis", "store", "harness"):
         assert "import" in (ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text())) or "").lower()
 
 

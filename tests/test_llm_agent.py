@@ -18,13 +18,13 @@ from conftest import REPO
 from fake_llm_server import FakeLlmServer, error, hang, reply, tool
 from mlrb.agents.base import AgentContext
 from mlrb.agents.llm import LlmAgent, fit_context
-from mlrb.agents.providers import Message, ToolCall, ToolResult
 from mlrb.agents.recording import open_sink
 from mlrb.agents.tools import ToolEnv, run_tool, truncate
 from mlrb.core.budget import Budget
 from mlrb.core.config import AgentConfig, BudgetConfig, ConfigError, SandboxConfig
-from mlrb.harness import metering
-from mlrb.harness.proxy import MeteringProxy
+from mlrb.models import metering
+from mlrb.models.providers import Message, ToolCall, ToolResult
+from mlrb.models.proxy import MeteringProxy
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 

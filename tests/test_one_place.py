@@ -2,7 +2,7 @@
 drift apart again, are each held here to their one place. A test fails when a copy comes back.
 
 - the sample SD (and the SEM and pooled SD made from it): mlrb/analysis/stats.py's `sd`, `sem`, `pooled_sd`;
-- a model call's tokens, from any API's usage: mlrb/core/api_shapes.py's `tokens_of` (the proxy's and the
+- a model call's tokens, from any API's usage: mlrb/models/api_shapes.py's `tokens_of` (the proxy's and the
   agents' providers' alike: tests/test_api_shapes.py checks their numbers);
 - the names of the metrics the harness logs and reads back: mlrb/core/tags.py's `Metric`, as tags are `Tag`;
 - the tracking store's URI (tracking.uri, else $MLFLOW_TRACKING_URI): mlrb/core/config.py's `TrackingConfig.named_uri`;
@@ -49,16 +49,16 @@ def test_the_sd_rule_sees_the_copies_it_replaced():
     assert not SD_BY_HAND.search("variance = 2 * sum(sd**2 for sd in sds) / len(sds) ** 2")  # a sum of variances
 
 
-# The usage fields only one API has: reading them is reading usage, which mlrb/core/api_shapes.py alone does.
+# The usage fields only one API has: reading them is reading usage, which mlrb/models/api_shapes.py alone does.
 USAGE_FIELDS = re.compile(r"\b(prompt_tokens|completion_tokens|cache_creation_input_tokens|cache_read_input_tokens)\b")
 
 
-def test_a_calls_usage_is_read_in_mlrb_api_shapes_alone():
+def test_a_calls_usage_is_read_in_mlrb_models_api_shapes_alone():
     # ATIF's own metrics bear two of these names: mlrb/formats/atif.py writes them, reading none.
-    exempt = (REPO / "mlrb" / "core" / "api_shapes.py", REPO / "mlrb" / "formats" / "atif.py")
+    exempt = (REPO / "mlrb" / "models" / "api_shapes.py", REPO / "mlrb" / "formats" / "atif.py")
     here = [f"{p.relative_to(REPO)}:{n}" for p in sources("mlrb") if p not in exempt
             for n, line in enumerate(p.read_text().splitlines(), 1) if USAGE_FIELDS.search(line)]  # fmt: skip
-    assert not here, f"usage read outside mlrb/core/api_shapes.py (call api_shapes.usage_of or tokens_of): {here}"
+    assert not here, f"usage read outside mlrb/models/api_shapes.py (call api_shapes.usage_of or tokens_of): {here}"
 
 
 # Where a string is a metric's name: an argument of these calls, a key of a dict handed to them, or a key

@@ -1,4 +1,4 @@
-"""Model prices (mlrb/agents/prices.py): genai-prices' table, per provider and model, for every
+"""Model prices (mlrb/models/prices.py): genai-prices' table, per provider and model, for every
 model an agent config can name; a config's price overrides it; a model with neither is a
 one-line config error before the run starts; nothing is fetched to price a call. The configs'
 default models are current ones: priced by the table and not among the retired."""
@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 from conftest import REPO, run_cli
-from mlrb.agents import prices
 from mlrb.agents.command import parse_options as command_options
 from mlrb.agents.llm import LlmAgent
 from mlrb.agents.llm import parse_options as llm_options
 from mlrb.agents.llm import price_of as llm_price
 from mlrb.core.config import AgentConfig, ConfigError
+from mlrb.models import prices
 
 pytestmark = pytest.mark.fast
 
@@ -118,7 +118,7 @@ OFFLINE = """
 import sys
 opened = []
 sys.addaudithook(lambda event, args: opened.append(event) if event.startswith(("socket.", "urllib.")) else None)
-from mlrb.agents import prices
+from mlrb.models import prices
 for provider, model in [("anthropic", "claude-sonnet-5"), ("anthropic", "claude-3-5-sonnet-20240620"),
                         ("openai", "gpt-4o"), ("openai", "gpt-5")]:
     prices.price_of(provider, model, None, None, "agent.options").usd(1000, 100)

@@ -1,4 +1,4 @@
-"""The metering proxy (mlrb/harness/proxy.py): the official Anthropic and OpenAI SDKs talk HTTP to
+"""The metering proxy (mlrb/models/proxy.py): the official Anthropic and OpenAI SDKs talk HTTP to
 it with the run's token, it talks to a scripted upstream (tests/fake_llm_server.py) with the
 real key, and it charges what the upstream reports."""
 
@@ -14,7 +14,7 @@ import pytest
 from fake_llm_server import FakeLlmServer, error, hang, reply, tool
 from mlrb.core.budget import Budget
 from mlrb.core.config import BudgetConfig
-from mlrb.harness.proxy import Call, MeteringProxy, Upstream
+from mlrb.models.proxy import Call, MeteringProxy, Upstream
 from test_bwrap_sandbox import needs_namespaces
 
 pytestmark = pytest.mark.fast

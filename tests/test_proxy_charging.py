@@ -1,4 +1,4 @@
-"""The metering proxy fails closed (mlrb/harness/proxy.py): every call the upstream served is charged,
+"""The metering proxy fails closed (mlrb/models/proxy.py): every call the upstream served is charged,
 whatever the agent does with its connection; calls made at once cannot spend the budget many
 times over; only the models the run's config allows go upstream, each at its own price.
 
@@ -29,8 +29,8 @@ from mlrb.agents.llm import LlmAgent
 from mlrb.agents.recording import open_sink
 from mlrb.core.budget import Budget
 from mlrb.core.config import AgentConfig, BudgetConfig
-from mlrb.harness import metering
-from mlrb.harness.proxy import Call, MeteringProxy, Upstream
+from mlrb.models import metering
+from mlrb.models.proxy import Call, MeteringProxy, Upstream
 
 pytestmark = pytest.mark.fast
 
@@ -180,7 +180,7 @@ def test_a_call_charged_as_the_run_ends_is_recorded_before_the_end_goes_on(monke
     """A call's own thread charges it, then records it. Descheduled between the two (a loaded
     machine), it finds the run's end gone on and the proxy closed: before, such a call was charged
     and never recorded (the run's tokens counted it, its trajectory had no line for it)."""
-    from mlrb.harness.proxy import MeteringProxy
+    from mlrb.models.proxy import MeteringProxy
 
     charge = MeteringProxy.settle
 

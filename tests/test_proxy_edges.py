@@ -1,5 +1,5 @@
-"""The metering proxy fails closed at its edges (mlrb/harness/proxy.py, its rules in
-mlrb/harness/request_rules.py, the usage it reads in mlrb/core/api_shapes.py): what it forwards
+"""The metering proxy fails closed at its edges (mlrb/models/proxy.py, its rules in
+mlrb/models/request_rules.py, the usage it reads in mlrb/models/api_shapes.py): what it forwards
 upstream is what it checked, nothing it forwards reaches past the sandbox's rules, and nothing an
 upstream sends back makes a served call free or a credit.
 
@@ -23,13 +23,13 @@ import openai
 import pytest
 
 from fake_llm_server import FakeLlmServer, anthropic_events, anthropic_reply, openai_reply, reply, responses_reply
-from mlrb.agents.prices import flat
 from mlrb.agents.recording import open_sink
 from mlrb.core.budget import Budget
 from mlrb.core.config import BudgetConfig
-from mlrb.harness import metering
-from mlrb.harness.proxy import Call, MeteringProxy, Upstream
-from mlrb.harness.request_rules import canonical_body, parse_body
+from mlrb.models import metering
+from mlrb.models.prices import flat
+from mlrb.models.proxy import Call, MeteringProxy, Upstream
+from mlrb.models.request_rules import canonical_body, parse_body
 
 pytestmark = pytest.mark.fast
 
@@ -423,7 +423,7 @@ MALFORMED = {  # (api, streamed, a served reply whose parts are not of the API's
 
 @pytest.mark.parametrize("case", MALFORMED)
 def test_a_served_reply_of_another_shape_is_recorded_and_charged_and_the_run_goes_on(case, tmp_path):
-    """The run's events read each call's answer (mlrb/harness/metering.py): a part of it that is not
+    """The run's events read each call's answer (mlrb/models/metering.py): a part of it that is not
     of the API's shape (a local server's list of content parts, a number for a text) is read as absent,
     not raised into the run at its next event as a recording failure."""
     api, streamed, content_type, answer = MALFORMED[case]

@@ -165,8 +165,8 @@ def test_each_section_names_sources_that_exist_and_each_script_records_them():
         assert section.sources, section.heading
         missing = [path for path in section.sources if results.digest(path) is None]
         assert not missing, (section.heading, missing)
-    measured = results.provenance(sources=("mlrb/harness/proxy.py", "mlrb/tasks/llm_merging"))
-    assert set(measured["sources"]) == {"mlrb/harness/proxy.py", "mlrb/tasks/llm_merging"}
+    measured = results.provenance(sources=("mlrb/models/proxy.py", "mlrb/tasks/llm_merging"))
+    assert set(measured["sources"]) == {"mlrb/models/proxy.py", "mlrb/tasks/llm_merging"}
     assert all(len(value) == 16 for value in measured["sources"].values())
     for path in BENCH.glob("*.py"):  # a script that measures records its section's sources
         if "results_page.provenance(" in (text := path.read_text()):
@@ -187,8 +187,8 @@ def test_a_figure_whose_sources_changed_is_marked_stale_where_the_docs_render_it
 
     figures["measured"]["sources"] = results.digests(section.sources)
     assert "Stale" not in marked() and "Sources not recorded" not in marked()
-    figures["measured"]["sources"]["mlrb/harness/proxy.py"] = "0" * 16  # as if measured on other code
-    assert "**Stale: measured on code that has changed since (mlrb/harness/proxy.py).**" in marked()
+    figures["measured"]["sources"]["mlrb/models/proxy.py"] = "0" * 16  # as if measured on other code
+    assert "**Stale: measured on code that has changed since (mlrb/models/proxy.py).**" in marked()
     del figures["measured"]["sources"]
     assert "**Sources not recorded**: whether its code has changed since cannot be checked" in marked()
     assert "Stale" not in results.render(folder, "suite")  # the committed page carries no mark

@@ -267,7 +267,7 @@ def test_a_whole_run_judged_at_its_end_its_cost_apart_in_mlflow_and_again_from_t
 
 @pytest.mark.fast
 def test_an_openai_model_judges_through_chat_completions(tmp_path, monkeypatch):
-    from mlrb.agents.prices import from_table
+    from mlrb.models.prices import from_table
 
     folder = hardcoding_run(tmp_path)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-judge-openai-key-0123456789")

@@ -1,5 +1,5 @@
-"""A call is priced at the service tier its provider served it at (mlrb/core/api_shapes.py's `tier_of`
-reads it, mlrb/harness/request_rules.py says which tier is billed, mlrb/agents/prices.py prices it):
+"""A call is priced at the service tier its provider served it at (mlrb/models/api_shapes.py's `tier_of`
+reads it, mlrb/models/request_rules.py says which tier is billed, mlrb/models/prices.py prices it):
 OpenAI's priority tier dearer than the standard one and its flex tier cheaper, Anthropic's fast mode
 a multiple of the standard rate, each at genai-prices' own rates for that tier. What the agent asks
 for can only cost it more: a reply that says no tier is billed at the dearer tier asked for, the
@@ -21,14 +21,13 @@ import openai
 import pytest
 
 from fake_llm_server import FakeLlmServer, reply
-from mlrb.agents import prices
 from mlrb.core import events
 from mlrb.core.budget import Budget, Spend
 from mlrb.core.config import BudgetConfig
-from mlrb.harness import metering
-from mlrb.harness.proxy import Call, MeteringProxy, Upstream
-from mlrb.harness.request_rules import billed_tier
 from mlrb.harness.trajectory import Trajectory, TrajectoryWriter
+from mlrb.models import metering, prices
+from mlrb.models.proxy import Call, MeteringProxy, Upstream
+from mlrb.models.request_rules import billed_tier
 
 pytestmark = pytest.mark.fast
 

@@ -1,7 +1,7 @@
 """Bring your own agent (`agent=command`): any program that speaks the Anthropic Messages API
 or OpenAI Chat Completions or Responses, run in the sandbox on the task's prompt.
 
-The harness runs the run's metering proxy (mlrb/harness/proxy.py) and gives the program, in its
+The harness runs the run's metering proxy (mlrb/models/proxy.py) and gives the program, in its
 environment, the proxy as its API's base URL and the run's token as its key:
 
     ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY       OPENAI_BASE_URL, OPENAI_API_KEY
@@ -21,7 +21,7 @@ or dollars are spent; the harness's clock kills the program at the wall-time lim
 ends `ok` when the program exits 0, `budget_exhausted` when a limit stopped it (a refused call,
 or the clock), `agent_error` otherwise; a provider that has no model the config allows ends it
 as a configuration error (metering.ModelNotFound). Each model call is an event of the run (its
-trajectory, trace and metrics), as the proxy saw it (mlrb/harness/metering.py).
+trajectory, trace and metrics), as the proxy saw it (mlrb/models/metering.py).
 """
 
 from __future__ import annotations
@@ -32,14 +32,13 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlrb.agents import prices
 from mlrb.agents.base import AgentContext, AgentOutcome
 from mlrb.agents.baseline import one_command_step
 from mlrb.agents.conversation import resumed_note
 from mlrb.core.config import AgentConfig, ConfigError
 from mlrb.core.status import Status
-from mlrb.harness import metering
-from mlrb.harness.proxy import PROVIDERS, MissingModel, Upstream, upstream_url
+from mlrb.models import metering, prices
+from mlrb.models.proxy import PROVIDERS, MissingModel, Upstream, upstream_url
 from mlrb.sandbox.base import ExecResult
 
 TOOL, CALL_ID = "command", "command"
@@ -52,7 +51,7 @@ class ProviderOptions:
     # The models the program may call here besides agent.options.model (its side models); any other is refused.
     models: list[str] = field(default_factory=list)
     base_url: str | None = None  # None: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL, else the provider's
-    # USD per million tokens, for every model listed: None, the price table's (mlrb/agents/prices.py)
+    # USD per million tokens, for every model listed: None, the price table's (mlrb/models/prices.py)
     price_input_per_mtok: float | None = None
     price_output_per_mtok: float | None = None
     price_cache_read_per_mtok: float | None = None  # of the prompt read from the provider's cache

@@ -10,8 +10,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from mlrb.agents.providers import Message, ToolCall, ToolResult
 from mlrb.harness import resume
+from mlrb.models.providers import Message, ToolCall, ToolResult
 
 FILE = "conversation.json"
 

@@ -3,7 +3,7 @@ the output, iterates and submits, through native tool calling.
 
 The loop runs in the harness process. Each step is one model call, then the
 tool calls it asked for, executed in the run's sandbox. Its calls go through the run's
-metering proxy (mlrb/harness/metering.py), as every agent's do: the proxy holds the real key,
+metering proxy (mlrb/models/metering.py), as every agent's do: the proxy holds the real key,
 charges the budget from the API's reported usage and emits each call as the run's events.
 The loop bounds every call by the budget: the remaining wall time is the call's timeout
 (the proxy gives up upstream at it), the remaining output tokens cap its length, and any
@@ -32,17 +32,17 @@ from typing import Any, cast
 
 from omegaconf import MISSING, OmegaConf
 
-from mlrb.agents import conversation, prices
+from mlrb.agents import conversation
 from mlrb.agents.base import AgentContext, AgentOutcome
-from mlrb.agents.providers import NO_KEY, ApiError, Message, Reply, ToolCall, ToolResult
 from mlrb.agents.tools import SUBMIT, TOOLS, ToolEnv, ToolOutput, run_tool
 from mlrb.core import events
 from mlrb.core.budget import Budget
 from mlrb.core.config import AgentConfig, ConfigError, check_positive, describe_omegaconf_error
 from mlrb.core.retries import Backoff, RetryState
 from mlrb.core.status import Status
-from mlrb.harness import metering
-from mlrb.harness.proxy import ATTEMPT_HEADER, PROVIDERS, TIMEOUT_HEADER, Upstream, upstream_url
+from mlrb.models import metering, prices
+from mlrb.models.providers import NO_KEY, ApiError, Message, Reply, ToolCall, ToolResult
+from mlrb.models.proxy import ATTEMPT_HEADER, PROVIDERS, TIMEOUT_HEADER, Upstream, upstream_url
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class LlmOptions:
     # OpenAI format only: the name of the output cap (older servers know only max_tokens).
     max_tokens_param: str = "max_completion_tokens"
     # USD per million tokens, for the cost the budget is checked against. null: the price table's
-    # (mlrb/agents/prices.py); a number overrides it, and a model the table lacks needs both.
+    # (mlrb/models/prices.py); a number overrides it, and a model the table lacks needs both.
     price_input_per_mtok: float | None = None
     price_output_per_mtok: float | None = None
     # USD per million tokens of the prompt read from the provider's cache, written to it (five
@@ -294,7 +294,7 @@ class LlmAgent:
 
     def make_provider(self, base_url: str, token: str, seed: int) -> Any:
         """The SDK client, talking to the run's proxy at BASE_URL; its errors name the upstream."""
-        from mlrb.agents import providers
+        from mlrb.models import providers
 
         o, upstream = self.options, upstream_url(self.options.provider, self.options.base_url)
         if o.provider == "anthropic":

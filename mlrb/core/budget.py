@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass
 
-from mlrb.core.api_shapes import Usage
 from mlrb.core.compute import HeldCompute
 from mlrb.core.config import BudgetConfig
 from mlrb.core.messages import time_left
@@ -28,12 +27,6 @@ class Spend:
     cache_write_tokens: int = 0
     web_searches: int = 0  # what the provider billed beside tokens, and its dollars (within `usd`)
     fee_usd: float = 0.0
-
-    @classmethod
-    def of(cls, usage: Usage, usd: float, fee_usd: float = 0.0) -> Spend:
-        """What a call that used USAGE, priced USD (FEE_USD of it beside its tokens), spent."""
-        return cls(usage.input_tokens, usage.output_tokens, usd, usage.cache_read_tokens, usage.cache_write_tokens,
-                   usage.web_searches, fee_usd)  # fmt: skip
 
     def __add__(self, other: Spend) -> Spend:
         return Spend(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))

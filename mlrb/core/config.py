@@ -389,7 +389,7 @@ def check_tracking_kind(cfg: TrackingConfig) -> None:
 
 def check_review(cfg: ReviewConfig) -> None:
     """The review's settings; with a judge, its model: a provider that serves it, a price, and its
-    API key in the environment (mlrb/review/judge_model.py), so that a judge that cannot run is
+    API key in the environment (mlrb/models/judge_model.py), so that a judge that cannot run is
     refused before the run starts, not found at its end."""
     from mlrb.core import registry
 

@@ -56,7 +56,7 @@ SANDBOXES: Mapping[str, str] = {
 }
 
 # The check of a review's judge (review.judge): its model's provider, price and API key.
-REVIEW_JUDGE = "mlrb.review.judge_model:check_config"
+REVIEW_JUDGE = "mlrb.models.judge_model:check_config"
 
 
 def check_choice(what: str, name: str, choices: Mapping[str, Any]) -> None:

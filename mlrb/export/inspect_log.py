@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.analysis import stats
-from mlrb.core.api_shapes import text_of
 from mlrb.core.status import Status
 from mlrb.core.tags import Metric, Tag
 from mlrb.formats.run_folder import NotARun, RunFolder, runs_in
+from mlrb.models.api_shapes import text_of
 
 ATTEMPTS = {s.value for s in Status if s.is_attempt}
 PROG = "python -m mlrb.export inspect"

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrb.core.api_shapes import text_of
 from mlrb.core.tags import SWEEP_ROLE, Tag
 from mlrb.harness.trajectory import parse
+from mlrb.models.api_shapes import text_of
 from mlrb.store import record
 
 TRAJECTORY = "trajectory.jsonl"

@@ -54,7 +54,7 @@ def reason_class(reason: str) -> str:
 
 
 def error_class(message: str) -> str:
-    """The class of an agent error's message (mlrb/agents/providers.py's ApiError, the baseline's
+    """The class of an agent error's message (mlrb/models/providers.py's ApiError, the baseline's
     and the command agent's exits): `HTTP 401`, `API unreachable`, `API reply not understood`,
     `API error`, `command exited 1`, or `other`."""
     status = re.search(r"\bHTTP (\d{3})\b", message)

@@ -37,7 +37,7 @@ class ToolUse:
 
 @dataclass(frozen=True)
 class Refusal:
-    """A model call the metering proxy answered itself (mlrb/harness/proxy.py), with its reason."""
+    """A model call the metering proxy answered itself (mlrb/models/proxy.py), with its reason."""
 
     step: int
     model: str

@@ -30,8 +30,8 @@ from typing import Any
 from mlrb.core.config import ReviewConfig
 from mlrb.core.messages import first_line
 from mlrb.core.tags import Metric
+from mlrb.models import judge_model
 from mlrb.review import evidence as evidence_lib
-from mlrb.review import judge_model
 from mlrb.review.review import Finding, Review, masked, quoted, verdict_of
 from mlrb.review.rules import SUSPICIOUS, TAMPERING
 

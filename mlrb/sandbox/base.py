@@ -34,6 +34,7 @@ from typing import Any, ClassVar, TypeVar
 from omegaconf import OmegaConf
 
 from mlrb.core.config import ConfigError, SandboxConfig, describe_omegaconf_error
+from mlrb.models.endpoint import ModelEndpoint
 
 #: Where the workspace and the task's public data appear inside confined sandboxes.
 WORKSPACE, DATA = "/workspace", "/data"
@@ -116,15 +117,6 @@ class IsolatedCommand:
     # Run on what the run's agent left of its sandbox beyond its workspace (a Docker sandbox that
     # keeps its state: its container's file system), where the kind kept it; else as usual.
     on_agent_state: bool = False
-
-
-@dataclass(frozen=True)
-class ModelEndpoint:
-    """Where the run's metering proxy (mlrb/harness/proxy.py) listens: a unix socket, which a confined
-    sandbox mounts (its only way out), and a loopback URL, which an unconfined one uses."""
-
-    socket: Path
-    url: str
 
 
 # Inside a confined sandbox: the proxy's socket, the bridge to it, and the bridge's port on the

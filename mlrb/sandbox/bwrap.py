@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlrb.core.config import ConfigError, SandboxConfig
+from mlrb.models.endpoint import ModelEndpoint
 from mlrb.sandbox import gpus
 from mlrb.sandbox.base import (
     AGENT_UID,
@@ -48,7 +49,6 @@ from mlrb.sandbox.base import (
     IsolatedCommand,
     IsolatedProcess,
     Limits,
-    ModelEndpoint,
     Mount,
     Sandbox,
     SandboxError,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.core.config import ConfigError, SandboxConfig
+from mlrb.models.endpoint import ModelEndpoint
 from mlrb.sandbox.base import (
     AGENT_UID,
     MAX_CAPTURE_BYTES,
@@ -32,7 +33,6 @@ from mlrb.sandbox.base import (
     IsolatedCommand,
     IsolatedProcess,
     Limits,
-    ModelEndpoint,
     Mount,
     Sandbox,
     SandboxError,

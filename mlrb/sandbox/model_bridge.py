@@ -1,5 +1,5 @@
 """The model connection inside a confined sandbox: listens on the sandbox's own loopback and
-carries each connection to the run's metering proxy (mlrb/harness/proxy.py) through the unix socket
+carries each connection to the run's metering proxy (mlrb/models/proxy.py) through the unix socket
 the sandbox mounts, its only way out. Agents inside use it as their API's base URL
 (http://127.0.0.1:PORT/anthropic, .../openai/v1), with the run's token as their key.
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlrb.core.config import SandboxConfig
+from mlrb.models.endpoint import ModelEndpoint
 from mlrb.sandbox.base import (
     ExecResult,
     GroupProcess,
     IsolatedCommand,
     IsolatedProcess,
     Limits,
-    ModelEndpoint,
     Sandbox,
     agent_environment,
     agents_own,

@@ -14,7 +14,7 @@ streaming or not. For each call the proxy
   an unknown model: a 404, Anthropic's `not_found_error`, OpenAI's `model_not_found`;
 - notes the upstream's own such answer for a model the config allows (`missing_model`): the
   config names a model the provider does not serve (a retired one, say), and the agent ends the
-  run as a configuration error (mlrb/harness/metering.py); later calls of that model get the same
+  run as a configuration error (mlrb/models/metering.py); later calls of that model get the same
   answer from the proxy, without going upstream;
 - refuses the call once the run's budget is spent (`meter.spent()`), as the provider says
   an account is out of credit: Anthropic's 400 `invalid_request_error`, OpenAI's 429
@@ -29,9 +29,9 @@ streaming or not. For each call the proxy
   never held back;
 - reads the provider's own usage fields from the response (for a stream, from its events;
   an OpenAI chat stream is asked for its usage, `stream_options.include_usage`), each kind of
-  token apart (input, cache reads, cache writes at each lifetime, output: mlrb/core/api_shapes.py),
-  and charges them to the meter at the model's price for each (mlrb/agents/prices.py), at the
-  tier the provider says it served the call at (mlrb/harness/request_rules.py's `billed_tier`),
+  token apart (input, cache reads, cache writes at each lifetime, output: mlrb/models/api_shapes.py),
+  and charges them to the meter at the model's price for each (mlrb/models/prices.py), at the
+  tier the provider says it served the call at (mlrb/models/request_rules.py's `billed_tier`),
   releasing the call's hold;
 - charges every call the upstream served, whatever the agent does: an agent that hangs up
   early (once it has its answer's text, say) is sent nothing more, but its reply is still read
@@ -82,10 +82,11 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from mlrb.agents.prices import CONFIG_RATES, Charge, Price, flat
-from mlrb.core.api_shapes import Usage, delta_tokens_of, reply_of, tier_of, usage_of
 from mlrb.core.budget import Spend
-from mlrb.harness.request_rules import (
+from mlrb.models.api_shapes import Usage, delta_tokens_of, reply_of, tier_of, usage_of
+from mlrb.models.endpoint import ModelEndpoint
+from mlrb.models.prices import CONFIG_RATES, Charge, Price, flat
+from mlrb.models.request_rules import (
     NOT_FORWARDED_HEADERS,
     billed_tier,
     canonical_body,
@@ -95,7 +96,6 @@ from mlrb.harness.request_rules import (
     requested_tier,
     unpriced_tier,
 )
-from mlrb.sandbox.base import ModelEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -276,6 +276,12 @@ def hold_for(price: Price, request: dict[str, Any], body: bytes, tier: Mapping[s
     output_tokens = max(caps) if caps and max(caps) > 0 else DEFAULT_OUTPUT_HOLD
     input_tokens = len(body) // CHARS_PER_TOKEN
     return Spend(input_tokens, output_tokens, price.usd(input_tokens, output_tokens, tier))
+
+
+def spend_of(usage: Usage, usd: float, fee_usd: float = 0.0) -> Spend:
+    """What a call that used USAGE, priced USD (FEE_USD of it beside its tokens), spent of the budget."""
+    return Spend(usage.input_tokens, usage.output_tokens, usd, usage.cache_read_tokens, usage.cache_write_tokens,
+                 usage.web_searches, fee_usd)  # fmt: skip
 
 
 # The events after which an SDK may hand the agent its answer without reading on.
@@ -713,7 +719,7 @@ class MeteringProxy:
                 call.charge = call.price.charge(call.usage, call.tier) if call.price is not None else Charge()
                 call.usd = call.charge.usd
                 if self.flight is not None:
-                    proxy.settle(self.flight, Spend.of(call.usage, call.usd, call.charge.fee_usd))
+                    proxy.settle(self.flight, spend_of(call.usage, call.usd, call.charge.fee_usd))
 
             def go_upstream(self, call: Call, upstream_path: str, request: dict, body: bytes) -> None:
                 provider = call.provider

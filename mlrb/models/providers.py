@@ -11,14 +11,25 @@ config's policy (mlrb/core/retries.py), each try bounded by the budget and recor
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from mlrb.agents.tools import Tool
-from mlrb.core import api_shapes
+from mlrb.models import api_shapes
 
 # Sent when a server needs no key (a local model server): the OpenAI SDK refuses an empty one.
 NO_KEY = "no-key-needed"
+
+
+class Tool(Protocol):
+    """What an API is told of a tool the model may call (the agent's tools have this, and how to run it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def parameters(self) -> dict[str, Any]: ...  # JSON schema of the arguments object
 
 
 @dataclass
@@ -71,7 +82,7 @@ class ApiError(Exception):
 
 def tokens_of(usage: Any) -> tuple[int | None, int | None]:
     """(input tokens, output tokens) of an SDK reply's usage, read as the metering proxy reads the same
-    JSON (mlrb/core/api_shapes.py); (None, None) when the server reported none."""
+    JSON (mlrb/models/api_shapes.py); (None, None) when the server reported none."""
     tokens = api_shapes.tokens_of(usage.model_dump() if usage is not None else None)
     return (tokens.input_tokens, tokens.output_tokens) if tokens is not None else (None, None)
 
@@ -155,7 +166,7 @@ class AnthropicProvider:
         # The endpoint errors name: the upstream's, when the client talks to it through the run's proxy.
         self.shown_as = shown_as
 
-    def request(self, model: str, system: str, history: list[Message], tools: list[Tool], max_tokens: int) -> dict:
+    def request(self, model: str, system: str, history: list[Message], tools: Sequence[Tool], max_tokens: int) -> dict:
         return {
             "model": model,
             "max_tokens": max_tokens,
@@ -229,7 +240,7 @@ class OpenAIProvider:
         self.max_tokens_param = max_tokens_param
         self.seed = seed
 
-    def request(self, model: str, system: str, history: list[Message], tools: list[Tool], max_tokens: int) -> dict:
+    def request(self, model: str, system: str, history: list[Message], tools: Sequence[Tool], max_tokens: int) -> dict:
         messages: list[dict] = [{"role": "system", "content": system}]
         for m in history:
             messages += self.wire(m)

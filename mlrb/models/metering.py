@@ -1,4 +1,4 @@
-"""The run's model connection: the metering proxy (mlrb/harness/proxy.py) started for an
+"""The run's model connection: the metering proxy (mlrb/models/proxy.py) started for an
 agent that calls models, charging the run's budget, and its calls as the run's events.
 
 Every agent's model calls go through it, the built-in loop's as an outside program's, so there
@@ -16,12 +16,12 @@ import secrets
 import threading
 from typing import Any
 
-from mlrb.agents.prices import retired_on
 from mlrb.core import events
-from mlrb.core.api_shapes import reply_of, tool_results_of
 from mlrb.core.budget import Budget
-from mlrb.harness.proxy import Call, MeteringProxy
-from mlrb.harness.request_rules import tier_name
+from mlrb.models.api_shapes import reply_of, tool_results_of
+from mlrb.models.prices import retired_on
+from mlrb.models.proxy import Call, MeteringProxy
+from mlrb.models.request_rules import tier_name
 
 PROXY_RETRIES = 6  # upstream tries after the first, for an agent that does not retry by itself
 SET_MODEL = "set a model it serves with agent.options.model=NAME"
@@ -95,7 +95,7 @@ class CallEvents:
 
     def __init__(self, sink: events.EventSink, budget: Budget, keys: list[str] | None = None, tools: bool = False):
         self.sink, self.budget, self.tools = sink, budget, tools
-        self.models_used: dict[str, str] = {}  # model -> its price's source (mlrb/agents/prices.py)
+        self.models_used: dict[str, str] = {}  # model -> its price's source (mlrb/models/prices.py)
         self.asked: dict[str, tuple[dict[str, Any], int]] = {}  # tool call id -> (the call, when it was asked for)
         self.keys = [k for k in keys or [] if len(k) >= 8]  # the real keys: an upstream's error may quote one
         self.lock = threading.Lock()

@@ -1,6 +1,6 @@
 """The judge's model: which one a review's config names (its provider, price and API key, checked before
-a run starts), and its one call, made with the provider's official SDK (mlrb/agents/providers.py's
-adapters) through a metering proxy of its own (mlrb/harness/proxy.py) that charges a budget of its own
+a run starts), and its one call, made with the provider's official SDK (mlrb/models/providers.py's
+adapters) through a metering proxy of its own (mlrb/models/proxy.py) that charges a budget of its own
 (mlrb/core/budget.py). What the call used and cost comes back apart: it is never the agent's.
 
 All of the judge's model access is here, so that it moves with the rest of the model code.
@@ -12,11 +12,11 @@ import os
 import secrets
 from dataclasses import dataclass, field
 
-from mlrb.agents import prices
-from mlrb.agents.providers import AnthropicProvider, ApiError, Message, OpenAIProvider
 from mlrb.core.budget import Budget
 from mlrb.core.config import BudgetConfig, ConfigError, ReviewConfig
-from mlrb.harness.proxy import PROVIDERS, Call, MeteringProxy, Upstream, upstream_url
+from mlrb.models import prices
+from mlrb.models.providers import AnthropicProvider, ApiError, Message, OpenAIProvider
+from mlrb.models.proxy import PROVIDERS, Call, MeteringProxy, Upstream, upstream_url
 
 KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}  # each provider's SDK's own variable
 RETRIES = 2  # the proxy's upstream retries of a failed call (a 429, a 5xx): few, the run has ended

@@ -1,4 +1,4 @@
-"""What an agent's model call may ask, checked by the metering proxy (mlrb/harness/proxy.py) before
+"""What an agent's model call may ask, checked by the metering proxy (mlrb/models/proxy.py) before
 anything goes upstream: pure functions of the call's body.
 
 The proxy is the run's one way to the providers, and the agent holds its token. It checks a call
@@ -23,7 +23,7 @@ is the agent's to use against the run's rules:
   OpenAI's priority and flex tiers, Anthropic's fast mode), and the tier it is billed at. A tier
   dearer than the standard one goes upstream only at a price that has its rates (the table's
   variant for the model, never a config's rates). The call is billed at the tier the provider says
-  it served (mlrb/core/api_shapes.py's `tier_of`); where it says none, or one the run does not know,
+  it served (mlrb/models/api_shapes.py's `tier_of`); where it says none, or one the run does not know,
   at the tier asked for when that costs more than the standard one, else at the standard one.
 
 A refusal is a sentence for the agent: the proxy answers it as the provider answers a bad
@@ -66,7 +66,7 @@ INSIDE_TOOL_PREFIXES = {"anthropic": ("tool_search_tool_",), "openai": ("tool_se
 OTHER_MODEL_TOOLS = ("advisor_", "image_generation")
 # Tools the provider bills beside tokens, by what it bills: a web search per search (priced by the table's,
 # or the config's, rate per 1,000 searches). A call that offers one goes upstream only at a price that has
-# the rate (mlrb/agents/prices.py's `Price.has_rate`).
+# the rate (mlrb/models/prices.py's `Price.has_rate`).
 FEE_TOOLS = {
     "anthropic": {"web_search_": "web_searches_kcount"},
     "openai": {"web_search": "web_searches_kcount"},
@@ -82,7 +82,7 @@ URL_KEYS = ("url", "image_url", "file_url")  # where a content part names what t
 NOT_CONTENT = ("tools", "metadata", "action")  # tool schemas, the agent's labels, what the model did: fetched by no one
 URL_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*:", re.IGNORECASE)
 # The tiers a call may ask for, by provider and field: each value -> the tier it is billed at, as the
-# price table's context (mlrb/agents/prices.py; {}: the standard rates). Any other value is refused:
+# price table's context (mlrb/models/prices.py; {}: the standard rates). Any other value is refused:
 # OpenAI's scale tier (billed from units bought ahead), an Anthropic region pinned (billed at a premium
 # the table does not price), Anthropic's service_tier values beside these.
 TIERS: dict[tuple[str, str], dict[Any, dict[str, str]]] = {
@@ -93,7 +93,7 @@ TIERS: dict[tuple[str, str], dict[Any, dict[str, str]]] = {
                                  "priority": {"service_tier": "priority"}, "fast": {"service_tier": "fast"}},
 }  # fmt: skip
 CHEAPER = ({"service_tier": "flex"},)  # tiers billed below the standard rates: without the table's, charged those
-# The tiers a provider says it served a call at (mlrb/core/api_shapes.py's `tier_of`), by field: each -> its
+# The tiers a provider says it served a call at (mlrb/models/api_shapes.py's `tier_of`), by field: each -> its
 # price context. A tier not here (OpenAI's scale, Anthropic's priority capacity) is the standard rates'.
 SERVED: dict[str, dict[str, dict[str, dict[str, str]]]] = {
     "anthropic": {"speed": {"standard": {}, "fast": {"speed": "fast"}}},
@@ -237,7 +237,7 @@ def dearer(tier: Mapping[str, str]) -> bool:
 def unpriced_tier(provider: str, request: dict[str, Any], model: str,
                   prices_tier: Callable[[Mapping[str, str]], bool]) -> str | None:  # fmt: skip
     """Why a call that asks for a tier dearer than the standard one is refused: MODEL's price has no
-    rates for it (PRICES_TIER: mlrb/agents/prices.py's `Price.prices_tier`), so the call would be
+    rates for it (PRICES_TIER: mlrb/models/prices.py's `Price.prices_tier`), so the call would be
     charged less than it costs. One sentence: the field, the value, and the values the model allows."""
     for (api, name), allowed in TIERS.items():
         value = request.get(name)
@@ -252,7 +252,7 @@ def unpriced_tier(provider: str, request: dict[str, Any], model: str,
 
 def billed_tier(provider: str, requested: Mapping[str, str], reported: Mapping[str, str]) -> dict[str, str]:
     """The tier a call is billed at, as the price table's context: the one the provider REPORTED it
-    served (mlrb/core/api_shapes.py's `tier_of`), field by field; where it reported none the run
+    served (mlrb/models/api_shapes.py's `tier_of`), field by field; where it reported none the run
     knows (SERVED), the one REQUESTED when that costs more than the standard one, else the standard."""
     tier: dict[str, str] = {}
     for name, served in SERVED.get(provider, {}).items():

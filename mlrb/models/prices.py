@@ -6,10 +6,10 @@ itself, so no price is fetched at run time. It prices a call as the provider bil
 day of the call, tiers included (Claude Sonnet 4.5 costs twice as much past 200k input tokens),
 each kind of token at its own rate: a token read from the provider's prompt cache costs about a tenth
 of a plain input token, one written to it a quarter more (twice as much for Anthropic's one-hour
-cache), as the provider reported them (mlrb/core/api_shapes.py's `Usage`). A call served at another
+cache), as the provider reported them (mlrb/models/api_shapes.py's `Usage`). A call served at another
 tier is priced at that tier's rates where the table has them: OpenAI's priority tier costs more and
 its flex tier less, Anthropic's fast mode a multiple of the standard rate. The tier is the
-table's price context (e.g. {"service_tier": "priority"}, {"speed": "fast"}); mlrb/harness/request_rules.py
+table's price context (e.g. {"service_tier": "priority"}, {"speed": "fast"}); mlrb/models/request_rules.py
 says which tier a call is billed at.
 
 An agent's config may set rates instead (USD per million tokens, `CONFIG_RATES`): each overrides
@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mlrb.core.api_shapes import Usage
 from mlrb.core.messages import ConfigError
+from mlrb.models.api_shapes import Usage
 
 TABLE = "genai-prices"
 

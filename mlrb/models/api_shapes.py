@@ -7,10 +7,10 @@ Anthropic Messages API, OpenAI Chat Completions and OpenAI Responses, whole or s
   whether it failed);
 - `usage_of`, `tokens_of`, `delta_tokens_of`: the tokens a call used (`Usage`: input, output, and the
   prompt's tokens read from and written to the provider's cache, each apart), read the same for every
-  shape by the metering proxy (mlrb/harness/proxy.py) and the built-in agent's providers
-  (mlrb/agents/providers.py); a count that is not a whole number of at least 0 is no usage;
+  shape by the metering proxy (mlrb/models/proxy.py) and the built-in agent's providers
+  (mlrb/models/providers.py); a count that is not a whole number of at least 0 is no usage;
 - `tier_of`: the tier the provider says it served a call at (OpenAI's `service_tier`, Anthropic's
-  fast mode), which the call is priced at (mlrb/harness/request_rules.py's `billed_tier`).
+  fast mode), which the call is priced at (mlrb/models/request_rules.py's `billed_tier`).
 
 Together they let the harness see an outside agent's tool calls without its help: asked in one
 call's answer, answered in the next call's request.
