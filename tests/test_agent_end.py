@@ -99,3 +99,44 @@ def test_work_left_running_stands_still_while_the_workspace_is_scored_mid_run(tm
     # and it ended with the agent: its last line is from before the run's record of the end
     ended = [json.loads(line) for line in (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()][-1]
     assert ended["event"] == "end" and times[-1] <= ended["time"]
+
+
+# A checkpoint of 250 MB rewritten at each step: hashing it is the snapshot's work, most of a second.
+CHECKPOINT = "head -c 250000000 /dev/zero | tr '\\\\0' '{}' > checkpoint.bin"
+
+
+@pytest.mark.integration
+def test_a_step_s_snapshot_is_not_on_the_agent_s_clock_and_work_left_running_stands_still_meanwhile(
+    tmp_path, plumbing_cache
+):
+    """At paper scale a step's snapshot hashes the checkpoints the step rewrote (seconds per GB).
+    That is the harness's time: the agent's clock stands still, and the job it left running too,
+    so the snapshot is of one moment. Before, both ran on through every snapshot."""
+    script = [reply(tool("bash", command=TICKER))]
+    script += [reply(tool("bash", command=CHECKPOINT.format(mark))) for mark in "abc"]
+    script += [reply(tool("submit", summary="nothing"))]
+    with FakeLlmServer(script) as server:
+        result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=claude",
+                         "agent.options.retry_base_delay_s=0.01", cwd=tmp_path,
+                         env={"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = lines(tmp_path / "run" / "snapshots" / "steps.jsonl")
+    slow = [s for s in steps if s["took_s"] >= 0.2 and "agent_s" in s]  # the steps that rewrote the checkpoint
+    assert len(slow) >= 3, [(s["step"], s["took_s"]) for s in steps]
+    times = [float(line) for line in (tmp_path / "run" / "workspace" / "ticks").read_text().split()]
+    assert len(times) > 20  # it did run, between the snapshots
+    for entry in slow:  # (a tick in the moment before the hold may be there; none inside it)
+        began, ended = entry["time"] - entry["took_s"], entry["time"]
+        assert not [t for t in times if began + 0.1 < t < ended - 0.05], (entry["step"], began, ended)
+    # The agent's clock: from one step's snapshot to the next, what the agent did in between,
+    # without the snapshot that ended the first. Its commands' own time is in the trajectory.
+    events = lines(tmp_path / "run" / "trajectory.jsonl")
+    command_s = {e["step"]: e["duration_s"] for e in events if e["event"] == "tool_result"}
+    for before, after in zip(steps, steps[1:], strict=False):
+        if "agent_s" not in before or "agent_s" not in after:
+            continue
+        on_clock = after["agent_s"] - before["agent_s"]
+        assert on_clock < command_s.get(after["step"], 0.0) + 0.5, (after["step"], on_clock, before["took_s"])
+    client, run = the_run(tmp_path)
+    wall = run.data.metrics["wall_time_s"]
+    assert run.data.metrics["agent_time_s"] < wall - sum(s["took_s"] for s in slow) + 0.5
