@@ -471,9 +471,12 @@ class Stages:
             budget.carry(progress.spent_with_held())
 
         def after_step(step: int) -> None:
-            self.during.after(self.step_snapshots.take(step, work, self.before, budget.elapsed_s()))
-            if self.scorer.may_start_ahead and (work / plan.submission).exists():
-                with budget.paused():  # (a container's start is not the agent's time)
+            # The step's snapshot, its mid-run scoring and the scorer's start are the harness's time,
+            # not the agent's; what the agent left running stands still meanwhile, so the snapshot
+            # is of one moment (a checkpoint half rewritten is not taken as it was at the step).
+            with budget.paused():
+                self.during.after(self.step_snapshots.take(step, work, self.before, budget.elapsed_s()))
+                if self.scorer.may_start_ahead and (work / plan.submission).exists():
                     self.scorer.start_ahead()
 
         sink: events.EventSink | None = None
