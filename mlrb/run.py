@@ -185,13 +185,11 @@ def preflight(plan: plans.RunPlan, recording: recording_process.RecordingProcess
     prefetch.refuse_if_missing(plan.task)  # full scale: models or evaluation sets not in the HF cache
     if plan.task.builds_at_preflight:  # a folder task whose baseline or eval.py fails: the same
         assets_lib.ensure_assets(plan.task, plan.cache_dir)
-    if hasattr(plan.agent, "prepare"):
-        plan.agent.prepare(plan.cache_dir)  # say, an agent's program installed into the cache, or refused
+    plan.agent.prepare(plan.cache_dir)  # say, an agent's program installed into the cache, or refused
     # a store that cannot take the run: the same (a sweep's job waits for a server that is away)
     check = recording.start_check(plan.tracking, wait_for_server=bool(plan.sweep_id))
     with clock.stage("sandbox_start"):
-        if hasattr(plan.agent, "warm_up"):
-            plan.agent.warm_up()  # e.g. an LLM agent imports its SDK on a thread while the store is checked
+        plan.agent.warm_up()  # e.g. an LLM agent imports its SDK on a thread while the store is checked
     with clock.stage("recording"):  # opening the store imports MLflow (here, or in the recording process)
         check.result()
 
@@ -413,10 +411,17 @@ class Stages:
         # The scorer imports while the agent works, once there will be something to score: from the
         # start for an agent that runs a known solution (it hands one in), else from the first step
         # after which the workspace holds a submission (`after_step`).
-        ahead = getattr(plan.agent, "runs_known_solution", False)
+        ahead = plan.agent.runs_known_solution
         self.scorer = self.closing.enter_context(
-            Scorer(task, self.asset_path, self.run_dir / "scoring", plan.sandbox, self.recorder.run_id, ahead=ahead,
-                   on_agent_state=True)
+            Scorer(
+                task,
+                self.asset_path,
+                self.run_dir / "scoring",
+                plan.sandbox,
+                self.recorder.run_id,
+                ahead=ahead,
+                on_agent_state=True,
+            )
         )
         self.work = self.run_dir / "workspace"
         self.start_files = task.workspace_files(self.asset_path)
@@ -434,7 +439,7 @@ class Stages:
         self.sandbox = plan.sandbox_class(
             plan.sandbox, self.work, self.asset_path / "public", self.recorder.run_id, plan.limits, seed=plan.seed,
             task_environment=task.environment, model_endpoint=self.model.endpoint() if self.model else None,
-            agent_tools=getattr(plan.agent, "tools_dir", None), state_dir=self.state_dir,
+            agent_tools=plan.agent.tools_dir, state_dir=self.state_dir,
             workspace_at=task.workspace_at,
         )  # fmt: skip
         self.guard.on_interrupt(self.sandbox.close)  # a signal stops the agent's processes at once
@@ -489,7 +494,7 @@ class Stages:
             if self.model is not None:  # the proxy charges the budget and emits each model call as the run's events,
                 # and the tool calls seen in them for an agent that does not emit its own
                 self.calls = metering.attach(self.model, budget, sink,
-                                             tools=not getattr(plan.agent, "emits_tool_events", False))  # fmt: skip
+                                             tools=not plan.agent.emits_tool_events)  # fmt: skip
             if resumed is None:
                 sink.emit(events.RunStarted(plan.name, dataclasses.asdict(plan.budget)))
             else:

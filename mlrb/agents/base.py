@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar
 
 from mlrb.core.budget import Budget
 from mlrb.core.config import AgentConfig
@@ -54,12 +54,42 @@ class AgentOutcome:
     message: str = ""
 
 
-class Agent(Protocol):
+class Agent:
+    """What every agent kind is (mlrb.core.registry.AGENTS names them) and what it declares it
+    does. Each kind subclasses this; the harness reads these declarations (a kind that does
+    something overrides its default) and never probes an agent for what it has."""
+
+    # It hands in a known solution (the task's baseline command): the scorer starts with the run.
+    runs_known_solution: ClassVar[bool] = False
+    # It runs its tools itself and emits their events: the harness need not read tool calls from
+    # its model calls.
+    emits_tool_events: ClassVar[bool] = False
+    # How often the run's metering proxy retries a failed upstream call for it; None: the proxy's
+    # default. 0 for an agent that retries by itself (each try is then a call of its own).
+    proxy_retries: ClassVar[int | None] = None
+    # Programs of its own the sandbox mounts for it (read-only), set once `prepare` has them.
+    tools_dir: Path | None = None
+
     def __init__(self, cfg: AgentConfig) -> None:
         """Raise ConfigError for anything missing (say an API key): this runs before the MLflow run exists."""
-        ...
+        self.cfg = cfg
 
-    # Optional: `@classmethod check_config(cls, cfg: AgentConfig) -> None` raising ConfigError,
-    # called when configs are validated (before Hydra launches anything); no network, no heavy imports.
+    @classmethod
+    def check_config(cls, cfg: AgentConfig) -> None:
+        """Raise ConfigError for a config that cannot work, when configs are validated (before Hydra
+        launches anything): no network, no heavy imports. Nothing to check by default."""
 
-    def run(self, ctx: AgentContext) -> AgentOutcome: ...
+    def prepare(self, cache_dir: Path) -> None:
+        """Before the run opens: what it needs on this machine (say its program, installed into the
+        cache), or ConfigError. Nothing by default."""
+
+    def warm_up(self) -> None:
+        """While the run's store is checked: slow imports started on a thread. Nothing by default."""
+
+    def model_upstreams(self) -> dict[str, Any] | None:
+        """The providers it may call through the run's metering proxy, by name; None: it calls no
+        model, and the run starts no proxy."""
+        return None
+
+    def run(self, ctx: AgentContext) -> AgentOutcome:
+        raise NotImplementedError

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from mlrb.agents.base import AgentContext, AgentOutcome
+from mlrb.agents.base import Agent, AgentContext, AgentOutcome
 from mlrb.agents.tools import describe_exec
 from mlrb.core import events
 from mlrb.core.config import AgentConfig
@@ -19,7 +19,7 @@ from mlrb.sandbox.base import ExecResult
 TOOL, CALL_ID = "shell", "baseline"
 
 
-class BaselineAgent:
+class BaselineAgent(Agent):
     # It runs the task's own solution, which hands in a submission: the run starts its scorer
     # with the agent, so the scorer's imports overlap the solution's work (mlrb/run.py).
     runs_known_solution = True

@@ -32,7 +32,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlrb.agents.base import AgentContext, AgentOutcome
+from mlrb.agents.base import Agent, AgentContext, AgentOutcome
 from mlrb.agents.baseline import one_command_step
 from mlrb.agents.conversation import resumed_note
 from mlrb.core.config import AgentConfig, ConfigError
@@ -185,7 +185,7 @@ def price_of(name: str, model: str, provider: ProviderOptions) -> prices.Price:
                            f"agent.options.providers.{name}", **rates)  # fmt: skip
 
 
-class CommandAgent:
+class CommandAgent(Agent):
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
         self.options = parse_options(cfg)

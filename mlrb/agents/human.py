@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlrb.agents.base import AgentContext, AgentOutcome
+from mlrb.agents.base import Agent, AgentContext, AgentOutcome
 from mlrb.core import events
 from mlrb.core.config import AgentConfig, ConfigError
 from mlrb.core.status import Status
@@ -101,7 +101,7 @@ def tmux_binary() -> str:
     return found
 
 
-class HumanAgent:
+class HumanAgent(Agent):
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
         self.check_config(cfg)

@@ -33,7 +33,7 @@ from typing import Any, cast
 from omegaconf import MISSING, OmegaConf
 
 from mlrb.agents import conversation
-from mlrb.agents.base import AgentContext, AgentOutcome
+from mlrb.agents.base import Agent, AgentContext, AgentOutcome
 from mlrb.agents.tools import SUBMIT, TOOLS, ToolEnv, ToolOutput, run_tool
 from mlrb.core import events
 from mlrb.core.budget import Budget
@@ -251,7 +251,7 @@ def fit_context(history: list[Message], limit: int) -> int:
     return elided
 
 
-class LlmAgent:
+class LlmAgent(Agent):
     proxy_retries = 0  # the loop retries each call itself (its config's policy, each try an event)
     emits_tool_events = True  # it runs the tools: the harness need not read them from its calls
 

@@ -457,8 +457,7 @@ def check_rules(cfg: MlrbConfig) -> None:
     check_review(cfg.review)
     registry.check_choice("agent kind", cfg.agent.kind, registry.AGENTS)
     agent_class = registry.load(registry.AGENTS[cfg.agent.kind])
-    if hasattr(agent_class, "check_config"):
-        agent_class.check_config(cfg.agent)
+    agent_class.check_config(cfg.agent)
     registry.check_choice("sandbox kind", cfg.sandbox.kind, registry.SANDBOXES)
     registry.load(registry.SANDBOXES[cfg.sandbox.kind]).parse_options(cfg.sandbox)  # a misspelt option: one line
     task = registry.load_task(cfg.task)  # raises ConfigError on an unknown scale or bad key

@@ -56,14 +56,16 @@ def model_not_found(proxy: MeteringProxy | None, fix: str = SET_MODEL) -> ModelN
 
 
 def start(agent: Any, network_allowed: bool = False) -> MeteringProxy | None:
-    """The run's proxy, for an agent that asks for one (`model_upstreams()`: the providers it may
-    call); None for the others. An agent that retries by itself (`proxy_retries = 0`) gets a proxy
-    that does not, so each try is one call of its own."""
-    if not hasattr(agent, "model_upstreams"):
+    """The run's proxy, for an agent that asks for one (its `model_upstreams()`: the providers it
+    may call; None: it calls no model); None for the others. An agent that retries by itself
+    (`proxy_retries = 0`) gets a proxy that does not, so each try is one call of its own; None
+    takes the proxy's default. (mlrb.agents.base.Agent declares both.)"""
+    upstreams = agent.model_upstreams()
+    if upstreams is None:
         return None
+    retries = PROXY_RETRIES if agent.proxy_retries is None else agent.proxy_retries
     # The token the agent uses as its key: worth nothing outside this run's proxy.
-    return MeteringProxy(agent.model_upstreams(), secrets.token_urlsafe(24), meter=None, unix_socket=True,
-                         max_retries=getattr(agent, "proxy_retries", PROXY_RETRIES),
+    return MeteringProxy(upstreams, secrets.token_urlsafe(24), meter=None, unix_socket=True, max_retries=retries,
                          network_allowed=network_allowed)  # fmt: skip
 
 
