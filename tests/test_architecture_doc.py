@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from mlrb.agents.base import AgentContext
+from mlrb.agents.base import Agent, AgentContext
 from mlrb.agents.recording import open_sink
 from mlrb.core import registry
 from mlrb.core.budget import Budget
@@ -67,6 +67,7 @@ def test_the_agent_and_task_examples_run_and_score_through_the_registry(tmp_path
     workspace, trajectory_file = tmp_path / "workspace", tmp_path / "trajectory.jsonl"
     workspace.mkdir()
     agent = registry.load(registry.AGENTS["answer"])(AgentConfig(name="answer", kind="answer", options={"answer": 40}))
+    assert isinstance(agent, Agent) and not agent.runs_known_solution  # what the harness reads of it: declared
     sandbox = UnconfinedSandbox(SandboxConfig(kind="unconfined"), workspace, assets / "public", "doc", Limits())
     sink = open_sink(trajectory_file, recorder=None)
     budget = Budget(BudgetConfig(name="doc", wall_time_s=60, max_steps=3))
