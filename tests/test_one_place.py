@@ -7,7 +7,9 @@ drift apart again, are each held here to their one place. A test fails when a co
 - the names of the metrics the harness logs and reads back: mlrb/core/tags.py's `Metric`, as tags are `Tag`;
 - the tracking store's URI (tracking.uri, else $MLFLOW_TRACKING_URI): mlrb/core/config.py's `TrackingConfig.named_uri`;
 - a URI's credentials, masked: mlrb/core/messages.py's `mask_uri` and `mask_uris_in`;
-- the words of an error that say the store could not be reached: mlrb/store/tracking.py's `UNREACHABLE_SIGNS`."""
+- the words of an error that say the store could not be reached: mlrb/store/tracking.py's `UNREACHABLE_SIGNS`;
+- how long mlrb waits before trying again: mlrb/core/retries.py's `Backoff` (the agent's retries and the
+  metering proxy's alike)."""
 
 from __future__ import annotations
 
@@ -59,6 +61,30 @@ def test_a_calls_usage_is_read_in_mlrb_models_api_shapes_alone():
     here = [f"{p.relative_to(REPO)}:{n}" for p in sources("mlrb") if p not in exempt
             for n, line in enumerate(p.read_text().splitlines(), 1) if USAGE_FIELDS.search(line)]  # fmt: skip
     assert not here, f"usage read outside mlrb/models/api_shapes.py (call api_shapes.usage_of or tokens_of): {here}"
+
+
+# A pause that doubles with each try, computed by hand: `base * 2 ** (attempt - 1)`.
+BACKOFF_BY_HAND = re.compile(r"\*\s*2(\.0)?\s*\*\*\s*\(?\s*(min\()?\s*(attempt|retry|retries|tries|try_)\w*\b")
+
+
+def test_retry_pauses_are_computed_in_mlrb_core_retries_alone():
+    here = [f"{p.relative_to(REPO)}:{n}" for p in sources("mlrb") if p != REPO / "mlrb" / "core" / "retries.py"
+            for n, line in enumerate(p.read_text().splitlines(), 1) if BACKOFF_BY_HAND.search(line)]  # fmt: skip
+    assert not here, f"a retry's pause computed outside mlrb/core/retries.py (use its Backoff): {here}"
+    # the rule sees the copy it replaced, and the one place itself
+    assert BACKOFF_BY_HAND.search("return min(self.retry_base_delay_s * 2 ** (attempt - 1), self.retry_max_delay_s)")
+    assert BACKOFF_BY_HAND.search((REPO / "mlrb" / "core" / "retries.py").read_text())
+
+
+def test_the_metering_proxy_waits_on_the_one_retry_schedule():
+    """Its pauses between upstream tries are Backoff's, but for a Retry-After the upstream sent (capped)."""
+    from mlrb.core.retries import Backoff
+    from mlrb.models.proxy import MeteringProxy
+
+    with MeteringProxy({}, "token", None, max_retries=4, retry_base_delay_s=0.5, retry_max_delay_s=3.0) as proxy:
+        pauses = [proxy.pause_s(n, None) for n in range(1, 6)]
+        assert pauses == [Backoff(4, 0.5, 3.0).pause_s(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+        assert (proxy.pause_s(1, "7"), proxy.pause_s(4, "0.1"), proxy.pause_s(2, "soon")) == (3.0, 0.1, 1.0)
 
 
 # Where a string is a metric's name: an argument of these calls, a key of a dict handed to them, or a key

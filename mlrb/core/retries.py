@@ -1,6 +1,7 @@
 """Retry policies, run by tenacity: each says how often a call is tried again and how
 long it waits between tries. The LLM agent's policy comes from its config (see
-mlrb/agents/llm.py); the tracking store's is `STORE_LOCKED` below.
+mlrb/agents/llm.py), the metering proxy's upstream retries from whoever starts it
+(mlrb/models/proxy.py); the tracking store's is `STORE_LOCKED` below.
 
 tenacity is imported here and nowhere else, so every retry in mlrb waits on one schedule:
 pause n (n = 1, 2, ...) is base_s * 2^(n-1), at most max_s.

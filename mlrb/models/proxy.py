@@ -24,7 +24,8 @@ streaming or not. For each call the proxy
   budget many times over: a call that the holds of the calls in flight leave no room for is
   answered 429, a rate limit the SDKs retry, until they end;
 - sends it upstream with the real key, retrying connection failures, 408, 409, 429 and
-  5xx with exponential backoff (a `retry-after` header wins), as the SDKs do;
+  5xx on mlrb's one retry schedule (mlrb/core/retries.py; a `retry-after` header wins), as the
+  SDKs do;
 - passes the response back as it arrives: a stream is written to the agent chunk by chunk,
   never held back;
 - reads the provider's own usage fields from the response (for a stream, from its events;
@@ -83,6 +84,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from mlrb.core.budget import Spend
+from mlrb.core.retries import Backoff
 from mlrb.models.api_shapes import Usage, delta_tokens_of, reply_of, tier_of, usage_of
 from mlrb.models.endpoint import ModelEndpoint
 from mlrb.models.prices import CONFIG_RATES, Charge, Price, flat
@@ -416,11 +418,8 @@ class MeteringProxy:
         # Whether the run's task lets the agent reach the network: without it, neither may its calls (request_rules).
         self.network_allowed = network_allowed
         self.on_call = on_call or (lambda call: None)
-        self.max_retries, self.retry_base_delay_s, self.retry_max_delay_s = (
-            max_retries,
-            retry_base_delay_s,
-            retry_max_delay_s,
-        )
+        # Upstream tries after the first, and the pauses between them (a Retry-After aside: `pause_s`).
+        self.retries = Backoff(retries=max_retries, base_s=retry_base_delay_s, max_s=retry_max_delay_s)
         self.connections = UpstreamConnections(request_timeout_s)
         self.refused: str | None = None  # the first budget limit a refused call named
         self.missing_model: MissingModel | None = None  # the first allowed model the upstream said it lacks
@@ -560,7 +559,7 @@ class MeteringProxy:
                                  else {"authorization": f"Bearer {upstream.api_key}"})}  # fmt: skip
         target = urlsplit(upstream.base_url).path.rstrip("/") + path
         deadline = time.monotonic() + timeout_s if timeout_s is not None else math.inf
-        for attempt in range(1, self.max_retries + 2):
+        for attempt in range(1, self.retries.retries + 2):
             connection = self.connections.get(upstream.base_url)
             left = deadline - time.monotonic()
             if left <= 0:
@@ -573,14 +572,14 @@ class MeteringProxy:
                 response = connection.getresponse()
             except (OSError, http.client.HTTPException) as e:
                 self.connections.drop(upstream.base_url)
-                if attempt > self.max_retries or isinstance(e, TimeoutError) and time.monotonic() >= deadline:
+                if attempt > self.retries.retries or isinstance(e, TimeoutError) and time.monotonic() >= deadline:
                     raise
-                time.sleep(min(self.delay(attempt, None), max(0.0, deadline - time.monotonic())))
+                time.sleep(min(self.pause_s(attempt, None), max(0.0, deadline - time.monotonic())))
                 continue
             transient = response.status in RETRIED_STATUSES or response.status >= 500
-            if transient and attempt <= self.max_retries:
+            if transient and attempt <= self.retries.retries:
                 response.read()
-                time.sleep(min(self.delay(attempt, response.getheader("retry-after")),
+                time.sleep(min(self.pause_s(attempt, response.getheader("retry-after")),
                                max(0.0, deadline - time.monotonic())))  # fmt: skip
                 continue
             try:
@@ -590,249 +589,300 @@ class MeteringProxy:
                     self.connections.drop(upstream.base_url)  # not read to its end: the connection is spent
             return
 
-    def delay(self, attempt: int, retry_after: str | None) -> float:
+    def pause_s(self, attempt: int, retry_after: str | None) -> float:
+        """The pause before retry ATTEMPT: the upstream's Retry-After where it sent one (the SDKs take it
+        so too), else mlrb's one retry schedule (mlrb/core/retries.py); never past its longest pause."""
         try:
             stated = float(retry_after) if retry_after is not None else math.nan
         except ValueError:
             stated = math.nan
         if math.isfinite(stated) and stated >= 0:
-            return min(stated, self.retry_max_delay_s)
-        return min(self.retry_base_delay_s * 2 ** (attempt - 1), self.retry_max_delay_s)
+            return min(stated, self.retries.max_s)
+        return self.retries.pause_s(attempt)
 
     def handler_class(self) -> type[BaseHTTPRequestHandler]:
-        proxy = self
+        """The request handler's class, bound to this proxy."""
+        return type("Handler", (CallHandler,), {"proxy": self})
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Of the request being answered: whether its call was reported, whether the agent has
-            # hung up, and the call in flight once the meter has admitted it (until settled).
-            reported = False
-            agent_gone = False
-            flight: InFlight | None = None
 
-            def setup(self) -> None:
-                super().setup()
-                # Each response goes out in a few writes (headers, chunks): without this, Nagle's
-                # algorithm holds the next one back until the agent acknowledges (about 40 ms).
-                if self.connection.family == socket.AF_INET:
-                    self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+class CallHandler(BaseHTTPRequestHandler):
+    """The proxy's side of a connection: each request is one model call, taken through its steps. It
+    is read (`read_call`); answered by the proxy itself when the run does not allow it (`refusal_of`);
+    held from the budget while in flight (`admit`); sent upstream (`go_upstream`); its reply passed on
+    as it arrives (`pass_on`: `send_head`, `relay`) and charged what it used (`charge`, `settle`); and
+    reported once (`report`)."""
 
-            def log_message(self, *args: Any) -> None:  # the run's events say what was called
-                pass
+    protocol_version = "HTTP/1.1"
+    proxy: MeteringProxy  # set by MeteringProxy.handler_class
+    # Of the request being answered: when it arrived, whether its call was reported, whether the agent
+    # has hung up, and the call in flight once the meter has admitted it (until settled).
+    started = 0.0
+    reported = False
+    agent_gone = False
+    flight: InFlight | None = None
 
-            def do_POST(self) -> None:
-                self.reported, self.agent_gone, self.flight = False, False, None
-                self.started = time.monotonic()
-                started_ns = time.time_ns()
-                route = ROUTES.get(self.path.split("?", 1)[0])
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if route is None or route[0] not in proxy.upstreams:
-                    known = ", ".join(p for p, (provider, _) in ROUTES.items() if provider in proxy.upstreams)
-                    return self.reply(404, error_body("openai", 404, "not_found", f"{self.path}: not served here; "
-                                                      f"the proxy serves {known}"))  # fmt: skip
-                provider, upstream_path = route
-                request, why = parse_body(body)
-                if request is None:
-                    return self.reply(
-                        400, error_body(provider, 400, "invalid_request_error", why or "the body is not JSON")
-                    )
-                body = canonical_body(request)  # what goes upstream is what was checked, not the agent's bytes
-                call = Call(provider, self.path, str(request.get("model", "")), bool(request.get("stream")), 0,
-                            request=request, timeout_s=positive(self.headers.get(TIMEOUT_HEADER)),
-                            agent_attempt=whole(self.headers.get(ATTEMPT_HEADER)), started_ns=started_ns)  # fmt: skip
-                try:
-                    self.handle_call(call, upstream_path, request, body)
-                finally:
-                    self.report(call)  # a call cut short (the agent went away) is recorded too
+    def setup(self) -> None:
+        super().setup()
+        # Each response goes out in a few writes (headers, chunks): without this, Nagle's
+        # algorithm holds the next one back until the agent acknowledges (about 40 ms).
+        if self.connection.family == socket.AF_INET:
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-            def report(self, call: Call) -> None:
-                """Hand the call to `on_call`, once."""
-                if self.reported or not proxy.mark_reported(self.flight):  # the run's end may have reported it
-                    return
-                self.reported = True
-                call.latency_s = time.monotonic() - self.started
-                try:
-                    proxy.on_call(call)
-                except Exception:  # recording a call must not fail the agent's call
-                    log.exception("recording a model call failed")
+    def log_message(self, *args: Any) -> None:  # the run's events say what was called
+        pass
 
-            def handle_call(self, call: Call, upstream_path: str, request: dict, body: bytes) -> None:
-                provider = call.provider
-                if not proxy.authorised(provider, self.headers):
-                    call.refused = "the API key is not this run's token"
-                    call.status = 401
-                    return self.reply(401, error_body(provider, 401, "authentication_error", "invalid x-api-key"
-                                                      if provider == "anthropic" else "Incorrect API key provided",
-                                                      code="invalid_api_key"), call)  # fmt: skip
-                upstream = proxy.upstreams[provider]
-                call.price = upstream.price_of(provider, call.model)
-                if call.price is None:
-                    call.refused = f"model not allowed: {call.model!r}"
-                    call.status, answer = not_allowed(provider, call.model, sorted(upstream.models or ()))
-                    return self.reply(call.status, answer, call)
-                why = (check_request(provider, request, proxy.network_allowed)
-                       or unpriced_fee(provider, request, call.price)
-                       or unpriced_tier(provider, request, call.model, call.price.prices_tier))  # fmt: skip
-                if why is not None:
-                    call.refused, call.status = why, 400
-                    return self.reply(400, error_body(provider, 400, "invalid_request_error", why), call)
-                missing = proxy.missing_model
-                if missing is not None and (missing.provider, missing.model) == (provider, call.model):
-                    call.refused = f"model not found upstream: {call.model!r}"
-                    call.status = 404
-                    return self.reply(404, missing.answer, call)
-                meter = proxy.meter
-                spent = meter.spent() if meter is not None else "not started"
-                if meter is None or spent:
-                    return self.refuse_spent(call, spent or "not started")
-                call.tier = billed_tier(provider, requested_tier(provider, request), {})  # until the reply says its own
-                hold = hold_for(call.price, request, body, call.tier)
-                held = meter.reserve(hold)
-                if held:
-                    spent = meter.spent()  # a call that ended meanwhile may have spent it
-                    if spent:
-                        return self.refuse_spent(call, spent)
-                    call.refused = f"budget held by the calls in flight: {held}"
-                    call.status, answer = held_back(provider, held)
-                    return self.reply(call.status, answer, call, {"retry-after": "1"})
-                self.flight = proxy.admit(call, meter, hold)
-                if self.flight is None:
-                    meter.settle(hold, Spend())
-                    return self.refuse_spent(call, "the run has ended")
-                try:
-                    self.go_upstream(call, upstream_path, request, body)
-                finally:
-                    if not self.flight.settled:  # it failed before its usage was read
-                        if call.attempts and call.status == 200:  # yet the upstream served it: charged what it held
-                            call.usage = Usage(hold.input_tokens, hold.output_tokens)
-                            call.estimated = True
-                        self.settle(call)
+    def do_POST(self) -> None:
+        self.reported, self.agent_gone, self.flight = False, False, None
+        self.started = time.monotonic()
+        read = self.read_call(time.time_ns())
+        if read is None:
+            return
+        call, upstream_path, body = read
+        try:
+            self.handle_call(call, upstream_path, call.request, body)
+        finally:
+            self.report(call)  # a call cut short (the agent went away) is recorded too
 
-            def refuse_spent(self, call: Call, spent: str) -> None:
-                call.refused = f"budget spent: {spent}"
-                proxy.refused = proxy.refused or spent
-                call.status, answer = refusal(call.provider, spent)
-                self.reply(call.status, answer, call)
+    def read_call(self, started_ns: int) -> tuple[Call, str, bytes] | None:
+        """The call this request makes, the upstream's path for it and the body to send there; None once
+        answered (a path the proxy does not serve, a body it does not read as JSON)."""
+        proxy = self.proxy
+        route = ROUTES.get(self.path.split("?", 1)[0])
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if route is None or route[0] not in proxy.upstreams:
+            known = ", ".join(p for p, (provider, _) in ROUTES.items() if provider in proxy.upstreams)
+            self.reply(404, error_body("openai", 404, "not_found", f"{self.path}: not served here; "
+                                       f"the proxy serves {known}"))  # fmt: skip
+            return None
+        provider, upstream_path = route
+        request, why = parse_body(body)
+        if request is None:
+            self.reply(400, error_body(provider, 400, "invalid_request_error", why or "the body is not JSON"))
+            return None
+        body = canonical_body(request)  # what goes upstream is what was checked, not the agent's bytes
+        call = Call(provider, self.path, str(request.get("model", "")), bool(request.get("stream")), 0,
+                    request=request, timeout_s=positive(self.headers.get(TIMEOUT_HEADER)),
+                    agent_attempt=whole(self.headers.get(ATTEMPT_HEADER)), started_ns=started_ns)  # fmt: skip
+        return call, upstream_path, body
 
-            def settle(self, call: Call) -> None:
-                """Price the call's usage, charge it, and release its hold."""
-                call.charge = call.price.charge(call.usage, call.tier) if call.price is not None else Charge()
-                call.usd = call.charge.usd
-                if self.flight is not None:
-                    proxy.settle(self.flight, spend_of(call.usage, call.usd, call.charge.fee_usd))
+    def report(self, call: Call) -> None:
+        """Hand the call to `on_call`, once."""
+        if self.reported or not self.proxy.mark_reported(self.flight):  # the run's end may have reported it
+            return
+        self.reported = True
+        call.latency_s = time.monotonic() - self.started
+        try:
+            self.proxy.on_call(call)
+        except Exception:  # recording a call must not fail the agent's call
+            log.exception("recording a model call failed")
 
-            def go_upstream(self, call: Call, upstream_path: str, request: dict, body: bytes) -> None:
-                provider = call.provider
-                if call.stream and provider == "openai" and upstream_path == "/chat/completions":
-                    options = request.get("stream_options") or {}
-                    if not options.get("include_usage"):  # the usage comes in the stream's last chunk
-                        request["stream_options"] = {**options, "include_usage": True}
-                        body = canonical_body(request)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in DROPPED_HEADERS}
-                headers["content-type"] = "application/json"  # the body the proxy wrote
-                headers["content-length"] = str(len(body))
-                where = proxy.upstreams[provider].base_url
-                try:
-                    query = self.path.partition("?")[2]  # say Claude Code's ?beta=true: passed on as it came
-                    target = f"{upstream_path}?{query}" if query else upstream_path
-                    for response, attempt in proxy.forward(provider, target, headers, body, call.timeout_s):
-                        call.attempts, call.status = attempt, response.status
-                        self.pass_on(call, response)
-                except (OSError, http.client.HTTPException) as e:
-                    if call.status:  # the answer had begun: it stands
-                        return
-                    if isinstance(e, TimeoutError):
-                        wait = call.timeout_s or proxy.connections.timeout_s
-                        call.status = 504
-                        message = f"mlrb proxy: {where} did not answer within {wait:.0f} s"
-                        return self.reply(504, error_body(provider, 504, "timeout_error", message), call)
-                    call.status = 502
-                    message = f"mlrb proxy: the upstream {where} is unreachable ({type(e).__name__}: {e})"
-                    self.reply(502, error_body(provider, 502, "api_error", message), call)
-
-            def pass_on(self, call: Call, response: http.client.HTTPResponse) -> None:
-                """Pass the upstream's reply on as it arrives, and charge the call. An agent that hangs
-                up is sent nothing more, but the reply is still read to its end for its usage."""
-                self.send_response(response.status)
-                for key, value in response.getheaders():
-                    if key.lower() not in RESPONSE_DROPPED:
-                        self.send_header(key, value)
-                self.send_header("Transfer-Encoding", "chunked")
-                self.to_agent(None)
-                streamed = "text/event-stream" in (response.getheader("content-type") or "")
-                reader = StreamUsage() if streamed else None
-                whole = bytearray()
-                held = bytearray()  # a stream's bytes from its closing event on: sent once the call is reported
-                cut = False
-                try:
-                    while chunk := response.read1(65536):
-                        if call.first_byte_s is None:
-                            call.first_byte_s = time.monotonic() - self.started
-                        if reader is None:
-                            whole += chunk
-                        else:
-                            reader.feed(chunk)
-                            if reader.ended:
-                                held += chunk
-                                continue
-                        self.to_agent(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                except (
-                    OSError,
-                    http.client.HTTPException,
-                ):  # the upstream's reply broke off (or stalled past the timeout)
-                    cut = True
-                if reader is not None:
-                    call.response = reader.events
-                    reported = reader.usage
-                    final = reader.final
-                else:
-                    try:
-                        call.response = json.loads(bytes(whole) or b"null")
-                    except ValueError:
-                        call.response = bytes(whole).decode("utf-8", "replace")
-                    reported, final = usage_of(call.response), not cut
-                    said = model_not_found(call.provider, response.status, call.response)
-                    if said is not None and proxy.missing_model is None:  # noted before the agent has the answer
-                        proxy.missing_model = MissingModel(call.provider, call.model,
-                                                           proxy.upstreams[call.provider].base_url, said,
-                                                           call.response)  # fmt: skip
-                call.usage = charged_usage(call, response.status, reported, final)
-                call.tier = billed_tier(call.provider, requested_tier(call.provider, call.request),
-                                        tier_of(call.response))  # fmt: skip
+    def handle_call(self, call: Call, upstream_path: str, request: dict, body: bytes) -> None:
+        refused = self.refusal_of(call, request)
+        if refused is not None:
+            call.status, answer, call.refused = refused
+            return self.reply(call.status, answer, call)
+        hold = self.admit(call, request, body)
+        if hold is None:
+            return
+        try:
+            self.go_upstream(call, upstream_path, request, body)
+        finally:
+            if self.flight is not None and not self.flight.settled:  # it failed before its usage was read
+                if call.attempts and call.status == 200:  # yet the upstream served it: charged what it held
+                    call.usage = Usage(hold.input_tokens, hold.output_tokens)
+                    call.estimated = True
                 self.settle(call)
-                self.report(call)  # before the last bytes: an agent that has its answer finds it charged
-                if cut:  # the agent's reply ends cut off too, not closed as if whole
-                    self.close_connection = True
-                    return
-                if held:
-                    self.to_agent(b"%x\r\n%s\r\n" % (len(held), bytes(held)))
-                self.to_agent(b"0\r\n\r\n")
 
-            def to_agent(self, data: bytes | None) -> None:
-                """Send DATA (None: the headers) to the agent, unless it has hung up: then nothing more
-                is sent, and its connection is closed once its call has been read and charged."""
-                if self.agent_gone:
-                    return
-                try:
-                    if data is None:
-                        self.end_headers()
-                    else:
-                        self.wfile.write(data)
-                        self.wfile.flush()
-                except OSError:
-                    self.agent_gone = self.close_connection = True
+    def refusal_of(self, call: Call, request: dict) -> tuple[int, dict[str, Any], str] | None:
+        """The proxy's own answer to a call the run does not allow, before anything goes upstream: its
+        status, the provider's error body and the reason recorded. The token is not the run's, the run
+        may not call the model, the request rules refuse it, or the upstream said it has no such model.
+        None: the call may go on, and its price is set."""
+        proxy, provider = self.proxy, call.provider
+        if not proxy.authorised(provider, self.headers):
+            message = "invalid x-api-key" if provider == "anthropic" else "Incorrect API key provided"
+            answer = error_body(provider, 401, "authentication_error", message, code="invalid_api_key")
+            return 401, answer, "the API key is not this run's token"
+        upstream = proxy.upstreams[provider]
+        call.price = upstream.price_of(provider, call.model)
+        if call.price is None:
+            status, answer = not_allowed(provider, call.model, sorted(upstream.models or ()))
+            return status, answer, f"model not allowed: {call.model!r}"
+        why = (check_request(provider, request, proxy.network_allowed)
+               or unpriced_fee(provider, request, call.price)
+               or unpriced_tier(provider, request, call.model, call.price.prices_tier))  # fmt: skip
+        if why is not None:
+            return 400, error_body(provider, 400, "invalid_request_error", why), why
+        missing = proxy.missing_model
+        if missing is not None and (missing.provider, missing.model) == (provider, call.model):
+            return 404, missing.answer, f"model not found upstream: {call.model!r}"
+        return None
 
-            def reply(self, status: int, payload: dict[str, Any], call: Call | None = None,
-                      headers: dict[str, str] | None = None) -> None:  # fmt: skip
-                if call is not None:
-                    self.report(call)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.to_agent(None)
-                self.to_agent(data)
+    def admit(self, call: Call, request: dict, body: bytes) -> Spend | None:
+        """Hold what the call may cost from the run's budget, at the tier it asks for, and note it in
+        flight: the hold; None once answered (the budget is spent, or held by the calls in flight; the
+        run has ended)."""
+        proxy, price = self.proxy, call.price
+        assert price is not None  # refusal_of refuses a call whose model has no price
+        meter = proxy.meter
+        spent = meter.spent() if meter is not None else "not started"
+        if meter is None or spent:
+            self.refuse_spent(call, spent or "not started")
+            return None
+        call.tier = billed_tier(call.provider, requested_tier(call.provider, request), {})  # until the reply says
+        hold = hold_for(price, request, body, call.tier)
+        held = meter.reserve(hold)
+        if held:
+            spent = meter.spent()  # a call that ended meanwhile may have spent it
+            if spent:
+                self.refuse_spent(call, spent)
+                return None
+            call.refused = f"budget held by the calls in flight: {held}"
+            call.status, answer = held_back(call.provider, held)
+            self.reply(call.status, answer, call, {"retry-after": "1"})
+            return None
+        self.flight = proxy.admit(call, meter, hold)
+        if self.flight is None:
+            meter.settle(hold, Spend())
+            self.refuse_spent(call, "the run has ended")
+            return None
+        return hold
 
-        return Handler
+    def refuse_spent(self, call: Call, spent: str) -> None:
+        call.refused = f"budget spent: {spent}"
+        self.proxy.refused = self.proxy.refused or spent
+        call.status, answer = refusal(call.provider, spent)
+        self.reply(call.status, answer, call)
+
+    def settle(self, call: Call) -> None:
+        """Price the call's usage, charge it, and release its hold."""
+        call.charge = call.price.charge(call.usage, call.tier) if call.price is not None else Charge()
+        call.usd = call.charge.usd
+        if self.flight is not None:
+            self.proxy.settle(self.flight, spend_of(call.usage, call.usd, call.charge.fee_usd))
+
+    def go_upstream(self, call: Call, upstream_path: str, request: dict, body: bytes) -> None:
+        proxy, provider = self.proxy, call.provider
+        if call.stream and provider == "openai" and upstream_path == "/chat/completions":
+            options = request.get("stream_options") or {}
+            if not options.get("include_usage"):  # the usage comes in the stream's last chunk
+                request["stream_options"] = {**options, "include_usage": True}
+                body = canonical_body(request)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in DROPPED_HEADERS}
+        headers["content-type"] = "application/json"  # the body the proxy wrote
+        headers["content-length"] = str(len(body))
+        where = proxy.upstreams[provider].base_url
+        try:
+            query = self.path.partition("?")[2]  # say Claude Code's ?beta=true: passed on as it came
+            target = f"{upstream_path}?{query}" if query else upstream_path
+            for response, attempt in proxy.forward(provider, target, headers, body, call.timeout_s):
+                call.attempts, call.status = attempt, response.status
+                self.pass_on(call, response)
+        except (OSError, http.client.HTTPException) as e:
+            if call.status:  # the answer had begun: it stands
+                return
+            if isinstance(e, TimeoutError):
+                wait = call.timeout_s or proxy.connections.timeout_s
+                call.status = 504
+                message = f"mlrb proxy: {where} did not answer within {wait:.0f} s"
+                return self.reply(504, error_body(provider, 504, "timeout_error", message), call)
+            call.status = 502
+            message = f"mlrb proxy: the upstream {where} is unreachable ({type(e).__name__}: {e})"
+            self.reply(502, error_body(provider, 502, "api_error", message), call)
+
+    def pass_on(self, call: Call, response: http.client.HTTPResponse) -> None:
+        """Pass the upstream's reply on as it arrives, and charge the call. An agent that hangs
+        up is sent nothing more, but the reply is still read to its end for its usage."""
+        self.send_head(response)
+        streamed = "text/event-stream" in (response.getheader("content-type") or "")
+        reader = StreamUsage() if streamed else None
+        body, held, cut = self.relay(call, response, reader)
+        self.charge(call, response.status, reader, body, cut)
+        self.report(call)  # before the last bytes: an agent that has its answer finds it charged
+        if cut:  # the agent's reply ends cut off too, not closed as if whole
+            self.close_connection = True
+            return
+        if held:
+            self.to_agent(b"%x\r\n%s\r\n" % (len(held), held))
+        self.to_agent(b"0\r\n\r\n")
+
+    def send_head(self, response: http.client.HTTPResponse) -> None:
+        """The upstream's status and headers, as the agent gets them: the body follows in chunks."""
+        self.send_response(response.status)
+        for key, value in response.getheaders():
+            if key.lower() not in RESPONSE_DROPPED:
+                self.send_header(key, value)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.to_agent(None)
+
+    def relay(self, call: Call, response: http.client.HTTPResponse,
+              reader: StreamUsage | None) -> tuple[bytes, bytes, bool]:  # fmt: skip
+        """Send the reply's bytes on to the agent as they arrive, a stream's fed to READER as they pass:
+        (a whole reply's bytes, a stream's bytes from its closing event on, held back to be sent once the
+        call is reported, and whether the upstream's reply broke off or stalled past the timeout)."""
+        body = bytearray()
+        held = bytearray()
+        try:
+            while chunk := response.read1(65536):
+                if call.first_byte_s is None:
+                    call.first_byte_s = time.monotonic() - self.started
+                if reader is None:
+                    body += chunk
+                else:
+                    reader.feed(chunk)
+                    if reader.ended:
+                        held += chunk
+                        continue
+                self.to_agent(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except (OSError, http.client.HTTPException):
+            return bytes(body), bytes(held), True
+        return bytes(body), bytes(held), False
+
+    def charge(self, call: Call, status: int, reader: StreamUsage | None, body: bytes, cut: bool) -> None:
+        """Read the call's reply and usage (a stream's from READER, a whole reply's from BODY), note an
+        upstream that says it has no such model, and charge the call at the tier it was billed at."""
+        proxy = self.proxy
+        if reader is not None:
+            call.response = reader.events
+            reported, final = reader.usage, reader.final
+        else:
+            try:
+                call.response = json.loads(body or b"null")
+            except ValueError:
+                call.response = body.decode("utf-8", "replace")
+            reported, final = usage_of(call.response), not cut
+            said = model_not_found(call.provider, status, call.response)
+            if said is not None and proxy.missing_model is None:  # noted before the agent has the answer
+                proxy.missing_model = MissingModel(call.provider, call.model, proxy.upstreams[call.provider].base_url,
+                                                   said, call.response)  # fmt: skip
+        call.usage = charged_usage(call, status, reported, final)
+        call.tier = billed_tier(call.provider, requested_tier(call.provider, call.request),
+                                tier_of(call.response))  # fmt: skip
+        self.settle(call)
+
+    def to_agent(self, data: bytes | None) -> None:
+        """Send DATA (None: the headers) to the agent, unless it has hung up: then nothing more
+        is sent, and its connection is closed once its call has been read and charged."""
+        if self.agent_gone:
+            return
+        try:
+            if data is None:
+                self.end_headers()
+            else:
+                self.wfile.write(data)
+                self.wfile.flush()
+        except OSError:
+            self.agent_gone = self.close_connection = True
+
+    def reply(self, status: int, payload: dict[str, Any], call: Call | None = None,
+              headers: dict[str, str] | None = None) -> None:  # fmt: skip
+        if call is not None:
+            self.report(call)
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.to_agent(None)
+        self.to_agent(data)
