@@ -46,7 +46,7 @@ class AgentContext:
 
 @dataclass
 class AgentOutcome:
-    # One of status.AGENT_ENDINGS: OK (the agent said it is done), BUDGET_EXHAUSTED (a
+    # How the agent's own part ended: OK (the agent said it is done), BUDGET_EXHAUSTED (a
     # limit stopped it) or AGENT_ERROR (its model or API failed it after retries); the
     # workspace is scored in every case. The run's status follows (status.of_run).
     status: Status

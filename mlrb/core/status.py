@@ -54,11 +54,6 @@ class Status(str, enum.Enum):  # noqa: UP042 (StrEnum would change str(status) a
         )
 
 
-# How an agent's own part can end (AgentOutcome.status): it submitted, or a limit or a
-# failure stopped it. Scoring then turns OK into OK, INVALID or NO_SUBMISSION.
-AGENT_ENDINGS = (Status.OK, Status.BUDGET_EXHAUSTED, Status.AGENT_ERROR)
-
-
 def of_run(agent_ending: Status, collected: bool, valid: bool) -> Status:
     """A scored run's status. How the agent stopped says most, when a limit or a failure
     stopped it (whether its workspace held a valid submission is the `mlrb.valid` tag);

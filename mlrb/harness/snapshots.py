@@ -285,10 +285,6 @@ def load_steps(root: Path) -> list[dict]:
     return [by_step[step] for step in sorted(by_step)]
 
 
-def find_step(root: Path, step: int) -> dict | None:
-    return next((entry for entry in load_steps(root) if entry["step"] == step), None)
-
-
 def files(root: Path, entry: dict) -> Iterator[tuple[str, str, int | None, int | None]]:
     """The files of a step's workspace that differ from its starting files: (path, sha256, bytes,
     mode), bytes and mode None for a format-1 line; those `without` took out left out."""

@@ -339,7 +339,7 @@ class DockerSandbox(Sandbox):
                          state_dir, workspace_at)  # fmt: skip
         mounts, environment = self.confined_layout()
         self.client = connect(self.options)
-        self.stale_removed = remove_stale(self.client)
+        remove_stale(self.client)  # containers of runs whose harness is gone
         self.user = run_user(self.options)
         hand_over(self.root, self.user)
         if state_dir is not None:  # the agent's own state across attempts: its to write

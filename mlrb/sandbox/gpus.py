@@ -28,7 +28,6 @@ DRIVER = Path("/proc/driver/nvidia")
 # The nodes every GPU process needs besides its GPUs' own (present ones only).
 CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 CAPS = "nvidia-caps"  # a folder: MIG's access nodes
-PER_GPU = re.compile(r"nvidia(\d+)")
 
 
 class GpuError(ValueError):
