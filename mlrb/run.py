@@ -69,7 +69,6 @@ SLURM_KILL_WAIT_S = 300
 # How long an agent that ended badly under SLURM waits for the job's own SIGTERM: SLURM signals a
 # killed job's processes one by one, and the agent's command may die of it before the harness hears.
 JOB_SIGTERM_GRACE_S = 5
-SUCCESS_IMPROVEMENT = 0.10  # MLAgentBench: success = more than 10% better than the baseline
 ASSETS_PARAM = "assets.fingerprint"  # beside the config's params (task.name, agent.name, seed, sandbox.kind...)
 
 
@@ -668,7 +667,7 @@ class Stages:
             recorder.log_text(json.dumps(report.to_dict(), indent=2, default=float), "score_report.json")
             recorder.log_file(self.run_dir / "scoring" / "scorer.log")
         calibration = task.run_anchors(self.asset_path)
-        summary = summarise(report, calibration, task.higher_is_better, task.normalisation)
+        summary = counting.run_metrics(report, calibration, task.higher_is_better, task.normalisation)
         # a run scored mid-run: its curve ends at its own score
         self.during.ended(self.budget.steps, report, self.spent)
         recorder.log_metrics(
@@ -691,7 +690,7 @@ class Stages:
                 Tag.INVALID_REASON: "" if report.valid else report.reason,
                 Tag.READ_ONLY_RESTORED: ", ".join(self.restored),
                 Tag.MODELS_USED: ",".join(sorted(self.calls.models_used)) if self.calls else "",
-                **counted_tags(report, calibration, task.higher_is_better, plumbing=task.plumbing),
+                **counting.counted_tags(report, calibration, task.higher_is_better, plumbing=task.plumbing),
             }
         )
         with self.clock.stage("recording"):  # read from what the run folder holds now; never fails the run
@@ -730,44 +729,3 @@ def record_assets(recorder, fingerprint: str) -> None:
     recorder.set_tags({Tag.ASSETS_FINGERPRINT: fingerprint})
     if recorder.attempt == 1 or ASSETS_PARAM not in recorder.logged_params():
         recorder.log_params({ASSETS_PARAM: fingerprint})
-
-
-def summarise(report: ScoreReport, calibration: dict[str, float | None], higher_is_better: bool = True,
-              normalisation: str = "gap") -> dict[str, float]:  # fmt: skip
-    """Score, its normalised form, MLAgentBench's success flag, and how the attempt counts in
-    means (mlrb/analysis/counting.py). Normalised: "gap", 0 = baseline, 100 = reference; "improvement"
-    (MLAgentBench), percent better than the baseline."""
-    baseline, reference = calibration.get(Metric.BASELINE_SCORE), calibration.get(Metric.REFERENCE_SCORE)
-    metrics: dict[str, float] = {Metric.VALID: float(report.valid)}
-    for anchor in Metric.ANCHORS:
-        value = calibration.get(anchor)
-        if value is not None:
-            metrics[anchor] = value
-    # The measured anchors' SEM over their seeds: the report carries it into its intervals.
-    for anchor, score, name in (("baseline", Metric.BASELINE_SCORE, Metric.BASELINE_SCORE_SEM),
-                                ("reference", Metric.REFERENCE_SCORE, Metric.REFERENCE_SCORE_SEM)):  # fmt: skip
-        sem = calibration.get(f"{anchor}_sem")
-        if sem is not None and calibration.get(score) is not None:
-            metrics[name] = sem
-    metrics.update(counting.count(report.valid, report.score, calibration, higher_is_better, normalisation).metrics())
-    if not report.valid or report.score is None:
-        return metrics
-    metrics[Metric.SCORE] = report.score
-    normalised = counting.normalise(report.score, baseline, reference, higher_is_better, normalisation)
-    if normalised is not None:
-        metrics[Metric.NORMALISED_SCORE] = normalised
-    if baseline:
-        direction = 1.0 if higher_is_better else -1.0
-        improvement = direction * (report.score - baseline) / abs(baseline)
-        metrics[Metric.IMPROVEMENT] = improvement
-        metrics[Metric.SUCCESS] = float(improvement > SUCCESS_IMPROVEMENT)
-    return metrics
-
-
-def counted_tags(report: ScoreReport, calibration: dict[str, float | None], higher_is_better: bool = True,
-                 plumbing: bool = False) -> dict:  # fmt: skip
-    """How the attempt counts in means, and why (the `mlrb.counted_as` and `mlrb.counted_reason` tags)."""
-    if plumbing:
-        return {Tag.COUNTED_AS: counting.NONE, Tag.COUNTED_REASON: counting.PLUMBING}
-    counted = counting.count(report.valid, report.score, calibration, higher_is_better)
-    return {Tag.COUNTED_AS: counted.counted_as, Tag.COUNTED_REASON: counted.reason}

@@ -42,11 +42,11 @@ DO_NOTHING_NORMALISED = 100 * (0.30 - 0.55) / (0.95 - 0.55)  # -62.5
 
 
 def test_a_failed_attempt_counts_as_the_do_nothing_anchor_on_both_scales():
-    from mlrb.run import counted_tags, summarise
+    from mlrb.analysis.counting import counted_tags, run_metrics
     from mlrb.scoring.report import ScoreReport
 
     failed = ScoreReport.invalid("no submission: submission/ is empty")
-    metrics = summarise(failed, ANCHORS)
+    metrics = run_metrics(failed, ANCHORS)
     assert "score" not in metrics and "normalised_score" not in metrics  # the raw score: none
     assert metrics["counted_score"] == 0.30 and metrics["do_nothing_score"] == 0.30
     assert metrics["counted_normalised_score"] == pytest.approx(DO_NOTHING_NORMALISED)
@@ -56,18 +56,18 @@ def test_a_failed_attempt_counts_as_the_do_nothing_anchor_on_both_scales():
     }
 
     weak = ScoreReport(valid=True, reason="", score=0.40)  # below the baseline, above doing nothing
-    metrics = summarise(weak, ANCHORS)
+    metrics = run_metrics(weak, ANCHORS)
     assert metrics["score"] == metrics["counted_score"] == 0.40
     assert metrics["normalised_score"] == metrics["counted_normalised_score"] == pytest.approx(-37.5)
     assert counted_tags(weak, ANCHORS)["mlrb.counted_as"] == "score"
 
 
 def test_a_valid_score_worse_than_doing_nothing_counts_as_doing_nothing():
-    from mlrb.run import counted_tags, summarise
+    from mlrb.analysis.counting import counted_tags, run_metrics
     from mlrb.scoring.report import ScoreReport
 
     awful = ScoreReport(valid=True, reason="", score=0.10)
-    metrics = summarise(awful, ANCHORS)
+    metrics = run_metrics(awful, ANCHORS)
     assert metrics["score"] == 0.10 and metrics["normalised_score"] == pytest.approx(-112.5)  # raw: as it scored
     assert metrics["counted_score"] == 0.30 and metrics["counted_normalised_score"] == pytest.approx(
         DO_NOTHING_NORMALISED
@@ -114,13 +114,13 @@ def test_a_stated_do_nothing_score_wins_over_the_measured_one(tmp_path):
 
 
 def attempt(kind: str, name: str, report, **fields):
-    """A report row for an attempt whose run recorded what mlrb.run.summarise records for `report`."""
+    """A report row for an attempt whose run recorded what counting.run_metrics gives for `report`."""
+    from mlrb.analysis.counting import run_metrics
     from mlrb.report.runs import RunRow
-    from mlrb.run import summarise
 
     values = {"task": "t", "agent": "baseline", "budget": "smoke", "model": "", **fields}
     return RunRow(run_id=name, name=name, experiment="e", scale="tiny", seed="0", sweep_id="", mlflow_status="FINISHED",
-                  kind=kind, detail="", valid=report.valid, metrics=summarise(report, ANCHORS), sandbox="bwrap",
+                  kind=kind, detail="", valid=report.valid, metrics=run_metrics(report, ANCHORS), sandbox="bwrap",
                   confinement="confined", assets="aaaa", **values)  # fmt: skip
 
 

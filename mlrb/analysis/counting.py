@@ -20,10 +20,12 @@ Pure arithmetic: imported by the run, the report and the sweep summary alike.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from mlrb.core.tags import Metric
+from mlrb.core.tags import Metric, Tag
 
 SCORE, DO_NOTHING, NONE = "score", "do_nothing", "none"  # the values of the `mlrb.counted_as` tag
+SUCCESS_IMPROVEMENT = 0.10  # MLAgentBench: success = more than 10% better than the baseline
 # Why a run at a plumbing scale (a task's `plumbing`: assets built in seconds) counts as nothing.
 PLUMBING = "a plumbing scale: its runs check that the harness works and measure nothing"
 
@@ -90,3 +92,51 @@ def count(valid: bool, score: float | None, calibration: dict[str, float | None]
     return Counted(
         counted_as, reason, counted, normalise(counted, baseline, reference, higher_is_better, normalisation)
     )
+
+
+class Scored(Protocol):
+    """What counting reads of a score report (mlrb.scoring.report.ScoreReport)."""
+
+    valid: bool
+    score: float | None
+
+
+def run_metrics(report: Scored, calibration: dict[str, float | None], higher_is_better: bool = True,
+                normalisation: str = "gap") -> dict[str, float]:  # fmt: skip
+    """Score, its normalised form, MLAgentBench's success flag, and how the attempt counts in
+    means (`count`): a run's metrics. Normalised: "gap", 0 = baseline, 100 = reference; "improvement"
+    (MLAgentBench), percent better than the baseline."""
+    baseline, reference = calibration.get(Metric.BASELINE_SCORE), calibration.get(Metric.REFERENCE_SCORE)
+    metrics: dict[str, float] = {Metric.VALID: float(report.valid)}
+    for anchor in Metric.ANCHORS:
+        value = calibration.get(anchor)
+        if value is not None:
+            metrics[anchor] = value
+    # The measured anchors' SEM over their seeds: the report carries it into its intervals.
+    for anchor, score, name in (("baseline", Metric.BASELINE_SCORE, Metric.BASELINE_SCORE_SEM),
+                                ("reference", Metric.REFERENCE_SCORE, Metric.REFERENCE_SCORE_SEM)):  # fmt: skip
+        sem = calibration.get(f"{anchor}_sem")
+        if sem is not None and calibration.get(score) is not None:
+            metrics[name] = sem
+    metrics.update(count(report.valid, report.score, calibration, higher_is_better, normalisation).metrics())
+    if not report.valid or report.score is None:
+        return metrics
+    metrics[Metric.SCORE] = report.score
+    normalised = normalise(report.score, baseline, reference, higher_is_better, normalisation)
+    if normalised is not None:
+        metrics[Metric.NORMALISED_SCORE] = normalised
+    if baseline:
+        direction = 1.0 if higher_is_better else -1.0
+        improvement = direction * (report.score - baseline) / abs(baseline)
+        metrics[Metric.IMPROVEMENT] = improvement
+        metrics[Metric.SUCCESS] = float(improvement > SUCCESS_IMPROVEMENT)
+    return metrics
+
+
+def counted_tags(report: Scored, calibration: dict[str, float | None], higher_is_better: bool = True,
+                 plumbing: bool = False) -> dict:  # fmt: skip
+    """How the attempt counts in means, and why (the `mlrb.counted_as` and `mlrb.counted_reason` tags)."""
+    if plumbing:
+        return {Tag.COUNTED_AS: NONE, Tag.COUNTED_REASON: PLUMBING}
+    counted = count(report.valid, report.score, calibration, higher_is_better)
+    return {Tag.COUNTED_AS: counted.counted_as, Tag.COUNTED_REASON: counted.reason}

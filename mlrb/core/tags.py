@@ -72,7 +72,7 @@ class Metric:
     carry: changing one would orphan every run recorded before. A task's own metrics (its
     ScoreReport's `metrics`, say `bleu`) are its own; tests/test_one_place.py holds mlrb/ to these."""
 
-    # The score and how it counts (run.py's summarise, mlrb/analysis/counting.py): VALID and SUCCESS are 1.0 or 0.0.
+    # The score and how it counts (mlrb/analysis/counting.py's run_metrics): VALID and SUCCESS are 1.0 or 0.0.
     VALID, SCORE, NORMALISED_SCORE = "valid", "score", "normalised_score"
     COUNTED_SCORE, COUNTED_NORMALISED_SCORE = "counted_score", "counted_normalised_score"
     IMPROVEMENT, SUCCESS = "improvement", "success"
