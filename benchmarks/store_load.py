@@ -9,7 +9,7 @@ First two real runs at the tiny scale (a sweep of the default task with the `bas
 `claude` agent against the project's scripted model server, tests/fake_llm_server.py): their run
 folders are the templates (`--templates` reuses a sweep folder made so before). Then a tracking
 server (`python -m mlrb.tracking serve`, on a database of its own made on $MLRB_TEST_POSTGRES's
-server, dropped at the end) is filled to each size in turn. Each new run is a run folder whose
+server, dropped at the end unless `--keep`) is filled to each size in turn. Each new run is a run folder whose
 record.jsonl is a template's lines with a new run id, name, seed, sweep and a varied score, its
 files hard links to the template's, uploaded with mlrb.sync's `sync_run` (the exporter a live run
 uses) by a few processes at once; every 100 runs are one sweep, with its parent run, as a sweep
@@ -23,6 +23,11 @@ PostgreSQL's backends for its database used meanwhile, then the wall time of
 runs view (the request its runs table makes: 100 runs of the experiment, newest first, and the
 parents of those) and experiments list, each with the server's CPU. Targets: the report and
 compare over 10,000 runs within 30 s. Writes `--out` with where and how it was measured.
+
+Filling 10,000 runs takes most of an hour. `--keep --work DIR` keeps the filled store (its database,
+and DIR with the run folders and store.json); a later run with the same `--work` measures that store
+again without filling it (sizes from the runs it holds up; the fill figures are the kept ones), and
+`--drop --work DIR` drops it.
 """
 
 from __future__ import annotations
@@ -253,11 +258,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def tracking_server(work: Path, workers: int | None) -> Iterator[tuple[str, subprocess.Popen, str]]:
-    """`python -m mlrb.tracking serve` on a database of its own (dropped after): (URI, process, database)."""
+def tracking_server(work: Path, workers: int | None, database: str | None = None,
+                    keep: bool = False) -> Iterator[tuple[str, subprocess.Popen, str]]:  # fmt: skip
+    """`python -m mlrb.tracking serve` on a database of its own (DATABASE if given; dropped after unless
+    KEEP): (URI, process, database)."""
     import psycopg
 
-    database = f"mlrb_load_{uuid.uuid4().hex[:10]}"
+    database = database or f"mlrb_load_{uuid.uuid4().hex[:10]}"
     port = free_port()
     log = work / "server.log"
     command = [sys.executable, "-m", "mlrb.tracking", "serve", "--backend-store-uri",
@@ -277,8 +284,42 @@ def tracking_server(work: Path, workers: int | None) -> Iterator[tuple[str, subp
     finally:
         server.terminate()
         server.wait(timeout=60)
-        with psycopg.connect(POSTGRES, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        if not keep:
+            with psycopg.connect(POSTGRES, autocommit=True) as connection:
+                connection.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+# -- a store kept for another measurement (--keep) --------------------------------------------------
+
+
+def kept_store(work: Path | None) -> dict[str, Any] | None:
+    """What --keep left in WORK (store.json): the database, its runs, its sweeps' parents, its fills."""
+    if work is None or not (work / KEPT).is_file():
+        return None
+    return json.loads((work / KEPT).read_text())
+
+
+def keep_store(work: Path, database: str, runs: int, parents: dict[int, str], sweep: Path,
+               fills: dict[str, Any]) -> None:  # fmt: skip
+    kept = {"database": database, "runs": runs, "parents": {str(k): v for k, v in parents.items()},
+            "templates": str(sweep), "fills": fills}  # fmt: skip
+    (work / KEPT).write_text(json.dumps(kept, indent=2) + "\n")
+
+
+def drop_kept_store(work: Path) -> None:
+    """--drop: the kept store's database dropped and its work folder removed."""
+    import psycopg
+
+    kept = kept_store(work)
+    if kept is None:
+        raise SystemExit(f"--drop: {work} holds no kept store ({KEPT}); nothing to drop")
+    with psycopg.connect(POSTGRES, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{kept["database"]}" WITH (FORCE)')
+    shutil.rmtree(work)
+    print(f"dropped database {kept['database']} and removed {work}")
+
+
+KEPT = "store.json"
 
 
 class CpuMeter:
@@ -437,23 +478,38 @@ def main() -> None:
     parser.add_argument("--server-workers", type=int, default=None, help="the server's workers (MLflow's default)")
     parser.add_argument("--templates", type=Path, default=None, help="a template sweep's folder made before")
     parser.add_argument("--work", type=Path, default=None, help="work here (kept) rather than in a temporary folder")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the filled store (its database and --work) for a later run with the same --work, "
+                        "which measures it again without filling it again (sizes from the runs it holds up)")  # fmt: skip
+    parser.add_argument("--drop", action="store_true", help="drop the store kept in --work, and the folder; then end")
     parser.add_argument("--note", default=None, help="a note stored with the figures")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "store_load.json",
                         help="write the figures here (JSON) and benchmarks/RESULTS.md from it")  # fmt: skip
     args = parser.parse_args()
+    if (args.keep or args.drop) and args.work is None:
+        raise SystemExit(f"--{'keep' if args.keep else 'drop'}: give --work DIR, the folder the kept store lives in")
+    if args.drop:
+        return drop_kept_store(args.work)
     sizes = [int(s) for s in args.sizes.split(",")]
     if sizes != sorted(sizes) or sizes[0] < 1:
         raise SystemExit(f"--sizes {args.sizes}: give growing positive sizes, e.g. 100,1000,10000")
+    kept = kept_store(args.work)
+    if kept and sizes[0] < kept["runs"]:
+        raise SystemExit(f"--sizes {args.sizes}: the store kept in {args.work} holds {kept['runs']} runs; give sizes "
+                         f"from {kept['runs']} up, or drop it first (--drop)")  # fmt: skip
+    keeping = args.keep or kept is not None
     measured = results_page.provenance(sources=SECTION.sources, note=args.note)
 
     with contextlib.ExitStack() as stack:
         work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mlrb-store-load-")))
         work.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        sweep = args.templates or make_templates(work)
+        sweep = args.templates or (Path(kept["templates"]) if kept else make_templates(work))
         template_s = time.monotonic() - started
         parent, runs = templates(sweep)
-        uri, server, database = stack.enter_context(tracking_server(work, args.server_workers))
+        uri, server, database = stack.enter_context(
+            tracking_server(work, args.server_workers, kept and kept["database"], keep=keeping)
+        )
         meter = CpuMeter(server.pid, database)
         plan = {"uri": uri, "templates": runs, "parent": parent, "outputs": str(work / "outputs"),
                 "artifacts": str(work / "artifacts")}  # fmt: skip
@@ -462,18 +518,23 @@ def main() -> None:
 
         client, _ = tracking.client_for(TrackingConfig(uri=uri))
         pool = stack.enter_context(ProcessPoolExecutor(args.fill_processes, initializer=start_filler, initargs=(plan,)))
-        print(f"Store: {uri} on PostgreSQL (database {database}); template runs "
-              f"{'from ' + str(sweep) if args.templates else f'made in {template_s:.0f} s'}; "
+        held = f", kept with {kept['runs']} runs" if kept else ""
+        print(f"Store: {uri} on PostgreSQL (database {database}{held}); template runs "
+              f"{'from ' + str(sweep) if args.templates or kept else f'made in {template_s:.0f} s'}; "
               f"{args.fill_processes} fill processes, {os.cpu_count()} CPUs", flush=True)  # fmt: skip
         figures: dict[str, Any] = {}
-        parents: dict[int, str] = {}
-        done = 0
+        parents = {int(k): v for k, v in kept["parents"].items()} if kept else {}
+        fills: dict[str, Any] = dict(kept["fills"]) if kept else {}
+        done = kept["runs"] if kept else 0
         for size in sizes:
-            filled = fill(meter, pool, client, done, size, parents, plan)
-            done = size
+            if size > done:  # a kept store's size measured again keeps the figures of its fill
+                fills[str(size)] = fill(meter, pool, client, done, size, parents, plan)
+                done = size
+                if keeping:
+                    keep_store(work, database, done, parents, sweep, fills)
             experiment_id = tracking.experiment_id(client, "llm_merging", None)
             answers = measure_size(meter, uri, work, experiment_id)
-            figures[str(size)] = {"fill": filled, **answers, "database_mib": database_mib(database)}
+            figures[str(size)] = {"fill": fills[str(size)], **answers, "database_mib": database_mib(database)}
             show(size, figures[str(size)])
         result = {
             "measured": measured,

@@ -288,15 +288,10 @@ def confinement(tags: dict[str, str]) -> str:
 
 
 def all_runs(client: Any, experiment_ids: Sequence[str], filter_string: str = "") -> list[Any]:
-    """Every active run of these experiments, page by page."""
-    runs: list[Any] = []
-    token = None
-    while True:
-        page = with_retries(client.search_runs, list(experiment_ids), filter_string, max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+    """Every active run of these experiments, page by page (a server's pages a few at a time)."""
+    from mlrb.store.run_search import search_all
+
+    return search_all(client, experiment_ids, filter_string)
 
 
 def tag_filter(filters: Filters) -> str:

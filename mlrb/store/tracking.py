@@ -546,26 +546,20 @@ class StoreRuns:
     finds one): read in one paged search, so that syncing many run folders asks the store a few
     times in all rather than a few times per run."""
 
-    PAGE = 1000
-
     def __init__(self, client: Any):
         experiments = [e.experiment_id for e in with_retries(lambda: client.search_experiments(max_results=50000))]
         self.by_own_id: dict[str, Any] = {}
         self.by_store_id: dict[str, Any] = {}
         self.by_synced_from: dict[str, Any] = {}
-        token = None
-        while experiments:
-            page = with_retries(client.search_runs, experiments, "", max_results=self.PAGE, page_token=token)
-            for run in page:
-                tags = run.data.tags
-                self.by_store_id[run.info.run_id] = run
-                if tags.get(Tag.RUN_ID):
-                    self.by_own_id.setdefault(tags[Tag.RUN_ID], run)
-                if tags.get(Tag.SYNCED_FROM):
-                    self.by_synced_from.setdefault(tags[Tag.SYNCED_FROM], run)
-            token = page.token
-            if not token:
-                break
+        from mlrb.store.run_search import search_all
+
+        for run in search_all(client, experiments) if experiments else []:
+            tags = run.data.tags
+            self.by_store_id[run.info.run_id] = run
+            if tags.get(Tag.RUN_ID):
+                self.by_own_id.setdefault(tags[Tag.RUN_ID], run)
+            if tags.get(Tag.SYNCED_FROM):
+                self.by_synced_from.setdefault(tags[Tag.SYNCED_FROM], run)
 
     def find(self, run_id: str) -> Any:
         """As `find_run`: the run tagged with RUN_ID, else the store's run of that id, else the one synced from it."""
