@@ -1,8 +1,9 @@
 """Harbor tasks written as Terminal-Bench writes them, run where their instructions say
 (tests/harbor_tasks): answer-app's instruction names /app/input.txt and /app/answer.txt under its
-Dockerfile's WORKDIR /app; greeting-system's verifier checks a Python package the agent installed
-and a file it wrote in /etc, in the container the agent left, and its starting file /app/name.txt is
-made by a RUN step of its Dockerfile.
+Dockerfile's WORKDIR /app, its agent is the image's user `agent` ([agent] user); greeting-system's
+verifier checks a Python package the agent installed and a file it wrote in /etc, in the container
+the agent left, its starting file /app/name.txt is made by a RUN step of its Dockerfile, and its
+solve.sh and test.sh read variables of its [solution] env and [verifier] env.
 
 In Docker the agent works at the image's WORKDIR, holding what the image put there, and the
 verifier runs on a snapshot of the agent's container: each task's solution/solve.sh and a scripted
@@ -26,7 +27,8 @@ from test_harbor_verifier import agent_run
 TASKS = Path(__file__).parent / "harbor_tasks"
 ANSWER, GREETING = TASKS / "answer-app", TASKS / "greeting-system"
 PAGE = Path(__file__).parents[1] / "docs" / "formats" / "harbor.md"
-# Scripted agents of another hand than solve.sh's, in the task's absolute paths.
+# Scripted agents of another hand than solve.sh's, in the task's absolute paths (greeting-system's
+# solve.sh takes its greeting from its [solution] env, its test.sh the name from its [verifier] env).
 SOLVES = {
     ANSWER: "cd / && total=0; while read -r n; do total=$((total + n)); done < /app/input.txt; "
     "echo $total > /app/answer.txt",
@@ -68,7 +70,8 @@ def test_in_docker_solve_sh_and_a_scripted_agent_score_1_and_doing_nothing_0(tmp
                      "agent=baseline", "sandbox=docker", cwd=tmp_path)  # fmt: skip
     assert f"{task.name}/baseline/smoke/0: score 1.0000 (valid); status ok" in result.stdout, result.stderr[-3000:]
     workspace = tmp_path / "baseline" / "run" / "workspace"  # the agent's /app, as mlrb keeps it
-    assert (workspace / "answer.txt").is_file()
+    # answer-app's [agent] user is the image's `agent` (uid 1000); greeting-system names none: root, as in Harbor
+    assert (workspace / "answer.txt").stat().st_uid == (1000 if task == ANSWER else 0)
     if task == GREETING:  # made by the image's RUN step: the workspace held what the image put there
         assert (workspace / "name.txt").read_text() == "Ada\n"
     scripted = agent_run(tmp_path / "scripted", cache_dir, task, "docker", SOLVES[task])
@@ -153,3 +156,57 @@ def test_what_a_container_changed_of_the_system_s_programs():
     assert system_tools_changed(changes, on_path) == [
         "/usr/bin/cat", "/usr/local/bin/cat", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/etc/ld.so.preload",
         "/usr/local/lib/python3.11/dist-packages/sitecustomize.py"]  # fmt: skip
+
+
+def write_task(tmp_path: Path, toml: str) -> Path:
+    """answer-app with another task.toml."""
+    import shutil
+
+    folder = tmp_path / "own-settings"
+    shutil.copytree(ANSWER, folder)
+    (folder / "task.toml").write_text(toml)
+    return folder
+
+
+@pytest.mark.fast
+def test_the_task_s_own_settings_are_read_as_harbor_names_them(tmp_path):
+    from mlrb.tasks.harbor.layout import read_settings
+
+    folder = write_task(tmp_path, '[verifier]\nenv = { LEVEL = "3" }\n[solution]\nenv = { SEED = "7" }\n'
+                        '[agent]\nuser = "agent"\n[environment]\nnetwork_mode = "no-network"\n')  # fmt: skip
+    settings = read_settings(folder)
+    assert (settings.verifier_env, settings.solution_env) == ({"LEVEL": "3"}, {"SEED": "7"})
+    assert (settings.agent_user, settings.network_mode) == ("agent", "no-network")
+    older = write_task(tmp_path / "older", "[environment]\nallow_internet = true\n")  # Harbor's older spelling
+    assert read_settings(older).network_mode == "public"
+    from mlrb.tasks.harbor.own_settings import network_note
+
+    assert network_note("public", False, folder) == (
+        "the task asks for the network (network_mode = 'public'): the agent runs offline unless task.network=true")  # fmt: skip
+    assert network_note("public", True, folder) == network_note("no-network", False, folder) == ""
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    "toml, override, error",
+    [
+        ('[[steps]]\nname = "one"\n', "", "steps (multi-step tasks) is not supported by mlrb's Harbor route; "
+         "remove it to run the task without it"),
+        ('[environment]\ndocker_image = "ubuntu:24.04"\n', "", "[environment] docker_image (a prebuilt image (mlrb "
+         "builds environment/Dockerfile)) is not supported"),
+        ('[verifier]\nenv = { KEY = "${OPENAI_API_KEY}" }\n', "", "[verifier] env KEY = '${OPENAI_API_KEY}' names a "
+         "variable of this machine, which mlrb does not pass into a sandbox; give its value"),
+        ('[verifier]\nenv = { PYTHONPATH = "/x" }\n', "", "[verifier] env PYTHONPATH: mlrb sets it for the verifier"),
+        ('[environment]\nnetwork_mode = "no-network"\n', "task.network=true", "the task keeps its agent offline "
+         "(network_mode = 'no-network'); task.network=true contradicts it"),
+        ('[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n', "task.network=true",
+         "network_mode = 'allowlist' (allowed_hosts) cannot be enforced by mlrb; run it with task.network=false"),
+    ],
+)  # fmt: skip
+def test_a_setting_mlrb_cannot_follow_is_one_line_naming_the_key(tmp_path, toml, override, error):
+    folder = write_task(tmp_path, toml)
+    result = run_cli(*store_args(tmp_path, tmp_path / "cache"), "task=harbor", f"task.path={folder}",
+                     *([override] if override else []), cwd=tmp_path)  # fmt: skip
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"mlrb: error: {folder / 'task.toml'}: ") and error in last, last

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlrb.core.config import ConfigError
+from mlrb.tasks.harbor import own_settings
 
 TASK_TOML, INSTRUCTION, DOCKERFILE = "task.toml", "instruction.md", "environment/Dockerfile"
 TEST, SOLVE = "tests/test.sh", "solution/solve.sh"
@@ -35,6 +36,10 @@ class Settings:
     memory_gb: float | None
     gpus: int
     workdir: str  # [environment] workdir, else the Dockerfile's last WORKDIR ("": none)
+    verifier_env: dict[str, str]  # [verifier] env: test.sh's variables
+    solution_env: dict[str, str]  # [solution] env: solve.sh's
+    agent_user: str  # [agent] user ("": the image's; Harbor's default, root)
+    network_mode: str  # what the task asks of the agent's network ("": nothing)
 
 
 def check(path: str) -> Path:
@@ -58,7 +63,9 @@ def read_settings(folder: Path) -> Settings:
         data = tomllib.loads(file.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"{file}: not valid TOML ({e})") from None
-    agent, verifier, environment = (table(data, file, name) for name in ("agent", "verifier", "environment"))
+    agent, verifier, environment, solution = (table(data, file, name)
+                                              for name in ("agent", "verifier", "environment", "solution"))  # fmt: skip
+    own_settings.refuse_unsupported(data, file)
     memory_mb = environment.get("memory_mb")
     if memory_mb is None and isinstance(environment.get("memory"), str):  # Harbor's older spelling, "2G"
         memory_mb = size_mb(environment["memory"], file)
@@ -71,6 +78,10 @@ def read_settings(folder: Path) -> Settings:
         else None,  # fmt: skip
         gpus=gpu_count(environment, file),
         workdir=str(environment.get("workdir") or dockerfile_workdir(folder / DOCKERFILE)),
+        verifier_env=own_settings.environment(verifier, "verifier", file, own_settings.VERIFIER_OWN),
+        solution_env=own_settings.environment(solution, "solution", file),
+        agent_user=own_settings.agent_user(agent, file),
+        network_mode=own_settings.network_mode(data, file),
     )
 
 
@@ -131,6 +142,16 @@ def image_files(image: str, workdir: str, home: Path) -> Path:
         shutil.rmtree(kept, ignore_errors=True)
         staging.rename(kept)
     return kept / "files"
+
+
+def numeric_user(image: str, user: str) -> str:
+    """USER as uid:gid, a name looked up in the task's IMAGE (its own /etc/passwd)."""
+    if re.fullmatch(r"\d+(:\d+)?", user):
+        return user if ":" in user else f"{user}:{user}"
+    name = user.partition(":")[0]
+    ids = [docker("run", "--rm", "--network", "none", "--entrypoint", "id", image, flag, name).strip()
+           for flag in ("-u", "-g")]  # fmt: skip
+    return ":".join(ids)
 
 
 def docker(*args: str) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import HardwareSpec, PromptSpec, ScaleSpec, Task, anchors, scale_spec
 from mlrb.tasks.builder import AssetBuilder
 from mlrb.tasks.folder.building import folder_digest
-from mlrb.tasks.harbor import layout, verifier
+from mlrb.tasks.harbor import layout, own_settings, verifier
 from mlrb.tasks.judge import Judge
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ class HarborScaleSpec(ScaleSpec):
     score_timeout_s: float = 0.0  # 0: task.toml's [verifier] timeout_sec
     # The Dockerfile's last WORKDIR (read from the folder): where the verifier also sees the workspace.
     workdir: str = ""
+    # task.toml's [verifier] env (read from the folder): test.sh's own variables.
+    verifier_env: dict[str, str] = dataclasses.field(default_factory=dict)
     # The prompt is instruction.md (MLRB's template fields are unused).
     prompt: PromptSpec = dataclasses.field(
         default_factory=lambda: PromptSpec(task="", dataset="", dataset_shape="", models="", result="", evaluation="")
@@ -73,16 +76,19 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
             cpus=spec.hardware.cpus if spec.hardware.cpus is not None else settings.cpus,
             memory_gb=spec.hardware.memory_gb if spec.hardware.memory_gb is not None else settings.memory_gb,
         )  # fmt: skip
-        if not spec.baseline_command and (folder / layout.SOLVE).is_file():
-            spec.baseline_command = (folder / layout.SOLVE).read_text()
+        if not spec.baseline_command and (folder / layout.SOLVE).is_file():  # with [solution] env's variables
+            exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in settings.solution_env.items())
+            spec.baseline_command = exports + (folder / layout.SOLVE).read_text()
         # resolved into the config, so the scorer's process (which does not see the folder) has them
         # (solve.sh's text escaped: a `${VAR}` of its shell is no interpolation of the config's)
         own = {**cfg.scales[cfg.scale], "time_limit_s": spec.time_limit_s, "score_timeout_s": spec.score_timeout_s,
-               "baseline_command": spec.baseline_command.replace("${", "\\${"), "workdir": settings.workdir}  # fmt: skip
+               "baseline_command": spec.baseline_command.replace("${", "\\${"), "workdir": settings.workdir,
+               "verifier_env": settings.verifier_env}  # fmt: skip
         cfg = dataclasses.replace(cfg, scales={**cfg.scales, cfg.scale: own})
     spec.score_timeout_s = spec.score_timeout_s or 600.0
     workdir = settings.workdir if settings else spec.workdir
-    check = verifier.HarborVerifier(spec.score_timeout_s, layout.workspace_at(workdir))
+    env = settings.verifier_env if settings else spec.verifier_env
+    check = verifier.HarborVerifier(spec.score_timeout_s, layout.workspace_at(workdir), dict(env))
     starting = StartingFiles(layout.workspace_at(workdir))
     judge = Judge(check.score_unrun, timeout_s=spec.score_timeout_s, device="cpu",
                   submission_command=check.command, score_after_command=check.score,
@@ -97,8 +103,8 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
         own_prompt=lambda: (folder / layout.INSTRUCTION).read_text(),
         requirements=tuple(cfg.requirements),
         key=lambda: {"folder": folder_digest(folder)},
-        check_config=functools.partial(check_folder, cfg.path or ""),
-        run_settings=functools.partial(run_settings, folder, spec, starting),
+        check_config=functools.partial(check_folder, cfg.path or "", cfg.network),
+        run_settings=functools.partial(run_settings, folder, spec, starting, cfg.network),
         environment=environment,
     )  # fmt: skip
 
@@ -109,9 +115,11 @@ def forgeable_tags(folder: Path) -> dict[str, str]:
     return {Tag.FORGEABLE_REWARD: str(bool(why)).lower(), Tag.FORGEABLE_REASON: why}
 
 
-def check_folder(path: str) -> None:
-    """The folder has what a Harbor task needs, and its task.toml reads (checked with the config)."""
-    layout.check(path)
+def check_folder(path: str, network: bool) -> None:
+    """The folder has what a Harbor task needs, its task.toml reads, and the run's network does not
+    contradict it (checked with the config)."""
+    folder = layout.check(path)
+    own_settings.network_note(layout.read_settings(folder).network_mode, network, folder / layout.TASK_TOML)
 
 
 def copy_folder(folder: Path, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +152,7 @@ class StartingFiles:
 IMAGE_FILES_SUFFIX = ".image"  # <asset folder>.image/<image id>/files: what the task's image has at its WORKDIR
 
 
-def run_settings(folder: Path, spec: HarborScaleSpec, starting: StartingFiles, budget: BudgetConfig,
+def run_settings(folder: Path, spec: HarborScaleSpec, starting: StartingFiles, network: bool, budget: BudgetConfig,
                  sandbox: SandboxConfig) -> tuple[BudgetConfig, SandboxConfig]:  # fmt: skip
     """The run's budget and sandbox with the task's own settings: task.toml's agent timeout as the
     wall time unless the command line names a budget; with sandbox=docker, the task's container
@@ -154,12 +162,17 @@ def run_settings(folder: Path, spec: HarborScaleSpec, starting: StartingFiles, b
     Dockerfile is not reproduced."""
     if spec.time_limit_s and not budget_named_by_user():
         budget = dataclasses.replace(budget, wall_time_s=float(spec.time_limit_s))
+    settings = layout.read_settings(folder)
+    note = own_settings.network_note(settings.network_mode, network, folder / layout.TASK_TOML)
+    if note:
+        log.warning("harbor task %s: %s", folder.name, note)
     if sandbox.kind == "docker":
         image = layout.build_image(folder)
         starting.image = image
-        user = sandbox.options.get("user", "auto")
-        options = {"image": image, "writable_root": True, "keep_state": True,
-                   "user": "0:0" if user == "auto" else user}  # fmt: skip
+        user = sandbox.options.get("user", "auto")  # the command line's, else the task's, else root (Harbor's)
+        if user == "auto":
+            user = layout.numeric_user(image, settings.agent_user) if settings.agent_user else "0:0"
+        options = {"image": image, "writable_root": True, "keep_state": True, "user": user}
         sandbox = dataclasses.replace(sandbox, options={**sandbox.options, **options})
     elif sandbox.kind in ("bwrap", "unconfined"):
         if sandbox.kind == "bwrap" and layout.within(starting.workdir, layout.HOST_SYSTEM):
@@ -168,6 +181,7 @@ def run_settings(folder: Path, spec: HarborScaleSpec, starting: StartingFiles, b
         where = f"environment/'s files at {starting.workdir or '/workspace'}" if sandbox.kind == "bwrap" else \
             "environment/'s files in the run's workspace folder"  # fmt: skip
         missing = layout.not_reproduced(folder / layout.DOCKERFILE, starting.workdir)
+        missing += [f"[agent] user {settings.agent_user}"] if settings.agent_user else []
         lost = f"; not reproduced: {'; '.join(missing)}" if missing else ""
         log.warning("harbor task %s: sandbox=%s does not build environment/Dockerfile: the agent and the verifier "
                     "run on this machine's own tools, %s%s (use sandbox=docker for the task's image)", folder.name,

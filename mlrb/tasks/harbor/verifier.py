@@ -32,7 +32,7 @@ import re
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlrb.sandbox.base import Mount, sandbox_environment
@@ -58,6 +58,7 @@ class VerifierFailed(RuntimeError):
 class HarborVerifier:
     timeout_s: float
     workdir: str = ""  # where the verifier also sees the copy ("": only at its own path)
+    env: dict[str, str] = field(default_factory=dict)  # the task's [verifier] env
 
     def command(self, copy: Path, assets: Path) -> SubmissionCommand:
         """tests/test.sh on the copy, in a sandbox where /logs/verifier is the harness's new, empty folder."""
@@ -75,7 +76,7 @@ class HarborVerifier:
                   Mount(own.absolute(), inside=OWN, writable=True), Mount(SITE_FILES, inside=SITE)]  # fmt: skip
         if self.workdir and self.workdir != str(copy.absolute()):
             mounts.append(Mount(copy.absolute(), inside=self.workdir, writable=True))
-        env = sandbox_environment(f"{OWN}/{HOME}", trusted_python(where, str(copy.absolute())))
+        env = sandbox_environment(f"{OWN}/{HOME}", {**self.env, **trusted_python(where, str(copy.absolute()))})
         return SubmissionCommand(
             ["/bin/bash", "-c", script], env, f"`{SHOWN}`", self.timeout_s, mounts, on_agent_state=True
         )  # in Docker, on the agent's container as it left it
