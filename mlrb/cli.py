@@ -286,12 +286,8 @@ def job(cfg: DictConfig) -> dict | None:
     hydra_cfg = HydraConfig.get()
     try:
         typed = checked(cfg)
-        run_dir = run.folder_for(Path(hydra_cfg.runtime.output_dir), typed)
-        if run_dir != Path(hydra_cfg.runtime.output_dir):  # a run begun before goes on: its log and folder
-            console.move_log(run_dir)
-            run.discard_unused(Path(hydra_cfg.runtime.output_dir))
         with console.quiet(typed.verbose):
-            result = run.execute(typed, run_dir)
+            result = run.execute(typed, Path(hydra_cfg.runtime.output_dir))
     except ConfigError as e:
         print(f"mlrb: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -96,12 +96,14 @@ class RunResult:
     store_error: str | None = None
 
 
-def execute(cfg: MlrbConfig, run_dir: Path) -> RunResult:
-    """Run once and record it. Raises ConfigError (nothing recorded, no run folder left),
-    RunFailed (recorded as infra_error) or RunInterrupted (recorded as killed)."""
+def execute(cfg: MlrbConfig, new_dir: Path) -> RunResult:
+    """Run once, in NEW_DIR (Hydra's, made for this job) or the folder of this run begun before,
+    and record it. Raises ConfigError (nothing recorded, no run folder left), RunFailed (recorded as
+    infra_error) or RunInterrupted (recorded as killed)."""
     clock = timeline.StageClock()
     clock.add("compose", timeline.since_process_start())
     plan = plans.make(cfg)  # the config, resolved once: nothing below reads cfg
+    run_dir = folder_for(Path(new_dir), plan)
     commit: dict[str, str] = {}  # git runs in its own processes while the store is checked
     git = threading.Thread(target=lambda: commit.update(tracking.harness_commit()), name="git", daemon=True)
     git.start()
@@ -314,13 +316,16 @@ def resume_in(run_dir: Path, plan: plans.RunPlan) -> Resumption | None:
     return Resumption(attempt, state["run_id"], why, resume.load(run_dir), run_dir / resume.AGENT_STATE)
 
 
-def folder_for(run_dir: Path, cfg: MlrbConfig) -> Path:
-    """Where a run of CFG goes: RUN_DIR (Hydra's, new), or the folder of this run begun before
-    and never ended, to go on in (unless resume=false)."""
-    if not cfg.resume:
-        return run_dir
-    found = resume.find(run_dir, plans.run_key(cfg), cfg.sweep.id)
-    return found or run_dir
+def folder_for(new_dir: Path, plan: plans.RunPlan) -> Path:
+    """Where the run goes, decided here alone: NEW_DIR (Hydra's, made for this job), or the folder of
+    this run begun before and never ended, to go on in (unless resume=false). Going on there, the
+    run's log file goes there too, and the unused NEW_DIR is removed."""
+    found = resume.find(new_dir, plan.key, plan.sweep_id) if plan.resume else None
+    if found is None or found == new_dir.resolve():
+        return new_dir
+    console.move_log(found)
+    discard_unused(new_dir)
+    return found
 
 
 def discard_unused(run_dir: Path) -> None:
