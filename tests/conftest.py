@@ -71,7 +71,7 @@ def prune(cache: Path) -> None:
     import shutil
     import time
 
-    from mlrb.harness.assets import MANIFEST
+    from mlrb.harness.assets import MANIFEST, VERIFIED
 
     cutoff = time.time() - UNUSED_FOR_DAYS * 86400
     for manifest in cache.glob(f"*/*/{MANIFEST}"):
@@ -83,6 +83,9 @@ def prune(cache: Path) -> None:
     for control in cache.glob("*/*.control"):  # mlrb/harness/control.py's, beside assets pruned above
         if not control.with_suffix("").is_dir():
             shutil.rmtree(control, ignore_errors=True)
+    for verified in cache.glob(f"*/*{VERIFIED}"):  # mlrb/harness/assets.py's record of a check, beside its folder
+        if not verified.with_name(verified.name.removesuffix(VERIFIED)).is_dir():
+            verified.unlink(missing_ok=True)
     for mirror in cache.glob(f"{MIRRORS}/*"):  # kept_mirror's (a build cut short too)
         if mirror.stat().st_mtime < cutoff:
             shutil.rmtree(mirror, ignore_errors=True)

@@ -7,6 +7,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +170,42 @@ def test_the_key_holds_the_code_that_builds_and_scores_the_assets(tmp_path):
     (package / "starter" / "notes.md").write_text("A starter file the agent reads.\n")  # the workspace's: it counts
     sources._digest.cache_clear()
     assert sources.digest(package) != second
+
+
+@pytest.mark.fast
+def test_a_folder_checked_whole_is_checked_again_without_reading_it_unless_a_file_changed(task, tmp_path,
+                                                                                           monkeypatch):  # fmt: skip
+    """At full scale the assets are GBs and every run checks them twice: once a full check has found
+    the folder whole, a check whose files all stat the same reads none of them. A file written since,
+    even with its time set back, is read again; so is a folder put in its place."""
+    from mlrb.harness import assets as assets_lib
+
+    assets = ensure_assets(task, tmp_path)
+    read = []
+    hash_file = assets_lib.sha256_of
+    monkeypatch.setattr(assets_lib, "sha256_of", lambda path: read.append(path) or hash_file(path))
+    # Just built: its files are too new to trust their times (a write in the same clock tick keeps
+    # them), so it is checked in full, and a byte flipped at once is found.
+    assert assets_lib.intact(assets) and len(read) == 2
+    flip_one_byte(assets / "hidden" / "test.jsonl")
+    assert not assets_lib.intact(assets)
+    flip_one_byte(assets / "hidden" / "test.jsonl")  # (back as built)
+    time.sleep(assets_lib.RACY_S + 0.1)
+    read.clear()
+    assert assets_lib.intact(assets) and len(read) == 2  # in full, and recorded
+    assert assets_lib.intact(assets) and ensure_assets(task, tmp_path) == assets and read[2:] == []
+
+    test_set = assets / "hidden" / "test.jsonl"
+    times = test_set.stat()
+    flip_one_byte(test_set)
+    os.utime(test_set, ns=(times.st_atime_ns, times.st_mtime_ns))  # its size and mtime as they were
+    assert not assets_lib.intact(assets) and len(read) > 2
+    flip_one_byte(test_set)
+    time.sleep(assets_lib.RACY_S + 0.1)
+    assert assets_lib.intact(assets)
+
+    shutil.copytree(assets, tmp_path / "copy")  # the same files, put in the folder's place
+    shutil.rmtree(assets)
+    (tmp_path / "copy").rename(assets)
+    read.clear()
+    assert assets_lib.intact(assets) and len(read) == 2

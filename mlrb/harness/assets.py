@@ -9,6 +9,14 @@ The manifest records the SHA-256 of every file. Each use checks them: a changed,
 truncated, missing or added file gets the folder rebuilt; if that fails, an
 `AssetError` names the file (an infrastructure error of the run, never the
 agent's). The hash of that table is the assets' fingerprint, recorded on every run.
+
+Hashing every file at every use costs as much as reading the assets: at full scale, GBs,
+twice a run (as it starts and again before scoring), in every job of a sweep. So a full
+check that finds the folder whole also records each file's size, times and inode beside
+the folder (`<folder>.verified.json`, outside what a run mounts), and a later check whose
+files all stat the same is done without reading them. Any write to a file, and `touch`
+setting its time back, changes its ctime, which only the kernel sets: a changed file is
+read again.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -29,6 +38,10 @@ from mlrb.tasks.base import Task
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+VERIFIED = ".verified.json"  # the suffix of the record of the last full check, beside the folder
+# A file changed this recently is not recorded as checked: a write in the same tick of the file
+# system's clock as the check would leave its times as they were (git's "racy" files).
+RACY_S = 2.0
 
 
 class AssetError(RuntimeError):
@@ -62,7 +75,7 @@ def prepare(task: Task, cache_dir: Path) -> Prepared:
 
 def built(task: Task, cache_dir: Path) -> Path:
     target = asset_dir(task, cache_dir)
-    if not problems(target):
+    if intact(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f"{target.name}.lock", "w") as lock:
@@ -167,6 +180,46 @@ def problems(target: Path) -> list[str]:
         elif actual[rel] != expected[rel]:
             found.append(f"{rel} has changed (sha256 {actual[rel][:12]}, built as {expected[rel][:12]})")
     return found
+
+
+def intact(target: Path) -> bool:
+    """Whether the folder holds what its manifest records: at once when every file stats as it did
+    at the last full check that found it whole (`problems`), else by that full check, which is
+    then recorded when it finds nothing wrong."""
+    record = target.parent / f"{target.name}{VERIFIED}"
+    try:
+        before = file_stats(target)  # before hashing: a file changed meanwhile is read again next time
+    except OSError:
+        return not problems(target)
+    try:
+        if json.loads(record.read_text()) == before:
+            return True
+    except (OSError, ValueError):
+        pass
+    if problems(target):
+        return False
+    if max((ctime for _, _, ctime, _ in before.values()), default=0) > time.time_ns() - RACY_S * 1e9:
+        return True  # checked in full; recorded by a later check, once its files are no longer new
+    staged = record.with_name(f"{record.name}.{os.getpid()}")
+    try:
+        staged.write_text(json.dumps(before))
+        staged.replace(record)
+    except OSError:  # a cache we may not write: checked in full each time, as before
+        staged.unlink(missing_ok=True)
+    return True
+
+
+def file_stats(root: Path) -> dict[str, list[int]]:
+    """Each file's (links' too) size, modification and change times and inode under root, the
+    manifest included; {} for a folder that is not there."""
+    if not root.is_dir():
+        return {}
+    stats = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        if not stat.S_ISDIR(st.st_mode):
+            stats[path.relative_to(root).as_posix()] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    return stats
 
 
 def fingerprint(target: Path) -> str:
