@@ -47,6 +47,7 @@ from mlrb.harness import (
     resume,
     snapshots,
     step_scoring,
+    task_steps,
     workspace,
 )
 from mlrb.harness import assets as assets_lib
@@ -365,6 +366,7 @@ class Stages:
         self.outcome: AgentOutcome  # how the agent ended (`agent`)
         self.disk_guard: DiskGuard | None = None  # the agent's disk, once its workspace is there (`start`)
         self.left_running: list[str] = []  # what the agent left running at its end (`end_agent`)
+        self.steps: task_steps.StepsRun | None = None  # a task of steps: the agent's way through them (`agent`)
 
     def run(self) -> RunResult:
         timed = ((self.open, "recording"), (self.assets, "assets"), (self.start, "sandbox_start"), (self.agent, "agent"),
@@ -506,13 +508,20 @@ class Stages:
             context = AgentContext(self.task, self.prompt, self.sandbox, budget, sink, plan.seed, run_dir=self.run_dir,
                                    on_step_end=after_step, model=self.model, resumed=resumed,
                                    state_dir=self.state_dir)  # fmt: skip
+            if self.task.steps:  # a task of steps (a Harbor task's [[steps]]): each given and scored in turn
+                self.steps = task_steps.StepsRun(
+                    self.task, lambda step: instructions.render(step, plan.budget, self.sandbox.workspace,
+                                                                self.sandbox.data_dir),
+                    self.recorder, self.run_dir, self.asset_path, work, plan.sandbox, self.sandbox, budget)  # fmt: skip
             try:
                 guard = self.disk_guard
                 assert guard is not None  # made with the sandbox (`start`)
                 with keeper.running():
                     try:
                         with guard.watching():
-                            self.outcome = plan.agent.run(context)
+                            self.outcome = (
+                                self.steps.run(plan.agent, context) if self.steps else plan.agent.run(context)
+                            )
                     except SandboxError as e:
                         if self.job_stopping(within_s=JOB_SIGTERM_GRACE_S):
                             raise SandboxStopped(f"{e} (SLURM is stopping its job)") from e
@@ -652,12 +661,25 @@ class Stages:
         fails is judged by a control (mlrb/harness/control.py)."""
         # Checked again: scoring against assets changed since the run began would be a silent wrong score.
         self.asset_path = assets_lib.ensure_assets(self.task, self.plan.cache_dir)
-        try:
-            self.report = self.scorer.score(self.run_dir / "submission")  # (restarted if those assets were rebuilt)
-        except ScorerError as failure:  # the submission's fault unless the task's baseline fails the same way
+        if self.steps is not None and (decided := self.steps.decided()) is not None:
+            self.report = decided  # it ended at a step scored already
+            return
+        task, scorer = (self.steps.scored_task(), None) if self.steps is not None else (self.task, self.scorer)
+        if scorer is None or task is self.task:
+            scorer = self.scorer
+        else:  # it ended before its last step: that step's verifier
             self.scorer.close()
-            self.report = control.blame(failure, self.task, self.asset_path, self.run_dir / "scoring" / "control",
-                                        self.plan.sandbox, self.recorder.run_id)  # fmt: skip
+            scorer = self.closing.enter_context(Scorer(task, self.asset_path, self.run_dir / "scoring", self.plan.sandbox,
+                                                       self.recorder.run_id, ahead=False, on_agent_state=True))  # fmt: skip
+        try:
+            self.report = scorer.score(self.run_dir / "submission")  # (restarted if those assets were rebuilt)
+        except ScorerError as failure:  # the submission's fault unless the task's baseline fails the same way
+            scorer.close()
+            self.report = control.blame(failure, task, self.asset_path, self.run_dir / "scoring" / "control",
+                                        self.plan.sandbox, self.recorder.run_id) if task is self.task else \
+                ScoreReport.invalid(f"scoring failed: {failure}")  # (a step's solution alone is no control)  # fmt: skip
+        if self.steps is not None:  # the trial's reward, from every step's
+            self.report = self.steps.trial_report(self.report)
         if not self.submitted:
             self.report.details["collected"] = False
 
@@ -696,6 +718,7 @@ class Stages:
                 Tag.READ_ONLY_RESTORED: ", ".join(self.restored),
                 Tag.MODELS_USED: ",".join(sorted(self.calls.models_used)) if self.calls else "",
                 **counting.counted_tags(report, calibration, task.higher_is_better, plumbing=task.plumbing),
+                **(self.steps.tags() if self.steps is not None else {}),
             }
         )
         with self.clock.stage("recording"):  # read from what the run folder holds now; never fails the run

@@ -190,8 +190,8 @@ def test_the_task_s_own_settings_are_read_as_harbor_names_them(tmp_path):
 @pytest.mark.parametrize(
     "toml, override, error",
     [
-        ('[[steps]]\nname = "one"\n', "", "steps (multi-step tasks) is not supported by mlrb's Harbor route; "
-         "remove it to run the task without it"),
+        ('[[steps]]\nname = "one"\n[steps.agent]\nuser = "root"\n', "", "step one: [steps.agent] user (a step's "
+         "own agent user) is not supported by mlrb's Harbor route"),
         ('[environment]\ndocker_image = "ubuntu:24.04"\n', "", "[environment] docker_image (a prebuilt image (mlrb "
          "builds environment/Dockerfile)) is not supported"),
         ('[verifier]\nenv = { KEY = "${OPENAI_API_KEY}" }\n', "", "[verifier] env KEY = '${OPENAI_API_KEY}' names a "

@@ -43,6 +43,9 @@ class Tag:
     # A Harbor task's runs, from its tests: "true" when its verifier runs code the agent wrote, which could
     # write the reward itself (mlrb/tasks/harbor/verifier.py's `forgeable`), and why; else "false" and "".
     FORGEABLE_REWARD, FORGEABLE_REASON = "mlrb.forgeable_reward", "mlrb.forgeable_reason"
+    # A task of steps (a Harbor task's [[steps]]) that ended before its last: why (a step's reward under its
+    # min_reward, a step's verifier that gave none, the budget); "" when it ran them all.
+    STEPS_ENDED_EARLY = "mlrb.steps_ended_early"
     # The run's review (mlrb/review/): its verdict ("clean", "suspicious", "tampering"; "error" when the
     # review itself failed) and how many findings its review.json lists.
     REVIEW, REVIEW_FINDINGS = "mlrb.review", "mlrb.review_findings"
@@ -107,6 +110,8 @@ class Metric:
     LLM_OUTPUT_TOKENS, LLM_COST_USD = "llm.output_tokens", "llm.cost_usd"
     # A step's workspace scored afterwards (`python -m mlrb.rescore RUN_ID --step N`).
     STEP_SCORE = "step_score"
+    # A task of steps: each step's reward, at the step's number (1, 2, ...), and how many steps were scored.
+    TASK_STEP_REWARD, TASK_STEPS_SCORED = "task_step_reward", "task_steps_scored"
     # The anytime metrics at each scored step (mlrb/analysis/anytime.py says what each holds).
     ANYTIME_VALID, ANYTIME_SCORE = "anytime.valid", "anytime.score"
     ANYTIME_NORMALISED, ANYTIME_COUNTED = "anytime.normalised_score", "anytime.counted_normalised_score"

@@ -459,6 +459,12 @@ class Sandbox(abc.ABC):
         kind that cannot see them says none."""
         return list(self.killed_left)
 
+    def keep_state_now(self) -> None:
+        """What the agent left outside its workspace, kept now for a scoring that runs on it (a
+        Harbor step's verifier, mid-run) while the sandbox goes on; a kind whose scoring runs on the
+        workspace alone keeps nothing."""
+        return None
+
     def stopped_result(self, started: float) -> ExecResult:
         """What a command gets once the harness has stopped the sandbox."""
         return ExecResult(137, "", f"mlrb stopped the sandbox: {self.stopped}", time.monotonic() - started)

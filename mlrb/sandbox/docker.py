@@ -461,14 +461,22 @@ class DockerSandbox(Sandbox):
         except NotFound:
             pass
 
-    def keep_state(self) -> None:
+    def keep_state_now(self) -> None:
+        """With keep_state, the container's file system as it is now (the agent held still, its
+        container paused, as the harness scores mid-run): the state image a scoring on it runs on
+        (and removes)."""
+        if self.options.keep_state and not self.stopped:
+            self.keep_state(unpause=False)
+
+    def keep_state(self, unpause: bool = True) -> None:
         """The container's file system as the image state_image(run id), labelled as mlrb's (a
         later harness removes one whose harness is gone); a failure is a warning: scoring then runs
         on the task's image, where nothing the agent did outside its workspace counts."""
         from docker.errors import DockerException
 
-        with contextlib.suppress(DockerException):
-            self.container.unpause()  # (stopped by the harness: paused, then killed)
+        if unpause:
+            with contextlib.suppress(DockerException):
+                self.container.unpause()  # (stopped by the harness: paused, then killed)
         try:
             self.container.reload()
             mounted = {mount["Destination"] for mount in self.container.attrs.get("Mounts") or []} | DOCKER_MADE

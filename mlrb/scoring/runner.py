@@ -70,12 +70,20 @@ class ScoringTimedOut(ScorerError):
 
 
 def score_submission(
-    task: ScoredTask, submission: Path, assets: Path, work_dir: Path, sandbox: SandboxConfig, run_id: str = ""
+    task: ScoredTask,
+    submission: Path,
+    assets: Path,
+    work_dir: Path,
+    sandbox: SandboxConfig,
+    run_id: str = "",
+    on_agent_state: bool = False,
 ) -> ScoreReport:
     """Score in a fresh sandbox of the run's kind (a new namespace for bwrap, a new container
     for docker, a plain subprocess for unconfined). A submission that runs past the time limit
-    is invalid here (a step scored mid-run, a rescoring); a run's own scoring asks a control."""
-    with Scorer(task, assets, work_dir, sandbox, run_id, ahead=False) as scorer:  # it scores at once
+    is invalid here (a step scored mid-run, a rescoring); a run's own scoring asks a control.
+    ON_AGENT_STATE: the submission's own command runs on what the run's sandbox kept of the agent
+    (Sandbox.keep_state_now), as a run's own scoring does."""
+    with Scorer(task, assets, work_dir, sandbox, run_id, ahead=False, on_agent_state=on_agent_state) as scorer:
         try:
             return scorer.score(submission)
         except ScoringTimedOut as e:

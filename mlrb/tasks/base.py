@@ -145,6 +145,20 @@ def scale_spec(cfg: TaskConfig, scale_class: type = ScaleSpec) -> Any:
 
 
 @dataclass(frozen=True)
+class TaskStep:
+    """One step of a task run as several in one environment (a Harbor task's [[steps]]): the
+    harness gives the agent the step's task's prompt, then scores what it left with that task's
+    judge (mlrb/harness/task_steps.py)."""
+
+    name: str
+    # The task as this step: its prompt the step's instruction, its judge the step's verifier, its
+    # baseline command the step's own solution.
+    task: Callable[[], Task]
+    # Reward key -> the least the step's reward may be for the run to go on ({}: no floor).
+    min_reward: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Task:
     """A task: its config and its parts, made once by its folder's `task(cfg, environment)`
     (through registry.load_task) and never changed; the harness reads these, not its config."""
@@ -192,6 +206,11 @@ class Task:
     # Where a confined sandbox shows the agent its workspace ("": /workspace): a Harbor task's WORKDIR,
     # which its instruction names.
     workspace_at: str = ""
+    # Steps run in turn in the run's one environment, each with its prompt and judge (a Harbor
+    # task's [[steps]]); (): the task is one step, this task's prompt and judge.
+    steps: tuple[TaskStep, ...] = ()
+    # How the steps' rewards make the run's score: "mean" (over the steps scored) or "final".
+    step_reward: str = "mean"
 
     # ---- what the harness reads of a task: these, not its config (`cfg`, `spec`) ----------
 

@@ -15,10 +15,12 @@ from pathlib import Path
 
 from mlrb.core.config import ConfigError
 from mlrb.tasks.harbor import own_settings
+from mlrb.tasks.harbor import steps as multi_step
 
 TASK_TOML, INSTRUCTION, DOCKERFILE = "task.toml", "instruction.md", "environment/Dockerfile"
 TEST, SOLVE = "tests/test.sh", "solution/solve.sh"
 REQUIRED = (INSTRUCTION, TASK_TOML, DOCKERFILE, TEST)
+REQUIRED_WITH_STEPS = (TASK_TOML, DOCKERFILE)  # each step brings its instruction (and its test.sh, or the task's)
 AGENT_TIMEOUT_S = VERIFIER_TIMEOUT_S = 600.0  # Harbor's defaults
 IMAGE_PREFIX = "mlrb-harbor-"
 # Folders a WORKDIR cannot be the agent's workspace at: the root, the kernel's, and mlrb's own in
@@ -40,6 +42,8 @@ class Settings:
     solution_env: dict[str, str]  # [solution] env: solve.sh's
     agent_user: str  # [agent] user ("": the image's; Harbor's default, root)
     network_mode: str  # what the task asks of the agent's network ("": nothing)
+    steps: tuple[multi_step.Step, ...] = ()  # [[steps]]: () for a task of one step
+    reward_strategy: str = ""  # multi_step_reward_strategy ("mean" unless it says "final"; "": one step)
 
 
 def check(path: str) -> Path:
@@ -49,10 +53,14 @@ def check(path: str) -> Path:
     folder = Path(path).expanduser().resolve()
     if not folder.is_dir():
         raise ConfigError(f"task.path '{path}' is not a folder: give a Harbor task folder (instruction.md, task.toml)")
-    for rel in REQUIRED:
+    if not (folder / TASK_TOML).is_file():
+        raise ConfigError(f"Harbor task folder {folder} has no {TASK_TOML} (a Harbor task needs {', '.join(REQUIRED)})")
+    settings = read_settings(folder)
+    required = REQUIRED_WITH_STEPS if settings.steps else REQUIRED
+    for rel in required:
         if not (folder / rel).is_file():
-            raise ConfigError(f"Harbor task folder {folder} has no {rel} (a Harbor task needs {', '.join(REQUIRED)})")
-    read_settings(folder)
+            raise ConfigError(f"Harbor task folder {folder} has no {rel} (a Harbor task needs {', '.join(required)})")
+    multi_step.check_folder(folder, settings.steps)
     return folder
 
 
@@ -66,6 +74,10 @@ def read_settings(folder: Path) -> Settings:
     agent, verifier, environment, solution = (table(data, file, name)
                                               for name in ("agent", "verifier", "environment", "solution"))  # fmt: skip
     own_settings.refuse_unsupported(data, file)
+    verifier_env = own_settings.environment(verifier, "verifier", file, own_settings.VERIFIER_OWN)
+    task_steps, strategy = multi_step.read(
+        data, file, lambda values, where: own_settings.environment(values, where, file, own_settings.VERIFIER_OWN)
+    )
     memory_mb = environment.get("memory_mb")
     if memory_mb is None and isinstance(environment.get("memory"), str):  # Harbor's older spelling, "2G"
         memory_mb = size_mb(environment["memory"], file)
@@ -78,10 +90,12 @@ def read_settings(folder: Path) -> Settings:
         else None,  # fmt: skip
         gpus=gpu_count(environment, file),
         workdir=str(environment.get("workdir") or dockerfile_workdir(folder / DOCKERFILE)),
-        verifier_env=own_settings.environment(verifier, "verifier", file, own_settings.VERIFIER_OWN),
+        verifier_env=verifier_env,
         solution_env=own_settings.environment(solution, "solution", file),
         agent_user=own_settings.agent_user(agent, file),
         network_mode=own_settings.network_mode(data, file),
+        steps=task_steps,
+        reward_strategy=strategy,
     )
 
 

@@ -17,7 +17,6 @@ VERIFIER_OWN = ("HOME", "PYTHONPATH", "PYTHONNOUSERSITE", "MLRB_VERIFIER_COPY", 
 NETWORK_MODES = ("no-network", "public", "allowlist")
 # Settings mlrb has no counterpart for: (table, key) -> what it is. A task that sets them is refused.
 UNSUPPORTED = {
-    ("", "steps"): "multi-step tasks",
     ("environment", "docker_image"): "a prebuilt image (mlrb builds environment/Dockerfile)",
     ("environment", "mcp_servers"): "MCP servers",
     ("environment", "healthcheck"): "a healthcheck",

@@ -33,7 +33,7 @@ from typing import Any
 from mlrb.core.config import BudgetConfig, ConfigError, SandboxConfig, TaskConfig
 from mlrb.core.tags import Tag
 from mlrb.tasks.attempt_rules import Rules
-from mlrb.tasks.base import HardwareSpec, PromptSpec, ScaleSpec, Task, anchors, scale_spec
+from mlrb.tasks.base import HardwareSpec, PromptSpec, ScaleSpec, Task, TaskStep, anchors, scale_spec
 from mlrb.tasks.builder import AssetBuilder
 from mlrb.tasks.folder.building import folder_digest
 from mlrb.tasks.harbor import layout, own_settings, verifier
@@ -55,6 +55,10 @@ class HarborScaleSpec(ScaleSpec):
     workdir: str = ""
     # task.toml's [verifier] env (read from the folder): test.sh's own variables.
     verifier_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # [[steps]] (read from the folder): each step's name, verifier's time and env, and solution.
+    steps: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # The step this task is (its prompt, verifier and solution); "": the whole task, judged by its last step.
+    step: str = ""
     # The prompt is instruction.md (MLRB's template fields are unused).
     prompt: PromptSpec = dataclasses.field(
         default_factory=lambda: PromptSpec(task="", dataset="", dataset_shape="", models="", result="", evaluation="")
@@ -69,26 +73,42 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
     spec = scale_spec(cfg, HarborScaleSpec)
     settings = layout.read_settings(folder) if (folder / layout.TASK_TOML).is_file() else None
     if settings is not None:  # task.toml's values where the config leaves them to it
-        spec.time_limit_s = spec.time_limit_s or settings.agent_timeout_s
+        # a task of steps: their agent timeouts together, which the run's budget spans
+        spec.time_limit_s = spec.time_limit_s or sum(step.agent_timeout_s or settings.agent_timeout_s
+                                                     for step in settings.steps) or settings.agent_timeout_s  # fmt: skip
         spec.score_timeout_s = spec.score_timeout_s or settings.verifier_timeout_s
         spec.hardware = HardwareSpec(
             gpus=spec.hardware.gpus or settings.gpus, gpu_type=spec.hardware.gpu_type,
             cpus=spec.hardware.cpus if spec.hardware.cpus is not None else settings.cpus,
             memory_gb=spec.hardware.memory_gb if spec.hardware.memory_gb is not None else settings.memory_gb,
         )  # fmt: skip
-        if not spec.baseline_command and (folder / layout.SOLVE).is_file():  # with [solution] env's variables
-            exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in settings.solution_env.items())
+        exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in settings.solution_env.items())
+        spec.steps = [step_entry(folder, step, settings, exports) for step in settings.steps]
+        if not spec.baseline_command and spec.steps:  # every step's solution in turn (the control of the last)
+            spec.baseline_command = "\n".join(f"(\n{entry['baseline_command']}\n) || exit 1" for entry in spec.steps)
+        elif not spec.baseline_command and (folder / layout.SOLVE).is_file():  # with [solution] env's variables
             spec.baseline_command = exports + (folder / layout.SOLVE).read_text()
         # resolved into the config, so the scorer's process (which does not see the folder) has them
         # (solve.sh's text escaped: a `${VAR}` of its shell is no interpolation of the config's)
         own = {**cfg.scales[cfg.scale], "time_limit_s": spec.time_limit_s, "score_timeout_s": spec.score_timeout_s,
                "baseline_command": spec.baseline_command.replace("${", "\\${"), "workdir": settings.workdir,
-               "verifier_env": settings.verifier_env}  # fmt: skip
+               "verifier_env": settings.verifier_env,
+               "steps": [{**entry, "baseline_command": entry["baseline_command"].replace("${", "\\${")}
+                         for entry in spec.steps]}  # fmt: skip
         cfg = dataclasses.replace(cfg, scales={**cfg.scales, cfg.scale: own})
     spec.score_timeout_s = spec.score_timeout_s or 600.0
     workdir = settings.workdir if settings else spec.workdir
-    env = settings.verifier_env if settings else spec.verifier_env
-    check = verifier.HarborVerifier(spec.score_timeout_s, layout.workspace_at(workdir), dict(env))
+    env, tests = dict(settings.verifier_env if settings else spec.verifier_env), "tests"
+    if spec.steps:  # judged as its step (the whole task: as its last)
+        names = [entry["name"] for entry in spec.steps]
+        if spec.step and spec.step not in names:
+            raise ConfigError(f"task.scales.{cfg.scale}.step = {spec.step!r}; the task's steps: {', '.join(names)}")
+        entry = spec.steps[names.index(spec.step) if spec.step else -1]
+        env, tests = dict(entry["verifier_env"]), f"{STEP_FILES}/{entry['name']}/tests"
+        spec.score_timeout_s = float(entry["score_timeout_s"])
+        if spec.step:
+            spec.baseline_command = entry["baseline_command"]
+    check = verifier.HarborVerifier(spec.score_timeout_s, layout.workspace_at(workdir), env, tests)
     starting = StartingFiles(layout.workspace_at(workdir))
     judge = Judge(check.score_unrun, timeout_s=spec.score_timeout_s, device="cpu",
                   submission_command=check.command, score_after_command=check.score,
@@ -100,13 +120,50 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
                              {"build": functools.partial(copy_folder, folder)}),
         anchors=anchors(cfg, spec), judge=judge, package_dir=Path(__file__).parent,
         workspace=starting.of, workspace_at=starting.workdir,
-        own_prompt=lambda: (folder / layout.INSTRUCTION).read_text(),
+        own_prompt=functools.partial(prompt_of, folder, spec),
         requirements=tuple(cfg.requirements),
         key=lambda: {"folder": folder_digest(folder)},
         check_config=functools.partial(check_folder, cfg.path or "", cfg.network),
         run_settings=functools.partial(run_settings, folder, spec, starting, cfg.network),
         environment=environment,
+        steps=tuple(TaskStep(entry["name"], functools.partial(as_step, cfg, environment, entry["name"]),
+                             entry["min_reward"]) for entry in spec.steps) if not spec.step else (),
+        step_reward=settings.reward_strategy if settings and settings.steps else "mean",
     )  # fmt: skip
+
+
+STEP_FILES = "steps"  # hidden/steps/<name>/: a step's tests (laid over the task's) and its solution
+
+
+def step_entry(folder: Path, step: Any, settings: layout.Settings, exports: str) -> dict[str, Any]:
+    """What the task's config carries of a step, for the scorer's process (which does not see the folder)."""
+    solve = folder / STEP_FILES / step.name / layout.SOLVE
+    solution = (
+        exports + solve.read_text() if solve.is_file() else f"echo 'step {step.name} has no solve.sh' >&2; exit 1"
+    )
+    return {"name": step.name, "min_reward": dict(step.min_reward), "baseline_command": solution,
+            "score_timeout_s": step.verifier_timeout_s or settings.verifier_timeout_s,
+            "verifier_env": {**settings.verifier_env, **step.verifier_env},
+            "agent_timeout_s": step.agent_timeout_s or settings.agent_timeout_s}  # fmt: skip
+
+
+def as_step(cfg: TaskConfig, environment: Path | None, name: str) -> Task:
+    """The task as its step NAME: the step's instruction, verifier and solution."""
+    own = {**cfg.scales[cfg.scale], "step": name}
+    return task(dataclasses.replace(cfg, scales={**cfg.scales, cfg.scale: own}), environment)
+
+
+def prompt_of(folder: Path, spec: HarborScaleSpec) -> str:
+    """instruction.md; a step's: its own, told which step of how many it is."""
+    if not spec.steps:
+        return (folder / layout.INSTRUCTION).read_text()
+    names = [entry["name"] for entry in spec.steps]
+    step = spec.step or names[0]  # the whole task's prompt: its first step's
+    k = names.index(step) + 1
+    return (f"This task comes in {len(names)} steps, given to you one at a time in the same environment: what you "
+            f"did in the steps before is still there. This is step {k} of {len(names)} ({step}). The budget "
+            "below is shared by all the steps.\n\n"
+            + (folder / STEP_FILES / step / layout.INSTRUCTION).read_text())  # fmt: skip
 
 
 def forgeable_tags(folder: Path) -> dict[str, str]:
@@ -131,6 +188,12 @@ def copy_folder(folder: Path, out_dir: Path, params: dict[str, Any]) -> dict[str
     for part in ("tests", "solution"):
         if (folder / part).is_dir():
             shutil.copytree(folder / part, out_dir / "hidden" / part, symlinks=True)
+    for step in layout.read_settings(folder).steps:  # each step's tests laid over the task's, and its solution
+        own, hidden = folder / STEP_FILES / step.name, out_dir / "hidden" / STEP_FILES / step.name
+        for part in ("tests", "solution"):
+            for source in (folder / part, own / part) if part == "tests" else (own / part,):
+                if source.is_dir():
+                    shutil.copytree(source, hidden / part, symlinks=True, dirs_exist_ok=True)
     return {"folder": str(folder)}
 
 

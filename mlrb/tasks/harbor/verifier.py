@@ -59,6 +59,7 @@ class HarborVerifier:
     timeout_s: float
     workdir: str = ""  # where the verifier also sees the copy ("": only at its own path)
     env: dict[str, str] = field(default_factory=dict)  # the task's [verifier] env
+    tests: str = "tests"  # its tests in the assets' hidden/ (a step's: steps/<name>/tests)
 
     def command(self, copy: Path, assets: Path) -> SubmissionCommand:
         """tests/test.sh on the copy, in a sandbox where /logs/verifier is the harness's new, empty folder."""
@@ -71,7 +72,7 @@ class HarborVerifier:
         where = self.workdir or str(copy.absolute())
         script = (f"cd {shlex.quote(where)} && /bin/bash {TESTS}/test.sh > {LOGS}/{OUTPUT} 2>&1; "
                   f"echo $? > {LOGS}/{EXIT}; exit 0")  # fmt: skip
-        mounts = [Mount(assets.absolute() / "hidden" / "tests", inside=TESTS),
+        mounts = [Mount(assets.absolute() / "hidden" / self.tests, inside=TESTS),
                   Mount(logs.absolute(), inside=LOGS, writable=True),
                   Mount(own.absolute(), inside=OWN, writable=True), Mount(SITE_FILES, inside=SITE)]  # fmt: skip
         if self.workdir and self.workdir != str(copy.absolute()):
@@ -90,7 +91,7 @@ class HarborVerifier:
         if score is None:
             score = sum(rewards.values()) / len(rewards)
         runs = pytest_runs(own_of(submission) / REPORTS)
-        problem = unbacked(score, runs, names_pytest(assets / "hidden" / "tests"))
+        problem = unbacked(score, runs, names_pytest(assets / "hidden" / self.tests))
         if problem:
             raise VerifierFailed(f"{SHOWN} wrote a reward of {score:g} that pytest does not back: {problem} "
                                  f"({ran(logs)})")  # fmt: skip

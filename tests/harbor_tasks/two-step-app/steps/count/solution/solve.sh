@@ -1,0 +1,2 @@
+#!/bin/bash
+wc -l < /app/input.txt > /app/count.txt

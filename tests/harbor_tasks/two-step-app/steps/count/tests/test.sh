@@ -1,0 +1,3 @@
+#!/bin/bash
+source /tests/reward.sh
+reward '[ "$(tr -d "[:space:]" < /app/count.txt)" = "4" ]'

@@ -1,0 +1,2 @@
+#!/bin/bash
+awk '{s += $1} END {print s}' /app/input.txt > /app/sum.txt
