@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from mlrb.agents.base import Agent, AgentContext, AgentOutcome
 from mlrb.agents.tools import describe_exec
@@ -32,16 +33,31 @@ class BaselineAgent(Agent):
         limit = ctx.budget.exhausted()
         if limit:
             return AgentOutcome(Status.BUDGET_EXHAUSTED, limit, "no budget left before the first step")
-        return one_command_step(ctx, TOOL, CALL_ID, {"command": command}, command, lambda r: self.outcome(ctx, r))
+        return one_command_step(ctx, TOOL, CALL_ID, {"command": command}, command,
+                                lambda result: command_outcome(ctx, result, BASELINE_SAYS))  # fmt: skip
 
-    @staticmethod
-    def outcome(ctx: AgentContext, result: ExecResult) -> AgentOutcome:
-        if result.timed_out and ctx.budget.exhausted():
-            return AgentOutcome(Status.BUDGET_EXHAUSTED, ctx.budget.exhausted(), "the baseline ran out of time")
-        if result.exit_code != 0:
-            tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-            return AgentOutcome(Status.AGENT_ERROR, None, f"baseline command exited {result.exit_code}: {tail}")
-        return AgentOutcome(Status.OK, None, "baseline finished")
+
+@dataclass(frozen=True)
+class Says:
+    """How an agent that is one command says it ended: out of time, its command failing, done."""
+
+    ran_out: str
+    exited: str  # followed by the exit code and the last line of the command's error
+    finished: str
+
+
+BASELINE_SAYS = Says("the baseline ran out of time", "baseline command exited", "baseline finished")
+
+
+def command_outcome(ctx: AgentContext, result: ExecResult, says: Says) -> AgentOutcome:
+    """How an agent that is one command (the baseline's script, an outside agent's program) ended:
+    out of the budget's time, its command failing, or finished."""
+    if result.timed_out and ctx.budget.exhausted():
+        return AgentOutcome(Status.BUDGET_EXHAUSTED, ctx.budget.exhausted(), says.ran_out)
+    if result.exit_code != 0:
+        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return AgentOutcome(Status.AGENT_ERROR, None, f"{says.exited} {result.exit_code}: {tail[:500]}")
+    return AgentOutcome(Status.OK, None, says.finished)
 
 
 def one_command_step(ctx: AgentContext, tool: str, call_id: str, arguments: dict, command: str,

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlrb.agents.base import Agent, AgentContext, AgentOutcome
-from mlrb.agents.baseline import one_command_step
+from mlrb.agents.baseline import Says, command_outcome, one_command_step
 from mlrb.agents.conversation import resumed_note
 from mlrb.core.config import AgentConfig, ConfigError
 from mlrb.core.status import Status
@@ -185,6 +185,9 @@ def price_of(name: str, model: str, provider: ProviderOptions) -> prices.Price:
                            f"agent.options.providers.{name}", **rates)  # fmt: skip
 
 
+COMMAND_SAYS = Says("the command ran out of time", "the command exited", "the command finished")
+
+
 class CommandAgent(Agent):
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
@@ -261,12 +264,7 @@ class CommandAgent(Agent):
     def outcome(ctx: AgentContext, result: ExecResult, refused: str | None) -> AgentOutcome:
         if refused:
             return AgentOutcome(Status.BUDGET_EXHAUSTED, refused, f"the proxy refused a model call: {refused}")
-        if result.timed_out and ctx.budget.exhausted():
-            return AgentOutcome(Status.BUDGET_EXHAUSTED, ctx.budget.exhausted(), "the command ran out of time")
-        if result.exit_code != 0:
-            tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-            return AgentOutcome(Status.AGENT_ERROR, None, f"the command exited {result.exit_code}: {tail[:500]}")
-        return AgentOutcome(Status.OK, None, "the command finished")
+        return command_outcome(ctx, result, COMMAND_SAYS)
 
 
 def resumed_variables(ctx: AgentContext) -> dict[str, str]:
