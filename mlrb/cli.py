@@ -50,9 +50,15 @@ HYDRA_FLAGS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("--config-name", "-cn"), VALUE),
     (("--config-dir", "-cd"), VALUE),
     (("--experimental-rerun",), VALUE),
-    (INFO, {"nargs": "?", "const": "all",
-            "choices": ["all", "config", "defaults", "defaults-tree", "plugins", "searchpath"]}),
-)  # fmt: skip
+    (
+        INFO,
+        {
+            "nargs": "?",
+            "const": "all",
+            "choices": ["all", "config", "defaults", "defaults-tree", "plugins", "searchpath"],
+        },
+    ),
+)
 
 log = logging.getLogger("mlrb")
 
@@ -140,7 +146,9 @@ def sweep_jobs(overrides: list[str]) -> list[list[str]]:
             )
         else:
             choices.append([f"{key}={override.get_value_element_as_str()}"])
-    return [list(job) for job in itertools.product(*choices)]
+    from mlrb.tasks.harbor import dataset  # task.path=DIR/*: one job per Harbor task folder, as the launcher runs them
+
+    return dataset.expand([list(job) for job in itertools.product(*choices)])
 
 
 def check_jobs(args: argparse.Namespace) -> None:

@@ -232,16 +232,22 @@ def main(argv: list[str] | None = None) -> int:
         if missing and not check_only and unreachable is None:
             unreachable = hub_unreachable() or ""
             if unreachable:
-                print(f"mlrb.prefetch: error: cannot reach the Hugging Face Hub at {constants.ENDPOINT} ({unreachable});"
-                      " nothing fetched. Without internet, HF_HUB_OFFLINE=1 checks the cache only", file=sys.stderr)  # fmt: skip
+                print(
+                    f"mlrb.prefetch: error: cannot reach the Hugging Face Hub at {constants.ENDPOINT} ({unreachable});"
+                    " nothing fetched. Without internet, HF_HUB_OFFLINE=1 checks the cache only",
+                    file=sys.stderr,
+                )
         if missing and not check_only and not unreachable:
             for n, item in enumerate(missing, 1):
                 print(f"{task.name}: fetching {item.describe()} ({n}/{len(missing)})", flush=True)
                 try:
                     download(item)
                 except Exception as e:  # whatever stops one item (HTTP, network, disk): one line, go on
-                    print(f"mlrb.prefetch: error: {task.name}: cannot fetch {item.describe()}: {one_line(e)}",
-                          file=sys.stderr, flush=True)  # fmt: skip
+                    print(
+                        f"mlrb.prefetch: error: {task.name}: cannot fetch {item.describe()}: {one_line(e)}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             missing = [item for item in needs if not is_present(item)]
         for item in missing:
             print(f"missing: {task.name}: {item.describe()}")

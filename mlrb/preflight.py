@@ -20,8 +20,26 @@ from pathlib import Path
 from mlrb.core.config import ConfigError, SandboxConfig
 
 # File systems that several machines mount at once (what a cluster's home or scratch is).
-SHARED_FS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "ceph", "panfs", "wekafs", "glusterfs",
-             "fuse.glusterfs", "fuse.sshfs", "fuse.ceph", "fuse.weka", "fuse.juicefs", "afs", "9p")  # fmt: skip
+SHARED_FS = (
+    "nfs",
+    "nfs4",
+    "lustre",
+    "gpfs",
+    "beegfs",
+    "cifs",
+    "smb3",
+    "ceph",
+    "panfs",
+    "wekafs",
+    "glusterfs",
+    "fuse.glusterfs",
+    "fuse.sshfs",
+    "fuse.ceph",
+    "fuse.weka",
+    "fuse.juicefs",
+    "afs",
+    "9p",
+)
 NO_SANDBOX = (
     "no confined sandbox can run here. Ask the cluster's admins to allow unprivileged user namespaces "
     "(sysctl user.max_user_namespaces=15000, kernel.unprivileged_userns_clone=1, and on Ubuntu 24.04+ "

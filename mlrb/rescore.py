@@ -101,20 +101,29 @@ class SnapshottedRun:
 
         folder = self.local / f"step-{entry['step']}"
         try:  # (linked to the store's objects: the submission is copied out of it before it is scored)
-            work = snapshots.materialise(self.snapshots, entry, self.task.workspace_files(self.asset_path),
-                                         folder / "workspace", link=True)  # fmt: skip
+            work = snapshots.materialise(
+                self.snapshots, entry, self.task.workspace_files(self.asset_path), folder / "workspace", link=True
+            )
         except snapshots.MissingObject as e:
             where = self.run.data.tags.get(Tag.RUN_DIR) or "its run folder"
-            raise ConfigError(f"step {entry['step']}: {e}: the tracking store holds only what record.snapshots "
-                              f"sent; rescore on the machine that holds {where}") from None  # fmt: skip
+            raise ConfigError(
+                f"step {entry['step']}: {e}: the tracking store holds only what record.snapshots "
+                f"sent; rescore on the machine that holds {where}"
+            ) from None
         submission = folder / "submission"
         shutil.rmtree(submission, ignore_errors=True)  # from an earlier rescoring of the same step
         if submission.is_file():
             submission.unlink()
         workspace.collect(work, self.task.rules.submission, submission)
         try:
-            report = score_submission(self.task, submission, self.asset_path, folder / "scoring",
-                                      SandboxConfig(**self.config["sandbox"]), self.run_id)  # fmt: skip
+            report = score_submission(
+                self.task,
+                submission,
+                self.asset_path,
+                folder / "scoring",
+                SandboxConfig(**self.config["sandbox"]),
+                self.run_id,
+            )
         except ScorerError as e:
             raise ScoringFailed(f"step {entry['step']}: {e}") from None
         (folder / "score_report.json").write_text(json.dumps(report.to_dict(), indent=2, default=float))
@@ -154,8 +163,11 @@ def load(args: argparse.Namespace) -> SnapshottedRun:
     asset_path, environment = assets_lib.prepare(task, cache_dir)
     task = task.in_environment(environment)
     if assets_lib.fingerprint(asset_path) != run.data.tags.get(Tag.ASSETS_FINGERPRINT):
-        print(f"warning: the assets differ from the run's (fingerprint {assets_lib.fingerprint(asset_path)}, "
-              f"run {run.data.tags.get(Tag.ASSETS_FINGERPRINT)})", file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: the assets differ from the run's (fingerprint {assets_lib.fingerprint(asset_path)}, "
+            f"run {run.data.tags.get(Tag.ASSETS_FINGERPRINT)})",
+            file=sys.stderr,
+        )
     return SnapshottedRun(client, run, local, config, root, task, asset_path)
 
 
@@ -212,8 +224,10 @@ def rescore_steps(args: argparse.Namespace, say: Callable[[str], None] = print) 
         raise ConfigError(f"run {args.run_id} has no step snapshots (its agent took no step)")
     trajectory = trajectory_lines(loaded)
     if not any(line.get("event") == "start" for line in trajectory):
-        print(f"warning: run {args.run_id} has no trajectory with its start: its steps' wall times are unknown",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: run {args.run_id} has no trajectory with its start: its steps' wall times are unknown",
+            file=sys.stderr,
+        )
     ends = anytime.step_ends(trajectory, entries)
     metrics = loaded.run.data.metrics
     anchors = {name: metrics.get(name) for name in anytime.ANCHORS}
@@ -238,12 +252,15 @@ def rescore_steps(args: argparse.Namespace, say: Callable[[str], None] = print) 
             note = ""
         score = report.score if report.score is not None and math.isfinite(report.score) else None
         wall, usd = ends[step]
-        values = anytime.step_metrics(report.valid, score, anchors, task.higher_is_better, task.normalisation,
-                                      wall, usd)  # fmt: skip
+        values = anytime.step_metrics(
+            report.valid, score, anchors, task.higher_is_better, task.normalisation, wall, usd
+        )
         loaded.log(values, step)
         say(line(step, values, note or ("valid" if values[anytime.VALID] else f"invalid: {report.reason}")))
-    return (f"logged the anytime metrics at {len(chosen) + (entries[0]['step'] > 0)} steps ({len(scored)} "
-            f"workspaces scored); python -m mlrb.report draws them")  # fmt: skip
+    return (
+        f"logged the anytime metrics at {len(chosen) + (entries[0]['step'] > 0)} steps ({len(scored)} "
+        f"workspaces scored); python -m mlrb.report draws them"
+    )
 
 
 def line(step: int, values: dict[str, float], note: str) -> str:

@@ -33,8 +33,14 @@ class BaselineAgent(Agent):
         limit = ctx.budget.exhausted()
         if limit:
             return AgentOutcome(Status.BUDGET_EXHAUSTED, limit, "no budget left before the first step")
-        return one_command_step(ctx, TOOL, CALL_ID, {"command": command}, command,
-                                lambda result: command_outcome(ctx, result, BASELINE_SAYS))  # fmt: skip
+        return one_command_step(
+            ctx,
+            TOOL,
+            CALL_ID,
+            {"command": command},
+            command,
+            lambda result: command_outcome(ctx, result, BASELINE_SAYS),
+        )
 
 
 @dataclass(frozen=True)
@@ -60,10 +66,16 @@ def command_outcome(ctx: AgentContext, result: ExecResult, says: Says) -> AgentO
     return AgentOutcome(Status.OK, None, says.finished)
 
 
-def one_command_step(ctx: AgentContext, tool: str, call_id: str, arguments: dict, command: str,
-                     outcome_of: Callable[[ExecResult], AgentOutcome],
-                     on_start: Callable[[int], None] | None = None,
-                     on_result: Callable[[ExecResult], None] | None = None) -> AgentOutcome:  # fmt: skip
+def one_command_step(
+    ctx: AgentContext,
+    tool: str,
+    call_id: str,
+    arguments: dict,
+    command: str,
+    outcome_of: Callable[[ExecResult], AgentOutcome],
+    on_start: Callable[[int], None] | None = None,
+    on_result: Callable[[ExecResult], None] | None = None,
+) -> AgentOutcome:
     """An agent that is one command for the whole run (the baseline's script, an outside agent's
     program): one step with one tool call, bounded by the budget's wall time alone, its events
     emitted as a model's step's are. `on_start` gets the step's number before the command runs,

@@ -110,23 +110,30 @@ def parse_options(cfg: AgentConfig) -> CommandOptions:
                 raise ConfigError(f"agent.options.providers.{name}.{price} must be a price of 0 or more, not {value!r}")
         models = providers[name].models
         if isinstance(models, str) or not all(isinstance(m, str) and m.strip() for m in models or ()):
-            raise ConfigError(f"agent.options.providers.{name}.models must list the models the program may call, "
-                              f"e.g. [{EXAMPLE_MODELS[name]}], not {models!r}")  # fmt: skip
+            raise ConfigError(
+                f"agent.options.providers.{name}.models must list the models the program may call, "
+                f"e.g. [{EXAMPLE_MODELS[name]}], not {models!r}"
+            )
         providers[name].models = list(models or ())
     model = options.get("model")
     if model is not None:
         if not isinstance(model, str) or not model.strip() or model != model.strip():
-            raise ConfigError(f"agent.options.model must name a model, e.g. {EXAMPLE_MODELS['anthropic']}, "
-                              f"not {model!r}")  # fmt: skip
+            raise ConfigError(
+                f"agent.options.model must name a model, e.g. {EXAMPLE_MODELS['anthropic']}, not {model!r}"
+            )
         serving = providers[provider_of(model, providers)]
         serving.models = [model, *(m for m in serving.models if m != model)]
     elif "MLRB_MODEL" in command:
-        raise ConfigError("agent.options.command names $MLRB_MODEL, and agent.options.model is not set: "
-                          f"name the model, e.g. agent.options.model={EXAMPLE_MODELS['anthropic']}")  # fmt: skip
+        raise ConfigError(
+            "agent.options.command names $MLRB_MODEL, and agent.options.model is not set: "
+            f"name the model, e.g. agent.options.model={EXAMPLE_MODELS['anthropic']}"
+        )
     if providers and not any(provider.models for provider in providers.values()):
         name = next(iter(providers))
-        raise ConfigError(f"agent.options.providers.{name}.models must list the models the program may call, "
-                          f"e.g. [{EXAMPLE_MODELS[name]}], or agent.options.model name one, not []")  # fmt: skip
+        raise ConfigError(
+            f"agent.options.providers.{name}.models must list the models the program may call, "
+            f"e.g. [{EXAMPLE_MODELS[name]}], or agent.options.model name one, not []"
+        )
     install = None
     if options.get("install"):
         values = dict(options["install"])
@@ -138,13 +145,23 @@ def parse_options(cfg: AgentConfig) -> CommandOptions:
     if options.get("program_dir"):
         program_dir = Path(str(options["program_dir"])).expanduser().resolve()
         if not program_dir.is_dir():
-            raise ConfigError(f"agent.options.program_dir {options['program_dir']} is not a folder on this machine: "
-                              "give the folder holding your program's files")  # fmt: skip
+            raise ConfigError(
+                f"agent.options.program_dir {options['program_dir']} is not a folder on this machine: "
+                "give the folder holding your program's files"
+            )
         if install is not None:
-            raise ConfigError("agent.options.program_dir and agent.options.install cannot both be given: "
-                              "the sandbox mounts one folder of the agent's programs")  # fmt: skip
-    return CommandOptions(command=command, model=model, providers=providers, environment=environment,
-                          install=install, program_dir=program_dir)  # fmt: skip
+            raise ConfigError(
+                "agent.options.program_dir and agent.options.install cannot both be given: "
+                "the sandbox mounts one folder of the agent's programs"
+            )
+    return CommandOptions(
+        command=command,
+        model=model,
+        providers=providers,
+        environment=environment,
+        install=install,
+        program_dir=program_dir,
+    )
 
 
 def provider_of(model: str, providers: dict[str, ProviderOptions]) -> str:
@@ -173,16 +190,24 @@ def upstreams_of(agent: str, options: CommandOptions) -> dict[str, Upstream]:
             found[name] = Upstream(upstream_url(name, provider.base_url), key, models=models)
     if not found:
         names = " or ".join(f"${p.api_key_env}" for p in options.providers.values()) or "(no providers configured)"
-        raise ConfigError(f"agent {agent} needs an API key: set {names} (the run's proxy holds it; "
-                          "the program gets the run's token instead)")  # fmt: skip
+        raise ConfigError(
+            f"agent {agent} needs an API key: set {names} (the run's proxy holds it; "
+            "the program gets the run's token instead)"
+        )
     return found
 
 
 def price_of(name: str, model: str, provider: ProviderOptions) -> prices.Price:
     """MODEL's price at provider NAME: the rates its options set, the table's for the rest."""
     rates = prices.config_rates(provider)
-    return prices.price_of(name, model, rates.pop("input_per_mtok"), rates.pop("output_per_mtok"),
-                           f"agent.options.providers.{name}", **rates)  # fmt: skip
+    return prices.price_of(
+        name,
+        model,
+        rates.pop("input_per_mtok"),
+        rates.pop("output_per_mtok"),
+        f"agent.options.providers.{name}",
+        **rates,
+    )
 
 
 COMMAND_SAYS = Says("the command ran out of time", "the command exited", "the command finished")
@@ -222,18 +247,24 @@ class CommandAgent(Agent):
             return AgentOutcome(Status.BUDGET_EXHAUSTED, limit, "no budget left before the command started")
         url, token = ctx.sandbox.model_url, ctx.model.token
         given = {
-            "ANTHROPIC_BASE_URL": f"{url}/anthropic", "ANTHROPIC_API_KEY": token,
-            "OPENAI_BASE_URL": f"{url}/openai/v1", "OPENAI_API_KEY": token,
+            "ANTHROPIC_BASE_URL": f"{url}/anthropic",
+            "ANTHROPIC_API_KEY": token,
+            "OPENAI_BASE_URL": f"{url}/openai/v1",
+            "OPENAI_API_KEY": token,
             "MLRB_PROMPT": ctx.instructions,
             **({"MLRB_MODEL": self.options.model} if self.options.model else {}),
             **({"MLRB_AGENT_DIR": str(self.options.program_dir)} if self.options.program_dir else {}),
             **resumed_variables(ctx),
-        }  # fmt: skip
+        }
         configured = dict(self.options.environment)  # these may refer to variables ($TMPDIR, $PATH)
         if self.options.install is not None and self.tools_dir is not None:
             configured["PATH"] = f"{self.tools_dir / 'bin'}:$PATH"
-        exports = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in given.items()),
-                            *(f"{k}={expanding(v)}" for k, v in configured.items())])  # fmt: skip
+        exports = " ".join(
+            [
+                *(f"{k}={shlex.quote(v)}" for k, v in given.items()),
+                *(f"{k}={expanding(v)}" for k, v in configured.items()),
+            ]
+        )
 
         def keep_transcript(result: ExecResult) -> None:  # whole (the trajectory keeps a cut copy)
             if ctx.run_dir is not None:
@@ -243,9 +274,14 @@ class CommandAgent(Agent):
                 (ctx.run_dir / "agent" / f"stderr{attempt}.txt").write_text(result.stderr)
 
         outcome = one_command_step(
-            ctx, TOOL, CALL_ID, {"command": self.options.command}, f"export {exports}; {self.options.command}",
-            lambda result: self.outcome(ctx, result, ctx.model.refused), on_result=keep_transcript,
-        )  # fmt: skip
+            ctx,
+            TOOL,
+            CALL_ID,
+            {"command": self.options.command},
+            f"export {exports}; {self.options.command}",
+            lambda result: self.outcome(ctx, result, ctx.model.refused),
+            on_result=keep_transcript,
+        )
         missing = metering.model_not_found(ctx.model, self.how_to_set(ctx.model.missing_model))
         if missing is not None:  # the provider has no model the config allows: the config's fault, not the program's
             raise missing
@@ -272,8 +308,11 @@ def resumed_variables(ctx: AgentContext) -> dict[str, str]:
     (the program's own state is in $MLRB_STATE_DIR, kept across attempts)."""
     if ctx.resumed is None:
         return {}
-    return {"MLRB_RESUMED": "1", "MLRB_ATTEMPT": str(ctx.resumed.attempt),
-            "MLRB_RESUME_NOTE": resumed_note(ctx.resumed.why, ctx.resumed.attempt)}  # fmt: skip
+    return {
+        "MLRB_RESUMED": "1",
+        "MLRB_ATTEMPT": str(ctx.resumed.attempt),
+        "MLRB_RESUME_NOTE": resumed_note(ctx.resumed.why, ctx.resumed.attempt),
+    }
 
 
 def expanding(value: str) -> str:

@@ -27,17 +27,20 @@ def load(folder: Path) -> list[Message] | None:
         data = json.loads((Path(folder) / FILE).read_text())
         return [
             Message(
-                m["role"], m["text"],
+                m["role"],
+                m["text"],
                 tool_calls=[ToolCall(**c) for c in m["tool_calls"]],
                 tool_results=[ToolResult(**r) for r in m["tool_results"]],
             )
             for m in data
-        ]  # fmt: skip
+        ]
     except (OSError, ValueError, TypeError, KeyError):
         return None
 
 
 def resumed_note(why: str, attempt: int) -> str:
     """What the model is told when its run goes on in a new attempt."""
-    return (f"[The run was stopped ({why}) and goes on now, attempt {attempt}. Your workspace is as you left it; "
-            "processes you had running were stopped. Go on where you were.]")  # fmt: skip
+    return (
+        f"[The run was stopped ({why}) and goes on now, attempt {attempt}. Your workspace is as you left it; "
+        "processes you had running were stopped. Go on where you were.]"
+    )

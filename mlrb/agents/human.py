@@ -126,8 +126,11 @@ class HumanAgent(Agent):
         commands = Commands(ctx.events, step)
         terminal = Terminal(ctx.run_dir)
         try:
-            terminal.start(ctx.sandbox.interactive_argv(["bash", "-c", LAUNCH, "mlrb-human", ctx.instructions, RC],
-                                                        self.environment(ctx)))  # fmt: skip
+            terminal.start(
+                ctx.sandbox.interactive_argv(
+                    ["bash", "-c", LAUNCH, "mlrb-human", ctx.instructions, RC], self.environment(ctx)
+                )
+            )
             log.info("agent=human: the session is open; attach with: %s", terminal.attach_command())
             started = time.monotonic()
             out_of_time = False
@@ -187,8 +190,9 @@ class Terminal:
         self.pane_pid: int | None = None
 
     def tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run([self.binary, "-S", str(self.socket), *args], env=self.env, capture_output=True,
-                                text=True, timeout=30)  # fmt: skip
+        result = subprocess.run(
+            [self.binary, "-S", str(self.socket), *args], env=self.env, capture_output=True, text=True, timeout=30
+        )
         if check and result.returncode != 0:
             raise SandboxError(f"tmux {args[0]} failed: {result.stderr.strip()[-300:]}")
         return result
@@ -210,8 +214,26 @@ class Terminal:
         script.write_text(f"exec {shlex.join(argv)}\n")
         self.end_earlier_server()
         # One tmux command line, so the transcript is piped before the pane's first output is read.
-        self.tmux("-f", os.devnull, "new-session", "-d", "-s", SESSION, "-x", "160", "-y", "48", "/bin/sh",
-                  str(script), ";", "pipe-pane", "-O", "-t", SESSION, f"cat >> {shlex.quote(str(self.transcript))}")  # fmt: skip
+        self.tmux(
+            "-f",
+            os.devnull,
+            "new-session",
+            "-d",
+            "-s",
+            SESSION,
+            "-x",
+            "160",
+            "-y",
+            "48",
+            "/bin/sh",
+            str(script),
+            ";",
+            "pipe-pane",
+            "-O",
+            "-t",
+            SESSION,
+            f"cat >> {shlex.quote(str(self.transcript))}",
+        )
         shown = self.tmux("display-message", "-p", "-t", SESSION, "#{pane_pid}", check=False)
         if shown.returncode == 0 and shown.stdout.strip().isdigit():
             self.pane_pid = int(shown.stdout.strip())

@@ -30,8 +30,12 @@ NPM_TIMEOUT_S = 900
 
 
 ARCHES = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}  # machine -> npm's name
-TRIPLES = {("linux", "x64"): "x86_64-unknown-linux-musl", ("linux", "arm64"): "aarch64-unknown-linux-musl",
-           ("darwin", "x64"): "x86_64-apple-darwin", ("darwin", "arm64"): "aarch64-apple-darwin"}  # fmt: skip
+TRIPLES = {
+    ("linux", "x64"): "x86_64-unknown-linux-musl",
+    ("linux", "arm64"): "aarch64-unknown-linux-musl",
+    ("darwin", "x64"): "x86_64-apple-darwin",
+    ("darwin", "arm64"): "aarch64-apple-darwin",
+}
 
 
 def this_platform() -> tuple[str, str]:
@@ -73,15 +77,22 @@ def ensure(agent: str, spec: str, bins: dict[str, str], cache_dir: Path) -> Path
             return root
         npm = shutil.which("npm")
         if npm is None:
-            raise ConfigError(f"agent {agent} needs {spec}, which is not in the cache ({root}), and npm is not on "
-                              "the PATH to install it: install Node.js and npm, or copy the folder from a machine "
-                              "that has it")  # fmt: skip
+            raise ConfigError(
+                f"agent {agent} needs {spec}, which is not in the cache ({root}), and npm is not on "
+                "the PATH to install it: install Node.js and npm, or copy the folder from a machine "
+                "that has it"
+            )
         staging = root.with_name(f"{root.name}.installing-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         try:
-            done = subprocess.run([npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund", spec],
-                                  capture_output=True, text=True, timeout=NPM_TIMEOUT_S, stdin=subprocess.DEVNULL)  # fmt: skip
+            done = subprocess.run(
+                [npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund", spec],
+                capture_output=True,
+                text=True,
+                timeout=NPM_TIMEOUT_S,
+                stdin=subprocess.DEVNULL,
+            )
             if done.returncode != 0:
                 said = [line for line in (done.stderr + done.stdout).splitlines() if "ERR" in line] or ["no output"]
                 raise ConfigError(f"agent {agent}: npm could not install {spec}: {said[0].strip()[:300]}")

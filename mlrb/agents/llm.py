@@ -154,8 +154,9 @@ def check_values(o: LlmOptions) -> None:
             raise ConfigError(f"agent.options.{key} must not be negative, got {value}: give a finite number, 0 or more")
     bad = [p for p in o.retry_statuses if not STATUS_PATTERN.fullmatch(p)]
     if bad:
-        raise ConfigError(f"agent.options.retry_statuses has '{bad[0]}': give HTTP statuses such as 429, "
-                          "or a class such as 5xx")  # fmt: skip
+        raise ConfigError(
+            f"agent.options.retry_statuses has '{bad[0]}': give HTTP statuses such as 429, or a class such as 5xx"
+        )
     if o.api_key_env is not None and not o.api_key_env.strip():
         raise ConfigError("agent.options.api_key_env is empty: name an environment variable, or null for no key")
 
@@ -163,8 +164,14 @@ def check_values(o: LlmOptions) -> None:
 def price_of(options: LlmOptions) -> prices.Price:
     """The model's price: the config's, else the price table's; a one-line ConfigError when neither has one."""
     rates = prices.config_rates(options)
-    return prices.price_of(options.provider, options.model, rates.pop("input_per_mtok"), rates.pop("output_per_mtok"),
-                           "agent.options", **rates)  # fmt: skip
+    return prices.price_of(
+        options.provider,
+        options.model,
+        rates.pop("input_per_mtok"),
+        rates.pop("output_per_mtok"),
+        "agent.options",
+        **rates,
+    )
 
 
 def read_api_key(cfg: AgentConfig, options: LlmOptions) -> str | None:
@@ -206,8 +213,9 @@ def resumed_history(ctx: AgentContext) -> list[Message] | None:
     note = conversation.resumed_note(ctx.resumed.why, ctx.resumed.attempt) + "\n" + ctx.budget.note()
     last = history[-1]
     if last.role == "assistant":  # stopped while its tools ran: each call is answered, as the APIs require
-        stopped = [ToolResult(c.id, "[stopped: the run was stopped before this call ended]", True)
-                   for c in last.tool_calls]  # fmt: skip
+        stopped = [
+            ToolResult(c.id, "[stopped: the run was stopped before this call ended]", True) for c in last.tool_calls
+        ]
         history.append(Message("user", note, tool_results=stopped))
     else:
         last.text = f"{last.text}\n{note}" if last.text else note
@@ -437,8 +445,14 @@ class LlmAgent(Agent):
         headers = {TIMEOUT_HEADER: f"{timeout_s:.3f}", ATTEMPT_HEADER: str(attempt)}
         reply = provider.call(request, timeout_s + PROXY_GRACE_S, headers)
         b = ctx.budget
-        log.info("step %d: %s (%d in / %d out tokens so far; $%.4f)", step,
-                 ", ".join(c.name for c in reply.tool_calls) or "no tool call", b.input_tokens, b.output_tokens, b.usd)  # fmt: skip
+        log.info(
+            "step %d: %s (%d in / %d out tokens so far; $%.4f)",
+            step,
+            ", ".join(c.name for c in reply.tool_calls) or "no tool call",
+            b.input_tokens,
+            b.output_tokens,
+            b.usd,
+        )
         return reply
 
     def use_tool(self, sink: events.EventSink, env: ToolEnv, call: ToolCall, step: int) -> ToolOutput:

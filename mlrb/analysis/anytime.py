@@ -30,16 +30,28 @@ METRICS = (VALID, SCORE, NORMALISED, COUNTED, WALL_S, USD)
 ANCHORS = Metric.ANCHORS  # the run's metrics that normalise and count
 
 
-def step_metrics(valid: bool, score: float | None, anchors: dict[str, float | None], higher_is_better: bool,
-                 normalisation: str, wall_s: float | None, usd: float | None) -> dict[str, float]:  # fmt: skip
+def step_metrics(
+    valid: bool,
+    score: float | None,
+    anchors: dict[str, float | None],
+    higher_is_better: bool,
+    normalisation: str,
+    wall_s: float | None,
+    usd: float | None,
+) -> dict[str, float]:
     """The anytime metrics of one step's workspace, scored (or not) as the run's own was."""
     valid = valid and score is not None
     metrics: dict[str, float | None] = {VALID: float(valid), WALL_S: wall_s, USD: usd}
     if valid:
         assert score is not None
         metrics[SCORE] = score
-        metrics[NORMALISED] = counting.normalise(score, anchors.get(Metric.BASELINE_SCORE), anchors.get(Metric.REFERENCE_SCORE),
-                                                 higher_is_better, normalisation)  # fmt: skip
+        metrics[NORMALISED] = counting.normalise(
+            score,
+            anchors.get(Metric.BASELINE_SCORE),
+            anchors.get(Metric.REFERENCE_SCORE),
+            higher_is_better,
+            normalisation,
+        )
     metrics[COUNTED] = counting.count(valid, score, anchors, higher_is_better, normalisation).normalised
     return {name: value for name, value in metrics.items() if value is not None}
 

@@ -30,8 +30,13 @@ SUCCESS_IMPROVEMENT = 0.10  # MLAgentBench: success = more than 10% better than 
 PLUMBING = "a plumbing scale: its runs check that the harness works and measure nothing"
 
 
-def normalise(score: float, baseline: float | None, reference: float | None, higher_is_better: bool = True,
-              normalisation: str = "gap") -> float | None:  # fmt: skip
+def normalise(
+    score: float,
+    baseline: float | None,
+    reference: float | None,
+    higher_is_better: bool = True,
+    normalisation: str = "gap",
+) -> float | None:
     """ "gap": 0 = baseline, 100 = reference (MLRC-Bench); "improvement": percent better than
     the baseline (MLAgentBench). None when the anchors do not define the scale."""
     if normalisation == "gap":
@@ -72,8 +77,13 @@ class Counted:
         return {key: value for key, value in values.items() if value is not None}
 
 
-def count(valid: bool, score: float | None, calibration: dict[str, float | None], higher_is_better: bool = True,
-          normalisation: str = "gap") -> Counted:  # fmt: skip
+def count(
+    valid: bool,
+    score: float | None,
+    calibration: dict[str, float | None],
+    higher_is_better: bool = True,
+    normalisation: str = "gap",
+) -> Counted:
     """How one attempt counts, from its validity and raw score and the task's anchors
     (`do_nothing_score`, `baseline_score`, `reference_score`)."""
     do_nothing, baseline = calibration.get(Metric.DO_NOTHING_SCORE), calibration.get(Metric.BASELINE_SCORE)
@@ -101,8 +111,9 @@ class Scored(Protocol):
     score: float | None
 
 
-def run_metrics(report: Scored, calibration: dict[str, float | None], higher_is_better: bool = True,
-                normalisation: str = "gap") -> dict[str, float]:  # fmt: skip
+def run_metrics(
+    report: Scored, calibration: dict[str, float | None], higher_is_better: bool = True, normalisation: str = "gap"
+) -> dict[str, float]:
     """Score, its normalised form, MLAgentBench's success flag, and how the attempt counts in
     means (`count`): a run's metrics. Normalised: "gap", 0 = baseline, 100 = reference; "improvement"
     (MLAgentBench), percent better than the baseline."""
@@ -113,8 +124,10 @@ def run_metrics(report: Scored, calibration: dict[str, float | None], higher_is_
         if value is not None:
             metrics[anchor] = value
     # The measured anchors' SEM over their seeds: the report carries it into its intervals.
-    for anchor, score, name in (("baseline", Metric.BASELINE_SCORE, Metric.BASELINE_SCORE_SEM),
-                                ("reference", Metric.REFERENCE_SCORE, Metric.REFERENCE_SCORE_SEM)):  # fmt: skip
+    for anchor, score, name in (
+        ("baseline", Metric.BASELINE_SCORE, Metric.BASELINE_SCORE_SEM),
+        ("reference", Metric.REFERENCE_SCORE, Metric.REFERENCE_SCORE_SEM),
+    ):
         sem = calibration.get(f"{anchor}_sem")
         if sem is not None and calibration.get(score) is not None:
             metrics[name] = sem
@@ -133,8 +146,9 @@ def run_metrics(report: Scored, calibration: dict[str, float | None], higher_is_
     return metrics
 
 
-def counted_tags(report: Scored, calibration: dict[str, float | None], higher_is_better: bool = True,
-                 plumbing: bool = False) -> dict:  # fmt: skip
+def counted_tags(
+    report: Scored, calibration: dict[str, float | None], higher_is_better: bool = True, plumbing: bool = False
+) -> dict:
     """How the attempt counts in means, and why (the `mlrb.counted_as` and `mlrb.counted_reason` tags)."""
     if plumbing:
         return {Tag.COUNTED_AS: NONE, Tag.COUNTED_REASON: PLUMBING}

@@ -95,8 +95,9 @@ def expanded_tail(level: float, n: int) -> float:
     return NormalDist().cdf(-math.sqrt(n / (n - 1)) * t_quantile(1 - tail, n - 1))
 
 
-def bootstrap_interval(groups: Sequence[Sequence[float]], level: float = 0.95, resamples: int = 10_000,
-                       seed: int = 0) -> tuple[float, float] | None:  # fmt: skip
+def bootstrap_interval(
+    groups: Sequence[Sequence[float]], level: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float] | None:
     """Percentile bootstrap interval of `mean_of_means`: each resample draws as many groups as
     there are, with replacement, and within each drawn group as many of its values as it has.
     Drawing the groups too is what makes tasks clusters: when tasks differ in their effect, the

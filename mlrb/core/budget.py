@@ -36,8 +36,9 @@ class Spend:
 
 
 class Budget:
-    def __init__(self, cfg: BudgetConfig, clock: Callable[[], float] = time.monotonic,
-                 compute: HeldCompute | None = None):  # fmt: skip
+    def __init__(
+        self, cfg: BudgetConfig, clock: Callable[[], float] = time.monotonic, compute: HeldCompute | None = None
+    ):
         self.cfg = cfg
         # The hardware the agent's sandbox holds, on a clock of its own (wall time: pauses do not stop
         # it); None: none is counted (a run always has one).
@@ -162,8 +163,9 @@ class Budget:
         by at most one call's hold (when holds are at least what calls use)."""
         with self.lock:
             held = self.held
-            limit = self.limit_reached(self.input_tokens + held.input_tokens, self.output_tokens + held.output_tokens,
-                                       self.usd + held.usd)  # fmt: skip
+            limit = self.limit_reached(
+                self.input_tokens + held.input_tokens, self.output_tokens + held.output_tokens, self.usd + held.usd
+            )
             if limit is None:
                 self.held, self.in_flight = held + hold, self.in_flight + 1
             return limit

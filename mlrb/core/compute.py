@@ -24,8 +24,14 @@ class HeldCompute:
     """The hours a run's agent holds its hardware: GPUS GPUs and CPUS cores, from `start` to `stop`,
     added to what earlier attempts held (`carry`)."""
 
-    def __init__(self, gpus: int, cpus: float, price_per_gpu_hour: float | None = None,
-                 price_per_cpu_hour: float | None = None, clock: Callable[[], float] = time.monotonic):  # fmt: skip
+    def __init__(
+        self,
+        gpus: int,
+        cpus: float,
+        price_per_gpu_hour: float | None = None,
+        price_per_cpu_hour: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.gpus, self.cpus = gpus, cpus
         self.price_per_gpu_hour, self.price_per_cpu_hour = price_per_gpu_hour, price_per_cpu_hour
         self.clock = clock
@@ -93,8 +99,9 @@ class HeldCompute:
         return figures
 
 
-def usd_of(gpu_hours: float, cpu_hours: float, price_per_gpu_hour: float | None,
-           price_per_cpu_hour: float | None) -> float | None:  # fmt: skip
+def usd_of(
+    gpu_hours: float, cpu_hours: float, price_per_gpu_hour: float | None, price_per_cpu_hour: float | None
+) -> float | None:
     """GPU-hours and CPU-hours at their prices; None when neither price is set."""
     if price_per_gpu_hour is None and price_per_cpu_hour is None:
         return None

@@ -378,13 +378,16 @@ def check_price(key: str, value: Any) -> None:
 def check_tracking_kind(cfg: TrackingConfig) -> None:
     """tracking=server needs the server's address (http or https)."""
     if cfg.kind not in ("sqlite", "server"):
-        raise ConfigError(f"tracking.kind must be sqlite or server, got '{cfg.kind}' (choose with tracking=sqlite or "
-                          "tracking=server)")  # fmt: skip
+        raise ConfigError(
+            f"tracking.kind must be sqlite or server, got '{cfg.kind}' (choose with tracking=sqlite or tracking=server)"
+        )
     uri = cfg.named_uri()
     if cfg.kind == "server" and not (uri or "").startswith(("http://", "https://")):
         got = f"got '{uri}'" if uri else "got none"
-        raise ConfigError(f"tracking=server needs the MLflow server's address: tracking.uri=http://HOST:PORT ({got}; "
-                          "`python -m mlrb.tracking serve` starts a server and prints it)")  # fmt: skip
+        raise ConfigError(
+            f"tracking=server needs the MLflow server's address: tracking.uri=http://HOST:PORT ({got}; "
+            "`python -m mlrb.tracking serve` starts a server and prints it)"
+        )
 
 
 def check_review(cfg: ReviewConfig) -> None:
@@ -393,8 +396,13 @@ def check_review(cfg: ReviewConfig) -> None:
     refused before the run starts, not found at its end."""
     from mlrb.core import registry
 
-    for key in ("judge_max_usd", "judge_max_input_tokens", "judge_max_output_tokens", "judge_context_chars",
-                "judge_timeout_s"):  # fmt: skip
+    for key in (
+        "judge_max_usd",
+        "judge_max_input_tokens",
+        "judge_max_output_tokens",
+        "judge_context_chars",
+        "judge_timeout_s",
+    ):
         value = getattr(cfg, key)
         if value is not None:
             check_positive(f"review.{key}", value)
@@ -405,8 +413,9 @@ def check_review(cfg: ReviewConfig) -> None:
     if cfg.judge is None:
         return
     if not cfg.judge.strip():
-        raise ConfigError("review.judge is empty: name a model (e.g. review.judge=claude-sonnet-5), or null for "
-                          "the rules alone")  # fmt: skip
+        raise ConfigError(
+            "review.judge is empty: name a model (e.g. review.judge=claude-sonnet-5), or null for the rules alone"
+        )
     registry.load(registry.REVIEW_JUDGE)(cfg)
 
 
@@ -444,8 +453,10 @@ def check_rules(cfg: MlrbConfig) -> None:
             check_price(f"compute.{key}", value)
     check_positive("tracking.retry_for_s", cfg.tracking.retry_for_s)
     if cfg.tracking.retry_for_s > MAX_RETRY_FOR_S:
-        raise ConfigError(f"tracking.retry_for_s must be at most {MAX_RETRY_FOR_S} (MLflow's client retries a request "
-                          f"at most 10 times, 2 minutes apart), got {cfg.tracking.retry_for_s}")  # fmt: skip
+        raise ConfigError(
+            f"tracking.retry_for_s must be at most {MAX_RETRY_FOR_S} (MLflow's client retries a request "
+            f"at most 10 times, 2 minutes apart), got {cfg.tracking.retry_for_s}"
+        )
     check_submission_path(cfg.task.submission)
     check_record(cfg.record)
     for key, value in (("paths.cache_dir", cfg.paths.cache_dir), ("tracking.dir", cfg.tracking.dir)):

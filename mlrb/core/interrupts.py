@@ -75,8 +75,9 @@ class Guard:
         self.received.append(signum)
         if self.holding:
             self.pending = signum
-            log.warning("%s received while the run is being recorded; it stops once that is done",
-                        signal.Signals(signum).name)  # fmt: skip
+            log.warning(
+                "%s received while the run is being recorded; it stops once that is done", signal.Signals(signum).name
+            )
             return
         self.interrupt(signum)
 
@@ -141,8 +142,12 @@ def noted(guard: Guard, handler: Callable) -> Callable:
             if e.returncode != -signal.SIGTERM:
                 raise
             command = e.cmd if isinstance(e.cmd, str) else shlex.join(map(str, e.cmd))
-            log.warning("%s: `%s` died of the job's own SIGTERM, so SLURM is ending the job; exiting as "
-                        "the launcher would have", signal.Signals(signum).name, command)  # fmt: skip
+            log.warning(
+                "%s: `%s` died of the job's own SIGTERM, so SLURM is ending the job; exiting as "
+                "the launcher would have",
+                signal.Signals(signum).name,
+                command,
+            )
             raise SystemExit(-1) from e
 
     return handle

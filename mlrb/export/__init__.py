@@ -18,9 +18,15 @@ FORMATS = {
 
 def help_text() -> str:
     """What `python -m mlrb.export --help` prints."""
-    return "\n".join(["usage: python -m mlrb.export FORMAT ARGS...", "",
-                      "Runs in another tool's format, from their run or sweep folders. FORMAT is one of:", "",
-                      "  inspect   Inspect eval logs: one per task and agent, the runs as samples, the seeds as epochs",
-                      "  harbor    a Harbor task folder of one of mlrb's tasks: prompt, limits, image, held-out verifier",
-                      "",
-                      "python -m mlrb.export FORMAT --help shows a format's own arguments."])  # fmt: skip
+    return "\n".join(
+        [
+            "usage: python -m mlrb.export FORMAT ARGS...",
+            "",
+            "Runs in another tool's format, from their run or sweep folders. FORMAT is one of:",
+            "",
+            "  inspect   Inspect eval logs: one per task and agent, the runs as samples, the seeds as epochs",
+            "  harbor    a Harbor task folder of one of mlrb's tasks: prompt, limits, image, held-out verifier",
+            "",
+            "python -m mlrb.export FORMAT --help shows a format's own arguments.",
+        ]
+    )

@@ -91,8 +91,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("task", help="a packaged task's name, e.g. llm_merging")
     p.add_argument("--scale", default=None, help="the task's scale (its default scale unless given), e.g. tiny")
     p.add_argument("--out", type=Path, required=True, help="the task folder to write (new, or an empty folder)")
-    p.add_argument("--cache-dir", type=Path, default=None,
-                   help="mlrb's asset cache the assets come from (default: paths.cache_dir, ~/.cache/mlrb)")  # fmt: skip
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="mlrb's asset cache the assets come from (default: paths.cache_dir, ~/.cache/mlrb)",
+    )
     return p
 
 
@@ -118,8 +122,10 @@ def main(argv: list[str]) -> int:
 
     assets = prepare(task, args.cache_dir or Path(cfg.paths.cache_dir)).path
     write_folder(task, cfg, assets, args.out)
-    print(f"{args.out}: Harbor task {task.name} ({task.scale} scale), public assets in environment/, "
-          f"hidden in tests/ (from {assets})")  # fmt: skip
+    print(
+        f"{args.out}: Harbor task {task.name} ({task.scale} scale), public assets in environment/, "
+        f"hidden in tests/ (from {assets})"
+    )
     return 0
 
 
@@ -218,8 +224,9 @@ def fill(folder: Path, task: Any, cfg: Any, assets: Path) -> None:
     write_script(tests / "test.sh", test_sh)
 
     marker = next(iter(entries), "submission")
-    solve = SOLVE_SH.format(task=task.name, scale=task.scale, marker=marker, workdir=WORKDIR,
-                            command=task.baseline_command().strip())  # fmt: skip
+    solve = SOLVE_SH.format(
+        task=task.name, scale=task.scale, marker=marker, workdir=WORKDIR, command=task.baseline_command().strip()
+    )
     (folder / "solution").mkdir()
     write_script(folder / "solution" / "solve.sh", solve)
 

@@ -34,14 +34,28 @@ PROG = "python -m mlrb.export inspect"
 SCORER = "mlrb"
 SCORES = (Metric.SCORE, Metric.NORMALISED_SCORE, Metric.VALID, Metric.COUNTED_SCORE, Metric.COUNTED_NORMALISED_SCORE)
 NO_MODEL = "none/none"  # Inspect's name for an eval without a model
-STOP_REASONS = {"end_turn": "stop", "stop": "stop", "completed": "stop", "stop_sequence": "stop",
-                "tool_use": "tool_calls", "tool_calls": "tool_calls", "max_tokens": "max_tokens",
-                "length": "max_tokens", "incomplete": "max_tokens", "content_filter": "content_filter",
-                "refusal": "content_filter"}  # fmt: skip
+STOP_REASONS = {
+    "end_turn": "stop",
+    "stop": "stop",
+    "completed": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "tool_calls": "tool_calls",
+    "max_tokens": "max_tokens",
+    "length": "max_tokens",
+    "incomplete": "max_tokens",
+    "content_filter": "content_filter",
+    "refusal": "content_filter",
+}
 # How a run's agent stopped (its budget's limit, mlrb/core/budget.py) as Inspect's limits, with the budget's value.
-LIMITS = {"wall_time": ("time", "budget.wall_time_s"), "steps": ("turn", "budget.max_steps"),
-          "input_tokens": ("token", "budget.max_input_tokens"), "output_tokens": ("token", "budget.max_output_tokens"),
-          "usd": ("cost", "budget.max_usd"), "gpu_hours": ("custom", "budget.max_gpu_hours")}  # fmt: skip
+LIMITS = {
+    "wall_time": ("time", "budget.wall_time_s"),
+    "steps": ("turn", "budget.max_steps"),
+    "input_tokens": ("token", "budget.max_input_tokens"),
+    "output_tokens": ("token", "budget.max_output_tokens"),
+    "usd": ("cost", "budget.max_usd"),
+    "gpu_hours": ("custom", "budget.max_gpu_hours"),
+}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -65,8 +79,11 @@ def main(argv: list[str]) -> int:
     try:
         from inspect_ai.log import write_eval_log
     except ImportError:
-        print("mlrb.export inspect: error: needs the inspect-ai package: pip install 'mlrb[inspect]' "
-              "(bash install.sh --dev installs it)", file=sys.stderr)  # fmt: skip
+        print(
+            "mlrb.export inspect: error: needs the inspect-ai package: pip install 'mlrb[inspect]' "
+            "(bash install.sh --dev installs it)",
+            file=sys.stderr,
+        )
         return 2
     if args.out.exists() and not args.out.is_dir():
         print(f"mlrb.export inspect: error: --out {args.out} is a file, not a folder", file=sys.stderr)
@@ -77,8 +94,10 @@ def main(argv: list[str]) -> int:
         path = args.out / log_name(log)
         write_eval_log(log, str(path), format="eval")
         epochs = max((s.epoch for s in log.samples or []), default=0)
-        print(f"{path}: task {log.eval.task}, agent {log.eval.solver}: {len(log.samples or [])} runs as "
-              f"{len(log.eval.dataset.sample_ids or [])} samples x up to {epochs} epochs")  # fmt: skip
+        print(
+            f"{path}: task {log.eval.task}, agent {log.eval.solver}: {len(log.samples or [])} runs as "
+            f"{len(log.eval.dataset.sample_ids or [])} samples x up to {epochs} epochs"
+        )
     return 0
 
 
@@ -89,8 +108,10 @@ def by_task_and_agent(runs: list[RunFolder]) -> dict[tuple[str, str], list[RunFo
         if str(run.path.resolve()) in seen:  # a run named twice (its folder, and its sweep's)
             continue
         seen.add(str(run.path.resolve()))
-        key = (run.params.get("task.name") or run.tags.get(Tag.TASK, "task"),
-               run.params.get("agent.name") or run.tags.get(Tag.AGENT, "agent"))  # fmt: skip
+        key = (
+            run.params.get("task.name") or run.tags.get(Tag.TASK, "task"),
+            run.params.get("agent.name") or run.tags.get(Tag.AGENT, "agent"),
+        )
         groups.setdefault(key, []).append(run)
     return groups
 
@@ -162,22 +183,29 @@ def eval_log(runs: list[RunFolder]) -> Any:
     except metadata.PackageNotFoundError:
         version = "unknown"
     spec = EvalSpec(
-        eval_id=digest[:22], run_id=run_id or digest[22:44],
-        created=started_at(first), task=task, task_id=hashlib.sha256(task.encode()).hexdigest()[:22],
-        task_display_name=first.params.get("task.title") or task, solver=agent,
+        eval_id=digest[:22],
+        run_id=run_id or digest[22:44],
+        created=started_at(first),
+        task=task,
+        task_id=hashlib.sha256(task.encode()).hexdigest()[:22],
+        task_display_name=first.params.get("task.title") or task,
+        solver=agent,
         solver_args={k.removeprefix("agent."): v for k, v in first.params.items() if k.startswith("agent.")},
-        tags=["mlrb"], dataset=EvalDataset(name=task, samples=len(ids), sample_ids=list(ids)),
+        tags=["mlrb"],
+        dataset=EvalDataset(name=task, samples=len(ids), sample_ids=list(ids)),
         model=models.most_common(1)[0][0] if models else NO_MODEL,
         config=EvalConfig(epochs=max(s.epoch for s in samples)),
-        revision=EvalRevision(type="git", origin="", commit=commit,
-                              dirty=first.tags.get(Tag.GIT_DIRTY) == "True") if commit else None,
+        revision=EvalRevision(type="git", origin="", commit=commit, dirty=first.tags.get(Tag.GIT_DIRTY) == "True")
+        if commit
+        else None,
         packages={"mlrb": version},
         metadata={"exported_by": "mlrb", "runs": [str(r.path) for r in runs]},
-    )  # fmt: skip
+    )
     plan = EvalPlan(steps=[EvalPlanStep(solver=agent, params=spec.solver_args or {})])
     stats = EvalStats(started_at=started_at(first), completed_at=max(ended_at(r) for r in runs), model_usage=usage)
-    results = EvalResults(total_samples=len(samples), completed_samples=sum(s.error is None for s in samples),
-                          scores=eval_scores(samples))  # fmt: skip
+    results = EvalResults(
+        total_samples=len(samples), completed_samples=sum(s.error is None for s in samples), scores=eval_scores(samples)
+    )
     return EvalLog(status="success", eval=spec, plan=plan, results=results, stats=stats, samples=samples)
 
 
@@ -203,10 +231,19 @@ def eval_scores(samples: list[Any]) -> list[Any]:
         if not values or any(v is None for v in values):
             continue
         counted = [float(v) for v in values if v is not None]
-        metrics = {f"mean{suffix}": EvalMetric(name=f"mean{suffix}", value=sum(counted) / len(counted)),
-                   f"stderr{suffix}": EvalMetric(name=f"stderr{suffix}", value=stats.sem(counted) or 0.0)}  # fmt: skip
-        scores.append(EvalScore(name=name, scorer=SCORER, scored_samples=len(counted),
-                                unscored_samples=len(samples) - len(counted), metrics=metrics))  # fmt: skip
+        metrics = {
+            f"mean{suffix}": EvalMetric(name=f"mean{suffix}", value=sum(counted) / len(counted)),
+            f"stderr{suffix}": EvalMetric(name=f"stderr{suffix}", value=stats.sem(counted) or 0.0),
+        }
+        scores.append(
+            EvalScore(
+                name=name,
+                scorer=SCORER,
+                scored_samples=len(counted),
+                unscored_samples=len(samples) - len(counted),
+                metrics=metrics,
+            )
+        )
     return scores
 
 
@@ -237,9 +274,14 @@ def sample_of(run: RunFolder, sid: str, epoch: int) -> Any:
             key = model_key(run, str(event.get("model")))
             prompt, output = int(event.get("input_tokens") or 0), int(event.get("output_tokens") or 0)
             read, written = int(event.get("cache_read_tokens") or 0), int(event.get("cache_write_tokens") or 0)
-            used = ModelUsage(input_tokens=prompt - read - written, output_tokens=output,  # Inspect's: the cache's apart
-                              total_tokens=prompt + output, input_tokens_cache_read=read,
-                              input_tokens_cache_write=written, total_cost=float(event.get("cost_usd") or 0.0))  # fmt: skip
+            used = ModelUsage(
+                input_tokens=prompt - read - written,
+                output_tokens=output,  # Inspect's: the cache's apart
+                total_tokens=prompt + output,
+                input_tokens_cache_read=read,
+                input_tokens_cache_write=written,
+                total_cost=float(event.get("cost_usd") or 0.0),
+            )
             usage[key] = usage[key] + used if key in usage else used
     messages, output, source = conversation(run)
     stop = tags.get(Tag.STOP_REASON) or ""
@@ -252,21 +294,47 @@ def sample_of(run: RunFolder, sid: str, epoch: int) -> Any:
     error = None
     if run.state["status"] == "FAILED":
         error = EvalError(message=tags.get(Tag.ERROR, "the run failed"), traceback="", traceback_ansi="")
-    metadata_ = {"run_name": run.name, "run_id": run.state["run_id"], "run_dir": str(run.path),
-                 "seed": run.params.get("seed", tags.get(Tag.SEED)), "status": tags.get(Tag.STATUS),
-                 "mlflow_status": run.state["status"], "stop_reason": stop or None,
-                 "agent_message": tags.get(Tag.AGENT_MESSAGE), "scale": tags.get(Tag.SCALE),
-                 "counted_as": tags.get(Tag.COUNTED_AS), "counted_reason": tags.get(Tag.COUNTED_REASON),
-                 "steps": run.metric(Metric.STEPS), "cost_usd": run.metric(Metric.COST_USD),
-                 "messages_from": source}  # fmt: skip
+    metadata_ = {
+        "run_name": run.name,
+        "run_id": run.state["run_id"],
+        "run_dir": str(run.path),
+        "seed": run.params.get("seed", tags.get(Tag.SEED)),
+        "status": tags.get(Tag.STATUS),
+        "mlflow_status": run.state["status"],
+        "stop_reason": stop or None,
+        "agent_message": tags.get(Tag.AGENT_MESSAGE),
+        "scale": tags.get(Tag.SCALE),
+        "counted_as": tags.get(Tag.COUNTED_AS),
+        "counted_reason": tags.get(Tag.COUNTED_REASON),
+        "steps": run.metric(Metric.STEPS),
+        "cost_usd": run.metric(Metric.COST_USD),
+        "messages_from": source,
+    }
     return EvalSample(
-        id=sid, epoch=epoch, input=run.instructions or "", target="", messages=messages, output=output,
-        scores={SCORER: Score(value=value, answer=tags.get(Tag.AGENT_MESSAGE), explanation=explanation,
-                              metadata={"valid": tags.get(Tag.VALID), "invalid_reason": tags.get(Tag.INVALID_REASON)})},
-        metadata={k: v for k, v in metadata_.items() if v is not None}, model_usage=usage,
-        started_at=started_at(run), completed_at=ended_at(run), total_time=run.metric(Metric.WALL_TIME_S),
-        working_time=run.metric(Metric.AGENT_TIME_S), uuid=run.state["run_id"], error=error, limit=limit,
-    )  # fmt: skip
+        id=sid,
+        epoch=epoch,
+        input=run.instructions or "",
+        target="",
+        messages=messages,
+        output=output,
+        scores={
+            SCORER: Score(
+                value=value,
+                answer=tags.get(Tag.AGENT_MESSAGE),
+                explanation=explanation,
+                metadata={"valid": tags.get(Tag.VALID), "invalid_reason": tags.get(Tag.INVALID_REASON)},
+            )
+        },
+        metadata={k: v for k, v in metadata_.items() if v is not None},
+        model_usage=usage,
+        started_at=started_at(run),
+        completed_at=ended_at(run),
+        total_time=run.metric(Metric.WALL_TIME_S),
+        working_time=run.metric(Metric.AGENT_TIME_S),
+        uuid=run.state["run_id"],
+        error=error,
+        limit=limit,
+    )
 
 
 def conversation(run: RunFolder) -> tuple[list[Any], Any, str]:
@@ -338,8 +406,9 @@ async def inspect_messages(shape: str, turns: list[Any], system: str | None, mod
 
     if shape == "anthropic":
         return await messages_from_anthropic(turns, system)
-    converted = await (messages_from_openai_responses(turns, model) if shape == "responses"
-                       else messages_from_openai(turns, model))  # fmt: skip
+    converted = await (
+        messages_from_openai_responses(turns, model) if shape == "responses" else messages_from_openai(turns, model)
+    )
     has_system = any(m.role == "system" for m in converted)
     return ([ChatMessageSystem(content=system)] if system and not has_system else []) + converted
 
@@ -349,9 +418,14 @@ def assistant(outputs: dict[str, Any], model: str | None) -> Any:
     from inspect_ai.model import ChatMessageAssistant
     from inspect_ai.tool import ToolCall
 
-    calls = [ToolCall(id=str(c.get("id") or ""), function=str(c.get("name") or ""),
-                      arguments=c.get("arguments") if isinstance(c.get("arguments"), dict) else {})
-             for c in outputs.get("tool_calls") or []]  # fmt: skip
+    calls = [
+        ToolCall(
+            id=str(c.get("id") or ""),
+            function=str(c.get("name") or ""),
+            arguments=c.get("arguments") if isinstance(c.get("arguments"), dict) else {},
+        )
+        for c in outputs.get("tool_calls") or []
+    ]
     return ChatMessageAssistant(content=str(outputs.get("text") or ""), tool_calls=calls or None, model=model)
 
 
@@ -378,8 +452,14 @@ def from_trajectory(run: RunFolder) -> list[Any]:
         elif event["event"] == "tool_result":
             output = text_of(event.get("output"))
             failed = ToolCallError(type="unknown", message=output[:2000]) if event.get("is_error") else None
-            messages.append(ChatMessageTool(content=output, tool_call_id=str(event.get("id") or ""),
-                                            function=str(event.get("tool") or ""), error=failed))  # fmt: skip
+            messages.append(
+                ChatMessageTool(
+                    content=output,
+                    tool_call_id=str(event.get("id") or ""),
+                    function=str(event.get("tool") or ""),
+                    error=failed,
+                )
+            )
     return messages
 
 

@@ -35,9 +35,11 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "ATIF-v1.7"
 FILE = "trajectory.atif.json"
-NOTES = ("Converted by mlrb from the run's trajectory.jsonl: one agent step per metered model call, its usage and "
-         "cost as the run's budget was charged them; a tool call no model asked for is an agent step with "
-         "llm_call_count 0; the harness's own messages are system steps.")  # fmt: skip
+NOTES = (
+    "Converted by mlrb from the run's trajectory.jsonl: one agent step per metered model call, its usage and "
+    "cost as the run's budget was charged them; a tool call no model asked for is an agent step with "
+    "llm_call_count 0; the harness's own messages are system steps."
+)
 
 
 def iso(seconds: float | None) -> str | None:
@@ -82,22 +84,41 @@ class Steps:
         calls = []
         for call in event.get("tool_calls") or []:
             call_id = self.call_id(call.get("id"))
-            calls.append({"tool_call_id": call_id, "function_name": str(call.get("name") or ""),
-                          "arguments": call.get("arguments") if isinstance(call.get("arguments"), dict) else {}})  # fmt: skip
+            calls.append(
+                {
+                    "tool_call_id": call_id,
+                    "function_name": str(call.get("name") or ""),
+                    "arguments": call.get("arguments") if isinstance(call.get("arguments"), dict) else {},
+                }
+            )
         # ATIF's names for the call's charge (its Metrics), from the trajectory's model_call line
         # (prompt_tokens counts every token of the prompt, cached_tokens those of them read from the cache)
-        charged = {"prompt_tokens": int(event.get("input_tokens") or 0),
-                   "completion_tokens": int(event.get("output_tokens") or 0),
-                   "cached_tokens": int(event.get("cache_read_tokens") or 0),
-                   "cost_usd": float(event.get("cost_usd") or 0.0),
-                   "extra": {"usage_estimated": bool(event.get("usage_estimated")),
-                             "cache_write_tokens": int(event.get("cache_write_tokens") or 0),
-                             "cache_write_1h_tokens": int(event.get("cache_write_1h_tokens") or 0),
-                             "latency_s": event.get("latency_s")}}  # fmt: skip
-        step = {"source": "agent", "timestamp": iso(event.get("time")), "model_name": event.get("model"),
-                "message": str(event.get("text") or ""), "llm_call_count": 1, "metrics": charged,
-                "extra": {"mlrb_step": event.get("step"), "attempt": event.get("attempt"),
-                          "stop_reason": event.get("stop_reason"), **extra}}  # fmt: skip
+        charged = {
+            "prompt_tokens": int(event.get("input_tokens") or 0),
+            "completion_tokens": int(event.get("output_tokens") or 0),
+            "cached_tokens": int(event.get("cache_read_tokens") or 0),
+            "cost_usd": float(event.get("cost_usd") or 0.0),
+            "extra": {
+                "usage_estimated": bool(event.get("usage_estimated")),
+                "cache_write_tokens": int(event.get("cache_write_tokens") or 0),
+                "cache_write_1h_tokens": int(event.get("cache_write_1h_tokens") or 0),
+                "latency_s": event.get("latency_s"),
+            },
+        }
+        step = {
+            "source": "agent",
+            "timestamp": iso(event.get("time")),
+            "model_name": event.get("model"),
+            "message": str(event.get("text") or ""),
+            "llm_call_count": 1,
+            "metrics": charged,
+            "extra": {
+                "mlrb_step": event.get("step"),
+                "attempt": event.get("attempt"),
+                "stop_reason": event.get("stop_reason"),
+                **extra,
+            },
+        }
         if calls:
             step["tool_calls"] = calls
         self.add(step)
@@ -110,10 +131,19 @@ class Steps:
         call_id = str(event.get("id") or "")
         if call_id and call_id in self.by_call:
             return
-        call: dict[str, Any] = {"tool_call_id": self.call_id(call_id), "function_name": str(event.get("tool") or ""),
-                                "arguments": event.get("arguments") if isinstance(event.get("arguments"), dict) else {}}  # fmt: skip
-        step = {"source": "agent", "timestamp": iso(event.get("time")), "message": "", "llm_call_count": 0,
-                "tool_calls": [call], "extra": {"mlrb_step": event.get("step")}}  # fmt: skip
+        call: dict[str, Any] = {
+            "tool_call_id": self.call_id(call_id),
+            "function_name": str(event.get("tool") or ""),
+            "arguments": event.get("arguments") if isinstance(event.get("arguments"), dict) else {},
+        }
+        step = {
+            "source": "agent",
+            "timestamp": iso(event.get("time")),
+            "message": "",
+            "llm_call_count": 0,
+            "tool_calls": [call],
+            "extra": {"mlrb_step": event.get("step")},
+        }
         self.add(step)
         self.by_call[call["tool_call_id"]] = step
         if not call_id:  # its result names no id either: it answers the latest call of this tool
@@ -127,13 +157,22 @@ class Steps:
             step = self.steps[-1]
         if not call_id:
             call_id = step["tool_calls"][-1]["tool_call_id"]
-        result = {"source_call_id": call_id, "content": str(event.get("output") or ""),
-                  "extra": {k: event.get(k) for k in ("is_error", "exit_code", "duration_s")}}  # fmt: skip
+        result = {
+            "source_call_id": call_id,
+            "content": str(event.get("output") or ""),
+            "extra": {k: event.get(k) for k in ("is_error", "exit_code", "duration_s")},
+        }
         step.setdefault("observation", {"results": []})["results"].append(result)
 
     def system(self, event: dict[str, Any], message: str, **extra: Any) -> None:
-        self.add({"source": "system", "timestamp": iso(event.get("time")), "message": message,
-                  "extra": {"mlrb_event": event["event"], **extra}})  # fmt: skip
+        self.add(
+            {
+                "source": "system",
+                "timestamp": iso(event.get("time")),
+                "message": message,
+                "extra": {"mlrb_event": event["event"], **extra},
+            }
+        )
 
 
 def convert(run: RunFolder) -> dict[str, Any]:
@@ -164,13 +203,21 @@ def convert(run: RunFolder) -> dict[str, Any]:
         elif kind == "tool_result":
             steps.tool_result(event)
         elif kind == "api_error":
-            steps.system(event, f"the model API gave up at step {event.get('step')} (attempt {event.get('attempt')}): "
-                                f"{event.get('error')}", status=event.get("status"))  # fmt: skip
+            steps.system(
+                event,
+                f"the model API gave up at step {event.get('step')} (attempt {event.get('attempt')}): "
+                f"{event.get('error')}",
+                status=event.get("status"),
+            )
         elif kind == "budget_notice":
             steps.system(event, str(event.get("text") or ""), seconds_left=event.get("seconds_left"))
         elif kind == "resume":
-            steps.system(event, f"the run went on in attempt {event.get('attempt')} ({event.get('why')}); "
-                                f"the workspace {event.get('workspace')}", spent=event.get("spent"))  # fmt: skip
+            steps.system(
+                event,
+                f"the run went on in attempt {event.get('attempt')} ({event.get('why')}); "
+                f"the workspace {event.get('workspace')}",
+                spent=event.get("spent"),
+            )
         elif kind == "start":
             extra["budget"] = event.get("budget")
         elif kind == "submit":
@@ -187,9 +234,15 @@ def convert(run: RunFolder) -> dict[str, Any]:
         "agent": agent_of(run),
         "steps": [{k: v for k, v in step.items() if v is not None} for step in steps.steps],
         "notes": NOTES,
-        "extra": {**extra, **{k: run.tags[t] for k, t in (("task", Tag.TASK), ("seed", Tag.SEED), ("scale", Tag.SCALE))
-                              if t in run.tags}},
-    }  # fmt: skip
+        "extra": {
+            **extra,
+            **{
+                k: run.tags[t]
+                for k, t in (("task", Tag.TASK), ("seed", Tag.SEED), ("scale", Tag.SCALE))
+                if t in run.tags
+            },
+        },
+    }
     if ended:
         outcome = {k: ended.get(k) for k in ("status", "stop_reason", "message")}
         document["final_metrics"] = {
@@ -215,8 +268,10 @@ def agent_of(run: RunFolder) -> dict[str, Any]:
     except metadata.PackageNotFoundError:
         version = "unknown"
     commit = run.tags.get(Tag.GIT_COMMIT)
-    agent: dict[str, Any] = {"name": run.params.get("agent.name") or run.tags.get(Tag.AGENT) or "unknown",
-                             "version": f"mlrb {version}" + (f" ({commit[:12]})" if commit else "")}  # fmt: skip
+    agent: dict[str, Any] = {
+        "name": run.params.get("agent.name") or run.tags.get(Tag.AGENT) or "unknown",
+        "version": f"mlrb {version}" + (f" ({commit[:12]})" if commit else ""),
+    }
     models = [e.get("model") for e in run.events if e["event"] in ("agent", "model_call") and e.get("model")]
     model = run.params.get("agent.options.model") or (models[0] if models else None)
     if model:

@@ -96,8 +96,10 @@ def read(path: Path, must_have_ended: bool = True) -> RunFolder:
     """The run in folder PATH; NotARun (one line) when it holds none, or one not yet ended."""
     path = Path(path)
     if not (path / record.FILE).is_file():
-        raise NotARun(f"{path}: not a run folder (no {record.FILE}): name a run folder (outputs/runs/<run>) or a "
-                      "sweep folder (outputs/sweeps/<time>)")  # fmt: skip
+        raise NotARun(
+            f"{path}: not a run folder (no {record.FILE}): name a run folder (outputs/runs/<run>) or a "
+            "sweep folder (outputs/sweeps/<time>)"
+        )
     try:
         lines = record.read(path)
     except (ValueError, OSError) as e:
@@ -108,8 +110,9 @@ def read(path: Path, must_have_ended: bool = True) -> RunFolder:
 
 def ended(run: RunFolder) -> RunFolder:
     if not run.ended:
-        raise NotARun(f"{run.path}: the run {run.name} has not ended (its record has no end status): "
-                      "export it once it has")  # fmt: skip
+        raise NotARun(
+            f"{run.path}: the run {run.name} has not ended (its record has no end status): export it once it has"
+        )
     return run
 
 

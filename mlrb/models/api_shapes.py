@@ -42,8 +42,10 @@ def reply_of(response: Any, stream: bool) -> Reply:
         return text, tools, string(response.get("stop_reason")) or None
     choice = next(iter(objects(response.get("choices"))), {})
     message = an_object(choice.get("message"))
-    tools = [tool(t.get("id"), an_object(t.get("function")).get("name"), an_object(t.get("function")).get("arguments"))
-             for t in objects(message.get("tool_calls"))]  # fmt: skip
+    tools = [
+        tool(t.get("id"), an_object(t.get("function")).get("name"), an_object(t.get("function")).get("arguments"))
+        for t in objects(message.get("tool_calls"))
+    ]
     return string(message.get("content")), tools, string(choice.get("finish_reason")) or None
 
 
@@ -94,12 +96,20 @@ class Usage:
     def at_least(self, other: Usage) -> Usage:
         """Each kind of token the larger count of this usage's and OTHER's (the prompt then their sum):
         a stream's later count never lowers an earlier one."""
-        plain, read = max(self.plain_input_tokens, other.plain_input_tokens), max(self.cache_read_tokens,
-                                                                                  other.cache_read_tokens)  # fmt: skip
+        plain, read = (
+            max(self.plain_input_tokens, other.plain_input_tokens),
+            max(self.cache_read_tokens, other.cache_read_tokens),
+        )
         hour = max(self.cache_write_1h_tokens, other.cache_write_1h_tokens)
         written = max(self.cache_write_tokens, other.cache_write_tokens, hour)
-        return Usage(plain + read + written, max(self.output_tokens, other.output_tokens), read, written, hour,
-                     max(self.web_searches, other.web_searches))  # fmt: skip
+        return Usage(
+            plain + read + written,
+            max(self.output_tokens, other.output_tokens),
+            read,
+            written,
+            hour,
+            max(self.web_searches, other.web_searches),
+        )
 
 
 def usage_of(body: Any) -> Usage | None:
@@ -240,8 +250,11 @@ def streamed_reply(events: list[dict[str, Any]]) -> Reply:
         if kind == "content_block_start":  # Anthropic: a tool_use block opens with its id and name
             block = an_object(event.get("content_block"))
             if block.get("type") == "tool_use":
-                calls[index_of(event.get("index"), len(calls))] = {"id": block.get("id"), "name": block.get("name"),
-                                                                   "json": ""}  # fmt: skip
+                calls[index_of(event.get("index"), len(calls))] = {
+                    "id": block.get("id"),
+                    "name": block.get("name"),
+                    "json": "",
+                }
         delta = an_object(event.get("delta"))
         if kind == "content_block_delta":
             index = index_of(event.get("index"), -1)
@@ -252,7 +265,10 @@ def streamed_reply(events: list[dict[str, Any]]) -> Reply:
         item = an_object(event.get("item"))
         if kind in ("response.output_item.added", "response.output_item.done") and item.get("type") == "function_call":
             calls[index_of(event.get("output_index"), len(calls))] = {  # Responses, cut short of its end
-                "id": item.get("call_id"), "name": item.get("name"), "json": string(item.get("arguments"))}  # fmt: skip
+                "id": item.get("call_id"),
+                "name": item.get("name"),
+                "json": string(item.get("arguments")),
+            }
         elif kind == "response.function_call_arguments.delta" and index_of(event.get("output_index"), -1) in calls:
             calls[event["output_index"]]["json"] += string(event.get("delta"))
         elif kind == "response.output_text.delta":
@@ -274,10 +290,18 @@ def streamed_reply(events: list[dict[str, Any]]) -> Reply:
 def responses_reply(response: dict[str, Any]) -> Reply:
     """The text, function calls and status of an OpenAI Responses response."""
     items = objects(response.get("output"))
-    text = "".join(string(part.get("text")) for item in items if item.get("type") == "message"
-                   for part in objects(item.get("content")) if part.get("type") == "output_text")  # fmt: skip
-    tools = [tool(item.get("call_id"), item.get("name"), item.get("arguments")) for item in items
-             if item.get("type") == "function_call"]  # fmt: skip
+    text = "".join(
+        string(part.get("text"))
+        for item in items
+        if item.get("type") == "message"
+        for part in objects(item.get("content"))
+        if part.get("type") == "output_text"
+    )
+    tools = [
+        tool(item.get("call_id"), item.get("name"), item.get("arguments"))
+        for item in items
+        if item.get("type") == "function_call"
+    ]
     return text, tools, string(response.get("status")) or None
 
 
@@ -308,8 +332,11 @@ def tool_results_of(turns: list[Any]) -> list[tuple[str, str, bool]]:
         elif isinstance(turn.get("content"), list):  # Anthropic
             for block in turn["content"]:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
-                    result = (str(block.get("tool_use_id") or ""), text_of(block.get("content")),
-                              bool(block.get("is_error")))  # fmt: skip
+                    result = (
+                        str(block.get("tool_use_id") or ""),
+                        text_of(block.get("content")),
+                        bool(block.get("is_error")),
+                    )
                     found.append(result)
     return found
 

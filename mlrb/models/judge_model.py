@@ -51,10 +51,12 @@ def provider_of(model: str) -> str:
     """The provider whose price table lists MODEL; a one-line ConfigError when none does."""
     found = [p for p in PROVIDERS if prices.from_table(p, model) is not None]
     if not found:
-        raise ConfigError(f"review.judge: model '{model}' is not in the {prices.TABLE} table for "
-                          f"{' or '.join(PROVIDERS)}: name one it prices (e.g. claude-sonnet-5, gpt-4o), or, for a "
-                          "server of your own, set review.judge_provider, review.judge_price_input_per_mtok and "
-                          "review.judge_price_output_per_mtok")  # fmt: skip
+        raise ConfigError(
+            f"review.judge: model '{model}' is not in the {prices.TABLE} table for "
+            f"{' or '.join(PROVIDERS)}: name one it prices (e.g. claude-sonnet-5, gpt-4o), or, for a "
+            "server of your own, set review.judge_provider, review.judge_price_input_per_mtok and "
+            "review.judge_price_output_per_mtok"
+        )
     return found[0]
 
 
@@ -63,27 +65,34 @@ def resolve(cfg: ReviewConfig) -> JudgeModel:
     one-line ConfigError for an unknown provider or model, or a key that is not set."""
     model = str(cfg.judge)
     if cfg.judge_provider is not None and cfg.judge_provider not in PROVIDERS:
-        raise ConfigError(f"unknown review.judge_provider '{cfg.judge_provider}'; valid choices: "
-                          f"{', '.join(PROVIDERS)}")  # fmt: skip
+        raise ConfigError(
+            f"unknown review.judge_provider '{cfg.judge_provider}'; valid choices: {', '.join(PROVIDERS)}"
+        )
     given = (cfg.judge_price_input_per_mtok, cfg.judge_price_output_per_mtok)
     if (given[0] is None) != (given[1] is None):
-        raise ConfigError("review.judge_price_input_per_mtok and review.judge_price_output_per_mtok go together: "
-                          "set both (USD per million tokens), or neither for the price table's")  # fmt: skip
+        raise ConfigError(
+            "review.judge_price_input_per_mtok and review.judge_price_output_per_mtok go together: "
+            "set both (USD per million tokens), or neither for the price table's"
+        )
     provider = cfg.judge_provider or provider_of(model)
     if given[0] is not None and given[1] is not None:
         price = prices.flat(provider, model, given[0], given[1], "review.judge_price_*")
     else:
         price_found = prices.from_table(provider, model)
         if price_found is None:
-            raise ConfigError(f"review.judge: model '{model}' has no price in the {prices.TABLE} table for {provider}: "
-                              "set review.judge_price_input_per_mtok and review.judge_price_output_per_mtok "
-                              "(USD per million tokens; 0 for a model that costs nothing)")  # fmt: skip
+            raise ConfigError(
+                f"review.judge: model '{model}' has no price in the {prices.TABLE} table for {provider}: "
+                "set review.judge_price_input_per_mtok and review.judge_price_output_per_mtok "
+                "(USD per million tokens; 0 for a model that costs nothing)"
+            )
         price = price_found
     env = cfg.judge_api_key_env or KEY_ENV[provider]
     key = os.environ.get(env, "").strip()
     if not key:
-        raise ConfigError(f"review.judge={model} needs an API key: set the environment variable {env} "
-                          "(or name another with review.judge_api_key_env)")  # fmt: skip
+        raise ConfigError(
+            f"review.judge={model} needs an API key: set the environment variable {env} "
+            "(or name another with review.judge_api_key_env)"
+        )
     return JudgeModel(provider, model, price, upstream_url(provider, cfg.judge_base_url), key)
 
 
@@ -95,9 +104,14 @@ def check_config(cfg: ReviewConfig) -> None:
 def budget_of(cfg: ReviewConfig) -> BudgetConfig:
     """The judge's own budget, as the metering proxy charges one: one step, its dollars and tokens,
     its time."""
-    return BudgetConfig(name="review_judge", wall_time_s=cfg.judge_timeout_s, max_steps=1,
-                        max_input_tokens=cfg.judge_max_input_tokens, max_output_tokens=cfg.judge_max_output_tokens,
-                        max_usd=cfg.judge_max_usd)  # fmt: skip
+    return BudgetConfig(
+        name="review_judge",
+        wall_time_s=cfg.judge_timeout_s,
+        max_steps=1,
+        max_input_tokens=cfg.judge_max_input_tokens,
+        max_output_tokens=cfg.judge_max_output_tokens,
+        max_usd=cfg.judge_max_usd,
+    )
 
 
 def ask(judge: JudgeModel, cfg: ReviewConfig, system: str, prompt: str, answer_tokens: int) -> Answer:
@@ -107,14 +121,21 @@ def ask(judge: JudgeModel, cfg: ReviewConfig, system: str, prompt: str, answer_t
     calls: list[Call] = []
     token = secrets.token_urlsafe(24)  # the proxy's key for this one call: worth nothing elsewhere
     upstream = Upstream(judge.base_url, judge.api_key, models={judge.model: judge.price})
-    with MeteringProxy({judge.provider: upstream}, token, meter=meter, on_call=calls.append, max_retries=RETRIES,
-                       request_timeout_s=cfg.judge_timeout_s) as proxy:  # fmt: skip
+    with MeteringProxy(
+        {judge.provider: upstream},
+        token,
+        meter=meter,
+        on_call=calls.append,
+        max_retries=RETRIES,
+        request_timeout_s=cfg.judge_timeout_s,
+    ) as proxy:
         client: AnthropicProvider | OpenAIProvider
         if judge.provider == "anthropic":
             client = AnthropicProvider(token, proxy.base_url("anthropic"), None, shown_as=judge.base_url)
         else:
-            client = OpenAIProvider(token, proxy.base_url("openai"), None, "max_completion_tokens", 0,
-                                    shown_as=judge.base_url)  # fmt: skip
+            client = OpenAIProvider(
+                token, proxy.base_url("openai"), None, "max_completion_tokens", 0, shown_as=judge.base_url
+            )
         request = client.request(judge.model, system, [Message("user", prompt)], [], answer_tokens)
         request.pop("tools", None)  # the judge answers in text; an empty tool list is refused by some APIs
         try:

@@ -50,9 +50,11 @@ def model_not_found(proxy: MeteringProxy | None, fix: str = SET_MODEL) -> ModelN
     said = " ".join(missing.message.split())[:300].rstrip(".")
     for upstream in proxy.upstreams.values():  # an upstream's words never show a key
         said = said.replace(upstream.api_key, "***") if len(upstream.api_key) >= 8 else said
-    return ModelNotFound(f"the {missing.provider} API at {missing.base_url} has no model '{missing.model}' "
-                         f"(it answered 404: {said}){when}. The config allows {', '.join(allowed)} there: "
-                         f"{fix}")  # fmt: skip
+    return ModelNotFound(
+        f"the {missing.provider} API at {missing.base_url} has no model '{missing.model}' "
+        f"(it answered 404: {said}){when}. The config allows {', '.join(allowed)} there: "
+        f"{fix}"
+    )
 
 
 def start(agent: Any, network_allowed: bool = False) -> MeteringProxy | None:
@@ -65,8 +67,14 @@ def start(agent: Any, network_allowed: bool = False) -> MeteringProxy | None:
         return None
     retries = PROXY_RETRIES if agent.proxy_retries is None else agent.proxy_retries
     # The token the agent uses as its key: worth nothing outside this run's proxy.
-    return MeteringProxy(upstreams, secrets.token_urlsafe(24), meter=None, unix_socket=True, max_retries=retries,
-                         network_allowed=network_allowed)  # fmt: skip
+    return MeteringProxy(
+        upstreams,
+        secrets.token_urlsafe(24),
+        meter=None,
+        unix_socket=True,
+        max_retries=retries,
+        network_allowed=network_allowed,
+    )
 
 
 def attach(proxy: MeteringProxy, budget: Budget, sink: events.EventSink, tools: bool = False) -> CallEvents:
@@ -122,8 +130,11 @@ class CallEvents:
             self.answered(step, call, [turn for key in CONVERSATION_KEYS for turn in request.get("new_" + key, [])])
         if call.status == 200:  # a retry records what its failed try did
             self.previous[conversation] = call.request
-        self.sink.emit(events.ModelCallStarted(step, attempt, call.provider, call.model, call.timeout_s or 0.0,
-                                               request, started_ns=call.started_ns))  # fmt: skip
+        self.sink.emit(
+            events.ModelCallStarted(
+                step, attempt, call.provider, call.model, call.timeout_s or 0.0, request, started_ns=call.started_ns
+            )
+        )
         if call.status != 200 and not call.open_at_end:
             self.sink.emit(events.ModelCallFailed(step, attempt, self.redact(failure(call))))
             return
@@ -131,11 +142,24 @@ class CallEvents:
         if call.open_at_end:  # the run ended before its answer did: charged what it held
             stop_reason = stop_reason or OPEN_AT_END
         used, charge = call.usage, call.charge
-        cost = events.Cost(used.input_tokens, used.output_tokens, call.estimated, charge.input_usd, charge.output_usd,
-                           used.cache_read_tokens, used.cache_write_tokens, used.cache_write_1h_tokens,
-                           charge.fee_usd, used.web_searches, tier_name(call.tier))  # fmt: skip
-        self.sink.emit(events.ModelCalled(step, attempt, call.model, call.latency_s, self.redact(text), tool_calls,
-                                          stop_reason, cost))  # fmt: skip
+        cost = events.Cost(
+            used.input_tokens,
+            used.output_tokens,
+            call.estimated,
+            charge.input_usd,
+            charge.output_usd,
+            used.cache_read_tokens,
+            used.cache_write_tokens,
+            used.cache_write_1h_tokens,
+            charge.fee_usd,
+            used.web_searches,
+            tier_name(call.tier),
+        )
+        self.sink.emit(
+            events.ModelCalled(
+                step, attempt, call.model, call.latency_s, self.redact(text), tool_calls, stop_reason, cost
+            )
+        )
         b = self.budget  # the proxy has charged it already
         self.sink.emit(events.BudgetState(step, b.input_tokens, b.output_tokens, b.usd))
         if self.tools:
@@ -150,8 +174,9 @@ class CallEvents:
             asked, asked_ns = self.asked.pop(call_id)
             duration_s = max(0.0, (call.started_ns - asked_ns) / 1e9)
             self.sink.emit(events.ToolStarted(step, asked["name"], call_id, asked["arguments"], asked_ns))
-            self.sink.emit(events.ToolEnded(step, asked["name"], call_id, failed, None, duration_s,
-                                            self.redact(output)))  # fmt: skip
+            self.sink.emit(
+                events.ToolEnded(step, asked["name"], call_id, failed, None, duration_s, self.redact(output))
+            )
 
     def redact(self, text: str) -> str:
         for key in self.keys:

@@ -113,16 +113,23 @@ class Price:
         from genai_prices import Usage as TableUsage
         from genai_prices.types import ModelPrice
 
-        counted = TableUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                             cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens,
-                             cache_write_1h_tokens=usage.cache_write_1h_tokens,
-                             web_searches=usage.web_searches)  # fmt: skip
+        counted = TableUsage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            cache_write_1h_tokens=usage.cache_write_1h_tokens,
+            web_searches=usage.web_searches,
+        )
         now = datetime.datetime.now(datetime.UTC)
         if self.table_entry is not None and not self.rates:
             provider, model = self.table_entry
             table = model.calc_price(counted, provider, genai_request_timestamp=now, price_context=dict(tier or {}))
-            priced = {"input_price": table.input_price, "output_price": table.output_price,
-                      "total_price": table.total_price}  # fmt: skip
+            priced = {
+                "input_price": table.input_price,
+                "output_price": table.output_price,
+                "total_price": table.total_price,
+            }
         else:
             table_rates = vars(self.table_entry[1].get_prices(now)) if self.table_entry is not None else {}
             given = {**table_rates, **{key: Decimal(str(rate)) for key, rate in self.rates}}
@@ -160,8 +167,15 @@ class Price:
 
 def flat(provider: str, model: str, input_per_mtok: float, output_per_mtok: float, source: str) -> Price:
     """A price set by hand: one rate for every input token, one for every output token."""
-    return Price(provider, model, float(input_per_mtok), float(output_per_mtok), source, None,
-                 (("input_mtok", float(input_per_mtok)), ("output_mtok", float(output_per_mtok))))  # fmt: skip
+    return Price(
+        provider,
+        model,
+        float(input_per_mtok),
+        float(output_per_mtok),
+        source,
+        None,
+        (("input_mtok", float(input_per_mtok)), ("output_mtok", float(output_per_mtok))),
+    )
 
 
 def from_table(provider: str, model: str) -> Price | None:
@@ -179,8 +193,9 @@ def from_table(provider: str, model: str) -> Price | None:
     rates = found.get_prices(today)
     where = ", ".join(found_provider.pricing_urls or [])
     source = f"{TABLE} {genai_prices.__version__}, {provider} {found.id} ({where}), as of {today.date().isoformat()}"
-    return Price(provider, model, base_rate(rates.input_mtok), base_rate(rates.output_mtok), source,
-                 (found_provider, found))  # fmt: skip
+    return Price(
+        provider, model, base_rate(rates.input_mtok), base_rate(rates.output_mtok), source, (found_provider, found)
+    )
 
 
 def base_rate(rate: Any) -> float:
@@ -188,26 +203,44 @@ def base_rate(rate: Any) -> float:
     return float(getattr(rate, "base", rate) or 0)
 
 
-def price_of(provider: str, model: str, input_per_mtok: float | None, output_per_mtok: float | None,
-             keys: str, **more: float | None) -> Price:  # fmt: skip
+def price_of(
+    provider: str,
+    model: str,
+    input_per_mtok: float | None,
+    output_per_mtok: float | None,
+    keys: str,
+    **more: float | None,
+) -> Price:
     """MODEL's price: each rate the config sets (KEYS is where, e.g. "agent.options"; MORE, the rates
     beside input and output, by CONFIG_RATES' keys), the table's for the rest. A config that sets
     both the input and the output rate prices the model alone, the table unread: a cached token it
     sets no rate for costs the input rate. A one-line ConfigError when there is no price."""
-    given = {key: value for key, value in {"input_per_mtok": input_per_mtok, "output_per_mtok": output_per_mtok,
-                                           **more}.items() if value is not None}  # fmt: skip
+    given = {
+        key: value
+        for key, value in {"input_per_mtok": input_per_mtok, "output_per_mtok": output_per_mtok, **more}.items()
+        if value is not None
+    }
     rates = tuple((CONFIG_RATES[key], float(value)) for key, value in given.items())
     named = ", ".join(f"{keys}.price_{key}" for key in given)
     if input_per_mtok is not None and output_per_mtok is not None:
         return Price(provider, model, float(input_per_mtok), float(output_per_mtok), named, None, rates)
     table = from_table(provider, model)
     if table is None:
-        missing = " and ".join(f"{keys}.price_{side}_per_mtok" for side, value in
-                               (("input", input_per_mtok), ("output", output_per_mtok)) if value is None)  # fmt: skip
-        raise ConfigError(f"model '{model}' has no price in the {TABLE} table for {provider}: set {missing} "
-                          "(USD per million tokens; 0 for a model that costs nothing)")  # fmt: skip
+        missing = " and ".join(
+            f"{keys}.price_{side}_per_mtok"
+            for side, value in (("input", input_per_mtok), ("output", output_per_mtok))
+            if value is None
+        )
+        raise ConfigError(
+            f"model '{model}' has no price in the {TABLE} table for {provider}: set {missing} "
+            "(USD per million tokens; 0 for a model that costs nothing)"
+        )
     if not rates:
         return table
-    return replace(table, input_per_mtok=table.input_per_mtok if input_per_mtok is None else float(input_per_mtok),
-                   output_per_mtok=table.output_per_mtok if output_per_mtok is None else float(output_per_mtok),
-                   source=f"{named}, the rest from {table.source}", rates=rates)  # fmt: skip
+    return replace(
+        table,
+        input_per_mtok=table.input_per_mtok if input_per_mtok is None else float(input_per_mtok),
+        output_per_mtok=table.output_per_mtok if output_per_mtok is None else float(output_per_mtok),
+        source=f"{named}, the rest from {table.source}",
+        rates=rates,
+    )

@@ -120,8 +120,9 @@ def malformed_reply(provider: str, endpoint: str, body: Any) -> ApiError:
     text, a truncated body). Retried like a server error: such glitches pass; if it keeps
     answering so, the agent fails after its retries and its workspace is still scored."""
     snippet = " ".join(str(body).split())[:200] or "(empty)"
-    return ApiError(f"{provider} API at {endpoint} answered with something that is not an API reply: {snippet}",
-                    None, True)  # fmt: skip
+    return ApiError(
+        f"{provider} API at {endpoint} answered with something that is not an API reply: {snippet}", None, True
+    )
 
 
 def endpoint_of(client: Any) -> str:
@@ -194,8 +195,9 @@ class AnthropicProvider:
         extra = {"temperature": self.temperature} if self.temperature is not None else None
         endpoint = self.shown_as or endpoint_of(self.client)
         try:
-            response = self.client.messages.create(**request, timeout=timeout_s, extra_body=extra,
-                                                   extra_headers=headers)  # fmt: skip
+            response = self.client.messages.create(
+                **request, timeout=timeout_s, extra_body=extra, extra_headers=headers
+            )
         except self.sdk.APIError as e:
             raise api_error(self.name, endpoint, e, self.sdk.APIStatusError, self.sdk.APIConnectionError) from None
         except ValueError as e:  # a body that is not JSON, with a JSON content type
@@ -227,8 +229,15 @@ class OpenAIProvider:
 
     name = "openai"
 
-    def __init__(self, api_key: str, base_url: str | None, temperature: float | None, max_tokens_param: str, seed: int,
-                 shown_as: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str | None,
+        temperature: float | None,
+        max_tokens_param: str,
+        seed: int,
+        shown_as: str | None = None,
+    ):
         import openai
 
         self.sdk = openai

@@ -109,9 +109,22 @@ ROUTES = {  # the proxy's path -> (provider, the upstream's path under its base 
 # Request headers never forwarded: hop-by-hop ones, the ones the proxy sets, and every header
 # that may carry the agent's key (it is the run's token, not a key upstream knows).
 TIMEOUT_HEADER, ATTEMPT_HEADER = "x-mlrb-timeout-s", "x-mlrb-attempt"  # the harness's own: never forwarded
-DROPPED_HEADERS = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
-                   "upgrade", "proxy-authorization", "authorization", "x-api-key", "accept-encoding",
-                   TIMEOUT_HEADER, ATTEMPT_HEADER} | NOT_FORWARDED_HEADERS  # fmt: skip
+DROPPED_HEADERS = {
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "authorization",
+    "x-api-key",
+    "accept-encoding",
+    TIMEOUT_HEADER,
+    ATTEMPT_HEADER,
+} | NOT_FORWARDED_HEADERS
 CHARS_PER_TOKEN = 4  # the estimate for a server that reports no usage
 OUTPUT_CAPS = ("max_tokens", "max_completion_tokens", "max_output_tokens")  # a request's cap on what the model writes
 DEFAULT_OUTPUT_HOLD = 4096  # the output tokens held for a call that sets no cap
@@ -263,8 +276,7 @@ def not_allowed(provider: str, model: str, allowed: list[str]) -> tuple[int, dic
 def held_back(provider: str, limit: str) -> tuple[int, dict[str, Any]]:
     """The answer to a call that the budget held by the calls in flight leaves no room for: a rate
     limit, which the SDKs retry (the calls' ends may leave room)."""
-    message = (f"mlrb: the calls in flight hold the rest of the run's budget ({limit}); "
-               "try again when they have ended")  # fmt: skip
+    message = f"mlrb: the calls in flight hold the rest of the run's budget ({limit}); try again when they have ended"
     if provider == "anthropic":
         return 429, error_body(provider, 429, "rate_limit_error", message)
     return 429, error_body(provider, 429, "requests", message, code="rate_limit_exceeded")
@@ -282,8 +294,15 @@ def hold_for(price: Price, request: dict[str, Any], body: bytes, tier: Mapping[s
 
 def spend_of(usage: Usage, usd: float, fee_usd: float = 0.0) -> Spend:
     """What a call that used USAGE, priced USD (FEE_USD of it beside its tokens), spent of the budget."""
-    return Spend(usage.input_tokens, usage.output_tokens, usd, usage.cache_read_tokens, usage.cache_write_tokens,
-                 usage.web_searches, fee_usd)  # fmt: skip
+    return Spend(
+        usage.input_tokens,
+        usage.output_tokens,
+        usd,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        usage.web_searches,
+        fee_usd,
+    )
 
 
 # The events after which an SDK may hand the agent its answer without reading on.
@@ -344,8 +363,10 @@ def unpriced_fee(provider: str, request: dict[str, Any], price: Price) -> str | 
     for kind, rate in fees_of(provider, request).items():
         if not price.has_rate(rate):
             key = next(k for k, v in CONFIG_RATES.items() if v == rate)
-            return (f"mlrb proxy: the tool {kind!r} is billed beside the call's tokens, and the run has no price "
-                    f"for it with model {price.model!r} (set price_{key} in the agent's options)")  # fmt: skip
+            return (
+                f"mlrb proxy: the tool {kind!r} is billed beside the call's tokens, and the run has no price "
+                f"for it with model {price.model!r} (set price_{key} in the agent's options)"
+            )
     return None
 
 
@@ -407,11 +428,20 @@ class UpstreamConnections:
 class MeteringProxy:
     """The proxy, serving on 127.0.0.1 (a free port unless given) in threads of this process."""
 
-    def __init__(self, upstreams: dict[str, Upstream], token: str, meter: Meter | None,
-                 on_call: Callable[[Call], None] | None = None, port: int = 0, max_retries: int = 6,
-                 retry_base_delay_s: float = 1.0, retry_max_delay_s: float = 60.0,
-                 request_timeout_s: float = 600.0, unix_socket: bool = False,
-                 network_allowed: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        upstreams: dict[str, Upstream],
+        token: str,
+        meter: Meter | None,
+        on_call: Callable[[Call], None] | None = None,
+        port: int = 0,
+        max_retries: int = 6,
+        retry_base_delay_s: float = 1.0,
+        retry_max_delay_s: float = 60.0,
+        request_timeout_s: float = 600.0,
+        unix_socket: bool = False,
+        network_allowed: bool = False,
+    ):
         # The meter may be set later (the run's budget starts when its agent does); until
         # then every call is refused.
         self.upstreams, self.token, self.meter = upstreams, token, meter
@@ -516,9 +546,15 @@ class MeteringProxy:
             held = Usage(hold.input_tokens, hold.output_tokens)
             price = flight.call.price
             charge = price.charge(held, flight.call.tier) if price is not None else Charge(hold.usd)
-            call = dataclasses.replace(flight.call, usage=held, charge=charge, usd=hold.usd, estimated=True,
-                                       open_at_end=True,
-                                       latency_s=(time.time_ns() - flight.call.started_ns) / 1e9)  # fmt: skip
+            call = dataclasses.replace(
+                flight.call,
+                usage=held,
+                charge=charge,
+                usd=hold.usd,
+                estimated=True,
+                open_at_end=True,
+                latency_s=(time.time_ns() - flight.call.started_ns) / 1e9,
+            )
             charged.append(call)
             if self.mark_reported(flight):
                 try:
@@ -549,14 +585,21 @@ class MeteringProxy:
             given = given or bearer[7:].strip()
         return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
 
-    def forward(self, provider: str, path: str, headers: dict[str, str], body: bytes,
-                timeout_s: float | None = None) -> Iterator[tuple[http.client.HTTPResponse, int]]:  # fmt: skip
+    def forward(
+        self, provider: str, path: str, headers: dict[str, str], body: bytes, timeout_s: float | None = None
+    ) -> Iterator[tuple[http.client.HTTPResponse, int]]:
         """Send the call upstream, retrying what is transient; yields the response to pass on
         (with its attempt number) once, then closes it. Raises OSError when every try failed,
         TimeoutError once `timeout_s` (the agent's wait) is spent."""
         upstream = self.upstreams[provider]
-        headers = {**headers, **({"x-api-key": upstream.api_key} if provider == "anthropic"
-                                 else {"authorization": f"Bearer {upstream.api_key}"})}  # fmt: skip
+        headers = {
+            **headers,
+            **(
+                {"x-api-key": upstream.api_key}
+                if provider == "anthropic"
+                else {"authorization": f"Bearer {upstream.api_key}"}
+            ),
+        }
         target = urlsplit(upstream.base_url).path.rstrip("/") + path
         deadline = time.monotonic() + timeout_s if timeout_s is not None else math.inf
         for attempt in range(1, self.retries.retries + 2):
@@ -579,8 +622,9 @@ class MeteringProxy:
             transient = response.status in RETRIED_STATUSES or response.status >= 500
             if transient and attempt <= self.retries.retries:
                 response.read()
-                time.sleep(min(self.pause_s(attempt, response.getheader("retry-after")),
-                               max(0.0, deadline - time.monotonic())))  # fmt: skip
+                time.sleep(
+                    min(self.pause_s(attempt, response.getheader("retry-after")), max(0.0, deadline - time.monotonic()))
+                )
                 continue
             try:
                 yield response, attempt
@@ -651,8 +695,9 @@ class CallHandler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if route is None or route[0] not in proxy.upstreams:
             known = ", ".join(p for p, (provider, _) in ROUTES.items() if provider in proxy.upstreams)
-            self.reply(404, error_body("openai", 404, "not_found", f"{self.path}: not served here; "
-                                       f"the proxy serves {known}"))  # fmt: skip
+            self.reply(
+                404, error_body("openai", 404, "not_found", f"{self.path}: not served here; the proxy serves {known}")
+            )
             return None
         provider, upstream_path = route
         request, why = parse_body(body)
@@ -660,9 +705,17 @@ class CallHandler(BaseHTTPRequestHandler):
             self.reply(400, error_body(provider, 400, "invalid_request_error", why or "the body is not JSON"))
             return None
         body = canonical_body(request)  # what goes upstream is what was checked, not the agent's bytes
-        call = Call(provider, self.path, str(request.get("model", "")), bool(request.get("stream")), 0,
-                    request=request, timeout_s=positive(self.headers.get(TIMEOUT_HEADER)),
-                    agent_attempt=whole(self.headers.get(ATTEMPT_HEADER)), started_ns=started_ns)  # fmt: skip
+        call = Call(
+            provider,
+            self.path,
+            str(request.get("model", "")),
+            bool(request.get("stream")),
+            0,
+            request=request,
+            timeout_s=positive(self.headers.get(TIMEOUT_HEADER)),
+            agent_attempt=whole(self.headers.get(ATTEMPT_HEADER)),
+            started_ns=started_ns,
+        )
         return call, upstream_path, body
 
     def report(self, call: Call) -> None:
@@ -708,9 +761,11 @@ class CallHandler(BaseHTTPRequestHandler):
         if call.price is None:
             status, answer = not_allowed(provider, call.model, sorted(upstream.models or ()))
             return status, answer, f"model not allowed: {call.model!r}"
-        why = (check_request(provider, request, proxy.network_allowed)
-               or unpriced_fee(provider, request, call.price)
-               or unpriced_tier(provider, request, call.model, call.price.prices_tier))  # fmt: skip
+        why = (
+            check_request(provider, request, proxy.network_allowed)
+            or unpriced_fee(provider, request, call.price)
+            or unpriced_tier(provider, request, call.model, call.price.prices_tier)
+        )
         if why is not None:
             return 400, error_body(provider, 400, "invalid_request_error", why), why
         missing = proxy.missing_model
@@ -815,8 +870,9 @@ class CallHandler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.to_agent(None)
 
-    def relay(self, call: Call, response: http.client.HTTPResponse,
-              reader: StreamUsage | None) -> tuple[bytes, bytes, bool]:  # fmt: skip
+    def relay(
+        self, call: Call, response: http.client.HTTPResponse, reader: StreamUsage | None
+    ) -> tuple[bytes, bytes, bool]:
         """Send the reply's bytes on to the agent as they arrive, a stream's fed to READER as they pass:
         (a whole reply's bytes, a stream's bytes from its closing event on, held back to be sent once the
         call is reported, and whether the upstream's reply broke off or stalled past the timeout)."""
@@ -853,11 +909,11 @@ class CallHandler(BaseHTTPRequestHandler):
             reported, final = usage_of(call.response), not cut
             said = model_not_found(call.provider, status, call.response)
             if said is not None and proxy.missing_model is None:  # noted before the agent has the answer
-                proxy.missing_model = MissingModel(call.provider, call.model, proxy.upstreams[call.provider].base_url,
-                                                   said, call.response)  # fmt: skip
+                proxy.missing_model = MissingModel(
+                    call.provider, call.model, proxy.upstreams[call.provider].base_url, said, call.response
+                )
         call.usage = charged_usage(call, status, reported, final)
-        call.tier = billed_tier(call.provider, requested_tier(call.provider, call.request),
-                                tier_of(call.response))  # fmt: skip
+        call.tier = billed_tier(call.provider, requested_tier(call.provider, call.request), tier_of(call.response))
         self.settle(call)
 
     def to_agent(self, data: bytes | None) -> None:
@@ -874,8 +930,9 @@ class CallHandler(BaseHTTPRequestHandler):
         except OSError:
             self.agent_gone = self.close_connection = True
 
-    def reply(self, status: int, payload: dict[str, Any], call: Call | None = None,
-              headers: dict[str, str] | None = None) -> None:  # fmt: skip
+    def reply(
+        self, status: int, payload: dict[str, Any], call: Call | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         if call is not None:
             self.report(call)
         data = json.dumps(payload).encode()

@@ -42,14 +42,47 @@ from typing import Any
 # Request headers the proxy sends upstream none of (beside its own list): the body's type and
 # encoding are the proxy's (it sends the body it wrote, as JSON), and the key the harness holds
 # decides which organization, project or workspace a call is billed to, not the agent.
-NOT_FORWARDED_HEADERS = {"content-type", "content-encoding", "expect", "openai-organization", "openai-project",
-                         "anthropic-workspace-id", "anthropic-user-profile-id"}  # fmt: skip
+NOT_FORWARDED_HEADERS = {
+    "content-type",
+    "content-encoding",
+    "expect",
+    "openai-organization",
+    "openai-project",
+    "anthropic-workspace-id",
+    "anthropic-user-profile-id",
+}
 # The keys the rules read: two keys that differ only in case, one of them among these, are refused
 # (a parser that matches keys regardless of case, as Go's does, would read the other one).
-RULE_KEYS = {"model", "stream", "stream_options", "tools", "type", "tool", "url", "image_url", "file_url", "source",
-             "background", "n", "service_tier", "speed", "inference_geo", "fallbacks", "prompt", "mcp_servers",
-             "container", "web_search_options", "environment", "execution", "max_tokens", "max_completion_tokens",
-             "max_output_tokens", "messages", "input", "system"}  # fmt: skip
+RULE_KEYS = {
+    "model",
+    "stream",
+    "stream_options",
+    "tools",
+    "type",
+    "tool",
+    "url",
+    "image_url",
+    "file_url",
+    "source",
+    "background",
+    "n",
+    "service_tier",
+    "speed",
+    "inference_geo",
+    "fallbacks",
+    "prompt",
+    "mcp_servers",
+    "container",
+    "web_search_options",
+    "environment",
+    "execution",
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "messages",
+    "input",
+    "system",
+}
 MAX_DEPTH = 256  # a request's nesting (a conversation's blocks, a tool's schema) is far less
 OUTPUT_CAPS = ("max_tokens", "max_completion_tokens", "max_output_tokens")  # what the proxy's hold reads
 
@@ -57,9 +90,17 @@ OUTPUT_CAPS = ("max_tokens", "max_completion_tokens", "max_output_tokens")  # wh
 CLIENT_TOOL_PREFIXES = {"anthropic": ("bash_", "text_editor_", "computer_", "memory_")}
 CLIENT_TOOLS = {
     "anthropic": {"custom"},
-    "openai": {"function", "custom", "namespace", "local_shell", "shell", "apply_patch", "computer",
-               "computer_use_preview"},
-}  # fmt: skip
+    "openai": {
+        "function",
+        "custom",
+        "namespace",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "computer",
+        "computer_use_preview",
+    },
+}
 # Tools the provider runs that reach nothing outside the request (they search its own tool list).
 INSIDE_TOOL_PREFIXES = {"anthropic": ("tool_search_tool_",), "openai": ("tool_search",)}
 # Tools that run another model than the call's, priced as that model (or per image): never allowed.
@@ -89,17 +130,29 @@ TIERS: dict[tuple[str, str], dict[Any, dict[str, str]]] = {
     ("anthropic", "service_tier"): {None: {}, "auto": {}, "standard_only": {}},
     ("anthropic", "speed"): {None: {}, "standard": {}, "fast": {"speed": "fast"}},  # fast: a multiple of the rate
     ("anthropic", "inference_geo"): {None: {}, "global": {}},
-    ("openai", "service_tier"): {None: {}, "auto": {}, "default": {}, "flex": {"service_tier": "flex"},
-                                 "priority": {"service_tier": "priority"}, "fast": {"service_tier": "fast"}},
-}  # fmt: skip
+    ("openai", "service_tier"): {
+        None: {},
+        "auto": {},
+        "default": {},
+        "flex": {"service_tier": "flex"},
+        "priority": {"service_tier": "priority"},
+        "fast": {"service_tier": "fast"},
+    },
+}
 CHEAPER = ({"service_tier": "flex"},)  # tiers billed below the standard rates: without the table's, charged those
 # The tiers a provider says it served a call at (mlrb/models/api_shapes.py's `tier_of`), by field: each -> its
 # price context. A tier not here (OpenAI's scale, Anthropic's priority capacity) is the standard rates'.
 SERVED: dict[str, dict[str, dict[str, dict[str, str]]]] = {
     "anthropic": {"speed": {"standard": {}, "fast": {"speed": "fast"}}},
-    "openai": {"service_tier": {"default": {}, "flex": {"service_tier": "flex"},
-                                "priority": {"service_tier": "priority"}, "fast": {"service_tier": "fast"}}},
-}  # fmt: skip
+    "openai": {
+        "service_tier": {
+            "default": {},
+            "flex": {"service_tier": "flex"},
+            "priority": {"service_tier": "priority"},
+            "fast": {"service_tier": "fast"},
+        }
+    },
+}
 
 
 class Ambiguous(ValueError):
@@ -115,8 +168,9 @@ def parse_body(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
     if not raw:
         return {}, None
     try:
-        request = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys, parse_constant=no_constant,
-                             parse_float=finite)  # fmt: skip
+        request = json.loads(
+            raw.decode("utf-8"), object_pairs_hook=unique_keys, parse_constant=no_constant, parse_float=finite
+        )
     except Ambiguous as e:
         return None, f"mlrb proxy: the body is ambiguous: {e}"
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
@@ -234,8 +288,9 @@ def dearer(tier: Mapping[str, str]) -> bool:
     return bool(tier) and dict(tier) not in CHEAPER
 
 
-def unpriced_tier(provider: str, request: dict[str, Any], model: str,
-                  prices_tier: Callable[[Mapping[str, str]], bool]) -> str | None:  # fmt: skip
+def unpriced_tier(
+    provider: str, request: dict[str, Any], model: str, prices_tier: Callable[[Mapping[str, str]], bool]
+) -> str | None:
     """Why a call that asks for a tier dearer than the standard one is refused: MODEL's price has no
     rates for it (PRICES_TIER: mlrb/models/prices.py's `Price.prices_tier`), so the call would be
     charged less than it costs. One sentence: the field, the value, and the values the model allows."""
@@ -243,10 +298,14 @@ def unpriced_tier(provider: str, request: dict[str, Any], model: str,
         value = request.get(name)
         tier = allowed.get(value, {}) if api == provider and isinstance(value, str | None) else {}
         if dearer(tier) and not prices_tier(tier):
-            valid = ", ".join(repr(v) for v, t in allowed.items() if v is not None and (not dearer(t) or prices_tier(t)))  # fmt: skip
-            return (f"mlrb proxy: `{name}: {value!r}` is billed at a rate the run has no price for with model "
-                    f"{model!r} (the price table has none for it, or the agent's options set the model's prices); "
-                    f"valid: {valid}")  # fmt: skip
+            valid = ", ".join(
+                repr(v) for v, t in allowed.items() if v is not None and (not dearer(t) or prices_tier(t))
+            )
+            return (
+                f"mlrb proxy: `{name}: {value!r}` is billed at a rate the run has no price for with model "
+                f"{model!r} (the price table has none for it, or the agent's options set the model's prices); "
+                f"valid: {valid}"
+            )
     return None
 
 
@@ -360,8 +419,11 @@ def runs_inside(provider: str, tool: dict[str, Any]) -> bool:
     if kind == "shell":  # OpenAI's shell runs where its environment says: only "local" is the agent's
         environment = tool.get("environment")
         return environment is None or isinstance(environment, dict) and environment.get("type") == "local"
-    return (kind in CLIENT_TOOLS.get(provider, set()) or kind.startswith(CLIENT_TOOL_PREFIXES.get(provider, ()))
-            or kind.startswith(INSIDE_TOOL_PREFIXES.get(provider, ())))  # fmt: skip
+    return (
+        kind in CLIENT_TOOLS.get(provider, set())
+        or kind.startswith(CLIENT_TOOL_PREFIXES.get(provider, ()))
+        or kind.startswith(INSIDE_TOOL_PREFIXES.get(provider, ()))
+    )
 
 
 def fetched_url(value: Any) -> str | None:

@@ -88,9 +88,17 @@ class GroupStats:
 
 def group_key_order(row_or_stats) -> tuple:
     wall = row_or_stats.budget_wall_time_s
-    return (row_or_stats.task, row_or_stats.scale, row_or_stats.agent, row_or_stats.model,
-            wall if wall is not None else math.inf, row_or_stats.budget, row_or_stats.sandbox,
-            row_or_stats.confinement, row_or_stats.assets)  # fmt: skip
+    return (
+        row_or_stats.task,
+        row_or_stats.scale,
+        row_or_stats.agent,
+        row_or_stats.model,
+        wall if wall is not None else math.inf,
+        row_or_stats.budget,
+        row_or_stats.sandbox,
+        row_or_stats.confinement,
+        row_or_stats.assets,
+    )
 
 
 def over_every_attempt(values: list[float | None]) -> tuple[float | None, float | None]:
@@ -101,8 +109,9 @@ def over_every_attempt(values: list[float | None]) -> tuple[float | None, float 
     return mean(counted), sem(counted)
 
 
-def anchor_sem(raw_mean: float | None, baseline: float | None, reference: float | None,
-               rows: list[RunRow]) -> float | None:  # fmt: skip
+def anchor_sem(
+    raw_mean: float | None, baseline: float | None, reference: float | None, rows: list[RunRow]
+) -> float | None:
     """The SEM that the anchors' own (`baseline_score_sem`, `reference_score_sem`: seed means)
     give a mean normalised score of 100 (raw_mean - b) / (r - b), to first order; None unless
     the runs recorded both anchors and an SEM for at least one."""
@@ -216,8 +225,19 @@ def why_not_scored(rows: Iterable[RunRow]) -> list[Cause]:
         detail = "" if row.kind in (RUNNING, CRASHED) else row.detail
         key = (*row.group, row.kind, detail)
         if key not in found:
-            found[key] = Cause(row.task, row.scale, row.agent, row.budget, row.kind, detail, [], row.confinement,
-                               row.assets, row.model, row.sandbox)  # fmt: skip
+            found[key] = Cause(
+                row.task,
+                row.scale,
+                row.agent,
+                row.budget,
+                row.kind,
+                detail,
+                [],
+                row.confinement,
+                row.assets,
+                row.model,
+                row.sandbox,
+            )
         found[key].runs.append(row.name)
     order = {kind: i for i, kind in enumerate(CAUSES)}
     return sorted(
@@ -233,7 +253,7 @@ def why_not_scored(rows: Iterable[RunRow]) -> list[Cause]:
             c.assets,
             order[c.kind],
             -c.count,
-        ),  # fmt: skip
+        ),
     )
 
 

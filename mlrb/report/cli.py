@@ -45,9 +45,13 @@ def parser() -> argparse.ArgumentParser:
     output.add_argument("--html", action="store_true", help="also write report.html, self-contained (plots inlined)")
     output.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib)")
     output.add_argument("--no-log", action="store_true", help="do not log the files onto the sweep's parent run")
-    output.add_argument("--cost", choices=COSTS, default="api",
-                        help="the dollars the cost-against-score plots and Pareto front use: the model API's (api), the "
-                        "compute's at the config's prices (compute), or both together (total); default: api")  # fmt: skip
+    output.add_argument(
+        "--cost",
+        choices=COSTS,
+        default="api",
+        help="the dollars the cost-against-score plots and Pareto front use: the model API's (api), the "
+        "compute's at the config's prices (compute), or both together (total); default: api",
+    )
     return p
 
 
@@ -67,10 +71,16 @@ def add_run_arguments(p: argparse.ArgumentParser, agents: bool = True) -> None:
         "--sweep", action="append", default=[], metavar="SWEEP_ID", help="sweep id(s) (tag mlrb.sweep_id)"
     )
     store = p.add_argument_group("where the runs are")
-    store.add_argument("--tracking-uri", default=None, help="MLflow tracking URI; default: $MLFLOW_TRACKING_URI, else "
-                       "the SQLite store in --tracking-dir")  # fmt: skip
-    store.add_argument("--tracking-dir", default="mlruns", help="folder of the SQLite store (as the harness's "
-                       "tracking.dir); default: mlruns")  # fmt: skip
+    store.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking URI; default: $MLFLOW_TRACKING_URI, else the SQLite store in --tracking-dir",
+    )
+    store.add_argument(
+        "--tracking-dir",
+        default="mlruns",
+        help="folder of the SQLite store (as the harness's tracking.dir); default: mlruns",
+    )
 
 
 def split(values: list[str]) -> list[str]:
@@ -84,8 +94,10 @@ def tracking_uri(args: argparse.Namespace) -> str:
     if not uri:
         db = Path(args.tracking_dir).expanduser().resolve() / "mlflow.db"
         if not db.is_file():
-            raise NoStore(f"no tracking store at {db} (run from the folder you ran mlrb in, or pass "
-                              f"--tracking-dir or --tracking-uri)")  # fmt: skip
+            raise NoStore(
+                f"no tracking store at {db} (run from the folder you ran mlrb in, or pass "
+                f"--tracking-dir or --tracking-uri)"
+            )
         return f"sqlite:///{db}"
     if uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///") :])
@@ -122,9 +134,13 @@ def experiments(client: Any, names: list[str]) -> dict[str, str]:
 
 def filters_of(args: argparse.Namespace) -> Filters:
     return Filters(
-        experiments=split(args.experiment), tasks=split(args.task), agents=split(getattr(args, "agent", [])),
-        budgets=split(args.budget), scales=split(args.scale), sweep_ids=split(args.sweep),
-    )  # fmt: skip
+        experiments=split(args.experiment),
+        tasks=split(args.task),
+        agents=split(getattr(args, "agent", [])),
+        budgets=split(args.budget),
+        scales=split(args.scale),
+        sweep_ids=split(args.sweep),
+    )
 
 
 def read(args: argparse.Namespace, filters: Filters) -> tuple[Any, Selection, str]:
@@ -173,15 +189,24 @@ def build(args: argparse.Namespace) -> int:
     findings = flagged.read_findings(client, rows)  # the flagged runs' review.json
     report = render.Report(
         title=f"mlrb report: sweep {sweep_id}" if sweep_id else "mlrb report",
-        context=(f"Store {shown_uri}; experiments: {', '.join(sorted({r.experiment for r in rows}))}; "
-                 f"filters: {filters.describe()}; {len(rows)} runs; "
-                 f"written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."),
-        stats=stats, causes=aggregate.why_not_scored(rows), excluded=aggregate.not_counted(rows), rows=rows, plots=plots,
-        comparisons=paired.report_sections(rows), anytime=curves.report_sections(curve_groups, uncounted),
-        costs=costs.report_sections(stats, args.cost), failures=failures.report_sections(stats, rows, activities),
+        context=(
+            f"Store {shown_uri}; experiments: {', '.join(sorted({r.experiment for r in rows}))}; "
+            f"filters: {filters.describe()}; {len(rows)} runs; "
+            f"written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."
+        ),
+        stats=stats,
+        causes=aggregate.why_not_scored(rows),
+        excluded=aggregate.not_counted(rows),
+        rows=rows,
+        plots=plots,
+        comparisons=paired.report_sections(rows),
+        anytime=curves.report_sections(curve_groups, uncounted),
+        costs=costs.report_sections(stats, args.cost),
+        failures=failures.report_sections(stats, rows, activities),
         csvs=costs.csv_files(stats, args.cost) + failures.csv_files(stats, rows, activities),
-        as_failures=flagged.as_failures_sections(rows), flagged=flagged.report_sections(rows, findings, shown_uri),
-    )  # fmt: skip
+        as_failures=flagged.as_failures_sections(rows),
+        flagged=flagged.report_sections(rows, findings, shown_uri),
+    )
     files = report.write(out, with_html=args.html) + curves.write_csvs(curve_groups, out)
 
     print(render.results_table(stats).markdown())
@@ -210,8 +235,9 @@ def log_to_parent(client: Any, parent: Any, files: list[Path], report: Any) -> N
     run_dir = Path(folder) if folder else None
     recorder = tracking.MlflowRunWriter(client, parent.info.run_id, parent.info.experiment_id)
     for path in files:
-        record.append_after(run_dir, recorder, "artifact", file=str(path.resolve()), artifact_path="report",
-                            is_dir=False)  # fmt: skip
+        record.append_after(
+            run_dir, recorder, "artifact", file=str(path.resolve()), artifact_path="report", is_dir=False
+        )
     note = parent.data.tags.get(Tag.NOTE, "")
     if not note or note.startswith(NOTE_MARKER):
         text = f"{NOTE_MARKER}\n{report.markdown(with_plots=False)}\nFiles, plots included: artifacts `report/`.\n"

@@ -83,9 +83,19 @@ def points_of(stats: Sequence[GroupStats], cost: str = "api") -> tuple[list[Poin
     for s in stats:
         panel = f"{s.task} ({s.scale})" if show_scale else s.task
         chosen = cost_mean(s, cost)
-        points.append(Point(panel, label(s), {k: str(getattr(s, k)) for k in GROUP_FIELDS}, chosen or 0.0,
-                            chosen is not None, s.counted_normalised_mean, s.counted_normalised_sem,
-                            s.attempts, by_kind={kind: cost_mean(s, kind) for kind in COSTS}))  # fmt: skip
+        points.append(
+            Point(
+                panel,
+                label(s),
+                {k: str(getattr(s, k)) for k in GROUP_FIELDS},
+                chosen or 0.0,
+                chosen is not None,
+                s.counted_normalised_mean,
+                s.counted_normalised_sem,
+                s.attempts,
+                by_kind={kind: cost_mean(s, kind) for kind in COSTS},
+            )
+        )
     panels = sorted({p.panel for p in points})
     left_out: list[str] = []
     if len(panels) > 1:
@@ -98,8 +108,11 @@ def points_of(stats: Sequence[GroupStats], cost: str = "api") -> tuple[list[Poin
             name = " / ".join([name, *(str(getattr(members[0][0], k)) for k in WHO[2:] if varying(stats, k))])
             scored = {p.panel for p in mine if p.score is not None}
             if len(scored) < len(panels) or len(mine) != len(panels):
-                why = "several rows on one task" if len(mine) > len({p.panel for p in mine}) else \
-                    f"a counted score on {len(scored)} of {len(panels)} tasks"  # fmt: skip
+                why = (
+                    "several rows on one task"
+                    if len(mine) > len({p.panel for p in mine})
+                    else f"a counted score on {len(scored)} of {len(panels)} tasks"
+                )
                 left_out.append(f"{name} ({why})")
                 continue
             keys = {**mine[0].keys, "task": OVERALL, "scale": "", "assets": ""}
@@ -109,16 +122,29 @@ def points_of(stats: Sequence[GroupStats], cost: str = "api") -> tuple[list[Poin
                 else None
                 for kind in COSTS
             }
-            points.append(Point(OVERALL, name, keys, mean([p.cost for p in mine]) or 0.0,
-                                any(p.cost_recorded for p in mine), mean([p.score or 0.0 for p in mine]), None,
-                                sum(p.attempts for p in mine), by_kind=by_kind))  # fmt: skip
+            points.append(
+                Point(
+                    OVERALL,
+                    name,
+                    keys,
+                    mean([p.cost for p in mine]) or 0.0,
+                    any(p.cost_recorded for p in mine),
+                    mean([p.score or 0.0 for p in mine]),
+                    None,
+                    sum(p.attempts for p in mine),
+                    by_kind=by_kind,
+                )
+            )
     mark_front(points)
     return points, left_out
 
 
 # What each kind of cost is, in the section's words (runs.COSTS).
-WHAT = {"api": "model API dollars", "compute": "compute dollars (the hardware held, at the config's prices)",
-        "total": "dollars, model API and compute together"}  # fmt: skip
+WHAT = {
+    "api": "model API dollars",
+    "compute": "compute dollars (the hardware held, at the config's prices)",
+    "total": "dollars, model API and compute together",
+}
 INTRO = (
     "Mean {what} per run against the mean counted normalised score (0 = baseline, 100 = reference; a failed "
     "attempt counts as doing nothing), per task, and overall as the mean over tasks (each weighs the same). "
@@ -135,8 +161,11 @@ def compute_priced(points: Sequence[Point]) -> bool:
 def table(stats: Sequence[GroupStats], points: Sequence[Point], cost: str = "api") -> Table:
     keys = key_columns(stats)
     every_kind = compute_priced(points)
-    columns = [f"{COST_NAMES[kind]} per run" for kind in COSTS] if every_kind else \
-        ["$ per run" if cost == "api" else f"{COST_NAMES[cost]} per run"]  # fmt: skip
+    columns = (
+        [f"{COST_NAMES[kind]} per run" for kind in COSTS]
+        if every_kind
+        else ["$ per run" if cost == "api" else f"{COST_NAMES[cost]} per run"]
+    )
     headers = keys + ["attempts", *columns, "counted normalised", "Pareto front"]
     body = []
     for p in points:
@@ -163,18 +192,47 @@ def report_sections(stats: Sequence[GroupStats], cost: str = "api") -> list[tupl
     return [("Cost against score", intro, table(stats, points, cost))]
 
 
-FIELDS = ["panel", "label", "task", "scale", "agent", "model", "budget", "sandbox", "confinement", "assets",
-          "attempts", "cost", "cost_usd_mean", "compute_usd_mean", "total_usd_mean", "cost_recorded",
-          "counted_normalised_mean", "counted_normalised_sem", "pareto_front"]  # fmt: skip
+FIELDS = [
+    "panel",
+    "label",
+    "task",
+    "scale",
+    "agent",
+    "model",
+    "budget",
+    "sandbox",
+    "confinement",
+    "assets",
+    "attempts",
+    "cost",
+    "cost_usd_mean",
+    "compute_usd_mean",
+    "total_usd_mean",
+    "cost_recorded",
+    "counted_normalised_mean",
+    "counted_normalised_sem",
+    "pareto_front",
+]
 
 
 def records(stats: Sequence[GroupStats], cost: str = "api") -> list[dict[str, object]]:
     """The points; `cost` names the kind the front is drawn on, `cost_recorded` is of that kind."""
     points, _ = points_of(stats, cost)
-    return [{"panel": p.panel, "label": p.label, **p.keys, "attempts": p.attempts, "cost": cost,
-             **{f"{kind}_usd_mean" if kind != "api" else "cost_usd_mean": (p.by_kind or {}).get(kind) for kind in COSTS},
-             "cost_recorded": p.cost_recorded, "counted_normalised_mean": p.score, "counted_normalised_sem": p.sem,
-             "pareto_front": p.on_front} for p in points]  # fmt: skip
+    return [
+        {
+            "panel": p.panel,
+            "label": p.label,
+            **p.keys,
+            "attempts": p.attempts,
+            "cost": cost,
+            **{f"{kind}_usd_mean" if kind != "api" else "cost_usd_mean": (p.by_kind or {}).get(kind) for kind in COSTS},
+            "cost_recorded": p.cost_recorded,
+            "counted_normalised_mean": p.score,
+            "counted_normalised_sem": p.sem,
+            "pareto_front": p.on_front,
+        }
+        for p in points
+    ]
 
 
 def csv_files(stats: Sequence[GroupStats], cost: str = "api") -> list[tuple[str, list[str], list[dict[str, object]]]]:
@@ -208,12 +266,28 @@ def draw(stats: Sequence[GroupStats], out: Path, cost: str = "api") -> dict[str,
         mine = [p for p in scored if p.panel == name]
         front = sorted((p for p in mine if p.on_front), key=lambda p: (p.cost, -(p.score or 0.0)))
         if len(front) > 1:  # a front of one point draws no line: the legend names only what is drawn
-            ax.step([p.cost for p in front], [p.score for p in front], where="post", color="black", linewidth=1,
-                    alpha=0.6, label="Pareto front")  # fmt: skip
+            ax.step(
+                [p.cost for p in front],
+                [p.score for p in front],
+                where="post",
+                color="black",
+                linewidth=1,
+                alpha=0.6,
+                label="Pareto front",
+            )
         for p in mine:
             colour = colours[p.label]
-            ax.errorbar([p.cost], [p.score], yerr=[p.sem or 0.0], fmt="o", markersize=8, capsize=3, color=colour,
-                        markerfacecolor=colour if p.on_front else "white", label=p.label or "(all)")  # fmt: skip
+            ax.errorbar(
+                [p.cost],
+                [p.score],
+                yerr=[p.sem or 0.0],
+                fmt="o",
+                markersize=8,
+                capsize=3,
+                color=colour,
+                markerfacecolor=colour if p.on_front else "white",
+                label=p.label or "(all)",
+            )
         most = max(p.cost for p in mine)
         right = most * 1.15 if most > 0 else 1.0  # a scripted agent costs nothing: show $0 to $1 then
         ax.set_xlim(-0.05 * right, right)

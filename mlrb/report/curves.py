@@ -170,8 +170,10 @@ def group(curves: Sequence[RunCurve]) -> list[GroupCurves]:
     groups: dict[tuple, list[RunCurve]] = {}
     for curve in curves:
         groups.setdefault(curve.row.group, []).append(curve)
-    return sorted((GroupCurves(sorted(g, key=lambda c: c.row.seed)) for g in groups.values()),
-                  key=lambda g: group_key_order(g.first))  # fmt: skip
+    return sorted(
+        (GroupCurves(sorted(g, key=lambda c: c.row.seed)) for g in groups.values()),
+        key=lambda g: group_key_order(g.first),
+    )
 
 
 # ---- what the report shows -----------------------------------------------------------------
@@ -195,12 +197,20 @@ def first_valid_cell(groups: GroupCurves) -> str:
 def budgets_table(groups: Sequence[GroupCurves]) -> Table:
     rows = [g.first for g in groups]
     keys = key_columns(rows)  # type: ignore[arg-type]  # a RunRow has the GroupStats' key attributes
-    headers = keys + ["runs", "time limit", *(f"at {f:.0%} of it" for f in FRACTIONS),
-                      "first valid submission (median)"]  # fmt: skip
+    headers = keys + [
+        "runs",
+        "time limit",
+        *(f"at {f:.0%} of it" for f in FRACTIONS),
+        "first valid submission (median)",
+    ]
     table = []
     for g in groups:
-        table.append([str(getattr(g.first, k)) for k in keys] + [str(len(g.runs)), duration(g.limit_s)]
-                     + [interval(*g.at_fraction(f)) for f in FRACTIONS] + [first_valid_cell(g)])  # fmt: skip
+        table.append(
+            [str(getattr(g.first, k)) for k in keys]
+            + [str(len(g.runs)), duration(g.limit_s)]
+            + [interval(*g.at_fraction(f)) for f in FRACTIONS]
+            + [first_valid_cell(g)]
+        )
     return Table(headers, table)
 
 
@@ -222,8 +232,10 @@ def report_sections(groups: Sequence[GroupCurves], uncounted: Sequence[RunRow]) 
         return []
     intro = INTRO
     if uncounted:
-        intro += (f" Left out: {len(uncounted)} runs whose steps have no counted score (their task has no do-nothing "
-                  f"anchor): {', '.join(sorted(r.name for r in uncounted))}.")  # fmt: skip
+        intro += (
+            f" Left out: {len(uncounted)} runs whose steps have no counted score (their task has no do-nothing "
+            f"anchor): {', '.join(sorted(r.name for r in uncounted))}."
+        )
     return [("Anytime curves", intro, budgets_table(groups) if groups else None)]
 
 
@@ -231,9 +243,15 @@ def report_sections(groups: Sequence[GroupCurves], uncounted: Sequence[RunRow]) 
 
 
 CURVE_FIELDS = [*GROUP_FIELDS, "axis", "x", "runs", "mean", "low", "high"]
-BUDGET_FIELDS = [*GROUP_FIELDS, "time_limit_s", "runs",
-                 *(f"at_{f:.0%}_{part}".replace("%", "pct") for f in FRACTIONS for part in ("runs", "mean", "low", "high")),
-                 "first_valid_median_s", "runs_with_valid", "runs_with_times"]  # fmt: skip
+BUDGET_FIELDS = [
+    *GROUP_FIELDS,
+    "time_limit_s",
+    "runs",
+    *(f"at_{f:.0%}_{part}".replace("%", "pct") for f in FRACTIONS for part in ("runs", "mean", "low", "high")),
+    "first_valid_median_s",
+    "runs_with_valid",
+    "runs_with_times",
+]
 
 
 def keys_of(g: GroupCurves) -> dict[str, object]:
@@ -260,8 +278,10 @@ def write_csvs(groups: Sequence[GroupCurves], out: Path) -> list[Path]:
         median, had, known = g.first_valid()
         record.update({"first_valid_median_s": median, "runs_with_valid": had, "runs_with_times": known})
         budgets.append(record)
-    return [write_csv(out / "anytime_curves.csv", CURVE_FIELDS, curves),
-            write_csv(out / "anytime_budgets.csv", BUDGET_FIELDS, budgets)]  # fmt: skip
+    return [
+        write_csv(out / "anytime_curves.csv", CURVE_FIELDS, curves),
+        write_csv(out / "anytime_budgets.csv", BUDGET_FIELDS, budgets),
+    ]
 
 
 def draw(groups: Sequence[GroupCurves], path: Path) -> dict[str, Path]:

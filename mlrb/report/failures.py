@@ -34,14 +34,22 @@ REASON_CLASSES: tuple[tuple[str, re.Pattern], ...] = (
     ("no submission", re.compile(r"^no submission")),
     ("timed out in scoring", re.compile(r"took longer than")),
     ("task's evaluation failed", re.compile(r"eval\.py get_score|`python main\.py [^`]*` exited")),
-    ("wrong format", re.compile(
-        r"not valid JSON|must hold a JSON object|is not an object|UTF-8|is empty|have no entry|unknown problem|"
-        r"repeats the problem|not a folder|no tokenizer|no safetensors|symbolic links|pickled|config\.json is missing")),
-    ("breaks a rule", re.compile(
-        r"not a merge|pretrained weights|exceed the limit|over the memory limit|not allowed|FP16/FP32|"
-        r"instruction-tuned|custom code|do not derive|not an allowed")),
+    (
+        "wrong format",
+        re.compile(
+            r"not valid JSON|must hold a JSON object|is not an object|UTF-8|is empty|have no entry|unknown problem|"
+            r"repeats the problem|not a folder|no tokenizer|no safetensors|symbolic links|pickled|config\.json is missing"
+        ),
+    ),
+    (
+        "breaks a rule",
+        re.compile(
+            r"not a merge|pretrained weights|exceed the limit|over the memory limit|not allowed|FP16/FP32|"
+            r"instruction-tuned|custom code|do not derive|not an allowed"
+        ),
+    ),
     ("does not load", re.compile(r"cannot be (?:loaded|read|compared)")),
-)  # fmt: skip
+)
 OTHER_REASON = "other"
 NO_REASON = "no reason recorded"
 
@@ -118,34 +126,71 @@ ENDINGS_INTRO = (
 
 def endings_table(stats: Sequence[GroupStats], rows: Sequence[RunRow]) -> Table:
     keys = key_columns(stats)
-    headers = keys + ["runs", "ok", "invalid", "no submission", "budget exhausted", "agent error", "not counted",
-                      "not valid, why", "agent errors"]  # fmt: skip
+    headers = keys + [
+        "runs",
+        "ok",
+        "invalid",
+        "no submission",
+        "budget exhausted",
+        "agent error",
+        "not counted",
+        "not valid, why",
+        "agent errors",
+    ]
     body = []
     for s, runs in rows_by_group(stats, rows):
         e = ending(runs)
         exhausted = str(e[Status.BUDGET_EXHAUSTED.value])
         if e["limits"]:
             exhausted += f" ({counts(e['limits'])})"
-        body.append([getattr(s, k) for k in keys] + [
-            str(e["runs"]), *(str(e[st.value]) for st in (Status.OK, Status.INVALID, Status.NO_SUBMISSION)),
-            exhausted, str(e[Status.AGENT_ERROR.value]), counts(e["not_counted"]), counts(e["reasons"]),
-            counts(e["errors"]),
-        ])  # fmt: skip
+        body.append(
+            [getattr(s, k) for k in keys]
+            + [
+                str(e["runs"]),
+                *(str(e[st.value]) for st in (Status.OK, Status.INVALID, Status.NO_SUBMISSION)),
+                exhausted,
+                str(e[Status.AGENT_ERROR.value]),
+                counts(e["not_counted"]),
+                counts(e["reasons"]),
+                counts(e["errors"]),
+            ]
+        )
     return Table(headers, body)
 
 
-ENDING_FIELDS = ["task", "scale", "agent", "model", "budget", "sandbox", "confinement", "assets", "runs",
-                 *(s.value for s in ENDINGS), "not_counted", "limits", "not_valid_why", "agent_errors"]  # fmt: skip
+ENDING_FIELDS = [
+    "task",
+    "scale",
+    "agent",
+    "model",
+    "budget",
+    "sandbox",
+    "confinement",
+    "assets",
+    "runs",
+    *(s.value for s in ENDINGS),
+    "not_counted",
+    "limits",
+    "not_valid_why",
+    "agent_errors",
+]
 
 
 def ending_records(stats: Sequence[GroupStats], rows: Sequence[RunRow]) -> list[dict[str, object]]:
     records = []
     for s, runs in rows_by_group(stats, rows):
         e = ending(runs)
-        records.append({**{k: getattr(s, k) for k in ENDING_FIELDS[:8]}, "runs": e["runs"],
-                        **{st.value: e[st.value] for st in ENDINGS}, "not_counted": counts(e["not_counted"]),
-                        "limits": counts(e["limits"]), "not_valid_why": counts(e["reasons"]),
-                        "agent_errors": counts(e["errors"])})  # fmt: skip
+        records.append(
+            {
+                **{k: getattr(s, k) for k in ENDING_FIELDS[:8]},
+                "runs": e["runs"],
+                **{st.value: e[st.value] for st in ENDINGS},
+                "not_counted": counts(e["not_counted"]),
+                "limits": counts(e["limits"]),
+                "not_valid_why": counts(e["reasons"]),
+                "agent_errors": counts(e["errors"]),
+            }
+        )
     return records
 
 
@@ -186,25 +231,55 @@ def percent(value: float | None) -> str:
 
 def time_table(stats: Sequence[GroupStats], rows: Sequence[RunRow], activities: dict[str, RunActivity | None]) -> Table:
     keys = key_columns(stats)
-    headers = keys + ["attempts", "wall time", "tool calls", *(activity.LABELS[c] for c in activity.CATEGORIES),
-                      "no trajectory"]  # fmt: skip
+    headers = keys + [
+        "attempts",
+        "wall time",
+        "tool calls",
+        *(activity.LABELS[c] for c in activity.CATEGORIES),
+        "no trajectory",
+    ]
     body = []
     for s, runs in rows_by_group(stats, rows):
         t = time_use(runs, activities)
         calls = "-" if t["tool_calls_mean"] is None else f"{t['tool_calls_mean']:.3g}"
-        body.append([getattr(s, k) for k in keys] + [str(t["attempts"]), duration(t["wall_s_mean"]), calls,
-                     *(percent(t[f]) for f in SHARE_FIELDS), str(t["no_trajectory"])])  # fmt: skip
+        body.append(
+            [getattr(s, k) for k in keys]
+            + [
+                str(t["attempts"]),
+                duration(t["wall_s_mean"]),
+                calls,
+                *(percent(t[f]) for f in SHARE_FIELDS),
+                str(t["no_trajectory"]),
+            ]
+        )
     return Table(headers, body)
 
 
-TIME_FIELDS = ["task", "scale", "agent", "model", "budget", "sandbox", "confinement", "assets", "attempts",
-               "with_trajectory", "no_trajectory", "wall_s_mean", "tool_calls_mean", *SHARE_FIELDS]  # fmt: skip
+TIME_FIELDS = [
+    "task",
+    "scale",
+    "agent",
+    "model",
+    "budget",
+    "sandbox",
+    "confinement",
+    "assets",
+    "attempts",
+    "with_trajectory",
+    "no_trajectory",
+    "wall_s_mean",
+    "tool_calls_mean",
+    *SHARE_FIELDS,
+]
 
 
-def time_records(stats: Sequence[GroupStats], rows: Sequence[RunRow],
-                 activities: dict[str, RunActivity | None]) -> list[dict[str, object]]:  # fmt: skip
-    return [{**{k: getattr(s, k) for k in TIME_FIELDS[:8]}, **time_use(runs, activities)}
-            for s, runs in rows_by_group(stats, rows)]  # fmt: skip
+def time_records(
+    stats: Sequence[GroupStats], rows: Sequence[RunRow], activities: dict[str, RunActivity | None]
+) -> list[dict[str, object]]:
+    return [
+        {**{k: getattr(s, k) for k in TIME_FIELDS[:8]}, **time_use(runs, activities)}
+        for s, runs in rows_by_group(stats, rows)
+    ]
 
 
 # ---- integrity notes -------------------------------------------------------------------------
@@ -236,8 +311,9 @@ def flagged_cell(runs: int, calls: int) -> str:
     return f"{runs} ({calls} call{'' if calls == 1 else 's'})" if runs else "0"
 
 
-def integrity_table(stats: Sequence[GroupStats], rows: Sequence[RunRow],
-                    activities: dict[str, RunActivity | None]) -> Table | None:  # fmt: skip
+def integrity_table(
+    stats: Sequence[GroupStats], rows: Sequence[RunRow], activities: dict[str, RunActivity | None]
+) -> Table | None:
     """None when no run of any row was flagged."""
     keys = key_columns(stats)
     headers = keys + ["runs read", *(activity.FLAG_LABELS[f] for f in activity.FLAGS), "first flagged call"]
@@ -246,41 +322,86 @@ def integrity_table(stats: Sequence[GroupStats], rows: Sequence[RunRow],
         n = integrity(runs, activities)
         cells = [flagged_cell(n[f"{f}_runs"], n[f"{f}_calls"]) for f in activity.FLAGS]
         any_flagged = any_flagged or bool(n["example"])
-        body.append([getattr(s, k) for k in keys] + [f"{n['with_trajectory']} of {n['runs']}", *cells,
-                     n["example"] or "-"])  # fmt: skip
+        body.append(
+            [getattr(s, k) for k in keys] + [f"{n['with_trajectory']} of {n['runs']}", *cells, n["example"] or "-"]
+        )
     return Table(headers, body) if any_flagged else None
 
 
-INTEGRITY_FIELDS = ["task", "scale", "agent", "model", "budget", "sandbox", "confinement", "assets", "runs",
-                    "with_trajectory", *(f"{f}_{n}" for f in activity.FLAGS for n in ("runs", "calls")),
-                    "example"]  # fmt: skip
+INTEGRITY_FIELDS = [
+    "task",
+    "scale",
+    "agent",
+    "model",
+    "budget",
+    "sandbox",
+    "confinement",
+    "assets",
+    "runs",
+    "with_trajectory",
+    *(f"{f}_{n}" for f in activity.FLAGS for n in ("runs", "calls")),
+    "example",
+]
 
 
-def integrity_records(stats: Sequence[GroupStats], rows: Sequence[RunRow],
-                      activities: dict[str, RunActivity | None]) -> list[dict[str, object]]:  # fmt: skip
-    return [{**{k: getattr(s, k) for k in INTEGRITY_FIELDS[:8]}, **integrity(runs, activities)}
-            for s, runs in rows_by_group(stats, rows)]  # fmt: skip
+def integrity_records(
+    stats: Sequence[GroupStats], rows: Sequence[RunRow], activities: dict[str, RunActivity | None]
+) -> list[dict[str, object]]:
+    return [
+        {**{k: getattr(s, k) for k in INTEGRITY_FIELDS[:8]}, **integrity(runs, activities)}
+        for s, runs in rows_by_group(stats, rows)
+    ]
 
 
 # ---- per run ---------------------------------------------------------------------------------
 
-RUN_FIELDS = ["run_id", "name", "task", "scale", "agent", "model", "budget", "seed", "kind", "trajectory", "wall_s",
-              "tool_calls", "model_calls", *(f"{c}_s" for c in activity.CATEGORIES),
-              *(f"{f}_calls" for f in activity.FLAGS), "flagged_example"]  # fmt: skip
+RUN_FIELDS = [
+    "run_id",
+    "name",
+    "task",
+    "scale",
+    "agent",
+    "model",
+    "budget",
+    "seed",
+    "kind",
+    "trajectory",
+    "wall_s",
+    "tool_calls",
+    "model_calls",
+    *(f"{c}_s" for c in activity.CATEGORIES),
+    *(f"{f}_calls" for f in activity.FLAGS),
+    "flagged_example",
+]
 
 
 def run_records(rows: Sequence[RunRow], activities: dict[str, RunActivity | None]) -> list[dict[str, object]]:
     records = []
     for r in rows:
         a = activities.get(r.run_id)
-        record: dict[str, object] = {"run_id": r.run_id, "name": r.name, "task": r.task, "scale": r.scale,
-                                     "agent": r.agent, "model": r.model, "budget": r.budget, "seed": r.seed,
-                                     "kind": r.kind, "trajectory": a is not None}  # fmt: skip
+        record: dict[str, object] = {
+            "run_id": r.run_id,
+            "name": r.name,
+            "task": r.task,
+            "scale": r.scale,
+            "agent": r.agent,
+            "model": r.model,
+            "budget": r.budget,
+            "seed": r.seed,
+            "kind": r.kind,
+            "trajectory": a is not None,
+        }
         if a is not None:
-            record.update({"wall_s": a.wall_s, "tool_calls": a.tool_calls, "model_calls": a.model_calls,
-                           **{f"{c}_s": a.seconds[c] for c in activity.CATEGORIES},
-                           **{f"{f}_calls": a.flagged[f] for f in activity.FLAGS},
-                           "flagged_example": next(iter(a.examples.values()), "")})  # fmt: skip
+            record.update(
+                {
+                    "wall_s": a.wall_s,
+                    "tool_calls": a.tool_calls,
+                    "model_calls": a.model_calls,
+                    **{f"{c}_s": a.seconds[c] for c in activity.CATEGORIES},
+                    **{f"{f}_calls": a.flagged[f] for f in activity.FLAGS},
+                    "flagged_example": next(iter(a.examples.values()), ""),
+                }
+            )
         records.append(record)
     return records
 
@@ -290,8 +411,9 @@ def run_records(rows: Sequence[RunRow], activities: dict[str, RunActivity | None
 HEADING = "Where agents fail"
 
 
-def report_sections(stats: Sequence[GroupStats], rows: Sequence[RunRow],
-                    activities: dict[str, RunActivity | None]) -> list[tuple[str, str, Table | None]]:  # fmt: skip
+def report_sections(
+    stats: Sequence[GroupStats], rows: Sequence[RunRow], activities: dict[str, RunActivity | None]
+) -> list[tuple[str, str, Table | None]]:
     """(heading, intro, table) sections: how attempts ended, where the time went, integrity notes."""
     sections: list[tuple[str, str, Table | None]] = [
         (f"{HEADING}: how attempts ended", ENDINGS_INTRO, endings_table(stats, rows)),
@@ -300,15 +422,22 @@ def report_sections(stats: Sequence[GroupStats], rows: Sequence[RunRow],
     flagged = integrity_table(stats, rows, activities)
     if flagged is None:
         read = sum(a is not None for a in activities.values())
-        sections.append((f"{HEADING}: integrity notes", f"No tool call of the {read} runs with a trajectory tried "
-                         "to reach hidden paths, other processes' environments or the network.", None))  # fmt: skip
+        sections.append(
+            (
+                f"{HEADING}: integrity notes",
+                f"No tool call of the {read} runs with a trajectory tried "
+                "to reach hidden paths, other processes' environments or the network.",
+                None,
+            )
+        )
     else:
         sections.append((f"{HEADING}: integrity notes", INTEGRITY_INTRO, flagged))
     return sections
 
 
-def csv_files(stats: Sequence[GroupStats], rows: Sequence[RunRow],
-              activities: dict[str, RunActivity | None]) -> list[tuple[str, list[str], list[dict[str, object]]]]:  # fmt: skip
+def csv_files(
+    stats: Sequence[GroupStats], rows: Sequence[RunRow], activities: dict[str, RunActivity | None]
+) -> list[tuple[str, list[str], list[dict[str, object]]]]:
     """(file name, fields, records) of the section's CSV files."""
     return [
         ("attempt_endings.csv", ENDING_FIELDS, ending_records(stats, rows)),

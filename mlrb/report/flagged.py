@@ -106,8 +106,10 @@ def treat(rows: Sequence[RunRow], treatment: str) -> list[RunRow]:
     if treatment == AS_FAILURE:
         return [as_failure(r) if is_flagged(r) and r.is_attempt else r for r in rows]
     if treatment == EXCLUDE:
-        return [replace(r, left_out=f"flagged {r.review}, left out (--flagged exclude)") if is_flagged(r) else r
-                for r in rows]  # fmt: skip
+        return [
+            replace(r, left_out=f"flagged {r.review}, left out (--flagged exclude)") if is_flagged(r) else r
+            for r in rows
+        ]
     return list(rows)
 
 
@@ -174,8 +176,9 @@ def flagged_table(rows: Sequence[RunRow], findings: dict[str, list[dict[str, Any
             evidence = (
                 f"its {REVIEW_FILE} could not be read ({r.review_findings or '?'} findings); {review_command([r])}"
             )
-        body.append([r.name, r.review or "", rules, evidence, render.KIND_LABELS.get(r.kind, r.kind),
-                     address(r, store_uri)])  # fmt: skip
+        body.append(
+            [r.name, r.review or "", rules, evidence, render.KIND_LABELS.get(r.kind, r.kind), address(r, store_uri)]
+        )
     return Table(["run", "verdict", "rules", "evidence (the first finding)", "status", "MLflow run"], body)
 
 
@@ -196,17 +199,22 @@ def review_notes(rows: Sequence[RunRow]) -> list[str]:
     notes = []
     unseen, failed = not_reviewed(rows), review_failed(rows)
     if unseen:
-        notes.append(f"{runs(len(unseen))} not reviewed (recorded before runs were reviewed): "
-                     f"{', '.join(sorted(r.name for r in unseen))}; `{review_command(unseen)}` reviews them.")  # fmt: skip
+        notes.append(
+            f"{runs(len(unseen))} not reviewed (recorded before runs were reviewed): "
+            f"{', '.join(sorted(r.name for r in unseen))}; `{review_command(unseen)}` reviews them."
+        )
     if failed:
-        notes.append(f"{runs(len(failed))} whose review failed (review error, not a verdict): "
-                     f"{', '.join(sorted(r.name for r in failed))}; `{review_command(failed)}` reviews them "
-                     "again.")  # fmt: skip
+        notes.append(
+            f"{runs(len(failed))} whose review failed (review error, not a verdict): "
+            f"{', '.join(sorted(r.name for r in failed))}; `{review_command(failed)}` reviews them "
+            "again."
+        )
     return notes
 
 
-def report_sections(rows: Sequence[RunRow], findings: dict[str, list[dict[str, Any]] | None],
-                    store_uri: str) -> list[tuple[str, str, Table | None]]:  # fmt: skip
+def report_sections(
+    rows: Sequence[RunRow], findings: dict[str, list[dict[str, Any]] | None], store_uri: str
+) -> list[tuple[str, str, Table | None]]:
     """The report's "Flagged runs" (heading, intro, table): each flagged run's verdict, rules, evidence and
     where to see it, or that none was; then the runs not reviewed and those whose review failed."""
     notes = " ".join(review_notes(rows))
@@ -230,5 +238,10 @@ def as_failures_sections(rows: Sequence[RunRow]) -> list[tuple[str, str, Table |
     if not any(is_flagged(r) and r.is_attempt for r in rows):
         return []
     stats = aggregate.summarise(treat(rows, AS_FAILURE))
-    return [("Results, flagged runs counted as failures", f"{counts(rows)}. {AS_FAILURES_INTRO}",
-             render.results_table(stats))]  # fmt: skip
+    return [
+        (
+            "Results, flagged runs counted as failures",
+            f"{counts(rows)}. {AS_FAILURES_INTRO}",
+            render.results_table(stats),
+        )
+    ]

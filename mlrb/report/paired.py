@@ -50,8 +50,16 @@ METHOD = (
 # The conditions (RunRow attributes) two sides may differ in beyond what names them: noted.
 CONDITIONS = ("budget", "scale", "sandbox", "confinement", "assets")
 # What tells two runs of one side at one task and seed apart, to say why they are ambiguous: (attribute, as said).
-DISTINCT = (("agent", "agent"), ("experiment", "experiment"), ("model", "model"), ("sweep_id", "sweep"),
-            ("budget", "budget"), ("sandbox", "sandbox"), ("confinement", "confinement"), ("assets", "assets"))  # fmt: skip
+DISTINCT = (
+    ("agent", "agent"),
+    ("experiment", "experiment"),
+    ("model", "model"),
+    ("sweep_id", "sweep"),
+    ("budget", "budget"),
+    ("sandbox", "sandbox"),
+    ("confinement", "confinement"),
+    ("assets", "assets"),
+)
 
 
 class CompareError(Exception):
@@ -63,10 +71,15 @@ class CompareError(Exception):
 
 def names_in(rows: Sequence[RunRow]) -> str:
     """The agents, models and sweeps that can name a side, for an error message."""
-    kinds = (("agents", {r.agent for r in rows}), ("models", {r.model for r in rows}),
-             ("sweeps", {r.sweep_id for r in rows}))  # fmt: skip
-    return "; ".join(f"{label} {', '.join(sorted(v for v in values if v))}" for label, values in kinds
-                     if any(values)) or "none"  # fmt: skip
+    kinds = (
+        ("agents", {r.agent for r in rows}),
+        ("models", {r.model for r in rows}),
+        ("sweeps", {r.sweep_id for r in rows}),
+    )
+    return (
+        "; ".join(f"{label} {', '.join(sorted(v for v in values if v))}" for label, values in kinds if any(values))
+        or "none"
+    )
 
 
 def resolve(rows: Sequence[RunRow], names: Sequence[str], where: str) -> dict[str, list[RunRow]]:
@@ -84,8 +97,9 @@ def resolve(rows: Sequence[RunRow], names: Sequence[str], where: str) -> dict[st
         shared = {r.run_id for r in rows_a} & {r.run_id for r in rows_b}
         if shared:
             example = next(r.name for r in rows_a if r.run_id in shared)
-            raise CompareError(f"'{a}' and '{b}' share {len(shared)} runs (such as {example}): "
-                               "name sides that have no run in common")  # fmt: skip
+            raise CompareError(
+                f"'{a}' and '{b}' share {len(shared)} runs (such as {example}): name sides that have no run in common"
+            )
     return sides
 
 
@@ -218,21 +232,44 @@ class Comparison:
         on = f"ahead on {ahead} of {len(self.tasks)} tasks (significantly on {clearly})"
         if self.outcome:
             return f"{winner} beats {loser}: {on}; {figure}"
-        why = ("one pair: no interval" if self.interval is None
-               else "the interval contains 0" if self.interval[0] <= 0 <= self.interval[1]
-               else f"p >= {ALPHA:g}")  # fmt: skip
+        why = (
+            "one pair: no interval"
+            if self.interval is None
+            else "the interval contains 0"
+            if self.interval[0] <= 0 <= self.interval[1]
+            else f"p >= {ALPHA:g}"
+        )
         return f"cannot tell {self.a} from {self.b} ({why}): {self.a} {on}; {figure}"
 
     def table(self) -> Table:
         a, b = self.a, self.b
         headers = ["task", "pairs", "seeds unpaired", a, b, f"{a} − {b}", f"{LEVEL:.0%} interval", "p"]
-        rows = [[t.task, str(len(t.pairs)), str(t.unpaired), f"{t.mean_a:.1f}", f"{t.mean_b:.1f}", signed(t.diff),
-                 span(t.interval), p_text(t.p)] for t in self.tasks]  # fmt: skip
+        rows = [
+            [
+                t.task,
+                str(len(t.pairs)),
+                str(t.unpaired),
+                f"{t.mean_a:.1f}",
+                f"{t.mean_b:.1f}",
+                signed(t.diff),
+                span(t.interval),
+                p_text(t.p),
+            ]
+            for t in self.tasks
+        ]
         if self.tasks:
-            rows.append([f"overall ({len(self.tasks)} tasks)", str(self.pairs), str(self.left_out),
-                         f"{stats.mean_of_means([[p.value_a for p in t.pairs] for t in self.tasks]):.1f}",
-                         f"{stats.mean_of_means([[p.value_b for p in t.pairs] for t in self.tasks]):.1f}",
-                         signed(self.diff or 0.0), span(self.interval), p_text(self.p)])  # fmt: skip
+            rows.append(
+                [
+                    f"overall ({len(self.tasks)} tasks)",
+                    str(self.pairs),
+                    str(self.left_out),
+                    f"{stats.mean_of_means([[p.value_a for p in t.pairs] for t in self.tasks]):.1f}",
+                    f"{stats.mean_of_means([[p.value_b for p in t.pairs] for t in self.tasks]):.1f}",
+                    signed(self.diff or 0.0),
+                    span(self.interval),
+                    p_text(self.p),
+                ]
+            )
         return Table(headers, rows)
 
 
@@ -252,8 +289,14 @@ def cost_table(sides: dict[str, list[RunRow]]) -> Table | None:
     body = []
     for name, rows in attempts.items():
         hours = mean(present(r.metric(Metric.GPU_HOURS) for r in rows))
-        body.append([name, str(len(rows)), *(dollars(mean(present(r.cost(kind) for r in rows))) for kind in COSTS),
-                     "-" if hours is None else f"{hours:.3g}"])  # fmt: skip
+        body.append(
+            [
+                name,
+                str(len(rows)),
+                *(dollars(mean(present(r.cost(kind) for r in rows))) for kind in COSTS),
+                "-" if hours is None else f"{hours:.3g}",
+            ]
+        )
     return Table(headers, body)
 
 
@@ -262,8 +305,11 @@ def only_counted(side: str, runs: list[RunRow], label: str, seed: str) -> tuple[
     Two counted runs are ambiguous: the user must narrow the runs."""
     counted = [r for r in runs if counted_value(r) is not None]
     if len(counted) > 1:
-        differ = [f"{what} {', '.join(sorted({str(getattr(r, attr)) for r in counted}))}"
-                  for attr, what in DISTINCT if len({getattr(r, attr) for r in counted}) > 1]  # fmt: skip
+        differ = [
+            f"{what} {', '.join(sorted({str(getattr(r, attr)) for r in counted}))}"
+            for attr, what in DISTINCT
+            if len({getattr(r, attr) for r in counted}) > 1
+        ]
         raise CompareError(
             f"{side} has {len(counted)} counted runs of {label} with seed {seed} ({', '.join(sorted(r.name for r in counted))}"
             f"{'; they differ in ' + '; '.join(differ) if differ else ''}): narrow the runs with --budget, --scale, "
@@ -283,8 +329,15 @@ def only_counted(side: str, runs: list[RunRow], label: str, seed: str) -> tuple[
     return None, f"not counted ({KIND_LABELS.get(first.kind, first.kind)}: {first.detail or '-'})"
 
 
-def compare(a: str, rows_a: Sequence[RunRow], b: str, rows_b: Sequence[RunRow], label: Callable[[tuple[str, str]], str],
-            resamples: int = RESAMPLES, seed: int = 0) -> Comparison:  # fmt: skip
+def compare(
+    a: str,
+    rows_a: Sequence[RunRow],
+    b: str,
+    rows_b: Sequence[RunRow],
+    label: Callable[[tuple[str, str]], str],
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Comparison:
     """A against B, paired by task (and scale) and seed."""
     runs_a, runs_b = by_stratum_and_seed(rows_a), by_stratum_and_seed(rows_b)
     tasks: list[TaskResult] = []
@@ -297,8 +350,10 @@ def compare(a: str, rows_a: Sequence[RunRow], b: str, rows_b: Sequence[RunRow], 
             ran, other, seeds = (a, b, seeds_a) if seeds_a else (b, a, seeds_b)
             n = sum(len(runs) for runs in seeds.values())
             left_out += len(seeds)
-            unpaired.append(f"{name}: only {ran} ran it ({n} runs, seeds {', '.join(sorted(seeds, key=seed_order))}); "
-                            f"{other} has none")  # fmt: skip
+            unpaired.append(
+                f"{name}: only {ran} ran it ({n} runs, seeds {', '.join(sorted(seeds, key=seed_order))}); "
+                f"{other} has none"
+            )
             continue
         pairs, left = [], 0
         for s in sorted(set(seeds_a) | set(seeds_b), key=seed_order):
@@ -316,16 +371,28 @@ def compare(a: str, rows_a: Sequence[RunRow], b: str, rows_b: Sequence[RunRow], 
         left_out += left
         if pairs:
             diffs = [p.diff for p in pairs]
-            tasks.append(TaskResult(name, pairs, left, stats.bootstrap_interval([diffs], LEVEL, resamples, seed),
-                                    stats.sign_flip_p([diffs], seed=seed)))  # fmt: skip
+            tasks.append(
+                TaskResult(
+                    name,
+                    pairs,
+                    left,
+                    stats.bootstrap_interval([diffs], LEVEL, resamples, seed),
+                    stats.sign_flip_p([diffs], seed=seed),
+                )
+            )
         else:
             unpaired.append(f"{name}: no seed where both {a} and {b} have a counted run")
     groups = [t.diffs for t in tasks]
     return Comparison(
-        a, b, tasks, unpaired, condition_notes(a, b, tasks),
+        a,
+        b,
+        tasks,
+        unpaired,
+        condition_notes(a, b, tasks),
         interval=stats.bootstrap_interval(groups, LEVEL, resamples, seed) if tasks else None,
-        p=stats.sign_flip_p(groups, seed=seed) if tasks else None, left_out=left_out,
-    )  # fmt: skip
+        p=stats.sign_flip_p(groups, seed=seed) if tasks else None,
+        left_out=left_out,
+    )
 
 
 def condition_notes(a: str, b: str, tasks: Sequence[TaskResult]) -> list[str]:
@@ -395,8 +462,13 @@ class Answer:
         return self.ranking.groups_line() if self.ranking else self.comparisons[0].verdict()
 
 
-def answer_for(sides: dict[str, list[RunRow]], label: Callable[[tuple[str, str]], str], treatment: str,
-               resamples: int = RESAMPLES, seed: int = 0) -> Answer:  # fmt: skip
+def answer_for(
+    sides: dict[str, list[RunRow]],
+    label: Callable[[tuple[str, str]], str],
+    treatment: str,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Answer:
     """SIDES compared, their flagged runs counted as TREATMENT says."""
     treated = {name: flagged.treat(rows, treatment) for name, rows in sides.items()}
     if len(treated) == 2:
@@ -426,15 +498,37 @@ class Ranking:
         return False
 
     def table(self) -> Table:
-        headers = ["A", "B", "tasks", "pairs", "seeds unpaired", "A − B", f"{LEVEL:.0%} interval", "p", "p (Holm)",
-                   "verdict"]  # fmt: skip
+        headers = [
+            "A",
+            "B",
+            "tasks",
+            "pairs",
+            "seeds unpaired",
+            "A − B",
+            f"{LEVEL:.0%} interval",
+            "p",
+            "p (Holm)",
+            "verdict",
+        ]
         rows = []
         for c in self.comparisons:
             adjusted = self.adjusted.get((c.a, c.b))
             outcome = significant(c.diff, c.interval, adjusted)
             verdict = f"{c.a} beats {c.b}" if outcome > 0 else f"{c.b} beats {c.a}" if outcome < 0 else "cannot tell"
-            rows.append([c.a, c.b, str(len(c.tasks)), str(c.pairs), str(c.left_out), "-" if c.diff is None else signed(c.diff),
-                         span(c.interval), p_text(c.p), p_text(adjusted), verdict])  # fmt: skip
+            rows.append(
+                [
+                    c.a,
+                    c.b,
+                    str(len(c.tasks)),
+                    str(c.pairs),
+                    str(c.left_out),
+                    "-" if c.diff is None else signed(c.diff),
+                    span(c.interval),
+                    p_text(c.p),
+                    p_text(adjusted),
+                    verdict,
+                ]
+            )
         return Table(headers, rows)
 
     def groups_line(self) -> str:
@@ -442,8 +536,9 @@ class Ranking:
         return f"statistically tied groups, best first: {shown}"
 
 
-def rank(sides: dict[str, list[RunRow]], label: Callable[[tuple[str, str]], str], resamples: int = RESAMPLES,
-         seed: int = 0) -> Ranking:  # fmt: skip
+def rank(
+    sides: dict[str, list[RunRow]], label: Callable[[tuple[str, str]], str], resamples: int = RESAMPLES, seed: int = 0
+) -> Ranking:
     """Compare every pair of sides; order the sides by their mean difference against the others;
     group the neighbours in that order that no pair among them tells apart (Holm-adjusted)."""
     names = list(sides)
@@ -489,8 +584,9 @@ def report_sides(rows: Sequence[RunRow]) -> dict[str, list[RunRow]]:
     return sides
 
 
-def report_sections(rows: Sequence[RunRow], resamples: int = RESAMPLES,
-                    seed: int = 0) -> list[tuple[str, str, Table | None]]:  # fmt: skip
+def report_sections(
+    rows: Sequence[RunRow], resamples: int = RESAMPLES, seed: int = 0
+) -> list[tuple[str, str, Table | None]]:
     """The report's "Paired comparisons": per budget that two agents (or models) or more ran,
     as python -m mlrb.compare prints them, as (heading, intro, table) sections."""
     budgets = sorted({r.budget for r in rows})
@@ -518,8 +614,10 @@ def report_sections(rows: Sequence[RunRow], resamples: int = RESAMPLES,
             said, table = first.verdict(), first.comparisons[0].table() if first.comparisons[0].tasks else None
         intro = f"{PAIRING} Verdict: {said}."
         if len(answers) > 1:  # flagged runs: the verdict with them counted as failures, and whether it changes
-            intro += (f" With flagged runs counted as failures ({flagged.counts(chosen)}): {answers[1].verdict()}. "
-                      f"{change_line(first, answers[1])}")  # fmt: skip
+            intro += (
+                f" With flagged runs counted as failures ({flagged.counts(chosen)}): {answers[1].verdict()}. "
+                f"{change_line(first, answers[1])}"
+            )
         intro += f" `{command}` lists the runs left out. {METHOD}"
         sections.append((heading, intro, table))
         costs = cost_table(sides)
@@ -551,14 +649,18 @@ def noise_of_runs(rows: Sequence[RunRow], label: Callable[[tuple[str, str]], str
     found = []
     for key in sorted({(r.task, r.scale) for r in rows}):
         sd, n = stats.pooled_sd(list(groups.get(key, {}).values()))
-        source = (f"per-seed scores ({n} counted runs in groups of 2 or more) × √2" if sd is not None
-                  else "fewer than 2 counted runs in any group")  # fmt: skip
+        source = (
+            f"per-seed scores ({n} counted runs in groups of 2 or more) × √2"
+            if sd is not None
+            else "fewer than 2 counted runs in any group"
+        )
         found.append(Noise(label(key), None if sd is None else math.sqrt(2) * sd, source))
     return found
 
 
-def noise_of_comparison(comparison: Comparison, rows: Sequence[RunRow],
-                        label: Callable[[tuple[str, str]], str]) -> list[Noise]:  # fmt: skip
+def noise_of_comparison(
+    comparison: Comparison, rows: Sequence[RunRow], label: Callable[[tuple[str, str]], str]
+) -> list[Noise]:
     """Per task, the SD of the paired differences where it has 2 pairs or more; else from the
     two sides' per-seed scores (`rows`: both sides' runs)."""
     by_task = {t.task: t for t in comparison.tasks}
@@ -592,8 +694,13 @@ def noise_of_calibration(calibration: dict, tasks: Sequence[str] = ()) -> list[N
             found.append(Noise(task, None, "calibration: its baseline and reference score the same at every seed"))
         else:
             seeds = max(len(v) for v in values)
-            found.append(Noise(task, math.sqrt(2) * sd * 100 / abs(ref - base),
-                               f"calibration: baseline and reference at {seeds} seeds × √2"))  # fmt: skip
+            found.append(
+                Noise(
+                    task,
+                    math.sqrt(2) * sd * 100 / abs(ref - base),
+                    f"calibration: baseline and reference at {seeds} seeds × √2",
+                )
+            )
     return found
 
 
@@ -630,8 +737,9 @@ class Plan:
         return max(n, math.ceil(self.floor / len(sds)))
 
     def table(self) -> Table:
-        rows = [[n.task, n.source, "-" if n.sd_diff is None else f"{n.sd_diff:.1f}", self.seeds_cell(n)]
-                for n in self.noise]  # fmt: skip
+        rows = [
+            [n.task, n.source, "-" if n.sd_diff is None else f"{n.sd_diff:.1f}", self.seeds_cell(n)] for n in self.noise
+        ]
         return Table(["task", "noise from", "SD of a paired difference", "seeds per task"], rows)
 
     def seeds_cell(self, noise: Noise) -> str:
@@ -644,18 +752,24 @@ class Plan:
 
     def lines(self) -> list[str]:
         z = stats.z_sum(self.alpha, self.power)
-        heading = (f"Seeds per task to detect a {self.effect:g}-point difference in {SCORE}, at {self.power:.0%} power, "
-                   f"two-sided alpha {self.alpha:g}:")  # fmt: skip
+        heading = (
+            f"Seeds per task to detect a {self.effect:g}-point difference in {SCORE}, at {self.power:.0%} power, "
+            f"two-sided alpha {self.alpha:g}:"
+        )
         overall = self.overall()
         if overall is None:
             summary = "overall: no task has measured noise; run 2 seeds or more of each side first"
         else:
-            summary = (f"overall: {overall} seeds per task detect a {self.effect:g}-point difference in the mean over "
-                       f"the {len(self.measured)} tasks with measured noise, its interval excluding 0 (which counts "
-                       "the seeds' noise twice: it resamples tasks, then seeds within them). From the seeds' noise "
-                       "alone: when the effect differs between tasks, the interval is wider by that spread, which "
-                       "more seeds do not shrink.")  # fmt: skip
-        method = (f"Method: a paired test's normal approximation, n = ((z({1 - self.alpha / 2:g}) + z({self.power:g})) "
-                  f"× SD / effect)² = ({z:.2f} × SD / {self.effect:g})², rounded up; at least {self.floor}, the fewest "
-                  f"pairs with which the sign-flip test can reach p < {self.alpha:g}. '-': no noise measured.")  # fmt: skip
+            summary = (
+                f"overall: {overall} seeds per task detect a {self.effect:g}-point difference in the mean over "
+                f"the {len(self.measured)} tasks with measured noise, its interval excluding 0 (which counts "
+                "the seeds' noise twice: it resamples tasks, then seeds within them). From the seeds' noise "
+                "alone: when the effect differs between tasks, the interval is wider by that spread, which "
+                "more seeds do not shrink."
+            )
+        method = (
+            f"Method: a paired test's normal approximation, n = ((z({1 - self.alpha / 2:g}) + z({self.power:g})) "
+            f"× SD / effect)² = ({z:.2f} × SD / {self.effect:g})², rounded up; at least {self.floor}, the fewest "
+            f"pairs with which the sign-flip test can reach p < {self.alpha:g}. '-': no noise measured."
+        )
         return [heading, "", self.table().markdown(), "", summary, method]

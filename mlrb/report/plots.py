@@ -85,8 +85,15 @@ def score_by_task(stats: Sequence[GroupStats], path: Path) -> Path:
         for bar, s, error in zip(bars, group, errors, strict=True):
             text = f"n={s.valid}/{s.attempts}" if s.score_mean is not None else "no valid run"
             # above the error bar, not across it
-            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height() + error), ha="center",
-                        va="bottom", fontsize=8, xytext=(0, 3), textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                text,
+                (bar.get_x() + bar.get_width() / 2, bar.get_height() + error),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                xytext=(0, 3),
+                textcoords="offset points",
+            )
         anchors(ax, group)
         top = max([h + e for h, e in zip(heights, errors, strict=True)] + [s.reference_score or 0.0 for s in group])
         if top > 0:
@@ -108,8 +115,14 @@ def score_vs_budget(stats: Sequence[GroupStats], path: Path) -> Path:
         group = [s for s in stats if task_key(s) == key and s.score_mean is not None and s.budget_wall_time_s]
         for agent in sorted({who(s) for s in group}):
             points = sorted((s for s in group if who(s) == agent), key=lambda s: s.budget_wall_time_s or 0)
-            ax.errorbar([(s.budget_wall_time_s or 0) / 3600 for s in points], [s.score_mean for s in points],
-                        yerr=[s.score_sem or 0.0 for s in points], marker="o", capsize=4, label=agent)  # fmt: skip
+            ax.errorbar(
+                [(s.budget_wall_time_s or 0) / 3600 for s in points],
+                [s.score_mean for s in points],
+                yerr=[s.score_sem or 0.0 for s in points],
+                marker="o",
+                capsize=4,
+                label=agent,
+            )
         ticks = {(s.budget_wall_time_s or 0) / 3600: s.budget for s in group}
         anchors(ax, group)
         ax.set_xscale("log")
@@ -136,8 +149,13 @@ def score_vs_cost(stats: Sequence[GroupStats], rows: Sequence[RunRow], path: Pat
         for r in scored:
             series.setdefault(label(r, show_budget), []).append(r)
         for i, (name, points) in enumerate(sorted(series.items())):
-            ax.scatter([r.cost(cost) or 0.0 for r in points], [r.score for r in points],
-                       marker=markers[i % len(markers)], label=name, alpha=0.8)  # fmt: skip
+            ax.scatter(
+                [r.cost(cost) or 0.0 for r in points],
+                [r.score for r in points],
+                marker=markers[i % len(markers)],
+                label=name,
+                alpha=0.8,
+            )
         anchors(ax, [s for s in stats if task_key(s) == key])
         most = max((r.cost(cost) or 0.0 for r in scored), default=0.0)
         right = most * 1.1 if most > 0 else 1.0  # a scripted agent costs nothing: show $0 to $1 then

@@ -145,14 +145,22 @@ def results_table(stats: Sequence[GroupStats]) -> Table:
     # where some run priced its compute: the API's dollars, the compute's and their sum, else the API's alone
     priced = any(s.compute_usd_mean is not None for s in stats)
     cost_headers = ["API $", "compute $", "total $"] if priced else ["cost"]
-    headers = keys + ["runs (attempts)", "counted score", "counted normalised", *(["normalised as"] if named else []),
-                      "success", "valid", "valid score", *cost_headers, "tokens in / out", "wall time",
-                      "not counted"]  # fmt: skip
+    headers = keys + [
+        "runs (attempts)",
+        "counted score",
+        "counted normalised",
+        *(["normalised as"] if named else []),
+        "success",
+        "valid",
+        "valid score",
+        *cost_headers,
+        "tokens in / out",
+        "wall time",
+        "not counted",
+    ]
     rows = []
     for s in stats:
-        excluded = ", ".join(
-            f"{n} {KIND_LABELS[k]}" for k, n in sorted(s.outcomes.items()) if k in NOT_COUNTED
-        )  # fmt: skip
+        excluded = ", ".join(f"{n} {KIND_LABELS[k]}" for k, n in sorted(s.outcomes.items()) if k in NOT_COUNTED)
         keys_cells = [getattr(s, k) for k in keys]
         if s.unenforced_rules:  # its score cannot vouch for these rules (the section below)
             keys_cells[0] += f" {UNENFORCED_MARK}"
@@ -208,8 +216,15 @@ def unenforced_table(stats: Sequence[GroupStats]) -> Table | None:
         reasons = rule_reasons(task, scale) if ids else {}
         rows += [[task, scale, rule, reasons.get(rule, "-")] for rule in sorted(ids)]
         if unknown[(task, scale)]:  # recorded before runs said: not flagged, and not vouched for either
-            rows.append([task, scale, "unknown", f"{unknown[(task, scale)]} runs were recorded before runs "
-                         "recorded their task's unenforced rules: not flagged, see the task's page"])  # fmt: skip
+            rows.append(
+                [
+                    task,
+                    scale,
+                    "unknown",
+                    f"{unknown[(task, scale)]} runs were recorded before runs "
+                    "recorded their task's unenforced rules: not flagged, see the task's page",
+                ]
+            )
     return Table(["task", "scale", "rule not enforced", "why"], rows) if rows else None
 
 
@@ -234,21 +249,79 @@ def excluded_table(rows: Sequence[RunRow]) -> Table:
 
 
 SUMMARY_FIELDS = [
-    "task", "scale", "agent", "model", "budget", "sandbox", "confinement", "assets", "budget_wall_time_s", "runs",
-    "attempts", "valid", "counted_mean", "counted_sem", "counted_normalised_mean", "counted_normalised_sem",
-    "counted_normalised_anchor_sem", "uncounted", "score_mean", "score_sem", "normalised_as", "success_rate", "success_n",
-    "valid_rate", "cost_usd_mean", "compute_usd_mean", "total_usd_mean", "gpu_hours_mean", "cpu_hours_mean",
-    "input_tokens_mean", "output_tokens_mean", "wall_time_s_mean",
-    "baseline_score", "reference_score",
+    "task",
+    "scale",
+    "agent",
+    "model",
+    "budget",
+    "sandbox",
+    "confinement",
+    "assets",
+    "budget_wall_time_s",
+    "runs",
+    "attempts",
+    "valid",
+    "counted_mean",
+    "counted_sem",
+    "counted_normalised_mean",
+    "counted_normalised_sem",
+    "counted_normalised_anchor_sem",
+    "uncounted",
+    "score_mean",
+    "score_sem",
+    "normalised_as",
+    "success_rate",
+    "success_n",
+    "valid_rate",
+    "cost_usd_mean",
+    "compute_usd_mean",
+    "total_usd_mean",
+    "gpu_hours_mean",
+    "cpu_hours_mean",
+    "input_tokens_mean",
+    "output_tokens_mean",
+    "wall_time_s_mean",
+    "baseline_score",
+    "reference_score",
     *KIND_LABELS,
-]  # fmt: skip
+]
 
 RUN_FIELDS = [
-    "run_id", "name", "experiment", "task", "scale", "agent", "model", "budget", "seed", "sweep_id", "sandbox",
-    "confinement", "assets", "mlflow_status",
-    "kind", "counted", "detail", "score", "normalised_score", "counted_score", "counted_normalised_score",
-    "normalised_as", "unenforced_rules", "success", "do_nothing_score", "baseline_score", "reference_score", "cost_usd", "compute_usd", "gpu_hours", "cpu_hours", "input_tokens", "output_tokens", "wall_time_s",
-]  # fmt: skip
+    "run_id",
+    "name",
+    "experiment",
+    "task",
+    "scale",
+    "agent",
+    "model",
+    "budget",
+    "seed",
+    "sweep_id",
+    "sandbox",
+    "confinement",
+    "assets",
+    "mlflow_status",
+    "kind",
+    "counted",
+    "detail",
+    "score",
+    "normalised_score",
+    "counted_score",
+    "counted_normalised_score",
+    "normalised_as",
+    "unenforced_rules",
+    "success",
+    "do_nothing_score",
+    "baseline_score",
+    "reference_score",
+    "cost_usd",
+    "compute_usd",
+    "gpu_hours",
+    "cpu_hours",
+    "input_tokens",
+    "output_tokens",
+    "wall_time_s",
+]
 
 
 def cell(value) -> str:
@@ -280,26 +353,64 @@ def summary_records(stats: Sequence[GroupStats]) -> list[dict[str, object]]:
 def run_records(rows: Sequence[RunRow]) -> list[dict[str, object]]:
     """One line per run, with the values the summary counted (score only when valid)."""
     return [
-        {"run_id": r.run_id, "name": r.name, "experiment": r.experiment, "task": r.task, "scale": r.scale,
-         "agent": r.agent, "model": r.model, "budget": r.budget, "seed": r.seed, "sweep_id": r.sweep_id, "sandbox": r.sandbox,
-         "confinement": r.confinement, "assets": r.assets, "mlflow_status": r.mlflow_status, "kind": r.kind, "counted": r.is_attempt, "detail": r.detail,
-         "score": r.score, "normalised_score": r.normalised, "counted_score": r.counted_score,
-         "counted_normalised_score": r.counted_normalised, "normalised_as": r.normalised_as,
-         "unenforced_rules": "unknown" if r.unenforced_rules is None else ",".join(r.unenforced_rules),
-         "success": r.success,
-         **{name: r.metric(name) for name in (*Metric.ANCHORS, Metric.COST_USD, Metric.COMPUTE_USD, Metric.GPU_HOURS,
-                                              Metric.CPU_HOURS, Metric.INPUT_TOKENS, Metric.OUTPUT_TOKENS,
-                                              Metric.WALL_TIME_S)}}
+        {
+            "run_id": r.run_id,
+            "name": r.name,
+            "experiment": r.experiment,
+            "task": r.task,
+            "scale": r.scale,
+            "agent": r.agent,
+            "model": r.model,
+            "budget": r.budget,
+            "seed": r.seed,
+            "sweep_id": r.sweep_id,
+            "sandbox": r.sandbox,
+            "confinement": r.confinement,
+            "assets": r.assets,
+            "mlflow_status": r.mlflow_status,
+            "kind": r.kind,
+            "counted": r.is_attempt,
+            "detail": r.detail,
+            "score": r.score,
+            "normalised_score": r.normalised,
+            "counted_score": r.counted_score,
+            "counted_normalised_score": r.counted_normalised,
+            "normalised_as": r.normalised_as,
+            "unenforced_rules": "unknown" if r.unenforced_rules is None else ",".join(r.unenforced_rules),
+            "success": r.success,
+            **{
+                name: r.metric(name)
+                for name in (
+                    *Metric.ANCHORS,
+                    Metric.COST_USD,
+                    Metric.COMPUTE_USD,
+                    Metric.GPU_HOURS,
+                    Metric.CPU_HOURS,
+                    Metric.INPUT_TOKENS,
+                    Metric.OUTPUT_TOKENS,
+                    Metric.WALL_TIME_S,
+                )
+            },
+        }
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 def cause_records(causes: Sequence[Cause]) -> list[dict[str, object]]:
     return [
-        {"task": c.task, "scale": c.scale, "agent": c.agent, "model": c.model, "budget": c.budget, "cause": c.kind,
-         "runs": c.count, "reason": c.detail, "which": " ".join(sorted(c.runs))}
+        {
+            "task": c.task,
+            "scale": c.scale,
+            "agent": c.agent,
+            "model": c.model,
+            "budget": c.budget,
+            "cause": c.kind,
+            "runs": c.count,
+            "reason": c.detail,
+            "which": " ".join(sorted(c.runs)),
+        }
         for c in causes
-    ]  # fmt: skip
+    ]
 
 
 def emphasis(escaped: str) -> str:
@@ -344,19 +455,35 @@ class Report:
         sections += self.anytime
         sections += self.costs
         if self.causes:
-            sections.append(("Why runs did not score", "Every run without a valid score, by cause and reason.",
-                             causes_table(self.causes, self.stats)))  # fmt: skip
+            sections.append(
+                (
+                    "Why runs did not score",
+                    "Every run without a valid score, by cause and reason.",
+                    causes_table(self.causes, self.stats),
+                )
+            )
         else:
             sections.append(("Why runs did not score", "Every run scored.", None))
         sections += self.failures
         plumbing = sorted({f"{s.task} (scale {s.scale})" for s in self.stats if s.plumbing})
         if plumbing:
-            sections.append(("Plumbing runs", f"Runs at a plumbing scale check that the harness works and measure "
-                             f"nothing: {', '.join(plumbing)}. No mean is shown for them and mlrb.compare refuses "
-                             "them; run at task.scale=tiny or full for results.", None))  # fmt: skip
+            sections.append(
+                (
+                    "Plumbing runs",
+                    f"Runs at a plumbing scale check that the harness works and measure "
+                    f"nothing: {', '.join(plumbing)}. No mean is shown for them and mlrb.compare refuses "
+                    "them; run at task.scale=tiny or full for results.",
+                    None,
+                )
+            )
         if self.excluded:
-            sections.append(("Runs not counted", "Not the agent's doing: kept out of every mean and rate.",
-                             excluded_table(self.excluded)))  # fmt: skip
+            sections.append(
+                (
+                    "Runs not counted",
+                    "Not the agent's doing: kept out of every mean and rate.",
+                    excluded_table(self.excluded),
+                )
+            )
         return sections
 
     def markdown(self, with_plots: bool = True) -> str:
@@ -380,8 +507,10 @@ class Report:
             body.append("<h2>Plots</h2>")
             for caption, path in self.plots.items():
                 data = base64.b64encode(path.read_bytes()).decode()
-                body.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
-                            f"<figcaption>{html.escape(caption)}</figcaption></figure>")  # fmt: skip
+                body.append(
+                    f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
+                    f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+                )
         style = (
             "body{font-family:system-ui,sans-serif;margin:2em;max-width:90em}"
             "table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .6em;"
@@ -398,10 +527,12 @@ class Report:
         written = [
             write_csv(out / "summary.csv", SUMMARY_FIELDS, summary_records(self.stats)),
             write_csv(out / "runs.csv", RUN_FIELDS, run_records(self.rows)),
-            write_csv(out / "not_scored.csv", ["task", "scale", "agent", "model", "budget", "cause", "runs", "reason",
-                                               "which"],
-                      cause_records(self.causes)),
-        ]  # fmt: skip
+            write_csv(
+                out / "not_scored.csv",
+                ["task", "scale", "agent", "model", "budget", "cause", "runs", "reason", "which"],
+                cause_records(self.causes),
+            ),
+        ]
         written += [write_csv(out / name, fields, records) for name, fields, records in self.csvs]
         (out / "summary.md").write_text(self.markdown())
         written.append(out / "summary.md")

@@ -36,17 +36,33 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("folders", nargs="*", type=Path, help="run folders (outputs/runs/<run>) or sweep folders")
     p.add_argument("--no-store", action="store_true", help="write review.json only: no record lines, no store")
     p.add_argument("--fail-on", choices=ORDER[1:], default=None, help="exit 1 when a run's verdict is this or worse")
-    p.add_argument("--store", action="store_true",
-                   help="review the tracking store's runs that pass the filters below, from what the store keeps "
-                   "of them (for runs whose folders are gone), instead of run folders")  # fmt: skip
-    p.add_argument("--judge", metavar="MODEL", default=None,
-                   help="a model that reads each run's record as a judge too, after the rules (review.judge: e.g. "
-                   "claude-sonnet-5); its key from the provider's variable, its cost apart from the agent's")  # fmt: skip
-    p.add_argument("--judge-max-usd", metavar="USD", type=float, default=ReviewConfig.judge_max_usd,
-                   help="the judge's own budget per run, in US dollars (default: %(default)s)")  # fmt: skip
-    p.add_argument("--judge-base-url", metavar="URL", default=None,
-                   help="where the judge's provider is served (default: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL, "
-                   "else the provider's API)")  # fmt: skip
+    p.add_argument(
+        "--store",
+        action="store_true",
+        help="review the tracking store's runs that pass the filters below, from what the store keeps "
+        "of them (for runs whose folders are gone), instead of run folders",
+    )
+    p.add_argument(
+        "--judge",
+        metavar="MODEL",
+        default=None,
+        help="a model that reads each run's record as a judge too, after the rules (review.judge: e.g. "
+        "claude-sonnet-5); its key from the provider's variable, its cost apart from the agent's",
+    )
+    p.add_argument(
+        "--judge-max-usd",
+        metavar="USD",
+        type=float,
+        default=ReviewConfig.judge_max_usd,
+        help="the judge's own budget per run, in US dollars (default: %(default)s)",
+    )
+    p.add_argument(
+        "--judge-base-url",
+        metavar="URL",
+        default=None,
+        help="where the judge's provider is served (default: $ANTHROPIC_BASE_URL / $OPENAI_BASE_URL, "
+        "else the provider's API)",
+    )
     add_run_arguments(p)
     return p
 

@@ -123,9 +123,16 @@ def read_text(file: Path) -> str:
 def tool_uses(events: list[dict[str, Any]]) -> list[ToolUse]:
     """The trajectory's tool calls, each with its result (matched by id), in the order asked."""
     results = {e.get("id"): str(e.get("output", "")) for e in events if e["event"] == "tool_result"}
-    return [ToolUse(int(e.get("step") or 0), str(e.get("tool", "")), arguments_text(e.get("arguments")),
-                    results.get(e.get("id"), ""))
-            for e in events if e["event"] == "tool_call"]  # fmt: skip
+    return [
+        ToolUse(
+            int(e.get("step") or 0),
+            str(e.get("tool", "")),
+            arguments_text(e.get("arguments")),
+            results.get(e.get("id"), ""),
+        )
+        for e in events
+        if e["event"] == "tool_call"
+    ]
 
 
 def transcripts(path: Path, tools: list[ToolUse]) -> list[ToolUse]:

@@ -115,8 +115,14 @@ def fit(entries: list[Entry], limit: int) -> tuple[list[Entry | str], str]:
     cap = low
     shown = [Entry(e.step, e.label, cut(e.text, cap)) for e in entries]
     longer = [s for s in sizes if s > cap]
-    said = [f"{len(longer)} entries cut to about {cap:,} characters each ({sum(s - cap for s in longer):,} "
-            "characters not shown)"] if longer else []  # fmt: skip
+    said = (
+        [
+            f"{len(longer)} entries cut to about {cap:,} characters each ({sum(s - cap for s in longer):,} "
+            "characters not shown)"
+        ]
+        if longer
+        else []
+    )
     kept: list[Entry | str] = list(shown)
     if sum(len(e.text) + HEADER_CHARS for e in shown) > limit:  # left out from the middle, the start and the end kept
         head, tail, used = 0, len(shown), 0
@@ -212,8 +218,13 @@ def check(answer: list[Any], entries: list[Entry], found: list[Finding]) -> Chec
         severity, step = raw.get("severity"), raw.get("step")
         category = str(raw.get("category") or "other")
         category = category if CATEGORY.fullmatch(category) else "other"
-        said = {"category": category, "severity": str(severity), "step": step, "evidence": quoted(quote),
-                "reason": quoted(str(raw.get("reason") or ""))}  # fmt: skip
+        said = {
+            "category": category,
+            "severity": str(severity),
+            "step": step,
+            "evidence": quoted(quote),
+            "reason": quoted(str(raw.get("reason") or "")),
+        }
         places = [i for i, text in enumerate(texts) if quote and quote in text]
         if severity not in (SUSPICIOUS, TAMPERING):
             result.unverified.append({**said, "why": f"severity must be {SUSPICIOUS} or {TAMPERING}"})
@@ -227,8 +238,9 @@ def check(answer: list[Any], entries: list[Entry], found: list[Finding]) -> Chec
             if any(rule in SAME_AS.get(category, ()) and s == entry.step and quote in ev for rule, s, ev in rules):
                 result.repeated += 1
                 continue
-            result.added.append(Finding(RULE_PREFIX + category, str(severity), entry.step, quoted(quote),
-                                        said["reason"] or None))  # fmt: skip
+            result.added.append(
+                Finding(RULE_PREFIX + category, str(severity), entry.step, quoted(quote), said["reason"] or None)
+            )
     return result
 
 
@@ -250,22 +262,40 @@ def sizing(judge: judge_model.JudgeModel, cfg: ReviewConfig, fixed_chars: int) -
         left = cfg.judge_max_usd - judge_model.answer_usd(judge, answer_tokens)
         per_char = judge_model.input_usd_per_char(judge, CHARS_PER_TOKEN)
         if left <= 0:
-            return Sizing(answer_tokens, 0, f"its budget (review.judge_max_usd={cfg.judge_max_usd:g}) is less than "
-                          f"an answer of {answer_tokens:,} tokens may cost (${judge_model.answer_usd(judge, answer_tokens):.4f})")  # fmt: skip
+            return Sizing(
+                answer_tokens,
+                0,
+                f"its budget (review.judge_max_usd={cfg.judge_max_usd:g}) is less than "
+                f"an answer of {answer_tokens:,} tokens may cost (${judge_model.answer_usd(judge, answer_tokens):.4f})",
+            )
         if per_char > 0:
             limit = min(limit, int(left / per_char) - fixed_chars)
     if limit < MIN_CONTEXT:
-        return Sizing(answer_tokens, limit, f"its budget pays for {max(limit, 0):,} characters of the record, under "
-                      f"the {MIN_CONTEXT:,} a read needs: raise review.judge_max_usd or review.judge_max_input_tokens")  # fmt: skip
+        return Sizing(
+            answer_tokens,
+            limit,
+            f"its budget pays for {max(limit, 0):,} characters of the record, under "
+            f"the {MIN_CONTEXT:,} a read needs: raise review.judge_max_usd or review.judge_max_input_tokens",
+        )
     return Sizing(answer_tokens, limit)
 
 
-def report(judge: judge_model.JudgeModel | None, model: str, status: str, reason: str = "",
-           **more: Any) -> dict[str, Any]:  # fmt: skip
+def report(
+    judge: judge_model.JudgeModel | None, model: str, status: str, reason: str = "", **more: Any
+) -> dict[str, Any]:
     """review.json's `judge`: who judged, how it went, what it was shown and what it cost (under the names of the run's metrics it becomes)."""
-    base: dict[str, Any] = {"model": model, "provider": judge.provider if judge else None, "status": status, "reason": reason,
-            "added": 0, "repeated": 0, "unverified": [], "shown_chars": 0, "cut": "",
-            **dict.fromkeys(Metric.REVIEW_JUDGE_SPENT, 0)}  # fmt: skip
+    base: dict[str, Any] = {
+        "model": model,
+        "provider": judge.provider if judge else None,
+        "status": status,
+        "reason": reason,
+        "added": 0,
+        "repeated": 0,
+        "unverified": [],
+        "shown_chars": 0,
+        "cut": "",
+        **dict.fromkeys(Metric.REVIEW_JUDGE_SPENT, 0),
+    }
     return {**base, **more}
 
 
@@ -293,9 +323,13 @@ def read(run: evidence_lib.RunEvidence, done: Review, cfg: ReviewConfig, judge: 
     shown, cut_said = fit(entries, size.limit)
     prompt = prompt_of(shown, done.findings, cut_said, nonce)
     answer = judge_model.ask(judge, cfg, system, prompt, size.answer_tokens)
-    spent = {"shown_chars": len(prompt), "cut": cut_said, Metric.REVIEW_JUDGE_INPUT_TOKENS: answer.input_tokens,
-             Metric.REVIEW_JUDGE_OUTPUT_TOKENS: answer.output_tokens,
-             Metric.REVIEW_JUDGE_COST_USD: round(answer.cost_usd, 6)}  # fmt: skip
+    spent = {
+        "shown_chars": len(prompt),
+        "cut": cut_said,
+        Metric.REVIEW_JUDGE_INPUT_TOKENS: answer.input_tokens,
+        Metric.REVIEW_JUDGE_OUTPUT_TOKENS: answer.output_tokens,
+        Metric.REVIEW_JUDGE_COST_USD: round(answer.cost_usd, 6),
+    }
     if answer.text is None:
         status = INCOMPLETE if answer.over_budget else ERROR
         return report(judge, judge.model, status, masked(answer.failure or "no answer")[:300], **spent)
@@ -303,14 +337,28 @@ def read(run: evidence_lib.RunEvidence, done: Review, cfg: ReviewConfig, judge: 
         findings = parse(answer.text)
     except ValueError as e:
         if answer.cut_off:
-            return report(judge, judge.model, INCOMPLETE, f"its answer was cut at {size.answer_tokens:,} tokens "
-                          "(review.judge_max_output_tokens) before it was whole", **spent)  # fmt: skip
+            return report(
+                judge,
+                judge.model,
+                INCOMPLETE,
+                f"its answer was cut at {size.answer_tokens:,} tokens "
+                "(review.judge_max_output_tokens) before it was whole",
+                **spent,
+            )
         return report(judge, judge.model, ERROR, f"its answer is not the JSON asked for: {e}", **spent)
     checked = check(findings, entries, done.findings)
     done.findings = done.findings + checked.added
     done.verdict = verdict_of(done.findings)
-    return report(judge, judge.model, OK, "", added=len(checked.added), repeated=checked.repeated,
-                  unverified=checked.unverified, **spent)  # fmt: skip
+    return report(
+        judge,
+        judge.model,
+        OK,
+        "",
+        added=len(checked.added),
+        repeated=checked.repeated,
+        unverified=checked.unverified,
+        **spent,
+    )
 
 
 def judge_for(cfg: ReviewConfig | None) -> Callable[[evidence_lib.RunEvidence, Review], None] | None:

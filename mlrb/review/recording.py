@@ -58,8 +58,12 @@ def review_at_end(run_dir: Path, recorder: Any, cfg: ReviewConfig | None = None)
     if done.findings:
         log.info("review: %s", done.line())
     if done.judge is not None:
-        log.info("review: the judge (%s): %s, $%.4f", done.judge["model"], done.judge["status"],
-                 done.judge[Metric.REVIEW_JUDGE_COST_USD])  # fmt: skip
+        log.info(
+            "review: the judge (%s): %s, $%.4f",
+            done.judge["model"],
+            done.judge["status"],
+            done.judge[Metric.REVIEW_JUDGE_COST_USD],
+        )
         recorder.log_metrics(metrics_of(done))
     recorder.set_tags(tags_of(done))
     recorder.log_file(Path(run_dir) / FILE)
