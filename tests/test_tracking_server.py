@@ -74,8 +74,9 @@ def port_open(port: int) -> bool:
 class TrackingServer:
     """`python -m mlrb.tracking serve` as a user starts it, on a loopback port."""
 
-    def __init__(self, db_uri: str, artifacts: Path, log: Path):
+    def __init__(self, db_uri: str, artifacts: Path, log: Path, extra: list[str] | None = None):
         self.db_uri, self.artifacts, self.log = db_uri, artifacts, log
+        self.extra = extra or []  # more options of `serve`
         self.port = free_port()
         self.uri = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -83,7 +84,7 @@ class TrackingServer:
     def start(self, timeout: float = 240) -> None:
         command = [sys.executable, "-m", "mlrb.tracking", "serve", "--backend-store-uri", self.db_uri,
                    "--artifacts-destination", str(self.artifacts), "--host", "127.0.0.1", "--port", str(self.port),
-                   "--workers", "1"]  # fmt: skip
+                   "--workers", "1", *self.extra]  # fmt: skip
         before = self.log.read_text() if self.log.exists() else ""  # a restart appends to the first start's log
         with open(self.log, "a") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)

@@ -39,6 +39,10 @@ CAUSES = tuple(s.value for s in (Status.BUDGET_EXHAUSTED, Status.INVALID, Status
 
 # The param that names an LLM agent's model: runs of one agent with two models never pool.
 MODEL_PARAM = "agent.options.model"
+WALL_TIME_PARAM = "budget.wall_time_s"
+HIGHER_IS_BETTER_PARAM = "task.higher_is_better"
+# Every param the report and compare read of a run (classify, to_row): the store sends only these.
+READ_PARAMS = (WALL_TIME_PARAM, MODEL_PARAM, HIGHER_IS_BETTER_PARAM)
 
 # A run with no parent sweep still RUNNING this long after its budget ran out is
 # taken for crashed: assets, scoring and recording never take that long.
@@ -201,7 +205,7 @@ def classify(run: Any, parent_status: str | None, now_s: float) -> tuple:
         age = duration(now_s - started) if started else "unknown time"
         if parent_status and parent_status not in MlflowStatus.UNFINISHED:
             return CRASHED, f"left {status} since {age} ago; its sweep has ended ({parent_status})", False
-        budget_s = float(run.data.params.get("budget.wall_time_s") or 0)
+        budget_s = float(run.data.params.get(WALL_TIME_PARAM) or 0)
         if not parent_status and started and now_s - started > budget_s + STALE_AFTER_BUDGET_S:
             return CRASHED, f"left {status} since {age} ago, long past its budget: its process is gone", False
         return RUNNING, f"started {age} ago", False
@@ -232,7 +236,7 @@ def classify(run: Any, parent_status: str | None, now_s: float) -> tuple:
 def to_row(run: Any, experiment: str, parent_status: str | None, now_s: float) -> RunRow:
     tags, params = run.data.tags, run.data.params
     kind, detail, valid = classify(run, parent_status, now_s)
-    wall = params.get("budget.wall_time_s")
+    wall = params.get(WALL_TIME_PARAM)
     return RunRow(
         run_id=run.info.run_id,
         name=run.info.run_name or run.info.run_id,
@@ -264,7 +268,7 @@ def to_row(run: Any, experiment: str, parent_status: str | None, now_s: float) -
         plumbing=tags.get(Tag.PLUMBING) == "true",
         review=tags.get(Tag.REVIEW),
         review_findings=findings_count(tags.get(Tag.REVIEW_FINDINGS)),
-        higher_is_better=params.get("task.higher_is_better", "True") != "False",
+        higher_is_better=params.get(HIGHER_IS_BETTER_PARAM, "True") != "False",
         experiment_id=run.info.experiment_id,
     )
 
@@ -288,10 +292,11 @@ def confinement(tags: dict[str, str]) -> str:
 
 
 def all_runs(client: Any, experiment_ids: Sequence[str], filter_string: str = "") -> list[Any]:
-    """Every active run of these experiments, page by page (a server's pages a few at a time)."""
+    """Every active run of these experiments, page by page (a server's pages a few at a time), with
+    the params the report reads (a server with mlrb's run search sends only those)."""
     from mlrb.store.run_search import search_all
 
-    return search_all(client, experiment_ids, filter_string)
+    return search_all(client, experiment_ids, filter_string, params=READ_PARAMS)
 
 
 def tag_filter(filters: Filters) -> str:

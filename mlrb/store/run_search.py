@@ -6,6 +6,12 @@ the client as much as the server spends on the page. Against a tracking server t
 the pages itself, a few at a time (the server's workers answer them at once), and makes the runs
 straight from the JSON: the same `Run` entities, in the same order, as `client.search_runs` pages
 return (less the runs' dataset inputs and model outputs, which nothing here reads). Any other store (SQLite, a database URI) is paged through the client, as before.
+
+A server started with `python -m mlrb.tracking serve` also has mlrb's own run search
+(mlrb/store/run_search_route.py): the run ids in one query, then the runs a thousand at a time, with
+only the params asked for, read from its database in a few SQL queries. The first search of a server
+finds out whether it has those routes (the answer is kept per server); a server without them, or a
+search they cannot answer exactly (say, a filter with `>`), goes through MLflow's search as above.
 """
 
 from __future__ import annotations
@@ -17,19 +23,30 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from mlrb.core.retries import with_retries
+from mlrb.store.run_search_route import GET, IDS, MAX_RUN_IDS, VERSION
 
 PAGE = 250  # runs a page: small enough that a busy server answers one well within the client's timeout
 AT_ONCE = 4  # pages asked for at once (a server's default workers)
 SEARCH = "/api/2.0/mlflow/runs/search"
+NO_ROUTE = (404, 405)  # a server without mlrb's run search (a plain MLflow server, or one behind a proxy)
+NOT_HERE = 501  # mlrb's run search cannot answer this one exactly: MLflow's search does
+LIGHT: dict[str, bool] = {}  # server URL -> whether it has mlrb's run search (found by its first search)
 
 
-def search_all(client: Any, experiment_ids: Sequence[str], filter_string: str = "") -> list[Any]:
+def search_all(client: Any, experiment_ids: Sequence[str], filter_string: str = "",
+               params: Sequence[str] | None = None) -> list[Any]:  # fmt: skip
     """Every active run of these experiments that FILTER_STRING matches, newest first (as MLflow orders
-    a search), read page by page."""
+    a search), read page by page. PARAMS, when given, are the params the caller reads: a server with
+    mlrb's run search sends only those (any other store sends them all)."""
     store = getattr(getattr(client, "_tracking_client", None), "store", None)
     creds = getattr(store, "get_host_creds", None)
     if creds is None or not creds().host.startswith(("http://", "https://")):
         return paged(client, experiment_ids, filter_string)
+    host = creds().host
+    if LIGHT.get(host, True):
+        found = light_search(creds, [str(e) for e in experiment_ids], filter_string, params)
+        if found is not None:
+            return found
     ask = PageAsker(creds, [str(e) for e in experiment_ids], filter_string)
     runs, token = ask(None)
     size = offset_of(token)
@@ -50,6 +67,50 @@ def search_all(client: Any, experiment_ids: Sequence[str], filter_string: str = 
                 if not next_token:
                     break
     return runs
+
+
+class NoLightSearch(Exception):
+    """The server cannot answer this search through mlrb's run search."""
+
+
+def light_search(host_creds: Any, experiment_ids: list[str], filter_string: str,
+                 params: Sequence[str] | None) -> list[Any] | None:  # fmt: skip
+    """The runs through mlrb's run search: their ids in one answer, then the runs MAX_RUN_IDS at a
+    time, AT_ONCE requests at once; None when the server has no such search or cannot answer this one."""
+    host = host_creds().host
+    try:
+        listed = post(host_creds, IDS, {"experiment_ids": experiment_ids, "filter": filter_string})
+    except NoLightSearch as e:
+        if e.args[0] in NO_ROUTE:
+            LIGHT[host] = False
+        return None
+    if listed.get("version") != VERSION or not isinstance(listed.get("run_ids"), list):
+        LIGHT[host] = False  # another version of the routes: MLflow's search is the one both understand
+        return None
+    LIGHT[host] = True
+    ids = listed["run_ids"]
+    body = {"experiment_ids": experiment_ids, "params": None if params is None else list(params)}
+    chunks = [ids[i : i + MAX_RUN_IDS] for i in range(0, len(ids), MAX_RUN_IDS)]
+    try:
+        with ThreadPoolExecutor(AT_ONCE) as pool:
+            answers = list(pool.map(lambda chunk: post(host_creds, GET, {**body, "run_ids": chunk}), chunks))
+    except NoLightSearch:
+        return None
+    return [run_of(run) for answer in answers for run in answer.get("runs", [])]
+
+
+def post(host_creds: Any, endpoint: str, body: dict) -> dict:
+    """The server's JSON answer to BODY at ENDPOINT; NoLightSearch(status) when the server has no such
+    route or cannot answer it; any other failure as MLflow's client raises it."""
+    from mlflow.utils.rest_utils import http_request, verify_rest_response
+
+    def once() -> Any:
+        answer = http_request(host_creds(), endpoint, "POST", json=body)
+        if answer.status_code in (*NO_ROUTE, NOT_HERE):
+            raise NoLightSearch(answer.status_code)
+        return verify_rest_response(answer, endpoint)
+
+    return json.loads(with_retries(once).content)
 
 
 def paged(client: Any, experiment_ids: Sequence[str], filter_string: str) -> list[Any]:

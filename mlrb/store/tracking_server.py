@@ -4,7 +4,9 @@ Checks that PostgreSQL answers (one line and exit status 2 if not), creates the
 database when it is not there yet, then runs `mlflow server` with that database as
 the backend store and a shared folder (or an S3-compatible bucket) as the artifact
 store, and prints the tracking URI that sweeps use (tracking=server tracking.uri=...)
-once the server answers. It runs until stopped (Ctrl-C or SIGTERM stop the server too).
+once the server answers. Beside MLflow's routes it serves mlrb's run search (run_search_route.py:
+the report and compare read a lab's thousands of runs from it in seconds), through MLflow's app
+plugin entry point `mlrb`; `--plain` serves MLflow's routes alone. It runs until stopped (Ctrl-C or SIGTERM stop the server too).
 """
 
 from __future__ import annotations
@@ -60,7 +62,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="0.0.0.0", help="address to listen on; default 0.0.0.0 (every interface)")
     p.add_argument("--port", type=int, default=5000, help="port; default 5000")
     p.add_argument("--workers", type=int, default=None, help="server worker processes (MLflow's default if unset)")
+    p.add_argument("--plain", action="store_true",
+                   help="serve MLflow's routes alone, without mlrb's run search (the report and compare then read "
+                        "runs through MLflow's search, which sends every param of every run)")  # fmt: skip
     return p
+
+
+APP_NAME = "mlrb"  # the `mlflow.app` entry point (pyproject.toml): MLflow's app with mlrb's run search
+
+
+def app_installed() -> bool:
+    """Whether mlrb's app is installed where `mlflow server --app-name` looks (an install of mlrb from
+    before it had one has not)."""
+    from importlib.metadata import entry_points
+
+    return any(e.name == APP_NAME for e in entry_points(group="mlflow.app"))
 
 
 def postgres_parts(uri: str) -> dict:
@@ -135,6 +151,8 @@ def server_command(args: argparse.Namespace) -> list[str]:
                "--artifacts-destination", destination, "--host", args.host, "--port", str(args.port)]  # fmt: skip
     if args.workers:
         command += ["--workers", str(args.workers)]
+    if not args.plain and app_installed():
+        command += ["--app-name", APP_NAME]
     hosts = allowed_hosts(args.host)
     if hosts:
         command += ["--allowed-hosts", hosts]
@@ -163,6 +181,9 @@ def serve(args: argparse.Namespace) -> int:
     shown_db = mask_uri(args.backend_store_uri)
     print(f"mlrb.tracking: backend store {shown_db}{' (database created)' if created else ''}; "
           f"artifacts in {args.artifacts_destination}", flush=True)  # fmt: skip
+    if not args.plain and not app_installed():
+        print("mlrb.tracking: warning: mlrb's run search is not installed (reinstall mlrb: pip install -e .); "
+              "serving MLflow's routes alone, which the report reads more slowly", flush=True)  # fmt: skip
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": os.environ.get("MLFLOW_DISABLE_TELEMETRY", "true"),
            # MLflow's server-side job runner (GenAI scoring and trace archival: 7 processes) serves
            # nothing mlrb records; off unless asked for
