@@ -46,6 +46,7 @@ from mlrb.core.tags import SWEEP_ROLE, Metric, Tag
 from mlrb.harness import resume
 from mlrb.harness.plan import experiment_name, run_key, run_name
 from mlrb.store import experiment_view, record, recording_process, recording_server, tracking
+from mlrb.tasks.harbor import dataset as harbor_dataset
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,11 @@ class SweepLauncher(BaseSubmititLauncher):
             logging.getLogger("mlflow").setLevel(logging.WARNING)  # "creating database tables" and the like
         # What the sweep tells each job, as config (`sweep` in mlrb/core/config.py): the keys its run's name ends
         # with, then, once known, the sweep's id and parent run.
+        try:  # a dataset of Harbor tasks (task.path=DIR/*): one job per task folder
+            job_overrides = harbor_dataset.expand(job_overrides)
+        except ConfigError as e:
+            print(f"mlrb: error: {e}", file=sys.stderr, flush=True)
+            sys.exit(2)
         self.facts = [f"sweep.name_keys=[{','.join(run_names.extra_name_keys(job_overrides))}]"]
         jobs = [self.describe(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
         try:  # refused before anything starts or is recorded: one line, no traceback

@@ -21,6 +21,7 @@ from mlrb.core.tags import Metric
 from mlrb.report import aggregate, flagged, render
 from mlrb.report.runs import Filters, RunRow, load
 
+TASKS_MEAN = "tasks_mean"  # the parent's metric: the mean over a sweep's tasks (tasks_mean_lines)
 FLAGGED_RUNS = "flagged_runs"  # the parent's metric: its runs that their review flagged (suspicious or tampering)
 
 
@@ -92,6 +93,9 @@ def parent_metrics(rows: Sequence[RunRow]) -> dict[str, float]:
         prefix = metric_prefix(group, varying)
         metrics.update({prefix + key: value for key, value in group_metrics(group).items()})
     metrics[FLAGGED_RUNS] = float(sum(flagged.is_flagged(r) for r in rows))
+    means = tasks_means(stats)
+    for rest, (mean, _) in means.items():  # a dataset's mean, per agent where several ran
+        metrics[(rest.replace(" ", ".").replace("=", "_") + "." if len(means) > 1 else "") + TASKS_MEAN] = mean
     for each, total in (
         (Metric.COST_USD, Metric.COST_USD_TOTAL),
         (Metric.GPU_HOURS, Metric.GPU_HOURS_TOTAL),
@@ -102,6 +106,33 @@ def parent_metrics(rows: Sequence[RunRow]) -> dict[str, float]:
         if figures:
             metrics[total] = float(sum(figures))
     return metrics
+
+
+def tasks_means(stats: Sequence[aggregate.GroupStats]) -> dict[str, tuple[float, list[tuple[str, float]]]]:
+    """A sweep over several tasks (a dataset of Harbor tasks): per configuration but its task, the mean
+    over its tasks of each task's counted score (a failure as doing nothing), or where a task has none
+    counted, of its valid scores; with each task's. Empty for a sweep of one task."""
+    if len({group.task for group in stats}) < 2:
+        return {}
+    by_rest: dict[str, list[tuple[str, float]]] = {}
+    for group in stats:
+        value = group.counted_mean if group.counted_mean is not None else group.score_mean
+        if value is not None:
+            rest = " ".join(f"{name}={getattr(group, name)}" for name in ("agent", "model", "budget", "sandbox")
+                            if getattr(group, name))  # fmt: skip
+            by_rest.setdefault(rest, []).append((group.task, value))
+    return {rest: (sum(v for _, v in tasks) / len(tasks), tasks) for rest, tasks in by_rest.items()}
+
+
+def tasks_mean_lines(stats: Sequence[aggregate.GroupStats]) -> list[str]:
+    means = tasks_means(stats)
+    if not means:
+        return []
+    lines = ["Mean over the tasks (each task's counted score, else its valid score):"]
+    for rest, (mean, tasks) in means.items():
+        each = ", ".join(f"{task} {value:.4g}" for task, value in tasks)
+        lines.append(f"  {rest}: {mean:.4g} over {len(tasks)} tasks ({each})")
+    return lines + [""]
 
 
 def open_command(tracking_uri: str, experiment_id: str, parent_run_id: str) -> str:
@@ -136,6 +167,7 @@ def summarise(
         parts += ["Per configuration (counted: over every attempt, a failure as doing nothing; the docs' Reports "
                   "page explains each column):",
                   text_table(results.headers, results.rows), ""]  # fmt: skip
+    parts += tasks_mean_lines(stats)
     if causes:
         failures = render.causes_table(causes, stats)
         parts += ["Runs without a valid score, by kind:", text_table(failures.headers, failures.rows), ""]

@@ -62,7 +62,9 @@ def test_in_bwrap_both_steps_run_in_one_workspace_and_a_wrong_first_step_ends_th
     assert "two-step-app/baseline/smoke/0: score 1.0000 (valid); status ok" in result.stdout, result.stderr[-3000:]
     run = agent_run(tmp_path / "scripted", cache_dir, TASK, "bwrap", AGENT.format(count=RIGHT))
     assert (run.data.tags["mlrb.status"], run.data.metrics["score"]) == ("ok", 1.0)
-    assert step_rewards(tmp_path / "scripted", run) == [(1, 1.0), (2, 1.0)] and run.data.metrics["task_steps_scored"] == 2
+    assert (
+        step_rewards(tmp_path / "scripted", run) == [(1, 1.0), (2, 1.0)] and run.data.metrics["task_steps_scored"] == 2
+    )
     workspace = tmp_path / "scripted" / "run" / "workspace"
     assert (workspace / "given.txt").read_text() == "count\nsum\n"  # each step's prompt in turn
     assert (workspace / "seen.txt").read_text() == ""  # no verifier of any step, before or after it
@@ -71,7 +73,8 @@ def test_in_bwrap_both_steps_run_in_one_workspace_and_a_wrong_first_step_ends_th
     assert (wrong.data.tags["mlrb.status"], wrong.data.metrics["score"]) == ("ok", 0.0)
     assert step_rewards(tmp_path / "wrong", wrong) == [(1, 0.0)] and wrong.data.tags["mlrb.stop_reason"] == "min_reward"
     assert wrong.data.tags["mlrb.steps_ended_early"] == (
-        "step 1 of 2 (count): its reward 0 is under its min_reward 1, so the run ended there, as Harbor ends the trial")
+        "step 1 of 2 (count): its reward 0 is under its min_reward 1, so the run ended there, as Harbor ends the trial"
+    )
     assert (tmp_path / "wrong" / "run" / "workspace" / "given.txt").read_text() == "count\n"  # never given step 2
 
 
@@ -86,3 +89,29 @@ def test_in_docker_the_solutions_and_a_scripted_agent_score_1_step_by_step(tmp_p
     assert (run.data.tags["mlrb.status"], run.data.metrics["score"]) == ("ok", 1.0)
     assert step_rewards(tmp_path / "scripted", run) == [(1, 1.0), (2, 1.0)]
     assert (tmp_path / "scripted" / "run" / "workspace" / "seen.txt").read_text() == ""
+
+
+@pytest.mark.integration
+@needs_namespaces
+def test_a_folder_of_harbor_tasks_runs_as_one_sweep_with_each_task_s_reward_and_their_mean(tmp_path, cache_dir):
+    import shutil
+
+    dataset = tmp_path / "dataset"
+    for name in ("answer-app", "two-step-app"):
+        shutil.copytree(TASK.parent / name, dataset / name)
+    shutil.copytree(TASK.parent / "answer-app", dataset / "answer-wrong")  # its solution gets 0
+    (dataset / "answer-wrong" / "solution" / "solve.sh").write_text("echo 41 > /app/answer.txt\n")
+    (dataset / "notes").mkdir()  # not a task: left out
+    result = run_cli(*store_args(tmp_path, cache_dir), "-m", "task=harbor", f"task.path={dataset}/*",
+                     "agent=baseline", "sandbox=bwrap", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "done" in result.stdout and "3 runs (3 ok)" in result.stdout
+    assert "0.6667 over 3 tasks (answer-app 1, answer-wrong 0, two-step-app 1)" in result.stdout, result.stdout[-3000:]
+    single = run_cli(*store_args(tmp_path, cache_dir), "task=harbor", f"task.path={dataset}/*", cwd=tmp_path)
+    assert single.returncode != 0 and single.stderr.strip().splitlines()[-1] == (
+        f"mlrb: error: task.path '{dataset}/*' names several folders: run them as a sweep, with -m"
+    )
+    none = run_cli(*store_args(tmp_path, cache_dir), "-m", "task=harbor", f"task.path={dataset}/x*", cwd=tmp_path)
+    assert none.returncode != 0 and none.stderr.strip().splitlines()[-1] == (
+        f"mlrb: error: task.path={dataset}/x* matches no Harbor task folder (a folder holding task.toml)"
+    )

@@ -51,6 +51,8 @@ def check(path: str) -> Path:
     if not path:
         raise ConfigError("task.path is not set: give the Harbor task folder, e.g. task.path=/path/to/task")
     folder = Path(path).expanduser().resolve()
+    if not folder.is_dir() and any(char in path for char in "*?["):
+        raise ConfigError(f"task.path '{path}' names several folders: run them as a sweep, with -m")
     if not folder.is_dir():
         raise ConfigError(f"task.path '{path}' is not a folder: give a Harbor task folder (instruction.md, task.toml)")
     if not (folder / TASK_TOML).is_file():
