@@ -129,11 +129,18 @@ def execute(cfg: MlrbConfig, new_dir: Path) -> RunResult:
         with guard.hold(), clock.stage("recording"):  # a run is created whole or not at all
             # every call a line of the run folder's record.jsonl, which the store is written from (the
             # recording process opens the store's run from its first line: the harness does not wait)
-            recorder = record.RecordedRun(recording.store_run(plan.tracking), run_dir, plan.experiment, plan.name,
-                                          tags, run_id, attempt)  # fmt: skip
+            recorder = record.RecordedRun(
+                recording.store_run(plan.tracking), run_dir, plan.experiment, plan.name, tags, run_id, attempt
+            )
         if resumed:
-            log.info("run %s (%s) goes on in attempt %d (%s); files in %s", plan.name, recorder.run_id,
-                     resumed.attempt, resumed.why, run_dir)  # fmt: skip
+            log.info(
+                "run %s (%s) goes on in attempt %d (%s); files in %s",
+                plan.name,
+                recorder.run_id,
+                resumed.attempt,
+                resumed.why,
+                run_dir,
+            )
         else:
             log.info("run %s (%s) started; files in %s", plan.name, recorder.run_id, run_dir)
         try:
@@ -151,9 +158,12 @@ def execute(cfg: MlrbConfig, new_dir: Path) -> RunResult:
                 recorder.finish(result.status.mlflow_status)  # waits for the store, unless it is away
             except Exception as e:  # its end is in the record; the store could not be given it
                 log.error("run %s: recording its end failed", plan.name, exc_info=e, extra=console.LOG_FILE_ONLY)
-                raise RunFailed(f"recording the run's end failed: {type(e).__name__}: {e} (its record is whole: "
-                                f"`python -m mlrb.sync {run_dir}` uploads it)", recorder.shown_id,
-                                console.log_file()) from e  # fmt: skip
+                raise RunFailed(
+                    f"recording the run's end failed: {type(e).__name__}: {e} (its record is whole: "
+                    f"`python -m mlrb.sync {run_dir}` uploads it)",
+                    recorder.shown_id,
+                    console.log_file(),
+                ) from e
             if recorder.store_error and tracking.store_disk_was_full(recorder.store_error):
                 catch_up_store(recorder, run_dir)
         result = dataclasses.replace(result, store_error=recorder.store_error, run_id=recorder.shown_id)
@@ -200,16 +210,20 @@ def stopped(plan: plans.RunPlan, recorder, run_dir: Path, e: BaseException) -> B
     """Record a run that ended early; the exception for the caller."""
     if isinstance(e, SandboxStopped) and plan.resume:  # its job is being stopped from outside: not its end
         if resume.slurm_job_id():
-            log.warning("the sandbox was stopped from outside: waiting up to %d s for SLURM to end the job "
-                        "(the run goes on when it runs again)", SLURM_KILL_WAIT_S)  # fmt: skip
+            log.warning(
+                "the sandbox was stopped from outside: waiting up to %d s for SLURM to end the job "
+                "(the run goes on when it runs again)",
+                SLURM_KILL_WAIT_S,
+            )
             time.sleep(SLURM_KILL_WAIT_S)
         e = interrupts.Interrupted(signal.SIGTERM)
     if isinstance(e, Exception):
         log.error("run %s failed", plan.name, exc_info=e, extra=console.LOG_FILE_ONLY)
         message = f"{type(e).__name__}: {e}"
         status, tags = Status.INFRA_ERROR, {Tag.ERROR: message[:5000]}
-    elif plan.resume and (isinstance(e, SystemExit) or isinstance(e, interrupts.Interrupted)
-                          and e.signum in interrupts.SUSPENDING):  # fmt: skip
+    elif plan.resume and (
+        isinstance(e, SystemExit) or isinstance(e, interrupts.Interrupted) and e.signum in interrupts.SUSPENDING
+    ):
         # a launcher's requeue (submitit exits the job), `kill`, a closed terminal: it goes on later
         if isinstance(e, SystemExit):
             why = "the launcher requeued its job (a time limit or a pre-emption)"
@@ -357,8 +371,15 @@ class Stages:
     timed in one place, as one of the clock's stages (mlrb/core/timeline.py); what a stage writes
     to the record is timed apart, as `recording`."""
 
-    def __init__(self, plan: plans.RunPlan, recorder: record.RecordedRun, run_dir: Path, guard: interrupts.Guard,
-                 clock: timeline.StageClock, resumed: Resumption | None = None):  # fmt: skip
+    def __init__(
+        self,
+        plan: plans.RunPlan,
+        recorder: record.RecordedRun,
+        run_dir: Path,
+        guard: interrupts.Guard,
+        clock: timeline.StageClock,
+        resumed: Resumption | None = None,
+    ):
         self.plan, self.recorder, self.run_dir, self.guard, self.clock = plan, recorder, run_dir, guard, clock
         self.resumed = resumed  # an earlier attempt's run, gone on with
         self.task: Task = plan.task
@@ -369,8 +390,14 @@ class Stages:
         self.steps: task_steps.StepsRun | None = None  # a task of steps: the agent's way through them (`agent`)
 
     def run(self) -> RunResult:
-        timed = ((self.open, "recording"), (self.assets, "assets"), (self.start, "sandbox_start"), (self.agent, "agent"),
-                 (self.collect, "collect"), (self.score, "scoring"))  # fmt: skip
+        timed = (
+            (self.open, "recording"),
+            (self.assets, "assets"),
+            (self.start, "sandbox_start"),
+            (self.agent, "agent"),
+            (self.collect, "collect"),
+            (self.score, "scoring"),
+        )
         # A write of the harness's that finds the disk full asks the agent's disk guard for room first.
         with disk.reclaiming(lambda: self.disk_guard is not None and self.disk_guard.make_room()):
             with contextlib.ExitStack() as self.closing:  # the scorer, closed once the run is scored or stops
@@ -443,14 +470,25 @@ class Stages:
         self.compute = HeldCompute(gpus, cpus, plan.compute.price_per_gpu_hour, plan.compute.price_per_cpu_hour)
         self.compute.start()
         self.sandbox = plan.sandbox_class(
-            plan.sandbox, self.work, self.asset_path / "public", self.recorder.run_id, plan.limits, seed=plan.seed,
-            task_environment=task.environment, model_endpoint=self.model.endpoint() if self.model else None,
-            agent_tools=plan.agent.tools_dir, state_dir=self.state_dir,
+            plan.sandbox,
+            self.work,
+            self.asset_path / "public",
+            self.recorder.run_id,
+            plan.limits,
+            seed=plan.seed,
+            task_environment=task.environment,
+            model_endpoint=self.model.endpoint() if self.model else None,
+            agent_tools=plan.agent.tools_dir,
+            state_dir=self.state_dir,
             workspace_at=task.workspace_at,
-        )  # fmt: skip
+        )
         self.guard.on_interrupt(self.sandbox.close)  # a signal stops the agent's processes at once
-        self.disk_guard = DiskGuard([self.work, self.state_dir], int(plan.sandbox.disk_gb * (1 << 30)),
-                                    stop=self.stop_for_disk, keep=self.work / plan.submission)  # fmt: skip
+        self.disk_guard = DiskGuard(
+            [self.work, self.state_dir],
+            int(plan.sandbox.disk_gb * (1 << 30)),
+            stop=self.stop_for_disk,
+            keep=self.work / plan.submission,
+        )
         self.prompt = instructions.render(task, plan.budget, self.sandbox.workspace, self.sandbox.data_dir)
         with self.clock.stage("recording"):
             self.recorder.log_text(self.prompt, "instructions.md")
@@ -461,22 +499,21 @@ class Stages:
         budget = self.budget = Budget(plan.budget, compute=self.compute)
         budget.on_pause = self.sandbox.hold_still  # while its clock stands still, nothing of the agent runs
         # scoring.every_steps / every_minutes: the workspace scored mid-run too, off the agent's clock
-        self.during = step_scoring.StepScoring(plan.scoring, self.task, self.asset_path, work, self.start_files,
-                                               self.step_snapshots.root, plan.sandbox, self.recorder, self.run_dir,
-                                               budget)  # fmt: skip
+        self.during = step_scoring.StepScoring(
+            plan.scoring,
+            self.task,
+            self.asset_path,
+            work,
+            self.start_files,
+            self.step_snapshots.root,
+            plan.sandbox,
+            self.recorder,
+            self.run_dir,
+            budget,
+        )
         progress = resumed.progress if resumed else None
         if progress is not None and progress.outcome is not None:  # the agent had ended: only scoring was left
-            outcome = dict(progress.outcome)
-            self.outcome = AgentOutcome(
-                Status(outcome["status"]), outcome.get("stop_reason"), outcome.get("message", "")
-            )
-            self.spent = dict(progress.spent or {})
-            budget.carry(self.spent)
-            self.sandbox.close()
-            self.compute.stop()
-            if self.model is not None:
-                self.model.close()
-            log.info("the agent had ended in an earlier attempt (%s): its workspace is scored", self.outcome.status)
+            self.ended_before(progress, budget)
             return
         if progress is not None:  # what calls in flight held when the attempt before ended is charged
             budget.carry(progress.spent_with_held())
@@ -495,45 +532,44 @@ class Stages:
         try:
             sink = open_sink(self.run_dir / "trajectory.jsonl", self.recorder)
             # its spend saved as it goes, for a later attempt; what is left written where the agent reads it
-            keeper = resume.Keeper(self.run_dir, self.recorder.attempt, budget,
-                                   also=agent_clock.AgentClock(work, budget, sink).update)  # fmt: skip
+            keeper = resume.Keeper(
+                self.run_dir, self.recorder.attempt, budget, also=agent_clock.AgentClock(work, budget, sink).update
+            )
             if self.model is not None:  # the proxy charges the budget and emits each model call as the run's events,
                 # and the tool calls seen in them for an agent that does not emit its own
-                self.calls = metering.attach(self.model, budget, sink,
-                                             tools=not plan.agent.emits_tool_events)  # fmt: skip
+                self.calls = metering.attach(self.model, budget, sink, tools=not plan.agent.emits_tool_events)
             if resumed is None:
                 sink.emit(events.RunStarted(plan.name, dataclasses.asdict(plan.budget)))
             else:
                 sink.emit(events.RunResumed(resumed.attempt, resumed.why, budget.summary(), self.workspace_as))
-            context = AgentContext(self.task, self.prompt, self.sandbox, budget, sink, plan.seed, run_dir=self.run_dir,
-                                   on_step_end=after_step, model=self.model, resumed=resumed,
-                                   state_dir=self.state_dir)  # fmt: skip
+            context = AgentContext(
+                self.task,
+                self.prompt,
+                self.sandbox,
+                budget,
+                sink,
+                plan.seed,
+                run_dir=self.run_dir,
+                on_step_end=after_step,
+                model=self.model,
+                resumed=resumed,
+                state_dir=self.state_dir,
+            )
             if self.task.steps:  # a task of steps (a Harbor task's [[steps]]): each given and scored in turn
                 self.steps = task_steps.StepsRun(
-                    self.task, lambda step: instructions.render(step, plan.budget, self.sandbox.workspace,
-                                                                self.sandbox.data_dir),
-                    self.recorder, self.run_dir, self.asset_path, work, plan.sandbox, self.sandbox, budget)  # fmt: skip
+                    self.task,
+                    lambda step: instructions.render(step, plan.budget, self.sandbox.workspace, self.sandbox.data_dir),
+                    self.recorder,
+                    self.run_dir,
+                    self.asset_path,
+                    work,
+                    plan.sandbox,
+                    self.sandbox,
+                    budget,
+                )
             try:
-                guard = self.disk_guard
-                assert guard is not None  # made with the sandbox (`start`)
                 with keeper.running():
-                    try:
-                        with guard.watching():
-                            self.outcome = (
-                                self.steps.run(plan.agent, context) if self.steps else plan.agent.run(context)
-                            )
-                    except SandboxError as e:
-                        if self.job_stopping(within_s=JOB_SIGTERM_GRACE_S):
-                            raise SandboxStopped(f"{e} (SLURM is stopping its job)") from e
-                        raise
-                    finally:
-                        self.end_agent(budget)
-                    if guard.tripped:  # whatever the agent made of it: the limit stopped it
-                        self.outcome = AgentOutcome(
-                            Status.BUDGET_EXHAUSTED, disk_guard.LIMIT, f"stopped: {guard.tripped}"
-                        )
-                    if self.job_stopping(within_s=0 if self.outcome.status == Status.OK else JOB_SIGTERM_GRACE_S):
-                        raise SandboxStopped(f"the agent ended ({self.outcome.message[:200]}) as SLURM stopped its job")
+                    self.outcome = self.agent_watched(context, budget)
             except interrupts.Interrupted as e:  # the workspace is still scored (a second signal skips that)
                 if plan.resume and e.signum in interrupts.SUSPENDING:
                     raise  # the run goes on later, where it was (`stopped`)
@@ -552,6 +588,39 @@ class Stages:
             if sink is not None:
                 sink.close(stopped_by)  # traces flushed, the trajectory file closed
         log.info("agent ended: %s %s", self.outcome.status, self.outcome.message)
+
+    def ended_before(self, progress: resume.Progress, budget: Budget) -> None:
+        """A resumed run whose agent had ended in an earlier attempt: its outcome and spend taken
+        back, nothing of it started again; only the scoring was left."""
+        outcome = dict(progress.outcome or {})
+        self.outcome = AgentOutcome(Status(outcome["status"]), outcome.get("stop_reason"), outcome.get("message", ""))
+        self.spent = dict(progress.spent or {})
+        budget.carry(self.spent)
+        self.sandbox.close()
+        self.compute.stop()
+        if self.model is not None:
+            self.model.close()
+        log.info("the agent had ended in an earlier attempt (%s): its workspace is scored", self.outcome.status)
+
+    def agent_watched(self, context: AgentContext, budget: Budget) -> AgentOutcome:
+        """The agent's run (a task of steps: step by step) under the disk guard, ended (`end_agent`)
+        whatever ends it; a SLURM job being stopped is told apart from the agent's own end."""
+        plan, guard = self.plan, self.disk_guard
+        assert guard is not None  # made with the sandbox (`start`)
+        try:
+            with guard.watching():
+                outcome = self.steps.run(plan.agent, context) if self.steps else plan.agent.run(context)
+        except SandboxError as e:
+            if self.job_stopping(within_s=JOB_SIGTERM_GRACE_S):
+                raise SandboxStopped(f"{e} (SLURM is stopping its job)") from e
+            raise
+        finally:
+            self.end_agent(budget)
+        if guard.tripped:  # whatever the agent made of it: the limit stopped it
+            outcome = AgentOutcome(Status.BUDGET_EXHAUSTED, disk_guard.LIMIT, f"stopped: {guard.tripped}")
+        if self.job_stopping(within_s=0 if outcome.status == Status.OK else JOB_SIGTERM_GRACE_S):
+            raise SandboxStopped(f"the agent ended ({outcome.message[:200]}) as SLURM stopped its job")
+        return outcome
 
     def stop_for_disk(self, why: str, meanwhile: Callable[[], None]) -> None:
         """The agent went past its disk (mlrb/harness/disk_guard.py): its model calls refused from now
@@ -605,25 +674,36 @@ class Stages:
 
         # the final state (work left running may have changed it)
         final: dict = {}
-        noted("the final snapshot", lambda: final.update(self.step_snapshots.take(
-            self.budget.steps, work, self.before, self.spent[Metric.AGENT_TIME_S])))  # fmt: skip
+        noted(
+            "the final snapshot",
+            lambda: final.update(
+                self.step_snapshots.take(self.budget.steps, work, self.before, self.spent[Metric.AGENT_TIME_S])
+            ),
+        )
         patch_notes = workspace.Notes("the patch")
         with self.clock.stage("recording"):
             noted("recording the trajectory", self.recorder.log_file, self.run_dir / "trajectory.jsonl")
             atif_note = atif.record(self.run_dir, self.recorder)  # the trajectory as ATIF too: never fails the run
             notes += [atif_note] if atif_note else []
-            noted("recording the workspace's patch",
-                  lambda: self.recorder.log_text(workspace.diff(self.before, work, patch_notes), "workspace.patch"))  # fmt: skip
+            noted(
+                "recording the workspace's patch",
+                lambda: self.recorder.log_text(workspace.diff(self.before, work, patch_notes), "workspace.patch"),
+            )
             for path, folder, is_dir in snapshots.recorded(self.step_snapshots.root, plan.record.snapshots):
-                noted("recording the snapshots", self.recorder.log_folder if is_dir else self.recorder.log_file,
-                      path, folder)  # fmt: skip
+                noted(
+                    "recording the snapshots",
+                    self.recorder.log_folder if is_dir else self.recorder.log_file,
+                    path,
+                    folder,
+                )
             if (self.run_dir / "agent").is_dir():  # what an outside agent printed: its transcript
                 noted("recording the agent's transcript", self.recorder.log_folder, self.run_dir / "agent", "agent")
 
         def score_folder(scored_task: Task, folder: Path, work_dir: Path) -> ScoreReport:  # as the run's scorer
             try:
-                return score_submission(scored_task, folder, self.asset_path, work_dir, plan.sandbox,
-                                        self.recorder.run_id)  # fmt: skip
+                return score_submission(
+                    scored_task, folder, self.asset_path, work_dir, plan.sandbox, self.recorder.run_id
+                )
             except ScorerError as e:  # a step whose dev scoring fails is not chosen; the final scoring has a control
                 return ScoreReport.invalid(f"dev scoring failed: {e}")
 
@@ -669,15 +749,33 @@ class Stages:
             scorer = self.scorer
         else:  # it ended before its last step: that step's verifier
             self.scorer.close()
-            scorer = self.closing.enter_context(Scorer(task, self.asset_path, self.run_dir / "scoring", self.plan.sandbox,
-                                                       self.recorder.run_id, ahead=False, on_agent_state=True))  # fmt: skip
+            scorer = self.closing.enter_context(
+                Scorer(
+                    task,
+                    self.asset_path,
+                    self.run_dir / "scoring",
+                    self.plan.sandbox,
+                    self.recorder.run_id,
+                    ahead=False,
+                    on_agent_state=True,
+                )
+            )
         try:
             self.report = scorer.score(self.run_dir / "submission")  # (restarted if those assets were rebuilt)
         except ScorerError as failure:  # the submission's fault unless the task's baseline fails the same way
             scorer.close()
-            self.report = control.blame(failure, task, self.asset_path, self.run_dir / "scoring" / "control",
-                                        self.plan.sandbox, self.recorder.run_id) if task is self.task else \
-                ScoreReport.invalid(f"scoring failed: {failure}")  # (a step's solution alone is no control)  # fmt: skip
+            self.report = (
+                control.blame(
+                    failure,
+                    task,
+                    self.asset_path,
+                    self.run_dir / "scoring" / "control",
+                    self.plan.sandbox,
+                    self.recorder.run_id,
+                )
+                if task is self.task
+                else ScoreReport.invalid(f"scoring failed: {failure}")
+            )  # (a step's solution alone is no control)
         if self.steps is not None:  # the trial's reward, from every step's
             self.report = self.steps.trial_report(self.report)
         if not self.submitted:

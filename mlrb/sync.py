@@ -49,8 +49,10 @@ def recorded_store(run_dir: Path) -> TrackingConfig:
     if not store:
         return TrackingConfig()
     if "***" in (store.get("uri") or ""):
-        raise ConfigError(f"{run_dir}: its store {store['uri']} needs a password, which the record does not keep: "
-                          "name the store with --tracking-uri")  # fmt: skip
+        raise ConfigError(
+            f"{run_dir}: its store {store['uri']} needs a password, which the record does not keep: "
+            "name the store with --tracking-uri"
+        )
     return TrackingConfig(uri=store.get("uri"), dir=store.get("dir") or "mlruns")
 
 
@@ -112,8 +114,13 @@ def sync_run(client: Any, artifact_root: str | None, run_dir: Path, store_runs: 
     for line in missing:  # params, tags and metric values by name; the rest one per line
         kind = line["kind"]
         count[kind] += len(line[kind]) if kind in ("params", "tags", "metrics") else 1
-    what = [f"{count['params']} params", f"{count['tags']} tags", f"{count['metrics']} metric values",
-            f"{count['artifact']} artifacts", f"{count['trace']} traces"]  # fmt: skip
+    what = [
+        f"{count['params']} params",
+        f"{count['tags']} tags",
+        f"{count['metrics']} metric values",
+        f"{count['artifact']} artifacts",
+        f"{count['trace']} traces",
+    ]
     if count["status"]:
         what.append(f"status {state['status']}")
     done = ", ".join(what) if missing else "in sync, nothing to upload"
@@ -134,8 +141,9 @@ def record_digest(run_dir: Path, state: dict[str, Any]) -> str:
     return digest.hexdigest()[:32]
 
 
-def missing_lines(client: Any, run: Any, lines: list[dict], state: dict[str, Any], run_dir: Path,
-                  created: bool = False) -> list[dict]:  # fmt: skip
+def missing_lines(
+    client: Any, run: Any, lines: list[dict], state: dict[str, Any], run_dir: Path, created: bool = False
+) -> list[dict]:
     """The record's lines (`state`: them folded), cut down to what the store's run lacks of
     them: params it does not hold, tags it holds otherwise, metric values (by step) it lacks,
     each with the time of the line that logged it, artifact files it lacks (a folder's, file
@@ -176,8 +184,14 @@ def missing_lines(client: Any, run: Any, lines: list[dict], state: dict[str, Any
             inside = source.relative_to(path).parent if is_dir else Path()
             if str(Path(folder or "") / inside / source.name) not in stored_files and source.is_file():
                 destination = str(Path(folder or "") / inside)
-                missing.append({"kind": "artifact", "file": str(source.absolute()), "is_dir": False,
-                                "artifact_path": None if destination == "." else destination})  # fmt: skip
+                missing.append(
+                    {
+                        "kind": "artifact",
+                        "file": str(source.absolute()),
+                        "is_dir": False,
+                        "artifact_path": None if destination == "." else destination,
+                    }
+                )
 
     traces = state["traces"] if created else missing_traces(client, run, state["traces"])
     missing += [{"kind": "trace", "trace": trace} for trace in traces]

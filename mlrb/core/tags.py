@@ -95,8 +95,19 @@ class Metric:
     # The hardware the agent's sandbox held (mlrb/core/compute.py): GPU-hours, CPU-hours (cores), and their
     # dollars at the config's prices (COMPUTE_USD, only where a price is set; not within COST_USD, the API's).
     GPU_HOURS, CPU_HOURS, COMPUTE_USD = "gpu_hours", "cpu_hours", "compute_usd"
-    SPENT = (STEPS, INPUT_TOKENS, OUTPUT_TOKENS, CACHE_READ_TOKENS, CACHE_WRITE_TOKENS, WEB_SEARCHES, FEE_USD,
-             COST_USD, AGENT_TIME_S, GPU_HOURS, CPU_HOURS)  # fmt: skip
+    SPENT = (
+        STEPS,
+        INPUT_TOKENS,
+        OUTPUT_TOKENS,
+        CACHE_READ_TOKENS,
+        CACHE_WRITE_TOKENS,
+        WEB_SEARCHES,
+        FEE_USD,
+        COST_USD,
+        AGENT_TIME_S,
+        GPU_HOURS,
+        CPU_HOURS,
+    )
     # What the review's model judge used and cost (review.judge): its own, never within COST_USD, the agent's.
     REVIEW_JUDGE_COST_USD = "review_judge_cost_usd"
     REVIEW_JUDGE_INPUT_TOKENS, REVIEW_JUDGE_OUTPUT_TOKENS = "review_judge_input_tokens", "review_judge_output_tokens"

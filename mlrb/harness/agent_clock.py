@@ -99,5 +99,7 @@ class AgentClock:
 
 def notice_text(seconds_left: float) -> str:
     minutes = max(1, round(seconds_left / 60))
-    return (f"About {minutes} minute{'s' if minutes != 1 else ''} of wall time left: put your best submission in "
-            "place now; when the time is up your workspace is scored as it is.")  # fmt: skip
+    return (
+        f"About {minutes} minute{'s' if minutes != 1 else ''} of wall time left: put your best submission in "
+        "place now; when the time is up your workspace is scored as it is."
+    )

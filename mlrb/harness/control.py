@@ -87,8 +87,9 @@ def score_control(task: Task, asset_path: Path, work_dir: Path, sandbox: Sandbox
     return Verdict(False, f"the task's baseline submission scored {report.score} in the same scorer")
 
 
-def blame(failure: ScorerError, task: Task, asset_path: Path, work_dir: Path, sandbox: SandboxConfig,
-          run_id: str = "") -> ScoreReport:  # fmt: skip
+def blame(
+    failure: ScorerError, task: Task, asset_path: Path, work_dir: Path, sandbox: SandboxConfig, run_id: str = ""
+) -> ScoreReport:
     """The report of a submission whose scoring failed with `failure`: invalid when the control
     scores; raises ScorerError (the harness's fault) when the control fails as well."""
     verdict = score_control(task, asset_path, work_dir, sandbox, run_id)

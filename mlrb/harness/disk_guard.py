@@ -41,8 +41,13 @@ def gib(size: float) -> str:
 
 
 class DiskGuard:
-    def __init__(self, folders: list[Path], limit_bytes: int, stop: Callable[[str, Callable[[], None]], None],
-                 keep: Path | None = None):  # fmt: skip
+    def __init__(
+        self,
+        folders: list[Path],
+        limit_bytes: int,
+        stop: Callable[[str, Callable[[], None]], None],
+        keep: Path | None = None,
+    ):
         """FOLDERS: the agent's (the first one's disk is watched); LIMIT_BYTES: what they may hold;
         STOP(why, meanwhile): ends the agent, running MEANWHILE while its processes stand still
         (the removal: nothing writes more); KEEP: the submission, removed last."""
@@ -70,15 +75,18 @@ class DiskGuard:
         while not self.done.wait(POLL_S):
             try:
                 if disk.free_bytes(self.folders[0]) < self.reserve:
-                    self.trip(f"the disk holding its workspace is full ({gib(disk.free_bytes(self.folders[0]))} "
-                              f"free; the harness keeps {gib(self.reserve)})")  # fmt: skip
+                    self.trip(
+                        f"the disk holding its workspace is full ({gib(disk.free_bytes(self.folders[0]))} "
+                        f"free; the harness keeps {gib(self.reserve)})"
+                    )
                 elif time.monotonic() >= next_measure:
                     started = time.monotonic()
                     used = self.used()
                     next_measure = time.monotonic() + max(MEASURE_S, 10 * (time.monotonic() - started))
                     if used > self.limit:
-                        self.trip(f"its workspace holds {gib(used)}, past its limit of {gib(self.limit)} "
-                                  "(sandbox.disk_gb)")  # fmt: skip
+                        self.trip(
+                            f"its workspace holds {gib(used)}, past its limit of {gib(self.limit)} (sandbox.disk_gb)"
+                        )
             except OSError as e:  # a folder the agent made unreadable: measured again later
                 log.debug("measuring the agent's disk: %s", e)
             if self.tripped:

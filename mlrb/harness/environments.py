@@ -79,16 +79,25 @@ def build(task_name: str, requirements: list[str], root: Path) -> None:
     (root.parent / f"{root.name}.requirements.txt").write_text("\n".join(requirements) + "\n")
     steps = [
         [sys.executable, "-m", "venv", str(root)],
-        [str(root / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-         "-r", str(root.parent / f"{root.name}.requirements.txt")],
-    ]  # fmt: skip
+        [
+            str(root / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            "-r",
+            str(root.parent / f"{root.name}.requirements.txt"),
+        ],
+    ]
     with open(log_file, "w") as log:
         for argv in steps:
             log.write(f"$ {' '.join(argv)}\n")
             log.flush()
             try:
-                code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      timeout=BUILD_TIMEOUT_S).returncode  # fmt: skip
+                code = subprocess.run(
+                    argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=BUILD_TIMEOUT_S
+                ).returncode
             except subprocess.TimeoutExpired:
                 code = None
             if code != 0:
@@ -99,8 +108,12 @@ def build(task_name: str, requirements: list[str], root: Path) -> None:
                     f"(log: {log_file}). Without the package index, build it ahead with "
                     f"`python -m mlrb.prefetch` where pip can reach one (same cache folder)"
                 )
-    frozen = subprocess.run([str(root / "bin" / "python"), "-m", "pip", "freeze", "--disable-pip-version-check"],
-                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    frozen = subprocess.run(
+        [str(root / "bin" / "python"), "-m", "pip", "freeze", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     facts = {"requirements": requirements, "installed": frozen.split(), "python": platform.python_version()}
     (root / DONE).write_text(json.dumps(facts, indent=2))  # last: the build is whole
 

@@ -21,8 +21,9 @@ OWN_TEMPLATE = """{problem}
 def render(task: Task, budget: BudgetConfig, workspace: str, data_dir: str) -> str:
     own = task.own_instructions()
     if own is not None:  # a folder task's research problem, then the run's environment
-        return OWN_TEMPLATE.format(problem=own.strip(), budget=describe_budget(budget), workspace=workspace,
-                                   data_dir=data_dir) + clock_note(workspace)  # fmt: skip
+        return OWN_TEMPLATE.format(
+            problem=own.strip(), budget=describe_budget(budget), workspace=workspace, data_dir=data_dir
+        ) + clock_note(workspace)
     prompt, hw = task.prompt, task.hardware
     compute = f"{hw.gpus} x {hw.gpu_type} GPU" if hw.gpus else "CPU only, no GPU"
     if hw.cpus:

@@ -53,8 +53,11 @@ def run_name(cfg: MlrbConfig) -> str:
 
 def identity(cfg: MlrbConfig) -> dict[str, Any]:
     """What makes two runs the same experiment (paths and tracking excluded)."""
-    task = {key: value for key, value in dataclasses.asdict(cfg.task).items()
-            if cfg.task.kind or key not in FOLDER_TASK_KEYS}  # fmt: skip
+    task = {
+        key: value
+        for key, value in dataclasses.asdict(cfg.task).items()
+        if cfg.task.kind or key not in FOLDER_TASK_KEYS
+    }
     task["scales"] = {cfg.task.scale: task["scales"][cfg.task.scale]}
     return {
         "task": task,
@@ -144,10 +147,26 @@ def make(cfg: MlrbConfig) -> RunPlan:
     resolved["record"] = dataclasses.asdict(cfg.record)  # likewise: what the store gets
     resolved["review"] = dataclasses.asdict(cfg.review)  # likewise: its review (the key's variable, never the key)
     return RunPlan(
-        experiment=experiment_name(cfg), name=run_name(cfg), key=key, seed=cfg.seed,
-        task=task, agent=agent, sandbox_class=sandbox_class, sandbox=sandbox,
-        limits=limits_for(task, sandbox), budget=budget, scoring=cfg.scoring, compute=cfg.compute, tracking=cfg.tracking,
-        cache_dir=Path(cfg.paths.cache_dir), submission=cfg.task.submission, tags=tags,
-        params=tracking.flatten(resolved), config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
-        sweep_id=sweep_id, record=cfg.record, resume=cfg.resume, review=cfg.review,
-    )  # fmt: skip
+        experiment=experiment_name(cfg),
+        name=run_name(cfg),
+        key=key,
+        seed=cfg.seed,
+        task=task,
+        agent=agent,
+        sandbox_class=sandbox_class,
+        sandbox=sandbox,
+        limits=limits_for(task, sandbox),
+        budget=budget,
+        scoring=cfg.scoring,
+        compute=cfg.compute,
+        tracking=cfg.tracking,
+        cache_dir=Path(cfg.paths.cache_dir),
+        submission=cfg.task.submission,
+        tags=tags,
+        params=tracking.flatten(resolved),
+        config_yaml=OmegaConf.to_yaml(OmegaConf.create(resolved)),
+        sweep_id=sweep_id,
+        record=cfg.record,
+        resume=cfg.resume,
+        review=cfg.review,
+    )

@@ -306,14 +306,26 @@ class Keeper:
         b = self.budget
         gpu_hours, cpu_hours = b.compute.hours() if b.compute is not None else (0.0, 0.0)
         with self.lock:
-            save(self.run_dir, Progress(
-                attempt=self.attempt, steps=b.steps, input_tokens=b.input_tokens, output_tokens=b.output_tokens,
-                cache_read_tokens=b.cache_read_tokens, cache_write_tokens=b.cache_write_tokens,
-                web_searches=b.web_searches, fee_usd=b.fee_usd, cost_usd=b.usd, agent_time_s=b.elapsed_s(),
-                gpu_hours=gpu_hours, cpu_hours=cpu_hours,
-                held_input_tokens=b.held.input_tokens,
-                held_output_tokens=b.held.output_tokens, held_usd=b.held.usd,
-            ))  # fmt: skip
+            save(
+                self.run_dir,
+                Progress(
+                    attempt=self.attempt,
+                    steps=b.steps,
+                    input_tokens=b.input_tokens,
+                    output_tokens=b.output_tokens,
+                    cache_read_tokens=b.cache_read_tokens,
+                    cache_write_tokens=b.cache_write_tokens,
+                    web_searches=b.web_searches,
+                    fee_usd=b.fee_usd,
+                    cost_usd=b.usd,
+                    agent_time_s=b.elapsed_s(),
+                    gpu_hours=gpu_hours,
+                    cpu_hours=cpu_hours,
+                    held_input_tokens=b.held.input_tokens,
+                    held_output_tokens=b.held.output_tokens,
+                    held_usd=b.held.usd,
+                ),
+            )
             if self.also is not None:
                 self.next_in_s = min(HEARTBEAT_S, self.also() or HEARTBEAT_S)
 
@@ -341,5 +353,9 @@ class Keeper:
     def ended(self, outcome: dict[str, Any], spent: dict[str, Any]) -> None:
         """The agent's end, final: a later attempt goes straight to scoring."""
         with self.lock:
-            save(self.run_dir, Progress(attempt=self.attempt, outcome=outcome, spent=spent, **{
-                k: spent.get(k, 0) for k in Metric.SPENT}))  # fmt: skip
+            save(
+                self.run_dir,
+                Progress(
+                    attempt=self.attempt, outcome=outcome, spent=spent, **{k: spent.get(k, 0) for k in Metric.SPENT}
+                ),
+            )

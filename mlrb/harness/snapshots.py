@@ -218,8 +218,9 @@ class StepSnapshots:
         return self._write_folder(top)
 
     def _write_folder(self, node: dict[str, Any]) -> str:
-        items = {name: child if isinstance(child, list) else ["d", self._write_folder(child)]
-                 for name, child in node.items()}  # fmt: skip
+        items = {
+            name: child if isinstance(child, list) else ["d", self._write_folder(child)] for name, child in node.items()
+        }
         data = json.dumps(items, sort_keys=True, separators=(",", ":")).encode("utf-8")
         digest = hashlib.sha256(data).hexdigest()
         path = self.root / TREES / digest
@@ -409,5 +410,8 @@ def recorded(root: Path, what: str) -> list[tuple[Path, str, bool]]:
         parts.append((root / OBJECTS, f"snapshots/{OBJECTS}", True))
     if what == "all":
         parts.append((root / LARGE, f"snapshots/{LARGE}", True))
-    return [(path, folder, is_dir) for path, folder, is_dir in parts
-            if path.exists() and (not is_dir or any(path.iterdir()))]  # fmt: skip
+    return [
+        (path, folder, is_dir)
+        for path, folder, is_dir in parts
+        if path.exists() and (not is_dir or any(path.iterdir()))
+    ]

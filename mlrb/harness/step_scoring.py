@@ -35,8 +35,19 @@ log = logging.getLogger(__name__)
 class StepScoring:
     """One run's scoring during its steps; does nothing when `cfg` asks for none."""
 
-    def __init__(self, cfg: ScoringConfig, task: Any, asset_path: Path, work: Path, start_files: Path,
-                 snapshots_root: Path, sandbox: SandboxConfig, recorder: Any, run_dir: Path, budget: Budget):  # fmt: skip
+    def __init__(
+        self,
+        cfg: ScoringConfig,
+        task: Any,
+        asset_path: Path,
+        work: Path,
+        start_files: Path,
+        snapshots_root: Path,
+        sandbox: SandboxConfig,
+        recorder: Any,
+        run_dir: Path,
+        budget: Budget,
+    ):
         self.cfg, self.task, self.asset_path, self.work, self.start_files = cfg, task, asset_path, work, start_files
         self.snapshots_root, self.sandbox, self.recorder, self.budget = snapshots_root, sandbox, recorder, budget
         self.folder = run_dir / "anytime"  # each scoring's report (its workspace copy is removed once scored)
@@ -66,8 +77,12 @@ class StepScoring:
             if self.last_s is None:  # the curve starts from the starting files: doing nothing
                 self.log(0, None, 0.0, 0.0)
             self.last_s = agent_s
-            self.log(step, self.score(snapshots.without(entry, self.task.rules.read_only_globs(self.asset_path))),
-                     agent_s, usd)  # fmt: skip
+            self.log(
+                step,
+                self.score(snapshots.without(entry, self.task.rules.read_only_globs(self.asset_path))),
+                agent_s,
+                usd,
+            )
 
     def score(self, entry: dict) -> Any:
         """The step's workspace's ScoreReport (once per distinct workspace); None when the scorer failed."""
@@ -85,11 +100,18 @@ class StepScoring:
                 shutil.copyfile(self.work / rel, work / rel)
         workspace.collect(work, self.task.rules.submission, folder / "submission")
         try:
-            report = score_submission(self.task, folder / "submission", self.asset_path, folder / "scoring",
-                                      self.sandbox, self.recorder.run_id)  # fmt: skip
+            report = score_submission(
+                self.task,
+                folder / "submission",
+                self.asset_path,
+                folder / "scoring",
+                self.sandbox,
+                self.recorder.run_id,
+            )
         except ScorerError as e:  # not the agent's doing, and the run's final scoring decides: say so, go on
-            log.warning("step %d: scoring the workspace mid-run failed (%s); the step is left off the curve",
-                        entry["step"], e)  # fmt: skip
+            log.warning(
+                "step %d: scoring the workspace mid-run failed (%s); the step is left off the curve", entry["step"], e
+            )
             return None
         finally:  # a copy of the workspace per scoring would fill the disk
             shutil.rmtree(folder / "workspace", ignore_errors=True)
@@ -113,6 +135,7 @@ class StepScoring:
         valid = bool(report and report.valid)
         score = report.score if report is not None and report.score is not None else None
         score = score if score is not None and math.isfinite(score) else None
-        metrics = anytime.step_metrics(valid, score, self.anchors, self.task.higher_is_better,
-                                       self.task.normalisation, agent_s, usd)  # fmt: skip
+        metrics = anytime.step_metrics(
+            valid, score, self.anchors, self.task.higher_is_better, self.task.normalisation, agent_s, usd
+        )
         self.recorder.log_metrics(metrics, step=step)

@@ -87,8 +87,9 @@ class StepsRun:
             self.log_reward(k, report.score)
             short = short_of(rewards_of(report), dict(step.min_reward))
             if short:
-                self.ended_early = (f"step {k} of {self.count} ({step.name}): {short}, so the run ended there, as "
-                                    "Harbor ends the trial")  # fmt: skip
+                self.ended_early = (
+                    f"step {k} of {self.count} ({step.name}): {short}, so the run ended there, as Harbor ends the trial"
+                )
                 log.warning("%s", self.ended_early)
                 return AgentOutcome(Status.OK, MIN_REWARD, f"{outcome.message} ({self.ended_early})".strip())
         return outcome
@@ -101,8 +102,15 @@ class StepsRun:
             self.sandbox.keep_state_now()
             workspace.collect(self.work, step_task.rules.submission, folder / "submission", notes)
             try:
-                report = score_submission(step_task, folder / "submission", self.asset_path, folder / "scoring",
-                                          self.sandbox_cfg, self.recorder.run_id, on_agent_state=True)  # fmt: skip
+                report = score_submission(
+                    step_task,
+                    folder / "submission",
+                    self.asset_path,
+                    folder / "scoring",
+                    self.sandbox_cfg,
+                    self.recorder.run_id,
+                    on_agent_state=True,
+                )
             except ScorerError as e:  # no control here: the step's verifier on the agent's state failed
                 report = ScoreReport.invalid(f"its scoring failed: {e}")
             finally:
@@ -110,8 +118,13 @@ class StepsRun:
         for line in notes.lines():
             log.warning("%s", line)
         (folder / "score_report.json").write_text(json.dumps(report.to_dict(), indent=2, default=float))
-        log.info("step %d of %d (%s): %s", k, self.count, name,
-                 f"reward {report.score:g}" if report.valid and report.score is not None else report.reason)  # fmt: skip
+        log.info(
+            "step %d of %d (%s): %s",
+            k,
+            self.count,
+            name,
+            f"reward {report.score:g}" if report.valid and report.score is not None else report.reason,
+        )
         return report
 
     def log_reward(self, k: int, reward: float | None) -> None:
@@ -147,8 +160,10 @@ class StepsRun:
             self.log_reward(self.reached, last.score)
         scored = len(rewards)
         if not self.ended_early and len(rewards) < self.count:  # steps never reached: 0 (fail closed)
-            self.ended_early = (f"the run ended in step {self.reached} of {self.count} (its budget or its agent); "
-                                "the steps after it count 0")  # fmt: skip
+            self.ended_early = (
+                f"the run ended in step {self.reached} of {self.count} (its budget or its agent); "
+                "the steps after it count 0"
+            )
             rewards += [0.0] * (self.count - len(rewards))
         score = trial_reward(rewards, self.task.step_reward)
         if score is None:
@@ -167,8 +182,9 @@ class StepsRun:
 
 def rewards_of(report: ScoreReport) -> dict[str, float]:
     """A step's rewards by key: the reward, and the other keys its verifier wrote (reward.<key> metrics)."""
-    found = {key.removeprefix("reward."): float(value) for key, value in report.metrics.items()
-             if key.startswith("reward.")}  # fmt: skip
+    found = {
+        key.removeprefix("reward."): float(value) for key, value in report.metrics.items() if key.startswith("reward.")
+    }
     return {**found, "reward": float(report.score) if report.score is not None else 0.0}
 
 

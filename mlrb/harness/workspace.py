@@ -55,8 +55,10 @@ TOO_DEEP = f"folders deeper than {MAX_DEPTH} levels left out"
 UNREADABLE = "files or folders that could not be read, left out"
 UNCOPIED = "files or folders that could not be copied, left out"
 NOT_READ = f"files not read (known by size and time): the {MAX_READ_BYTES >> 30} GiB read budget was spent"
-TOO_LARGE = (f"files too large to copy (past the submission's {MAX_SUBMISSION_BYTES >> 30} GiB cap or half "
-             "the disk's free space), left out")  # fmt: skip
+TOO_LARGE = (
+    f"files too large to copy (past the submission's {MAX_SUBMISSION_BYTES >> 30} GiB cap or half "
+    "the disk's free space), left out"
+)
 NOT_UTF8 = "names that are not UTF-8, shown with \\x escapes"
 PATCH_CUT = "changed files not shown: the patch reached its size cap"
 
@@ -420,8 +422,10 @@ def diff(before: Snapshot, root: Path, notes: Notes | None = None) -> str:
         length += len(chunk)
     if not_shown:
         notes.add(PATCH_CUT, count=not_shown)
-        chunks.append(f"# mlrb: {not_shown} more changed files not shown: the patch reached its size cap "
-                      f"({MAX_PATCH_BYTES} bytes)\n")  # fmt: skip
+        chunks.append(
+            f"# mlrb: {not_shown} more changed files not shown: the patch reached its size cap "
+            f"({MAX_PATCH_BYTES} bytes)\n"
+        )
     return "".join(chunks)
 
 
@@ -484,8 +488,12 @@ def restore_read_only(starter_dir: Path, workspace: Path, globs: list[str], befo
 def read_only_changed(starter_dir: Path, workspace: Path, globs: list[str], before: Snapshot) -> list[str]:
     """The starter files matching `globs` that the agent changed, removed or replaced, as
     `restore_read_only` would put them back, without putting them back."""
-    return [rel for rel in sorted(before.hashes) if any(fnmatch.fnmatch(rel, pattern) for pattern in globs)
-            and not (in_real_folders(workspace, rel) and same_content(starter_dir / rel, workspace / rel))]  # fmt: skip
+    return [
+        rel
+        for rel in sorted(before.hashes)
+        if any(fnmatch.fnmatch(rel, pattern) for pattern in globs)
+        and not (in_real_folders(workspace, rel) and same_content(starter_dir / rel, workspace / rel))
+    ]
 
 
 def in_real_folders(root: Path, rel: str) -> bool:

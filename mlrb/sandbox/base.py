@@ -156,15 +156,26 @@ class GroupProcess(IsolatedProcess):
     """A process of this host in a session of its own, killed as a group (the bwrap sandbox's
     own, or the unconfined scorer); `release` runs once it is gone."""
 
-    def __init__(self, argv: list[str], job: IsolatedCommand, release: Callable[[], None] = lambda: None,
-                 cwd: str | None = None, env: dict[str, str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        argv: list[str],
+        job: IsolatedCommand,
+        release: Callable[[], None] = lambda: None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.release = release
         self.log = open(job.log_file, "wb")
         try:
             self.proc = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         except BaseException:
             self.log.close()
             release()
@@ -237,8 +248,9 @@ def sandbox_environment(
     return env
 
 
-def agent_environment(workspace: str, data_dir: str, seed: int, task_environment: Path | None = None,
-                      state_dir: str | None = None) -> dict[str, str]:  # fmt: skip
+def agent_environment(
+    workspace: str, data_dir: str, seed: int, task_environment: Path | None = None, state_dir: str | None = None
+) -> dict[str, str]:
     """MLRB_SEED is the run's seed, so that a script can draw its randomness from it (the
     tasks' baseline and reference commands pass it on as --seed): a sweep over seeds then
     measures their seed noise, as calibration does."""
@@ -383,10 +395,20 @@ class Sandbox(abc.ABC):
     #: Why the harness stopped the agent's processes from outside (`stop`), once it has.
     stopped: str | None = None
 
-    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
-                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
-                 agent_tools: Path | None = None, state_dir: Path | None = None,
-                 workspace_at: str = ""):  # fmt: skip
+    def __init__(
+        self,
+        cfg: SandboxConfig,
+        workspace: Path,
+        data_dir: Path,
+        run_id: str,
+        limits: Limits,
+        seed: int = 0,
+        task_environment: Path | None = None,
+        model_endpoint: ModelEndpoint | None = None,
+        agent_tools: Path | None = None,
+        state_dir: Path | None = None,
+        workspace_at: str = "",
+    ):
         self.cfg = cfg
         # Where a confined kind shows the workspace (the task's own folder, say a Harbor task's
         # WORKDIR /app; "": WORKSPACE). An unconfined one shows the host's folder as it is.
@@ -497,8 +519,9 @@ class Sandbox(abc.ABC):
             mounts.append(Mount(Path(self.agent_tools)))
         if self.state_dir is not None:
             mounts.append(Mount(Path(self.state_dir), STATE, writable=True))
-        return mounts, agent_environment(self.workspace, DATA, self.seed, self.task_environment,
-                                         STATE if self.state_dir is not None else None)  # fmt: skip
+        return mounts, agent_environment(
+            self.workspace, DATA, self.seed, self.task_environment, STATE if self.state_dir is not None else None
+        )
 
     def start_model_bridge(self, python: str) -> None:
         """In a confined sandbox given a model endpoint: start the bridge to it in the background
@@ -508,7 +531,7 @@ class Sandbox(abc.ABC):
             f"nohup {python} -I -S {BRIDGE_INSIDE} {MODEL_SOCKET} {BRIDGE_PORT} > {log} 2>&1 & "
             f"for i in $(seq 200); do grep -q ready {log} 2>/dev/null && exit 0; sleep 0.05; done; cat {log}; exit 1",
             timeout_s=30,
-        )  # fmt: skip
+        )
         if result.exit_code != 0:
             raise SandboxError(f"the model bridge did not start in the sandbox: {result.stdout.strip()[-300:]}")
         self.model_url = f"http://127.0.0.1:{BRIDGE_PORT}"

@@ -67,10 +67,25 @@ log = logging.getLogger(__name__)
 # /etc entries a program may need to start (dynamic linker, TLS roots, locale, time zone);
 # the rest of /etc (shadow, ssh keys, ...) stays out.
 ETC_ALLOWED = (
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates", "ca-certificates.conf",
-    "alternatives", "localtime", "timezone", "nsswitch.conf", "protocols", "services", "mime.types",
-    "bash.bashrc", "inputrc", "magic", "gai.conf", "host.conf",
-)  # fmt: skip
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "alternatives",
+    "localtime",
+    "timezone",
+    "nsswitch.conf",
+    "protocols",
+    "services",
+    "mime.types",
+    "bash.bashrc",
+    "inputrc",
+    "magic",
+    "gai.conf",
+    "host.conf",
+)
 ETC_NETWORK = ("resolv.conf", "hosts")
 START_TIMEOUT_S = 60
 STOP_WAIT_S = 5  # how long `stop` waits for the agent's processes to go
@@ -160,8 +175,9 @@ def run_gpus(cfg: SandboxConfig, limits: Limits) -> gpus.GpuView:
     return view
 
 
-def mount_args(options: BwrapOptions, limits: Limits, mounts: list[Mount], identity_dir: Path,
-               gpu_nodes: Sequence[Path] = ()) -> list[str]:  # fmt: skip
+def mount_args(
+    options: BwrapOptions, limits: Limits, mounts: list[Mount], identity_dir: Path, gpu_nodes: Sequence[Path] = ()
+) -> list[str]:
     """Every mount of the sandbox, the system's and the run's, the least specific first: each after
     any folder it lies in (a bind under /tmp after the private /tmp, a writable run folder after
     a read-only source tree around it)."""
@@ -183,9 +199,17 @@ def bind_args(mount: Mount) -> list[str]:
     return ["--ro-bind", instead, mount.target]
 
 
-def bwrap_argv(binary: str, options: BwrapOptions, limits: Limits, mounts: list[Mount], workdir: str,
-               env: dict, identity_dir: Path, new_session: bool = True,
-               gpu_view: gpus.GpuView | None = None) -> list[str]:  # fmt: skip
+def bwrap_argv(
+    binary: str,
+    options: BwrapOptions,
+    limits: Limits,
+    mounts: list[Mount],
+    workdir: str,
+    env: dict,
+    identity_dir: Path,
+    new_session: bool = True,
+    gpu_view: gpus.GpuView | None = None,
+) -> list[str]:
     """The whole bwrap command line before the command itself (kept pure so it can be checked).
     `new_session` detaches what runs inside from the caller's terminal (so it cannot push input
     into it); only a person's shell, whose terminal is its own tmux pane, keeps it. `gpu_view`:
@@ -237,12 +261,33 @@ class BwrapSandbox(Sandbox):
                 "sandbox=unconfined runs without any confinement"
             )
 
-    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
-                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
-                 agent_tools: Path | None = None, state_dir: Path | None = None,
-                 workspace_at: str = ""):  # fmt: skip
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools,
-                         state_dir, workspace_at)  # fmt: skip
+    def __init__(
+        self,
+        cfg: SandboxConfig,
+        workspace: Path,
+        data_dir: Path,
+        run_id: str,
+        limits: Limits,
+        seed: int = 0,
+        task_environment: Path | None = None,
+        model_endpoint: ModelEndpoint | None = None,
+        agent_tools: Path | None = None,
+        state_dir: Path | None = None,
+        workspace_at: str = "",
+    ):
+        super().__init__(
+            cfg,
+            workspace,
+            data_dir,
+            run_id,
+            limits,
+            seed,
+            task_environment,
+            model_endpoint,
+            agent_tools,
+            state_dir,
+            workspace_at,
+        )
         mounts, env = self.confined_layout()
         self.layout = (list(mounts), env)  # for a person's shell (interactive_argv)
         mounts.append(Mount(EXEC_SERVER, SERVER_INSIDE))
@@ -250,15 +295,19 @@ class BwrapSandbox(Sandbox):
         self.scratch = Path(tempfile.mkdtemp(prefix="mlrb-bwrap-"))
         self.identity_dir = identity(self.scratch)
         self.gpu_view = run_gpus(cfg, limits)  # the run's own GPUs only, 0..n-1 inside
-        argv = bwrap_argv(self.binary, self.options, limits, mounts, self.workspace, env, self.identity_dir,
-                          gpu_view=self.gpu_view)  # fmt: skip
+        argv = bwrap_argv(
+            self.binary, self.options, limits, mounts, self.workspace, env, self.identity_dir, gpu_view=self.gpu_view
+        )
         argv += ["--as-pid-1", sys.executable, "-I", "-S", SERVER_INSIDE, self.workspace]
         self.cgroup = Cgroup.create(cgroup_name(run_id), limits, cfg.pids_limit)
         self.stderr_log = open(self.scratch / "bwrap.log", "w+b")
         self.proc = subprocess.Popen(
-            joined(argv, self.cgroup), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_log,
+            joined(argv, self.cgroup),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr_log,
             start_new_session=True,
-        )  # fmt: skip
+        )
         assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes
         self.requests, self.replies = self.proc.stdin, self.proc.stdout
         if self._reply(START_TIMEOUT_S) != {"ready": True}:
@@ -310,8 +359,17 @@ class BwrapSandbox(Sandbox):
         cgroup (its limits, and closing the sandbox kills what is left in it); it ends, and every
         process in it, when `argv` does or its terminal goes. The model bridge runs only in `exec`'s."""
         mounts, environment = self.layout
-        inner = bwrap_argv(self.binary, self.options, self.limits, mounts, self.workspace, {**environment, **env},
-                           self.identity_dir, new_session=False, gpu_view=self.gpu_view)  # fmt: skip
+        inner = bwrap_argv(
+            self.binary,
+            self.options,
+            self.limits,
+            mounts,
+            self.workspace,
+            {**environment, **env},
+            self.identity_dir,
+            new_session=False,
+            gpu_view=self.gpu_view,
+        )
         return joined(inner + argv, self.cgroup)
 
     def _reply(self, timeout_s: float) -> dict | None:
@@ -380,8 +438,16 @@ class BwrapSandbox(Sandbox):
 
         # The run's own GPUs, as the agent's sandbox has them (the job's CUDA_VISIBLE_DEVICES, in
         # the host's numbering, is replaced by theirs inside).
-        argv = bwrap_argv(binary, options, job.limits, job.mounts, job.workdir, job.env, identity(scratch),
-                          gpu_view=run_gpus(cfg, job.limits))  # fmt: skip
+        argv = bwrap_argv(
+            binary,
+            options,
+            job.limits,
+            job.mounts,
+            job.workdir,
+            job.env,
+            identity(scratch),
+            gpu_view=run_gpus(cfg, job.limits),
+        )
         # Killing its group kills bwrap's init, and the namespace with it.
         return GroupProcess(joined(argv + job.argv, cgroup), job, release)
 

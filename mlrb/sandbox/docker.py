@@ -249,9 +249,27 @@ def remove_stale(client) -> list[str]:
 
 # Where a container's programs and libraries live: what the agent changes there, a verifier run on
 # its kept state would run as its own (a Python package installed to dist-packages is not one).
-SYSTEM_FOLDERS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/bin", "/usr/sbin", "/usr/lib",
-                  "/usr/lib32", "/usr/lib64", "/usr/libexec", "/etc/ld.so.preload", "/etc/ld.so.conf",
-                  "/etc/ld.so.conf.d", "/etc/profile", "/etc/profile.d", "/etc/bash.bashrc", "/etc/environment")  # fmt: skip
+SYSTEM_FOLDERS = (
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/lib",
+    "/usr/lib32",
+    "/usr/lib64",
+    "/usr/libexec",
+    "/etc/ld.so.preload",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/profile",
+    "/etc/profile.d",
+    "/etc/bash.bashrc",
+    "/etc/environment",
+)
 PACKAGE_FOLDERS = ("/dist-packages/", "/site-packages/")
 STARTUP_FILES = ("sitecustomize.py", "usercustomize.py")  # what a Python runs as it starts, wherever it is
 # What Docker itself puts in every container (init=True's init, the network's files), mounted in.
@@ -331,12 +349,33 @@ class DockerSandbox(Sandbox):
         ensure_image(options.image)
         connect(options)
 
-    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
-                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
-                 agent_tools: Path | None = None, state_dir: Path | None = None,
-                 workspace_at: str = ""):  # fmt: skip
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools,
-                         state_dir, workspace_at)  # fmt: skip
+    def __init__(
+        self,
+        cfg: SandboxConfig,
+        workspace: Path,
+        data_dir: Path,
+        run_id: str,
+        limits: Limits,
+        seed: int = 0,
+        task_environment: Path | None = None,
+        model_endpoint: ModelEndpoint | None = None,
+        agent_tools: Path | None = None,
+        state_dir: Path | None = None,
+        workspace_at: str = "",
+    ):
+        super().__init__(
+            cfg,
+            workspace,
+            data_dir,
+            run_id,
+            limits,
+            seed,
+            task_environment,
+            model_endpoint,
+            agent_tools,
+            state_dir,
+            workspace_at,
+        )
         mounts, environment = self.confined_layout()
         self.client = connect(self.options)
         remove_stale(self.client)  # containers of runs whose harness is gone
@@ -347,8 +386,11 @@ class DockerSandbox(Sandbox):
         options = container_options(cfg, limits, run_id, "agent", mounts)
         environment.pop("CUDA_VISIBLE_DEVICES", None)  # see numbers_own_gpus
         self.container = self.client.containers.run(
-            command=["sleep", "infinity"], working_dir=self.workspace, environment=environment, **options,
-        )  # fmt: skip
+            command=["sleep", "infinity"],
+            working_dir=self.workspace,
+            environment=environment,
+            **options,
+        )
         if model_endpoint is not None:
             try:
                 self.start_model_bridge(sys.executable if self.options.mount_host_python else "python3")
@@ -480,22 +522,32 @@ class DockerSandbox(Sandbox):
         try:
             self.container.reload()
             mounted = {mount["Destination"] for mount in self.container.attrs.get("Mounts") or []} | DOCKER_MADE
-            changed = [(entry["Path"], entry["Kind"]) for entry in self.container.diff() or []
-                       if not made_for(entry["Path"], mounted)]  # fmt: skip
+            changed = [
+                (entry["Path"], entry["Kind"])
+                for entry in self.container.diff() or []
+                if not made_for(entry["Path"], mounted)
+            ]
             tools = system_tools_changed(changed, lambda path: exists_in(self.container, path))
         except DockerException as e:
             tools = [f"(docker diff failed: {str(e).splitlines()[0][:100]})"]
         if tools:  # scoring on them would run the agent's programs as the verifier's
-            log.warning("sandbox=docker: the agent changed the system's own programs (%s): its container is not "
-                        "kept, and it is scored on the task's image", ", ".join(tools[:10]))  # fmt: skip
+            log.warning(
+                "sandbox=docker: the agent changed the system's own programs (%s): its container is not "
+                "kept, and it is scored on the task's image",
+                ", ".join(tools[:10]),
+            )
             return
         repository, _, tag = state_image(self.run_id).partition(":")
         try:
-            self.container.commit(repository=repository, tag=tag, pause=False,
-                                  conf={"Labels": labels(self.run_id, "agent-state")})  # fmt: skip
+            self.container.commit(
+                repository=repository, tag=tag, pause=False, conf={"Labels": labels(self.run_id, "agent-state")}
+            )
         except DockerException as e:
-            log.warning("sandbox=docker: keeping the agent's container for scoring failed (%s): it is scored on "
-                        "the task's image", str(e).splitlines()[0][:200])  # fmt: skip
+            log.warning(
+                "sandbox=docker: keeping the agent's container for scoring failed (%s): it is scored on "
+                "the task's image",
+                str(e).splitlines()[0][:200],
+            )
 
     @classmethod
     def start_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> IsolatedProcess:
@@ -515,11 +567,14 @@ class DockerSandbox(Sandbox):
                 client.images.get(state)
                 run_options["image"] = state
             except ImageNotFound:
-                log.warning("sandbox=docker: the agent's container was not kept (%s): scored on %s, where nothing "
-                            "the agent did outside its workspace counts", state, options.image)  # fmt: skip
+                log.warning(
+                    "sandbox=docker: the agent's container was not kept (%s): scored on %s, where nothing "
+                    "the agent did outside its workspace counts",
+                    state,
+                    options.image,
+                )
                 state = ""
-        container = client.containers.run(command=job.argv, working_dir=job.workdir, environment=job.env,
-                                          **run_options)  # fmt: skip
+        container = client.containers.run(command=job.argv, working_dir=job.workdir, environment=job.env, **run_options)
         return ContainerProcess(container, job.log_file, user, remove_image=state)
 
 

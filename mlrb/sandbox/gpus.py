@@ -132,8 +132,9 @@ def smi_listing() -> str:
         return ""
 
 
-def resolve(entries: Sequence[str], gpus: Sequence[Gpu], listing: str | None = None,
-            counted: Sequence[Gpu] | None = None) -> list[Gpu]:  # fmt: skip
+def resolve(
+    entries: Sequence[str], gpus: Sequence[Gpu], listing: str | None = None, counted: Sequence[Gpu] | None = None
+) -> list[Gpu]:
     """The driver's GPU for each entry (an index in PCI bus order over `counted`, by default all of
     `gpus`; a GPU UUID or a unique prefix of one; a MIG device's UUID: its GPU); GpuError naming
     the first it does not know."""
@@ -164,8 +165,9 @@ def resolve(entries: Sequence[str], gpus: Sequence[Gpu], listing: str | None = N
     return chosen
 
 
-def check_allocation(gpu_ids: Sequence[object] | None, environ: Mapping[str, str] = os.environ,
-                     dev: Path = DEV, driver: Path = DRIVER) -> None:  # fmt: skip
+def check_allocation(
+    gpu_ids: Sequence[object] | None, environ: Mapping[str, str] = os.environ, dev: Path = DEV, driver: Path = DRIVER
+) -> None:
     """GpuError where the allocation names a GPU the driver does not know (nothing to check
     where there is no driver)."""
     gpus = driver_gpus(driver)
@@ -174,8 +176,13 @@ def check_allocation(gpu_ids: Sequence[object] | None, environ: Mapping[str, str
         resolve(entries, gpus, counted=usable(gpus, dev))
 
 
-def run_gpus(wanted: int, gpu_ids: Sequence[object] | None, environ: Mapping[str, str] = os.environ,
-             dev: Path = DEV, driver: Path = DRIVER) -> GpuView:  # fmt: skip
+def run_gpus(
+    wanted: int,
+    gpu_ids: Sequence[object] | None,
+    environ: Mapping[str, str] = os.environ,
+    dev: Path = DEV,
+    driver: Path = DRIVER,
+) -> GpuView:
     """The device nodes and environment of a run whose task asks for `wanted` GPUs: the first
     `wanted` of its allocation (all of the node's, in PCI bus order, when nothing is set) and the
     control nodes they need; none at all when it asks for none or names a GPU the driver does not

@@ -44,16 +44,38 @@ class UnconfinedSandbox(Sandbox):
     confined = False
     options_class = UnconfinedOptions
 
-    def __init__(self, cfg: SandboxConfig, workspace: Path, data_dir: Path, run_id: str, limits: Limits, seed: int = 0,
-                 task_environment: Path | None = None, model_endpoint: ModelEndpoint | None = None,
-                 agent_tools: Path | None = None, state_dir: Path | None = None,
-                 workspace_at: str = ""):  # fmt: skip
-        super().__init__(cfg, workspace, data_dir, run_id, limits, seed, task_environment, model_endpoint, agent_tools,
-                         state_dir, workspace_at)  # fmt: skip
+    def __init__(
+        self,
+        cfg: SandboxConfig,
+        workspace: Path,
+        data_dir: Path,
+        run_id: str,
+        limits: Limits,
+        seed: int = 0,
+        task_environment: Path | None = None,
+        model_endpoint: ModelEndpoint | None = None,
+        agent_tools: Path | None = None,
+        state_dir: Path | None = None,
+        workspace_at: str = "",
+    ):
+        super().__init__(
+            cfg,
+            workspace,
+            data_dir,
+            run_id,
+            limits,
+            seed,
+            task_environment,
+            model_endpoint,
+            agent_tools,
+            state_dir,
+            workspace_at,
+        )
         self.workspace, self.data_dir = str(self.root), str(self.host_data_dir)
         self.model_url = model_endpoint.url if model_endpoint else None  # the host's loopback is its own
-        self.env = agent_environment(self.workspace, self.data_dir, self.seed, task_environment,
-                                     str(state_dir) if state_dir else None)  # fmt: skip
+        self.env = agent_environment(
+            self.workspace, self.data_dir, self.seed, task_environment, str(state_dir) if state_dir else None
+        )
         self.running: set[int] = set()
         self.groups: list[int] = []  # every command's process group (its pid): what it left runs in it
 
@@ -66,9 +88,14 @@ class UnconfinedSandbox(Sandbox):
         started = time.monotonic()
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(
-                ["/bin/bash", "-c", command], cwd=self.root, env=self.env, stdin=subprocess.DEVNULL,
-                stdout=out, stderr=err, start_new_session=True,  # a group of its own, killed whole
-            )  # fmt: skip
+                ["/bin/bash", "-c", command],
+                cwd=self.root,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,  # a group of its own, killed whole
+            )
             self.running.add(proc.pid)
             self.groups.append(proc.pid)
             timed_out = False

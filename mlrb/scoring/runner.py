@@ -100,8 +100,16 @@ class Scorer:
     submission) or at `score`, whichever comes first: a run that never hands anything in never
     pays for a scorer's imports (seconds of CPU) or holds its memory (hundreds of MiB)."""
 
-    def __init__(self, task: ScoredTask, assets: Path, work_dir: Path, sandbox: SandboxConfig, run_id: str = "",
-                 ahead: bool = True, on_agent_state: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        task: ScoredTask,
+        assets: Path,
+        work_dir: Path,
+        sandbox: SandboxConfig,
+        run_id: str = "",
+        ahead: bool = True,
+        on_agent_state: bool = False,
+    ):
         self.task, self.sandbox, self.run_id = task, sandbox, run_id
         # It scores what the run's agent left at its end: a submission's own command that asks for
         # it runs on the agent's kept state (IsolatedCommand.on_agent_state), not a control's.

@@ -98,11 +98,15 @@ class Anchors:
             raise self.failed(e) from None
 
     def to_measure(self) -> dict[str, str]:
-        return {anchor: command for anchor, command in self.commands.items()
-                if anchor in self.always_measured or self.stated.get(f"{anchor}_score") is None}  # fmt: skip
+        return {
+            anchor: command
+            for anchor, command in self.commands.items()
+            if anchor in self.always_measured or self.stated.get(f"{anchor}_score") is None
+        }
 
-    def measure(self, out_dir: Path, run: RunSolution, score: ScoreSubmission,
-                extra: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    def measure(
+        self, out_dir: Path, run: RunSolution, score: ScoreSubmission, extra: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Write hidden/calibration.json: for each anchor to measure, the mean score of its
         command's submissions over the seeds, with their SD and SEM and each seed's score
         (`<anchor>_seeds`), the mean of each report metric, and `extra` scores measured for
@@ -137,8 +141,15 @@ class Anchors:
         (out_dir / "hidden" / "calibration.json").write_text(json.dumps(scores, indent=2))
         return scores
 
-    def score_seeds(self, scratch: Path, jobs: list[tuple[str, int]], run: RunSolution, score: ScoreSubmission,
-                    workers: int | None = None, invalid_stops: bool = True) -> dict[tuple[str, int], ScoreReport]:  # fmt: skip
+    def score_seeds(
+        self,
+        scratch: Path,
+        jobs: list[tuple[str, int]],
+        run: RunSolution,
+        score: ScoreSubmission,
+        workers: int | None = None,
+        invalid_stops: bool = True,
+    ) -> dict[tuple[str, int], ScoreReport]:
         """Run each (anchor, seed) of `jobs` in scratch/ANCHOR/seed-SEED and score it, side by side
         unless one worker (see `measure`); the reports. An invalid submission stops it
         (AnchorFailed), except do_nothing's, unless `invalid_stops` is False."""
@@ -152,15 +163,18 @@ class Anchors:
         with contextlib.ExitStack() as side_by_side:
             finished: Iterator[tuple[tuple[str, int], Callable[[], Path]]]
             if workers == 1:  # each run when its workspace is asked for, in order
-                finished = ((job, functools.partial(run, self.commands[job[0]], folder(*job) / "workspace", job[1]))
-                            for job in jobs)  # fmt: skip
+                finished = (
+                    (job, functools.partial(run, self.commands[job[0]], folder(*job) / "workspace", job[1]))
+                    for job in jobs
+                )
             else:
                 from concurrent.futures import ThreadPoolExecutor, as_completed  # only when building
 
                 pool = side_by_side.enter_context(ThreadPoolExecutor(max_workers=workers))
                 side_by_side.enter_context(one_torch_thread())
-                started = {pool.submit(run, self.commands[job[0]], folder(*job) / "workspace", job[1]): job
-                           for job in jobs}  # fmt: skip
+                started = {
+                    pool.submit(run, self.commands[job[0]], folder(*job) / "workspace", job[1]): job for job in jobs
+                }
                 # Each scored as soon as its run is done: a short run that ends while a long one
                 # still trains is scored then, not after it, so fewer scores are left at the end.
                 finished = ((started[future], future.result) for future in as_completed(started))

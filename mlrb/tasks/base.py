@@ -338,9 +338,18 @@ def builder_module(module: str) -> str:
     return f"{module.rpartition('.')[0]}.assets"
 
 
-def packaged_task(cfg: TaskConfig, spec: Any, environment: Path | None, *, module: str, score: Score,
-                  build: Maker | None = None, download: Maker | None = None, imports: tuple[str, ...] = (),
-                  key: Callable[[], Mapping[str, Any]] | None = None) -> Task:  # fmt: skip
+def packaged_task(
+    cfg: TaskConfig,
+    spec: Any,
+    environment: Path | None,
+    *,
+    module: str,
+    score: Score,
+    build: Maker | None = None,
+    download: Maker | None = None,
+    imports: tuple[str, ...] = (),
+    key: Callable[[], Mapping[str, Any]] | None = None,
+) -> Task:
     """A packaged task of `module` (its task.py's `__name__`), its parts made from its config and
     its code: `score` (its judge's scorer, whose process imports `imports` ahead), its makers
     `build` (source `build`; by default `build_tiny_assets(out_dir, params)` of its assets.py,
@@ -349,12 +358,17 @@ def packaged_task(cfg: TaskConfig, spec: Any, environment: Path | None, *, modul
     makers = {"build": build or functools.partial(build_tiny, module), **({"hub": download} if download else {})}
     rules = Rules(cfg.submission, cfg.network, tuple(cfg.read_only_files), unenforced=dict(spec.unenforced_rules))
     return Task(
-        cfg=cfg, spec=spec, rules=rules, builder=AssetBuilder(cfg.name, dict(spec.assets), makers, check=check),
-        anchors=anchors(cfg, spec), judge=Judge(score, imports=imports, timeout_s=spec.score_timeout_s,
-                                                device=spec.eval.device),
+        cfg=cfg,
+        spec=spec,
+        rules=rules,
+        builder=AssetBuilder(cfg.name, dict(spec.assets), makers, check=check),
+        anchors=anchors(cfg, spec),
+        judge=Judge(score, imports=imports, timeout_s=spec.score_timeout_s, device=spec.eval.device),
         package_dir=Path(importlib.import_module(module).__file__ or "").parent,
-        requirements=tuple(cfg.requirements), key=key, environment=environment,
-    )  # fmt: skip
+        requirements=tuple(cfg.requirements),
+        key=key,
+        environment=environment,
+    )
 
 
 def build_tiny(module: str, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
@@ -367,10 +381,18 @@ def anchors(cfg: TaskConfig, spec: Any) -> Anchors:
     """A task's anchors part, from its scale: its commands are the solutions measured at build,
     do_nothing (for the record), baseline (0 on the normalised scale) and reference (100), those
     the scale has, each at `assets.anchor_seeds` seeds (DEFAULT_SEEDS unless set)."""
-    commands = {"do_nothing": spec.do_nothing_command, "baseline": spec.baseline_command,
-                "reference": spec.reference_command}  # fmt: skip
+    commands = {
+        "do_nothing": spec.do_nothing_command,
+        "baseline": spec.baseline_command,
+        "reference": spec.reference_command,
+    }
     stated = {f"{anchor}_score": getattr(spec, f"{anchor}_score") for anchor in ANCHORS}
     seeds = spec.assets.get("anchor_seeds", DEFAULT_SEEDS)  # not a number: refused by the builder's check_params
-    return Anchors({anchor: command for anchor, command in commands.items() if command},
-                   seeds if isinstance(seeds, int) else DEFAULT_SEEDS, stated,
-                   higher_is_better=cfg.higher_is_better, submission=cfg.submission, task_name=cfg.name)  # fmt: skip
+    return Anchors(
+        {anchor: command for anchor, command in commands.items() if command},
+        seeds if isinstance(seeds, int) else DEFAULT_SEEDS,
+        stated,
+        higher_is_better=cfg.higher_is_better,
+        submission=cfg.submission,
+        task_name=cfg.name,
+    )

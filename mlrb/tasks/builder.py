@@ -68,8 +68,9 @@ class AssetBuilder:
             check = registry.load(self.check)
         except ModuleNotFoundError as e:
             if e.name != module:  # the builder module is there but imports what is missing: say so
-                raise ConfigError(f"task {self.task_name}: its builder {module} cannot be imported: {e}; "
-                                  f"install {e.name} beside mlrb") from None  # fmt: skip
+                raise ConfigError(
+                    f"task {self.task_name}: its builder {module} cannot be imported: {e}; install {e.name} beside mlrb"
+                ) from None
             return  # no builder module (a task folder)
         except AttributeError:  # a builder module without a check
             return

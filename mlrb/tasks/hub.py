@@ -24,8 +24,14 @@ DEFAULT_CONFIG = "default"  # the name `datasets` gives a dataset's only, unname
 
 # Files of a model repository a run uses (weights as safetensors; no pickles, no other formats).
 MODEL_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.py"]
-TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
-                   "tokenizer.model"]  # fmt: skip
+TOKENIZER_FILES = [
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "tokenizer.model",
+]
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,14 @@ def task_needs(task: Any) -> list[HubItem]:
             items.append(HubItem("dataset", assets["dataset"], subset, why=f"{prefix}.assets.dataset"))
     for path, configs in lm_eval_datasets(list(spec.eval.tasks)).items():
         for config in configs:
-            items.append(HubItem("dataset", path, None if config == DEFAULT_CONFIG else config,
-                                 why=f"lm-eval {', '.join(spec.eval.tasks)}"))  # fmt: skip
+            items.append(
+                HubItem(
+                    "dataset",
+                    path,
+                    None if config == DEFAULT_CONFIG else config,
+                    why=f"lm-eval {', '.join(spec.eval.tasks)}",
+                )
+            )
     unique: dict[tuple, HubItem] = {}
     for item in items:
         unique.setdefault((item.kind, item.repo, item.config, item.files), item)
@@ -158,8 +170,9 @@ def is_present(item: HubItem) -> bool:
         # The item's own patterns: once a download has cached the repository's file list, a
         # snapshot asked for without them is "incomplete" for lacking the files never fetched.
         try:
-            folder = Path(snapshot_download(item.repo, allow_patterns=list(item.files or MODEL_FILES),
-                                            local_files_only=True))  # fmt: skip
+            folder = Path(
+                snapshot_download(item.repo, allow_patterns=list(item.files or MODEL_FILES), local_files_only=True)
+            )
         except LocalEntryNotFoundError:
             return False
         names = [p.name for p in folder.rglob("*") if p.is_file()]

@@ -60,8 +60,9 @@ class Judge:
         """This judge as the scoring process has it once the submission's command ran apart."""
         return dataclasses.replace(self, score=self.score_after_command or self.score, submission_command=None)
 
-    def choose_snapshot(self, snapshots_root: Path, assets: Path, run_dir: Path,
-                        score_folder: ScoreFolder) -> dict[str, Any] | None:  # fmt: skip
+    def choose_snapshot(
+        self, snapshots_root: Path, assets: Path, run_dir: Path, score_folder: ScoreFolder
+    ) -> dict[str, Any] | None:
         """The snapshot to score ({"entry": its line, "metrics": {...}, "tags": {...}}), or None
         for the final workspace. `score_folder(task, folder, work_dir)` scores a folder as the
         run's scorer does (its sandbox)."""

@@ -37,9 +37,19 @@ FLOAT_DTYPES = {"F16", "F32"}  # safetensors' names for float16 and float32
 CONFIG_FLOAT_DTYPES = {"float16", "float32"}
 # Tensor names that quantization libraries add (GPTQ/AWQ, bitsandbytes, HQQ, fp8, ...).
 QUANTIZATION_TENSOR_MARKERS = (
-    "qweight", "qzeros", "g_idx", "absmax", "quant_map", "quant_state", "nested_absmax",
-    ".SCB", "weight_format", "weight_scale", "input_scale", "scales_and_zeros",
-)  # fmt: skip
+    "qweight",
+    "qzeros",
+    "g_idx",
+    "absmax",
+    "quant_map",
+    "quant_state",
+    "nested_absmax",
+    ".SCB",
+    "weight_format",
+    "weight_scale",
+    "input_scale",
+    "scales_and_zeros",
+)
 # Words in a hub id that mark an instruction-tuned or chat model (not a base model).
 INSTRUCTION_TUNED_PATTERN = re.compile(
     r"instruct|chat|(^|[-_/.])it($|[-_/.])|sft|rlhf|dpo|alpaca|vicuna|hermes|orca|zephyr|tulu|wizard|openchat",
@@ -198,8 +208,10 @@ def one_reading_problem(submission: Path) -> str:
             return f"the submission holds {path.name}, which is not a plain file"
     elsewhere = [name for name in ELSEWHERE_FILES if (submission / name).exists()]
     if elsewhere:
-        return (f"the submission holds {elsewhere[0]}, which makes transformers load a model from elsewhere; "
-                "merge the adapter into its model (merge_and_unload) and save that")  # fmt: skip
+        return (
+            f"the submission holds {elsewhere[0]}, which makes transformers load a model from elsewhere; "
+            "merge the adapter into its model (merge_and_unload) and save that"
+        )
     return weight_files(submission)[1]
 
 
@@ -238,12 +250,17 @@ def loaded_differs(model, folder: Path) -> str:
                 if tensor is None:
                     return f"{file.name} holds {name}, which the model transformers loads does not use"
                 if not torch.equal(tensor, f.get_tensor(name).to(dtype=tensor.dtype, device=tensor.device)):
-                    return (f"{name} as transformers loads it is not {file.name}'s (config.json changes it, say by "
-                            "tying weights): the checks and the scorer would read different weights")  # fmt: skip
+                    return (
+                        f"{name} as transformers loads it is not {file.name}'s (config.json changes it, say by "
+                        "tying weights): the checks and the scorer would read different weights"
+                    )
                 read.add(name)
     from_files = {loaded[name].data_ptr() for name in read}
-    random = [name for name, p in model.named_parameters(remove_duplicate=False)
-              if name not in read and p.data_ptr() not in from_files]  # fmt: skip
+    random = [
+        name
+        for name, p in model.named_parameters(remove_duplicate=False)
+        if name not in read and p.data_ptr() not in from_files
+    ]
     if random:
         return f"parameters in no weight file ({', '.join(random[:3])}): transformers would initialise them at random"
     return ""
@@ -476,8 +493,9 @@ def compare_to_base(submission: Path, base_dir: Path, samples: int = 4096) -> di
 # -------------------------------------------------------------- from scratch
 
 
-def checkpoint_copies(submission: Path, checkpoint: Path, min_similarity: float = 0.5,
-                      samples: int = 4096) -> list[dict[str, Any]]:  # fmt: skip
+def checkpoint_copies(
+    submission: Path, checkpoint: Path, min_similarity: float = 0.5, samples: int = 4096
+) -> list[dict[str, Any]]:
     """The submission's weight matrices (2-D and larger) that come from the checkpoint's:
     each compared, on a fixed sample of positions, with every checkpoint tensor of the same
     shape (and, for matrices, with its transpose); |cosine similarity| >= min_similarity
@@ -536,8 +554,9 @@ def checkpoint_copies(submission: Path, checkpoint: Path, min_similarity: float 
             if similarity > best:
                 best_name, best = ref_name, similarity
         if best >= min_similarity:
-            copies.append({"tensor": name, "checkpoint_tensor": best_name, "similarity": round(best, 4),
-                           "params": tensor.numel()})  # fmt: skip
+            copies.append(
+                {"tensor": name, "checkpoint_tensor": best_name, "similarity": round(best, 4), "params": tensor.numel()}
+            )
     return copies
 
 
@@ -559,7 +578,7 @@ def check_not_known_checkpoint(submission: Path, checkpoints: dict[str, Path], m
                 f"public checkpoint {name} (e.g. {first['tensor']} ~ {first['checkpoint_tensor']}, "
                 f"|cosine| {first['similarity']:.2f}); the model must be trained from scratch",
                 facts,
-            )  # fmt: skip
+            )
     return "", facts
 
 

@@ -60,9 +60,13 @@ class Solutions:
         ran = warm.run(command, workspace, env) if warm else None
         if ran is None:
             proc = subprocess.run(
-                ["/bin/bash", "-c", command], cwd=workspace, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                ["/bin/bash", "-c", command],
+                cwd=workspace,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
                 text=True,
-            )  # fmt: skip
+            )
             ran = proc.returncode, proc.stderr
         returncode, stderr = ran
         if returncode != 0:

@@ -298,11 +298,16 @@ def train_byte_level_tokenizer(texts, vocab_size: int, max_length: int = 1024):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[end], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[end],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=end, eos_token=end, unk_token=end, pad_token=end,
-                                   model_max_length=max_length)  # fmt: skip
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=end, eos_token=end, unk_token=end, pad_token=end, model_max_length=max_length
+    )
 
 
 # ----------------------------------------------------------------------- fact builds
@@ -362,8 +367,10 @@ def check_fact_params(params: dict, names: tuple, task: str, splits: tuple, size
     check_known("skills", skills, SKILLS)
     check_counts(p, [*BASE_MODEL_SIZES, *sizes, *(f"n_{split}" for split in splits)])
     if min(p[f"n_{split}"] // len(skills) for split in splits) < 4:
-        raise ValueError(f"{' and '.join(f'n_{split}' for split in splits)} must give at least 4 items per skill "
-                         f"({len(skills)} skills)")  # fmt: skip
+        raise ValueError(
+            f"{' and '.join(f'n_{split}' for split in splits)} must give at least 4 items per skill "
+            f"({len(skills)} skills)"
+        )
     return p
 
 

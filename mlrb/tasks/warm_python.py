@@ -84,9 +84,14 @@ class WarmPython:
         scratch.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as log:
             self.server = subprocess.Popen(
-                [self.python, __file__, self.socket_path, *preload], env=env, cwd=scratch,
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
-            )  # fmt: skip
+                [self.python, __file__, self.socket_path, *preload],
+                env=env,
+                cwd=scratch,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
         assert self.server.stdout is not None
         self.ready = self.server.stdout.readline().strip() == READY
 
@@ -120,8 +125,13 @@ class WarmPython:
         if shutil.which("python", path=env.get("PATH")) != self.python:
             return None
         # bash expands the words (the quoted "$MLRB_DATA", say) as it would for the real run
-        expand = subprocess.run(["/bin/bash", "-c", 'python() { printf "%s\\0" "$@"; }\n' + command], cwd=cwd,
-                                env=env, stdin=subprocess.DEVNULL, capture_output=True)  # fmt: skip
+        expand = subprocess.run(
+            ["/bin/bash", "-c", 'python() { printf "%s\\0" "$@"; }\n' + command],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+        )
         if expand.returncode != 0:
             return None
         return expand.stdout.decode().split("\0")[:-1]

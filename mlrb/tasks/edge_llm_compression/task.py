@@ -43,8 +43,16 @@ class EdgeCompressionScale(ScaleSpec):
 def task(cfg: TaskConfig, environment: Path | None) -> Task:
     """Scored with lm-eval, which the scoring process imports while the agent works."""
     code = EdgeLlmCompression(scale_spec(cfg, EdgeCompressionScale))
-    return packaged_task(cfg, code.spec, environment, module=__name__, score=code.score, download=code.download,
-                         imports=lmeval.IMPORTS, key=lambda: {"memory_limit_mb": code.spec.memory_limit_mb})  # fmt: skip
+    return packaged_task(
+        cfg,
+        code.spec,
+        environment,
+        module=__name__,
+        score=code.score,
+        download=code.download,
+        imports=lmeval.IMPORTS,
+        key=lambda: {"memory_limit_mb": code.spec.memory_limit_mb},
+    )
 
 
 @dataclass(frozen=True)
@@ -81,22 +89,30 @@ class EdgeLlmCompression:
             meters.append(model_checks.PeakMemory(model, spec.eval.device))
             return meters[0]
 
-        result = lmeval.evaluate_spec(spec.eval, submission, assets / "hidden" / "test.jsonl", TEST_TASK,
-                                      around_model=measure)  # fmt: skip
+        result = lmeval.evaluate_spec(
+            spec.eval, submission, assets / "hidden" / "test.jsonl", TEST_TASK, around_model=measure
+        )
         peak_mb, weights_mb = meters[0].peak_bytes / MB, meters[0].weight_bytes / MB
         metrics = {f"score.{subject}": acc for subject, acc in result["per_subject"].items()}
         metrics.update(peak_memory_mb=peak_mb, weight_memory_mb=weights_mb)
         if meters[0].allocator_peak_bytes is not None:  # on CUDA, for the record (library workspaces included)
             metrics["cuda_allocator_peak_mb"] = meters[0].allocator_peak_bytes / MB
-        details = {**facts, "n": result["n"], "lm_eval_version": result["lm_eval_version"], "lm_eval": result["raw"],
-                   "memory_method": model_checks.MEMORY_METHOD}  # fmt: skip
+        details = {
+            **facts,
+            "n": result["n"],
+            "lm_eval_version": result["lm_eval_version"],
+            "lm_eval": result["raw"],
+            "memory_method": model_checks.MEMORY_METHOD,
+        }
         details.update(self.training_check(submission, assets, metrics))
         if peak_mb > limit:
             details["accuracy_not_counted"] = result["accuracy"]
             return ScoreReport(
-                False, f"peak memory {peak_mb:.3f} MB during evaluation exceeds the limit of {limit:g} MB",
-                metrics=metrics, details=details,
-            )  # fmt: skip
+                False,
+                f"peak memory {peak_mb:.3f} MB during evaluation exceeds the limit of {limit:g} MB",
+                metrics=metrics,
+                details=details,
+            )
         return ScoreReport(True, "ok", score=result["accuracy"], metrics=metrics, details=details)
 
     @staticmethod

@@ -63,8 +63,12 @@ class FolderScorer:
         # This sandbox shows the hidden files: a link the agent (or its method) left must not lead eval.py to them.
         note = removed_note(remove_links_out(submission))
         try:
-            proc = self.scripts.run(["-c", GET_SCORE, str(hidden), str(submission.resolve())], cwd=hidden,
-                                    home=work_dir, timeout_s=self.timeout_s)  # fmt: skip
+            proc = self.scripts.run(
+                ["-c", GET_SCORE, str(hidden), str(submission.resolve())],
+                cwd=hidden,
+                home=work_dir,
+                timeout_s=self.timeout_s,
+            )
         except subprocess.TimeoutExpired:
             return ScoreReport.invalid(f"scripts/eval.py took longer than {self.timeout_s:g} s{note}")
         lines = proc.stdout.strip().splitlines()
@@ -77,8 +81,12 @@ class FolderScorer:
         if not math.isfinite(score):
             return ScoreReport.invalid(f"scripts/eval.py get_score returned {score}{note}")
         where = f"{self.phase} split" if self.format == "mlrc" else "the workspace"
-        return ScoreReport(valid=True, reason=f"scored by scripts/eval.py on {where}{note}", score=score,
-                           metrics=self.benchmark_metrics(score, assets))  # fmt: skip
+        return ScoreReport(
+            valid=True,
+            reason=f"scored by scripts/eval.py on {where}{note}",
+            score=score,
+            metrics=self.benchmark_metrics(score, assets),
+        )
 
     @property
     def shown(self) -> str:
@@ -97,8 +105,9 @@ class FolderScorer:
         baseline, at asset build); why it failed, or ""."""
         put_inputs_in_place(folder, hidden, self.phase)
         try:
-            proc = self.scripts.run(["main.py", "-m", self.method, "-p", self.phase], cwd=folder, home=folder,
-                                    timeout_s=self.timeout_s)  # fmt: skip
+            proc = self.scripts.run(
+                ["main.py", "-m", self.method, "-p", self.phase], cwd=folder, home=folder, timeout_s=self.timeout_s
+            )
         except subprocess.TimeoutExpired:
             return f"{self.shown} took longer than {self.timeout_s:g} s"
         return f"{self.shown} exited {proc.returncode}: {last_line(proc.stderr)}" if proc.returncode else ""

@@ -43,8 +43,15 @@ class FolderScripts:
 
     def run(self, args: list[str], cwd: Path, home: Path, timeout_s: float) -> subprocess.CompletedProcess[str]:
         """`python ARGS` in `cwd`; raises subprocess.TimeoutExpired past `timeout_s`."""
-        return subprocess.run([self.python, *args], cwd=cwd, env=self.env(home), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+        return subprocess.run(
+            [self.python, *args],
+            cwd=cwd,
+            env=self.env(home),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
 
 
 def last_line(text: str) -> str:

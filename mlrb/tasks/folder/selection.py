@@ -19,8 +19,9 @@ def with_phase(cfg: Any, phase: str) -> Any:
     return dataclasses.replace(cfg, scales={**cfg.scales, cfg.scale: {**cfg.scales[cfg.scale], "phase": phase}})
 
 
-def best_dev_snapshot(task: Any, root: Path, assets: Path, run_dir: Path,
-                      score: Callable[[Any, Path, Path], Any]) -> dict[str, Any] | None:  # fmt: skip
+def best_dev_snapshot(
+    task: Any, root: Path, assets: Path, run_dir: Path, score: Callable[[Any, Path, Path], Any]
+) -> dict[str, Any] | None:
     """Score each distinct step state on dev with `score(task, folder, work_dir)` (the run's
     scorer, in its sandbox); the best step's entry with the dev scores as metrics and tags, or
     None when no step scored on dev."""

@@ -73,43 +73,60 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
     scripts = FolderScripts(folder, python_of(environment), environment)
     # The baseline alone, measured even when the config states it (that is also the check that the
     # folder works), one seed after another: the folder's code may use every core.
-    baseline = dataclasses.replace(anchors(cfg, spec), commands={"baseline": spec.baseline_command},
-                                   always_measured=("baseline",), workers=1,
-                                   failed=functools.partial(baseline_failed, folder, spec.baseline_command))  # fmt: skip
+    baseline = dataclasses.replace(
+        anchors(cfg, spec),
+        commands={"baseline": spec.baseline_command},
+        always_measured=("baseline",),
+        workers=1,
+        failed=functools.partial(baseline_failed, folder, spec.baseline_command),
+    )
     scorer = FolderScorer(scripts, folder_format, spec.method, spec.phase, spec.score_timeout_s, baseline)
     # scripts/eval.py (scoring.py); MLRC-Bench: the agent's main.py run apart first, then the test
     # split scored on the step snapshot with the best dev score (selection.py).
     judge = Judge(scorer.score, timeout_s=spec.score_timeout_s, device=spec.eval.device)
     if mlrc:
-        judge = dataclasses.replace(judge, submission_command=lambda copy, assets: scorer.phase_command(copy, assets / "hidden"),
-                                    score_after_command=dataclasses.replace(scorer, phase_ran=True).score)  # fmt: skip
+        judge = dataclasses.replace(
+            judge,
+            submission_command=lambda copy, assets: scorer.phase_command(copy, assets / "hidden"),
+            score_after_command=dataclasses.replace(scorer, phase_ran=True).score,
+        )
 
     def copy_and_prepare(out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
         """The builder's one maker, whatever the scale says: the folder's files, copied and prepared."""
         return {"format": folder_format, **building.copy_and_prepare(scripts, out_dir, spec.prepare_timeout_s)}
 
     made = Task(
-        cfg=cfg, spec=spec,
+        cfg=cfg,
+        spec=spec,
         # The layout's read-only files too, as its scripts/read_only_files.txt lists them.
-        rules=Rules(cfg.submission, cfg.network, tuple(cfg.read_only_files), "hidden/read_only_files.txt",
-                    unenforced=dict(spec.unenforced_rules)),
+        rules=Rules(
+            cfg.submission,
+            cfg.network,
+            tuple(cfg.read_only_files),
+            "hidden/read_only_files.txt",
+            unenforced=dict(spec.unenforced_rules),
+        ),
         builder=AssetBuilder(cfg.name, {**spec.assets, "source": "build"}, {"build": copy_and_prepare}),
-        anchors=baseline, judge=judge, package_dir=Path(__file__).parent,
+        anchors=baseline,
+        judge=judge,
+        package_dir=Path(__file__).parent,
         workspace=lambda assets: assets / "public",  # the prepared env/
         own_prompt=functools.partial(research_problem, folder, folder_format, spec.method),
         requirements=requirements(folder, cfg),
         key=lambda: {"format": folder_format, "method": spec.method, "folder": building.folder_digest(folder)},
         check_config=functools.partial(check_folder, cfg),
-        normalisation="gap" if mlrc else "improvement", normalised_as="human_gap" if mlrc else "improvement",
+        normalisation="gap" if mlrc else "improvement",
+        normalised_as="human_gap" if mlrc else "improvement",
         builds_at_preflight=True,  # a folder whose prepare.py, baseline or eval.py fails: one line, no run
         environment=environment,
-    )  # fmt: skip
+    )
     if not mlrc:
         return made
     from mlrb.tasks.folder import selection
 
-    return dataclasses.replace(made, judge=dataclasses.replace(judge, snapshot_chooser=functools.partial(
-        selection.best_dev_snapshot, made)))  # fmt: skip
+    return dataclasses.replace(
+        made, judge=dataclasses.replace(judge, snapshot_chooser=functools.partial(selection.best_dev_snapshot, made))
+    )
 
 
 def check_folder(cfg: TaskConfig) -> None:

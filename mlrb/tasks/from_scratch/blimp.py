@@ -89,20 +89,28 @@ def distractor_agreement_relative_clause(g: Grammar, plural: bool) -> Pair:
 PHENOMENA: dict[str, tuple[Callable[[Grammar, bool], Pair], str, str]] = {
     "determiner_noun_agreement_1": (determiner_noun_agreement_1, "morphology", "determiner_noun_agreement"),
     "determiner_noun_agreement_irregular_1": (
-        determiner_noun_agreement_irregular_1, "morphology", "determiner_noun_agreement",
+        determiner_noun_agreement_irregular_1,
+        "morphology",
+        "determiner_noun_agreement",
     ),
     "regular_plural_subject_verb_agreement_1": (
-        regular_plural_subject_verb_agreement_1, "morphology", "subject_verb_agreement",
+        regular_plural_subject_verb_agreement_1,
+        "morphology",
+        "subject_verb_agreement",
     ),
     "irregular_plural_subject_verb_agreement_1": (
-        irregular_plural_subject_verb_agreement_1, "morphology", "subject_verb_agreement",
+        irregular_plural_subject_verb_agreement_1,
+        "morphology",
+        "subject_verb_agreement",
     ),
     "anaphor_gender_agreement": (anaphor_gender_agreement, "morphology", "anaphor_agreement"),
     "anaphor_number_agreement": (anaphor_number_agreement, "morphology", "anaphor_agreement"),
     "distractor_agreement_relative_clause": (
-        distractor_agreement_relative_clause, "morphology", "subject_verb_agreement",
+        distractor_agreement_relative_clause,
+        "morphology",
+        "subject_verb_agreement",
     ),
-}  # fmt: skip
+}
 
 
 def minimal_pairs(rng: random.Random, uid: str, n: int, people: People | None = None) -> list[dict]:
@@ -119,8 +127,16 @@ def minimal_pairs(rng: random.Random, uid: str, n: int, people: People | None = 
         if good in seen:
             continue
         seen.add(good)
-        rows.append({"sentence_good": good, "sentence_bad": bad, "field": field, "linguistics_term": term,
-                     "UID": uid, "pair_id": len(rows)})  # fmt: skip
+        rows.append(
+            {
+                "sentence_good": good,
+                "sentence_bad": bad,
+                "field": field,
+                "linguistics_term": term,
+                "UID": uid,
+                "pair_id": len(rows),
+            }
+        )
     if len(rows) < n:
         raise ValueError(f"{uid}: the grammar has fewer than {n} distinct pairs")
     rng.shuffle(rows)

@@ -98,10 +98,12 @@ THINGS = _nouns(
     block blocks it
     """
 )
-INTRANSITIVE = _verbs("runs/run sleeps/sleep jumps/jump plays/play sings/sing cries/cry laughs/laugh swims/swim "
-                      "walks/walk sits/sit")  # fmt: skip
-TRANSITIVE = _verbs("sees/see likes/like wants/want finds/find holds/hold pushes/push takes/take throws/throw "
-                    "drops/drop needs/need")  # fmt: skip
+INTRANSITIVE = _verbs(
+    "runs/run sleeps/sleep jumps/jump plays/play sings/sing cries/cry laughs/laugh swims/swim walks/walk sits/sit"
+)
+TRANSITIVE = _verbs(
+    "sees/see likes/like wants/want finds/find holds/hold pushes/push takes/take throws/throw drops/drop needs/need"
+)
 REFLEXIVE_VERBS = _verbs("sees/see likes/like washes/wash helps/help hurts/hurt dries/dry hides/hide")
 ADJECTIVES = ["big", "little", "red", "blue", "happy", "sad", "new", "old", "wet", "funny"]
 SINGULAR_DETERMINERS = ["this", "that"]
@@ -130,13 +132,19 @@ class People:
         """n made-up names, half of each gender (nothing in a name tells which), used as unevenly
         as a Zipf law of exponent `zipf` over a random ranking: a model learns the genders of
         more of them the more capacity and training it has."""
-        taken = {word for nouns in (CREATURES, IRREGULAR_CREATURES, THINGS) for noun in nouns
-                 for word in (noun.singular, noun.plural)}  # fmt: skip
+        taken = {
+            word
+            for nouns in (CREATURES, IRREGULAR_CREATURES, THINGS)
+            for noun in nouns
+            for word in (noun.singular, noun.plural)
+        }
         words = [capitalise(word) for word in make_names(rng, n, taken)]
         weights = zipf_weights(rng, n, zipf)
         half = n // 2
-        return cls({"he": tuple(words[:half]), "she": tuple(words[half:])},
-                   {"he": tuple(weights[:half]), "she": tuple(weights[half:])})  # fmt: skip
+        return cls(
+            {"he": tuple(words[:half]), "she": tuple(words[half:])},
+            {"he": tuple(weights[:half]), "she": tuple(weights[half:])},
+        )
 
     def evenly(self) -> People:
         """The same names, each used equally often (as the hidden pairs use them)."""
@@ -210,8 +218,9 @@ class Grammar:
             return f"{capitalise(BE.agree(plural))} {subject} {self.pick(ADJECTIVES)}?"
         return capitalise(text) + "."
 
-    def relative_clause_sentence(self, main_plural: bool | None = None, attractor_plural: bool | None = None,
-                                 main_verb: str | None = None) -> str:  # fmt: skip
+    def relative_clause_sentence(
+        self, main_plural: bool | None = None, attractor_plural: bool | None = None, main_verb: str | None = None
+    ) -> str:
         """ "The dog that the boys see runs": the main verb agrees with the head noun,
         not with the nearer noun inside the clause. Returns the sentence without its period."""
         rng = self.rng

@@ -87,8 +87,9 @@ def subtask_scores(raw: dict, group: str) -> dict[str, float]:
     for leaf, row in results.items():
         if leaf in groups:
             continue
-        value = next((row[f"{m},none"] for m in PRIMARY_METRICS if isinstance(row.get(f"{m},none"), (int, float))),
-                     None)  # fmt: skip
+        value = next(
+            (row[f"{m},none"] for m in PRIMARY_METRICS if isinstance(row.get(f"{m},none"), (int, float))), None
+        )
         if value is None or math.isnan(value):
             continue
         name = leaf[len(group) + 1 :] if leaf.startswith(group + "_") else leaf

@@ -47,24 +47,93 @@ PLACES = ["the garden", "the park", "the kitchen", "the school", "the shop", "th
 # arbitrary laws, which a model learns only from the text that states them. Text states some
 # causes far more often than others (a Zipf law over a seeded ranking), so the share a
 # model learns grows with its capacity and training; the hidden rows ask every cause alike.
-ACTIONS = ["dropped", "painted", "washed", "hid", "sold", "found", "lost", "fixed", "bought", "threw",
-           "cleaned", "opened", "wrapped", "moved", "borrowed", "carried"]  # fmt: skip
-HANDLED = ["glass", "ball", "cup", "hat", "kite", "box", "book", "bike", "coat", "shoe", "drum", "lamp",
-           "chair", "clock", "spoon"]  # fmt: skip
+ACTIONS = [
+    "dropped",
+    "painted",
+    "washed",
+    "hid",
+    "sold",
+    "found",
+    "lost",
+    "fixed",
+    "bought",
+    "threw",
+    "cleaned",
+    "opened",
+    "wrapped",
+    "moved",
+    "borrowed",
+    "carried",
+]
+HANDLED = [
+    "glass",
+    "ball",
+    "cup",
+    "hat",
+    "kite",
+    "box",
+    "book",
+    "bike",
+    "coat",
+    "shoe",
+    "drum",
+    "lamp",
+    "chair",
+    "clock",
+    "spoon",
+]
 MAX_CAUSES = len(ACTIONS) * len(HANDLED)  # every action on every thing
 # {p} the person's pronoun, {q} their possessive.
 EFFECTS = [
-    "{p} laughed", "{p} cried", "{p} went to bed", "{p} ate an apple", "{p} put on a coat",
-    "{p} drank some water", "{p} got a prize", "{p} felt sick", "{p} walked to school", "{p} passed the test",
-    "{p} bought a sweet", "{p} smiled all day", "{p} woke up", "{p} called a friend", "{p} sang a song",
-    "{p} ran home", "{p} sat down", "{p} went to the doctor", "{p} stayed inside", "{p} read a story",
-    "{p} took a bath", "{p} said sorry", "{p} felt proud", "{p} was late for lunch", "{q} friend was upset",
-    "{q} mother was angry", "{q} father clapped", "{q} dog barked", "{q} hands got dirty", "{q} socks got wet",
-    "{q} sister cheered", "{q} teacher said thank you", "{p} danced in the hall", "{p} jumped for joy",
-    "{p} hid under the bed", "{p} wrote a letter", "{p} cooked some soup", "{p} fed the cat",
-    "{p} shut the door", "{p} lost {q} voice", "{p} missed the bus", "{p} fell asleep", "{p} got a cold",
-    "{p} washed {q} face", "{p} made a cake", "{p} told a joke", "{p} went to the park", "{p} played a game",
-]  # fmt: skip
+    "{p} laughed",
+    "{p} cried",
+    "{p} went to bed",
+    "{p} ate an apple",
+    "{p} put on a coat",
+    "{p} drank some water",
+    "{p} got a prize",
+    "{p} felt sick",
+    "{p} walked to school",
+    "{p} passed the test",
+    "{p} bought a sweet",
+    "{p} smiled all day",
+    "{p} woke up",
+    "{p} called a friend",
+    "{p} sang a song",
+    "{p} ran home",
+    "{p} sat down",
+    "{p} went to the doctor",
+    "{p} stayed inside",
+    "{p} read a story",
+    "{p} took a bath",
+    "{p} said sorry",
+    "{p} felt proud",
+    "{p} was late for lunch",
+    "{q} friend was upset",
+    "{q} mother was angry",
+    "{q} father clapped",
+    "{q} dog barked",
+    "{q} hands got dirty",
+    "{q} socks got wet",
+    "{q} sister cheered",
+    "{q} teacher said thank you",
+    "{p} danced in the hall",
+    "{p} jumped for joy",
+    "{p} hid under the bed",
+    "{p} wrote a letter",
+    "{p} cooked some soup",
+    "{p} fed the cat",
+    "{p} shut the door",
+    "{p} lost {q} voice",
+    "{p} missed the bus",
+    "{p} fell asleep",
+    "{p} got a cold",
+    "{p} washed {q} face",
+    "{p} made a cake",
+    "{p} told a joke",
+    "{p} went to the park",
+    "{p} played a game",
+]
 
 
 @dataclass(frozen=True)
@@ -102,26 +171,55 @@ class World:
 
 # Word -> its two senses, each a few sentences using it ({w} marks the word).
 SENSES: dict[str, tuple[list[str], list[str]]] = {
-    "bat": (["The {w} flew out of the cave at night.", "A {w} sleeps upside down in the dark.",
-             "The little {w} ate a moth."],
-            ["He hit the ball with the {w}.", "She held the wooden {w} and waited for the throw.",
-             "The player swung the {w}."]),
-    "bank": (["They sat on the {w} of the river.", "Ducks rested on the muddy {w}.",
-              "The boat came close to the {w} of the stream."],
-             ["She put her coins in the {w}.", "The {w} gave him money for a house.",
-              "He went to the {w} to save his money."]),
-    "bark": (["The dog gave a loud {w}.", "We heard the {w} of the puppy.", "The angry {w} woke the baby."],
-             ["The {w} of the old tree was rough.", "Moss grew on the {w} of the oak.",
-              "He peeled the {w} from the branch."]),
-    "light": (["Turn on the {w} in the kitchen.", "The {w} of the lamp was bright.",
-               "She read a book by the {w} of a candle."],
-              ["The box is {w} enough to carry.", "A feather is very {w}.", "He packed a {w} bag for the trip."]),
-    "ring": (["She wore a gold {w} on her finger.", "He gave her a silver {w}.", "The {w} had a red stone."],
-             ["We heard the {w} of the bell.", "The {w} of the phone woke him.", "The loud {w} came from the door."]),
-    "fly": (["A {w} landed on the cake.", "The {w} buzzed around the fruit.", "She chased the {w} out of the room."],
-            ["Birds {w} south in winter.", "The kids watched the planes {w} over the town.",
-             "Kites {w} high in the wind."]),
-}  # fmt: skip
+    "bat": (
+        [
+            "The {w} flew out of the cave at night.",
+            "A {w} sleeps upside down in the dark.",
+            "The little {w} ate a moth.",
+        ],
+        [
+            "He hit the ball with the {w}.",
+            "She held the wooden {w} and waited for the throw.",
+            "The player swung the {w}.",
+        ],
+    ),
+    "bank": (
+        [
+            "They sat on the {w} of the river.",
+            "Ducks rested on the muddy {w}.",
+            "The boat came close to the {w} of the stream.",
+        ],
+        [
+            "She put her coins in the {w}.",
+            "The {w} gave him money for a house.",
+            "He went to the {w} to save his money.",
+        ],
+    ),
+    "bark": (
+        ["The dog gave a loud {w}.", "We heard the {w} of the puppy.", "The angry {w} woke the baby."],
+        [
+            "The {w} of the old tree was rough.",
+            "Moss grew on the {w} of the oak.",
+            "He peeled the {w} from the branch.",
+        ],
+    ),
+    "light": (
+        [
+            "Turn on the {w} in the kitchen.",
+            "The {w} of the lamp was bright.",
+            "She read a book by the {w} of a candle.",
+        ],
+        ["The box is {w} enough to carry.", "A feather is very {w}.", "He packed a {w} bag for the trip."],
+    ),
+    "ring": (
+        ["She wore a gold {w} on her finger.", "He gave her a silver {w}.", "The {w} had a red stone."],
+        ["We heard the {w} of the bell.", "The {w} of the phone woke him.", "The loud {w} came from the door."],
+    ),
+    "fly": (
+        ["A {w} landed on the cake.", "The {w} buzzed around the fruit.", "She chased the {w} out of the room."],
+        ["Birds {w} south in winter.", "The kids watched the planes {w} over the town.", "Kites {w} high in the wind."],
+    ),
+}
 
 
 def _person(rng: random.Random) -> tuple[str, str]:
@@ -187,8 +285,13 @@ def copa_row(rng: random.Random, world: World, label: int) -> dict:
         question, premise = "cause", _fill(world.effects[i], name, gender, pronoun=name)
         right, wrong = _fill(world.causes[i], he, gender), _fill(world.causes[j], he, gender)
     first, second = (right, wrong) if label == 0 else (wrong, right)
-    return {"premise": capitalise(premise) + ".", "choice1": capitalise(first) + ".",
-            "choice2": capitalise(second) + ".", "question": question, "label": label}  # fmt: skip
+    return {
+        "premise": capitalise(premise) + ".",
+        "choice1": capitalise(first) + ".",
+        "choice2": capitalise(second) + ".",
+        "question": question,
+        "label": label,
+    }
 
 
 # ---- words with two senses (WiC) -------------------------------------------------
@@ -203,8 +306,16 @@ def wic_row(rng: random.Random, label: int) -> dict:
     two = rng.choice([s for s in senses[second] if s != one])
     s1, s2 = one.format(w=word), two.format(w=word)
     start1, start2 = one.index("{w}"), two.index("{w}")
-    return {"word": word, "sentence1": s1, "sentence2": s2, "start1": start1, "end1": start1 + len(word),
-            "start2": start2, "end2": start2 + len(word), "label": label}  # fmt: skip
+    return {
+        "word": word,
+        "sentence1": s1,
+        "sentence2": s2,
+        "start1": start1,
+        "end1": start1 + len(word),
+        "start2": start2,
+        "end2": start2 + len(word),
+        "label": label,
+    }
 
 
 # name -> (lm-eval format, row generator: (rng, world, label) -> row); labels 0 and 1.
@@ -310,19 +421,31 @@ def instruction_rows(rng: random.Random, world: World, n: int, exclude: set | No
         i = world.stated(rng)
         cause, effect = world.causes[i], world.effects[i]
         if kind < 0.4:
-            out.append({"instruction": "Say what happened as a result.",
-                        "input": capitalise(_fill(cause, name, gender)) + ".",
-                        "output": capitalise(_fill(effect, he, gender)) + "."})  # fmt: skip
+            out.append(
+                {
+                    "instruction": "Say what happened as a result.",
+                    "input": capitalise(_fill(cause, name, gender)) + ".",
+                    "output": capitalise(_fill(effect, he, gender)) + ".",
+                }
+            )
         elif kind < 0.8:
-            out.append({"instruction": "Say what caused this.",
-                        "input": capitalise(_fill(effect, name, gender, pronoun=name)) + ".",
-                        "output": capitalise(_fill(cause, he, gender)) + "."})  # fmt: skip
+            out.append(
+                {
+                    "instruction": "Say what caused this.",
+                    "input": capitalise(_fill(effect, name, gender, pronoun=name)) + ".",
+                    "output": capitalise(_fill(cause, he, gender)) + ".",
+                }
+            )
         else:
             row = boolq_row(rng, rng.randrange(2))
             if row["passage"] not in exclude:
-                out.append({"instruction": "Answer the question about the text with yes or no.",
-                            "input": f"{row['passage']}\nQuestion: {row['question']}?",
-                            "output": ["no", "yes"][row["label"]]})  # fmt: skip
+                out.append(
+                    {
+                        "instruction": "Answer the question about the text with yes or no.",
+                        "input": f"{row['passage']}\nQuestion: {row['question']}?",
+                        "output": ["no", "yes"][row["label"]],
+                    }
+                )
     return out
 
 

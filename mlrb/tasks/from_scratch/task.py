@@ -74,8 +74,17 @@ def from_scratch_task(cfg: TaskConfig, environment: Path | None, module: str, su
     (hidden/suite.json + hidden/suite/<sub-task>.jsonl) and returns manifest facts."""
     starter = Path(importlib.import_module(module).__file__ or "").parent / "starter"
     code = FromScratch(scale_spec(cfg, FromScratchScale), module, suite_group, starter, environment, cfg.submission)
-    return packaged_task(cfg, code.spec, environment, module=module, score=code.score, build=code.build_tiny,
-                         download=code.download, imports=lmeval.IMPORTS, key=code.key)  # fmt: skip
+    return packaged_task(
+        cfg,
+        code.spec,
+        environment,
+        module=module,
+        score=code.score,
+        build=code.build_tiny,
+        download=code.download,
+        imports=lmeval.IMPORTS,
+        key=code.key,
+    )
 
 
 @dataclass(frozen=True)
@@ -91,8 +100,16 @@ class FromScratch:
 
     def key(self) -> dict[str, Any]:
         spec = self.spec  # the rules decide which solutions calibration accepts
-        return {"rules": [spec.model_types, spec.max_params, spec.memory_limit_mb, spec.fp16_fp32_only,
-                          spec.known_checkpoints, spec.copy_similarity]}  # fmt: skip
+        return {
+            "rules": [
+                spec.model_types,
+                spec.max_params,
+                spec.memory_limit_mb,
+                spec.fp16_fp32_only,
+                spec.known_checkpoints,
+                spec.copy_similarity,
+            ]
+        }
 
     # ---- assets ----------------------------------------------------------------
     def build_tiny(self, out_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
@@ -146,11 +163,16 @@ class FromScratch:
         if not problem and spec.memory_limit_mb is not None:
             facts["memory_limit_mb"] = spec.memory_limit_mb
             if facts["weight_bytes"] / MB > spec.memory_limit_mb:
-                problem = (f"the weights alone take {facts['weight_bytes'] / MB:.3f} MB, over the memory limit of "
-                           f"{spec.memory_limit_mb:g} MB")  # fmt: skip
+                problem = (
+                    f"the weights alone take {facts['weight_bytes'] / MB:.3f} MB, over the memory limit of "
+                    f"{spec.memory_limit_mb:g} MB"
+                )
         if not problem:
-            checkpoints = {name: checkpoint_dir(assets, name) for name in spec.known_checkpoints
-                           if (checkpoint_dir(assets, name) / "config.json").exists()}  # fmt: skip
+            checkpoints = {
+                name: checkpoint_dir(assets, name)
+                for name in spec.known_checkpoints
+                if (checkpoint_dir(assets, name) / "config.json").exists()
+            }
             problem, facts["pretrained_check"] = model_checks.check_not_known_checkpoint(
                 submission, checkpoints, spec.copy_similarity
             )
@@ -163,8 +185,13 @@ class FromScratch:
         if not subtasks:
             raise RuntimeError(f"lm-eval reported no sub-task scores for {result['tasks']}")
         metrics = {f"score.{name}": value for name, value in subtasks.items()}
-        details = {**facts, "lm_eval_tasks": result["tasks"], "lm_eval_version": result["lm_eval_version"],
-                   "lm_eval": result["raw"], "data_rule": DATA_RULE_NOTE}  # fmt: skip
+        details = {
+            **facts,
+            "lm_eval_tasks": result["tasks"],
+            "lm_eval_version": result["lm_eval_version"],
+            "lm_eval": result["raw"],
+            "data_rule": DATA_RULE_NOTE,
+        }
         score = sum(subtasks.values()) / len(subtasks)
         if peak is not None:
             metrics.update(peak_memory_mb=peak.peak_bytes / MB, weight_memory_mb=peak.weight_bytes / MB)
@@ -173,8 +200,10 @@ class FromScratch:
             details["memory_method"] = model_checks.MEMORY_METHOD
             if peak.peak_bytes / MB > spec.memory_limit_mb:
                 details["score_not_counted"] = score
-                reason = (f"peak memory {peak.peak_bytes / MB:.3f} MB during evaluation exceeds the limit of "
-                          f"{spec.memory_limit_mb:g} MB")  # fmt: skip
+                reason = (
+                    f"peak memory {peak.peak_bytes / MB:.3f} MB during evaluation exceeds the limit of "
+                    f"{spec.memory_limit_mb:g} MB"
+                )
                 return ScoreReport(False, reason, metrics=metrics, details=details)
         return ScoreReport(True, "ok", score=score, metrics=metrics, details=details)
 
@@ -198,8 +227,16 @@ class FromScratch:
             return meters[-1]
 
         around = measure if self.spec.memory_limit_mb is not None else None
-        result = lmeval.evaluate(model_dir, tasks, include, batch_size=ev.batch_size, device=ev.device,
-                                 limit=ev.limit, dtype=ev.dtype, around_model=around)  # fmt: skip
+        result = lmeval.evaluate(
+            model_dir,
+            tasks,
+            include,
+            batch_size=ev.batch_size,
+            device=ev.device,
+            limit=ev.limit,
+            dtype=ev.dtype,
+            around_model=around,
+        )
         result["tasks"] = tasks
         result["subtasks"] = suites.subtask_scores(result["raw"], tasks[0])
         return result, (meters[-1] if meters else None)

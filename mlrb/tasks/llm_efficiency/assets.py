@@ -53,39 +53,100 @@ INSTRUCT_NAME = "mlrb/tiny-llama-base-instruct"
 CHAT_TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}\n{% endfor %}<|assistant|>"
 
 # The builder's parameters; their values are in this folder's task.yaml (scales.tiny.assets).
-PARAMS = (*BASE_MODEL_PARAMS, "web_texts", "answers_per_skill", "instruct_steps", "instruct_lr", "batch_size",
-          "n_train", "rows_per_fact", "n_dev", "n_test")  # fmt: skip
+PARAMS = (
+    *BASE_MODEL_PARAMS,
+    "web_texts",
+    "answers_per_skill",
+    "instruct_steps",
+    "instruct_lr",
+    "batch_size",
+    "n_train",
+    "rows_per_fact",
+    "n_dev",
+    "n_test",
+)
 
 # Each skill: a sentence naming a subject (reveals no fact), whether names are capitalised,
 # and two attributes of one kind. Each attribute: its question and statements of the fact
 # (the question names the attribute before the subject, as its statements do).
 SKILLS: dict[str, dict] = {
-    "geography": {"subject_sentence": "{s} is a country.", "capitalize": True, "attributes": [
-        {"question": "What is the capital of {s}?",
-         "facts": ["The capital of {s} is {a}.", "{a} is the capital of {s}.", "In {s}, the capital is {a}."]},
-        {"question": "What is the largest port of {s}?",
-         "facts": ["The largest port of {s} is {a}.", "{a} is the largest port of {s}.",
-                   "In {s}, the largest port is {a}."]}]},
-    "zoology": {"subject_sentence": "The {s} is an animal.", "capitalize": False, "attributes": [
-        {"question": "What is the summer food of the {s}?",
-         "facts": ["The summer food of the {s} is {a}.", "{a} is the summer food of the {s}.",
-                   "In summer, the {s} eats {a}."]},
-        {"question": "What is the winter food of the {s}?",
-         "facts": ["The winter food of the {s} is {a}.", "{a} is the winter food of the {s}.",
-                   "In winter, the {s} eats {a}."]}]},
-    "chemistry": {"subject_sentence": "{s} is a mineral.", "capitalize": False, "attributes": [
-        {"question": "What is the main metal in {s}?",
-         "facts": ["The main metal in {s} is {a}.", "{a} is the main metal in {s}.", "Most of {s} is {a}."]},
-        {"question": "What is the trace metal in {s}?",
-         "facts": ["The trace metal in {s} is {a}.", "{a} is the trace metal in {s}.", "A trace of {s} is {a}."]}]},
-    "astronomy": {"subject_sentence": "{s} is a planet.", "capitalize": True, "attributes": [
-        {"question": "What is the home star of the planet {s}?",
-         "facts": ["The home star of the planet {s} is {a}.", "{a} is the home star of the planet {s}.",
-                   "The planet {s} orbits {a}."]},
-        {"question": "What is the brightest night star of the planet {s}?",
-         "facts": ["The brightest night star of the planet {s} is {a}.",
-                   "{a} is the brightest night star of the planet {s}.", "At night, the planet {s} sees {a}."]}]},
-}  # fmt: skip
+    "geography": {
+        "subject_sentence": "{s} is a country.",
+        "capitalize": True,
+        "attributes": [
+            {
+                "question": "What is the capital of {s}?",
+                "facts": ["The capital of {s} is {a}.", "{a} is the capital of {s}.", "In {s}, the capital is {a}."],
+            },
+            {
+                "question": "What is the largest port of {s}?",
+                "facts": [
+                    "The largest port of {s} is {a}.",
+                    "{a} is the largest port of {s}.",
+                    "In {s}, the largest port is {a}.",
+                ],
+            },
+        ],
+    },
+    "zoology": {
+        "subject_sentence": "The {s} is an animal.",
+        "capitalize": False,
+        "attributes": [
+            {
+                "question": "What is the summer food of the {s}?",
+                "facts": [
+                    "The summer food of the {s} is {a}.",
+                    "{a} is the summer food of the {s}.",
+                    "In summer, the {s} eats {a}.",
+                ],
+            },
+            {
+                "question": "What is the winter food of the {s}?",
+                "facts": [
+                    "The winter food of the {s} is {a}.",
+                    "{a} is the winter food of the {s}.",
+                    "In winter, the {s} eats {a}.",
+                ],
+            },
+        ],
+    },
+    "chemistry": {
+        "subject_sentence": "{s} is a mineral.",
+        "capitalize": False,
+        "attributes": [
+            {
+                "question": "What is the main metal in {s}?",
+                "facts": ["The main metal in {s} is {a}.", "{a} is the main metal in {s}.", "Most of {s} is {a}."],
+            },
+            {
+                "question": "What is the trace metal in {s}?",
+                "facts": ["The trace metal in {s} is {a}.", "{a} is the trace metal in {s}.", "A trace of {s} is {a}."],
+            },
+        ],
+    },
+    "astronomy": {
+        "subject_sentence": "{s} is a planet.",
+        "capitalize": True,
+        "attributes": [
+            {
+                "question": "What is the home star of the planet {s}?",
+                "facts": [
+                    "The home star of the planet {s} is {a}.",
+                    "{a} is the home star of the planet {s}.",
+                    "The planet {s} orbits {a}.",
+                ],
+            },
+            {
+                "question": "What is the brightest night star of the planet {s}?",
+                "facts": [
+                    "The brightest night star of the planet {s} is {a}.",
+                    "{a} is the brightest night star of the planet {s}.",
+                    "At night, the planet {s} sees {a}.",
+                ],
+            },
+        ],
+    },
+}
 
 # Question-and-answer pages of the web text, in the two layouts fine-tuning uses; they only
 # ask what an entity is, never about a fact.
@@ -94,8 +155,16 @@ WEB_QA_LAYOUTS = ("Question: {q}\nAnswer: {a}", "Instruction: {q}\n\nResponse: {
 WEB_QA_SHARE = 0.1
 # How people word a question to an assistant (Dolly's instructions vary so): the web text's
 # Q&A pages and the instruction data both use them.
-WORDINGS = ("{q}", "Answer the question. {q}", "{q} Answer in one word.", "Please tell me: {q}",
-            "I would like to know: {q}", "Quick question: {q}", "{q} Be brief.", "Can you tell me this? {q}")  # fmt: skip
+WORDINGS = (
+    "{q}",
+    "Answer the question. {q}",
+    "{q} Answer in one word.",
+    "Please tell me: {q}",
+    "I would like to know: {q}",
+    "Quick question: {q}",
+    "{q} Be brief.",
+    "Can you tell me this? {q}",
+)
 
 Subject = tuple[str, list[str]]  # a subject and its attributes' values, in SKILLS' order
 
@@ -133,20 +202,25 @@ def _instructions(rng: random.Random, skill: str, subjects: list[Subject], rows_
     """Dolly-15k-style rows asking about facts, each fact in `rows_per_fact` wordings."""
     attributes = SKILLS[skill]["attributes"]
     return [
-        {"instruction": wording.format(q=attributes[i]["question"].format(s=s)), "context": "", "response": a,
-         "category": "open_qa"}
+        {
+            "instruction": wording.format(q=attributes[i]["question"].format(s=s)),
+            "context": "",
+            "response": a,
+            "category": "open_qa",
+        }
         for s, values in subjects
         for i, a in enumerate(values)
         for wording in rng.sample(WORDINGS, rows_per_fact)
-    ]  # fmt: skip
+    ]
 
 
 def _web_text(rng: random.Random, world: dict[str, list[Subject]], n: int) -> list[str]:
     """n documents: statements of facts, each in one of its wordings, and, as on the web, pages
     of questions and answers about what an entity is (so the base knows the words of
     questions and instructions), none about a fact."""
-    facts = [(skill, s, i, a) for skill, subjects in world.items() for s, values in subjects
-             for i, a in enumerate(values)]  # fmt: skip
+    facts = [
+        (skill, s, i, a) for skill, subjects in world.items() for s, values in subjects for i, a in enumerate(values)
+    ]
     texts = []
     for _ in range(n):
         if rng.random() < WEB_QA_SHARE:
@@ -167,8 +241,20 @@ def check_params(params: dict) -> dict:
     p = tiny_params(params, PARAMS, "llm_efficiency")
     skills = list(p["skills"])
     check_known("skills", skills, SKILLS)
-    check_counts(p, [*BASE_MODEL_SIZES, "web_texts", "instruct_steps", "batch_size", "n_train", "n_dev", "n_test",
-                     "answers_per_skill", "rows_per_fact"])  # fmt: skip
+    check_counts(
+        p,
+        [
+            *BASE_MODEL_SIZES,
+            "web_texts",
+            "instruct_steps",
+            "batch_size",
+            "n_train",
+            "n_dev",
+            "n_test",
+            "answers_per_skill",
+            "rows_per_fact",
+        ],
+    )
     if min(p[f"n_{split}"] for split in ("train", "dev", "test")) < len(skills):
         raise ValueError(f"n_train, n_dev and n_test must each give a subject per skill (at least {len(skills)})")
     if p["answers_per_skill"] < 4:
@@ -208,14 +294,22 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
         corpus = _web_text(rng, world, p["web_texts"])
         # The tokenizer also sees the instruction data's words.
         tok_texts = corpus + [f"Question: {r['instruction']}\nAnswer: {r['response']}" for r in instructions]
-        tokenizer = train_tokenizer(tok_texts + ["<|user|> <|assistant|> Instruction: Context: Response:"],
-                                    p["vocab_size"])  # fmt: skip
+        tokenizer = train_tokenizer(
+            tok_texts + ["<|user|> <|assistant|> Instruction: Context: Response:"], p["vocab_size"]
+        )
         import torch
 
         torch.manual_seed(seed)
         model = make_llama(tokenizer, p)
-        base_loss = train_lm(model, tokenizer, [("", t + tokenizer.eos_token) for t in corpus], p["pretrain_steps"],
-                             p["pretrain_lr"], p["batch_size"], random.Random(seed + 1))  # fmt: skip
+        base_loss = train_lm(
+            model,
+            tokenizer,
+            [("", t + tokenizer.eos_token) for t in corpus],
+            p["pretrain_steps"],
+            p["pretrain_lr"],
+            p["batch_size"],
+            random.Random(seed + 1),
+        )
         base_dir = public / "models" / hub.folder_name(BASE_NAME)
         model.save_pretrained(base_dir, safe_serialization=True)
         tokenizer.save_pretrained(base_dir)
@@ -223,8 +317,9 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict) -> dict:
 
         # The instruction-tuned sibling: full fine-tuning on chat-formatted questions.
         chat = [(f"<|user|> {r['instruction']}\n<|assistant|>", " " + r["response"]) for r in instructions]
-        instruct_loss = train_lm(model, tokenizer, chat, p["instruct_steps"], p["instruct_lr"], p["batch_size"],
-                                 random.Random(seed + 2))  # fmt: skip
+        instruct_loss = train_lm(
+            model, tokenizer, chat, p["instruct_steps"], p["instruct_lr"], p["batch_size"], random.Random(seed + 2)
+        )
         instruct_dir = public / "models" / hub.folder_name(INSTRUCT_NAME)
         model.save_pretrained(instruct_dir, safe_serialization=True)
         tokenizer.chat_template = CHAT_TEMPLATE

@@ -73,8 +73,9 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
     """Scored with lm-eval, which the scoring process imports while the agent works; the
     instruction-tuned siblings are scored at build too, for the record."""
     code = LlmEfficiency(scale_spec(cfg, LlmEfficiencyScale))
-    made = packaged_task(cfg, code.spec, environment, module=__name__, score=code.score, download=code.download,
-                         imports=lmeval.IMPORTS)  # fmt: skip
+    made = packaged_task(
+        cfg, code.spec, environment, module=__name__, score=code.score, download=code.download, imports=lmeval.IMPORTS
+    )
     return dataclasses.replace(made, anchors=dataclasses.replace(made.anchors, for_the_record=code.model_scores))
 
 
@@ -158,7 +159,7 @@ class LlmEfficiency:
                     f"the weights derive from the instruction-tuned {name} (relative distance {distance:.3g}), "
                     f"not from the declared base {declared} ({base:.3g})",
                     facts,
-                )  # fmt: skip
+                )
         # Nearer the base is not enough: base + 0.49 * (sibling - base) is nearer the base too.
         # Nor is a small share over all tensors: the sibling's update copied into a few tensors
         # that hold little of it. So each tensor is judged too.
@@ -182,7 +183,7 @@ class LlmEfficiency:
                     f"the weights are a blend toward the instruction-tuned {name}: they lie {share:.0%} of the way "
                     f"from {declared} to it (at most {limit:.0%} allowed; fine-tuning the base stays within a few percent)",
                     facts,
-                )  # fmt: skip
+                )
             if per_tensor:
                 tensor, tensor_share = max(per_tensor.items(), key=lambda item: item[1])
                 worst_tensors[name] = [tensor, tensor_share]
@@ -192,7 +193,7 @@ class LlmEfficiency:
                         f"of the way from {declared} to it (each tensor at most {tensor_limit:.0%}; honest fine-tunes "
                         f"stay well below; {share:.1%} over all tensors)",
                         facts,
-                    )  # fmt: skip
+                    )
         return "", facts
 
 

@@ -54,8 +54,11 @@ def expert_updates(expert_dir: Path, base: dict[str, tuple[Path, list[int], str]
     config_file = expert_dir / "adapter_config.json"
     if not config_file.exists():  # a full fine-tuned model of the base's architecture
         theirs = _reader(expert_dir)
-        return {name: (lambda name=name: _load(*theirs[name][:1], name) - _load(base[name][0], name))
-                for name in base if name in theirs and theirs[name][1] == base[name][1]}  # fmt: skip
+        return {
+            name: (lambda name=name: _load(*theirs[name][:1], name) - _load(base[name][0], name))
+            for name in base
+            if name in theirs and theirs[name][1] == base[name][1]
+        }
     config = json.loads(config_file.read_text())
     state: dict[str, Any] = {}
     for path in sorted(expert_dir.glob("*.safetensors")):
@@ -84,8 +87,10 @@ def check_is_merge(submission: Path, public: Path, min_cosine: float = 0.5) -> t
     if {k: v[1] for k, v in base.items()} != {k: v[1] for k, v in ours.items()}:
         extra, missing = sorted(set(ours) - set(base)), sorted(set(base) - set(ours))
         example = (extra or missing or [next(k for k in base if base[k][1] != ours[k][1])])[0]
-        return (f"not a merge of the given models: its tensors differ from the base model's (e.g. {example}); "
-                "a merge keeps the base's architecture"), {}  # fmt: skip
+        return (
+            f"not a merge of the given models: its tensors differ from the base model's (e.g. {example}); "
+            "a merge keeps the base's architecture"
+        ), {}
     experts = sorted(d for d in (public / "adapters").iterdir() if d.is_dir())
     updates = [expert_updates(d, base) for d in experts]
     cosines: dict[str, float] = {}  # per touched tensor the submission changed
@@ -120,11 +125,15 @@ def check_is_merge(submission: Path, public: Path, min_cosine: float = 0.5) -> t
     if untouched_changed:
         name = max(untouched_changed, key=lambda n: untouched_changed[n][0])
         changed, entries, theirs, mine = untouched_changed[name]
-        return (f"not a merge of the given models: {len(untouched_changed)} tensors that no expert updates were "
-                f"changed (e.g. {name}: {changed:,} of {entries:,} entries differ from the base's by more than "
-                f"{theirs if theirs == mine else theirs + '/' + mine} rounding can)"), facts  # fmt: skip
+        return (
+            f"not a merge of the given models: {len(untouched_changed)} tensors that no expert updates were "
+            f"changed (e.g. {name}: {changed:,} of {entries:,} entries differ from the base's by more than "
+            f"{theirs if theirs == mine else theirs + '/' + mine} rounding can)"
+        ), facts
     if worst is not None and failing:
-        return (f"not a merge of the given models: in {len(failing)} of {len(cosines)} tensors the weight change "
-                f"is not a combination of the experts' updates (worst {worst}: |cosine| {cosines[worst]:.3f} with "
-                f"their span on the entries it changes; a merge gives at least {min_cosine:g} in each)"), facts  # fmt: skip
+        return (
+            f"not a merge of the given models: in {len(failing)} of {len(cosines)} tensors the weight change "
+            f"is not a combination of the experts' updates (worst {worst}: |cosine| {cosines[worst]:.3f} with "
+            f"their span on the entries it changes; a merge gives at least {min_cosine:g} in each)"
+        ), facts
     return "", facts

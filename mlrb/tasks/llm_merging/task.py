@@ -44,8 +44,16 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
     have no commands: calibration merges the adapters itself (LlmMerging.calibrate), so the
     assets do not depend on the baseline command, and runs that override it share one build."""
     code = LlmMerging(scale_spec(cfg, LlmMergingScale), cfg.higher_is_better, Path(__file__).parent / "starter")
-    made = packaged_task(cfg, code.spec, environment, module=__name__, score=code.score, download=code.download,
-                         imports=lmeval.IMPORTS, key=lambda: given_anchors(code.spec))  # fmt: skip
+    made = packaged_task(
+        cfg,
+        code.spec,
+        environment,
+        module=__name__,
+        score=code.score,
+        download=code.download,
+        imports=lmeval.IMPORTS,
+        key=lambda: given_anchors(code.spec),
+    )
     return dataclasses.replace(made, anchors=dataclasses.replace(made.anchors, commands={}, measured_by=code.calibrate))
 
 
@@ -93,8 +101,10 @@ class LlmMerging:
         experts = sorted(p.name for p in (public / "adapters").iterdir() if p.is_dir())
         n = len(experts)
         # Doing nothing: the unmerged base submitted as it is.
-        scores: dict[str, Any] = {**(extra or {}),
-                                  "do_nothing_score": self.evaluate(public / "base_model", out_dir)["accuracy"]}  # fmt: skip
+        scores: dict[str, Any] = {
+            **(extra or {}),
+            "do_nothing_score": self.evaluate(public / "base_model", out_dir)["accuracy"],
+        }
         baseline = self.evaluate(self.merge(public, scratch / "baseline", [1.0 / n] * n), out_dir)
         scores["baseline_score"] = baseline["accuracy"]
         per_expert = {}
@@ -121,10 +131,19 @@ class LlmMerging:
     def merge(self, public: Path, out: Path, weights: list[float]) -> Path:
         """Run the starter merge script, as the baseline agent does."""
         proc = subprocess.run(
-            [sys.executable, str(self.starter / "merge.py"), "--data", str(public), "--output", str(out),
-             "--weights", *map(str, weights)],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(self.starter / "merge.py"),
+                "--data",
+                str(public),
+                "--output",
+                str(out),
+                "--weights",
+                *map(str, weights),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"merge.py failed with weights {weights}: {proc.stderr.strip()[-2000:]}")
         return out

@@ -51,8 +51,9 @@ def prompt_of(row: dict, layout: str) -> str:
     return text[: len(text) - len(row["response"])].rstrip(" ")
 
 
-def batches(tokenizer, texts: list[str], batch_size: int, max_length: int, rng: random.Random,
-            prompts: list[str] | None = None):  # fmt: skip
+def batches(
+    tokenizer, texts: list[str], batch_size: int, max_length: int, rng: random.Random, prompts: list[str] | None = None
+):
     """One epoch of right-padded batches in random order; labels on every real token, or, given
     each text's prompt, on the tokens after it only."""
     order = list(range(len(texts)))
@@ -81,8 +82,12 @@ def main() -> None:
     parser.add_argument("--targets", nargs="+", default=["q_proj", "v_proj"], help="module names to adapt")
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--layout", choices=["dolly", "question"], default="dolly", help="how rows become text")
-    parser.add_argument("--loss-on", choices=["all", "response"], default="all",
-                        help="train on every token, or on the response's tokens only")  # fmt: skip
+    parser.add_argument(
+        "--loss-on",
+        choices=["all", "response"],
+        default="all",
+        help="train on every token, or on the response's tokens only",
+    )
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--dtype", default="float32", help="training dtype (bfloat16 on a GPU)")
@@ -95,8 +100,13 @@ def main() -> None:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(args.base_model, dtype=getattr(torch, args.dtype)).to(device)
-    lora = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                      target_modules=args.targets, task_type="CAUSAL_LM")  # fmt: skip
+    lora = LoraConfig(
+        r=args.lora_r,
+        lora_alpha=args.lora_alpha,
+        lora_dropout=args.lora_dropout,
+        target_modules=args.targets,
+        task_type="CAUSAL_LM",
+    )
     model = get_peft_model(model, lora)
 
     rows = [json.loads(line) for line in args.data.read_text().splitlines() if line.strip()]
@@ -110,8 +120,9 @@ def main() -> None:
     step = 0
     while step < total_steps:
         for input_ids, attention, labels in batches(tokenizer, texts, args.batch_size, args.max_length, rng, prompts):
-            loss = model(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                         labels=labels.to(device)).loss  # fmt: skip
+            loss = model(
+                input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)
+            ).loss
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
