@@ -36,28 +36,51 @@ def parser() -> argparse.ArgumentParser:
         epilog="Examples: python -m mlrb.compare baseline claude --task llm_merging; "
         "python -m mlrb.compare --plan --effect 10",
     )
-    p.add_argument("sides", nargs="*", metavar="SIDE",
-                   help="two or more agents, models (agent.options.model) or sweep ids (tag mlrb.sweep_id)")  # fmt: skip
+    p.add_argument(
+        "sides",
+        nargs="*",
+        metavar="SIDE",
+        help="two or more agents, models (agent.options.model) or sweep ids (tag mlrb.sweep_id)",
+    )
     add_run_arguments(p, agents=False)
     statistics = p.add_argument_group("statistics")
-    statistics.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of random sign flips "
-                            "(the output is the same for the same runs and seed); default: 0")  # fmt: skip
-    statistics.add_argument("--resamples", type=int, default=RESAMPLES,
-                            help=f"bootstrap resamples; default: {RESAMPLES}")  # fmt: skip
-    statistics.add_argument("--flagged", default=None, metavar="|".join(TREATMENTS),
-                            help="how to count the runs their review flagged (suspicious or tampering): as they "
-                            "scored (include), as failed attempts, doing nothing (as-failure), or not at all, "
-                            "with the runs they pair with (exclude); default: each comparison both as they scored "
-                            "and as failures, and a line that says whether the answer changes")  # fmt: skip
+    statistics.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the bootstrap and of random sign flips "
+        "(the output is the same for the same runs and seed); default: 0",
+    )
+    statistics.add_argument(
+        "--resamples", type=int, default=RESAMPLES, help=f"bootstrap resamples; default: {RESAMPLES}"
+    )
+    statistics.add_argument(
+        "--flagged",
+        default=None,
+        metavar="|".join(TREATMENTS),
+        help="how to count the runs their review flagged (suspicious or tampering): as they "
+        "scored (include), as failed attempts, doing nothing (as-failure), or not at all, "
+        "with the runs they pair with (exclude); default: each comparison both as they scored "
+        "and as failures, and a line that says whether the answer changes",
+    )
     plan = p.add_argument_group("planning seeds")
     plan.add_argument("--plan", action="store_true", help="say how many seeds per task a comparison needs")
-    plan.add_argument("--effect", type=float, default=None, metavar="POINTS",
-                      help="the difference to detect, in points of counted normalised score (100 = the "
-                      "baseline-to-reference gap)")  # fmt: skip
+    plan.add_argument(
+        "--effect",
+        type=float,
+        default=None,
+        metavar="POINTS",
+        help="the difference to detect, in points of counted normalised score (100 = the baseline-to-reference gap)",
+    )
     plan.add_argument("--power", type=float, default=0.8, help="the chance to detect it; default: 0.8")
-    plan.add_argument("--calibration", type=Path, default=CALIBRATION, metavar="PATH",
-                      help="the tasks' anchors at several seeds, used when there are no runs; default: the "
-                      "calibration shipped with mlrb (benchmarks/calibration.py writes it)")  # fmt: skip
+    plan.add_argument(
+        "--calibration",
+        type=Path,
+        default=CALIBRATION,
+        metavar="PATH",
+        help="the tasks' anchors at several seeds, used when there are no runs; default: the "
+        "calibration shipped with mlrb (benchmarks/calibration.py writes it)",
+    )
     return p
 
 
@@ -137,9 +160,11 @@ def run(args: argparse.Namespace) -> int:
     chosen = [r for side in sides.values() for r in side]
     plumbing = sorted({f"{r.task} (scale {r.scale})" for r in chosen if r.plumbing})
     if plumbing:
-        raise CompareError(f"runs at a plumbing scale measure nothing and are not compared: {', '.join(plumbing)}; "
-                           "compare runs at a calibrated scale (task.scale=tiny or full), or leave these out "
-                           "with --scale")  # fmt: skip
+        raise CompareError(
+            f"runs at a plumbing scale measure nothing and are not compared: {', '.join(plumbing)}; "
+            "compare runs at a calibrated scale (task.scale=tiny or full), or leave these out "
+            "with --scale"
+        )
     label = stratum_labeller(chosen)
     treatments = treatments_of(args.flagged, chosen)
     answers = [answer_for(sides, label, t, args.resamples, args.seed) for t in treatments]
@@ -157,16 +182,20 @@ def run(args: argparse.Namespace) -> int:
             print(ranking.table().markdown() + "\n")
             if len(treatments) > 1:
                 print(f"Verdict, flagged runs {COUNTED[answer.treatment]}: {ranking.groups_line()}\n")
-        print(f"{METHOD} With more than two sides, p is Holm-adjusted for the {len(answers[0].comparisons)} "
-              "comparisons before the verdict.\n")  # fmt: skip
+        print(
+            f"{METHOD} With more than two sides, p is Holm-adjusted for the {len(answers[0].comparisons)} "
+            "comparisons before the verdict.\n"
+        )
         show_costs(sides)
         print(change_line(*answers) if len(answers) > 1 else answers[0].verdict())
         return 0
     (a, _), (b, _) = sides.items()
     if not any(answer.comparisons[0].tasks for answer in answers):
         comparison = answers[0].comparisons[0]
-        raise CompareError(f"{comparison.verdict()} ({len(comparison.unpaired)} unpaired: "
-                           f"{comparison.unpaired[0] if comparison.unpaired else 'no runs'})")  # fmt: skip
+        raise CompareError(
+            f"{comparison.verdict()} ({len(comparison.unpaired)} unpaired: "
+            f"{comparison.unpaired[0] if comparison.unpaired else 'no runs'})"
+        )
     print(f"{a} vs {b}, paired by task and seed: {SCORE}.\n")
     print(review_line(chosen, args.flagged, len(treatments)))
     for answer in answers:
@@ -244,8 +273,10 @@ def show_costs(sides) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.flagged is not None and args.flagged not in TREATMENTS:  # a usage error, as argparse's: status 2
-        print(f"mlrb.compare: error: unknown --flagged value '{args.flagged}'; valid values: {', '.join(TREATMENTS)}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"mlrb.compare: error: unknown --flagged value '{args.flagged}'; valid values: {', '.join(TREATMENTS)}",
+            file=sys.stderr,
+        )
         sys.exit(2)
     try:
         sys.exit(run(args))

@@ -103,6 +103,43 @@ class Progress:
         return f"; ETA {seconds / 60:.0f} min" if seconds >= 90 else f"; ETA {seconds:.0f} s"
 
 
+def finished_before(jobs: list[SweepJob], sweep_id: str, sweep_dir: Path) -> dict[int, str | None]:
+    """Each job's run that finished in an earlier launch of the sweep (in the store, or in its run
+    folder while the store was away: its record synced now), by job index; None: to run. Says so
+    for each job skipped."""
+    finished = {j.idx: find_finished(j) for j in jobs}
+    folders = resume.folders_by_job(sweep_dir.parent, sweep_id)  # every launch's run folders, by job
+    for job in jobs:
+        if finished[job.idx]:
+            print(f"[sweep {sweep_id}] #{job.idx} {job.name}: finished before (run {finished[job.idx]}), skipped")
+        elif synced := sync_ended_offline(job, folders.get(job.key, [])):  # ended while the store was away
+            finished[job.idx] = synced
+            print(
+                f"[sweep {sweep_id}] #{job.idx} {job.name}: finished before while the store was away; "
+                f"its record synced (run {synced}), skipped"
+            )
+    return finished
+
+
+def job_returns(
+    jobs: list[SweepJob], finished: dict[int, str | None], outcomes: dict[int, tuple[bool, Any]]
+) -> list[JobReturn]:
+    """What Hydra gets back for each job: skipped (finished before), its return, or its failure."""
+    returns = []
+    for job in jobs:
+        ret = JobReturn(overrides=job.overrides, status=JobStatus.COMPLETED)
+        if finished[job.idx]:
+            ret.return_value = {"run_id": finished[job.idx], "status": "skipped"}
+        else:
+            ok, value = outcomes[job.idx]
+            if ok:
+                ret = value
+            else:
+                ret.status, ret.return_value = JobStatus.FAILED, value
+        returns.append(ret)
+    return returns
+
+
 class SweepLauncher(BaseSubmititLauncher):
     """Shared by the local and SLURM launchers; subclasses implement `run_jobs`.
 
@@ -149,15 +186,7 @@ class SweepLauncher(BaseSubmititLauncher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).resolve()
         parent = open_parent_run(client, jobs[0], sweep_id, parent_name, len(jobs), sweep_dir)
         parent_id, parent_experiment = parent.store_run.wait_opened()  # its jobs' runs name it as their parent
-        finished = {j.idx: find_finished(j) for j in jobs}
-        folders = resume.folders_by_job(sweep_dir.parent, sweep_id)  # every launch's run folders, by job
-        for job in jobs:
-            if finished[job.idx]:
-                print(f"[sweep {sweep_id}] #{job.idx} {job.name}: finished before (run {finished[job.idx]}), skipped")
-            elif synced := sync_ended_offline(job, folders.get(job.key, [])):  # ended while the store was away
-                finished[job.idx] = synced
-                print(f"[sweep {sweep_id}] #{job.idx} {job.name}: finished before while the store was away; "
-                      f"its record synced (run {synced}), skipped")  # fmt: skip
+        finished = finished_before(jobs, sweep_id, sweep_dir)
         todo = [j for j in jobs if not finished[j.idx]]
         self.facts += sweep_facts(sweep_id, parent_id)
 
@@ -166,8 +195,12 @@ class SweepLauncher(BaseSubmititLauncher):
             outcomes = self.run_jobs(todo, progress) if todo else {}
         except SweepInterrupted as e:  # its jobs stopped and recorded themselves: one line, no traceback
             parent.finish(MlflowStatus.KILLED)
-            print(f"mlrb: sweep {sweep_id} interrupted by {signal.Signals(e.signum).name}; {e}; launch the same "
-                  f"command again to run what is not finished", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"mlrb: sweep {sweep_id} interrupted by {signal.Signals(e.signum).name}; {e}; launch the same "
+                f"command again to run what is not finished",
+                file=sys.stderr,
+                flush=True,
+            )
             sys.exit(128 + e.signum)  # as a shell reports a process ended by that signal
         except BaseException as e:  # never leave the sweep's run RUNNING (Ctrl-C: KILLED)
             parent.finish(MlflowStatus.FAILED if isinstance(e, Exception) else MlflowStatus.KILLED)
@@ -179,14 +212,25 @@ class SweepLauncher(BaseSubmititLauncher):
                 if run_dir := store_missed(outcomes[job.idx]):
                     log.info(sync.sync_run(client, tracking.client_for(job.tracking)[1], run_dir))
             summary = sweep_summary.summarise(
-                client, parent_experiment, jobs[0].experiment, sweep_id, parent_name, parent_id,
-                tracking.store_location(jobs[0].tracking)[0], time.monotonic() - started,
+                client,
+                parent_experiment,
+                jobs[0].experiment,
+                sweep_id,
+                parent_name,
+                parent_id,
+                tracking.store_location(jobs[0].tracking)[0],
+                time.monotonic() - started,
                 others=job_experiments(client, jobs),
-            )  # fmt: skip
+            )
             parent.log_metrics(
-                {Metric.JOBS: len(jobs), Metric.JOBS_SKIPPED: len(jobs) - len(todo), Metric.JOBS_FAILED: len(failed),
-                 Metric.JOBS_DONE: len(todo) - len(failed), **summary.metrics}
-            )  # fmt: skip
+                {
+                    Metric.JOBS: len(jobs),
+                    Metric.JOBS_SKIPPED: len(jobs) - len(todo),
+                    Metric.JOBS_FAILED: len(failed),
+                    Metric.JOBS_DONE: len(todo) - len(failed),
+                    **summary.metrics,
+                }
+            )
         except Exception as e:
             if not tracking.store_unreachable(e):
                 raise
@@ -194,25 +238,16 @@ class SweepLauncher(BaseSubmititLauncher):
         parent.finish(MlflowStatus.FAILED if failed else MlflowStatus.FINISHED)
         away = away or parent.store_error
         if away:  # the runs' records are whole in their folders: nothing is lost
-            print(f"[sweep {sweep_id}] the tracking store cannot be reached ({away}); each run's record "
-                  f"is whole in its run folder: launch the sweep again once the store is back, and it uploads "
-                  f"them instead of running them again", flush=True)  # fmt: skip
+            print(
+                f"[sweep {sweep_id}] the tracking store cannot be reached ({away}); each run's record "
+                f"is whole in its run folder: launch the sweep again once the store is back, and it uploads "
+                f"them instead of running them again",
+                flush=True,
+            )
         else:
             print(summary.text, flush=True)
 
-        returns = []
-        for job in jobs:
-            ret = JobReturn(overrides=job.overrides, status=JobStatus.COMPLETED)
-            if finished[job.idx]:
-                ret.return_value = {"run_id": finished[job.idx], "status": "skipped"}
-            else:
-                ok, value = outcomes[job.idx]
-                if ok:
-                    ret = value
-                else:
-                    ret.status, ret.return_value = JobStatus.FAILED, value
-            returns.append(ret)
-        return returns
+        return job_returns(jobs, finished, outcomes)
 
     def check_tracking(self, cfg: TrackingConfig) -> None:
         """Whether this launcher's jobs can share the tracking store (raise ConfigError if not)."""
@@ -222,15 +257,21 @@ class SweepLauncher(BaseSubmititLauncher):
         cfg = to_typed(self.hydra_context.config_loader.load_sweep_config(self.config, overrides + self.facts))
         hw = cfg.task.scales[cfg.task.scale].get("hardware", {}) or {}
         return SweepJob(
-            idx=idx, overrides=overrides, name=run_name(cfg), key=run_key(cfg), experiment=experiment_name(cfg),
-            tracking=cfg.tracking, wall_time_s=cfg.budget.wall_time_s, gpus=int(hw.get("gpus") or 0),
-            cpus=hw.get("cpus"), memory_gb=hw.get("memory_gb"),
-        )  # fmt: skip
+            idx=idx,
+            overrides=overrides,
+            name=run_name(cfg),
+            key=run_key(cfg),
+            experiment=experiment_name(cfg),
+            tracking=cfg.tracking,
+            wall_time_s=cfg.budget.wall_time_s,
+            gpus=int(hw.get("gpus") or 0),
+            cpus=hw.get("cpus"),
+            memory_gb=hw.get("memory_gb"),
+        )
 
     def submission(self, job: SweepJob) -> tuple:
         """The arguments submitit pickles for one job (see __call__)."""
-        return (job.overrides + self.facts, "hydra.sweep.dir", job.idx, f"job_id_for_{job.idx}",
-                Singleton.get_state())  # fmt: skip
+        return (job.overrides + self.facts, "hydra.sweep.dir", job.idx, f"job_id_for_{job.idx}", Singleton.get_state())
 
     def gpu_problem(self, jobs: list[SweepJob]) -> str:
         """Why the sweep's GPU request cannot be met here ("" when it can)."""
@@ -251,8 +292,9 @@ class SweepLauncher(BaseSubmititLauncher):
         return True, ret
 
 
-def open_parent_run(client: Any, first: SweepJob, sweep_id: str, name: str, n_jobs: int,
-                    folder: Path) -> record.RecordedRun:  # fmt: skip
+def open_parent_run(
+    client: Any, first: SweepJob, sweep_id: str, name: str, n_jobs: int, folder: Path
+) -> record.RecordedRun:
     """The sweep's parent run, recorded as a run is, in FOLDER's record (the sweep's folder):
     found again in the store by its sweep id when the sweep is re-launched."""
     _, artifact_root = tracking.client_for(first.tracking)
@@ -266,12 +308,18 @@ def open_parent_run(client: Any, first: SweepJob, sweep_id: str, name: str, n_jo
     else:
         run_id, attempt = record.new_run_id(), 1
     command = " ".join(filter_overrides(sys.argv[1:]))
-    opening = {**tags, Tag.N_JOBS: str(n_jobs), Tag.COMMAND: command[:5000], Tag.RUN_DIR: str(folder),
-               **tracking.harness_commit()}  # fmt: skip
+    opening = {
+        **tags,
+        Tag.N_JOBS: str(n_jobs),
+        Tag.COMMAND: command[:5000],
+        Tag.RUN_DIR: str(folder),
+        **tracking.harness_commit(),
+    }
     recording = recording_process.start()
     folder.mkdir(parents=True, exist_ok=True)
-    return record.RecordedRun(recording.store_run(first.tracking), folder, first.experiment, name, opening, run_id,
-                              attempt)  # fmt: skip
+    return record.RecordedRun(
+        recording.store_run(first.tracking), folder, first.experiment, name, opening, run_id, attempt
+    )
 
 
 def job_experiments(client: Any, jobs: list[SweepJob]) -> dict[str, str]:
@@ -492,8 +540,11 @@ def stop_jobs(jobs: list[Any], signum: int, sweep_id: str) -> None:
     """Hand these running jobs the signal this process got, as a terminal hands it to a single
     run (each records its run as killed, its workspace scored), and wait for them to end. A
     further one is handed on too (a run then stops scoring)."""
-    print(f"[sweep {sweep_id}] stopping {len(jobs)} running jobs: each records its run as killed "
-          f"(Ctrl-C again to stop their scoring)", flush=True)  # fmt: skip
+    print(
+        f"[sweep {sweep_id}] stopping {len(jobs)} running jobs: each records its run as killed "
+        f"(Ctrl-C again to stop their scoring)",
+        flush=True,
+    )
     with Stops() as stops:
         signal_jobs(jobs, signum)
         while not all(job.done() for job in jobs):
@@ -540,9 +591,11 @@ def chain_of(job: SweepJob, profile: dict[str, Any]) -> tuple[int, int]:
     # Each job loses its start-up and the time between the signal and its end to the chain.
     usable = limit - profile.get("signal_delay_s", 120) / 60 - CHAIN_JOB_START_MIN
     if usable <= 0:
-        raise ConfigError(f"launcher: the cluster profile's time_limit_min ({limit}) leaves no time for a run's "
-                          f"work after its signal_delay_s ({profile.get('signal_delay_s', 120)} s) and a job's "
-                          f"start ({CHAIN_JOB_START_MIN} min): give a longer time limit or a shorter signal delay")  # fmt: skip
+        raise ConfigError(
+            f"launcher: the cluster profile's time_limit_min ({limit}) leaves no time for a run's "
+            f"work after its signal_delay_s ({profile.get('signal_delay_s', 120)} s) and a job's "
+            f"start ({CHAIN_JOB_START_MIN} min): give a longer time limit or a shorter signal delay"
+        )
     return int(limit), int(math.ceil(needed / usable))
 
 
@@ -612,9 +665,11 @@ class SlurmSweepLauncher(SweepLauncher):
         most = profile.get("max_gpus_per_job")
         greedy = [job for job in jobs if most is not None and job.gpus > most]
         if greedy:
-            return (f"launcher: job #{greedy[0].idx} {greedy[0].name} needs {greedy[0].gpus} GPU(s) but the cluster "
-                    f"profile's partition '{profile.get('partition')}' has at most {most} per job (max_gpus_per_job); "
-                    "use a profile with more, or a task scale that needs fewer")  # fmt: skip
+            return (
+                f"launcher: job #{greedy[0].idx} {greedy[0].name} needs {greedy[0].gpus} GPU(s) but the cluster "
+                f"profile's partition '{profile.get('partition')}' has at most {most} per job (max_gpus_per_job); "
+                "use a profile with more, or a task scale that needs fewer"
+            )
         return ""
 
     def run_jobs(self, jobs: list[SweepJob], progress: Progress) -> dict[int, tuple[bool, Any]]:
@@ -628,9 +683,10 @@ class SlurmSweepLauncher(SweepLauncher):
         for group in groups.values():
             links = max(chain_of(job, profile)[1] for job in group)
             executor = submitit.AutoExecutor(
-                folder=self.params["submitit_folder"], cluster="slurm",
+                folder=self.params["submitit_folder"],
+                cluster="slurm",
                 slurm_max_num_timeout=int(profile.get("max_requeues", 3)) + links - 1,  # a chain's links are time-outs
-            )  # fmt: skip
+            )
             executor.update_parameters(name="mlrb", **self.resources(group[0], profile))
             array = executor.map_array(self, *zip(*(self.submission(job) for job in group), strict=True))
             submitted.extend(zip(array, group, strict=True))

@@ -41,14 +41,33 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def runs_table(rows: Sequence[RunRow]) -> str:
     """Each run's raw score (valid submissions only) and what it counts as in means."""
-    headers = ["run", "task", "agent", "budget", "seed", "status", "score", "normalised", "counted",
-               "counted normalised"]  # fmt: skip
+    headers = [
+        "run",
+        "task",
+        "agent",
+        "budget",
+        "seed",
+        "status",
+        "score",
+        "normalised",
+        "counted",
+        "counted normalised",
+    ]
     body = [
-        [r.name, r.task, r.agent, r.budget, r.seed, render.KIND_LABELS[r.kind],
-         render.number(r.score) or "-", render.number(r.normalised, ".1f") or "-",
-         render.number(r.counted_score) or "-", render.number(r.counted_normalised, ".1f") or "-"]
+        [
+            r.name,
+            r.task,
+            r.agent,
+            r.budget,
+            r.seed,
+            render.KIND_LABELS[r.kind],
+            render.number(r.score) or "-",
+            render.number(r.normalised, ".1f") or "-",
+            render.number(r.counted_score) or "-",
+            render.number(r.counted_normalised, ".1f") or "-",
+        ]
         for r in sorted(rows, key=lambda r: r.name)
-    ]  # fmt: skip
+    ]
     return text_table(headers, body)
 
 
@@ -63,14 +82,18 @@ def group_metrics(stats: aggregate.GroupStats) -> dict[str, float]:
     """One configuration's aggregates over its attempts (not-counted runs excluded, as in reports):
     counted scores over every attempt, the raw score over the valid submissions."""
     values = {
-        "n": stats.attempts, "n_valid": stats.valid,
-        "counted_score_mean": stats.counted_mean, "counted_score_sem": stats.counted_sem,
+        "n": stats.attempts,
+        "n_valid": stats.valid,
+        "counted_score_mean": stats.counted_mean,
+        "counted_score_sem": stats.counted_sem,
         "counted_normalised_score_mean": stats.counted_normalised_mean,
         "counted_normalised_score_sem": stats.counted_normalised_sem,  # the runs' and the anchors' together
         "counted_normalised_score_anchor_sem": stats.counted_normalised_anchor_sem,
-        "score_mean": stats.score_mean, "score_sem": stats.score_sem,
-        "success_rate": stats.success_rate, "valid_rate": stats.valid_rate,
-    }  # fmt: skip
+        "score_mean": stats.score_mean,
+        "score_sem": stats.score_sem,
+        "success_rate": stats.success_rate,
+        "valid_rate": stats.valid_rate,
+    }
     return {k: float(v) for k, v in values.items() if v is not None}
 
 
@@ -118,8 +141,11 @@ def tasks_means(stats: Sequence[aggregate.GroupStats]) -> dict[str, tuple[float,
     for group in stats:
         value = group.counted_mean if group.counted_mean is not None else group.score_mean
         if value is not None:
-            rest = " ".join(f"{name}={getattr(group, name)}" for name in ("agent", "model", "budget", "sandbox")
-                            if getattr(group, name))  # fmt: skip
+            rest = " ".join(
+                f"{name}={getattr(group, name)}"
+                for name in ("agent", "model", "budget", "sandbox")
+                if getattr(group, name)
+            )
             by_rest.setdefault(rest, []).append((group.task, value))
     return {rest: (sum(v for _, v in tasks) / len(tasks), tasks) for rest, tasks in by_rest.items()}
 
@@ -147,9 +173,16 @@ def open_command(tracking_uri: str, experiment_id: str, parent_run_id: str) -> s
 
 
 def summarise(
-    client: Any, experiment_id: str, experiment: str, sweep_id: str, parent_name: str, parent_run_id: str,
-    tracking_uri: str, elapsed_s: float | None = None, others: dict[str, str] | None = None,
-) -> SweepSummary:  # fmt: skip
+    client: Any,
+    experiment_id: str,
+    experiment: str,
+    sweep_id: str,
+    parent_name: str,
+    parent_run_id: str,
+    tracking_uri: str,
+    elapsed_s: float | None = None,
+    others: dict[str, str] | None = None,
+) -> SweepSummary:
     """The sweep's runs, in its parent's experiment (EXPERIMENT_ID, EXPERIMENT) and in OTHERS
     (id -> name: a sweep over tasks records each task's runs in its own experiment)."""
     experiments = {experiment_id: experiment, **(others or {})}
@@ -164,9 +197,12 @@ def summarise(
     if rows:
         parts += [runs_table(rows), ""]
         results = render.results_table(stats)
-        parts += ["Per configuration (counted: over every attempt, a failure as doing nothing; the docs' Reports "
-                  "page explains each column):",
-                  text_table(results.headers, results.rows), ""]  # fmt: skip
+        parts += [
+            "Per configuration (counted: over every attempt, a failure as doing nothing; the docs' Reports "
+            "page explains each column):",
+            text_table(results.headers, results.rows),
+            "",
+        ]
     parts += tasks_mean_lines(stats)
     if causes:
         failures = render.causes_table(causes, stats)

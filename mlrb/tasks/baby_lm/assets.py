@@ -28,8 +28,14 @@ from mlrb.tasks.tiny_models import check_counts, tiny_params, train_byte_level_t
 
 # BabyLM 2024's strict-small sources, with how often each writes a short story
 # rather than one sentence per line.
-SOURCES = {"childes": 0.1, "bnc_spoken": 0.2, "gutenberg": 0.6, "open_subtitles": 0.2, "simple_wiki": 0.4,
-           "switchboard": 0.2}  # fmt: skip
+SOURCES = {
+    "childes": 0.1,
+    "bnc_spoken": 0.2,
+    "gutenberg": 0.6,
+    "open_subtitles": 0.2,
+    "simple_wiki": 0.4,
+    "switchboard": 0.2,
+}
 SPLIT_SHARES = {"train": 1.0, "dev": 0.1, "test": 0.1}
 # The builder's parameters; their values are in this folder's task.yaml (scales.tiny.assets).
 PARAMS = ("seed", "train_words", "vocab_size", "names", "zipf", "pairs_per_phenomenon", "checkpoint_command")
@@ -64,8 +70,10 @@ def build_tiny_assets(out_dir: pathlib.Path, params: dict, group: str) -> dict:
     splits = {}
     for split, share in SPLIT_SHARES.items():
         words = int(share * words_per_source)
-        splits[split] = [{"filename": f"{source}.{split}", "content": source_text(grammar, story, words)}
-                         for source, story in SOURCES.items()]  # fmt: skip
+        splits[split] = [
+            {"filename": f"{source}.{split}", "content": source_text(grammar, story, words)}
+            for source, story in SOURCES.items()
+        ]
         write_jsonl(public / "data" / f"{split}.jsonl", splits[split])
     tokenizer = train_byte_level_tokenizer([row["content"] for row in splits["train"]], int(p["vocab_size"]))
     tokenizer.save_pretrained(public / "tokenizer")

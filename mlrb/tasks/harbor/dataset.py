@@ -29,8 +29,9 @@ def expand(job_overrides: Sequence[Sequence[str]]) -> list[list[str]]:
             jobs.append(list(overrides))
             continue
         pattern = named[-1][len(KEY) :].strip("'\"")
-        folders = sorted(path for path in glob.glob(str(Path(pattern).expanduser()))
-                         if (Path(path) / "task.toml").is_file())  # fmt: skip
+        folders = sorted(
+            path for path in glob.glob(str(Path(pattern).expanduser())) if (Path(path) / "task.toml").is_file()
+        )
         if not folders:
             raise ConfigError(f"task.path={pattern} matches no Harbor task folder (a folder holding task.toml)")
         jobs += [[f"{KEY}{folder}" if o in named else o for o in overrides] for folder in folders]

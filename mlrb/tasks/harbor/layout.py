@@ -73,8 +73,9 @@ def read_settings(folder: Path) -> Settings:
         data = tomllib.loads(file.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"{file}: not valid TOML ({e})") from None
-    agent, verifier, environment, solution = (table(data, file, name)
-                                              for name in ("agent", "verifier", "environment", "solution"))  # fmt: skip
+    agent, verifier, environment, solution = (
+        table(data, file, name) for name in ("agent", "verifier", "environment", "solution")
+    )
     own_settings.refuse_unsupported(data, file)
     verifier_env = own_settings.environment(verifier, "verifier", file, own_settings.VERIFIER_OWN)
     task_steps, strategy = multi_step.read(
@@ -89,7 +90,7 @@ def read_settings(folder: Path) -> Settings:
         cpus=math.ceil(cpus) if (cpus := number(environment, "cpus", None, file, "environment")) else None,
         memory_gb=megabytes / 1024
         if (megabytes := number({"memory_mb": memory_mb}, "memory_mb", None, file, "environment"))
-        else None,  # fmt: skip
+        else None,
         gpus=gpu_count(environment, file),
         workdir=str(environment.get("workdir") or dockerfile_workdir(folder / DOCKERFILE)),
         verifier_env=verifier_env,
@@ -165,8 +166,10 @@ def numeric_user(image: str, user: str) -> str:
     if re.fullmatch(r"\d+(:\d+)?", user):
         return user if ":" in user else f"{user}:{user}"
     name = user.partition(":")[0]
-    ids = [docker("run", "--rm", "--network", "none", "--entrypoint", "id", image, flag, name).strip()
-           for flag in ("-u", "-g")]  # fmt: skip
+    ids = [
+        docker("run", "--rm", "--network", "none", "--entrypoint", "id", image, flag, name).strip()
+        for flag in ("-u", "-g")
+    ]
     return ":".join(ids)
 
 
@@ -230,8 +233,13 @@ def build_image(folder: Path, timeout_s: float = 1800.0) -> str:
     build quick); its tag. A build that fails is one ConfigError with Docker's last line."""
     tag = image_tag(folder)
     try:
-        proc = subprocess.run(["docker", "build", "-q", "-t", tag, str(folder / "environment")],
-                              capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.run(
+            ["docker", "build", "-q", "-t", tag, str(folder / "environment")],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+        )
     except FileNotFoundError:
         raise ConfigError("sandbox=docker: the docker command is not installed (it builds the task's image)") from None
     except subprocess.TimeoutExpired:

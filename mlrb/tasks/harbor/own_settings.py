@@ -38,8 +38,10 @@ def refuse_unsupported(data: dict, file: Path) -> None:
         values = data.get(where, {}) if where else data
         if isinstance(values, dict) and values.get(key) not in (None, [], {}, ""):
             named = f"[{where}] {key}" if where else key
-            raise ConfigError(f"{file}: {named} ({what}) is not supported by mlrb's Harbor route; remove it to run "
-                              "the task without it")  # fmt: skip
+            raise ConfigError(
+                f"{file}: {named} ({what}) is not supported by mlrb's Harbor route; remove it to run "
+                "the task without it"
+            )
     if str(data.get("environment", {}).get("os", "linux")).lower() != "linux":
         raise ConfigError(f"{file}: [environment] os = {data['environment']['os']!r}; mlrb runs Linux tasks only")
 
@@ -55,11 +57,15 @@ def environment(values: dict, where: str, file: Path, reserved: tuple[str, ...] 
         if not NAME.fullmatch(str(name)) or not isinstance(value, str | int | float) or isinstance(value, bool):
             raise ConfigError(f'{file}: [{where}] env {name} = {value!r}; write NAME = "value"')
         if "${" in str(value):
-            raise ConfigError(f"{file}: [{where}] env {name} = {value!r} names a variable of this machine, which "
-                              "mlrb does not pass into a sandbox; give its value")  # fmt: skip
+            raise ConfigError(
+                f"{file}: [{where}] env {name} = {value!r} names a variable of this machine, which "
+                "mlrb does not pass into a sandbox; give its value"
+            )
         if name in reserved or name.startswith("MLRB_"):
-            raise ConfigError(f"{file}: [{where}] env {name}: mlrb sets it for the verifier (the names it keeps: "
-                              f"{', '.join(reserved)}, MLRB_*)")  # fmt: skip
+            raise ConfigError(
+                f"{file}: [{where}] env {name}: mlrb sets it for the verifier (the names it keeps: "
+                f"{', '.join(reserved)}, MLRB_*)"
+            )
     return {str(name): str(value) for name, value in env.items()}
 
 
@@ -94,11 +100,14 @@ def network_note(mode: str, network: bool, file: Path) -> str:
     """Whether the run's network (task.network) may follow the task's MODE: a ConfigError where it
     contradicts it, else what the run does unlike Harbor ("" for nothing)."""
     if mode == "no-network" and network:
-        raise ConfigError(f"{file}: the task keeps its agent offline (network_mode = 'no-network'); "
-                          "task.network=true contradicts it")  # fmt: skip
+        raise ConfigError(
+            f"{file}: the task keeps its agent offline (network_mode = 'no-network'); task.network=true contradicts it"
+        )
     if mode == "allowlist" and network:
-        raise ConfigError(f"{file}: network_mode = 'allowlist' (allowed_hosts) cannot be enforced by mlrb; run "
-                          "it with task.network=false (offline)")  # fmt: skip
+        raise ConfigError(
+            f"{file}: network_mode = 'allowlist' (allowed_hosts) cannot be enforced by mlrb; run "
+            "it with task.network=false (offline)"
+        )
     if mode in ("public", "allowlist") and not network:
         return (
             f"the task asks for the network (network_mode = '{mode}'): the agent runs offline unless task.network=true"

@@ -53,8 +53,10 @@ def read(data: dict, file: Path, environment_of) -> tuple[tuple[Step, ...], str]
     for index, table in enumerate(raw, 1):
         name = table.get("name")
         if not isinstance(name, str) or not NAME.fullmatch(name) or name in seen:
-            raise ConfigError(f"{file}: step {index}'s name = {name!r}; give each step a name of its own (letters, "
-                              "digits, '.', '_' or '-'), its folder under steps/")  # fmt: skip
+            raise ConfigError(
+                f"{file}: step {index}'s name = {name!r}; give each step a name of its own (letters, "
+                "digits, '.', '_' or '-'), its folder under steps/"
+            )
         seen.add(name)
         for (where, key), what in UNSUPPORTED.items():
             values = table.get(where, {}) if where else table
@@ -62,12 +64,15 @@ def read(data: dict, file: Path, environment_of) -> tuple[tuple[Step, ...], str]
                 named = f"[steps.{where}] {key}" if where else f"[[steps]] {key}"
                 raise ConfigError(f"{file}: step {name}: {named} ({what}) is not supported by mlrb's Harbor route")
         agent, verifier = (sub_table(table, key, file, name) for key in ("agent", "verifier"))
-        steps.append(Step(
-            name=name, min_reward=min_reward(table.get("min_reward"), file, name),
-            agent_timeout_s=seconds(agent, file, name, "agent"),
-            verifier_timeout_s=seconds(verifier, file, name, "verifier"),
-            verifier_env=environment_of(verifier, "steps.verifier"),
-        ))  # fmt: skip
+        steps.append(
+            Step(
+                name=name,
+                min_reward=min_reward(table.get("min_reward"), file, name),
+                agent_timeout_s=seconds(agent, file, name, "agent"),
+                verifier_timeout_s=seconds(verifier, file, name, "verifier"),
+                verifier_env=environment_of(verifier, "steps.verifier"),
+            )
+        )
     return tuple(steps), str(strategy or "mean")
 
 
@@ -77,14 +82,19 @@ def check_folder(folder: Path, steps: tuple[Step, ...]) -> None:
     for step in steps:
         own = folder / STEPS_DIR / step.name
         if not (own / "instruction.md").is_file():
-            raise ConfigError(f"Harbor task folder {folder}: step {step.name} has no {STEPS_DIR}/{step.name}/"
-                              "instruction.md")  # fmt: skip
+            raise ConfigError(
+                f"Harbor task folder {folder}: step {step.name} has no {STEPS_DIR}/{step.name}/instruction.md"
+            )
         if not (own / "tests" / "test.sh").is_file() and not (folder / "tests" / "test.sh").is_file():
-            raise ConfigError(f"Harbor task folder {folder}: step {step.name} has no test.sh (in {STEPS_DIR}/"
-                              f"{step.name}/tests/ or tests/)")  # fmt: skip
+            raise ConfigError(
+                f"Harbor task folder {folder}: step {step.name} has no test.sh (in {STEPS_DIR}/"
+                f"{step.name}/tests/ or tests/)"
+            )
         if (own / "workdir").exists():
-            raise ConfigError(f"Harbor task folder {folder}: {STEPS_DIR}/{step.name}/workdir/ (a step's files and "
-                              "setup.sh) is not supported by mlrb's Harbor route")  # fmt: skip
+            raise ConfigError(
+                f"Harbor task folder {folder}: {STEPS_DIR}/{step.name}/workdir/ (a step's files and "
+                "setup.sh) is not supported by mlrb's Harbor route"
+            )
 
 
 def sub_table(table: dict, key: str, file: Path, name: str) -> dict:

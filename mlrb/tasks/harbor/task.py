@@ -74,14 +74,18 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
     settings = layout.read_settings(folder) if (folder / layout.TASK_TOML).is_file() else None
     if settings is not None:  # task.toml's values where the config leaves them to it
         # a task of steps: their agent timeouts together, which the run's budget spans
-        spec.time_limit_s = spec.time_limit_s or sum(step.agent_timeout_s or settings.agent_timeout_s
-                                                     for step in settings.steps) or settings.agent_timeout_s  # fmt: skip
+        spec.time_limit_s = (
+            spec.time_limit_s
+            or sum(step.agent_timeout_s or settings.agent_timeout_s for step in settings.steps)
+            or settings.agent_timeout_s
+        )
         spec.score_timeout_s = spec.score_timeout_s or settings.verifier_timeout_s
         spec.hardware = HardwareSpec(
-            gpus=spec.hardware.gpus or settings.gpus, gpu_type=spec.hardware.gpu_type,
+            gpus=spec.hardware.gpus or settings.gpus,
+            gpu_type=spec.hardware.gpu_type,
             cpus=spec.hardware.cpus if spec.hardware.cpus is not None else settings.cpus,
             memory_gb=spec.hardware.memory_gb if spec.hardware.memory_gb is not None else settings.memory_gb,
-        )  # fmt: skip
+        )
         exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in settings.solution_env.items())
         spec.steps = [step_entry(folder, step, settings, exports) for step in settings.steps]
         if not spec.baseline_command and spec.steps:  # every step's solution in turn (the control of the last)
@@ -90,11 +94,17 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
             spec.baseline_command = exports + (folder / layout.SOLVE).read_text()
         # resolved into the config, so the scorer's process (which does not see the folder) has them
         # (solve.sh's text escaped: a `${VAR}` of its shell is no interpolation of the config's)
-        own = {**cfg.scales[cfg.scale], "time_limit_s": spec.time_limit_s, "score_timeout_s": spec.score_timeout_s,
-               "baseline_command": spec.baseline_command.replace("${", "\\${"), "workdir": settings.workdir,
-               "verifier_env": settings.verifier_env,
-               "steps": [{**entry, "baseline_command": entry["baseline_command"].replace("${", "\\${")}
-                         for entry in spec.steps]}  # fmt: skip
+        own = {
+            **cfg.scales[cfg.scale],
+            "time_limit_s": spec.time_limit_s,
+            "score_timeout_s": spec.score_timeout_s,
+            "baseline_command": spec.baseline_command.replace("${", "\\${"),
+            "workdir": settings.workdir,
+            "verifier_env": settings.verifier_env,
+            "steps": [
+                {**entry, "baseline_command": entry["baseline_command"].replace("${", "\\${")} for entry in spec.steps
+            ],
+        }
         cfg = dataclasses.replace(cfg, scales={**cfg.scales, cfg.scale: own})
     spec.score_timeout_s = spec.score_timeout_s or 600.0
     workdir = settings.workdir if settings else spec.workdir
@@ -110,26 +120,40 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
             spec.baseline_command = entry["baseline_command"]
     check = verifier.HarborVerifier(spec.score_timeout_s, layout.workspace_at(workdir), env, tests)
     starting = StartingFiles(layout.workspace_at(workdir))
-    judge = Judge(check.score_unrun, timeout_s=spec.score_timeout_s, device="cpu",
-                  submission_command=check.command, score_after_command=check.score,
-                  tags=forgeable_tags(folder) if settings is not None else {})  # fmt: skip
+    judge = Judge(
+        check.score_unrun,
+        timeout_s=spec.score_timeout_s,
+        device="cpu",
+        submission_command=check.command,
+        score_after_command=check.score,
+        tags=forgeable_tags(folder) if settings is not None else {},
+    )
     return Task(
-        cfg=cfg, spec=spec,
+        cfg=cfg,
+        spec=spec,
         rules=Rules(cfg.submission, cfg.network, tuple(cfg.read_only_files), unenforced=dict(spec.unenforced_rules)),
-        builder=AssetBuilder(cfg.name, {**spec.assets, "source": "build"},
-                             {"build": functools.partial(copy_folder, folder)}),
-        anchors=anchors(cfg, spec), judge=judge, package_dir=Path(__file__).parent,
-        workspace=starting.of, workspace_at=starting.workdir,
+        builder=AssetBuilder(
+            cfg.name, {**spec.assets, "source": "build"}, {"build": functools.partial(copy_folder, folder)}
+        ),
+        anchors=anchors(cfg, spec),
+        judge=judge,
+        package_dir=Path(__file__).parent,
+        workspace=starting.of,
+        workspace_at=starting.workdir,
         own_prompt=functools.partial(prompt_of, folder, spec),
         requirements=tuple(cfg.requirements),
         key=lambda: {"folder": folder_digest(folder)},
         check_config=functools.partial(check_folder, cfg.path or "", cfg.network),
         run_settings=functools.partial(run_settings, folder, spec, starting, cfg.network),
         environment=environment,
-        steps=tuple(TaskStep(entry["name"], functools.partial(as_step, cfg, environment, entry["name"]),
-                             entry["min_reward"]) for entry in spec.steps) if not spec.step else (),
+        steps=tuple(
+            TaskStep(entry["name"], functools.partial(as_step, cfg, environment, entry["name"]), entry["min_reward"])
+            for entry in spec.steps
+        )
+        if not spec.step
+        else (),
         step_reward=settings.reward_strategy if settings and settings.steps else "mean",
-    )  # fmt: skip
+    )
 
 
 STEP_FILES = "steps"  # hidden/steps/<name>/: a step's tests (laid over the task's) and its solution
@@ -141,10 +165,14 @@ def step_entry(folder: Path, step: Any, settings: layout.Settings, exports: str)
     solution = (
         exports + solve.read_text() if solve.is_file() else f"echo 'step {step.name} has no solve.sh' >&2; exit 1"
     )
-    return {"name": step.name, "min_reward": dict(step.min_reward), "baseline_command": solution,
-            "score_timeout_s": step.verifier_timeout_s or settings.verifier_timeout_s,
-            "verifier_env": {**settings.verifier_env, **step.verifier_env},
-            "agent_timeout_s": step.agent_timeout_s or settings.agent_timeout_s}  # fmt: skip
+    return {
+        "name": step.name,
+        "min_reward": dict(step.min_reward),
+        "baseline_command": solution,
+        "score_timeout_s": step.verifier_timeout_s or settings.verifier_timeout_s,
+        "verifier_env": {**settings.verifier_env, **step.verifier_env},
+        "agent_timeout_s": step.agent_timeout_s or settings.agent_timeout_s,
+    }
 
 
 def as_step(cfg: TaskConfig, environment: Path | None, name: str) -> Task:
@@ -160,10 +188,11 @@ def prompt_of(folder: Path, spec: HarborScaleSpec) -> str:
     names = [entry["name"] for entry in spec.steps]
     step = spec.step or names[0]  # the whole task's prompt: its first step's
     k = names.index(step) + 1
-    return (f"This task comes in {len(names)} steps, given to you one at a time in the same environment: what you "
-            f"did in the steps before is still there. This is step {k} of {len(names)} ({step}). The budget "
-            "below is shared by all the steps.\n\n"
-            + (folder / STEP_FILES / step / layout.INSTRUCTION).read_text())  # fmt: skip
+    return (
+        f"This task comes in {len(names)} steps, given to you one at a time in the same environment: what you "
+        f"did in the steps before is still there. This is step {k} of {len(names)} ({step}). The budget "
+        "below is shared by all the steps.\n\n" + (folder / STEP_FILES / step / layout.INSTRUCTION).read_text()
+    )
 
 
 def forgeable_tags(folder: Path) -> dict[str, str]:
@@ -215,8 +244,14 @@ class StartingFiles:
 IMAGE_FILES_SUFFIX = ".image"  # <asset folder>.image/<image id>/files: what the task's image has at its WORKDIR
 
 
-def run_settings(folder: Path, spec: HarborScaleSpec, starting: StartingFiles, network: bool, budget: BudgetConfig,
-                 sandbox: SandboxConfig) -> tuple[BudgetConfig, SandboxConfig]:  # fmt: skip
+def run_settings(
+    folder: Path,
+    spec: HarborScaleSpec,
+    starting: StartingFiles,
+    network: bool,
+    budget: BudgetConfig,
+    sandbox: SandboxConfig,
+) -> tuple[BudgetConfig, SandboxConfig]:
     """The run's budget and sandbox with the task's own settings: task.toml's agent timeout as the
     wall time unless the command line names a budget; with sandbox=docker, the task's container
     as Harbor makes it (its image, built here from environment/Dockerfile, its WORKDIR's files the
@@ -239,16 +274,26 @@ def run_settings(folder: Path, spec: HarborScaleSpec, starting: StartingFiles, n
         sandbox = dataclasses.replace(sandbox, options={**sandbox.options, **options})
     elif sandbox.kind in ("bwrap", "unconfined"):
         if sandbox.kind == "bwrap" and layout.within(starting.workdir, layout.HOST_SYSTEM):
-            raise ConfigError(f"harbor task {folder.name}: its WORKDIR {starting.workdir} lies in this machine's "
-                              "system folders, which sandbox=bwrap shows read-only: use sandbox=docker")  # fmt: skip
-        where = f"environment/'s files at {starting.workdir or '/workspace'}" if sandbox.kind == "bwrap" else \
-            "environment/'s files in the run's workspace folder"  # fmt: skip
+            raise ConfigError(
+                f"harbor task {folder.name}: its WORKDIR {starting.workdir} lies in this machine's "
+                "system folders, which sandbox=bwrap shows read-only: use sandbox=docker"
+            )
+        where = (
+            f"environment/'s files at {starting.workdir or '/workspace'}"
+            if sandbox.kind == "bwrap"
+            else "environment/'s files in the run's workspace folder"
+        )
         missing = layout.not_reproduced(folder / layout.DOCKERFILE, starting.workdir)
         missing += [f"[agent] user {settings.agent_user}"] if settings.agent_user else []
         lost = f"; not reproduced: {'; '.join(missing)}" if missing else ""
-        log.warning("harbor task %s: sandbox=%s does not build environment/Dockerfile: the agent and the verifier "
-                    "run on this machine's own tools, %s%s (use sandbox=docker for the task's image)", folder.name,
-                    sandbox.kind, where, lost)  # fmt: skip
+        log.warning(
+            "harbor task %s: sandbox=%s does not build environment/Dockerfile: the agent and the verifier "
+            "run on this machine's own tools, %s%s (use sandbox=docker for the task's image)",
+            folder.name,
+            sandbox.kind,
+            where,
+            lost,
+        )
     return budget, sandbox
 
 

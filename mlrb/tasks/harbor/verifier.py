@@ -70,11 +70,16 @@ class HarborVerifier:
         # A link of the agent's to /tests/expected.txt would read as its own answer there.
         (logs / LINKS).write_text(removed_note(remove_links_out(copy)))
         where = self.workdir or str(copy.absolute())
-        script = (f"cd {shlex.quote(where)} && /bin/bash {TESTS}/test.sh > {LOGS}/{OUTPUT} 2>&1; "
-                  f"echo $? > {LOGS}/{EXIT}; exit 0")  # fmt: skip
-        mounts = [Mount(assets.absolute() / "hidden" / self.tests, inside=TESTS),
-                  Mount(logs.absolute(), inside=LOGS, writable=True),
-                  Mount(own.absolute(), inside=OWN, writable=True), Mount(SITE_FILES, inside=SITE)]  # fmt: skip
+        script = (
+            f"cd {shlex.quote(where)} && /bin/bash {TESTS}/test.sh > {LOGS}/{OUTPUT} 2>&1; "
+            f"echo $? > {LOGS}/{EXIT}; exit 0"
+        )
+        mounts = [
+            Mount(assets.absolute() / "hidden" / self.tests, inside=TESTS),
+            Mount(logs.absolute(), inside=LOGS, writable=True),
+            Mount(own.absolute(), inside=OWN, writable=True),
+            Mount(SITE_FILES, inside=SITE),
+        ]
         if self.workdir and self.workdir != str(copy.absolute()):
             mounts.append(Mount(copy.absolute(), inside=self.workdir, writable=True))
         env = sandbox_environment(f"{OWN}/{HOME}", {**self.env, **trusted_python(where, str(copy.absolute()))})
@@ -93,8 +98,9 @@ class HarborVerifier:
         runs = pytest_runs(own_of(submission) / REPORTS)
         problem = unbacked(score, runs, names_pytest(assets / "hidden" / self.tests))
         if problem:
-            raise VerifierFailed(f"{SHOWN} wrote a reward of {score:g} that pytest does not back: {problem} "
-                                 f"({ran(logs)})")  # fmt: skip
+            raise VerifierFailed(
+                f"{SHOWN} wrote a reward of {score:g} that pytest does not back: {problem} ({ran(logs)})"
+            )
         extra = {f"reward.{key}": value for key, value in rewards.items() if key != "reward"}
         return ScoreReport(valid=True, reason=f"reward written by {SHOWN}", score=float(score), metrics=extra)
 
@@ -139,8 +145,11 @@ def read_rewards(logs: Path) -> dict[str, float]:
             raise VerifierFailed(f"{SHOWN} wrote no reward ({ran(logs)})")
     except (ValueError, OSError) as e:
         raise VerifierFailed(f"{SHOWN} wrote an unreadable reward ({type(e).__name__}: {e}; {ran(logs)})") from None
-    bad = [key for key, value in rewards.items()
-           if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)]  # fmt: skip
+    bad = [
+        key
+        for key, value in rewards.items()
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+    ]
     if bad or not rewards:
         raise VerifierFailed(f"{SHOWN} wrote a {where} that is not finite numbers ({ran(logs)})")
     return {str(key): float(value) for key, value in rewards.items()}
@@ -150,8 +159,11 @@ def ran(logs: Path) -> str:
     """How test.sh ended: its exit status and its last line of output (and the links removed before it ran)."""
     exit_file, output, links = logs / EXIT, logs / OUTPUT, logs / LINKS
     status = exit_file.read_text().strip() if exit_file.is_file() else "?"
-    lines = [line.strip() for line in output.read_text(errors="replace").splitlines() if line.strip()] \
-        if output.is_file() else []  # fmt: skip
+    lines = (
+        [line.strip() for line in output.read_text(errors="replace").splitlines() if line.strip()]
+        if output.is_file()
+        else []
+    )
     removed = links.read_text() if links.is_file() else ""
     return f"test.sh exited {status}: {lines[-1][:300] if lines else '(no output)'}{removed}"
 
@@ -213,8 +225,11 @@ def forgeable(folder: Path) -> str:
             continue
         text = file.read_text(errors="replace")
         named = {name for name in re.findall(r"[\w.-]+\.(?:py|sh)\b", text) if Path(name).name not in held}
-        imported = {name for name in imported_modules(text) if name not in held and name not in sys.stdlib_module_names
-                    and (name in starting or not installed(name))}  # fmt: skip
+        imported = {
+            name
+            for name in imported_modules(text)
+            if name not in held and name not in sys.stdlib_module_names and (name in starting or not installed(name))
+        }
         found += sorted(named | imported)
     return f"the tests run the workspace's {', '.join(dict.fromkeys(found))}" if found else ""
 
@@ -232,9 +247,13 @@ def imported_modules(source: str) -> set[str]:
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
-        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-              and isinstance(node.args[0].value, str)
-              and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__")):  # fmt: skip
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__")
+        ):
             names.add(node.args[0].value)
     return {name.partition(".")[0] for name in names if name}
 
