@@ -127,9 +127,11 @@ def test_ci_cold_runs_ci_in_a_clone_of_the_committed_head_with_the_asset_cache_e
 def test_a_run_s_cpu_counts_every_process_it_started_and_each_file_s_tests_add_up(tmp_path):
     # a grandchild that burns about 0.5 s of CPU, left running detached as a sandbox's process is (nobody
     # waits for it): counted all the same, where the machine has a cpuacct cgroup for it (root, as in CI)
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\n"
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nopen('burnt', 'w')\n"
     (tmp_path / "burn.py").write_text(burn)
-    detached = f"({sys.executable} burn.py &); sleep 2"  # its parent, the subshell, is gone at once
+    # its parent, the subshell, is gone at once; the shell only looks for its mark (on a busy machine
+    # the half second of CPU takes longer than that of wall time)
+    detached = f"({sys.executable} burn.py &); until [ -e burnt ]; do sleep 0.1; done"
     code, cpu_s = suite_time.run_counted(["sh", "-c", detached], tmp_path, dict(os.environ))
     assert code == 0
     if suite_time.cpu_cgroup() is not None:
