@@ -815,7 +815,9 @@ class Stages:
                 Tag.INVALID_REASON: "" if report.valid else report.reason,
                 Tag.READ_ONLY_RESTORED: ", ".join(self.restored),
                 Tag.MODELS_USED: ",".join(sorted(self.calls.models_used)) if self.calls else "",
-                **counting.counted_tags(report, calibration, task.higher_is_better, plumbing=task.plumbing),
+                **counting.counted_tags(
+                    report, calibration, task.higher_is_better, plumbing=task.plumbing, normalisation=task.normalisation
+                ),
                 **(self.steps.tags() if self.steps is not None else {}),
             }
         )

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mlflow_client, run_cli, store_args
+from conftest import mlflow_client, run_cli, run_module, store_args
+from fake_llm_server import FakeLlmServer
 from test_bwrap_sandbox import needs_namespaces
 from test_docker_sandbox import needs_docker
 from test_harbor_verifier import agent_run
@@ -107,6 +108,30 @@ def test_a_folder_of_harbor_tasks_runs_as_one_sweep_with_each_task_s_reward_and_
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "done" in result.stdout and "3 runs (3 ok)" in result.stdout
     assert "0.6667 over 3 tasks (answer-app 1, answer-wrong 0, two-step-app 1)" in result.stdout, result.stdout[-3000:]
+    # Another agent on the same dataset, one that does nothing, then mlrb.compare across the two: each
+    # Harbor task is a task of the comparison, its reward the counted score (a failure counts as 0).
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "run.sh").write_text("true\n")
+    with FakeLlmServer([]) as server:
+        idle = run_cli(*store_args(tmp_path, cache_dir), "-m", "task=harbor", f"task.path={dataset}/*",
+                       "agent=command", f"agent.options.program_dir={agent}",
+                       "agent.options.command='bash $MLRB_AGENT_DIR/run.sh'", "sandbox=bwrap",
+                       f"hydra.sweep.dir={tmp_path / 'idle'}", cwd=tmp_path,
+                       env={"ANTHROPIC_API_KEY": "sk-ant-harbor-dataset", "ANTHROPIC_BASE_URL": server.anthropic_url})  # fmt: skip
+    assert idle.returncode == 0, idle.stdout[-3000:] + idle.stderr[-3000:]
+    assert "0 over 3 tasks (answer-app 0, answer-wrong 0, two-step-app 0)" in idle.stdout, idle.stdout[-3000:]
+    compared = run_module("mlrb.compare", "baseline", "command", cwd=tmp_path, timeout=300)
+    assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-3000:]
+    rows = [line for line in compared.stdout.splitlines() if line.startswith(("| answer-", "| two-step-"))]
+    assert [row.split(" | ")[3:6] for row in rows] == [
+        ["100.0", "0.0", "+100.0"], ["0.0", "0.0", "+0.0"], ["100.0", "0.0", "+100.0"]
+    ], compared.stdout[-3000:]  # fmt: skip
+    # (one seed a task: three pairs cannot make a difference significant)
+    told = compared.stdout.strip().splitlines()[-1]
+    assert told.startswith(
+        "cannot tell baseline from command (the interval contains 0): baseline ahead on 2 of 3 tasks"
+    )
     single = run_cli(*store_args(tmp_path, cache_dir), "task=harbor", f"task.path={dataset}/*", cwd=tmp_path)
     assert single.returncode != 0 and single.stderr.strip().splitlines()[-1] == (
         f"mlrb: error: task.path '{dataset}/*' names several folders: run them as a sweep, with -m"

@@ -76,6 +76,22 @@ def test_a_valid_score_worse_than_doing_nothing_counts_as_doing_nothing():
     assert tags["mlrb.counted_as"] == "do_nothing" and "worse than doing nothing" in tags["mlrb.counted_reason"]
 
 
+def test_on_a_reward_scale_doing_nothing_is_the_baseline_and_a_failure_counts_as_nothing():
+    """A Harbor task's reward: 0 doing nothing, 1 its own solution. Its baseline is doing nothing, so a
+    failure counted at the floor earns nothing over it: counted, where a gap scale whose do-nothing ties
+    its baseline counts no failure (failing would tie the baseline)."""
+    from mlrb.analysis.counting import counted_tags, run_metrics
+    from mlrb.scoring.report import ScoreReport
+
+    reward = {"do_nothing_score": 0.0, "baseline_score": 0.0, "reference_score": 1.0}
+    failed, half = ScoreReport.invalid("the verifier wrote no reward"), ScoreReport(valid=True, reason="", score=0.5)
+    assert run_metrics(failed, reward, normalisation="reward")["counted_normalised_score"] == 0.0
+    assert counted_tags(failed, reward, normalisation="reward")["mlrb.counted_as"] == "do_nothing"
+    assert run_metrics(half, reward, normalisation="reward")["counted_normalised_score"] == 50.0
+    assert "counted_score" not in run_metrics(failed, reward)  # as a gap: no failure counted
+    assert counted_tags(failed, reward)["mlrb.counted_as"] == "none"
+
+
 def test_counting_follows_the_tasks_direction():
     from mlrb.analysis.counting import count
 

@@ -38,8 +38,9 @@ def normalise(
     normalisation: str = "gap",
 ) -> float | None:
     """ "gap": 0 = baseline, 100 = reference (MLRC-Bench); "improvement": percent better than
-    the baseline (MLAgentBench). None when the anchors do not define the scale."""
-    if normalisation == "gap":
+    the baseline (MLAgentBench); "reward": a gap whose baseline is doing nothing (a Harbor task's
+    reward: 0 nothing, 100 its own solution). None when the anchors do not define the scale."""
+    if normalisation in ("gap", "reward"):
         if baseline is None or reference is None or reference == baseline:
             return None
         return 100.0 * (score - baseline) / (reference - baseline)
@@ -54,10 +55,15 @@ def worse(a: float, b: float, higher_is_better: bool) -> bool:
     return a < b if higher_is_better else a > b
 
 
-def floor_problem(do_nothing: float | None, baseline: float | None, higher_is_better: bool) -> str:
-    """Why the do-nothing anchor cannot be the floor, or ""."""
+def floor_problem(
+    do_nothing: float | None, baseline: float | None, higher_is_better: bool, normalisation: str = "gap"
+) -> str:
+    """Why the do-nothing anchor cannot be the floor, or "". On a "reward" scale the baseline is
+    doing nothing itself: a failure counted as doing nothing earns nothing over it."""
     if do_nothing is None:
         return "the task has no do-nothing score (none measured or stated, or doing nothing was invalid)"
+    if normalisation == "reward":
+        return ""
     if baseline is not None and not worse(do_nothing, baseline, higher_is_better):
         return f"doing nothing ({do_nothing:.4g}) does not score below the baseline ({baseline:.4g})"
     return ""
@@ -87,7 +93,7 @@ def count(
     """How one attempt counts, from its validity and raw score and the task's anchors
     (`do_nothing_score`, `baseline_score`, `reference_score`)."""
     do_nothing, baseline = calibration.get(Metric.DO_NOTHING_SCORE), calibration.get(Metric.BASELINE_SCORE)
-    problem = floor_problem(do_nothing, baseline, higher_is_better)
+    problem = floor_problem(do_nothing, baseline, higher_is_better, normalisation)
     if problem:
         return Counted(NONE, problem)
     assert do_nothing is not None  # (floor_problem said so)
@@ -147,10 +153,14 @@ def run_metrics(
 
 
 def counted_tags(
-    report: Scored, calibration: dict[str, float | None], higher_is_better: bool = True, plumbing: bool = False
+    report: Scored,
+    calibration: dict[str, float | None],
+    higher_is_better: bool = True,
+    plumbing: bool = False,
+    normalisation: str = "gap",
 ) -> dict:
     """How the attempt counts in means, and why (the `mlrb.counted_as` and `mlrb.counted_reason` tags)."""
     if plumbing:
         return {Tag.COUNTED_AS: NONE, Tag.COUNTED_REASON: PLUMBING}
-    counted = count(report.valid, report.score, calibration, higher_is_better)
+    counted = count(report.valid, report.score, calibration, higher_is_better, normalisation)
     return {Tag.COUNTED_AS: counted.counted_as, Tag.COUNTED_REASON: counted.reason}

@@ -87,8 +87,9 @@ def review_command(rows: Sequence[RunRow]) -> str:
 
 
 def normalisation_of(row: RunRow) -> str:
-    """How its normalised score is made (counting.normalise): MLAgentBench's improvement, else a gap."""
-    return "improvement" if row.normalised_as == "improvement" else "gap"
+    """How its normalised score is made (counting.normalise): MLAgentBench's improvement, a Harbor
+    task's reward, else a gap."""
+    return row.normalised_as if row.normalised_as in ("improvement", "reward") else "gap"
 
 
 def as_failure(row: RunRow) -> RunRow:

@@ -129,6 +129,7 @@ NORMALISED_AS = {
     "gap": "% of baseline-to-reference gap closed",
     "improvement": "MLAgentBench improvement over baseline, %",
     "human_gap": "MLRC-Bench relative improvement to human, %",
+    "reward": "% of the task's reward (0 doing nothing, 100 its own solution)",
 }
 
 

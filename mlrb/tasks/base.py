@@ -188,11 +188,12 @@ class Task:
     # Checked with the config, after the scale (a folder: it has the files its layout needs).
     check_config: Callable[[], None] | None = None
     # How the normalised score is made: "gap" (MLRC-Bench: the share of the baseline-to-
-    # reference gap closed) or "improvement" (MLAgentBench: percent better than the baseline).
+    # reference gap closed), "improvement" (MLAgentBench: percent better than the baseline) or
+    # "reward" (Harbor: a gap whose baseline is doing nothing, so a failure counts as nothing).
     normalisation: str = "gap"
     # What a normalised score means, by name (the run's tag `mlrb.normalised_as`; reports name
-    # it when tasks differ): "gap" (0 = baseline, 100 = reference), "improvement" (MLAgentBench)
-    # or "human_gap" (MLRC-Bench: 100 = the top human entry).
+    # it when tasks differ): "gap" (0 = baseline, 100 = reference), "improvement" (MLAgentBench),
+    # "human_gap" (MLRC-Bench: 100 = the top human entry) or "reward" (Harbor's).
     normalised_as: str = "gap"
     # The assets are built (once) and checked before the run is recorded, so that a broken task
     # is one line (a ConfigError of its builder) and no run: a task folder's own code may fail.

@@ -142,6 +142,9 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
         workspace_at=starting.workdir,
         own_prompt=functools.partial(prompt_of, folder, spec),
         requirements=tuple(cfg.requirements),
+        # Harbor's reward: 0 doing nothing (the scale's baseline too), 100 the task's own solution
+        normalisation="reward",
+        normalised_as="reward",
         key=lambda: {"folder": folder_digest(folder)},
         check_config=functools.partial(check_folder, cfg.path or "", cfg.network),
         run_settings=functools.partial(run_settings, folder, spec, starting, cfg.network),
