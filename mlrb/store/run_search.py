@@ -29,7 +29,10 @@ PAGE = 250  # runs a page: small enough that a busy server answers one well with
 AT_ONCE = 4  # pages asked for at once (a server's default workers)
 SEARCH = "/api/2.0/mlflow/runs/search"
 NO_ROUTE = (404, 405)  # a server without mlrb's run search (a plain MLflow server, or one behind a proxy)
-NOT_HERE = 501  # mlrb's run search cannot answer this one exactly: MLflow's search does
+# MLflow's search answers these: mlrb's run search cannot answer this one exactly (501), or the server's
+# auth turned the request away (a basic-auth server that denies a route it has no rule for); MLflow's
+# search then says whether the caller may read the runs at all.
+ASK_MLFLOW = (401, 403, 501)
 LIGHT: dict[str, bool] = {}  # server URL -> whether it has mlrb's run search (found by its first search)
 
 
@@ -106,7 +109,7 @@ def post(host_creds: Any, endpoint: str, body: dict) -> dict:
 
     def once() -> Any:
         answer = http_request(host_creds(), endpoint, "POST", json=body)
-        if answer.status_code in (*NO_ROUTE, NOT_HERE):
+        if answer.status_code in (*NO_ROUTE, *ASK_MLFLOW):
             raise NoLightSearch(answer.status_code)
         return verify_rest_response(answer, endpoint)
 
