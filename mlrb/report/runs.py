@@ -34,8 +34,17 @@ CONFINED, UNCONFINED = "confined", "unconfined"
 ATTEMPTS = tuple(s.value for s in Status if s.is_attempt)
 NOT_COUNTED = (Status.INFRA_ERROR.value, Status.KILLED.value, CRASHED, RUNNING)
 # Why a run did not score, most telling first (an `ok` run always scored).
-CAUSES = tuple(s.value for s in (Status.BUDGET_EXHAUSTED, Status.INVALID, Status.NO_SUBMISSION, Status.AGENT_ERROR,
-                                 Status.INFRA_ERROR, Status.KILLED)) + (CRASHED, RUNNING)  # fmt: skip
+CAUSES = tuple(
+    s.value
+    for s in (
+        Status.BUDGET_EXHAUSTED,
+        Status.INVALID,
+        Status.NO_SUBMISSION,
+        Status.AGENT_ERROR,
+        Status.INFRA_ERROR,
+        Status.KILLED,
+    )
+) + (CRASHED, RUNNING)
 
 # The param that names an LLM agent's model: runs of one agent with two models never pool.
 MODEL_PARAM = "agent.options.model"
@@ -62,18 +71,25 @@ class Filters:
         parts = [
             f"{label} {', '.join(values)}"
             for label, values in (
-                ("experiment", self.experiments), ("task", self.tasks), ("agent", self.agents),
-                ("budget", self.budgets), ("scale", self.scales), ("sweep", self.sweep_ids),
+                ("experiment", self.experiments),
+                ("task", self.tasks),
+                ("agent", self.agents),
+                ("budget", self.budgets),
+                ("scale", self.scales),
+                ("sweep", self.sweep_ids),
             )
             if values
-        ]  # fmt: skip
+        ]
         return "; ".join(parts) or "none"
 
     def keep(self, row: RunRow) -> bool:
         checks = (
-            (self.tasks, row.task), (self.agents, row.agent), (self.budgets, row.budget),
-            (self.scales, row.scale), (self.sweep_ids, row.sweep_id),
-        )  # fmt: skip
+            (self.tasks, row.task),
+            (self.agents, row.agent),
+            (self.budgets, row.budget),
+            (self.scales, row.scale),
+            (self.sweep_ids, row.sweep_id),
+        )
         return all(not wanted or value in wanted for wanted, value in checks)
 
 
@@ -302,9 +318,12 @@ def all_runs(client: Any, experiment_ids: Sequence[str], filter_string: str = ""
 def tag_filter(filters: Filters) -> str:
     """Narrow the search in the store when a filter names one value (the rest is done here)."""
     pairs = [
-        (Tag.TASK, filters.tasks), (Tag.AGENT, filters.agents), (Tag.BUDGET, filters.budgets),
-        (Tag.SCALE, filters.scales), (Tag.SWEEP_ID, filters.sweep_ids),
-    ]  # fmt: skip
+        (Tag.TASK, filters.tasks),
+        (Tag.AGENT, filters.agents),
+        (Tag.BUDGET, filters.budgets),
+        (Tag.SCALE, filters.scales),
+        (Tag.SWEEP_ID, filters.sweep_ids),
+    ]
     clauses = [f"tags.`{key}` = '{values[0]}'" for key, values in pairs if len(values) == 1 and "'" not in values[0]]
     return " AND ".join(clauses)
 
@@ -336,8 +355,12 @@ def load(client: Any, experiments: dict[str, str], filters: Filters, now_s: floa
         if tags.get(Tag.ROLE) == SWEEP_ROLE or Tag.TASK not in tags:
             continue
         parent = parents_by_id.get(tags.get(Tag.PARENT_RUN_ID, ""))
-        row = to_row(run, experiments.get(run.info.experiment_id, run.info.experiment_id),
-                     parent.info.status if parent else None, now_s)  # fmt: skip
+        row = to_row(
+            run,
+            experiments.get(run.info.experiment_id, run.info.experiment_id),
+            parent.info.status if parent else None,
+            now_s,
+        )
         if filters.keep(row):
             rows.append(row)
     sweeps = {

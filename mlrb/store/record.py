@@ -63,8 +63,16 @@ class RecordedRun:
     """A run's recorder: each call is a line appended to the run folder's record, which the
     recording process then exports to the store (`recording_process.ExportedStoreRun`)."""
 
-    def __init__(self, store_run: Any, run_dir: Path, experiment: str, run_name: str, tags: dict[str, Any],
-                 run_id: str, attempt: int = 1):  # fmt: skip
+    def __init__(
+        self,
+        store_run: Any,
+        run_dir: Path,
+        experiment: str,
+        run_name: str,
+        tags: dict[str, Any],
+        run_id: str,
+        attempt: int = 1,
+    ):
         """The run RUN_ID's ATTEMPT, opened in EXPERIMENT as RUN_NAME with TAGS: its `opened` line,
         which STORE_RUN's export opens the store's run with."""
         self.store_run = store_run
@@ -75,8 +83,15 @@ class RecordedRun:
         self.store_error: str | None = None  # why the store could not be reached, once it could not
         disk.mend(self.path)  # an earlier attempt's last line cut short: gone before this one's lines
         opening = opening_tags({**tags, Tag.RUN_ID: run_id}, attempt)
-        self._append("opened", run_id=run_id, experiment=experiment, run_name=run_name, attempt=attempt,
-                     tags=opening, store=store_run.store)  # fmt: skip
+        self._append(
+            "opened",
+            run_id=run_id,
+            experiment=experiment,
+            run_name=run_name,
+            attempt=attempt,
+            tags=opening,
+            store=store_run.store,
+        )
 
     @property
     def shown_id(self) -> str:
@@ -106,9 +121,13 @@ class RecordedRun:
             if not (isinstance(e, StoreAway) or store_unreachable(e)):
                 raise
             self.store_error = first_line(e)
-            log.warning("the tracking store cannot be reached (%s); the run goes on and keeps its record in %s: "
-                        "`python -m mlrb.sync %s` uploads it once the store is back",
-                        self.store_error, self.path, self.run_dir)  # fmt: skip
+            log.warning(
+                "the tracking store cannot be reached (%s); the run goes on and keeps its record in %s: "
+                "`python -m mlrb.sync %s` uploads it once the store is back",
+                self.store_error,
+                self.path,
+                self.run_dir,
+            )
 
     def _artifact(self, path: Path, folder: str | None, is_dir: bool = False) -> None:
         path = Path(path)
@@ -231,8 +250,16 @@ def fold(lines: list[dict]) -> dict[str, Any]:
     """What the store holds after these lines: the last attempt's run_id and attempt, params,
     tags (last value wins), each metric's history as [step, value] pairs, the artifacts as
     (file, artifact_path, is_dir), the traces and the status (None while the run is open)."""
-    state: dict[str, Any] = {"run_id": None, "attempt": None, "params": {}, "tags": {}, "metrics": {},
-                             "artifacts": [], "traces": [], "status": None}  # fmt: skip
+    state: dict[str, Any] = {
+        "run_id": None,
+        "attempt": None,
+        "params": {},
+        "tags": {},
+        "metrics": {},
+        "artifacts": [],
+        "traces": [],
+        "status": None,
+    }
     for line in lines:
         match line["kind"]:
             case "opened":

@@ -112,8 +112,10 @@ def new_interpreter(child_reads: int, child_writes_to: int) -> subprocess.Popen:
     and its output on pipes of its own."""
     return subprocess.Popen(
         [sys.executable, "-m", "mlrb.store.recording_process", str(child_reads), str(child_writes_to)],
-        pass_fds=(child_reads, child_writes_to), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        pass_fds=(child_reads, child_writes_to),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def forked_or_new(child_reads: int, child_writes_to: int) -> Any:
@@ -253,8 +255,13 @@ class ExportedStoreRun:
         after the lines sent before; returns at once. OPENS: they hold the `opened` line. An
         earlier export that failed raises here."""
         self.answered()
-        pending = self.process.submit("export", tracking=dataclasses.asdict(self.cfg), path=str(Path(path).resolve()),
-                                      offset=offset, length=length)  # fmt: skip
+        pending = self.process.submit(
+            "export",
+            tracking=dataclasses.asdict(self.cfg),
+            path=str(Path(path).resolve()),
+            offset=offset,
+            length=length,
+        )
         if opens:
             self.opening = pending
         self.sent.append(pending)
@@ -355,8 +362,14 @@ class Exporter:
         for line in record.lines_at(Path(path), offset, length):
             if line["kind"] == "opened":
                 try:
-                    recorder = store.open_run(TrackingConfig(**tracking), line["experiment"], line["run_name"],
-                                              line["tags"], line["run_id"], int(line["attempt"]))  # fmt: skip
+                    recorder = store.open_run(
+                        TrackingConfig(**tracking),
+                        line["experiment"],
+                        line["run_name"],
+                        line["tags"],
+                        line["run_id"],
+                        int(line["attempt"]),
+                    )
                 except Exception as e:
                     self.not_opened[path] = f"{type(e).__name__}: {e}"
                     raise

@@ -177,8 +177,14 @@ def reap() -> bool:
             return True
 
 
-def start_recording(conn: socket.socket, env: dict[str, str], fds: list[int], listener: socket.socket, alive: int,
-                    recording_main: Callable[[list[str]], None]) -> None:  # fmt: skip
+def start_recording(
+    conn: socket.socket,
+    env: dict[str, str],
+    fds: list[int],
+    listener: socket.socket,
+    alive: int,
+    recording_main: Callable[[list[str]], None],
+) -> None:
     """C: fork G, the job's recording process, tell the job its pid, then its exit status. G
     starts serving only once the job has its pid: a job that gave up waiting (and started a new
     interpreter on the same pipes) gets no second reader of them."""
@@ -212,8 +218,14 @@ def start_recording(conn: socket.socket, env: dict[str, str], fds: list[int], li
         os._exit(0)
 
 
-def become_recording_process(env: dict[str, str], child_reads: int, child_writes_to: int, out: int, err: int,
-                             recording_main: Callable[[list[str]], None]) -> None:  # fmt: skip
+def become_recording_process(
+    env: dict[str, str],
+    child_reads: int,
+    child_writes_to: int,
+    out: int,
+    err: int,
+    recording_main: Callable[[list[str]], None],
+) -> None:
     """G: as a new interpreter started by the job would be: the job's environment and output,
     no logging set up by the sweep's process, then `recording_process.main`."""
     os.dup2(out, 1)

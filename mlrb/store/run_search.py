@@ -36,8 +36,9 @@ ASK_MLFLOW = (401, 403, 501)
 LIGHT: dict[str, bool] = {}  # server URL -> whether it has mlrb's run search (found by its first search)
 
 
-def search_all(client: Any, experiment_ids: Sequence[str], filter_string: str = "",
-               params: Sequence[str] | None = None) -> list[Any]:  # fmt: skip
+def search_all(
+    client: Any, experiment_ids: Sequence[str], filter_string: str = "", params: Sequence[str] | None = None
+) -> list[Any]:
     """Every active run of these experiments that FILTER_STRING matches, newest first (as MLflow orders
     a search), read page by page. PARAMS, when given, are the params the caller reads: a server with
     mlrb's run search sends only those (any other store sends them all)."""
@@ -76,8 +77,9 @@ class NoLightSearch(Exception):
     """The server cannot answer this search through mlrb's run search."""
 
 
-def light_search(host_creds: Any, experiment_ids: list[str], filter_string: str,
-                 params: Sequence[str] | None) -> list[Any] | None:  # fmt: skip
+def light_search(
+    host_creds: Any, experiment_ids: list[str], filter_string: str, params: Sequence[str] | None
+) -> list[Any] | None:
     """The runs through mlrb's run search: their ids in one answer, then the runs MAX_RUN_IDS at a
     time, AT_ONCE requests at once; None when the server has no such search or cannot answer this one."""
     host = host_creds().host
@@ -149,8 +151,12 @@ class PageAsker:
 
     def __init__(self, host_creds: Any, experiment_ids: list[str], filter_string: str):
         self.host_creds = host_creds
-        self.body = {"experiment_ids": experiment_ids, "filter": filter_string, "run_view_type": "ACTIVE_ONLY",
-                     "max_results": PAGE}  # fmt: skip
+        self.body = {
+            "experiment_ids": experiment_ids,
+            "filter": filter_string,
+            "run_view_type": "ACTIVE_ONLY",
+            "max_results": PAGE,
+        }
 
     def __call__(self, token: str | None) -> tuple[list[Any], str | None]:
         from mlflow.utils.rest_utils import http_request, verify_rest_response
@@ -172,17 +178,29 @@ def run_of(found: dict[str, Any]) -> Any:
 
     info, data = found.get("info", {}), found.get("data", {})
     run_info = RunInfo(
-        run_id=info.get("run_id", ""), run_name=info.get("run_name", ""), experiment_id=info.get("experiment_id", ""),
-        user_id=info.get("user_id", ""), status=info.get("status", "RUNNING"), start_time=int(info.get("start_time", 0)),
-        end_time=int(info.get("end_time", 0)) or None, lifecycle_stage=info.get("lifecycle_stage", ""),
+        run_id=info.get("run_id", ""),
+        run_name=info.get("run_name", ""),
+        experiment_id=info.get("experiment_id", ""),
+        user_id=info.get("user_id", ""),
+        status=info.get("status", "RUNNING"),
+        start_time=int(info.get("start_time", 0)),
+        end_time=int(info.get("end_time", 0)) or None,
+        lifecycle_stage=info.get("lifecycle_stage", ""),
         artifact_uri=info.get("artifact_uri", ""),
-    )  # fmt: skip
+    )
     metrics = [
-        Metric(m.get("key", ""), float(m.get("value", 0.0)), int(m.get("timestamp", 0)), int(m.get("step", 0)),
-               model_id=m.get("model_id") or None, dataset_name=m.get("dataset_name") or None,
-               dataset_digest=m.get("dataset_digest") or None, run_id=m.get("run_id") or None)
+        Metric(
+            m.get("key", ""),
+            float(m.get("value", 0.0)),
+            int(m.get("timestamp", 0)),
+            int(m.get("step", 0)),
+            model_id=m.get("model_id") or None,
+            dataset_name=m.get("dataset_name") or None,
+            dataset_digest=m.get("dataset_digest") or None,
+            run_id=m.get("run_id") or None,
+        )
         for m in data.get("metrics", [])
-    ]  # fmt: skip
+    ]
     params = [Param(p.get("key", ""), p.get("value", "")) for p in data.get("params", [])]
     tags = [RunTag(t.get("key", ""), t.get("value", "")) for t in data.get("tags", [])]
     return Run(run_info, RunData(metrics=metrics, params=params, tags=tags), RunInputs([], []))

@@ -159,8 +159,9 @@ def filter_clauses(filter_string: str, dialect: str) -> list[Any]:
         entity = {"tag": SqlTag, "parameter": SqlParam}.get(clause.get("type"))
         if entity is None or clause.get("comparator") != "=" or not isinstance(clause.get("value"), str):
             raise Unsupported(f"a {clause.get('type')} clause with {clause.get('comparator')}")
-        held = select(entity.run_uuid).where(entity.run_uuid == SqlRun.run_uuid, equal(entity.key, clause["key"]),
-                                             equal(entity.value, clause["value"]))  # fmt: skip
+        held = select(entity.run_uuid).where(
+            entity.run_uuid == SqlRun.run_uuid, equal(entity.key, clause["key"]), equal(entity.value, clause["value"])
+        )
         clauses.append(held.exists())
     return clauses
 
@@ -192,10 +193,19 @@ def runs_of(store: Any, experiments: list[int], ids: Sequence[str], params: list
 
     if not ids or not experiments:
         return []
-    info = select(SqlRun.run_uuid, SqlRun.name, SqlRun.experiment_id, SqlRun.user_id, SqlRun.status,
-                  SqlRun.start_time, SqlRun.end_time, SqlRun.lifecycle_stage, SqlRun.artifact_uri).where(
+    info = select(
+        SqlRun.run_uuid,
+        SqlRun.name,
+        SqlRun.experiment_id,
+        SqlRun.user_id,
+        SqlRun.status,
+        SqlRun.start_time,
+        SqlRun.end_time,
+        SqlRun.lifecycle_stage,
+        SqlRun.artifact_uri,
+    ).where(
         SqlRun.run_uuid.in_(ids), SqlRun.experiment_id.in_(experiments), SqlRun.lifecycle_stage == LifecycleStage.ACTIVE
-    )  # fmt: skip
+    )
     with store.ManagedSessionMaker() as session:
         found: dict[str, tuple[Any, dict[str, list]]] = {
             row.run_uuid: (row, {"metrics": [], "params": [], "tags": []}) for row in session.execute(info)
@@ -211,9 +221,14 @@ def runs_of(store: Any, experiments: list[int], ids: Sequence[str], params: list
             asked = asked.where(SqlParam.key.in_(params))
         for row in session.execute(asked) if params != [] else []:
             found[row.run_uuid][1]["params"].append({"key": row.key, "value": row.value})
-        metrics = select(SqlLatestMetric.run_uuid, SqlLatestMetric.key, SqlLatestMetric.value,
-                         SqlLatestMetric.timestamp, SqlLatestMetric.step, SqlLatestMetric.is_nan).where(
-            SqlLatestMetric.run_uuid.in_(within))  # fmt: skip
+        metrics = select(
+            SqlLatestMetric.run_uuid,
+            SqlLatestMetric.key,
+            SqlLatestMetric.value,
+            SqlLatestMetric.timestamp,
+            SqlLatestMetric.step,
+            SqlLatestMetric.is_nan,
+        ).where(SqlLatestMetric.run_uuid.in_(within))
         for row in session.execute(metrics):
             found[row.run_uuid][1]["metrics"].append(metric_json(row))
     return [run_json(*found[i]) for i in ids if i in found]
@@ -231,7 +246,16 @@ def run_json(row: Any, data: dict) -> dict:
     """A run as MLflow's runs/search writes it: a field that is null is left out, and a run without a
     name takes its mlflow.runName tag's (as MLflow's SQL store names it)."""
     name = row.name or next((t["value"] for t in data["tags"] if t["key"] == RUN_NAME_TAG), "")
-    info = {"run_id": row.run_uuid, "run_uuid": row.run_uuid, "run_name": name, "experiment_id": str(row.experiment_id),
-            "user_id": row.user_id, "status": row.status, "start_time": row.start_time, "end_time": row.end_time,
-            "artifact_uri": row.artifact_uri, "lifecycle_stage": row.lifecycle_stage}  # fmt: skip
+    info = {
+        "run_id": row.run_uuid,
+        "run_uuid": row.run_uuid,
+        "run_name": name,
+        "experiment_id": str(row.experiment_id),
+        "user_id": row.user_id,
+        "status": row.status,
+        "start_time": row.start_time,
+        "end_time": row.end_time,
+        "artifact_uri": row.artifact_uri,
+        "lifecycle_stage": row.lifecycle_stage,
+    }
     return {"info": {k: v for k, v in info.items() if v not in (None, "")}, "data": data}

@@ -61,8 +61,13 @@ class TraceWriter:
                     "attempt": event.attempt,
                     "timeout_s": round(event.timeout_s, 3),
                 }
-                self.enter(f"{event.provider} {event.model}", "CHAT_MODEL", event.request, attributes,
-                           started_ns=event.started_ns)  # fmt: skip
+                self.enter(
+                    f"{event.provider} {event.model}",
+                    "CHAT_MODEL",
+                    event.request,
+                    attributes,
+                    started_ns=event.started_ns,
+                )
             case events.ModelCalled():
                 cost = event.cost
                 span = self.open[-1]
@@ -102,12 +107,22 @@ class TraceWriter:
         start = time.time_ns()
         if started_ns:
             start = max(min(started_ns, start), self.open[-1]["start_time_ns"] if self.open else 0)
-        self.open.append({
-            "name": name, "span_type": span_type, "span_id": uuid.uuid4().hex[:16],
-            "parent_id": self.open[-1]["span_id"] if self.open else None, "start_time_ns": start,
-            "end_time_ns": None, "inputs": inputs, "outputs": None, "attributes": attributes, "status": "OK",
-            "status_description": "", "events": [],
-        })  # fmt: skip
+        self.open.append(
+            {
+                "name": name,
+                "span_type": span_type,
+                "span_id": uuid.uuid4().hex[:16],
+                "parent_id": self.open[-1]["span_id"] if self.open else None,
+                "start_time_ns": start,
+                "end_time_ns": None,
+                "inputs": inputs,
+                "outputs": None,
+                "attributes": attributes,
+                "status": "OK",
+                "status_description": "",
+                "events": [],
+            }
+        )
 
     def exit(self, error: tuple[str, str, str] | None = None) -> None:
         """End the innermost span; with `error` (its type's name, message and stack trace) failed,
@@ -150,12 +165,18 @@ def export_trace(tracking_uri: str, experiment_id: str, run_id: str, trace: dict
     try:
         started: dict[str, Any] = {}
         for span in sorted(trace["spans"], key=lambda s: s["start_time_ns"]):  # a parent starts before its children
-            common = dict(name=span["name"], span_type=span["span_type"], inputs=span["inputs"],
-                          attributes=span["attributes"], start_time_ns=span["start_time_ns"])  # fmt: skip
+            common = dict(
+                name=span["name"],
+                span_type=span["span_type"],
+                inputs=span["inputs"],
+                attributes=span["attributes"],
+                start_time_ns=span["start_time_ns"],
+            )
             if span["parent_id"] is None:  # the step's root
                 metadata = {SOURCE_RUN_METADATA: run_id, SESSION_METADATA: trace["session"]}
-                live = mlflow.start_span_no_context(**common, tags={Tag.STEP: str(trace["step"])}, metadata=metadata,
-                                                    experiment_id=experiment_id)  # fmt: skip
+                live = mlflow.start_span_no_context(
+                    **common, tags={Tag.STEP: str(trace["step"])}, metadata=metadata, experiment_id=experiment_id
+                )
             else:
                 live = mlflow.start_span_no_context(**common, parent_span=started[span["parent_id"]])
             started[span["span_id"]] = live

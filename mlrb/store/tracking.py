@@ -176,8 +176,9 @@ def check_folder_store(folder: Path, shown: str, where: str) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".mlrb-check-"):
             pass
     except OSError as e:
-        raise ConfigError(f"tracking store '{shown}' ({where}): cannot write to {folder} ({e.strerror or e}); "
-                          "choose a writable place") from None  # fmt: skip
+        raise ConfigError(
+            f"tracking store '{shown}' ({where}): cannot write to {folder} ({e.strerror or e}); choose a writable place"
+        ) from None
 
 
 SQL_SCHEMES = ("postgresql", "mysql", "mssql", "postgresql+psycopg2", "mysql+pymysql")
@@ -196,8 +197,9 @@ def check_sqlite_store(cfg: TrackingConfig, shown: str, where: str) -> None:
         ) from None
     db = sqlite_path(uri)
     if db is None:
-        raise ConfigError(f"tracking store '{shown}' ({where}): an in-memory store forgets every run; "
-                          "give a file, sqlite:///PATH")  # fmt: skip
+        raise ConfigError(
+            f"tracking store '{shown}' ({where}): an in-memory store forgets every run; give a file, sqlite:///PATH"
+        )
     try:
         connection = sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=CHECK_TIMEOUT_S)
         try:
@@ -245,8 +247,9 @@ def repair_sqlite_store(db: Path, artifact_root: str, shown: str, where: str, er
             runs = 0  # no runs table: the store was never completed
         if runs:
             hint = "run `mlflow db upgrade URI`" if "out-of-date" in reason else "move it away to start a new one"
-            raise ConfigError(f"tracking store '{shown}' ({where}) holds {runs} runs but MLflow cannot use it "
-                              f"({reason}); {hint}") from None  # fmt: skip
+            raise ConfigError(
+                f"tracking store '{shown}' ({where}) holds {runs} runs but MLflow cannot use it ({reason}); {hint}"
+            ) from None
         aside = db.with_name(f"{db.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}")
         shutil.copyfile(db, aside)
         fresh = db.with_name(db.name + ".creating")
@@ -261,8 +264,9 @@ def repair_sqlite_store(db: Path, artifact_root: str, shown: str, where: str, er
             source.close()
             target.close()
         fresh.unlink()
-    log.warning("tracking store %s was damaged and held no runs (%s); kept as %s and made afresh",
-                shown, reason, aside.name)  # fmt: skip
+    log.warning(
+        "tracking store %s was damaged and held no runs (%s); kept as %s and made afresh", shown, reason, aside.name
+    )
     open_sql_store(f"sqlite:///{db}")
 
 
@@ -291,11 +295,15 @@ def check_sql_store(uri: str, shown: str, where: str) -> None:
     worker.start()
     worker.join(CHECK_TIMEOUT_S)
     if not outcome:
-        raise ConfigError(f"tracking store '{shown}' ({where}): no answer within {CHECK_TIMEOUT_S:g} s; "
-                          "check that the database server is up and reachable")  # fmt: skip
+        raise ConfigError(
+            f"tracking store '{shown}' ({where}): no answer within {CHECK_TIMEOUT_S:g} s; "
+            "check that the database server is up and reachable"
+        )
     if outcome[0] is not None:
-        raise ConfigError(f"tracking store '{shown}' ({where}): cannot use it ({first_line(outcome[0])}); "
-                          "check the URI, the server and the credentials")  # fmt: skip
+        raise ConfigError(
+            f"tracking store '{shown}' ({where}): cannot use it ({first_line(outcome[0])}); "
+            "check the URI, the server and the credentials"
+        )
 
 
 def check_http_store(uri: str, shown: str, where: str) -> None:
@@ -313,11 +321,15 @@ def check_http_store(uri: str, shown: str, where: str) -> None:
         ) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        raise ConfigError(f"tracking store '{shown}' ({where}): cannot reach it ({reason}); start the server "
-                          "(`mlflow server`) or fix the URI") from None  # fmt: skip
+        raise ConfigError(
+            f"tracking store '{shown}' ({where}): cannot reach it ({reason}); start the server "
+            "(`mlflow server`) or fix the URI"
+        ) from None
     except ValueError:
-        raise ConfigError(f"tracking store '{shown}' ({where}): the answer is not MLflow's (not JSON); "
-                          "check the URI's host, port and path") from None  # fmt: skip
+        raise ConfigError(
+            f"tracking store '{shown}' ({where}): the answer is not MLflow's (not JSON); "
+            "check the URI's host, port and path"
+        ) from None
 
 
 def ask_http_store(uri: str, timeout_s: float) -> None:
@@ -375,9 +387,14 @@ def wait_for_http_server(uri: str, retry_for_s: float) -> None:
 
     settings = http_retry_settings(retry_for_s)
     retry = urllib3.util.Retry(
-        total=None, connect=int(settings["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]), read=0, redirect=0, status=0, other=0,
+        total=None,
+        connect=int(settings["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]),
+        read=0,
+        redirect=0,
+        status=0,
+        other=0,
         backoff_factor=int(settings["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"]),
-    )  # fmt: skip
+    )
     parts = urlsplit(uri)
     netloc = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"  # no credentials
     try:
@@ -596,10 +613,11 @@ def http_retry_settings(retry_for_s: float) -> dict[str, str]:
     for factor in range(1, MAX_FACTOR + 1):
         for retries in range(1, MAX_RETRIES + 1):
             if sum(retry_schedule(retries, factor)) >= retry_for_s:
-                return {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries),
-                        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": str(factor)}  # fmt: skip
-    return {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(MAX_RETRIES),
-            "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": str(MAX_FACTOR)}  # fmt: skip
+                return {
+                    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries),
+                    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": str(factor),
+                }
+    return {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(MAX_RETRIES), "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": str(MAX_FACTOR)}
 
 
 # ------------------------------------------------------------- a store for a cluster
@@ -622,13 +640,16 @@ def check_cluster_store(cfg: TrackingConfig) -> str | None:
     if not is_sqlite(cfg):
         return None
     if not cfg.allow_sqlite_on_slurm:
-        raise ConfigError(f"launcher=slurm with an SQLite tracking store: {SQLITE_ON_SLURM}; "
-                          "or tracking.allow_sqlite_on_slurm=true to run anyway")  # fmt: skip
+        raise ConfigError(
+            f"launcher=slurm with an SQLite tracking store: {SQLITE_ON_SLURM}; "
+            "or tracking.allow_sqlite_on_slurm=true to run anyway"
+        )
     return f"launcher=slurm with an SQLite tracking store (tracking.allow_sqlite_on_slurm=true): {SQLITE_ON_SLURM}"
 
 
-def open_run(cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any], run_id: str,
-             attempt: int) -> MlflowRunWriter:  # fmt: skip
+def open_run(
+    cfg: TrackingConfig, experiment: str, run_name: str, tags: dict[str, Any], run_id: str, attempt: int
+) -> MlflowRunWriter:
     """The store's run of the harness's run RUN_ID (its record's id), for ATTEMPT: the run tagged
     with that id when the store has it (a resumed run, a sweep's job run again, a record synced
     before), else a new one. A run recorded before the harness made its own ids has the store's
@@ -665,10 +686,19 @@ def older_run(client: Any, run_id: str) -> list[Any]:
 # A store whose disk is full cannot take the run now: as if away, and given the record at the run's end
 # once the harness has made room (mlrb/run.py's `catch_up_store`), else synced later.
 DISK_FULL_SIGNS = ("No space left on device", "Disk quota exceeded", "database or disk is full")
-UNREACHABLE_SIGNS = ("Connection refused", "timed out", "Name or service not known", "No route to host",
-                     "Failed to establish a new connection", "could not connect to server", "Max retries exceeded",
-                     "failed with exception", "failed with error code 50", "OperationalError",
-                     *DISK_FULL_SIGNS)  # fmt: skip
+UNREACHABLE_SIGNS = (
+    "Connection refused",
+    "timed out",
+    "Name or service not known",
+    "No route to host",
+    "Failed to establish a new connection",
+    "could not connect to server",
+    "Max retries exceeded",
+    "failed with exception",
+    "failed with error code 50",
+    "OperationalError",
+    *DISK_FULL_SIGNS,
+)
 
 
 def unreachable_sign(error: BaseException) -> str | None:

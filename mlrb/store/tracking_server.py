@@ -52,19 +52,28 @@ def parser() -> argparse.ArgumentParser:
         description="Start an MLflow tracking server for sweeps on many machines: PostgreSQL as the backend store "
         "(the database is created if missing), a shared folder or bucket as the artifact store.",
     )
-    p.add_argument("--backend-store-uri", default=os.environ.get("MLRB_TRACKING_DB", DEFAULT_DB_URI),
-                   help="PostgreSQL database: postgresql://USER[:PASSWORD]@HOST[:PORT]/DB (a password is better "
-                        f"given as $PGPASSWORD or in ~/.pgpass); default: $MLRB_TRACKING_DB, else {DEFAULT_DB_URI}")  # fmt: skip
-    p.add_argument("--artifacts-destination", default="mlflow-artifacts",
-                   help="where artifacts are kept: a folder every node can reach through the server (e.g. on the "
-                        "shared filesystem) or s3://BUCKET/PATH (MLFLOW_S3_ENDPOINT_URL for S3-compatible stores); "
-                        "default: ./mlflow-artifacts")  # fmt: skip
+    p.add_argument(
+        "--backend-store-uri",
+        default=os.environ.get("MLRB_TRACKING_DB", DEFAULT_DB_URI),
+        help="PostgreSQL database: postgresql://USER[:PASSWORD]@HOST[:PORT]/DB (a password is better "
+        f"given as $PGPASSWORD or in ~/.pgpass); default: $MLRB_TRACKING_DB, else {DEFAULT_DB_URI}",
+    )
+    p.add_argument(
+        "--artifacts-destination",
+        default="mlflow-artifacts",
+        help="where artifacts are kept: a folder every node can reach through the server (e.g. on the "
+        "shared filesystem) or s3://BUCKET/PATH (MLFLOW_S3_ENDPOINT_URL for S3-compatible stores); "
+        "default: ./mlflow-artifacts",
+    )
     p.add_argument("--host", default="0.0.0.0", help="address to listen on; default 0.0.0.0 (every interface)")
     p.add_argument("--port", type=int, default=5000, help="port; default 5000")
     p.add_argument("--workers", type=int, default=None, help="server worker processes (MLflow's default if unset)")
-    p.add_argument("--plain", action="store_true",
-                   help="serve MLflow's routes alone, without mlrb's run search (the report and compare then read "
-                        "runs through MLflow's search, which sends every param of every run)")  # fmt: skip
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="serve MLflow's routes alone, without mlrb's run search (the report and compare then read "
+        "runs through MLflow's search, which sends every param of every run)",
+    )
     return p
 
 
@@ -83,13 +92,19 @@ def postgres_parts(uri: str) -> dict:
     """psycopg's connection arguments from a postgresql:// URI (the database name apart)."""
     parts = urlsplit(uri)
     if parts.scheme.split("+")[0] != "postgresql":
-        raise ServeError(f"--backend-store-uri '{mask_uri(uri)}' is not a PostgreSQL URI; give "
-                         "postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE")  # fmt: skip
+        raise ServeError(
+            f"--backend-store-uri '{mask_uri(uri)}' is not a PostgreSQL URI; give "
+            "postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+        )
     database = parts.path.lstrip("/")
     if not database:
         raise ServeError(f"--backend-store-uri '{mask_uri(uri)}' names no database; add /DATABASE (e.g. /mlflow)")
-    args = {"host": parts.hostname or "127.0.0.1", "port": parts.port or 5432, "dbname": unquote(database),
-            "connect_timeout": CONNECT_TIMEOUT_S}  # fmt: skip
+    args = {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 5432,
+        "dbname": unquote(database),
+        "connect_timeout": CONNECT_TIMEOUT_S,
+    }
     if parts.username:
         args["user"] = unquote(parts.username)
     if parts.password:
@@ -111,8 +126,11 @@ def ensure_database(uri: str) -> bool:
     except psycopg.OperationalError as e:
         reason = first_line(e).split(": ", 1)[-1]
         if f'database "{args["dbname"]}" does not exist' not in reason:
-            hint = ("check the user and password" if "authentication" in reason or "password" in reason
-                    else "start it (Debian: pg_ctlcluster 15 main start) or fix --backend-store-uri")  # fmt: skip
+            hint = (
+                "check the user and password"
+                if "authentication" in reason or "password" in reason
+                else "start it (Debian: pg_ctlcluster 15 main start) or fix --backend-store-uri"
+            )
             what = "refused the connection" if "authentication" in reason else "is not reachable"
             raise ServeError(f"{where} {what}: {reason}; {hint}") from None
     try:  # the server's own maintenance database, to create ours from
@@ -147,8 +165,20 @@ def server_command(args: argparse.Namespace) -> list[str]:
     if "://" not in destination:  # a folder: absolute, so the server finds it whatever its working folder
         Path(destination).expanduser().mkdir(parents=True, exist_ok=True)
         destination = str(Path(destination).expanduser().resolve())
-    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", args.backend_store_uri,
-               "--artifacts-destination", destination, "--host", args.host, "--port", str(args.port)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        args.backend_store_uri,
+        "--artifacts-destination",
+        destination,
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+    ]
     if args.workers:
         command += ["--workers", str(args.workers)]
     if not args.plain and app_installed():
@@ -179,15 +209,24 @@ def wait_until_healthy(url: str, server: subprocess.Popen, timeout_s: float = ST
 def serve(args: argparse.Namespace) -> int:
     created = ensure_database(args.backend_store_uri)
     shown_db = mask_uri(args.backend_store_uri)
-    print(f"mlrb.tracking: backend store {shown_db}{' (database created)' if created else ''}; "
-          f"artifacts in {args.artifacts_destination}", flush=True)  # fmt: skip
+    print(
+        f"mlrb.tracking: backend store {shown_db}{' (database created)' if created else ''}; "
+        f"artifacts in {args.artifacts_destination}",
+        flush=True,
+    )
     if not args.plain and not app_installed():
-        print("mlrb.tracking: warning: mlrb's run search is not installed (reinstall mlrb: pip install -e .); "
-              "serving MLflow's routes alone, which the report reads more slowly", flush=True)  # fmt: skip
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": os.environ.get("MLFLOW_DISABLE_TELEMETRY", "true"),
-           # MLflow's server-side job runner (GenAI scoring and trace archival: 7 processes) serves
-           # nothing mlrb records; off unless asked for
-           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")}  # fmt: skip
+        print(
+            "mlrb.tracking: warning: mlrb's run search is not installed (reinstall mlrb: pip install -e .); "
+            "serving MLflow's routes alone, which the report reads more slowly",
+            flush=True,
+        )
+    env = {
+        **os.environ,
+        "MLFLOW_DISABLE_TELEMETRY": os.environ.get("MLFLOW_DISABLE_TELEMETRY", "true"),
+        # MLflow's server-side job runner (GenAI scoring and trace archival: 7 processes) serves
+        # nothing mlrb records; off unless asked for
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false"),
+    }
     # Its own process group: stopping this command stops the server and its workers with it.
     server = subprocess.Popen(server_command(args), env=env, start_new_session=True)
 
@@ -200,8 +239,11 @@ def serve(args: argparse.Namespace) -> int:
         local = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
         wait_until_healthy(f"http://{local}:{args.port}", server)
         uri = f"http://{public_host(args.host)}:{args.port}"
-        print(f"mlrb.tracking: serving at {uri}; run sweeps with: python -m mlrb -m tracking=server "
-              f"tracking.uri={uri} ...", flush=True)  # fmt: skip
+        print(
+            f"mlrb.tracking: serving at {uri}; run sweeps with: python -m mlrb -m tracking=server "
+            f"tracking.uri={uri} ...",
+            flush=True,
+        )
         print(f"MLFLOW_TRACKING_URI={uri}", flush=True)
         return server.wait()
     except Stopped as e:
@@ -226,8 +268,10 @@ def stop_server(server: subprocess.Popen) -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] != "serve":
-        print("usage: python -m mlrb.tracking serve [--help] [options]; "
-              f"got {' '.join(argv) or 'no command'}", file=sys.stderr)  # fmt: skip
+        print(
+            f"usage: python -m mlrb.tracking serve [--help] [options]; got {' '.join(argv) or 'no command'}",
+            file=sys.stderr,
+        )
         sys.exit(2)
     args = parser().parse_args(argv[1:])
     try:

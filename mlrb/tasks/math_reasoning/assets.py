@@ -115,7 +115,7 @@ def problem(shape: tuple[tuple[str, ...], str], rng: random.Random, name: str) -
         binders=f"({u} {w} : ℝ)" if two else f"({u} : ℝ)",
         hypotheses=" ".join(
             f"(h{_SUBSCRIPTS[i]} : {phrase['formal'].format(**values)})" for i, (phrase, values) in enumerate(drawn)
-        ),  # fmt: skip
+        ),
         goal=words["goals"][goal]["formal"].format(**goal_values),
     )
     return {"name": name, "informal_statement": statement, "informal_proof": proof, "formal_proof": formal}
@@ -151,8 +151,10 @@ def write_rows(train: list[dict], test: list[dict], out_dir: pathlib.Path) -> di
     write_jsonl(out_dir / "public" / "train.jsonl", train)
     write_jsonl(out_dir / "public" / "test.jsonl", [{k: r[k] for k in r if k != "formal_proof"} for r in test])
     write_jsonl(out_dir / "hidden" / "test.jsonl", test)
-    return {"train": {"path": "public/train.jsonl", "n": len(train)},
-            "test": {"inputs": "public/test.jsonl", "references": "hidden/test.jsonl", "n": len(test)}}  # fmt: skip
+    return {
+        "train": {"path": "public/train.jsonl", "n": len(train)},
+        "test": {"inputs": "public/test.jsonl", "references": "hidden/test.jsonl", "n": len(test)},
+    }
 
 
 def write_splits(rows: list[dict], n_test: int, seed: int, out_dir: pathlib.Path) -> dict:
@@ -175,27 +177,52 @@ def build_tiny_model(texts: list[str], p: dict, out: pathlib.Path) -> dict:
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
     )
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=p["vocab_size"], special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=p["vocab_size"],
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer=trainer)
     tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
-        mask_token="<mask>", model_max_length=512,
-    )  # fmt: skip
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        mask_token="<mask>",
+        model_max_length=512,
+    )
     config = BartConfig(
-        vocab_size=len(tokenizer), d_model=p["d_model"], encoder_layers=p["layers"], decoder_layers=p["layers"],
-        encoder_attention_heads=p["heads"], decoder_attention_heads=p["heads"], encoder_ffn_dim=p["ffn_dim"],
-        decoder_ffn_dim=p["ffn_dim"], max_position_embeddings=512, dropout=0.0, attention_dropout=0.0,
-        activation_dropout=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+        vocab_size=len(tokenizer),
+        d_model=p["d_model"],
+        encoder_layers=p["layers"],
+        decoder_layers=p["layers"],
+        encoder_attention_heads=p["heads"],
+        decoder_attention_heads=p["heads"],
+        encoder_ffn_dim=p["ffn_dim"],
+        decoder_ffn_dim=p["ffn_dim"],
+        max_position_embeddings=512,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
         forced_eos_token_id=2,
-    )  # fmt: skip
+    )
     torch.manual_seed(p["seed"])
     model = BartForConditionalGeneration(config)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    return {"path": "public/base_model", "params": sum(t.numel() for t in model.parameters()),
-            "vocab_size": len(tokenizer), "pretrained": False}  # fmt: skip
+    return {
+        "path": "public/base_model",
+        "params": sum(t.numel() for t in model.parameters()),
+        "vocab_size": len(tokenizer),
+        "pretrained": False,
+    }
 
 
 def check_params(params: dict) -> dict:

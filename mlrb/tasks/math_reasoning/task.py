@@ -112,8 +112,14 @@ class MathReasoning:
             source = work_dir / f"{name}.lean"
             source.write_text(lean.header + "\n" + text + "\n")
             try:
-                proc = subprocess.run([executable, str(source)], cwd=cwd, capture_output=True, text=True,
-                                      timeout=lean.timeout_s, stdin=subprocess.DEVNULL)  # fmt: skip
+                proc = subprocess.run(
+                    [executable, str(source)],
+                    cwd=cwd,
+                    capture_output=True,
+                    text=True,
+                    timeout=lean.timeout_s,
+                    stdin=subprocess.DEVNULL,
+                )
             except subprocess.TimeoutExpired:
                 return False, "timed out"
             output = proc.stdout + proc.stderr

@@ -42,13 +42,22 @@ def train(model, tokenizer, rows, steps: int, lr: float, batch_size: int, max_le
     model.train()
     for step in range(1, steps + 1):
         batch = rng.sample(rows, min(batch_size, len(rows)))
-        enc = tokenizer([render_input(r) for r in batch], return_tensors="pt", padding=True, truncation=True,
-                        max_length=max_length)  # fmt: skip
-        labels = tokenizer([r["formal_proof"] for r in batch], return_tensors="pt", padding=True, truncation=True,
-                           max_length=max_length)["input_ids"]  # fmt: skip
+        enc = tokenizer(
+            [render_input(r) for r in batch], return_tensors="pt", padding=True, truncation=True, max_length=max_length
+        )
+        labels = tokenizer(
+            [r["formal_proof"] for r in batch],
+            return_tensors="pt",
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+        )["input_ids"]
         labels = labels.masked_fill(labels == tokenizer.pad_token_id, -100)
-        loss = model(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device),
-                     labels=labels.to(device)).loss  # fmt: skip
+        loss = model(
+            input_ids=enc["input_ids"].to(device),
+            attention_mask=enc["attention_mask"].to(device),
+            labels=labels.to(device),
+        ).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -62,8 +71,9 @@ def formalize(model, tokenizer, rows, batch_size: int, max_length: int, max_new_
     outputs = []
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
-        enc = tokenizer([render_input(r) for r in batch], return_tensors="pt", padding=True, truncation=True,
-                        max_length=max_length).to(device)  # fmt: skip
+        enc = tokenizer(
+            [render_input(r) for r in batch], return_tensors="pt", padding=True, truncation=True, max_length=max_length
+        ).to(device)
         generated = model.generate(**enc, max_new_tokens=max_new_tokens, num_beams=1, do_sample=False)
         outputs += tokenizer.batch_decode(generated, skip_special_tokens=True)
     return [text.strip() for text in outputs]
