@@ -71,6 +71,9 @@ def test_work_left_running_stands_still_while_the_workspace_is_scored_mid_run(tm
         reply(tool("bash", command=TICKER)),
         reply(tool("bash", command="sleep 1")),
         reply(tool("bash", command='cp -r "$MLRB_DATA/base_model" submission')),
+        # a workspace of its own to score again (the job, held still around each snapshot, may not
+        # tick between two quick steps)
+        reply(tool("bash", command="echo more > notes.txt")),
         reply(tool("submit", summary="the base model")),
     ]
     with FakeLlmServer(script) as server:
