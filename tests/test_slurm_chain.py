@@ -47,15 +47,23 @@ def sweep(tmp_path: Path, cache: Path, profile: Path) -> subprocess.Popen:
     )  # fmt: skip
 
 
+RELEASE_AFTER_S = 3.0  # a requeued job held this long is released
+
+
 def release_requeued_until_done(tmp_path: Path, process: subprocess.Popen, timeout: float) -> str:
     """SLURM holds a requeued job back for about two minutes (its begin time): let each start
     at once, as an administrator would, until the sweep ends. Returns its output."""
     deadline = time.monotonic() + timeout
+    held: dict[str, float] = {}  # each held job, when first seen held
     try:
         while process.poll() is None and time.monotonic() < deadline:
             for job in own_slurm_jobs(tmp_path):
                 state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True)
-                if state.stdout.startswith("PENDING") and "BeginTime" in state.stdout:
+                if not (state.stdout.startswith("PENDING") and "BeginTime" in state.stdout):
+                    held.pop(job, None)
+                # Not at once: released within milliseconds of its requeue, SLURM started the job while
+                # its last run's credential was being revoked, and killed it ("Job credential revoked").
+                elif time.monotonic() - held.setdefault(job, time.monotonic()) >= RELEASE_AFTER_S:
                     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
             time.sleep(1)
         out, _ = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
