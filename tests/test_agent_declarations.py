@@ -58,11 +58,15 @@ def test_every_agent_kind_is_an_agent_and_declares_only_known_names(kind):
 def test_an_agent_that_declares_nothing_gets_the_defaults():
     from mlrb.models import metering
 
-    agent = Agent(AgentConfig(kind="baseline", name="plain"))
+    class Plain(Agent):
+        def run(self, ctx):
+            raise AssertionError("not run here")
+
+    with pytest.raises(TypeError, match="abstract method run"):
+        Agent(AgentConfig(kind="baseline", name="plain"))  # a kind must say how it acts
+    agent = Plain(AgentConfig(kind="baseline", name="plain"))
     assert (agent.runs_known_solution, agent.emits_tool_events, agent.tools_dir) == (False, False, None)
     assert metering.start(agent) is None  # it calls no model: no proxy
     agent.prepare(REPO)  # nothing to install
     agent.warm_up()
     Agent.check_config(agent.cfg)
-    with pytest.raises(NotImplementedError):
-        agent.run(None)  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,7 @@ class AgentOutcome:
     message: str = ""
 
 
-class Agent:
+class Agent(abc.ABC):
     """What every agent kind is (mlrb.core.registry.AGENTS names them) and what it declares it
     does. Each kind subclasses this; the harness reads these declarations (a kind that does
     something overrides its default) and never probes an agent for what it has."""
@@ -78,18 +79,22 @@ class Agent:
     def check_config(cls, cfg: AgentConfig) -> None:
         """Raise ConfigError for a config that cannot work, when configs are validated (before Hydra
         launches anything): no network, no heavy imports. Nothing to check by default."""
+        return None
 
     def prepare(self, cache_dir: Path) -> None:
         """Before the run opens: what it needs on this machine (say its program, installed into the
         cache), or ConfigError. Nothing by default."""
+        return None
 
     def warm_up(self) -> None:
         """While the run's store is checked: slow imports started on a thread. Nothing by default."""
+        return None
 
     def model_upstreams(self) -> dict[str, Any] | None:
         """The providers it may call through the run's metering proxy, by name; None: it calls no
         model, and the run starts no proxy."""
         return None
 
+    @abc.abstractmethod
     def run(self, ctx: AgentContext) -> AgentOutcome:
-        raise NotImplementedError
+        """Act in ctx.sandbox under ctx.budget, and say how it ended."""
