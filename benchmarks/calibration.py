@@ -159,54 +159,46 @@ def checks(anchors: dict, items: int, score_unit: float) -> dict:
 
 
 def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict | None = None) -> dict:
-    """The shipped assets; the seeds the asset build ran each anchor at (0..anchor_seeds-1: its
-    anchors are their means), and each seeded anchor run again with the seeds after those, up
-    to seeds-1, side by side (one per core, each on one thread, as at asset build)."""
-    import shutil
-    import tempfile
+    """The shipped assets, built with every anchor measured at seeds 0..seeds-1 (side by side, one
+    per core, each on one thread, as any asset build), never taken from the calibration mlrb ships.
+    What the build wrote (hidden/calibration.json) and its asset key are kept under `built`: a later
+    build of the same assets takes it once its own seed 0 scores alike (mlrb/tasks/anchors.py)."""
+    import dataclasses
 
     from mlrb.harness.assets import prepare
-    from mlrb.tasks.tiny_models import deterministic
+    from mlrb.tasks.anchors import record_key
 
     task = load_task(key, None, overrides)
+    task = dataclasses.replace(task, anchors=dataclasses.replace(task.anchors, seeds=seeds, use_shipped=False))
     started = time.monotonic()
-    assets, environment = prepare(task, cache_dir)
-    task = task.in_environment(environment)
+    assets, _ = prepare(task, cache_dir)
     build_s = json.loads((assets / "manifest.json").read_text()).get("build_seconds")
     measured = json.loads((assets / "hidden" / "calibration.json").read_text())
-    commands, solutions = task.anchors.commands, task.solutions(assets / "public")
-    seeded = [a for a in ANCHORS if "MLRB_SEED" in commands.get(a, "") and measured.get(f"{a}_score") is not None]
-    scratch = Path(tempfile.mkdtemp(prefix=f"calibration-{key}-"))
-
-    built = int(measured.get("anchor_seeds", 1))  # seeds 0..built-1 were run at build (older builds: seed 0)
-    jobs = [(anchor, seed) for seed in range(built, seeds) for anchor in seeded]
-    # The anchors part runs and scores them as at asset build: side by side, one per core, in a warm
-    # interpreter (mlrb/tasks/warm_python.py), each scored on one torch thread as its run ends.
-    with deterministic(0), solutions.warm() as warm:
-        reports = task.anchors.score_seeds(
-            scratch, jobs, run=lambda command, workspace, seed: solutions.run(command, workspace, seed, warm),
-            score=lambda submission, work_dir: task.judge.score(submission, assets, work_dir),
-            workers=os.cpu_count() or 1, invalid_stops=False,
-        )  # fmt: skip
-    results = {job: report.score if report.valid else None for job, report in reports.items()}
-    shutil.rmtree(scratch, ignore_errors=True)
+    commands = task.anchors.commands
     anchors = {}
     for anchor in ANCHORS:
-        first = measured.get(f"{anchor}_score")
-        if first is None:
-            anchors[anchor] = {**mean_sem([]), "values": []}
+        values = measured.get(f"{anchor}_seeds")
+        if not values:  # invalid, or not measured (stated, or its own measurement: llm_merging's)
+            first = measured.get(f"{anchor}_score")
+            anchors[anchor] = {**mean_sem([]), "values": []} if first is None else one_value(first)
             if measured.get(f"{anchor}_invalid"):
                 anchors[anchor].update(invalid=1, invalid_reason=measured[f"{anchor}_invalid"])
-        elif anchor in seeded:
-            values = list(measured.get(f"{anchor}_seeds") or [first])[:seeds]
-            values += [results[(anchor, s)] for s in range(built, seeds)]
-            anchors[anchor] = {**mean_sem([v for v in values if v is not None]), "values": values}
-        else:  # no seed reaches it: every run scores the same
-            anchors[anchor] = {"mean": first, "sem": 0.0, "n": 1, "values": [first], "deterministic": True}
+        elif "MLRB_SEED" not in commands.get(anchor, ""):  # no seed reaches it: every run scores the same
+            anchors[anchor] = one_value(values[0])
+        else:
+            anchors[anchor] = {**mean_sem(values), "values": values}
         print(f"  {key} {anchor}: {anchors[anchor]['values'] or 'invalid'}", flush=True)
     print(f"  {key}: {time.monotonic() - started:.0f} s", flush=True)
-    return task_result(key, "runs", scored_items(assets), seeds, [build_s], anchors, overrides,
-                       assets_seed=task.spec.assets.get("seed"))  # fmt: skip
+    result = task_result(key, "runs", scored_items(assets), seeds, [build_s], anchors, overrides,
+                         assets_seed=task.spec.assets.get("seed"))  # fmt: skip
+    if not overrides:  # a trial design's build is no calibration of the shipped assets
+        result["built"] = {"key": record_key(task.asset_key()), "calibration": measured}
+    return result
+
+
+def one_value(score: float) -> dict:
+    """An anchor every run scores alike (on one machine): measured once, SEM 0."""
+    return {"mean": score, "sem": 0.0, "n": 1, "values": [score], "deterministic": True}
 
 
 def calibrate_over_assets(key: str, seeds: int, cache_dir: Path, overrides: dict | None = None) -> dict:

@@ -268,13 +268,16 @@ def baseline_run(task_key: str, tmp_path: Path, cache_dir: Path):
     calibration = anchors_of(task_key, cache_dir)
     assert metrics["baseline_score"] == pytest.approx(calibration["baseline_score"], abs=1e-12)
     assert metrics["reference_score"] == pytest.approx(calibration["reference_score"], abs=1e-12)
-    # The anchors are means over the build's seeds 0, 1, 2, each seed's score kept with their SD and SEM.
+    # The anchors are means over seeds 0, 1, 2 (the build's own), or 0-4 (the calibration mlrb ships,
+    # which the build took once its seed 0 scored here as shipped), each seed's score kept with their
+    # SD and SEM.
     seeds = calibration["baseline_seeds"]
-    assert calibration["anchor_seeds"] == len(seeds) == len(calibration["reference_seeds"]) == 3
-    assert calibration["baseline_score"] == pytest.approx(sum(seeds) / 3, abs=1e-12)
-    spread = (sum((s - calibration["baseline_score"]) ** 2 for s in seeds) / 2) ** 0.5
+    n = 5 if "shipped" in calibration else 3
+    assert calibration["anchor_seeds"] == len(seeds) == len(calibration["reference_seeds"]) == n
+    assert calibration["baseline_score"] == pytest.approx(sum(seeds) / n, abs=1e-12)
+    spread = (sum((s - calibration["baseline_score"]) ** 2 for s in seeds) / (n - 1)) ** 0.5
     assert calibration["baseline_sd"] == pytest.approx(spread, abs=1e-12)
-    assert calibration["baseline_sem"] == pytest.approx(spread / 3**0.5, abs=1e-12)
+    assert calibration["baseline_sem"] == pytest.approx(spread / n**0.5, abs=1e-12)
     assert metrics["baseline_score_sem"] == pytest.approx(calibration["baseline_sem"], abs=1e-12)
     # The rerun reproduces the build's seed-0 baseline run (the same command and seed), and is
     # normalised on the anchors.

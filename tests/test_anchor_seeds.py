@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 
 import pytest
@@ -15,11 +16,13 @@ import yaml
 
 from build_ahead import SEEDED, unseen_seed_scores
 from conftest import REPO, task_from_config
+from mlrb.analysis import stats
 from mlrb.analysis.counting import normalise
 from mlrb.core.config import ConfigError, TaskConfig
 from mlrb.report.aggregate import anchor_sem
 from mlrb.report.runs import RunRow
-from mlrb.tasks.anchors import Anchors, seed_statistics
+from mlrb.tasks import anchors as anchors_module
+from mlrb.tasks.anchors import Anchors, record_key, seed_statistics
 from mlrb.tasks.base import ScoreReport, Task, packaged_task, scale_spec
 
 
@@ -141,6 +144,58 @@ def test_a_submission_already_scored_is_not_scored_again(tmp_path):
     assert stored["do_nothing_seeds"] == [7.0, 7.0, 7.0] and stored["do_nothing_sd"] == 0.0
     assert stored["baseline_seeds"] == [0.0, 1.0, 2.0] and stored["reference_seeds"] == [10.0, 11.0, 12.0]
     assert len(scored) == 7  # 3 baseline, 3 reference, 1 do_nothing
+
+
+def ship(path, task: Task, calibration: dict) -> None:
+    """Write `calibration` as the one mlrb ships for task's assets (benchmarks/calibration.py's shape)."""
+    built = {"key": record_key(task.asset_key()), "calibration": calibration}
+    measured = {"commit": "abc1234", "date": "2026-12-02 20:00 UTC", "machine": {"cpu": "Some CPU"}}
+    path.write_text(json.dumps({task.name: {"built": built, "measured": measured}}))
+
+
+@pytest.mark.fast
+def test_a_build_takes_the_shipped_calibration_of_its_assets_once_its_seed_0_scores_as_shipped(
+    tmp_path, monkeypatch, caplog
+):
+    scored: list[float] = []
+
+    def counting(submission, assets, work_dir):
+        scored.append(float((submission / "answer.txt").read_text()))
+        return score_answer(submission, assets, work_dir)
+
+    task = seed_task(tmp_path, score=counting)
+    # What a build at 5 seeds measures, as benchmarks/calibration.py builds and ships it.
+    five = dataclasses.replace(task, anchors=dataclasses.replace(task.anchors, seeds=5, use_shipped=False))
+    calibration = five.build_assets(tmp_path / "five")["calibration"]
+    shipped = tmp_path / "shipped.json"
+    monkeypatch.setattr(anchors_module, "SHIPPED", shipped)
+    ship(shipped, task, calibration)
+
+    scored.clear()
+    task.build_assets(tmp_path / "assets")
+    assert sorted(scored) == [0.0, 10.0]  # seed 0 of the baseline and of the reference, nothing more
+    stored = json.loads((tmp_path / "assets" / "hidden" / "calibration.json").read_text())
+    assert stored["baseline_seeds"] == [0.0, 1.0, 2.0, 3.0, 4.0] and stored["anchor_seeds"] == 5
+    assert stored["shipped"] == {"commit": "abc1234", "date": "2026-12-02 20:00 UTC", "cpu": "Some CPU",
+                                 "checked": "seed 0 of each anchor, here, scored as shipped"}  # fmt: skip
+    assert task.anchors.read(tmp_path / "assets")["baseline_sem"] == pytest.approx(stats.sd([0, 1, 2, 3, 4]) / 5**0.5)
+    # Taking it makes other assets than measuring would: the cache key says so.
+    assert task.asset_key()["shipped"] and "shipped" not in five.asset_key()
+
+    # Assets built with another parameter are other assets: measured, every seed.
+    scored.clear()
+    seed_task(tmp_path, score=counting, size=3).build_assets(tmp_path / "other")
+    assert sorted(scored) == [0.0, 1.0, 2.0, 10.0, 11.0, 12.0]
+
+    # A shipped seed 0 that this machine does not reproduce: the other seeds are run too, with a warning.
+    ship(shipped, task, {**calibration, "baseline_seeds": [0.5, 1.0, 2.0, 3.0, 4.0]})
+    scored.clear()
+    with caplog.at_level(logging.WARNING, logger="mlrb.tasks.anchors"):
+        task.build_assets(tmp_path / "elsewhere")
+    assert sorted(scored) == [0.0, 1.0, 2.0, 10.0, 11.0, 12.0]
+    stored = json.loads((tmp_path / "elsewhere" / "hidden" / "calibration.json").read_text())
+    assert stored["baseline_seeds"] == [0.0, 1.0, 2.0] and stored["anchor_seeds"] == 3 and "shipped" not in stored
+    assert "seeded: the calibration mlrb ships does not hold on this machine (seed 0 of baseline" in caplog.text
 
 
 @pytest.mark.fast

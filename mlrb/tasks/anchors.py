@@ -77,25 +77,78 @@ class Anchors:
     measured_by: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None
     # The error a failed anchor stops the build with (a folder's names its files); None: AnchorFailed.
     failed: Callable[[AnchorFailed], Exception] | None = None
+    # Whether a build may take the calibration mlrb ships for these exact assets (`shipped_record`)
+    # once its own seed-0 runs score as that calibration's did; False: measure every seed.
+    use_shipped: bool = True
 
-    def calibrate(self, out_dir: Path, solutions: Solutions, judge: Judge) -> dict[str, Any]:
+    def calibrate(
+        self, out_dir: Path, solutions: Solutions, judge: Judge, key: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Measure the anchors on the built assets in out_dir (hidden/calibration.json): each
-        command run by the solutions part (in a warm interpreter) and scored by the judge."""
-        extra = self.for_the_record(out_dir) if self.for_the_record else {}
+        command run by the solutions part (in a warm interpreter) and scored by the judge.
+        Where mlrb ships a calibration of assets with this asset `key` (`shipped_record`), only
+        seed 0 is run: when it scores to the last bit as the shipped calibration's seed 0 did, that
+        calibration is taken (its seeds are what this machine and code would measure); otherwise
+        the other seeds are run too, as without one."""
+        record = self.shipped(key)
+
+        def extra() -> dict[str, Any]:  # measured only when the anchors are
+            return self.for_the_record(out_dir) if self.for_the_record else {}
+
         if self.measured_by:
-            return self.measured_by(out_dir, extra)
+            return self.measured_by(out_dir, extra())
         try:
             with solutions.warm() as warm:
-                return self.measure(
-                    out_dir,
-                    run=lambda command, workspace, seed: solutions.run(command, workspace, seed, warm),
-                    score=lambda submission, work_dir: judge.score(submission, out_dir, work_dir),
-                    extra=extra,
-                )
+
+                def run(command: str, workspace: Path, seed: int) -> Path:
+                    return solutions.run(command, workspace, seed, warm)
+
+                def score(submission: Path, work_dir: Path) -> ScoreReport:
+                    return judge.score(submission, out_dir, work_dir)
+
+                if record is not None:
+                    return self.measure_against(out_dir, record, run, score, extra)
+                return self.measure(out_dir, run, score, extra())
         except AnchorFailed as e:
             if self.failed is None:
                 raise
             raise self.failed(e) from None
+
+    def shipped(self, key: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The shipped calibration of assets with this key, if this part may take one."""
+        if key is None or not self.use_shipped or self.measured_by:
+            return None
+        return shipped_record(self.task_name, key)
+
+    def measure_against(
+        self,
+        out_dir: Path,
+        record: dict[str, Any],
+        run: RunSolution,
+        score: ScoreSubmission,
+        extra: Callable[[], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Seed 0 of each anchor to measure, checked against the shipped calibration `record`:
+        the record, written as hidden/calibration.json, when every anchor agrees; else the
+        remaining seeds too, as `measure` would have measured them all."""
+        todo = self.to_measure()
+        scratch = out_dir / "calibration"
+        first = self.score_seeds(scratch, [(anchor, 0) for anchor in reversed(todo)], run, score)
+        disagree = [anchor for anchor in todo if not agrees(first[anchor, 0], record, anchor)]
+        if not disagree:
+            shutil.rmtree(scratch, ignore_errors=True)
+            return self.write(out_dir, record)
+        logging.getLogger(__name__).warning(
+            "%s: the calibration mlrb ships does not hold on this machine (seed 0 of %s scores otherwise); "
+            "measuring all %d seeds here",
+            self.task_name,
+            ", ".join(disagree),
+            self.seeds,
+        )
+        rest = [(anchor, seed) for anchor in reversed(todo) for seed in range(1, self.seeds)]
+        reports = {**first, **self.score_seeds(scratch, rest, run, score)}
+        shutil.rmtree(scratch, ignore_errors=True)
+        return self.write(out_dir, self.summarise(todo, reports, extra()))
 
     def to_measure(self) -> dict[str, str]:
         return {
@@ -123,6 +176,13 @@ class Anchors:
         scratch = out_dir / "calibration"
         jobs = [(anchor, seed) for anchor in reversed(todo) for seed in range(self.seeds)]
         reports = self.score_seeds(scratch, jobs, run, score)
+        shutil.rmtree(scratch, ignore_errors=True)
+        return self.write(out_dir, self.summarise(todo, reports, extra))
+
+    def summarise(
+        self, todo: dict[str, str], reports: dict[tuple[str, int], ScoreReport], extra: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """What hidden/calibration.json holds, from every (anchor, seed)'s report."""
         scores: dict[str, Any] = dict(extra or {})
         for anchor in todo:
             runs = [reports[anchor, seed] for seed in range(self.seeds)]
@@ -136,7 +196,10 @@ class Anchors:
                 if len(values) == len(runs):
                     scores[f"{anchor}.{key}"] = sum(values) / len(values)
         scores["anchor_seeds"] = self.seeds
-        shutil.rmtree(scratch, ignore_errors=True)
+        return scores
+
+    @staticmethod
+    def write(out_dir: Path, scores: dict[str, Any]) -> dict[str, Any]:
         (out_dir / "hidden").mkdir(parents=True, exist_ok=True)
         (out_dir / "hidden" / "calibration.json").write_text(json.dumps(scores, indent=2))
         return scores
@@ -228,6 +291,42 @@ def one_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(old)
+
+
+# The calibration mlrb ships (benchmarks/calibration.py writes it; benchmarks/calibration.json links
+# to it): per task, each anchor's scores over seeds and, under "built", the hidden/calibration.json
+# of a build of its tiny assets at those seeds with the asset key it was built with.
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "calibration.json"
+# What a shipped calibration need not match of an asset key: the code's digest (a change that moves
+# no score is common; one that does is caught by seed 0's check) and the seeds a build measures at.
+NOT_MATCHED = ("sources", "anchor_seeds", "shipped")
+
+
+def record_key(key: dict[str, Any]) -> dict[str, Any]:
+    """An asset key as a shipped calibration records it (JSON, less NOT_MATCHED)."""
+    kept = {name: value for name, value in key.items() if name not in NOT_MATCHED}
+    return json.loads(json.dumps(kept, sort_keys=True, default=str))
+
+
+def shipped_record(task_name: str, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The hidden/calibration.json mlrb ships for the task's assets built with this asset key, or
+    None (none shipped, or shipped for other assets)."""
+    entry = (json.loads(SHIPPED.read_text()) if SHIPPED.exists() else {}).get(task_name, {})
+    built = entry.get("built")
+    if not built or built.get("key") != record_key(key):
+        return None
+    measured = entry.get("measured", {})
+    where = {name: measured.get(name) for name in ("commit", "date")} | {"cpu": measured.get("machine", {}).get("cpu")}
+    return {**built["calibration"], "shipped": {**where, "checked": "seed 0 of each anchor, here, scored as shipped"}}
+
+
+def agrees(report: ScoreReport, record: dict[str, Any], anchor: str) -> bool:
+    """Whether an anchor's seed-0 report is the shipped calibration's seed 0, to the last bit
+    (an invalid do_nothing: invalid for the same reason)."""
+    if not report.valid:
+        return record.get(f"{anchor}_invalid") == report.reason
+    seeds = record.get(f"{anchor}_seeds") or []
+    return bool(seeds) and report.score is not None and float(report.score) == seeds[0]
 
 
 def contents_digest(path: Path) -> str | None:

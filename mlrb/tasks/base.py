@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import importlib
+import json
 import shutil
 import sys
 from collections.abc import Callable, Mapping
@@ -303,7 +305,7 @@ class Task:
     def asset_key(self) -> dict[str, Any]:
         """Everything that determines the built assets (hashed into the cache key); the
         calibration stored with them depends on how models are evaluated and on the anchors."""
-        return {
+        key = {
             "task": self.name,
             "assets": self.spec.assets,
             "eval": dataclasses.asdict(self.spec.eval),
@@ -314,6 +316,11 @@ class Task:
             **({"requirements": list(self.requirements)} if self.requirements else {}),
             **(self.key() if self.key else {}),
         }
+        # The calibration mlrb ships for such assets, which a build takes when its seed 0 holds here.
+        shipped = self.anchors.shipped(key)
+        if shipped is None:
+            return key
+        return {**key, "shipped": hashlib.sha256(json.dumps(shipped, sort_keys=True).encode()).hexdigest()[:16]}
 
     def build_assets(self, out_dir: Path) -> dict[str, Any]:
         """Write `public/` (the agent may read it) and `hidden/` (it never may) into out_dir
@@ -321,7 +328,8 @@ class Task:
         the assets' manifest; a build that fails leaves nothing behind."""
         try:
             facts = self.builder.make(out_dir)
-            facts["calibration"] = self.anchors.calibrate(out_dir, self.solutions(out_dir / "public"), self.judge)
+            solutions = self.solutions(out_dir / "public")
+            facts["calibration"] = self.anchors.calibrate(out_dir, solutions, self.judge, key=self.asset_key())
             return facts
         except BaseException:
             shutil.rmtree(out_dir, ignore_errors=True)  # nothing half-built is left in the cache
