@@ -122,16 +122,21 @@ def main() -> None:
     p.add_argument("--scale", type=float, default=1.0, help="sizes x this (1.0: about 4 GB of writes)")
     p.add_argument("--steps", type=int, default=200, help="the agent's steps (one model call each)")
     p.add_argument("--ckpt-every", type=int, default=25, help="the checkpoint is rewritten every N steps")
+    p.add_argument("--data-gib", type=float, default=None,
+                   help="the data shards' total size in GiB, written once (default: 1.25 x --scale): a large "
+                        "workspace without as many checkpoint bytes")  # fmt: skip
     p.add_argument("--keep", type=Path, default=None, help="run in this folder and keep it (default: a temporary one)")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "paper_load.json")
     args = p.parse_args()
-    if args.steps < 3 or args.scale <= 0 or args.ckpt_every < 1:
-        p.error(f"--steps must be 3 or more, --scale above 0, --ckpt-every 1 or more; got {args.steps}, "
-                f"{args.scale}, {args.ckpt_every}")  # fmt: skip
+    if args.steps < 3 or args.scale <= 0 or args.ckpt_every < 1 or (args.data_gib is not None and args.data_gib <= 0):
+        p.error(f"--steps must be 3 or more, --scale and --data-gib above 0, --ckpt-every 1 or more; got {args.steps}, "
+                f"{args.scale}, {args.data_gib}, {args.ckpt_every}")  # fmt: skip
     from mlrb.harness import snapshots
 
     measured = results_page.provenance(sources=SOURCES)
     shape = {**sizes(args.scale), "ckpt_every": args.ckpt_every}
+    if args.data_gib is not None:
+        shape["data_bytes"] = int(args.data_gib * (1 << 30) / shape["data_shards"])
     wrote = written_bytes(args.steps, shape)
     print(f"paper load at scale {args.scale}: {args.steps} steps, a venv of {shape['venv_files']} files, "
           f"{shape['data_shards']} data shards of {shape['data_bytes'] // MIB} MiB, {shape['ckpt_shards']} checkpoint "
@@ -179,7 +184,7 @@ def main() -> None:
             print(f"{line['step']:5d} {line.get('took_s', 0):8.3f} {line.get('took_cpu_s', 0):7.3f}  "
                   f"{'no' if same else 'yes'}")  # fmt: skip
     figures = {
-        "scale": args.scale, "steps": len(steps), "model_calls": calls, "shape": shape,
+        "scale": args.scale, "data_gib": args.data_gib, "steps": len(steps), "model_calls": calls, "shape": shape,
         "agent_wrote_bytes": wrote, "needed_bytes": needed, "store_bytes": store, "workspace_bytes": work,
         "record_bytes": record, "uploaded_bytes": uploaded,
         "store_over_needed": round(store / needed, 3) if needed else None,
@@ -241,14 +246,15 @@ def paper_load_section(bench_dir: Path) -> str:
         ["snapshots, all steps", f"{f['snapshot_s_total']:.0f} s ({f['snapshot_cpu_s_total']:.0f} s CPU)", ""],
     ]
     shape = f["shape"]
+    data_option = f" --data-gib {f['data_gib']:g}" if f.get("data_gib") else ""
     return "\n\n".join([
         f"A day of paper-scale work compressed in time, through the real harness (bwrap, SQLite store): "
         f"{f['steps']} steps and {f['model_calls']} model calls against a scripted model server, a venv of "
         f"{shape['venv_files']:,} files, {shape['data_shards']} data shards of {shape['data_bytes'] / 1024**2:.0f} MiB and "
         f"{shape['ckpt_shards']} checkpoint shards of {shape['ckpt_bytes'] / 1024**2:.0f} MiB rewritten every "
-        f"{shape['ckpt_every']} steps (scale {f['scale']:g}; `--scale` grows it).",
+        f"{shape['ckpt_every']} steps (scale {f['scale']:g}; `--scale` grows it, `--data-gib` the data alone).",
         "Measured with:",
-        results_page.commands("-m benchmarks.paper_load --out benchmarks/paper_load.json"),
+        results_page.commands(f"-m benchmarks.paper_load{data_option} --out benchmarks/paper_load.json"),
         "Output: `benchmarks/paper_load.json`.",
         results_page.table(["what", "figure", "target"], rows),
         results_page.provenance_table([("`paper_load.json`", data.get("measured"))]),
