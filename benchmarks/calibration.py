@@ -191,7 +191,9 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
     print(f"  {key}: {time.monotonic() - started:.0f} s", flush=True)
     result = task_result(key, "runs", scored_items(assets), seeds, [build_s], anchors, overrides,
                          assets_seed=task.spec.assets.get("seed"))  # fmt: skip
-    if not overrides:  # a trial design's build is no calibration of the shipped assets
+    # A trial design's build is no calibration of the shipped assets, and a task that measures its
+    # anchors its own way (llm_merging's merges: no seed reaches them) measures them whole.
+    if not overrides and not task.anchors.measured_by:
         result["built"] = {"key": record_key(task.asset_key()), "calibration": measured}
     return result
 

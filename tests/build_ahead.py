@@ -93,7 +93,7 @@ def build_each(cache_dir: Path, say: Callable[[str], None], scale: str) -> None:
         try:
             assets = ensure_assets(task, cache_dir)
             if fresh:
-                say(f"{key} ({scale}): built in {time.monotonic() - started:.0f} s")
+                say(f"{key} ({scale}): built in {time.monotonic() - started:.0f} s{shipped_or_not(task, assets)}")
             if scale == "tiny" and key in SEEDED and kept_unseen_seed_scores(task, assets) is None:
                 started = time.monotonic()
                 with tempfile.TemporaryDirectory(prefix=f"unseen-seed-{key}-") as scratch:
@@ -102,6 +102,22 @@ def build_each(cache_dir: Path, say: Callable[[str], None], scale: str) -> None:
         except Exception as e:  # the tests that need it build it again and show the whole error
             say(f"{key}: FAILED ({type(e).__name__}: {str(e)[:300]}); its tests will build it again")
             traceback.print_exc()  # into the log, after what the build printed
+
+
+def shipped_or_not(task, assets: Path) -> str:
+    """Whether a build took the calibration mlrb ships, said where it could have: a task whose
+    shipped calibration no longer holds measures every seed, which the suite's time shows."""
+    from mlrb.tasks.anchors import SHIPPED
+
+    if (
+        task.spec.plumbing
+        or task.anchors.measured_by
+        or "built" not in json.loads(SHIPPED.read_text()).get(task.name, {})
+    ):
+        return ""
+    if "shipped" in json.loads((assets / "hidden" / "calibration.json").read_text()):
+        return " (took the shipped calibration)"
+    return " (measured every seed: the shipped calibration does not hold here; see docs/development.md)"
 
 
 def unseen_seed_record(task, assets: Path) -> tuple[Path, dict]:
