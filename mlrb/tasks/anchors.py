@@ -311,13 +311,28 @@ def record_key(key: dict[str, Any]) -> dict[str, Any]:
 def shipped_record(task_name: str, key: dict[str, Any]) -> dict[str, Any] | None:
     """The hidden/calibration.json mlrb ships for the task's assets built with this asset key, or
     None (none shipped, or shipped for other assets)."""
-    entry = (json.loads(SHIPPED.read_text()) if SHIPPED.exists() else {}).get(task_name, {})
+    entry = shipped_file().get(task_name, {})
     built = entry.get("built")
     if not built or built.get("key") != record_key(key):
         return None
     measured = entry.get("measured", {})
     where = {name: measured.get(name) for name in ("commit", "date")} | {"cpu": measured.get("machine", {}).get("cpu")}
     return {**built["calibration"], "shipped": {**where, "checked": "seed 0 of each anchor, here, scored as shipped"}}
+
+
+def shipped_file() -> dict[str, Any]:
+    """SHIPPED, read once while it stays unchanged: a task's asset key asks for it at every
+    ensure_assets, and a run asks for its key several times."""
+    try:
+        info = SHIPPED.stat()
+    except FileNotFoundError:
+        return {}
+    return _read_json(str(SHIPPED), info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_json(path: str, mtime_ns: int, size: int) -> dict[str, Any]:  # (mtime_ns, size): the cache's key
+    return json.loads(Path(path).read_text())
 
 
 def agrees(report: ScoreReport, record: dict[str, Any], anchor: str) -> bool:
