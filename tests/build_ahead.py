@@ -3,8 +3,11 @@
 Left to the tests, the first test that needs a task builds it, beside the other test processes:
 from an empty cache, up to three builds ran at once beside the other tests, each build's anchor
 runs taking one core each, and the cold suite took 57 minutes (benchmarks/suite_time.json). Built
-ahead, one task after another, each build has both cores to itself, and the tests that follow
-find the cache warm. With the builds come the unseen-seed runs of tests/test_anchor_seeds.py,
+ahead, before any test, the builds have the cores to themselves, and the tests that follow
+find the cache warm. They run two at a time (BUILDS_AT_ONCE), each in a process of its own: a
+build's data and base model are made on one torch thread (byte-identical files on any core
+count), which left the second core idle for a third of the builds' time when they ran one after
+another. With the builds come the unseen-seed runs of tests/test_anchor_seeds.py,
 which are kept beside the assets in the same way.
 
 Only a run of the whole suite builds ahead (no test paths named, no -k, and an -m that selects
@@ -32,6 +35,15 @@ TINY_TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_rea
               "edge_llm_training"]  # fmt: skip
 # The tasks whose anchors are commands run at build (llm_merging's are its merges, no seed reaches them).
 SEEDED = TINY_TASKS[1:]
+# Builds at once: two, on the 2 cores CI has (a build's anchor runs take two cores at times).
+BUILDS_AT_ONCE = 2
+# The builds' order per scale, the longest first: llm_efficiency's base model takes a quarter of the
+# tiny builds' time; at plumbing scale, llm_merging's merges are scored at build.
+LONGEST = {"tiny": "llm_efficiency", "plumbing": "llm_merging"}
+
+
+def longest_first(scale: str) -> list[str]:
+    return [LONGEST[scale], *(key for key in TINY_TASKS if key != LONGEST[scale])]
 
 
 def wanted(config: pytest.Config) -> list[str]:
@@ -83,25 +95,48 @@ def stderr_to(path: Path) -> Iterator[None]:
 
 
 def build_each(cache_dir: Path, say: Callable[[str], None], scale: str) -> None:
+    """Every task's build at SCALE, BUILDS_AT_ONCE at a time, each task's lines said as it ends
+    (the longest first, so that the last to end is a short one)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # Forked: a build starts without a new interpreter's imports. Each process builds tasks one after
+    # another; what the builds print goes to the log, which the processes share as their stderr.
+    with ProcessPoolExecutor(max_workers=BUILDS_AT_ONCE, mp_context=multiprocessing.get_context("fork")) as pool:
+        builds = [pool.submit(build_one, cache_dir, key, scale) for key in longest_first(scale)]
+        for done in as_completed(builds):
+            try:
+                lines = done.result()
+            except Exception as e:  # its process died (killed, out of memory): its tests build it again
+                lines = [f"a build's process ended without its result ({type(e).__name__}: {e}); its tests build again"]
+            for line in lines:
+                say(line)
+
+
+def build_one(cache_dir: Path, key: str, scale: str) -> list[str]:
+    """One task's assets at SCALE (and at tiny scale, a seeded task's unseen-seed scores): what to
+    say of them. A build that fails is said in one line; its traceback goes to the log."""
     from conftest import task_from_config
     from mlrb.harness.assets import MANIFEST, asset_dir, ensure_assets
 
-    for key in TINY_TASKS:
+    lines = []
+    try:
         task = task_from_config(key, scale=scale)
         fresh = not (asset_dir(task, cache_dir) / MANIFEST).exists()
         started = time.monotonic()
-        try:
-            assets = ensure_assets(task, cache_dir)
-            if fresh:
-                say(f"{key} ({scale}): built in {time.monotonic() - started:.0f} s{shipped_or_not(task, assets)}")
-            if scale == "tiny" and key in SEEDED and kept_unseen_seed_scores(task, assets) is None:
-                started = time.monotonic()
-                with tempfile.TemporaryDirectory(prefix=f"unseen-seed-{key}-") as scratch:
-                    unseen_seed_scores(task, assets, Path(scratch))
-                say(f"{key}: its anchors run at an unseen seed in {time.monotonic() - started:.0f} s")
-        except Exception as e:  # the tests that need it build it again and show the whole error
-            say(f"{key}: FAILED ({type(e).__name__}: {str(e)[:300]}); its tests will build it again")
-            traceback.print_exc()  # into the log, after what the build printed
+        assets = ensure_assets(task, cache_dir)
+        if fresh:
+            lines.append(f"{key} ({scale}): built in {time.monotonic() - started:.0f} s{shipped_or_not(task, assets)}")
+        if scale == "tiny" and key in SEEDED and kept_unseen_seed_scores(task, assets) is None:
+            started = time.monotonic()
+            with tempfile.TemporaryDirectory(prefix=f"unseen-seed-{key}-") as scratch:
+                unseen_seed_scores(task, assets, Path(scratch))
+            lines.append(f"{key}: its anchors run at an unseen seed in {time.monotonic() - started:.0f} s")
+    except Exception as e:  # the tests that need it build it again and show the whole error
+        lines.append(f"{key}: FAILED ({type(e).__name__}: {str(e)[:300]}); its tests will build it again")
+        traceback.print_exc()  # into the log, after what the build printed
+        sys.stderr.flush()
+    return lines
 
 
 def shipped_or_not(task, assets: Path) -> str:

@@ -396,7 +396,7 @@ BUILD_AHEAD_S: list[float] = []  # tests/build_ahead.py's time, when the whole s
 
 def pytest_sessionstart(session):
     """Before xdist starts the test processes (its own hook runs last): a run of the whole suite
-    builds the tiny tasks ahead, one at a time on every core (tests/build_ahead.py)."""
+    builds the tiny tasks ahead, two at a time on every core (tests/build_ahead.py)."""
     import time
 
     import build_ahead
