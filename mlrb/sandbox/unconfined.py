@@ -112,7 +112,7 @@ class UnconfinedSandbox(Sandbox):
                 self.running.discard(proc.pid)
             if whole_run:  # the agent's end: what it left in its group goes too (a detached process escapes)
                 self.killed_left += agents_own([command_line(pid) for pid in group_members([proc.pid])])
-                kill_group(proc.pid)
+                kill_group_and_wait(proc.pid)
             return ExecResult(
                 proc.returncode, read_capped(out), read_capped(err), time.monotonic() - started, timed_out
             )
@@ -136,6 +136,18 @@ class UnconfinedSandbox(Sandbox):
     @classmethod
     def start_isolated(cls, cfg: SandboxConfig, job: IsolatedCommand) -> IsolatedProcess:
         return GroupProcess(job.argv, job, cwd=job.workdir, env=job.env)
+
+
+GONE_WAIT_S = 5.0  # a killed process is gone once the kernel has delivered SIGKILL: at once, unless swapped out
+
+
+def kill_group_and_wait(pid: int) -> None:
+    """SIGKILL the group `pid` leads and wait until none of it runs: a busy machine delivers the
+    signal a moment later, and what is counted as left after the run's end must really be gone."""
+    kill_group(pid)
+    deadline = time.monotonic() + GONE_WAIT_S
+    while group_members([pid]) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def group_members(groups: list[int]) -> list[int]:
