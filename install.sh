@@ -15,10 +15,13 @@ EXTRAS=""
 if [[ ! -x .venv/bin/python ]]; then
     "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet "$TORCH_SPEC"
+# --no-compile: pip would compile every module it installs (about 110 CPU s here, most of them never
+# imported); mlrb.core.bytecode compiles what the runs import, which their sandboxes mount read-only.
+.venv/bin/python -m pip install --quiet --no-compile --upgrade pip
+.venv/bin/python -m pip install --quiet --no-compile "$TORCH_SPEC"
 # requirements.lock: the exact versions every machine gets (see its header).
-.venv/bin/python -m pip install --quiet -c requirements.lock -e ".${EXTRAS}"
+.venv/bin/python -m pip install --quiet --no-compile -c requirements.lock -e ".${EXTRAS}"
+MLFLOW_DISABLE_TELEMETRY=true .venv/bin/python -m mlrb.core.bytecode >/dev/null
 echo "mlrb installed in $(pwd)/.venv"
 
 # --dev: Harbor's own CLI (it needs Python >= 3.12) in a venv of its own, .venv-harbor, for the
@@ -42,6 +45,6 @@ if [[ -n "$EXTRAS" && ! -x .venv-harbor/bin/harbor ]]; then
         exit 1
     fi
     "$PY312" -m venv .venv-harbor
-    .venv-harbor/bin/python -m pip install --quiet "$HARBOR_SPEC"
+    .venv-harbor/bin/python -m pip install --quiet --no-compile "$HARBOR_SPEC"  # compiled where first run
     echo "harbor installed in $(pwd)/.venv-harbor ($HARBOR_SPEC)"
 fi

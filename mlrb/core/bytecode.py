@@ -1,0 +1,76 @@
+"""The compiled bytecode of what mlrb's processes import, written once at install:
+`python -m mlrb.core.bytecode` (install.sh runs it).
+
+pip compiles every module it installs unless told not to: about 110 CPU seconds for mlrb's
+libraries on 2 cores, most of it for modules no run imports (transformers' hundreds of model
+families, torch's compiler and test helpers). install.sh installs with `--no-compile` and then
+compiles what the runs import: the harness's, its recording process's, the scorer's and the
+tasks' starter scripts' libraries, a tenth of that work. A scorer or an agent's script runs in a
+sandbox that mounts the environment read-only, where a module without its bytecode would be
+compiled again at every import; any module not named here is compiled where it is first imported
+outside a sandbox, once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import py_compile
+import sys
+from collections.abc import Iterable
+
+# What the runs' processes import (tests/test_bytecode.py checks that the scorers' and starter
+# scripts' imports are here): the harness and its recording process, the agents' SDKs, the scorers
+# (lm-eval and the metrics), the tiny tasks' model families, and the starters' libraries.
+RUN_IMPORTS = (
+    "hydra",
+    "omegaconf",
+    "submitit",
+    "mlflow",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "anthropic",
+    "openai",
+    "numpy",
+    "torch",
+    "safetensors.torch",
+    "transformers",
+    "transformers.modeling_utils",
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.gpt2.modeling_gpt2",
+    "transformers.models.bart.modeling_bart",
+    "transformers.models.phi.modeling_phi",
+    "peft",
+    "peft.utils",
+    "datasets",
+    "lm_eval.evaluator",
+    "lm_eval.tasks",
+    "lm_eval.models.huggingface",
+    "sacrebleu.metrics",
+    "rouge_score.rouge_scorer",
+)
+
+
+def compile_imports(modules: Iterable[str]) -> int:
+    """Import MODULES and write the bytecode of every module that loaded from source without it
+    (whatever PYTHONDONTWRITEBYTECODE says). Returns how many were written."""
+    for name in modules:
+        importlib.import_module(name)
+    written = 0
+    for module in list(sys.modules.values()):
+        source = getattr(module, "__file__", None)
+        if not source or not source.endswith(".py") or not os.path.exists(source):
+            continue
+        cached = importlib.util.cache_from_source(source)
+        if os.path.exists(cached):
+            continue
+        try:
+            py_compile.compile(source, cfile=cached, doraise=True)
+            written += 1
+        except (OSError, py_compile.PyCompileError):
+            continue  # a read-only or odd file: it is compiled where it is imported, as before
+    return written
+
+
+if __name__ == "__main__":
+    print(f"compiled {compile_imports(RUN_IMPORTS)} modules that runs import")

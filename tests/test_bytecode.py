@@ -1,0 +1,47 @@
+"""install.sh installs with pip's --no-compile and compiles only what runs import
+(mlrb/core/bytecode.py): the list must hold what the sandboxed processes import, which find the
+environment read-only and would otherwise compile those modules at every import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from build_ahead import TINY_TASKS
+from conftest import REPO, task_from_config
+from mlrb.core.bytecode import RUN_IMPORTS
+from mlrb.scoring import lmeval
+from mlrb.tasks.warm_python import starter_imports
+
+pytestmark = pytest.mark.fast
+
+
+def test_what_scorers_and_starter_scripts_import_is_compiled_at_install():
+    compiled = set(RUN_IMPORTS)
+    assert set(lmeval.IMPORTS) <= compiled
+    for key in TINY_TASKS:
+        task = task_from_config(key)
+        assert set(task.judge.imports) <= compiled, key
+        # the starters' third-party libraries (the standard library's bytecode ships with Python)
+        assert task.starter_dir().is_dir(), key
+        libraries = {name.split(":")[0] for name in starter_imports(task.starter_dir())}
+        third_party = {name for name in libraries if name.split(".")[0] not in sys.stdlib_module_names}
+        assert third_party <= compiled, (key, third_party - compiled)
+    script = (REPO / "install.sh").read_text()
+    assert script.count("pip install --quiet --no-compile") == 4 and "-m mlrb.core.bytecode" in script
+
+
+def test_the_bytecode_of_an_imported_module_is_written_even_where_python_writes_none(tmp_path):
+    (tmp_path / "probe_module.py").write_text("VALUE = 1\n")
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from mlrb.core.bytecode import compile_imports; "
+        "print(compile_imports(['probe_module']))"
+    )
+    result = subprocess.run([sys.executable, "-B", "-c", code], capture_output=True, text=True, cwd=REPO)  # -B: none
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= 1
+    assert list((tmp_path / "__pycache__").glob("probe_module.*.pyc"))
+    again = subprocess.run([sys.executable, "-B", "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert int(again.stdout) < int(result.stdout)  # what has its bytecode is left as it is
