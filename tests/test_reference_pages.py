@@ -16,7 +16,7 @@ from mlrb.core.config import CONF_DIR, MlrbConfig
 
 pytestmark = pytest.mark.fast
 
-# Modules with a `__main__` that are no command a user types: the harness starts them itself.
+# Modules with a `__main__` that are no command a user types: the harness (or install.sh) starts them itself.
 STARTED_BY_THE_HARNESS = {
     "mlrb.sandbox.exec_server": "the sandbox's first process",
     "mlrb.sandbox.model_bridge": "the model connection inside a sandbox",
@@ -24,6 +24,7 @@ STARTED_BY_THE_HARNESS = {
     "mlrb.scoring.worker": "the scoring process",
     "mlrb.tasks.warm_python": "the anchors' warm interpreter at asset build",
     "mlrb.tracking": "the same command as mlrb.store.tracking_server: `python -m mlrb.tracking serve`",
+    "mlrb.core.bytecode": "install.sh's compile of what runs import",
 }
 # The pages for maintainers, where issue numbers, commits and test files belong.
 FOR_MAINTAINERS = {"docs/development.md", "docs/ARCHITECTURE.md"}
