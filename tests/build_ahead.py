@@ -103,12 +103,14 @@ def build_each(cache_dir: Path, say: Callable[[str], None], scale: str) -> None:
     # Forked: a build starts without a new interpreter's imports. Each process builds tasks one after
     # another; what the builds print goes to the log, which the processes share as their stderr.
     with ProcessPoolExecutor(max_workers=BUILDS_AT_ONCE, mp_context=multiprocessing.get_context("fork")) as pool:
-        builds = [pool.submit(build_one, cache_dir, key, scale) for key in longest_first(scale)]
+        builds = {pool.submit(build_one, cache_dir, key, scale): key for key in longest_first(scale)}
         for done in as_completed(builds):
             try:
                 lines = done.result()
             except Exception as e:  # its process died (killed, out of memory): its tests build it again
-                lines = [f"a build's process ended without its result ({type(e).__name__}: {e}); its tests build again"]
+                lines = [
+                    f"{builds[done]}: its build's process ended ({type(e).__name__}: {e}); its tests will build it"
+                ]
             for line in lines:
                 say(line)
 
