@@ -128,6 +128,36 @@ def test_more_slots_than_gpus_is_refused():
         slot_devices(2, 2, [0, 1, 2])
 
 
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("saved", "exits", "torn_down"),
+    [(("success", {"run_id": "r1"}), 0, False), (("error", "Traceback ..."), 3, True), (None, 3, True)],
+    ids=["success", "error-saved", "nothing-saved"],
+)
+def test_a_job_s_process_ends_without_teardown_only_once_its_success_is_saved(tmp_path, saved, exits, torn_down):
+    """A job's process (submitit's) skips the interpreter's teardown once submitit saved its result as a
+    success, as `python -m mlrb` does for a single run; its output still arrives. A saved error, or no
+    result, ends as usual, with the process's own exit status (here 3): what the launcher reads is never
+    turned into a success."""
+    import pickle
+
+    result = tmp_path / "result.pkl"
+    if saved:
+        result.write_bytes(pickle.dumps(saved))
+    marker = tmp_path / "torn-down"
+    script = (
+        "import atexit, sys, pathlib\n"
+        f"atexit.register(pathlib.Path({str(marker)!r}).write_text, 'the usual exit ran')\n"  # runs after ours
+        "from mlrb.sweep import end_without_teardown\n"
+        f"atexit.register(end_without_teardown, pathlib.Path({str(result)!r}))\n"
+        "print('the job printed this', flush=False)\n"
+        "sys.exit(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout == "the job printed this\n", done.stderr[-2000:]
+    assert (done.returncode, marker.exists()) == (exits, torn_down)
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
 def test_ctrl_c_stops_a_local_sweep_in_one_line_once_its_running_jobs_are_recorded_as_killed(
