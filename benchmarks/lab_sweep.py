@@ -90,25 +90,71 @@ def idle_slot_time(runs: list[tuple[float, float]], slots: int) -> tuple[float, 
     return max(0.0, slots * (end - begin) - busy), max(1, len(runs) - slots)
 
 
-def own_start(work: Path, common: list[str], env: dict[str, str], cpus: set[int], repeats: int) -> dict[str, float]:
-    """A plain run's own start (launch -> its `opened` line) and end (`status` line -> exit) on CPUS,
-    the median of REPEATS runs (a start on this machine varies by a second from one run to the next)."""
+def slurm_scheduler_delays(sweep_folder: Path, slots: int) -> list[float] | None:
+    """SLURM's own part of each handover: from the latest job end before a job's allocation to the
+    allocation, read from slurmctld's log (its millisecond times), for the sweep's job arrays (the
+    first SLOTS allocations, made at submission, aside). None when the log cannot be read."""
+    import datetime
+    import re
+
+    arrays = {m.group(1) for d in (sweep_folder / ".submitit").glob("*_*") if (m := re.fullmatch(r"(\d+)_\d+", d.name))}
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    found = re.search(r"^SlurmctldLogFile\s*=\s*(\S+)", config, re.M)
+    if not arrays or not found or not os.access(found.group(1), os.R_OK):
+        return None
     starts, ends = [], []
-    for repeat in range(repeats):
-        folder = work / f"plain-{len(cpus)}-{repeat}"
-        command = [sys.executable, "-m", "mlrb", "task=llm_merging", "agent=baseline", f"seed={100 + repeat}",
-                   f"hydra.run.dir={folder}", *common]  # fmt: skip
-        launched = time.time()
-        done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
-                              preexec_fn=lambda: os.sched_setaffinity(0, cpus))  # fmt: skip
-        exited = time.time()
-        if done.returncode != 0:
-            raise SystemExit(f"the plain run failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-        opened, ended = spans_of(folder)
-        starts.append(opened - launched)
-        ends.append(exited - ended)
-    return {"start_s": round(statistics.median(starts), 2), "end_s": round(statistics.median(ends), 2),
-            "cpus": len(cpus), "repeats": repeats}  # fmt: skip
+    for line in Path(found.group(1)).read_text(errors="replace").splitlines():
+        event = re.match(
+            r"\[(\S+)\] (?:sched\S*: (?:Allocate|_start_job: Started)|_job_complete:) JobId=(\d+)_\d+", line
+        )
+        if not event or event.group(2) not in arrays or ("_job_complete" in line and not line.endswith(" done")):
+            continue
+        when = datetime.datetime.fromisoformat(event.group(1)).timestamp()
+        (ends if "_job_complete" in line else starts).append(when)
+    delays = []
+    for start in sorted(starts)[slots:]:
+        before = [end for end in ends if end <= start]
+        if before:
+            delays.append(start - max(before))
+    return delays
+
+
+def slurm_part(folder: Path, slots: int, overhead: float, launcher: str) -> dict[str, float]:
+    """On SLURM, the launch overhead split: its scheduler's delay per handover (the cluster's, from its
+    log) and the rest (the job's launch: slurmd, submitit's job process, the harness's own)."""
+    delays = slurm_scheduler_delays(folder, slots) if launcher == "slurm" else None
+    if not delays:
+        return {}
+    scheduler = statistics.mean(delays)
+    return {"slurm_scheduler_s_per_handover": round(scheduler, 2),
+            "launch_overhead_beyond_the_scheduler_s": round(overhead - scheduler, 2)}  # fmt: skip
+
+
+def own_start(work: Path, common: list[str], env: dict[str, str], cpus: set[int], repeats: int) -> dict[str, Any]:
+    """A plain run's own start (launch -> its `opened` line) and end (`status` line -> exit) on CPUS, per
+    agent (a model agent's start imports its SDK) the median of REPEATS runs (a start on this machine
+    varies by a second from one run to the next); overall, the mean of the agents', as the sweep runs
+    each agent's jobs alike."""
+    agents = {}
+    for agent in AGENTS:
+        starts, ends = [], []
+        for repeat in range(repeats):
+            folder = work / f"plain-{len(cpus)}-{agent}-{repeat}"
+            command = [sys.executable, "-m", "mlrb", "task=llm_merging", f"agent={agent}", f"seed={100 + repeat}",
+                       f"hydra.run.dir={folder}", *common]  # fmt: skip
+            launched = time.time()
+            done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
+                                  preexec_fn=lambda: os.sched_setaffinity(0, cpus))  # fmt: skip
+            exited = time.time()
+            if done.returncode != 0:
+                raise SystemExit(f"the plain run failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+            opened, ended = spans_of(folder)
+            starts.append(opened - launched)
+            ends.append(exited - ended)
+        agents[agent] = {"start_s": round(statistics.median(starts), 2), "end_s": round(statistics.median(ends), 2)}
+    return {"start_s": round(statistics.mean(a["start_s"] for a in agents.values()), 2),
+            "end_s": round(statistics.mean(a["end_s"] for a in agents.values()), 2),
+            "cpus": len(cpus), "repeats": repeats, "agents": agents}  # fmt: skip
 
 
 def spans_of(folder: Path) -> tuple[float, float]:
@@ -160,6 +206,7 @@ def sweep(meter: CpuMeter, work: Path, launcher: str, args: argparse.Namespace, 
         # against a plain run that had every core to itself: what the job's share of the node adds too
         "beyond_a_run_on_all_cpus_s": round(gap - own_all["start_s"] - own_all["end_s"], 2),
         "launcher_cpu_s": round(launcher_cpu, 1),
+        **slurm_part(folder, args.slots, gap - own["start_s"] - own["end_s"], launcher),
         "server_cpu_s": load["server_cpu_s"],
         "postgres_cpu_s": load["postgres_cpu_s"],
         "server_cores": round((load["server_cpu_s"] + load["postgres_cpu_s"]) / load["wall_s"], 3),
@@ -202,7 +249,7 @@ def main() -> None:
         own_all = own_start(work, common, env, set(cores), args.repeats)
         print(f"{jobs} jobs ({args.tasks} tasks x {len(AGENTS)} agents x {args.seeds} seeds), plumbing scale, "
               f"{args.slots} at once, {len(cores)} CPUs; a plain run's own start {own['start_s']:.1f} s and end "
-              f"{own['end_s']:.1f} s on {own['cpus']} CPU(s), a job's share ({own_all['start_s']:.1f} s and "
+              f"{own['end_s']:.1f} s on a job's share, {own['cpus']} CPU(s) ({own_all['start_s']:.1f} s and "
               f"{own_all['end_s']:.1f} s on all {len(cores)})", flush=True)  # fmt: skip
         figures = {}
         for launcher in launchers:
@@ -222,6 +269,9 @@ def show(launcher: str, f: dict[str, Any]) -> None:
     print(f"  slots without a run while jobs waited: {f['idle_slot_s_per_handover']:.2f} s per job handed over")
     print(f"  launch overhead per job beyond its own start: {f['launch_overhead_per_job_s']:.2f} s "
           f"(target < {TARGET_S:g} s; {f['beyond_a_run_on_all_cpus_s']:.2f} s beyond a run with every core)")  # fmt: skip
+    if "slurm_scheduler_s_per_handover" in f:
+        print(f"  of which SLURM's scheduler, from a job's end to the next one's allocation: "
+              f"{f['slurm_scheduler_s_per_handover']:.2f} s; the rest: {f['launch_overhead_beyond_the_scheduler_s']:.2f} s")  # fmt: skip
     print(f"  the sweep's own process: {f['launcher_cpu_s']:.1f} CPU s; tracking server {f['server_cpu_s']:.1f} "
           f"CPU s + PostgreSQL {f['postgres_cpu_s']:.1f} CPU s ({f['server_cores']:.2f} cores)")  # fmt: skip
     sys.stdout.flush()
@@ -234,6 +284,7 @@ def sweep_part(data: dict) -> str:
     for launcher, f in data["launchers"].items():
         rows.append([f"`{launcher}`", f"{f['jobs']} jobs in {f['wall_s']:.0f} s", f"{f['median_job_s']:.1f} s",
                      f"{f['idle_slot_s_per_handover']:.2f} s", f"{f['launch_overhead_per_job_s']:.2f} s",
+                     f"{f['slurm_scheduler_s_per_handover']:.2f} s" if "slurm_scheduler_s_per_handover" in f else "-",
                      f"{f['server_cpu_s'] + f['postgres_cpu_s']:.0f} CPU s ({f['server_cores']:.2f} cores)",
                      f"{f['beyond_a_run_on_all_cpus_s']:.2f} s" if "beyond_a_run_on_all_cpus_s" in f else "-"])  # fmt: skip
     plain = data["plain_run"]
@@ -242,11 +293,13 @@ def sweep_part(data: dict) -> str:
         f"runs, {data['slots']} at once) through each launcher into a tracking server on PostgreSQL. A slot without "
         "a run while jobs still wait is the launch's cost; a plain run's own start and end on a job's share of "
         f"the cores ({plain['start_s']:.1f} s and {plain['end_s']:.1f} s here, on {plain.get('cpus', 'all')} "
-        f"CPU(s)) are taken off it. The target: under {TARGET_S:g} s a job. The last column takes off a plain "
-        "run's start and end with every core instead. `--seeds 5` launches the lab's 105 jobs; fewer seeds keep "
-        "its shape on a small machine.",
+        f"CPU(s), the mean of the three agents') are taken off it. The target: under {TARGET_S:g} s a job. On "
+        "SLURM, part of it is the cluster's scheduler: from a job's end to the next job's allocation, read from "
+        "slurmctld's log. The last column takes off a plain run's start and end with every core instead. "
+        "`--seeds 5` launches the lab's 105 jobs; fewer seeds keep its shape on a small machine.",
         table(["launcher", "sweep", "a job's run (median)", "slot idle per job", "launch overhead per job",
-               "tracking server and PostgreSQL", "beyond a run with every core"], rows),  # fmt: skip
+               "of which SLURM's scheduler", "tracking server and PostgreSQL", "beyond a run with every core"],
+              rows),  # fmt: skip
     ])  # fmt: skip
 
 
