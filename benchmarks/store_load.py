@@ -24,7 +24,9 @@ runs view (the request its runs table makes: 100 runs of the experiment, newest 
 parents of those) and experiments list, each with the server's CPU. Targets: the report and
 compare over 10,000 runs within 30 s. Writes `--out` with where and how it was measured.
 
-Filling 10,000 runs takes most of an hour. `--keep --work DIR` keeps the filled store (its database,
+Filling 10,000 runs takes most of an hour. `--copy-from N` reaches the sizes above N by copying the
+first N runs inside PostgreSQL instead (`copy_runs`): each copy a run of its own in the store and in a
+run folder of its own, so that `mlrb.sync --all` goes over as many folders as the store holds runs. `--keep --work DIR` keeps the filled store (its database,
 and DIR with the run folders and store.json); a later run with the same `--work` measures that store
 again without filling it (sizes from the runs it holds up; the fill figures are the kept ones), and
 `--drop --work DIR` drops it.
@@ -471,6 +473,75 @@ def fill(meter: CpuMeter, pool: ProcessPoolExecutor, client: Any, start: int, st
     return figures
 
 
+# -- a size reached by copying runs inside PostgreSQL (--copy-from) -----------------------------------
+
+
+def copy_runs(meter: CpuMeter, client: Any, database: str, start: int, stop: int, originals: int,
+              parents: dict[int, str], plan: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """Runs START..STOP-1 as copies of the first ORIGINALS runs filled: run i is run i % ORIGINALS under
+    its own ids (store id, own id, run key), name, seed, sweep and run folder; the rows MLflow keeps of
+    the run (runs, tags, params, metrics, latest metrics) copied in PostgreSQL, not through the server;
+    its folder a record (the original's lines under the new ids) beside hard links to the original's
+    files. The store's run is tagged with the new record's digest, as mlrb.sync tags a run it holds
+    whole. The copies' traces are not copied (nothing timed reads them of a run in sync). Their sweeps'
+    parent runs are uploaded as the fill uploads them."""
+    import psycopg
+
+    from mlrb import sync
+    from mlrb.core.tags import Tag
+    from mlrb.store import record
+
+    runs_folder = Path(plan["outputs"]) / "runs"
+    originals_of = {int(p.name[:6]): p for p in runs_folder.glob("*_llm_merging_*") if int(p.name[:6]) < originals}
+    read: dict[int, Template] = {}
+    with meter.measure() as figures:
+        for number in range(start // SWEEP_SIZE, (stop - 1) // SWEEP_SIZE + 1):
+            if number not in parents:
+                parents[number] = upload_parent(client, sync, plan, number)
+        with psycopg.connect(POSTGRES.rsplit("/", 1)[0] + f"/{database}") as connection:
+            store_ids = dict(connection.execute("SELECT value, run_uuid FROM tags WHERE key = %s", (Tag.RUN_ID,)))
+            for index in range(start, stop):
+                source = index % originals
+                template = read.get(source) or read.setdefault(source, Template.of(originals_of[source]))
+                agent = template.lines[0]["tags"]["mlrb.agent"]
+                seed, sweep, run_id = index // len(AGENTS), sweep_id(index // SWEEP_SIZE), uuid.uuid4().hex
+                folder = runs_folder / f"{index:06d}_llm_merging_{agent}_{seed}"
+                name = template.lines[0]["run_name"].rsplit("/", 1)[0] + f"/{seed}"
+                tags = {"mlrb.seed": str(seed), Tag.SWEEP_ID: sweep, "mlflow.parentRunId": parents[index // SWEEP_SIZE],
+                        Tag.RUN_DIR: str(folder), Tag.RUN_KEY: uuid.uuid4().hex[:16]}  # fmt: skip
+                lines = new_record(template, run_id, name, tags, {"seed": str(seed)}, {}, plan["uri"])
+                write_run(template, folder, lines)
+                tags |= {Tag.RUN_ID: run_id, "mlflow.runName": name,
+                         Tag.SYNCED_RECORD: sync.record_digest(folder, record.fold(lines))}  # fmt: skip
+                copy_rows(connection, store_ids[template.lines[0]["run_id"]], uuid.uuid4().hex, name, tags, seed)
+    runs = stop - start
+    figures.update(runs=runs, runs_per_s=round(runs / figures["wall_s"], 2), copied_from=originals)
+    return figures
+
+
+def copy_rows(connection: Any, old: str, new: str, name: str, tags: dict[str, str], seed: int) -> None:
+    """Run OLD's rows in MLflow's tables as run NEW's, with its NAME, TAGS over OLD's and its seed."""
+    connection.execute(
+        "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, user_id, status, start_time, "
+        "end_time, source_version, lifecycle_stage, artifact_uri, experiment_id, deleted_time) "
+        "SELECT %s, %s, source_type, source_name, entry_point_name, user_id, status, start_time, end_time, "
+        "source_version, lifecycle_stage, replace(artifact_uri, %s, %s), experiment_id, deleted_time "
+        "FROM runs WHERE run_uuid = %s",
+        (new, name, old, new, old),
+    )
+    connection.execute("INSERT INTO tags (key, value, run_uuid) SELECT key, value, %s FROM tags "
+                       "WHERE run_uuid = %s AND NOT key = ANY(%s)", (new, old, list(tags)))  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.executemany("INSERT INTO tags (key, value, run_uuid) VALUES (%s, %s, %s)",
+                           [(key, value, new) for key, value in tags.items()])  # fmt: skip
+    connection.execute("INSERT INTO params (key, value, run_uuid) SELECT key, CASE WHEN key = 'seed' THEN %s "
+                       "ELSE value END, %s FROM params WHERE run_uuid = %s", (str(seed), new, old))  # fmt: skip
+    for table_ in ("metrics", "latest_metrics"):
+        columns = "key, value, timestamp, step, is_nan"
+        connection.execute(f"INSERT INTO {table_} ({columns}, run_uuid) SELECT {columns}, %s FROM {table_} "
+                           "WHERE run_uuid = %s", (new, old))  # fmt: skip
+
+
 def upload_parent(client: Any, sync: Any, plan: dict[str, Any], number: int) -> str:
     """Sweep NUMBER's parent run, written from the template's and uploaded: its id in the store."""
     from mlrb.store import tracking
@@ -501,6 +572,9 @@ def main() -> None:
     parser.add_argument("--also-plain", action="store_true",
                         help="at each size, also time the report and compare against the store served with --plain "
                         "(MLflow's routes alone, as a lab's own MLflow server)")  # fmt: skip
+    parser.add_argument("--copy-from", type=int, default=None,
+                        help="reach sizes above this many filled runs by copying them inside PostgreSQL (each "
+                        "copy a run of its own, with its own run folder): a fill of 10,000 runs takes hours")  # fmt: skip
     parser.add_argument("--note", default=None, help="a note stored with the figures")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "store_load.json",
                         help="write the figures here (JSON) and benchmarks/RESULTS.md from it")  # fmt: skip
@@ -552,7 +626,12 @@ def main() -> None:
         fills: dict[str, Any] = dict(kept["fills"]) if kept else {}
         done = kept["runs"] if kept else 0
         for size in sizes:
-            if size > done:  # a kept store's size measured again keeps the figures of its fill
+            if size > done and args.copy_from and done >= args.copy_from:
+                fills[str(size)] = copy_runs(meter, client, database, done, size, args.copy_from, parents, plan)
+                done = size
+                if keeping:
+                    keep_store(work, database, int(uri.rsplit(":", 1)[1]), done, parents, sweep, fills)
+            elif size > done:  # a kept store's size measured again keeps the figures of its fill
                 fills[str(size)] = fill(meter, pool, client, done, size, parents, plan)
                 done = size
                 if keeping:
@@ -581,9 +660,12 @@ def main() -> None:
 def show(size: int, figures: dict[str, Any]) -> None:
     fill_ = figures["fill"]
     print(f"\n{size} runs in the store (database {figures['database_mib']:.0f} MiB):")
-    print(f"  fill: {fill_['runs']} runs in {fill_['wall_s']:.1f} s, {fill_['runs_per_s']:.1f} runs/s "
-          f"(median {fill_['median_upload_s']:.2f} s a run); server CPU {fill_['server_cpu_ms_per_run']:.0f} ms "
-          f"a run, PostgreSQL {fill_['postgres_cpu_ms_per_run']:.0f} ms a run")  # fmt: skip
+    if fill_.get("copied_from"):
+        print(f"  {fill_['runs']} runs copied from the first {fill_['copied_from']} in {fill_['wall_s']:.1f} s")
+    else:
+        print(f"  fill: {fill_['runs']} runs in {fill_['wall_s']:.1f} s, {fill_['runs_per_s']:.1f} runs/s "
+              f"(median {fill_['median_upload_s']:.2f} s a run); server CPU {fill_['server_cpu_ms_per_run']:.0f} ms "
+              f"a run, PostgreSQL {fill_['postgres_cpu_ms_per_run']:.0f} ms a run")  # fmt: skip
     for key, label in LABELS.items():
         f = figures[key]
         print(f"  {label:42s} {f['wall_s']:7.2f} s   server CPU {f['server_cpu_s']:6.2f} s, "
