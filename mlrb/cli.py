@@ -31,7 +31,7 @@ from typing import Any, NoReturn, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from mlrb.core.config import CONF_DIR, ConfigError, MlrbConfig, register_schema, to_typed
+from mlrb.core.config import CONF_DIR, ConfigError, MlrbConfig, names_the_seed, register_schema, split_seed, to_typed
 
 GROUPS = ("task", "agent", "budget", "sandbox", "launcher", "tracking")
 SWITCH: dict[str, Any] = {"action": "store_true"}
@@ -178,9 +178,13 @@ def check_jobs(args: argparse.Namespace) -> None:
             def group_options(group: str) -> list[str]:  # the search path includes --config-dir
                 return loader.get_group_options(group, config_name=config_name, overrides=extra)
 
+            checked = set()  # a sweep's configurations checked: its jobs but for their seed
             for job in jobs:
                 for override in job:
                     check_group_choice(override, group_options)
+                rest, seed = split_seed(job)
+                if args.multirun and seed is not None and rest in checked:
+                    continue  # the same config with another seed, which no value of it names
                 try:
                     cfg = compose(config_name=config_name, overrides=job + extra)
                 except Exception as e:  # Hydra and OmegaConf raise many types; all are config errors here
@@ -189,6 +193,8 @@ def check_jobs(args: argparse.Namespace) -> None:
                     typed = to_typed(cfg)
                     if not args.multirun:  # a sweep's jobs run in processes of their own
                         CHECKED.append((as_plain(cfg), typed))
+                if seed is not None and not names_the_seed(cfg):
+                    checked.add(rest)
     finally:
         GlobalHydra.instance().clear()
 

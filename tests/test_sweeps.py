@@ -129,6 +129,52 @@ def test_more_slots_than_gpus_is_refused():
 
 
 @pytest.mark.fast
+def test_jobs_that_differ_in_their_seed_alone_are_told_apart_as_if_each_were_composed(monkeypatch):
+    """A sweep composes each configuration once and sets the seed of the jobs that differ only in it:
+    each job's name, run key, experiment, store and resources are the ones its own composition gives."""
+    from types import SimpleNamespace
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from mlrb.cli import CONF_DIR
+    from mlrb.core.config import register_schema, to_typed
+    from mlrb.sweep import LocalSweepLauncher
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-for-the-test")
+    register_schema()
+    GlobalHydra.instance().clear()
+    jobs = [[f"task={task}", f"agent={agent}", f"seed={seed}", "budget=1h", PLUMBING]
+            for task in ("llm_merging", "math_reasoning") for agent in ("baseline", "claude") for seed in (1, 2, 30)]  # fmt: skip
+    jobs.append(["task=llm_merging", "agent=baseline", "seed=2", "budget=smoke", PLUMBING])  # another budget
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        launcher = LocalSweepLauncher.__new__(LocalSweepLauncher)
+        launcher.config = compose(config_name="config", return_hydra_config=True)
+        launcher.hydra_context = SimpleNamespace(config_loader=GlobalHydra.instance().config_loader())
+        launcher.facts = ["sweep.name_keys=[]"]
+        composed = []
+        launcher.compose = lambda overrides, compose=launcher.compose: composed.append(overrides) or compose(overrides)  # type: ignore[method-assign]
+        shared = launcher.describe_all(0, jobs)
+        each = [launcher.describe(i, job, to_typed(launcher.compose(job))) for i, job in enumerate(jobs)]
+    GlobalHydra.instance().clear()
+    assert shared == each
+    assert len({job.key for job in shared}) == len(jobs)  # every job its own run
+    assert [job.name for job in shared[:3]] == [f"llm_merging/baseline/1h/{seed}" for seed in (1, 2, 30)]
+    assert len(composed) == 5 + len(jobs)  # describe_all: the 5 configurations; then each job on its own
+
+
+@pytest.mark.fast
+def test_a_config_that_names_the_seed_in_a_value_is_composed_for_each_job():
+    from omegaconf import OmegaConf
+
+    from mlrb.core.config import names_the_seed
+
+    assert names_the_seed(OmegaConf.create({"seed": 1, "agent": {"note": "run ${seed}"}}))
+    assert names_the_seed(OmegaConf.create({"seed": 1, "task": {"s": ["${oc.select:seed,0}"]}}))
+    assert not names_the_seed(OmegaConf.create({"seed": 1, "hydra": {"dir": "${seed}"}, "seeds": "${seeds_x}"}))
+
+
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("saved", "exits", "torn_down"),
     [(("success", {"run_id": "r1"}), 0, False), (("error", "Traceback ..."), 3, True), (None, 3, True)],

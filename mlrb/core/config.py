@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
@@ -320,6 +322,33 @@ def merge_over(base: Any, top: Any) -> Any:
 def folder_name(path: Any) -> str:
     """A folder task's name: its folder's name ("house-price" for /tasks/house-price/)."""
     return PurePosixPath(str(path).rstrip("/")).name or str(path)
+
+
+SEED_OVERRIDE = re.compile(r"seed=(\d+)")  # a job's own seed, as a sweep over seeds gives it
+
+
+def split_seed(overrides: Sequence[str]) -> tuple[tuple[str, ...], int | None]:
+    """A job's overrides less its own `seed=N`, and N (None when it gives none, or more than one)."""
+    seeds = [int(found.group(1)) for override in overrides if (found := SEED_OVERRIDE.fullmatch(override))]
+    return tuple(o for o in overrides if not SEED_OVERRIDE.fullmatch(o)), seeds[0] if len(seeds) == 1 else None
+
+
+def names_the_seed(cfg: DictConfig) -> bool:
+    """Whether a value of the composed config (Hydra's own aside) is an interpolation that names the seed:
+    then setting the seed after composing does not change it as composing with the seed does. Where none
+    does, jobs that differ only in their seed are composed once (a composition takes most of a second)."""
+    plain = OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False)
+    assert isinstance(plain, dict)
+    plain.pop("hydra", None)
+
+    def strings(value: Any) -> Iterator[str]:
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict | list):
+            for item in value.values() if isinstance(value, dict) else value:
+                yield from strings(item)
+
+    return any(re.search(r"\$\{[^}]*\bseed\b", text) for text in strings(plain))
 
 
 def to_typed(cfg: DictConfig) -> MlrbConfig:
