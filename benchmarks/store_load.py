@@ -399,7 +399,11 @@ def database_mib(database: str) -> float:
 def timed_command(meter: CpuMeter, args: list[str], cwd: Path) -> dict[str, Any]:
     with meter.measure() as figures:
         done = python(args, cwd)
-    figures["output_tail"] = done.stdout.strip().splitlines()[-1:]
+    lines = done.stdout.strip().splitlines()
+    figures["output_tail"] = lines[-1:]
+    figures["lines"] = len(lines)
+    if "mlrb.sync" in args:  # each run folder's line: in sync, or what it uploaded
+        figures["in_sync"] = sum(": in sync, nothing to upload" in line for line in lines)
     return figures
 
 
