@@ -91,10 +91,8 @@ def idle_slot_time(runs: list[tuple[float, float]], slots: int) -> tuple[float, 
 
 
 def slurm_scheduler_delays(sweep_folder: Path, slots: int) -> list[float] | None:
-    """SLURM's own part of each handover: from the latest job end before a job's allocation to the
-    allocation, read from slurmctld's log (its millisecond times), for the sweep's job arrays (the
-    first SLOTS allocations, made at submission, aside). None when the log cannot be read."""
-    import datetime
+    """SLURM's own part of each handover in the sweep's job arrays, from slurmctld's log (its
+    millisecond times): None when the log cannot be read."""
     import re
 
     arrays = {m.group(1) for d in (sweep_folder / ".submitit").glob("*_*") if (m := re.fullmatch(r"(\d+)_\d+", d.name))}
@@ -102,8 +100,17 @@ def slurm_scheduler_delays(sweep_folder: Path, slots: int) -> list[float] | None
     found = re.search(r"^SlurmctldLogFile\s*=\s*(\S+)", config, re.M)
     if not arrays or not found or not os.access(found.group(1), os.R_OK):
         return None
+    return scheduler_delays(Path(found.group(1)).read_text(errors="replace").splitlines(), arrays, slots)
+
+
+def scheduler_delays(log: list[str], arrays: set[str], slots: int) -> list[float]:
+    """From slurmctld's LOG: for each allocation of a task of ARRAYS (the first SLOTS, made at
+    submission, aside), the time since the latest end of one of their tasks before it."""
+    import datetime
+    import re
+
     starts, ends = [], []
-    for line in Path(found.group(1)).read_text(errors="replace").splitlines():
+    for line in log:
         event = re.match(
             r"\[(\S+)\] (?:sched\S*: (?:Allocate|_start_job: Started)|_job_complete:) JobId=(\d+)_\d+", line
         )

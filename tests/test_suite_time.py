@@ -140,3 +140,21 @@ def test_a_run_s_cpu_counts_every_process_it_started_and_each_file_s_tests_add_u
         assert cpu_s is None
     files = suite_time.files_cpu({"tests/a.py::x": 1.0, "tests/b.py::y": 5.0, "tests/a.py::z[p]": 2.5})
     assert list(files.items()) == [("tests/b.py", 5.0), ("tests/a.py", 3.5)]
+
+
+def test_the_lab_sweep_reads_slurm_s_scheduling_delays_from_its_log():
+    """benchmarks/lab_sweep.py: SLURM's part of a handover, from a job's end to the next job's allocation
+    (a backfill start too), for the sweep's own arrays only, the allocations made at submission aside."""
+    from benchmarks.lab_sweep import scheduler_delays
+
+    log = [
+        "[2026-12-03T06:56:40.513] sched: Allocate JobId=61_0(62) NodeList=vm #CPUs=1 Partition=debug",
+        "[2026-12-03T06:56:40.514] sched: Allocate JobId=61_1(63) NodeList=vm #CPUs=1 Partition=debug",
+        "[2026-12-03T06:57:09.584] _job_complete: JobId=61_1(63) WEXITSTATUS 0",
+        "[2026-12-03T06:57:09.584] _job_complete: JobId=61_1(63) done",
+        "[2026-12-03T06:57:09.618] sched: Allocate JobId=61_2(64) NodeList=vm #CPUs=1 Partition=debug",
+        "[2026-12-03T06:57:10.363] _job_complete: JobId=61_0(62) done",
+        "[2026-12-03T06:57:10.500] sched: Allocate JobId=70_0(71) NodeList=vm #CPUs=1 Partition=debug",  # another sweep's
+        "[2026-12-03T06:57:11.567] sched/backfill: _start_job: Started JobId=61_3(65) in debug on vm",
+    ]
+    assert [round(d, 3) for d in scheduler_delays(log, {"61"}, slots=2)] == [0.034, 1.204]
