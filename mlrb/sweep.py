@@ -199,8 +199,8 @@ class SweepLauncher(BaseSubmititLauncher):
     # ---- in each job's process ------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
         # MLflow's imports start now, in the recording process, while the job's config is composed
-        # and its harness loads: as `python -m mlrb` starts it for a single run. Started later, the
-        # job waited seconds for it (a SLURM job has no sweep's recording server to fork it).
+        # and its harness loads, as `python -m mlrb` starts it for a single run (a SLURM job has no
+        # sweep's recording server to fork it, and waits for those imports before its run opens).
         recording_process.start()
         ret = super().__call__(*args, **kwargs)
         if ret.status == JobStatus.FAILED:
