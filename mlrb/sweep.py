@@ -36,7 +36,6 @@ from typing import Any, cast
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra.plugins.sweeper import Sweeper as HydraSweeper
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
@@ -164,27 +163,6 @@ def job_returns(
                 ret.status, ret.return_value = JobStatus.FAILED, value
         returns.append(ret)
     return returns
-
-
-class Sweeper(HydraSweeper):
-    """Hydra's basic sweeper (the grid of `-m`), less its own composition of every job's config before
-    it hands them to the launcher: mlrb's command line composed and checked each job before the sweep
-    began (cli.check_jobs), and the launcher composes them again to describe them (describe_all). A
-    third composition cost a second a job, before any started. It holds a basic sweeper rather than
-    subclassing it: Hydra may load its core plugins' modules again as it looks for plugins, which
-    leaves a subclass made before that apart from the class its methods name."""
-
-    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None) -> None:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-        self.basic = BasicSweeper(max_batch_size, params)
-        self.basic.validate_batch_is_legal = lambda batch: None  # type: ignore[method-assign]
-
-    def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
-        self.basic.setup(hydra_context=hydra_context, task_function=task_function, config=config)
-
-    def sweep(self, arguments: list[str]) -> Any:
-        return self.basic.sweep(arguments)
 
 
 class SweepLauncher(BaseSubmititLauncher):

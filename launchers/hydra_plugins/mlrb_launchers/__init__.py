@@ -1,5 +1,5 @@
-"""Hydra takes launchers and sweepers only from the `hydra_plugins` namespace: these subclasses
-put mlrb's sweep launchers and sweeper there (their code lives in mlrb/sweep.py)."""
+"""Hydra takes launchers only from the `hydra_plugins` namespace: these subclasses
+put mlrb's sweep launchers there (their code lives in mlrb/sweep.py)."""
 
 from mlrb import sweep
 
@@ -10,7 +10,3 @@ class LocalSweepLauncher(sweep.LocalSweepLauncher):
 
 class SlurmSweepLauncher(sweep.SlurmSweepLauncher):
     """Sweep jobs as SLURM job arrays through submitit."""
-
-
-class BasicSweeper(sweep.Sweeper):
-    """Hydra's basic sweeper, which leaves the jobs' configs to mlrb's checks and launchers."""
