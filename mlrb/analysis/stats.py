@@ -114,16 +114,21 @@ def bootstrap_interval(
     for i, g in enumerate(groups):
         padded[i, : len(g)] = g
     several = len(groups) > 1
+    equal_sizes = bool((sizes == sizes.max()).all())  # no position to mask out
     estimates = []
     for start in range(0, resamples, CHUNK):
         b = min(CHUNK, resamples - start)
         drawn = rng.integers(0, len(groups), (b, len(groups))) if several else np.zeros((b, 1), dtype=int)
         n = sizes[drawn]  # (b, groups): the size of each drawn group
         # Within each drawn group, n of its values with replacement: positions past n are masked out.
-        picks = np.floor(rng.random((b, drawn.shape[1], sizes.max())) * n[..., None]).astype(int)
-        values = padded[drawn[..., None], picks]
-        inside = np.arange(sizes.max()) < n[..., None]
-        group_means = (values * inside).sum(axis=2) / n
+        # (truncation is the floor: the products are not negative)
+        picks = (rng.random((b, drawn.shape[1], sizes.max())) * n[..., None]).astype(np.intp)
+        values = padded[drawn[..., None], picks] if several else padded[0][picks]
+        if equal_sizes:
+            group_means = values.mean(axis=2)
+        else:
+            inside = np.arange(sizes.max()) < n[..., None]
+            group_means = (values * inside).sum(axis=2) / n
         estimates.append(group_means.mean(axis=1))
     tail = expanded_tail(level, int(sizes.sum()))
     low, high = np.quantile(np.concatenate(estimates), [tail, 1 - tail])
@@ -150,11 +155,13 @@ def sign_flip_p(groups: Sequence[Sequence[float]], resamples: int = 20_000, seed
         flipped = np.abs((1 - 2 * patterns) @ weighted)
         return float(np.mean(flipped >= observed - tolerance))
     rng = np.random.default_rng(seed)
-    hits = 0
+    hits, total = 0, weighted.sum()
     for start in range(0, resamples, CHUNK):
         b = min(CHUNK, resamples - start)
-        signs = rng.choice([-1.0, 1.0], size=(b, n))
-        hits += int(np.sum(np.abs(signs @ weighted) >= observed - tolerance))
+        # each random bit flips one sign: drawn 8 to a byte, several times cheaper than a draw per sign
+        flipped = np.unpackbits(rng.integers(0, 256, size=(b, (n + 7) // 8), dtype=np.uint8), axis=1, count=n)
+        statistics = total - 2 * (flipped.astype(float) @ weighted)
+        hits += int(np.sum(np.abs(statistics) >= observed - tolerance))
     return (1 + hits) / (1 + resamples)
 
 

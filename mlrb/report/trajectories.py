@@ -139,16 +139,19 @@ def local_file(row: RunRow, name: str) -> Path | None:
     return path if ours and path.is_file() else None
 
 
-def read_one(client: Any, row: RunRow, scratch: Path) -> RunActivity | None:
-    """The run's activity, or None when it has no trajectory to read."""
+def read_local(row: RunRow) -> RunActivity | None:
+    """The run's activity from its own run folder; None when the folder is not here (or not this run's)."""
     local = local_trajectory(row)
-    if local is not None:
-        try:
-            return read_file(local)
-        except OSError:  # gone or unreadable since it was found: the store's copy is the same file
-            pass
-    if client is None:
+    if local is None:
         return None
+    try:
+        return read_file(local)
+    except OSError:  # gone or unreadable since it was found: the store's copy is the same file
+        return None
+
+
+def download(client: Any, row: RunRow, scratch: Path) -> RunActivity | None:
+    """The run's activity from the store's copy, or None when it has none to give."""
     folder = scratch / row.run_id
     try:
         downloaded = Path(client.download_artifacts(row.run_id, ARTIFACT, str(folder)))
@@ -160,8 +163,14 @@ def read_one(client: Any, row: RunRow, scratch: Path) -> RunActivity | None:
 
 
 def read_all(client: Any, rows: Sequence[RunRow]) -> dict[str, RunActivity | None]:
-    """run id -> its activity (None: no trajectory), each run's trajectory read once."""
-    with tempfile.TemporaryDirectory(prefix="mlrb-report-") as scratch:
-        with ThreadPoolExecutor(max_workers=DOWNLOADS_AT_ONCE) as pool:
-            found = pool.map(lambda row: read_one(client, row, Path(scratch)), rows)
-            return {row.run_id: activity_ for row, activity_ in zip(rows, found, strict=True)}
+    """run id -> its activity (None: no trajectory), each run's trajectory read once. Run folders
+    are read here, one after another (parsing holds the interpreter: threads would only wait on
+    each other); only the store's downloads go a few at a time."""
+    found = {row.run_id: read_local(row) for row in rows}
+    remote = [row for row in rows if found[row.run_id] is None]
+    if client is not None and remote:
+        with tempfile.TemporaryDirectory(prefix="mlrb-report-") as scratch:
+            with ThreadPoolExecutor(max_workers=DOWNLOADS_AT_ONCE) as pool:
+                downloads = pool.map(lambda row: download(client, row, Path(scratch)), remote)
+                found.update(zip([row.run_id for row in remote], downloads, strict=True))
+    return {row.run_id: found[row.run_id] for row in rows}

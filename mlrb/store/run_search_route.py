@@ -214,13 +214,15 @@ def runs_of(store: Any, experiments: list[int], ids: Sequence[str], params: list
             return []
         within = list(found)
         tags = select(SqlTag.run_uuid, SqlTag.key, SqlTag.value).where(SqlTag.run_uuid.in_(within))
-        for row in session.execute(tags):
-            found[row.run_uuid][1]["tags"].append({"key": row.key, "value": row.value or ""})
+        # rows unpacked as tuples, quicker than by name: a lab's store sends millions of rows
+        lists = {run: data for run, (_, data) in found.items()}
+        for run, key, value in session.execute(tags):
+            lists[run]["tags"].append({"key": key, "value": value or ""})
         asked = select(SqlParam.run_uuid, SqlParam.key, SqlParam.value).where(SqlParam.run_uuid.in_(within))
         if params is not None:
             asked = asked.where(SqlParam.key.in_(params))
-        for row in session.execute(asked) if params != [] else []:
-            found[row.run_uuid][1]["params"].append({"key": row.key, "value": row.value})
+        for run, key, value in session.execute(asked) if params != [] else []:
+            lists[run]["params"].append({"key": key, "value": value})
         metrics = select(
             SqlLatestMetric.run_uuid,
             SqlLatestMetric.key,
@@ -229,17 +231,19 @@ def runs_of(store: Any, experiments: list[int], ids: Sequence[str], params: list
             SqlLatestMetric.step,
             SqlLatestMetric.is_nan,
         ).where(SqlLatestMetric.run_uuid.in_(within))
-        for row in session.execute(metrics):
-            found[row.run_uuid][1]["metrics"].append(metric_json(row))
+        for run, key, value, timestamp, step, is_nan in session.execute(metrics):
+            lists[run]["metrics"].append(metric_json(key, value, timestamp, step, is_nan))
     return [run_json(*found[i]) for i in ids if i in found]
 
 
-def metric_json(row: Any) -> dict:
+def metric_json(key: str, value: float, timestamp: int | None, step: int | None, is_nan: bool) -> dict:
     # NaN is stored as is_nan (its value 0); protobuf's JSON writes it "NaN", as MLflow's search does
-    value = "NaN" if row.is_nan else row.value
-    if isinstance(value, float) and math.isinf(value):
-        value = "Infinity" if value > 0 else "-Infinity"
-    return {"key": row.key, "value": value, "timestamp": row.timestamp or 0, "step": row.step or 0}
+    written: float | str = value
+    if is_nan:
+        written = "NaN"
+    elif isinstance(value, float) and math.isinf(value):
+        written = "Infinity" if value > 0 else "-Infinity"
+    return {"key": key, "value": written, "timestamp": timestamp or 0, "step": step or 0}
 
 
 def run_json(row: Any, data: dict) -> dict:
