@@ -173,4 +173,4 @@ def read_all(client: Any, rows: Sequence[RunRow]) -> dict[str, RunActivity | Non
             with ThreadPoolExecutor(max_workers=DOWNLOADS_AT_ONCE) as pool:
                 downloads = pool.map(lambda row: download(client, row, Path(scratch)), remote)
                 found.update(zip([row.run_id for row in remote], downloads, strict=True))
-    return {row.run_id: found[row.run_id] for row in rows}
+    return found

@@ -215,14 +215,13 @@ def runs_of(store: Any, experiments: list[int], ids: Sequence[str], params: list
         within = list(found)
         tags = select(SqlTag.run_uuid, SqlTag.key, SqlTag.value).where(SqlTag.run_uuid.in_(within))
         # rows unpacked as tuples, quicker than by name: a lab's store sends millions of rows
-        lists = {run: data for run, (_, data) in found.items()}
         for run, key, value in session.execute(tags):
-            lists[run]["tags"].append({"key": key, "value": value or ""})
+            found[run][1]["tags"].append({"key": key, "value": value or ""})
         asked = select(SqlParam.run_uuid, SqlParam.key, SqlParam.value).where(SqlParam.run_uuid.in_(within))
         if params is not None:
             asked = asked.where(SqlParam.key.in_(params))
         for run, key, value in session.execute(asked) if params != [] else []:
-            lists[run]["params"].append({"key": key, "value": value})
+            found[run][1]["params"].append({"key": key, "value": value})
         metrics = select(
             SqlLatestMetric.run_uuid,
             SqlLatestMetric.key,
@@ -232,7 +231,7 @@ def runs_of(store: Any, experiments: list[int], ids: Sequence[str], params: list
             SqlLatestMetric.is_nan,
         ).where(SqlLatestMetric.run_uuid.in_(within))
         for run, key, value, timestamp, step, is_nan in session.execute(metrics):
-            lists[run]["metrics"].append(metric_json(key, value, timestamp, step, is_nan))
+            found[run][1]["metrics"].append(metric_json(key, value, timestamp, step, is_nan))
     return [run_json(*found[i]) for i in ids if i in found]
 
 
