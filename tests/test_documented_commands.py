@@ -14,6 +14,9 @@ So the pages themselves say how each command is checked, and a block without a m
 `run` blocks run in a fresh folder whose PATH starts with this venv's bin (`python` is the
 venv's, as the README says) and where `.venv` is this venv; the tests set only environment
 variables (the asset cache, and model endpoints that point at a local stand-in), never the words.
+`python -m mlrb...` starts warm there (tests/warm_start.py, `python_on_path`): a fork of a process
+that has made its imports, as the other tests' commands start; tests/test_newcomer.py and
+tests/test_packaging.py run the first commands in new interpreters, from a fresh clone and a wheel.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import warm_start
 from conftest import REPO, mlflow_client, reference_hook, tasks_hook
 from fake_llm_server import FakeLlmServer, reply, tool
 from test_docker_sandbox import docker_problem
@@ -201,8 +205,9 @@ def workdir(tmp_path):
 
 
 def shell(command: str, cwd: Path, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    """The commands exactly as written, in bash, `python` being this venv's."""
-    full_env = {**os.environ, "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}", **(env or {})}
+    """The commands exactly as written, in bash, `python` being this venv's: `python -m mlrb...`
+    started warm, as a fork of a process that has made its imports (tests/warm_start.py)."""
+    full_env = warm_start.python_on_path({**os.environ, "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}", **(env or {})})
     return subprocess.run(
         ["bash", "-c", command], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
     )

@@ -91,3 +91,39 @@ def test_commands_start_as_a_new_interpreter_where_a_fork_could_differ(tmp_path)
     (tmp_path / "mlrb" / "__init__.py").write_text("")  # a clone of its own: `python -m mlrb` imports that one
     assert not warm_start.warm_enough(tmp_path, env)
     assert warm_start.warm_enough(Path(warm_start.TESTS).parent, env)  # this checkout's own root
+
+
+def in_bash(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("args", [["0", "x y"], ["3"], ["raise"], ["interrupt"]])
+def test_python_on_path_runs_python_m_mlrb_warm_and_as_a_new_interpreter_would(tmp_path, args):
+    """Written in bash, as a page shows it: `python -m mlrb... ARGS` is forked from the warm process
+    and exits and prints as the venv's python in a new interpreter does."""
+    (tmp_path / "mlrb_probe.py").write_text(PROBE)
+    env = {**warm_start.STARTING_ENV, "PROBE_VALUE": "given", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    shown = warm_start.python_on_path(env)
+    assert shown["PATH"] != env["PATH"] and shown["PATH"].endswith(env["PATH"])
+    words = " ".join(f"'{a}'" for a in args)
+    warm = in_bash(f"python -m mlrb_probe {words}", tmp_path, shown)
+    cold = in_bash(f"python -m mlrb_probe {words}", tmp_path, env)
+    assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr)
+    assert json.loads(warm.stdout.splitlines()[0])["argv"] == args
+
+
+@pytest.mark.fast
+def test_python_on_path_forks_with_mlflow_imported_and_starts_cold_where_a_fork_could_differ(tmp_path):
+    (tmp_path / "mlrb_probe.py").write_text("import sys; print('mlflow' in sys.modules)")
+    env = {**warm_start.STARTING_ENV, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    warm = in_bash("python -m mlrb_probe", tmp_path, warm_start.python_on_path(env))
+    assert warm.stdout.strip() == "True", warm.stderr
+    # anything but `python -m mlrb...` is the venv's python itself
+    other = in_bash("python -c 'import sys; print(\"mlflow\" in sys.modules, sys.prefix)'", tmp_path,
+                    warm_start.python_on_path(env))  # fmt: skip
+    assert other.stdout.split() == ["False", sys.prefix], other.stderr
+    # what numpy reads as it is imported differs: a new interpreter
+    differs = in_bash("python -m mlrb_probe", tmp_path, warm_start.python_on_path({**env, "OMP_NUM_THREADS": "7"}))
+    assert differs.stdout.strip() == "False", differs.stderr

@@ -23,6 +23,12 @@ A new interpreter is still started (`cold`) where a fork could differ from one:
 MLRB_TEST_WARM_LOG=FILE appends each command's test, module and why it started cold (or warm).
 Tests of what a new interpreter imports, of its start-up time or of signals sent to a
 command's process run their commands with subprocess themselves, as users type them.
+
+Commands written in bash (the documented blocks: `python -m mlrb ...` as a page shows it) find
+`python` on PATH: `python_on_path()` puts a small `python` first there, which hands
+`python -m mlrb...` to the warm process over a Unix socket (its standard streams with it) and
+waits for the fork's exit status; anything else it runs as the venv's python itself
+(`exec`), as it does where the warm process says the command must start cold.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ import importlib
 import json
 import os
 import runpy
+import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -97,6 +105,51 @@ def why_cold(cwd: Path, env: dict[str, str]) -> str | None:
     return f"environment differs in {', '.join(differ)}" if differ else None
 
 
+def python_on_path(env: dict[str, str]) -> dict[str, str]:
+    """ENV with a `python` first on its PATH that runs `python -m mlrb...` warm (the module docstring);
+    ENV itself where there is no warm process or every command is to start cold."""
+    if os.environ.get("MLRB_TEST_COLD_START") == "1" or (zygote := Zygote.get()) is None:
+        return env
+    return {**env, "PATH": f"{zygote.python_folder()}:{env['PATH']}"}
+
+
+# The `python` of python_on_path(): `python -m mlrb...` is sent to the warm process, which forks it
+# with this program's standard streams and says its pid, then its exit status, which this program
+# exits with (a signal it gets goes on to the command); anything else is the venv's python, as is a
+# command the warm process says must start cold (why_cold) or one it cannot be reached for.
+SHIM = """import json, os, signal, socket, sys
+
+PYTHON = sys.executable
+args = sys.argv[1:]
+
+
+def as_a_new_interpreter():
+    os.execv(PYTHON, [PYTHON, *args])
+
+
+if len(args) < 2 or args[0] != "-m" or not args[1].startswith("mlrb"):
+    as_a_new_interpreter()
+try:
+    warm = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    warm.connect(SOCKET_PATH)
+    request = {"module": args[1], "args": args[2:], "cwd": os.getcwd(), "env": dict(os.environ)}
+    socket.send_fds(warm, [json.dumps(request).encode()], [0, 1, 2])
+    answer = json.loads(warm.recv(4096) or b'{"cold": "the warm process ended"}')
+except OSError:
+    answer = {"cold": "no warm process"}
+if "cold" in answer:
+    as_a_new_interpreter()
+for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(signum, lambda signum, frame: os.kill(answer["pid"], signum))
+ended = warm.recv(4096)
+code = json.loads(ended)["exit"] if ended else 1
+if code < 0:  # ended by a signal: so does this program
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+
 def text(data: bytes) -> str:
     """As subprocess's text mode decodes: UTF-8, universal newlines."""
     return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
@@ -122,14 +175,21 @@ class Zygote:
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # where the `python` of python_on_path() reaches it, and that program
+        self.folder = Path(tempfile.mkdtemp(prefix="mlrb-warm-"))
+        self.socket_path = self.folder / "socket"
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        listener.bind(str(self.socket_path))
+        listener.listen(16)
         self.errors = tempfile.TemporaryFile()  # what it says if it fails (not a pipe: none reads it)
         self.process = subprocess.Popen(
             [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(TESTS)!r}); import warm_start; "
-             f"warm_start.serve({theirs.fileno()})"],
-            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.errors,
-            env=STARTING_ENV, cwd=TESTS,
+             f"warm_start.serve({theirs.fileno()}, {listener.fileno()})"],
+            pass_fds=(theirs.fileno(), listener.fileno()), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=self.errors, env=STARTING_ENV, cwd=TESTS,
         )  # fmt: skip
         theirs.close()
+        listener.close()
         self.control = ours
         self.lock = threading.Lock()
         if self.control.recv(64) != b"ready":  # sent after its imports
@@ -148,6 +208,17 @@ class Zygote:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def python_folder(self) -> Path:
+        """A folder holding the `python` that hands `python -m mlrb...` to this warm process."""
+        program = self.folder / "bin" / "python"
+        if not program.exists():
+            program.parent.mkdir()
+            # -I -S: it starts in milliseconds, with nothing of the environment's or the venv's
+            program.write_text(f"#!{sys.executable} -IS\n" + SHIM.replace("SOCKET_PATH", repr(str(self.socket_path))))
+            program.chmod(0o755)
+        return program.parent
 
     def run(self, command: list[str], module: str, args: list[str], cwd: Path, env: dict[str, str],
             timeout: float) -> subprocess.CompletedProcess:  # fmt: skip
@@ -202,9 +273,10 @@ def read_all(fd: int, outputs: dict[int, bytes]) -> None:
 # ------------------------------------------------------------- in the zygote
 
 
-def serve(control_fd: int) -> None:
-    """The zygote: import, say so, then fork a command for each request until the test
-    process closes its socket. It stays single-threaded, so that a fork is safe."""
+def serve(control_fd: int, listener_fd: int) -> None:
+    """The zygote: import, say so, then fork a command for each request (from the test process,
+    or from the `python` of python_on_path() on the listening socket) until the test process
+    closes its socket. It stays single-threaded, so that a fork is safe."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # as mlrb.cli.main sets it before MLflow starts
     for name in PRELOAD:
         importlib.import_module(name)
@@ -212,21 +284,57 @@ def serve(control_fd: int) -> None:
     if others := other_threads():
         raise SystemExit(f"the imports started threads ({', '.join(others)}): a fork would not be safe")
     control = socket.socket(fileno=control_fd)
+    listener = socket.socket(fileno=listener_fd)
     gc.freeze()  # what is imported stays shared with the forks: no collection touches (copies) it
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped as they end
     control.send(b"ready")
-    while True:
-        message, fds, _, _ = socket.recv_fds(control, 1 << 20, 4)
-        if not message:
-            return  # the test process is done (or gone)
-        request = json.loads(message)
+
+    def start(request: dict[str, Any], fds: list[int]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         if os.fork() == 0:
             control.close()
+            listener.close()
             wait_for(request, fds)
         for fd in fds:
             os.close(fd)
+
+    while True:
+        ready, _, _ = select.select([control, listener], [], [])
+        if control in ready:
+            message, fds, _, _ = socket.recv_fds(control, 1 << 20, 4)
+            if not message:
+                return  # the test process is done (or gone)
+            start(json.loads(message), fds)
+        if listener in ready:
+            answer_the_python_on_path(listener, start)
+
+
+def answer_the_python_on_path(listener: socket.socket, start: Any) -> None:
+    """One request of python_on_path()'s `python`: forked with its streams, its socket the report's
+    (pid, then exit status); or told to start cold, as run() would start it."""
+    connection, _ = listener.accept()
+    fds: list[int] = []
+    try:
+        message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+        request = json.loads(message)
+        reason = why_cold(Path(request["cwd"]), request["env"]) if len(fds) == 3 else "no streams"
+        if log := request["env"].get("MLRB_TEST_WARM_LOG"):
+            with open(log, "a") as out:
+                test = request["env"].get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+                out.write(f"{test}\t{request['module']}\t{reason or 'warm'} (python on PATH)\n")
+    except (OSError, ValueError, KeyError) as error:
+        reason = f"a bad request: {error}"
+    if reason is None:
+        start(request, [*fds, connection.detach()])
+        return
+    for fd in fds:
+        os.close(fd)
+    try:
+        connection.send(json.dumps({"cold": reason}).encode())
+    except OSError:
+        pass
+    connection.close()
 
 
 def other_threads() -> list[str]:
@@ -246,10 +354,18 @@ def wait_for(request: dict[str, Any], fds: list[int]) -> None:
         become(request, stdin, stdout, stderr)
     for fd in (stdin, stdout, stderr):
         os.close(fd)
-    os.write(report, json.dumps({"pid": pid}).encode())
+    tell(report, {"pid": pid})
     _, status = os.waitpid(pid, 0)
-    os.write(report, json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+    tell(report, {"exit": os.waitstatus_to_exitcode(status)})
     os._exit(0)
+
+
+def tell(report: int, what: dict[str, int]) -> None:
+    """Say WHAT to whoever asked for the command, unless they are gone (the command runs on)."""
+    try:
+        os.write(report, json.dumps(what).encode())
+    except OSError:
+        pass
 
 
 def become(request: dict[str, Any], stdin: int, stdout: int, stderr: int) -> None:
