@@ -42,7 +42,7 @@ from tests.fake_llm_server import FakeLlmServer, reply, tool
 
 REPO = Path(__file__).resolve().parent.parent
 TASK = ("task=folder", f"task.path={REPO / 'tests' / 'folder_tasks' / 'house-price-mini'}")
-SOURCES = ("benchmarks/paper_load.py", "mlrb/harness/snapshots.py", "mlrb/harness/workspace.py", "mlrb/run.py")
+SOURCES = ("benchmarks/paper_load.py", "mlrb/run_files/snapshots.py", "mlrb/run_files/workspace.py", "mlrb/run.py")
 MIB = 1 << 20
 
 # The agent's work, one step at a time (its sizes filled in): deterministic per step and scale.
@@ -131,7 +131,7 @@ def main() -> None:
     if args.steps < 3 or args.scale <= 0 or args.ckpt_every < 1 or (args.data_gib is not None and args.data_gib <= 0):
         p.error(f"--steps must be 3 or more, --scale and --data-gib above 0, --ckpt-every 1 or more; got {args.steps}, "
                 f"{args.scale}, {args.data_gib}, {args.ckpt_every}")  # fmt: skip
-    from mlrb.harness import snapshots
+    from mlrb.run_files import snapshots
 
     measured = results_page.provenance(sources=SOURCES)
     shape = {**sizes(args.scale), "ckpt_every": args.ckpt_every}

@@ -1,5 +1,5 @@
 """How long the harness's walks of a workspace take at their file cap, the figure behind
-mlrb/harness/workspace.py's MAX_FILES ("a few seconds a walk").
+mlrb/run_files/workspace.py's MAX_FILES ("a few seconds a walk").
 
     .venv/bin/python -m benchmarks.workspace_walk [--files N] [--repeats 3]
 
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from benchmarks.results import cpu_model
-from mlrb.harness import snapshots, workspace
+from mlrb.run_files import snapshots, workspace
 
 
 def fill(folder: Path, count: int) -> None:

@@ -88,7 +88,7 @@ class SnapshottedRun:
 
     def entries(self) -> list[dict]:
         """Each step's snapshot line, the task's read-only files left out (they are restored)."""
-        from mlrb.harness import snapshots
+        from mlrb.run_files import snapshots
 
         globs = self.task.rules.read_only_globs(self.asset_path)
         return [snapshots.without(entry, globs) for entry in snapshots.load_steps(self.snapshots)]
@@ -96,7 +96,7 @@ class SnapshottedRun:
     def score(self, entry: dict) -> Any:
         """Rebuild the step's workspace in its own folder and score its submission (a ScoreReport)."""
         from mlrb.core.config import SandboxConfig
-        from mlrb.harness import snapshots, workspace
+        from mlrb.run_files import snapshots, workspace
         from mlrb.scoring.runner import ScorerError, score_submission
 
         folder = self.local / f"step-{entry['step']}"
@@ -174,7 +174,7 @@ def load(args: argparse.Namespace) -> SnapshottedRun:
 def kept_snapshots(run: Any) -> Path | None:
     """The run folder's own snapshots, when that folder is on this machine: every content, large
     ones too, with nothing to download."""
-    from mlrb.harness import snapshots
+    from mlrb.run_files import snapshots
 
     folder = run.data.tags.get(Tag.RUN_DIR)
     root = Path(folder) / "snapshots" if folder else None
@@ -217,7 +217,7 @@ def rescore_steps(args: argparse.Namespace, say: Callable[[str], None] = print) 
     if args.every is not None and args.every < 1:
         raise ConfigError(f"--every takes a number of steps of 1 or more, not {args.every}")
     loaded = load(args)
-    from mlrb.harness import snapshots
+    from mlrb.run_files import snapshots
 
     entries = loaded.entries()
     if not entries:

@@ -39,23 +39,14 @@ from mlrb.core.config import ConfigError, MlrbConfig
 from mlrb.core.status import Status, of_run
 from mlrb.core.tags import Metric, Tag
 from mlrb.formats import atif
-from mlrb.harness import (
-    agent_clock,
-    control,
-    disk_guard,
-    instructions,
-    resume,
-    snapshots,
-    step_scoring,
-    task_steps,
-    workspace,
-)
+from mlrb.harness import agent_clock, control, disk_guard, instructions, step_scoring, task_steps
 from mlrb.harness import assets as assets_lib
 from mlrb.harness import plan as plans
 from mlrb.harness.disk_guard import DiskGuard
-from mlrb.harness.resume import Resumption
 from mlrb.models import metering
 from mlrb.review.recording import review_at_end
+from mlrb.run_files import resume, snapshots, workspace
+from mlrb.run_files.resume import Resumption
 from mlrb.sandbox.base import SandboxError, SandboxStopped, held_hardware, left_running_note
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission
 from mlrb.store import record, recording_process, tracking
@@ -283,7 +274,7 @@ class RunInterrupted(KeyboardInterrupt):
 
 
 class RunSuspended(RunInterrupted):
-    """The run was stopped by a signal before its end, to go on later where it was (mlrb/harness/resume.py)."""
+    """The run was stopped by a signal before its end, to go on later where it was (mlrb/run_files/resume.py)."""
 
     def __init__(self, signum: int, run_id: str):
         self.result, self.run_id, self.signal = None, run_id, interrupts.Interrupted(signum)
@@ -320,7 +311,7 @@ def run_identity(run_dir: Path, plan: plans.RunPlan, resumed: Resumption | None)
 
 def resume_in(run_dir: Path, plan: plans.RunPlan) -> Resumption | None:
     """The run RUN_DIR holds, taken over to go on in a new attempt, when it is this plan's run,
-    begun and not ended, and its owner is gone (mlrb/harness/resume.py); else None."""
+    begun and not ended, and its owner is gone (mlrb/run_files/resume.py); else None."""
     if not resume.resumable(run_dir, plan.key, plan.sweep_id):
         return None
     state = record.fold(record.read(run_dir))

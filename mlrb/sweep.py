@@ -45,8 +45,8 @@ from mlrb.core.config import ConfigError, MlrbConfig, TrackingConfig, names_the_
 from mlrb.core.messages import first_line
 from mlrb.core.status import MlflowStatus
 from mlrb.core.tags import SWEEP_ROLE, Metric, Tag
-from mlrb.harness import resume
 from mlrb.harness.plan import experiment_name, run_key, run_name
+from mlrb.run_files import resume
 from mlrb.store import experiment_view, record, recording_process, recording_server, tracking
 from mlrb.tasks.harbor import dataset as harbor_dataset
 
@@ -638,7 +638,7 @@ def chain_of(job: SweepJob, profile: dict[str, Any]) -> tuple[int, int]:
     """The time limit of each of a run's SLURM jobs, and how many jobs its run needs: one, or
     a chain when its budget and overhead are longer than the partition allows a job
     (`time_limit_min`). Each job of a chain stops at submitit's time-limit signal, is requeued,
-    and its run goes on where it was (mlrb/harness/resume.py); the agent's clock runs only while it works."""
+    and its run goes on where it was (mlrb/run_files/resume.py); the agent's clock runs only while it works."""
     needed = job_minutes(job, profile.get("overhead_min", 10))
     limit = profile.get("time_limit_min")
     if not limit or needed <= limit:

@@ -233,7 +233,8 @@ def test_scoring_during_the_run_is_due_by_steps_or_minutes_off_the_agent_s_clock
     ends the curve."""
     from mlrb.core.budget import Budget
     from mlrb.core.config import BudgetConfig, SandboxConfig, ScoringConfig
-    from mlrb.harness import snapshots, step_scoring, workspace
+    from mlrb.harness import step_scoring
+    from mlrb.run_files import snapshots, workspace
     from mlrb.scoring.report import ScoreReport
 
     clock = Clock()

@@ -109,7 +109,7 @@ def test_every_module_the_ownership_table_names_exists():
     table = DOC.split("## Who owns what", 1)[1].split("##", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     named = [name for row in rows for name in re.findall(r"`([^`]+)`", row.split("|")[1])]
-    assert "core/events.py" in named and "harness/trajectory.py" in named
+    assert "core/events.py" in named and "run_files/trajectory.py" in named
     missing = [name for name in named if not (REPO / "mlrb" / name).exists()]
     assert not missing, f"docs/ARCHITECTURE.md names modules that do not exist: {missing}"
 

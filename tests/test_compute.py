@@ -25,10 +25,10 @@ from mlrb.core.budget import Budget
 from mlrb.core.compute import HeldCompute
 from mlrb.core.config import BudgetConfig
 from mlrb.core.messages import ConfigError
-from mlrb.harness import resume
 from mlrb.harness.plan import identity
 from mlrb.report import aggregate, costs, paired, render
 from mlrb.report.runs import RunRow
+from mlrb.run_files import resume
 from mlrb.sandbox import gpus
 
 

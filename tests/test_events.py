@@ -20,9 +20,9 @@ from mlrb.agents.recording import MetricsWriter, open_sink
 from mlrb.core import events
 from mlrb.core.budget import Budget
 from mlrb.core.config import SandboxConfig, TrackingConfig
-from mlrb.harness.trajectory import Trajectory, TrajectoryWriter
 from mlrb.models import metering
 from mlrb.models.proxy import Call, MeteringProxy, Upstream
+from mlrb.run_files.trajectory import Trajectory, TrajectoryWriter
 from mlrb.sandbox.base import Limits
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 from mlrb.store import record, recording_process

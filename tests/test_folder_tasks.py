@@ -14,7 +14,7 @@ import pytest
 
 from conftest import mlflow_client, run_cli, run_module, store_args
 from fake_llm_server import FakeLlmServer, reply, tool
-from mlrb.harness import snapshots
+from mlrb.run_files import snapshots
 from test_docker_sandbox import docker_problem
 from test_sweeps import slurm_problem
 

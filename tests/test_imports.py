@@ -130,39 +130,69 @@ def test_imports_flow_from_the_command_line_down():
     assert not upward, upward
 
 
-# mlrb's layers, from the top: a module imports its own layer's or a lower one's, never a higher
-# one's. The package's top holds the commands; each folder below it is a layer, or shares one.
-# A module is in the layer of the longest name here that it is or starts with.
+# mlrb's layers, from the top: a module imports its own part's modules or a lower layer's, never
+# a higher one's nor another part of its own layer (a sideways import). The package's top holds
+# the commands; each folder below it is a part. A module is in the part of the longest name here
+# that it is or starts with.
 LAYERS = [
     # the command lines
-    ("mlrb.__main__", "mlrb.cli", "mlrb.report.__main__"),
-    # the commands: a run, a sweep of runs, and what reads them back or puts them elsewhere
-    ("mlrb.run", "mlrb.sweep", "mlrb.sweep_summary", "mlrb.sync", "mlrb.rescore", "mlrb.prefetch", "mlrb.compare",
-     "mlrb.tracking", "mlrb.report", "mlrb.export", "mlrb.review", "mlrb.preflight"),
-    # what a run is made of: the harness's parts, the tasks, agents, sandboxes, scorers and formats
-    ("mlrb.harness", "mlrb.tasks", "mlrb.agents", "mlrb.sandbox", "mlrb.scoring", "mlrb.formats"),
+    ("mlrb.__main__", "mlrb.report.__main__", "mlrb.review.__main__"),
+    ("mlrb.cli",),
+    # the commands: a sweep of runs, a run, and what reads them back or puts them elsewhere
+    ("mlrb.sweep",),
+    ("mlrb.run",),
+    ("mlrb.compare", "mlrb.rescore", "mlrb.sweep_summary"),  # each reads runs through the report's parts
+    ("mlrb.report",),
+    ("mlrb.review",),  # the review's rules and judge, whose findings the report shows
+    ("mlrb.sync", "mlrb.prefetch", "mlrb.tracking", "mlrb.export", "mlrb.preflight"),
+    # what a run is made of: the harness drives the agent, which acts in a sandbox, on a task,
+    # which a scorer scores in a sandbox; the run folder's files are below them all
+    ("mlrb.harness",),
+    ("mlrb.agents",),
+    ("mlrb.formats",),
+    ("mlrb.tasks",),
+    ("mlrb.scoring",),
+    ("mlrb.sandbox",),
+    ("mlrb.run_files",),
     # the store and its record; the numbers made from runs
     ("mlrb.store", "mlrb.analysis"),
     # a model call, end to end: providers, prices, the metering proxy and its charging
     ("mlrb.models",),
     # what every layer shares
-    ("mlrb", "mlrb.core"),
+    ("mlrb.core",),
+    ("mlrb",),
 ]  # fmt: skip
 
 
-def layer_of(module: str) -> int:
-    """The index in LAYERS of the longest name there that `module` is or starts with (-1: none)."""
-    found = [(len(name), i) for i, names in enumerate(LAYERS) for name in names
+def part_of(module: str) -> tuple[int, str]:
+    """The layer (its index in LAYERS) and part (the name there) of the longest name in LAYERS that
+    `module` is or starts with; (-1, "") for none."""
+    found = [(len(name), i, name) for i, names in enumerate(LAYERS) for name in names
              if module == name or module.startswith(name + ".")]  # fmt: skip
-    return max(found)[1] if found else -1
+    return max(found)[1:] if found else (-1, "")
 
 
-def test_every_module_imports_only_its_own_layer_or_a_lower_one():
+def layer_of(module: str) -> int:
+    return part_of(module)[0]
+
+
+def against_the_layers(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The imports that climb a layer, or go sideways to another part of the same layer."""
+    found = []
+    for module, targets in graph.items():
+        (layer, part) = part_of(module)
+        for target in targets:
+            (target_layer, target_part) = part_of(target)
+            if target_layer < layer or (target_layer == layer and target_part != part):
+                found.append((module, target))
+    return sorted(found)
+
+
+def test_every_module_imports_only_its_own_part_or_a_lower_layer():
     graph = internal_graph()
     unplaced = sorted(m for m in graph if layer_of(m) < 0)
     assert not unplaced, f"place these in LAYERS: {unplaced}"
-    upward = sorted((m, t) for m, targets in graph.items() for t in targets if layer_of(t) < layer_of(m))
-    assert not upward, upward
+    assert against_the_layers(graph) == []
     # The rule is checked: a module of the shared layer that imported a run's stage would be refused.
     assert (
         layer_of("mlrb.core.tags")
@@ -173,6 +203,19 @@ def test_every_module_imports_only_its_own_layer_or_a_lower_one():
     )
     assert layer_of("mlrb.store.tracing") == layer_of("mlrb.analysis.stats") > layer_of("mlrb.agents.llm")
     assert layer_of("mlrb.core.budget") > layer_of("mlrb.models.proxy") > layer_of("mlrb.store.tracking")
+    assert against_the_layers({"mlrb.tasks.folder.task": {"mlrb.harness.environments"}}) != []  # up
+    assert against_the_layers({"mlrb.compare": {"mlrb.sweep_summary"}}) != []  # sideways
+    assert against_the_layers({"mlrb.report.__main__": {"mlrb.review.__main__"}}) != []  # sideways, at the top
+    assert against_the_layers({"mlrb.tasks.base": {"mlrb.tasks.judge", "mlrb.scoring.report"}}) == []
+
+
+def test_no_module_of_the_harness_imports_a_task_of_its_own():
+    """The harness drives any task through `Task` (mlrb/tasks/base.py); no task's own package is named."""
+    graph = internal_graph()
+    packages = {p.name for p in (PACKAGE / "tasks").iterdir() if (p / "__init__.py").is_file()}
+    named = sorted((m, t) for m, targets in graph.items() if m.startswith("mlrb.harness") for t in targets
+                   if t.split(".")[:3][-1] in packages and t.startswith("mlrb.tasks."))  # fmt: skip
+    assert not named, named
 
 
 def test_the_models_layer_imports_only_itself_and_core():
@@ -196,7 +239,7 @@ def package_folders() -> list[Path]:
 
 def test_the_package_s_top_holds_the_commands_and_each_folder_is_a_layer():
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
-    commands = {name.removeprefix("mlrb.") for layer in LAYERS[:2] for name in layer}
+    commands = {name.removeprefix("mlrb.") for layer in LAYERS[: LAYERS.index(("mlrb.harness",))] for name in layer}
     assert set(top) <= commands, f"a module at mlrb's top that is not a command: {sorted(set(top) - commands)}"
     named = {name for layer in LAYERS for name in layer}
     for folder in package_folders():
@@ -205,7 +248,7 @@ def test_the_package_s_top_holds_the_commands_and_each_folder_is_a_layer():
         docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
         assert docstring and len(docstring) > 60, f"{module}/__init__.py: say what the folder holds"
     # the layers' own folders say what they may import
-    for folder in ("core", "models", "analysis", "store", "harness"):
+    for folder in ("core", "models", "analysis", "store", "harness", "run_files"):
         assert "import" in (ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text())) or "").lower()
 
 

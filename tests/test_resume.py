@@ -1,6 +1,6 @@
 """A run whose process ends before the run is recorded (SIGKILL, a lost node, a job's time limit)
 goes on where it was: the same command, run again, finds its folder and resumes it as one run
-(mlrb/harness/resume.py). The whole-run tests kill `python -m mlrb` with SIGKILL mid-agent, as a node
+(mlrb/run_files/resume.py). The whole-run tests kill `python -m mlrb` with SIGKILL mid-agent, as a node
 failure or the OOM killer would, then run the same command again. Their task is incidental: they run
 the cheapest real task (conftest's HARNESS_TASK)."""
 
@@ -21,7 +21,7 @@ import pytest
 from conftest import HARNESS_EXPERIMENT, HARNESS_SUBMISSION, HARNESS_TASK, mlflow_client, printed, store_args
 from mlrb.core.budget import Budget
 from mlrb.core.config import BudgetConfig
-from mlrb.harness import resume
+from mlrb.run_files import resume
 from test_failures_runs import running_with
 
 # The baseline agent's command. Its first attempt writes a mark and works on: a sleep no other process
@@ -494,8 +494,8 @@ def test_a_program_of_your_own_is_told_it_resumes_and_keeps_its_state_folder(tmp
 
 @pytest.mark.fast
 def test_a_workspace_that_is_gone_comes_back_as_its_last_step_s_snapshot(tmp_path):
-    from mlrb.harness import snapshots, workspace
     from mlrb.run import resumed_workspace
+    from mlrb.run_files import snapshots, workspace
 
     start, work = tmp_path / "start", tmp_path / "run" / "workspace"
     start.mkdir()

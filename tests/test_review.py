@@ -15,10 +15,10 @@ from conftest import HARNESS_EXPERIMENT, HARNESS_SUBMISSION, HARNESS_TASK, mlflo
 from mlrb.agents.recording import open_sink
 from mlrb.core import events
 from mlrb.core.tags import Tag
-from mlrb.harness import workspace
-from mlrb.harness.snapshots import StepSnapshots
 from mlrb.review import evidence, review
 from mlrb.review.rules import RULES, SUSPICIOUS, TAMPERING
+from mlrb.run_files import workspace
+from mlrb.run_files.snapshots import StepSnapshots
 from mlrb.store import record
 
 CACHE = "/home/someone/.cache/mlrb"

@@ -24,10 +24,10 @@ from fake_llm_server import FakeLlmServer, reply
 from mlrb.core import events
 from mlrb.core.budget import Budget, Spend
 from mlrb.core.config import BudgetConfig
-from mlrb.harness.trajectory import Trajectory, TrajectoryWriter
 from mlrb.models import metering, prices
 from mlrb.models.proxy import Call, MeteringProxy, Upstream
 from mlrb.models.request_rules import billed_tier
+from mlrb.run_files.trajectory import Trajectory, TrajectoryWriter
 
 pytestmark = pytest.mark.fast
 

@@ -1,6 +1,6 @@
 """The paper's run on a cluster whose jobs are shorter than its budget: on the one-node SLURM
 cluster, a run whose budget is longer than the partition's time limit finishes in a chain of
-jobs as one run (mlrb/sweep.py `chain_of`, mlrb/harness/resume.py), and a job killed without warning
+jobs as one run (mlrb/sweep.py `chain_of`, mlrb/run_files/resume.py), and a job killed without warning
 and requeued goes on where it was."""
 
 from __future__ import annotations

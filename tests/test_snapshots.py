@@ -1,4 +1,4 @@
-"""Step snapshots that scale (mlrb/harness/snapshots.py): each content stored once by its digest, a
+"""Step snapshots that scale (mlrb/run_files/snapshots.py): each content stored once by its digest, a
 manifest per step, a step that changed nothing costing a walk of stats, the submission kept whatever
 its size, what goes to the tracking store as `record.snapshots` says, and run folders of the format
 before still read. On real files in a real store; sizes kept small (sparse files where a size must
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mlrb.core.config import ConfigError, RecordConfig, check_record
-from mlrb.harness import snapshots, workspace
+from mlrb.run_files import snapshots, workspace
 from test_workspace_traps import start
 
 MIB = 1 << 20

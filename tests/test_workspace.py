@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlrb.harness import workspace
+from mlrb.run_files import workspace
 
 pytestmark = pytest.mark.fast
 

@@ -1,5 +1,5 @@
-"""Whatever the agent leaves in its workspace, the harness collects it (mlrb/harness/workspace.py,
-mlrb/harness/snapshots.py): huge sparse files, many files, deep trees, FIFOs, sockets, symlink loops,
+"""Whatever the agent leaves in its workspace, the harness collects it (mlrb/run_files/workspace.py,
+mlrb/run_files/snapshots.py): huge sparse files, many files, deep trees, FIFOs, sockets, symlink loops,
 unreadable modes and names that are not UTF-8 are walked, snapshot, diffed, restored and
 copied within bounds, and what is cut is a note, never an error. Real files in tmp_path;
 the checks that could exhaust memory or the disk on a regression run in a process with limits."""
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from mlrb.harness import snapshots, workspace
+from mlrb.run_files import snapshots, workspace
 from mlrb.store import record
 
 pytestmark = pytest.mark.fast
@@ -125,7 +125,7 @@ def test_snapshots_and_the_patch_never_read_a_huge_sparse_file_whole(tmp_path):
     (tmp_path / "before.json").write_text(json.dumps(vars(before)))
     result = run_bounded(f"""
         from pathlib import Path
-        from mlrb.harness import snapshots, workspace
+        from mlrb.run_files import snapshots, workspace
         tmp = Path({str(tmp_path)!r})
         before = workspace.Snapshot(**json.loads((tmp / "before.json").read_text()))
         patch = workspace.diff(before, tmp / "ws")
@@ -148,7 +148,7 @@ def test_a_huge_sparse_file_in_the_submission_is_left_out_and_the_rest_is_copied
         f.truncate(1024 * GIB)
     result = run_bounded(f"""
         from pathlib import Path
-        from mlrb.harness import workspace
+        from mlrb.run_files import workspace
         tmp = Path({str(tmp_path)!r})
         notes = workspace.Notes("the submission")
         collected = workspace.collect(tmp / "ws", "submission", tmp / "out", notes)
@@ -413,7 +413,7 @@ def test_files_and_folders_the_harness_cannot_read_are_noted_not_fatal(tmp_path)
     code = f"""
         import json, sys
         from pathlib import Path
-        from mlrb.harness import snapshots, workspace
+        from mlrb.run_files import snapshots, workspace
         tmp = Path({str(tmp_path)!r})
         ws = tmp / "ws"
         before = workspace.Snapshot(**json.loads((tmp / "before.json").read_text()))

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, PLUMBING, mlflow_client, run_cli, store_args
 from fake_llm_server import FakeLlmServer
-from mlrb.harness import snapshots, workspace
+from mlrb.run_files import snapshots, workspace
 from test_command_agent import KEY, command_override
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from mlrb.core.budget import Budget
 from mlrb.core.config import AgentConfig
 from mlrb.core.events import EventSink
 from mlrb.core.status import Status
-from mlrb.harness.resume import Resumption
+from mlrb.run_files.resume import Resumption
 from mlrb.sandbox.base import Sandbox
 from mlrb.tasks.base import Task
 
@@ -34,7 +34,7 @@ class AgentContext:
     # The run's metering proxy (mlrb/proxy.MeteringProxy), for an agent that asked for one
     # (`model_upstreams()`); the sandbox's `model_url` is where it is reached from inside.
     model: Any = None
-    # A run that goes on in a new attempt (mlrb/harness/resume.py): None on its first.
+    # A run that goes on in a new attempt (mlrb/run_files/resume.py): None on its first.
     resumed: Resumption | None = None
     # A folder of the run (outside the sandbox) kept across its attempts, for the agent's own state
     # (a conversation, a session's id): what it needs to go on where it was when the run resumes.

@@ -14,7 +14,7 @@ from mlrb.agents.tools import describe_exec
 from mlrb.core import events
 from mlrb.core.config import AgentConfig
 from mlrb.core.status import Status
-from mlrb.harness.trajectory import MAX_FIELD_CHARS
+from mlrb.run_files.trajectory import MAX_FIELD_CHARS
 from mlrb.sandbox.base import ExecResult
 
 TOOL, CALL_ID = "shell", "baseline"

@@ -10,7 +10,7 @@ environment, the proxy as its API's base URL and the run's token as its key:
                                                 name it: claude --model "$MLRB_MODEL")
     MLRB_AGENT_DIR                              agent.options.program_dir: your program's files (read-only)
     MLRB_STATE_DIR                              a folder of its own, kept across the run's attempts
-    MLRB_RESUMED, MLRB_ATTEMPT                  a run that goes on after its process died (mlrb/harness/resume.py):
+    MLRB_RESUMED, MLRB_ATTEMPT                  a run that goes on after its process died (mlrb/run_files/resume.py):
     MLRB_RESUME_NOTE                            1, the attempt, and what to tell the agent as it goes on
     MLRB_BUDGET_FILE                            what is left of its budget, always current (mlrb/harness/agent_clock.py)
 

@@ -1,5 +1,5 @@
 """The built-in agent's conversation, kept in the run folder after each reply and step, so that
-a resumed run (mlrb/harness/resume.py) goes on with the model's memory of what it did, instead of
+a resumed run (mlrb/run_files/resume.py) goes on with the model's memory of what it did, instead of
 starting the task over and paying for its calls again. The harness writes and reads it, out of
 the sandbox's reach (the agent's state folder, which the sandbox mounts, is not the place): a
 file the agent cannot change, and one that does not fit is no conversation (a fresh start)."""
@@ -10,8 +10,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from mlrb.harness import resume
 from mlrb.models.providers import Message, ToolCall, ToolResult
+from mlrb.run_files import resume
 
 FILE = "conversation.json"
 

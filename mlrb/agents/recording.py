@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mlrb.core import events
 from mlrb.core.tags import Metric
-from mlrb.harness.trajectory import Trajectory, TrajectoryWriter
+from mlrb.run_files.trajectory import Trajectory, TrajectoryWriter
 from mlrb.store.record import RecordedRun
 from mlrb.store.tracing import TraceWriter
 

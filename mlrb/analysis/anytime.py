@@ -58,7 +58,7 @@ def step_metrics(
 
 def step_ends(trajectory: Sequence[dict], steps: Sequence[dict]) -> dict[int, tuple[float | None, float]]:
     """step -> (seconds from the agent's start to the step's end, dollars spent by then), for each
-    snapshot line in `steps`, from the run's trajectory lines (mlrb/harness/trajectory.py).
+    snapshot line in `steps`, from the run's trajectory lines (mlrb/run_files/trajectory.py).
 
     The wall time is the agent's clock when the snapshot was taken (the line's `agent_s`: it
     stands still while the harness scores mid-run). Lines without it: from the trajectory's

@@ -5,7 +5,7 @@ The hardware is what the run was given (mlrb/sandbox/base.py `held_hardware`): i
 the sandbox's CPU limit. The time is wall time from the sandbox's start to its close: the agent's
 paused clock (mid-run scoring, writing the record) does not stop it, as the hardware stays held
 meanwhile. The scorer's own sandbox is the harness's and is not counted. A resumed run adds each
-attempt's hours (mlrb/harness/resume.py); the time between attempts holds nothing.
+attempt's hours (mlrb/run_files/resume.py); the time between attempts holds nothing.
 """
 
 from __future__ import annotations

@@ -196,13 +196,13 @@ class ReviewConfig:
     judge_timeout_s: float = 180.0
 
 
-# What of the step snapshots goes to the tracking store (mlrb/harness/snapshots.py `recorded`).
+# What of the step snapshots goes to the tracking store (mlrb/run_files/snapshots.py `recorded`).
 SNAPSHOT_RECORDS = ("manifest", "small", "all")
 
 
 @dataclass
 class RecordConfig:
-    """What of a run goes to the tracking store beside its record (mlrb/harness/snapshots.py)."""
+    """What of a run goes to the tracking store beside its record (mlrb/run_files/snapshots.py)."""
 
     # The step snapshots: "manifest" (each step's list of files and their digests), "small" (and the
     # contents of files up to 8 MiB), "all" (every content, checkpoints too). What is not sent stays in
@@ -245,7 +245,7 @@ class MlrbConfig:
     # agent's sandbox, which the tasks' baseline and reference commands pass on as --seed.
     seed: int = 0
     # A run begun before with this config whose process ended before it was recorded (a time limit,
-    # a pre-emption, SIGKILL) goes on where it was (mlrb/harness/resume.py); false: start over.
+    # a pre-emption, SIGKILL) goes on where it was (mlrb/run_files/resume.py); false: start over.
     resume: bool = True
     verbose: bool = False  # libraries' progress bars and warnings on the console too (always in the run's log)
     sweep: SweepFacts = field(default_factory=SweepFacts)

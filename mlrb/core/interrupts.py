@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # What stops a run from outside without deciding its end: `kill`, `timeout`, a job's time limit
 # without a launcher that requeues, a closed terminal. A run so stopped goes on where it was when
-# the same command runs again (mlrb/harness/resume.py); Ctrl-C (SIGINT) ends it, its workspace scored.
+# the same command runs again (mlrb/run_files/resume.py); Ctrl-C (SIGINT) ends it, its workspace scored.
 SUSPENDING = (signal.SIGTERM, signal.SIGHUP)
 # What SLURM sends every process of a job it stops: SIGTERM (a requeue, a cancel, a lost node), and
 # SIGUSR2 ahead of a time limit or a pre-emption (submitit asks for it, to requeue the job).

@@ -1,5 +1,5 @@
 """What the exports read of a run folder: its record (mlrb/store/record.py), the agent's events
-(`trajectory.jsonl`, mlrb/harness/trajectory.py), its prompt and the model calls as the metering proxy
+(`trajectory.jsonl`, mlrb/run_files/trajectory.py), its prompt and the model calls as the metering proxy
 saw them (the traces' CHAT_MODEL spans: each call's settings and the turns new in it)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.core.tags import SWEEP_ROLE, Tag
-from mlrb.harness.trajectory import parse
 from mlrb.models.api_shapes import text_of
+from mlrb.run_files.trajectory import parse
 from mlrb.store import record
 
 TRAJECTORY = "trajectory.jsonl"

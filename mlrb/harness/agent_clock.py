@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mlrb.core import events
 from mlrb.core.budget import Budget
-from mlrb.harness import workspace
+from mlrb.run_files import workspace
 
 log = logging.getLogger(__name__)
 

@@ -35,12 +35,6 @@ DONE = "mlrb-environment.json"
 BUILD_TIMEOUT_S = 1800
 
 
-def requirement_lines(text: str) -> list[str]:
-    """A requirements file's requirements: comments and blank lines dropped."""
-    lines = (line.split(" #", 1)[0].strip() for line in text.splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
-
-
 def key(requirements: list[str]) -> str:
     interpreter = f"{platform.python_implementation()}-{platform.python_version()}-{platform.machine()}"
     text = json.dumps({"python": interpreter, "requirements": requirements})

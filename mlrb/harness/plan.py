@@ -100,7 +100,7 @@ class RunPlan:
     config_yaml: str  # the same, as the run's config.yaml artifact
     sweep_id: str | None
     record: RecordConfig  # what goes to the tracking store beside the record
-    resume: bool  # go on with this run if it was begun before and never ended (mlrb/harness/resume.py)
+    resume: bool  # go on with this run if it was begun before and never ended (mlrb/run_files/resume.py)
     review: ReviewConfig = dataclasses.field(default_factory=ReviewConfig)  # the review at the run's end: its judge
 
 

@@ -2,7 +2,7 @@
 `scoring.every_steps=N` (after every Nth step) and `scoring.every_minutes=M` (after the first
 step that ends M minutes or more, on the agent's clock, after the last scoring); off by default.
 
-After a step whose turn it is, the step's snapshot (mlrb/harness/snapshots.py) is rebuilt outside the
+After a step whose turn it is, the step's snapshot (mlrb/run_files/snapshots.py) is rebuilt outside the
 agent's workspace, the task's read-only files restored, and its submission scored as the run's
 final one is: a copy, in a fresh sandbox of the scorer's own (mlrb/scoring/runner.py). The
 step's anytime metrics (mlrb/analysis/anytime.py) are logged at that step, as `python -m mlrb.rescore
@@ -26,7 +26,7 @@ from mlrb.analysis import anytime
 from mlrb.core.budget import Budget
 from mlrb.core.config import SandboxConfig, ScoringConfig
 from mlrb.core.tags import Metric
-from mlrb.harness import snapshots, workspace
+from mlrb.run_files import snapshots, workspace
 from mlrb.scoring.runner import ScorerError, score_submission
 
 log = logging.getLogger(__name__)

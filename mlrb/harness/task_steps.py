@@ -31,7 +31,7 @@ from mlrb.core.budget import Budget
 from mlrb.core.config import SandboxConfig
 from mlrb.core.status import Status
 from mlrb.core.tags import Metric, Tag
-from mlrb.harness import workspace
+from mlrb.run_files import workspace
 from mlrb.sandbox.base import Sandbox
 from mlrb.scoring.report import ScoreReport
 from mlrb.scoring.runner import ScorerError, score_submission

@@ -1,5 +1,5 @@
 """How each run's agent spent its time, and what it tried to reach, from its trajectory
-(`trajectory.jsonl`, mlrb/harness/trajectory.py).
+(`trajectory.jsonl`, mlrb/run_files/trajectory.py).
 
 A run's trajectory is read once: from its run folder when the run's `mlrb.run_dir` tag names a
 folder here that holds this run (its `record.jsonl` opens with the run's id), else downloaded
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrb.harness.trajectory import parse
 from mlrb.report import activity
 from mlrb.report.runs import RunRow
+from mlrb.run_files.trajectory import parse
 
 ARTIFACT = "trajectory.jsonl"  # where run.py logs it: the artifacts' root
 EXAMPLE_CHARS = 160

@@ -16,7 +16,7 @@ from typing import Any
 
 from mlrb.core.tags import Tag
 from mlrb.formats import run_folder
-from mlrb.harness import snapshots
+from mlrb.run_files import snapshots
 from mlrb.store import record
 
 PATCH = Path(record.TEXTS) / "workspace.patch"
@@ -169,7 +169,7 @@ def refusals(traces: list[dict[str, Any]]) -> list[Refusal]:
 
 
 def patched_files(patch: str) -> list[PatchedFile]:
-    """The files the workspace's patch names (mlrb/harness/workspace.py's `diff`), each added,
+    """The files the workspace's patch names (mlrb/run_files/workspace.py's `diff`), each added,
     changed or deleted."""
     files: list[PatchedFile] = []
     lines = patch.splitlines()

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from mlrb.core.tags import Tag
-from mlrb.harness import snapshots
 from mlrb.review.evidence import RunEvidence, ToolUse
+from mlrb.run_files import snapshots
 from mlrb.sandbox.base import DATA, LEFT_RUNNING
 
 SUSPICIOUS, TAMPERING = "suspicious", "tampering"

@@ -15,11 +15,11 @@ from typing import Any
 
 from mlrb.core.retries import with_retries
 from mlrb.core.tags import Tag
-from mlrb.harness import snapshots
-from mlrb.harness.trajectory import parse
 from mlrb.review import evidence as evidence_lib
 from mlrb.review.recording import tags_of
 from mlrb.review.review import Review, review, write
+from mlrb.run_files import snapshots
+from mlrb.run_files.trajectory import parse
 
 # Where the harness logs each file the review reads (mlrb/run.py's record stage) -> its place in a run folder.
 ARTIFACTS = {

@@ -38,7 +38,7 @@ from mlrb.models.endpoint import ModelEndpoint
 
 #: Where the workspace and the task's public data appear inside confined sandboxes.
 WORKSPACE, DATA = "/workspace", "/data"
-STATE = "/agent-state"  # the agent's own state, kept across a run's attempts (mlrb/harness/resume.py)
+STATE = "/agent-state"  # the agent's own state, kept across a run's attempts (mlrb/run_files/resume.py)
 AGENT_UID = 1000
 MAX_CAPTURE_BYTES = 1_000_000
 
@@ -54,7 +54,7 @@ class SandboxError(RuntimeError):
 class SandboxStopped(SandboxError):
     """The sandbox was stopped from outside the run (SIGTERM to the job's processes: SLURM
     stopping or requeuing a job with no warning signal first): the run is not over, it goes on
-    when its job runs again (mlrb/harness/resume.py)."""
+    when its job runs again (mlrb/run_files/resume.py)."""
 
 
 @dataclass
@@ -260,7 +260,7 @@ def agent_environment(
         "MLRB_SEED": str(seed),
         "MLRB_BUDGET_FILE": f"{workspace}/.mlrb_budget.json",  # what is left of its budget (mlrb/harness/agent_clock.py)
     }
-    if state_dir is not None:  # a folder of its own kept across the run's attempts (mlrb/harness/resume.py)
+    if state_dir is not None:  # a folder of its own kept across the run's attempts (mlrb/run_files/resume.py)
         variables["MLRB_STATE_DIR"] = state_dir
     return sandbox_environment(workspace, variables, task_environment)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.core.tags import Metric
-from mlrb.harness import workspace
+from mlrb.run_files import workspace
 from mlrb.scoring.report import ScoreReport
 from mlrb.scoring.submission_command import SubmissionCommand
 from mlrb.tasks.anchors import Anchors

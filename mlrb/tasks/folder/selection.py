@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.core.tags import Tag
-from mlrb.harness import snapshots
+from mlrb.run_files import snapshots
 
 
 def with_phase(cfg: Any, phase: str) -> Any:

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.core.config import ConfigError, TaskConfig
-from mlrb.harness import environments
 from mlrb.tasks.anchors import AnchorFailed
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import PromptSpec, ScaleSpec, Task, anchors, python_of, scale_spec
@@ -140,7 +139,7 @@ def requirements(folder: Path, cfg: TaskConfig) -> tuple[str, ...]:
     lines = []
     for path in (folder / "requirements.txt", folder / "scripts" / "requirements.txt"):
         if path.is_file():
-            lines += environments.requirement_lines(path.read_text())
+            lines += requirement_lines(path.read_text())
     return tuple(dict.fromkeys(lines + list(cfg.requirements)))
 
 
@@ -162,3 +161,9 @@ def baseline_failed(folder: Path, command: str, e: AnchorFailed) -> TaskFolderEr
     if e.ran:
         return TaskFolderError(f"{folder}/scripts/eval.py could not score the baseline: {e.reason}")
     return TaskFolderError(f"{folder}/env: the baseline `{command}` failed at seed {e.seed}: {last_line(e.reason)}")
+
+
+def requirement_lines(text: str) -> list[str]:
+    """A requirements file's requirements: comments and blank lines dropped."""
+    lines = (line.split(" #", 1)[0].strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]

@@ -19,7 +19,7 @@ snapshot was taken, where the agent's wall-time clock stood) place it on the any
 (mlrb/analysis/anytime.py). After each step only files whose size, times or inode changed since the
 last step are read again. The submission is kept whatever its size; another file over MAX_FILE_BYTES,
 or past the step's read budget, is named in `too_large` and in the line's `notes` (what the walk left
-out: mlrb/harness/workspace.py's caps, special files, unreadable files).
+out: mlrb/run_files/workspace.py's caps, special files, unreadable files).
 
 Objects are copies (a reflink where the file system has them), never hard links to the agent's
 files: a program that rewrites a file in place (as torch.save does) would change the earlier step's
@@ -46,8 +46,8 @@ from typing import Any
 
 from mlrb.core import disk
 from mlrb.core.config import SNAPSHOT_RECORDS
-from mlrb.harness import workspace
-from mlrb.harness.workspace import File, Notes, ReadBudget, Snapshot, walk
+from mlrb.run_files import workspace
+from mlrb.run_files.workspace import File, Notes, ReadBudget, Snapshot, walk
 
 VERSION = 2
 STEPS = "steps.jsonl"
@@ -103,7 +103,7 @@ class StepSnapshots:
     def take(self, step: int, work: Path, start: Snapshot, agent_s: float | None = None) -> dict:
         """Store what differs in `work` from its starting state `start`, as step `step`, with
         the agent's clock (`agent_s`, its budget's elapsed seconds) when given; returns its line.
-        Bounded as mlrb/harness/workspace.py's walk is, and by its read budget (not the submission's
+        Bounded as mlrb/run_files/workspace.py's walk is, and by its read budget (not the submission's
         files): what is left out is in the line's notes."""
         started, cpu = time.monotonic(), time.thread_time()
         for folder in (OBJECTS, LARGE, TREES, PARTS):
