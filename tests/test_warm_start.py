@@ -5,8 +5,10 @@ could differ start as a new interpreter."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,58 @@ def test_python_on_path_forks_with_mlflow_imported_and_starts_cold_where_a_fork_
     # what numpy reads as it is imported differs: a new interpreter
     differs = in_bash("python -m mlrb_probe", tmp_path, warm_start.python_on_path({**env, "OMP_NUM_THREADS": "7"}))
     assert differs.stdout.strip() == "False", differs.stderr
+
+
+@pytest.mark.fast
+def test_a_local_sweep_job_started_by_a_warm_command_is_forked_warm_too(tmp_path):
+    """submitit's local executor starts a job as `PYTHON -u -m submitit.core._submit FOLDER`; in a
+    warm command that `python` is python_on_path()'s, so the job finds MLflow imported."""
+    (tmp_path / "mlrb_probe.py").write_text(
+        "import sys, submitit\n"
+        "def where():\n"
+        "    import os, sys\n"
+        "    print('from the job', flush=True)\n"
+        "    return 'mlflow' in sys.modules, os.environ['SUBMITIT_EXECUTOR']\n"
+        "executor = submitit.LocalExecutor(folder=sys.argv[1])\n"
+        "executor.update_parameters(timeout_min=2)\n"
+        "job = executor.submit(where)\n"
+        "print(job.result(), 'from the job' in job.stdout())\n"
+    )
+    env = dict(warm_start.STARTING_ENV)
+    warm = warm_start.run("mlrb_probe", [str(tmp_path / "jobs")], tmp_path, env, 120)
+    assert warm.stdout.strip() == "(True, 'local') True", warm.stderr[-2000:]
+    cold = subprocess.run([sys.executable, "-m", "mlrb_probe", str(tmp_path / "cold")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert cold.stdout.strip() == "(False, 'local') True", cold.stderr[-2000:]
+
+
+@pytest.mark.fast
+def test_python_on_path_passes_on_its_signals_and_a_kill_takes_its_command_with_it(tmp_path):
+    (tmp_path / "mlrb_probe.py").write_text(
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGUSR2, lambda *_: sys.exit(7))\n"
+        "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+        "time.sleep(60)\n"
+    )
+    env = warm_start.python_on_path({**warm_start.STARTING_ENV, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+
+    def started(name: str) -> tuple[subprocess.Popen, int]:
+        pid_file = tmp_path / name
+        program = subprocess.Popen(["bash", "-c", f"exec python -m mlrb_probe {pid_file}"], cwd=tmp_path, env=env)
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        command = int(pid_file.read_text())
+        assert command != program.pid  # a fork of the warm process, not the program itself
+        return program, command
+
+    program, _ = started("usr2")
+    program.send_signal(signal.SIGUSR2)  # as submitit's controller warns a job of its time limit
+    assert program.wait(30) == 7
+    program, command = started("kill")
+    program.kill()
+    program.wait(30)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{command}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{command}").exists()

@@ -28,7 +28,11 @@ Commands written in bash (the documented blocks: `python -m mlrb ...` as a page 
 `python` on PATH: `python_on_path()` puts a small `python` first there, which hands
 `python -m mlrb...` to the warm process over a Unix socket (its standard streams with it) and
 waits for the fork's exit status; anything else it runs as the venv's python itself
-(`exec`), as it does where the warm process says the command must start cold.
+(`exec`), as it does where the warm process says the command must start cold. A local sweep's
+jobs, which submitit's local executor starts as `PYTHON -u -m submitit.core._submit FOLDER`,
+start through the same `python` (a forked command's executors are given it): each job is a
+fork too, whose `python` passes on the signals its controller sends and takes the job with it
+when it is killed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
+import io
 import json
 import os
 import runpy
@@ -110,7 +115,7 @@ def python_on_path(env: dict[str, str]) -> dict[str, str]:
     ENV itself where there is no warm process or every command is to start cold."""
     if os.environ.get("MLRB_TEST_COLD_START") == "1" or (zygote := Zygote.get()) is None:
         return env
-    return {**env, "PATH": f"{zygote.python_folder()}:{env['PATH']}"}
+    return {**env, "PATH": f"{zygote.program.parent}:{env['PATH']}"}
 
 
 # The `python` of python_on_path(): `python -m mlrb...` is sent to the warm process, which forks it
@@ -121,25 +126,29 @@ SHIM = """import json, os, signal, socket, sys
 
 PYTHON = sys.executable
 args = sys.argv[1:]
+flags = []
+while args and args[0] == "-u":  # unbuffered: how submitit's local executor starts a job
+    flags.append(args.pop(0))
 
 
 def as_a_new_interpreter():
-    os.execv(PYTHON, [PYTHON, *args])
+    os.execv(PYTHON, [PYTHON, *flags, *args])
 
 
-if len(args) < 2 or args[0] != "-m" or not args[1].startswith("mlrb"):
+if len(args) < 2 or args[0] != "-m" or not args[1].startswith(("mlrb", "submitit.core._submit")):
     as_a_new_interpreter()
 try:
     warm = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     warm.connect(SOCKET_PATH)
-    request = {"module": args[1], "args": args[2:], "cwd": os.getcwd(), "env": dict(os.environ)}
+    request = {"module": args[1], "args": args[2:], "cwd": os.getcwd(), "env": dict(os.environ),
+               "unbuffered": bool(flags), "watch": os.getpid()}
     socket.send_fds(warm, [json.dumps(request).encode()], [0, 1, 2])
     answer = json.loads(warm.recv(4096) or b'{"cold": "the warm process ended"}')
 except OSError:
     answer = {"cold": "no warm process"}
 if "cold" in answer:
     as_a_new_interpreter()
-for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(signum, lambda signum, frame: os.kill(answer["pid"], signum))
 ended = warm.recv(4096)
 code = json.loads(ended)["exit"] if ended else 1
@@ -178,13 +187,18 @@ class Zygote:
         # where the `python` of python_on_path() reaches it, and that program
         self.folder = Path(tempfile.mkdtemp(prefix="mlrb-warm-"))
         self.socket_path = self.folder / "socket"
+        self.program = self.folder / "bin" / "python"
+        self.program.parent.mkdir()
+        # -I -S: it starts in milliseconds, with nothing of the environment's or the venv's
+        self.program.write_text(f"#!{sys.executable} -IS\n" + SHIM.replace("SOCKET_PATH", repr(str(self.socket_path))))
+        self.program.chmod(0o755)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         listener.bind(str(self.socket_path))
         listener.listen(16)
         self.errors = tempfile.TemporaryFile()  # what it says if it fails (not a pipe: none reads it)
         self.process = subprocess.Popen(
             [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(TESTS)!r}); import warm_start; "
-             f"warm_start.serve({theirs.fileno()}, {listener.fileno()})"],
+             f"warm_start.serve({theirs.fileno()}, {listener.fileno()}, {str(self.program)!r})"],
             pass_fds=(theirs.fileno(), listener.fileno()), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=self.errors, env=STARTING_ENV, cwd=TESTS,
         )  # fmt: skip
@@ -209,16 +223,6 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
         shutil.rmtree(self.folder, ignore_errors=True)
-
-    def python_folder(self) -> Path:
-        """A folder holding the `python` that hands `python -m mlrb...` to this warm process."""
-        program = self.folder / "bin" / "python"
-        if not program.exists():
-            program.parent.mkdir()
-            # -I -S: it starts in milliseconds, with nothing of the environment's or the venv's
-            program.write_text(f"#!{sys.executable} -IS\n" + SHIM.replace("SOCKET_PATH", repr(str(self.socket_path))))
-            program.chmod(0o755)
-        return program.parent
 
     def run(self, command: list[str], module: str, args: list[str], cwd: Path, env: dict[str, str],
             timeout: float) -> subprocess.CompletedProcess:  # fmt: skip
@@ -273,10 +277,15 @@ def read_all(fd: int, outputs: dict[int, bytes]) -> None:
 # ------------------------------------------------------------- in the zygote
 
 
-def serve(control_fd: int, listener_fd: int) -> None:
+WARM_PYTHON = ""  # in the zygote: the `python` of python_on_path()
+
+
+def serve(control_fd: int, listener_fd: int, program: str) -> None:
     """The zygote: import, say so, then fork a command for each request (from the test process,
     or from the `python` of python_on_path() on the listening socket) until the test process
     closes its socket. It stays single-threaded, so that a fork is safe."""
+    global WARM_PYTHON
+    WARM_PYTHON = program
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # as mlrb.cli.main sets it before MLflow starts
     for name in PRELOAD:
         importlib.import_module(name)
@@ -355,9 +364,26 @@ def wait_for(request: dict[str, Any], fds: list[int]) -> None:
     for fd in (stdin, stdout, stderr):
         os.close(fd)
     tell(report, {"pid": pid})
-    _, status = os.waitpid(pid, 0)
+    status = wait_watching(pid, request["watch"]) if request.get("watch") else os.waitpid(pid, 0)[1]
     tell(report, {"exit": os.waitstatus_to_exitcode(status)})
     os._exit(0)
+
+
+def wait_watching(pid: int, watched: int) -> int:
+    """The wait status of command PID, killed if the `python` that asked for it (WATCHED) is killed
+    first: killing it kills the command, as killing the command's own process would."""
+    try:
+        gone = os.pidfd_open(watched)
+    except ProcessLookupError:
+        os.kill(pid, signal.SIGKILL)
+        return os.waitpid(pid, 0)[1]
+    while True:
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        if ended:
+            os.close(gone)
+            return status
+        if select.select([gone], [], [], 0.1)[0]:
+            os.kill(pid, signal.SIGKILL)
 
 
 def tell(report: int, what: dict[str, int]) -> None:
@@ -388,6 +414,12 @@ def become(request: dict[str, Any], stdin: int, stdout: int, stderr: int) -> Non
     from mlrb.store import recording_process
 
     recording_process.spawn = forked_recording_process
+    start_local_jobs_warm()
+    if request.get("unbuffered"):  # `python -u`: each write goes straight to its file
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            stream = getattr(sys, name)
+            raw = io.FileIO(fd, "w", closefd=False)
+            setattr(sys, name, io.TextIOWrapper(raw, stream.encoding, stream.errors, write_through=True))  # type: ignore[arg-type]
     try:
         runpy._run_module_as_main(request["module"])  # type: ignore[attr-defined]  # what `python -m` runs
     except SystemExit as e:
@@ -396,6 +428,22 @@ def become(request: dict[str, Any], stdin: int, stdout: int, stderr: int) -> Non
         traceback.print_exception(type(e), e, e.__traceback__.tb_next if e.__traceback__ else None)
         end(1, interrupted=isinstance(e, KeyboardInterrupt))
     end(0)
+
+
+def start_local_jobs_warm() -> None:
+    """A local sweep's jobs start through python_on_path()'s `python` (submitit's local executor
+    runs `PYTHON -u -m submitit.core._submit FOLDER`, PYTHON its `python` argument, else this
+    interpreter): each is forked from the warm process, as the commands are."""
+    from submitit.local import local
+
+    executor = local.LocalExecutor
+    original = executor.__init__
+
+    def init(self: Any, folder: Any, max_num_timeout: int = 3, max_pickle_size_gb: float = 1.0,
+             python: str | None = None) -> None:  # fmt: skip
+        original(self, folder, max_num_timeout, max_pickle_size_gb, python or WARM_PYTHON or None)
+
+    executor.__init__ = init  # type: ignore[method-assign]
 
 
 def end(code: Any, interrupted: bool = False) -> None:
