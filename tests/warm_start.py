@@ -384,6 +384,8 @@ def wait_watching(pid: int, watched: int) -> int:
             return status
         if select.select([gone], [], [], 0.1)[0]:
             os.kill(pid, signal.SIGKILL)
+            os.close(gone)
+            return os.waitpid(pid, 0)[1]
 
 
 def tell(report: int, what: dict[str, int]) -> None:
