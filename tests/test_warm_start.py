@@ -95,6 +95,11 @@ def test_commands_start_as_a_new_interpreter_where_a_fork_could_differ(tmp_path)
     assert warm_start.warm_enough(Path(warm_start.TESTS).parent, env)  # this checkout's own root
 
 
+def venv_first_on_path() -> dict[str, str]:
+    """The warm process's environment, where `python` is this venv's."""
+    return {**warm_start.STARTING_ENV, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+
+
 def in_bash(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)  # fmt: skip
@@ -106,7 +111,7 @@ def test_python_on_path_runs_python_m_mlrb_warm_and_as_a_new_interpreter_would(t
     """Written in bash, as a page shows it: `python -m mlrb... ARGS` is forked from the warm process
     and exits and prints as the venv's python in a new interpreter does."""
     (tmp_path / "mlrb_probe.py").write_text(PROBE)
-    env = {**warm_start.STARTING_ENV, "PROBE_VALUE": "given", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    env = {**venv_first_on_path(), "PROBE_VALUE": "given"}
     shown = warm_start.python_on_path(env)
     assert shown["PATH"] != env["PATH"] and shown["PATH"].endswith(env["PATH"])
     words = " ".join(f"'{a}'" for a in args)
@@ -119,7 +124,7 @@ def test_python_on_path_runs_python_m_mlrb_warm_and_as_a_new_interpreter_would(t
 @pytest.mark.fast
 def test_python_on_path_forks_with_mlflow_imported_and_starts_cold_where_a_fork_could_differ(tmp_path):
     (tmp_path / "mlrb_probe.py").write_text("import sys; print('mlflow' in sys.modules)")
-    env = {**warm_start.STARTING_ENV, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    env = venv_first_on_path()
     warm = in_bash("python -m mlrb_probe", tmp_path, warm_start.python_on_path(env))
     assert warm.stdout.strip() == "True", warm.stderr
     # anything but `python -m mlrb...` is the venv's python itself
@@ -162,7 +167,7 @@ def test_python_on_path_passes_on_its_signals_and_a_kill_takes_its_command_with_
         "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
         "time.sleep(60)\n"
     )
-    env = warm_start.python_on_path({**warm_start.STARTING_ENV, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+    env = warm_start.python_on_path(venv_first_on_path())
 
     def started(name: str) -> tuple[subprocess.Popen, int]:
         pid_file = tmp_path / name

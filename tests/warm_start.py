@@ -83,14 +83,19 @@ def run(module: str, args: list[str], cwd: Path, env: dict[str, str], timeout: f
     as subprocess.run(..., capture_output=True, text=True, timeout=TIMEOUT) gives it."""
     command, cwd = [sys.executable, "-m", module, *args], Path(cwd)
     reason = why_cold(cwd, env)
-    if log := os.environ.get("MLRB_TEST_WARM_LOG"):  # which commands start cold, and why
-        with open(log, "a") as out:
-            test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
-            out.write(f"{test}\t{module}\t{reason or 'warm'}\n")
+    note_start(dict(os.environ), module, reason)
     zygote = Zygote.get() if reason is None else None
     if zygote is None:
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     return zygote.run(command, module, args, cwd, env, timeout)
+
+
+def note_start(env: dict[str, str], module: str, reason: str | None, how: str = "") -> None:
+    """Append to ENV's MLRB_TEST_WARM_LOG, where set, which command started cold and why (or warm)."""
+    if log := env.get("MLRB_TEST_WARM_LOG"):
+        with open(log, "a") as out:
+            test = env.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+            out.write(f"{test}\t{module}\t{reason or 'warm'}{how}\n")
 
 
 def warm_enough(cwd: Path, env: dict[str, str]) -> bool:
@@ -186,14 +191,14 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # where the `python` of python_on_path() reaches it, and that program
         self.folder = Path(tempfile.mkdtemp(prefix="mlrb-warm-"))
-        self.socket_path = self.folder / "socket"
+        socket_path = self.folder / "socket"
         self.program = self.folder / "bin" / "python"
         self.program.parent.mkdir()
         # -I -S: it starts in milliseconds, with nothing of the environment's or the venv's
-        self.program.write_text(f"#!{sys.executable} -IS\n" + SHIM.replace("SOCKET_PATH", repr(str(self.socket_path))))
+        self.program.write_text(f"#!{sys.executable} -IS\n" + SHIM.replace("SOCKET_PATH", repr(str(socket_path))))
         self.program.chmod(0o755)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        listener.bind(str(self.socket_path))
+        listener.bind(str(socket_path))
         listener.listen(16)
         self.errors = tempfile.TemporaryFile()  # what it says if it fails (not a pipe: none reads it)
         self.process = subprocess.Popen(
@@ -328,10 +333,7 @@ def answer_the_python_on_path(listener: socket.socket, start: Any) -> None:
         message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
         request = json.loads(message)
         reason = why_cold(Path(request["cwd"]), request["env"]) if len(fds) == 3 else "no streams"
-        if log := request["env"].get("MLRB_TEST_WARM_LOG"):
-            with open(log, "a") as out:
-                test = request["env"].get("PYTEST_CURRENT_TEST", "").split(" ")[0]
-                out.write(f"{test}\t{request['module']}\t{reason or 'warm'} (python on PATH)\n")
+        note_start(request["env"], request["module"], reason, " (python on PATH)")
     except (OSError, ValueError, KeyError) as error:
         reason = f"a bad request: {error}"
     if reason is None:
