@@ -108,7 +108,7 @@ def build_times_section(bench_dir: Path) -> str:
         "default tiny assets (the seed in its YAML) one after another into a fresh, empty cache, as a first "
         "`python -m mlrb task=<key>` would, and records each build's wall time and the total. An asset build "
         "runs its anchors' commands side by side, one per core, each on one thread (a plain `python SCRIPT` "
-        "forked from a warm interpreter that has done the starter's imports, mlrb/tasks/warm_python.py), and "
+        "forked from a warm interpreter that has done the starter's imports, mlrb/task_kit/warm_python.py), and "
         "scores each as it ends, on one thread too. Builds are cached under "
         "`~/.cache/mlrb`, so a user pays this once per task. The figures move with the machine's load "
         "(a busy machine stretches them several times over): measure on an idle machine.",

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.calibration --seeds 5 --out benchmarks/calibration.json [--tasks a,b]
     .venv/bin/python -m benchmarks.calibration --vary assets --seeds 5 --out benchmarks/calibration_assets.json
+    .venv/bin/python -m benchmarks.calibration --carry --out benchmarks/calibration.json [--tasks a,b]
 
 Three anchors per task, scored exactly as a run's normalisation scores them
 (`hidden/calibration.json`):
@@ -27,7 +28,11 @@ Writes, per task and anchor, `mean`, `sem` (standard error of the mean over seed
 issue 16 asks of every task (do_nothing below the baseline by 3 combined SEM or
 invalid; reference above the baseline by max(10% of it, 5 combined SEM); one scored
 item worth at most 2 normalised points; baseline SEM at most 5 normalised points).
-Prints the same as a table. Figures depend on the machine's floating-point kernels,
+Prints the same as a table. `--carry` keeps the figures in `--out` for code that moved without
+changing what it computes (a module renamed, a class split): each task is built as a user's build
+is, with seed 0 of each anchor, and where every anchor scores to the last bit as recorded, its
+entry takes the new asset key and records the check under "carried"; a task that scores otherwise
+keeps its entry and is named, to be measured again. Figures depend on the machine's floating-point kernels,
 so compare only runs on one kind of machine. Each task's entry also records where and
 how it was measured ("measured"); then benchmarks/RESULTS.md is written again when
 `--out` is one of its files (benchmarks/calibration.json or calibration_assets.json).
@@ -46,6 +51,7 @@ from pathlib import Path
 from benchmarks import results as results_page
 from benchmarks.results import Section, commands, load, provenance_table
 from mlrb.analysis.stats import sd as sample_sd  # the one sample SD
+from mlrb.tasks.handling import asset_key
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile",
@@ -53,9 +59,10 @@ TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasonin
 ANCHORS = ("do_nothing", "baseline", "reference")
 # What every task's anchors depend on beside its own folder (`task_sources`): the shared task code,
 # the scorers, the asset cache and the libraries' versions.
-SHARED_SOURCES = ("mlrb/tasks/anchors.py", "mlrb/tasks/base.py", "mlrb/tasks/builder.py", "mlrb/tasks/hub.py",
-                  "mlrb/tasks/judge.py", "mlrb/tasks/solutions.py", "mlrb/tasks/tiny_models.py",
-                  "mlrb/tasks/warm_python.py", "mlrb/scoring", "mlrb/harness/assets.py", "requirements.lock")  # fmt: skip
+SHARED_SOURCES = ("mlrb/tasks/anchors.py", "mlrb/tasks/base.py", "mlrb/tasks/handling.py", "mlrb/tasks/builder.py",
+                  "mlrb/task_kit/hub.py",
+                  "mlrb/tasks/judge.py", "mlrb/tasks/solutions.py", "mlrb/task_kit/tiny_models.py",
+                  "mlrb/task_kit/warm_python.py", "mlrb/scoring", "mlrb/harness/assets.py", "requirements.lock")  # fmt: skip
 
 
 def task_sources(key: str) -> tuple[str, ...]:
@@ -194,8 +201,52 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
     # A trial design's build is no calibration of the shipped assets, and a task that measures its
     # anchors its own way (llm_merging's merges: no seed reaches them) measures them whole.
     if not overrides and not task.anchors.measured_by:
-        result["built"] = {"key": record_key(task.asset_key()), "calibration": measured}
+        result["built"] = {"key": record_key(asset_key(task)), "calibration": measured}
     return result
+
+
+def carry_over_runs(key: str, entry: dict, cache_dir: Path, out: Path, results: dict) -> bool:
+    """Whether the task's recorded calibration holds for the code as it is now: its assets built
+    as any build is (taking the recorded calibration, under the current asset key, when seed 0 of
+    each anchor scores as recorded), each anchor's seed 0 compared with the record. Where it
+    holds, `results[key]` takes the current key and a "carried" block saying what was checked."""
+    import dataclasses
+
+    from mlrb.harness.assets import prepare
+    from mlrb.tasks.anchors import record_key
+
+    task = load_task(key)
+    unshipped = dataclasses.replace(task, anchors=dataclasses.replace(task.anchors, use_shipped=False))
+    before = json.loads(json.dumps(entry))
+    if "built" in entry:  # the build takes the record under the current key only if its seed 0 agrees
+        results[key] = {**entry, "built": {**entry["built"], "key": record_key(asset_key(unshipped))}}
+        out.write_text(json.dumps(results, indent=2) + "\n")
+    assets, _ = prepare(task, cache_dir)
+    measured = json.loads((assets / "hidden" / "calibration.json").read_text())
+    differ = [anchor for anchor in ANCHORS if seed_zero(measured, anchor) != recorded_seed_zero(entry, anchor)]
+    if differ:
+        results[key] = before
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"  {key}: seed 0 of {', '.join(differ)} scores otherwise: measure it again (--seeds 5)", flush=True)
+        return False
+    print(f"  {key}: seed 0 of each anchor scores as recorded; carried", flush=True)
+    return True
+
+
+def seed_zero(measured: dict, anchor: str) -> float | str | None:
+    """An anchor's seed-0 score in a build's hidden/calibration.json (its reason where invalid)."""
+    if measured.get(f"{anchor}_invalid"):
+        return measured[f"{anchor}_invalid"]
+    seeds = measured.get(f"{anchor}_seeds")
+    return seeds[0] if seeds else measured.get(f"{anchor}_score")
+
+
+def recorded_seed_zero(entry: dict, anchor: str) -> float | str | None:
+    """The same, as the benchmark's entry records it."""
+    recorded = entry["anchors"][anchor]
+    if recorded.get("invalid"):
+        return recorded["invalid_reason"]
+    return recorded["values"][0] if recorded["values"] else None
 
 
 def one_value(score: float) -> dict:
@@ -301,6 +352,9 @@ def main() -> None:
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated task keys (default: all seven)")
     parser.add_argument("--out", type=Path, default=Path("calibration.json"))
     parser.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("MLRB_CACHE_DIR", "~/.cache/mlrb")))
+    parser.add_argument("--carry", action="store_true",
+                        help="keep --out's figures for code that moved without changing what it computes: "
+                             "each task built once, seed 0 of each anchor checked against them")  # fmt: skip
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="try a design: change a value of each task's tiny scale (e.g. assets.num_layers=3, "
                              "baseline_command='python ...'); the output records what was set")  # fmt: skip
@@ -323,6 +377,9 @@ def main() -> None:
     measured = results_page.provenance(sources=SECTION.sources)  # as it starts: the load average is the start's
     sources = {key: results_page.digests(task_sources(key)) for key in keys}  # the code as it starts, too
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if args.carry:
+        carry(args, keys, results, measured, sources)
+        return
     calibrate = calibrate_over_runs if args.vary == "runs" else calibrate_over_assets
     for key in keys:  # each task is written as soon as it is done, so a long run can be resumed
         result = calibrate(key, args.seeds, args.cache_dir.expanduser(), overrides)
@@ -330,6 +387,26 @@ def main() -> None:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(table({k: results[k] for k in keys}))
     print(f"written to {results_page.update(args.out)}", file=sys.stderr)
+
+
+def carry(args: argparse.Namespace, keys: list[str], results: dict, measured: dict, sources: dict) -> None:
+    """`--carry`: each task's entry in --out checked on the code as it is now, and kept where it holds."""
+    if args.vary != "runs" or args.set:
+        sys.exit("--carry keeps the runs' calibration of the shipped assets: give neither --vary assets nor --set")
+    missing = [key for key in keys if key not in results]
+    if missing:
+        sys.exit(f"--carry: {args.out} has no entry for {', '.join(missing)}: measure it with --seeds 5")
+    stale = []
+    for key in keys:
+        if carry_over_runs(key, results[key], args.cache_dir.expanduser(), args.out, results):
+            checked = "seed 0 of each anchor, built by this code, scores to the last bit as measured"
+            results[key]["carried"] = {**measured, "sources": sources[key], "checked": checked}
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
+        else:
+            stale.append(key)
+    print(f"written to {results_page.update(args.out)}", file=sys.stderr)
+    if stale:
+        sys.exit(f"not carried (measure again): {', '.join(stale)}")
 
 
 # -- its section of the results page (benchmarks/results.py) -----------------------------------

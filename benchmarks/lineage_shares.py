@@ -20,6 +20,7 @@ from pathlib import Path
 from benchmarks import results as results_page
 from benchmarks.calibration import load_task
 from benchmarks.results import Section, commands, load, provenance_table, table
+from mlrb.tasks.handling import solutions_of
 
 
 def main() -> None:
@@ -48,7 +49,7 @@ def main() -> None:
             if anchor == "do_nothing":
                 continue
             for seed in (int(s) for s in args.seeds.split(",")):
-                work = task.solutions(assets / "public").run(command, Path(scratch) / f"{anchor}-{seed}", seed)
+                work = solutions_of(task, assets / "public").run(command, Path(scratch) / f"{anchor}-{seed}", seed)
                 shares = model_checks.shares_toward(work / task.cfg.submission, base, sibling)
                 assert shares is not None, "the submission's tensors differ from the base's"
                 overall, per_tensor = shares
@@ -88,7 +89,7 @@ def lineage_section(bench_dir: Path) -> str:
 
 SECTION = Section(
     "llm_efficiency's lineage margins", order=30, reads=("lineage_shares.json",), render=lineage_section,
-    sources=("mlrb/tasks/llm_efficiency", "mlrb/tasks/llm_merging/lineage.py", "mlrb/tasks/tiny_models.py",
+    sources=("mlrb/tasks/llm_efficiency", "mlrb/tasks/llm_merging/lineage.py", "mlrb/task_kit/tiny_models.py",
              "mlrb/tasks/solutions.py", "requirements.lock"),
 )  # fmt: skip
 

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.machine_spread --out benchmarks/machine_spread.json [--tasks llm_merging]
 
 An asset build is deterministic on one machine (seeded, one torch thread, deterministic
-algorithms: mlrb/tasks/tiny_models.py), and llm_merging's anchors take no seed, so every run of
+algorithms: mlrb/task_kit/tiny_models.py), and llm_merging's anchors take no seed, so every run of
 the default benchmark scores alike here: its score can differ only between machines, whose CPUs
 make torch, MKL and oneDNN pick other kernels. One machine cannot be another, but it can make
 those libraries take the kernel paths an older CPU would: this script builds each task's default

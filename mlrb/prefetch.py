@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.core.config import ConfigError
-from mlrb.tasks.hub import HubItem, download, is_present, task_needs
+from mlrb.task_kit.hub import HubItem, download, is_present
+from mlrb.tasks.handling import hub_needs
 
 USAGE = (
     "usage: python -m mlrb.prefetch [--check] [task=NAME[,NAME...]] [task.scale=full] [other config overrides]"
@@ -34,7 +35,7 @@ USAGE = (
 
 
 def missing_items(task: Any) -> list[HubItem]:
-    return [item for item in task_needs(task) if not is_present(item)]
+    return [item for item in hub_needs(task) if not is_present(item)]
 
 
 def refuse_if_missing(task: Any) -> None:
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             missing_total += 1
             continue
         missing_total += prefetch_environment(task, cache_dir, check_only="--check" in args)
-        needs = task_needs(task)
+        needs = hub_needs(task)
         if not needs:
             print(f"{task.name} ({task.scale}): nothing to fetch (its assets are built locally)")
             continue

@@ -37,6 +37,7 @@ from mlrb.analysis import anytime
 from mlrb.core.config import ConfigError
 from mlrb.core.messages import duration
 from mlrb.core.tags import Metric, Tag
+from mlrb.tasks.handling import in_environment
 
 
 class ScoringFailed(RuntimeError):
@@ -102,7 +103,7 @@ class SnapshottedRun:
         folder = self.local / f"step-{entry['step']}"
         try:  # (linked to the store's objects: the submission is copied out of it before it is scored)
             work = snapshots.materialise(
-                self.snapshots, entry, self.task.workspace_files(self.asset_path), folder / "workspace", link=True
+                self.snapshots, entry, self.task.start.files(self.asset_path), folder / "workspace", link=True
             )
         except snapshots.MissingObject as e:
             where = self.run.data.tags.get(Tag.RUN_DIR) or "its run folder"
@@ -161,7 +162,7 @@ def load(args: argparse.Namespace) -> SnapshottedRun:
     task = registry.load_task(task_cfg)
     cache_dir = Path(args.cache_dir or config["paths"]["cache_dir"]).expanduser()
     asset_path, environment = assets_lib.prepare(task, cache_dir)
-    task = task.in_environment(environment)
+    task = in_environment(task, environment)
     if assets_lib.fingerprint(asset_path) != run.data.tags.get(Tag.ASSETS_FINGERPRINT):
         print(
             f"warning: the assets differ from the run's (fingerprint {assets_lib.fingerprint(asset_path)}, "
@@ -237,7 +238,7 @@ def rescore_steps(args: argparse.Namespace, say: Callable[[str], None] = print) 
     chosen = chosen_steps(entries, args.every)
     say(f"{name}: scoring {len(chosen)} of its {len(entries)} steps' workspaces (run {args.run_id})")
     if entries[0]["step"] > 0:  # the starting files: doing nothing, by that anchor's definition
-        start = anytime.step_metrics(False, None, anchors, task.higher_is_better, task.normalisation, 0.0, 0.0)
+        start = anytime.step_metrics(False, None, anchors, task.higher_is_better, task.setup.normalisation, 0.0, 0.0)
         loaded.log(start, 0)
         say(line(0, start, "the starting files, no submission yet"))
     scored: dict[str, tuple[int, Any]] = {}  # a workspace's state -> the step that scored it, and its report
@@ -253,7 +254,7 @@ def rescore_steps(args: argparse.Namespace, say: Callable[[str], None] = print) 
         score = report.score if report.score is not None and math.isfinite(report.score) else None
         wall, usd = ends[step]
         values = anytime.step_metrics(
-            report.valid, score, anchors, task.higher_is_better, task.normalisation, wall, usd
+            report.valid, score, anchors, task.higher_is_better, task.setup.normalisation, wall, usd
         )
         loaded.log(values, step)
         say(line(step, values, note or ("valid" if values[anytime.VALID] else f"invalid: {report.reason}")))

@@ -51,6 +51,7 @@ from mlrb.sandbox.base import SandboxError, SandboxStopped, held_hardware, left_
 from mlrb.scoring.runner import Scorer, ScorerError, score_submission
 from mlrb.store import record, recording_process, tracking
 from mlrb.tasks.base import ScoreReport, Task
+from mlrb.tasks.handling import in_environment, is_plumbing, run_anchors
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ def preflight(plan: plans.RunPlan, recording: recording_process.RecordingProcess
     # e.g. no namespaces, a dead Docker daemon
     plan.sandbox_class.preflight(plan.sandbox)
     prefetch.refuse_if_missing(plan.task)  # full scale: models or evaluation sets not in the HF cache
-    if plan.task.builds_at_preflight:  # a folder task whose baseline or eval.py fails: the same
+    if plan.task.setup.builds_at_preflight:  # a folder task whose baseline or eval.py fails: the same
         assets_lib.ensure_assets(plan.task, plan.cache_dir)
     plan.agent.prepare(plan.cache_dir)  # say, an agent's program installed into the cache, or refused
     # a store that cannot take the run: the same (a sweep's job waits for a server that is away)
@@ -420,7 +421,7 @@ class Stages:
         """The task's assets, found in the cache or built, and which ones the run uses."""
         started = time.monotonic()
         self.asset_path, environment = assets_lib.prepare(self.task, self.plan.cache_dir)
-        self.task = self.task.in_environment(environment)  # its parts run in its own environment
+        self.task = in_environment(self.task, environment)  # its parts run in its own environment
         self.prepare_time = time.monotonic() - started
         with self.clock.stage("recording"):
             record_assets(self.recorder, assets_lib.fingerprint(self.asset_path))
@@ -448,7 +449,7 @@ class Stages:
             )
         )
         self.work = self.run_dir / "workspace"
-        self.start_files = task.workspace_files(self.asset_path)
+        self.start_files = task.start.files(self.asset_path)
         self.step_snapshots = snapshots.StepSnapshots(self.run_dir / "snapshots", plan.submission)
         self.state_dir = self.run_dir / resume.AGENT_STATE  # the agent's own, across attempts
         self.state_dir.mkdir(exist_ok=True)
@@ -471,7 +472,7 @@ class Stages:
             model_endpoint=self.model.endpoint() if self.model else None,
             agent_tools=plan.agent.tools_dir,
             state_dir=self.state_dir,
-            workspace_at=task.workspace_at,
+            workspace_at=task.setup.workspace_at,
         )
         self.guard.on_interrupt(self.sandbox.close)  # a signal stops the agent's processes at once
         self.disk_guard = DiskGuard(
@@ -782,8 +783,8 @@ class Stages:
         with self.clock.stage("recording"):
             recorder.log_text(json.dumps(report.to_dict(), indent=2, default=float), "score_report.json")
             recorder.log_file(self.run_dir / "scoring" / "scorer.log")
-        calibration = task.run_anchors(self.asset_path)
-        summary = counting.run_metrics(report, calibration, task.higher_is_better, task.normalisation)
+        calibration = run_anchors(task, self.asset_path)
+        summary = counting.run_metrics(report, calibration, task.higher_is_better, task.setup.normalisation)
         # a run scored mid-run: its curve ends at its own score
         self.during.ended(self.budget.steps, report, self.spent)
         recorder.log_metrics(
@@ -807,7 +808,11 @@ class Stages:
                 Tag.READ_ONLY_RESTORED: ", ".join(self.restored),
                 Tag.MODELS_USED: ",".join(sorted(self.calls.models_used)) if self.calls else "",
                 **counting.counted_tags(
-                    report, calibration, task.higher_is_better, plumbing=task.plumbing, normalisation=task.normalisation
+                    report,
+                    calibration,
+                    task.higher_is_better,
+                    plumbing=is_plumbing(task),
+                    normalisation=task.setup.normalisation,
                 ),
                 **(self.steps.tags() if self.steps is not None else {}),
             }

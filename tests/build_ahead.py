@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from mlrb.tasks.handling import solutions_of
+
 # In the order benchmarks/build_times.py builds them.
 TINY_TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile",
               "edge_llm_training"]  # fmt: skip
@@ -177,18 +179,18 @@ def unseen_seed_scores(task, assets: Path, scratch: Path) -> dict[str, float]:
     """The baseline's and the reference's scores at the first seed the build did not run, run and
     scored as at asset build (side by side, forked from a warm interpreter, each scored on one
     torch thread as soon as it ends; an invalid submission stops it, AnchorFailed). Kept beside the assets in the test cache: the asset key covers the
-    commands, the data and the code that runs and scores them (mlrb/tasks/sources.py), so a rerun
+    commands, the data and the code that runs and scores them (mlrb/task_kit/sources.py), so a rerun
     of the same code reads the same scores back, and any change to them runs both again."""
     kept = kept_unseen_seed_scores(task, assets)
     if kept is not None:
         return kept
     record, wanted = unseen_seed_record(task, assets)
-    solutions = task.solutions(assets / "public")
+    solutions = solutions_of(task, assets / "public")
     jobs = [("reference", wanted["seed"]), ("baseline", wanted["seed"])]  # the longer first, as at asset build
     with solutions.warm() as warm:  # forked from one warm interpreter, as at asset build
         reports = task.anchors.score_seeds(
             scratch, jobs, run=lambda command, workspace, seed: solutions.run(command, workspace, seed, warm),
-            score=lambda submission, work_dir: task.score(submission, assets, work_dir), workers=2,
+            score=lambda submission, work_dir: task.judge.score(submission, assets, work_dir), workers=2,
         )  # fmt: skip
     scores = {anchor: reports[anchor, wanted["seed"]].score for anchor in ("baseline", "reference")}
     record.write_text(json.dumps({**wanted, "scores": scores}, indent=2))

@@ -38,7 +38,7 @@ collect_ignore_glob = ["harbor_tasks/*"]
 
 # The tests' asset cache, kept between test runs (MLRB_TEST_CACHE moves it). Assets are keyed by
 # everything that determines them, the code that builds and scores them included
-# (mlrb/tasks/sources.py), and checked file by file on each use: a later run of the same code
+# (mlrb/task_kit/sources.py), and checked file by file on each use: a later run of the same code
 # reuses them, changed code builds its own. Delete the folder to run the suite from cold.
 TEST_CACHE = Path(os.environ.get("MLRB_TEST_CACHE") or Path.home() / ".cache" / "mlrb-tests")
 UNUSED_FOR_DAYS = 7  # asset folders no test run has used for this long are deleted

@@ -280,7 +280,7 @@ def _publish_dataset(hf_home: Path, repo: str, configs: dict[str, dict[str, list
 
 def _lm_eval_datasets(tasks: Iterable[str]) -> dict[str, dict[str, list[str]]]:
     """{dataset_path: {dataset_name or 'default': [splits]}} that lm-eval loads for these task names."""
-    from mlrb.tasks.hub import lm_eval_datasets
+    from mlrb.task_kit.hub import lm_eval_datasets
 
     return lm_eval_datasets(list(tasks))
 
@@ -326,7 +326,7 @@ def build_mirror(hf_home: Path, eval_tasks: Iterable[str], rows: int = 4, n_auto
 
 
 # What a mirror's files depend on besides this file: the task configs' dataset lists
-# (mlrb/tasks/hub.py) and the libraries that write the models, tokenizers and tables.
+# (mlrb/task_kit/hub.py) and the libraries that write the models, tokenizers and tables.
 MIRROR_SOURCES = (Path(__file__), Path(__file__).resolve().parents[1] / "mlrb" / "tasks" / "hub.py")
 MIRROR_LIBRARIES = ("torch", "transformers", "tokenizers", "datasets", "huggingface_hub", "lm_eval", "pyarrow")
 

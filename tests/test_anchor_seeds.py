@@ -24,6 +24,7 @@ from mlrb.report.runs import RunRow
 from mlrb.tasks import anchors as anchors_module
 from mlrb.tasks.anchors import Anchors, record_key, seed_statistics
 from mlrb.tasks.base import ScoreReport, Task, packaged_task, scale_spec
+from mlrb.tasks.handling import asset_key, build_assets, solutions_of
 
 
 def build_public(out_dir, params):
@@ -40,7 +41,7 @@ def seeded(cfg: TaskConfig, starter, score=score_answer, download=None) -> Task:
     files are `starter` (an empty folder: the workspace it starts from)."""
     made = packaged_task(cfg, scale_spec(cfg), None, module=__name__, score=score, build=build_public,
                          download=download)  # fmt: skip
-    return dataclasses.replace(made, package_dir=starter.parent)
+    return dataclasses.replace(made, package_dir=starter.parent, start=dataclasses.replace(made.start, starter=starter))
 
 
 def seed_task(tmp_path, scale: dict | None = None, score=score_answer, **assets) -> Task:
@@ -64,7 +65,7 @@ def seed_task(tmp_path, scale: dict | None = None, score=score_answer, **assets)
 @pytest.mark.fast
 def test_the_anchors_are_means_over_the_seeds_with_their_spread(tmp_path):
     task = seed_task(tmp_path, anchor_seeds=4)
-    facts = task.build_assets(tmp_path / "assets")
+    facts = build_assets(task, tmp_path / "assets")
     stored = json.loads((tmp_path / "assets" / "hidden" / "calibration.json").read_text())
     assert facts["calibration"] == stored
     assert stored["anchor_seeds"] == 4
@@ -80,14 +81,14 @@ def test_the_anchors_are_means_over_the_seeds_with_their_spread(tmp_path):
 @pytest.mark.fast
 def test_three_seeds_by_default_and_a_stated_anchor_has_no_sem(tmp_path):
     task = seed_task(tmp_path, scale={"reference_score": 20.0})  # stated, as a paper's figure would be: not measured
-    task.build_assets(tmp_path / "assets")
+    build_assets(task, tmp_path / "assets")
     stored = json.loads((tmp_path / "assets" / "hidden" / "calibration.json").read_text())
     assert stored["baseline_seeds"] == [0.0, 1.0, 2.0] and "reference_seeds" not in stored
     anchors = task.anchors.read(tmp_path / "assets")
     assert anchors["reference_score"] == 20.0 and "reference_sem" not in anchors
     assert anchors["baseline_sem"] == pytest.approx(1 / math.sqrt(3))
     # A different number of seeds is other assets: the cache key says so.
-    assert seed_task(tmp_path).asset_key() != seed_task(tmp_path, anchor_seeds=5).asset_key()
+    assert asset_key(seed_task(tmp_path)) != asset_key(seed_task(tmp_path, anchor_seeds=5))
 
 
 @pytest.mark.fast
@@ -126,8 +127,8 @@ def test_a_stated_anchor_is_measured_only_where_the_part_must_measure_it(tmp_pat
 def measure(anchors: Anchors, task: Task, assets) -> dict:
     return anchors.measure(
         assets,
-        run=task.solutions(assets / "public").run,
-        score=lambda submission, work_dir: task.score(submission, assets, work_dir),
+        run=solutions_of(task, assets / "public").run,
+        score=lambda submission, work_dir: task.judge.score(submission, assets, work_dir),
     )
 
 
@@ -139,7 +140,7 @@ def test_a_submission_already_scored_is_not_scored_again(tmp_path):
     task = seed_task(tmp_path, scale={"do_nothing_command": "mkdir -p submission && echo 7 > submission/answer.txt"},
                      score=lambda submission, assets, work_dir: scored.append(submission)
                      or score_answer(submission, assets, work_dir))  # fmt: skip
-    task.build_assets(tmp_path / "assets")
+    build_assets(task, tmp_path / "assets")
     stored = json.loads((tmp_path / "assets" / "hidden" / "calibration.json").read_text())
     assert stored["do_nothing_seeds"] == [7.0, 7.0, 7.0] and stored["do_nothing_sd"] == 0.0
     assert stored["baseline_seeds"] == [0.0, 1.0, 2.0] and stored["reference_seeds"] == [10.0, 11.0, 12.0]
@@ -148,7 +149,7 @@ def test_a_submission_already_scored_is_not_scored_again(tmp_path):
 
 def ship(path, task: Task, calibration: dict) -> None:
     """Write `calibration` as the one mlrb ships for task's assets (benchmarks/calibration.py's shape)."""
-    built = {"key": record_key(task.asset_key()), "calibration": calibration}
+    built = {"key": record_key(asset_key(task)), "calibration": calibration}
     measured = {"commit": "abc1234", "date": "2026-12-02 20:00 UTC", "machine": {"cpu": "Some CPU"}}
     path.write_text(json.dumps({task.name: {"built": built, "measured": measured}}))
 
@@ -166,13 +167,13 @@ def test_a_build_takes_the_shipped_calibration_of_its_assets_once_its_seed_0_sco
     task = seed_task(tmp_path, score=counting)
     # What a build at 5 seeds measures, as benchmarks/calibration.py builds and ships it.
     five = dataclasses.replace(task, anchors=dataclasses.replace(task.anchors, seeds=5, use_shipped=False))
-    calibration = five.build_assets(tmp_path / "five")["calibration"]
+    calibration = build_assets(five, tmp_path / "five")["calibration"]
     shipped = tmp_path / "shipped.json"
     monkeypatch.setattr(anchors_module, "SHIPPED", shipped)
     ship(shipped, task, calibration)
 
     scored.clear()
-    task.build_assets(tmp_path / "assets")
+    build_assets(task, tmp_path / "assets")
     assert sorted(scored) == [0.0, 10.0]  # seed 0 of the baseline and of the reference, nothing more
     stored = json.loads((tmp_path / "assets" / "hidden" / "calibration.json").read_text())
     assert stored["baseline_seeds"] == [0.0, 1.0, 2.0, 3.0, 4.0] and stored["anchor_seeds"] == 5
@@ -180,18 +181,18 @@ def test_a_build_takes_the_shipped_calibration_of_its_assets_once_its_seed_0_sco
                                  "checked": "seed 0 of each anchor, here, scored as shipped"}  # fmt: skip
     assert task.anchors.read(tmp_path / "assets")["baseline_sem"] == pytest.approx(stats.sd([0, 1, 2, 3, 4]) / 5**0.5)
     # Taking it makes other assets than measuring would: the cache key says so.
-    assert task.asset_key()["shipped"] and "shipped" not in five.asset_key()
+    assert asset_key(task)["shipped"] and "shipped" not in asset_key(five)
 
     # Assets built with another parameter are other assets: measured, every seed.
     scored.clear()
-    seed_task(tmp_path, score=counting, size=3).build_assets(tmp_path / "other")
+    build_assets(seed_task(tmp_path, score=counting, size=3), tmp_path / "other")
     assert sorted(scored) == [0.0, 1.0, 2.0, 10.0, 11.0, 12.0]
 
     # A shipped seed 0 that this machine does not reproduce: the other seeds are run too, with a warning.
     ship(shipped, task, {**calibration, "baseline_seeds": [0.5, 1.0, 2.0, 3.0, 4.0]})
     scored.clear()
     with caplog.at_level(logging.WARNING, logger="mlrb.tasks.anchors"):
-        task.build_assets(tmp_path / "elsewhere")
+        build_assets(task, tmp_path / "elsewhere")
     assert sorted(scored) == [0.0, 1.0, 2.0, 10.0, 11.0, 12.0]
     stored = json.loads((tmp_path / "elsewhere" / "hidden" / "calibration.json").read_text())
     assert stored["baseline_seeds"] == [0.0, 1.0, 2.0] and stored["anchor_seeds"] == 3 and "shipped" not in stored

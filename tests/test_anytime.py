@@ -236,6 +236,7 @@ def test_scoring_during_the_run_is_due_by_steps_or_minutes_off_the_agent_s_clock
     from mlrb.harness import step_scoring
     from mlrb.run_files import snapshots, workspace
     from mlrb.scoring.report import ScoreReport
+    from mlrb.tasks.base import Setup
 
     clock = Clock()
     scored = []
@@ -246,8 +247,8 @@ def test_scoring_during_the_run_is_due_by_steps_or_minutes_off_the_agent_s_clock
         return ScoreReport(True, "ok", float((submission / "answer.txt").read_text()))
 
     monkeypatch.setattr(step_scoring, "score_submission", score_submission)
-    task = SimpleNamespace(run_anchors=lambda assets: ANCHORS, rules=Rules("submission"),
-                           higher_is_better=True, normalisation="gap")  # fmt: skip
+    task = SimpleNamespace(spec=SimpleNamespace(plumbing=False), anchors=SimpleNamespace(read=lambda assets: ANCHORS),
+                           rules=Rules("submission"), higher_is_better=True, setup=Setup())  # fmt: skip
     start, work = tmp_path / "start", tmp_path / "work"
     start.mkdir()
     before = workspace.prepare(start, work)

@@ -21,6 +21,7 @@ from mlrb.core.config import AgentConfig, BudgetConfig, SandboxConfig
 from mlrb.sandbox.base import Limits, Sandbox
 from mlrb.sandbox.unconfined import UnconfinedSandbox
 from mlrb.tasks.base import Task
+from mlrb.tasks.handling import build_assets
 
 pytestmark = pytest.mark.fast
 
@@ -60,7 +61,7 @@ def test_the_agent_and_task_examples_run_and_score_through_the_registry(tmp_path
     task = registry.load_task(task_cfg)
     assert type(task) is Task and task.name == "answer"  # a frozen value, made by the folder's task()
     assets = tmp_path / "assets"
-    facts = task.build_assets(assets)  # its `build`, as `assets.source: build` (the default) says
+    facts = build_assets(task, assets)  # its `build`, as `assets.source: build` (the default) says
     assert (assets / "hidden" / "target.txt").read_text() == "42"
     assert facts["calibration"]["baseline_score"] == -42.0  # the baseline's answer, 0, scored
 
@@ -82,9 +83,9 @@ def test_the_agent_and_task_examples_run_and_score_through_the_registry(tmp_path
     assert [e["event"] for e in lines] == ["tool_call", "tool_result"]  # what it emitted, as the trajectory has it
     assert lines[0]["arguments"]["command"].startswith("mkdir") and lines[1]["exit_code"] == 0
 
-    report = task.score(workspace / "submission", assets, tmp_path / "scoring")
+    report = task.judge.score(workspace / "submission", assets, tmp_path / "scoring")
     assert (report.valid, report.score) == (True, -2.0)
-    assert task.score(tmp_path / "empty", assets, tmp_path).reason == "no answer.txt in the submission"
+    assert task.judge.score(tmp_path / "empty", assets, tmp_path).reason == "no answer.txt in the submission"
     assert "examples.answer_agent" in sys.modules
 
 

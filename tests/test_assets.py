@@ -142,16 +142,16 @@ def test_assets_changed_during_a_run_are_rebuilt_before_scoring(tmp_path, caplog
 
 @pytest.mark.fast
 def test_the_key_holds_the_code_that_builds_and_scores_the_assets(tmp_path):
-    """mlrb/tasks/sources.py: a task package's files and the watched modules it imports,
+    """mlrb/task_kit/sources.py: a task package's files and the watched modules it imports,
     transitively; any change to them is another digest (so other assets), any other file is not."""
-    from mlrb.tasks import sources
+    from mlrb.task_kit import sources
 
     package = tmp_path / "my_task"
     (package / "starter").mkdir(parents=True)
-    (package / "task.py").write_text("from mlrb.tasks.tiny_models import write_jsonl\nimport json\n")
+    (package / "task.py").write_text("from mlrb.task_kit.tiny_models import write_jsonl\nimport json\n")
     (package / "starter" / "train.py").write_text("print('train')\n")
     files = {p.relative_to(sources.MLRB).as_posix() for p in sources.closure(package) if p.is_relative_to(sources.MLRB)}
-    assert {"tasks/base.py", "tasks/tiny_models.py", "scoring/report.py"} <= files  # base.py's own imports too
+    assert {"tasks/base.py", "tasks/handling.py", "task_kit/tiny_models.py", "scoring/report.py"} <= files  # base.py's own imports too
     assert not any(name.startswith(("tasks/llm_merging", "run.py", "cli.py")) for name in files)
     first = sources.digest(package)
     (package / "starter" / "train.py").write_text("print('train longer')\n")

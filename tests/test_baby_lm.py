@@ -12,6 +12,7 @@ import pytest
 
 from conftest import baseline_run, run_cli, task_from_config
 from mlrb.tasks import model_checks
+from mlrb.tasks.handling import solutions_of
 
 
 def load_task(**overrides):
@@ -226,9 +227,9 @@ def test_an_honest_run_with_any_small_seed_is_trained_from_scratch(assets, tmp_p
     task = load_task()
     for seed in (1, 2):
         # the seed as a sweep's run passes it: $MLRB_SEED, which the baseline command gives as --seed
-        workspace = task.solutions(assets / "public").run(task.spec.baseline_command + " --max-steps 40",
+        workspace = solutions_of(task, assets / "public").run(task.spec.baseline_command + " --max-steps 40",
                                                          tmp_path / f"seed{seed}", seed=seed)  # fmt: skip
-        report = task.score(workspace / "submission", assets, tmp_path / f"work{seed}")
+        report = task.judge.score(workspace / "submission", assets, tmp_path / f"work{seed}")
         assert report.valid, (seed, report.reason)
         assert "copied_from" not in report.details["pretrained_check"]
 

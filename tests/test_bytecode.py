@@ -13,7 +13,7 @@ from build_ahead import TINY_TASKS
 from conftest import REPO, task_from_config
 from mlrb.core.bytecode import RUN_IMPORTS
 from mlrb.scoring import lmeval
-from mlrb.tasks.warm_python import starter_imports
+from mlrb.task_kit.warm_python import starter_imports
 
 pytestmark = pytest.mark.fast
 
@@ -25,8 +25,8 @@ def test_what_scorers_and_starter_scripts_import_is_compiled_at_install():
         task = task_from_config(key)
         assert set(task.judge.imports) <= compiled, key
         # the starters' third-party libraries (the standard library's bytecode ships with Python)
-        assert task.starter_dir().is_dir(), key
-        libraries = {name.split(":")[0] for name in starter_imports(task.starter_dir())}
+        assert task.start.starter.is_dir(), key
+        libraries = {name.split(":")[0] for name in starter_imports(task.start.starter)}
         third_party = {name for name in libraries if name.split(".")[0] not in sys.stdlib_module_names}
         assert third_party <= compiled, (key, third_party - compiled)
     script = (REPO / "install.sh").read_text()

@@ -65,7 +65,9 @@ def test_the_calibration_that_ships_with_mlrb_is_the_benchmark_s():
     for key in ("llm_merging", "llm_efficiency"):  # re-measured with the script, with their sources
         measured = shipped[key]["measured"]
         assert measured["commit"] and measured["machine"]["cpu"] and measured["command"], key
-        assert set(measured["sources"]) == set(benchmark().task_sources(key)), key
+        # measured on this code, or checked on it since (--carry: seed 0 of each anchor scores as measured)
+        latest = shipped[key].get("carried", measured)
+        assert set(latest["sources"]) == set(benchmark().task_sources(key)), key
 
 
 def anchors(do_nothing, baseline, reference):

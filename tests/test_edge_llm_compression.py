@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import baseline_run, task_from_config
+from mlrb.tasks.handling import solutions_of
 
 
 def load_task(**overrides):
@@ -77,8 +78,8 @@ def test_weights_over_the_memory_limit_are_invalid_before_evaluation(assets, tmp
 @pytest.mark.system
 def test_the_reference_removes_mlp_neurons_and_changes_no_weight(assets, tmp_path):
     task = load_task()
-    workspace = task.solutions(assets / "public").run(task.spec.reference_command, tmp_path / "reference")
-    report = task.score(workspace / "submission", assets, tmp_path / "work")
+    workspace = solutions_of(task, assets / "public").run(task.spec.reference_command, tmp_path / "reference")
+    report = task.judge.score(workspace / "submission", assets, tmp_path / "work")
     assert report.valid, report.reason
     calibration = json.loads((assets / "hidden" / "calibration.json").read_text())
     assert report.score == pytest.approx(calibration["reference_score"], abs=1e-6)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import baseline_run, run_cli, task_from_config
+from mlrb.tasks.handling import solutions_of
 
 
 def load_task(**overrides):
@@ -27,7 +28,7 @@ def assets(cache_dir) -> Path:
 def untrained(assets, tmp_path_factory) -> Path:
     """The baseline's model before training (a valid submission of the baseline's shape)."""
     task = load_task()
-    workspace = task.solutions(assets / "public").run(
+    workspace = solutions_of(task, assets / "public").run(
         task.spec.do_nothing_command, tmp_path_factory.mktemp("untrained")
     )
     return workspace / "submission"

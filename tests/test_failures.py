@@ -266,7 +266,7 @@ def test_uri_secrets_are_masked_wherever_the_config_is_written():
 
 def model_folder(path: Path) -> Path:
     """A tiny Llama model folder, saved as transformers saves one."""
-    from mlrb.tasks.tiny_models import make_llama, train_tokenizer
+    from mlrb.task_kit.tiny_models import make_llama, train_tokenizer
 
     tokenizer = train_tokenizer(["the quick brown fox jumps over the lazy dog"] * 20, vocab_size=60)
     model = make_llama(tokenizer, {"hidden_size": 16, "intermediate_size": 32, "num_layers": 1, "num_heads": 2})

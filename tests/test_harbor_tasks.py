@@ -52,8 +52,8 @@ def test_task_toml_s_limits_become_the_run_s_and_instruction_md_is_the_prompt():
     raw.update(name="count-words", title="count-words", path=str(COUNT_WORDS))
     task = registry.load_task(TaskConfig(**raw))
     assert (task.hardware.cpus, task.hardware.memory_gb) == (1, 2.0)  # [environment] cpus, memory_mb = 2048
-    assert task.time_limit_s == 300.0 and task.judge.timeout_s == 60.0  # [agent] and [verifier] timeout_sec
-    assert task.own_instructions() == (COUNT_WORDS / "instruction.md").read_text()
+    assert task.start.time_limit_s == 300.0 and task.judge.timeout_s == 60.0  # [agent] and [verifier] timeout_sec
+    assert task.start.instructions() == (COUNT_WORDS / "instruction.md").read_text()
     assert task.baseline_command() == (COUNT_WORDS / "solution" / "solve.sh").read_text()
     assert task.scorer_config()["scales"]["harbor"]["workdir"] == "/app"  # the Dockerfile's WORKDIR
     assert task.hardware.gpus == 0  # [environment] gpus = 0, as Harbor writes it

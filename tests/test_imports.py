@@ -151,6 +151,7 @@ LAYERS = [
     ("mlrb.agents",),
     ("mlrb.formats",),
     ("mlrb.tasks",),
+    ("mlrb.task_kit",),  # what tasks are built with: the hub, tiny models, the warm python, the code digest
     ("mlrb.scoring",),
     ("mlrb.sandbox",),
     ("mlrb.run_files",),

@@ -28,6 +28,7 @@ from conftest import (
     store_args,
 )
 from fake_llm_server import FakeLlmServer, error, reply, tool
+from mlrb.tasks.handling import solutions_of
 
 KEY = "sk-ant-e2e-secret-never-recorded-987"
 ONE_FEATURE = 'FEATURES = ["x1"]'  # the given train.py's model: the price on x1 alone
@@ -66,9 +67,9 @@ def all_features_score(cache_dir: Path, folder: Path) -> float:
     shutil.copytree(assets / "public", start)
     train = start / "train.py"
     train.write_text(train.read_text().replace(ONE_FEATURE, ALL_FEATURES))
-    solutions = dataclasses.replace(task.solutions(assets / "public"), starting_files=start)
+    solutions = dataclasses.replace(solutions_of(task, assets / "public"), starting_files=start)
     workspace = solutions.run(HARNESS_SUBMISSION, folder / "workspace")
-    report = task.score(workspace / task.rules.submission, assets, folder / "work")
+    report = task.judge.score(workspace / task.rules.submission, assets, folder / "work")
     assert report.valid, report.reason
     return report.score
 

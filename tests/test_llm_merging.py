@@ -37,7 +37,7 @@ def merged(task, assets, tmp_path_factory) -> Path:
     """The baseline merge, made by the starter script the agent gets."""
     out = tmp_path_factory.mktemp("merged") / "model"
     subprocess.run(
-        [sys.executable, str(task.starter_dir() / "merge.py"), "--data", str(assets / "public"), "--output", str(out)],
+        [sys.executable, str(task.start.starter / "merge.py"), "--data", str(assets / "public"), "--output", str(out)],
         check=True,
     )
     return out
@@ -154,7 +154,7 @@ def test_code_shipped_in_the_submission_cannot_reach_the_scorer(task, assets, me
 
 def adapter_updates(assets: Path) -> dict:
     """{adapter: {base tensor name: its LoRA update}}, read with the starter's own reader."""
-    sys.path.insert(0, str(tiny_llm_merging().starter_dir()))
+    sys.path.insert(0, str(tiny_llm_merging().start.starter))
     from merge import lora_deltas
 
     return {d.name: lora_deltas(d) for d in sorted((assets / "public" / "adapters").iterdir())}
@@ -177,7 +177,7 @@ def test_a_model_trained_instead_of_merged_is_invalid(task, assets, tmp_path):
     # Train the MLPs (where the adapters act) on the dev set: not a merge of the given models.
     import random
 
-    from mlrb.tasks.tiny_models import format_prompt, train_lm
+    from mlrb.task_kit.tiny_models import format_prompt, train_lm
 
     rows = [json.loads(line) for line in (assets / "public" / "dev.jsonl").read_text().splitlines()]
     pairs = [(format_prompt(r["question"]), " " + r["choices"][r["answer"]]) for r in rows]

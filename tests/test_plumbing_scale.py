@@ -14,6 +14,7 @@ import pytest
 from build_ahead import TINY_TASKS
 from conftest import compose_config, empty_store, mlflow_client, run_cli, run_module, store_args, task_from_config
 from mlrb.core.config import ConfigError, resolve_scales
+from mlrb.tasks.handling import asset_key, is_plumbing
 
 
 @pytest.mark.fast
@@ -38,9 +39,9 @@ def test_a_scale_that_extends_another_takes_its_values_and_overrides_some():
 def test_every_task_has_a_plumbing_scale_and_an_override_of_tiny_reaches_it():
     for key in TINY_TASKS:
         tiny, plumbing = task_from_config(key), task_from_config(key, scale="plumbing")
-        assert plumbing.plumbing and not tiny.plumbing, key
+        assert is_plumbing(plumbing) and not is_plumbing(tiny), key
         assert plumbing.anchors.seeds == 1 and plumbing.spec.prompt == tiny.spec.prompt, key
-        assert plumbing.asset_key() != tiny.asset_key(), key
+        assert asset_key(plumbing) != asset_key(tiny), key
     cfg = compose_config("task=llm_merging", "task.scale=plumbing", "task.scales.tiny.max_params=7")
     assert cfg.task.scales["plumbing"]["max_params"] == 7 and cfg.task.scales["plumbing"]["plumbing"] is True
 

@@ -38,7 +38,7 @@ NOT_FETCHED = {"pytorch_model.bin": b"a pickle, never to be fetched", "flax_mode
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    from mlrb.tasks.hub import lm_eval_datasets
+    from mlrb.task_kit.hub import lm_eval_datasets
 
     served = tmp_path_factory.mktemp("served")
     for repo in ("gpt2", "distilgpt2"):
@@ -92,13 +92,14 @@ def test_prefetch_downloads_everything_then_a_compute_node_finds_it_offline(hub,
 import json, sys
 from pathlib import Path
 from mlrb.prefetch import tasks_for
-from mlrb.tasks.hub import is_present, load_dataset, task_needs
+from mlrb.task_kit.hub import is_present, load_dataset
+from mlrb.tasks.handling import hub_needs
 (task,) = tasks_for(sys.argv[1:])
 out = Path({str(tmp_path / "assets")!r})
 params = {{k: v for k, v in dict(task.spec.assets).items() if k != "source"}}
 facts = task.builder.makers["hub"](out, params)
 print(json.dumps({{
-    "present": {{item.describe(): is_present(item) for item in task_needs(task)}},
+    "present": {{item.describe(): is_present(item) for item in hub_needs(task)}},
     "rows": facts["rows"],
     "eval_rows": {{c: {{s: len(d) for s, d in load_dataset("aps/super_glue", c).items()}}
                   for c in ("cb", "wsc.fixed")}},

@@ -22,7 +22,7 @@ STARTED_BY_THE_HARNESS = {
     "mlrb.sandbox.model_bridge": "the model connection inside a sandbox",
     "mlrb.store.recording_process": "a single run's MLflow process",
     "mlrb.scoring.worker": "the scoring process",
-    "mlrb.tasks.warm_python": "the anchors' warm interpreter at asset build",
+    "mlrb.task_kit.warm_python": "the anchors' warm interpreter at asset build",
     "mlrb.tracking": "the same command as mlrb.store.tracking_server: `python -m mlrb.tracking serve`",
     "mlrb.core.bytecode": "install.sh's compile of what runs import",
 }

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import mlflow_client, run_cli, run_module, store_args
+from mlrb.tasks.base import python_of
+from mlrb.tasks.handling import asset_key
 from test_docker_sandbox import docker_problem
 
 NUMPY1 = Path(__file__).parent / "folder_tasks" / "numpy1-mini"
@@ -53,10 +55,10 @@ def test_a_packaged_task_without_requirements_keeps_its_asset_key_and_the_harnes
     from conftest import tiny_llm_merging
 
     task = tiny_llm_merging()
-    assert task.requirements == () and "requirements" not in task.asset_key()  # fingerprints unchanged
-    assert task.python == sys.executable
+    assert task.requirements == () and "requirements" not in asset_key(task)  # fingerprints unchanged
+    assert python_of(task.environment) == sys.executable
     pinned = folder_task(NUMPY1)
-    assert pinned.asset_key()["requirements"] == ["numpy==1.26.4"]  # the anchors were measured in it
+    assert asset_key(pinned)["requirements"] == ["numpy==1.26.4"]  # the anchors were measured in it
 
 
 @pytest.mark.system

@@ -17,6 +17,7 @@ from mlrb.core.config import ConfigError
 from mlrb.tasks.anchors import AnchorFailed
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import ScoreReport
+from mlrb.tasks.handling import build_assets, solutions_of
 from test_anchor_seeds import seed_task, seeded
 
 pytestmark = pytest.mark.fast
@@ -29,7 +30,7 @@ def download(out_dir, params):
 
 
 def test_the_builder_runs_the_maker_the_source_names_and_refuses_another_by_name(tmp_path):
-    built = seed_task(tmp_path, size=3).build_assets(tmp_path / "built")
+    built = build_assets(seed_task(tmp_path, size=3), tmp_path / "built")
     calibration = json.loads((tmp_path / "built" / "hidden" / "calibration.json").read_text())
     assert "downloaded" not in built and built["calibration"] == calibration
     assert (calibration["baseline_seeds"], calibration["reference_score"]) == ([0.0, 1.0, 2.0], 11.0)  # seeds 0-2
@@ -38,7 +39,7 @@ def test_the_builder_runs_the_maker_the_source_names_and_refuses_another_by_name
     # The maker gets the scale's assets less what is not its own (the source, the anchors' seeds).
     assert fetched.builder.make(tmp_path / "fetched") == {"downloaded": {"size": 3}}
     with pytest.raises(ValueError, match=r"^unknown assets.source 'hub' for task seeded; valid: build$"):
-        hub.build_assets(tmp_path / "nowhere")
+        build_assets(hub, tmp_path / "nowhere")
     assert not (tmp_path / "nowhere").exists()
 
 
@@ -47,7 +48,7 @@ def test_a_build_that_fails_leaves_nothing_behind_and_says_which_anchor_seed(tmp
         'test "$MLRB_SEED" != 1 || { echo "no seed 1" >&2; exit 4; }; mkdir -p submission && echo 1 > submission/answer.txt'
     )})  # fmt: skip
     with pytest.raises(AnchorFailed) as failed:
-        task.build_assets(tmp_path / "assets")
+        build_assets(task, tmp_path / "assets")
     assert (failed.value.seed, failed.value.ran) == (1, False)
     assert str(failed.value).endswith("exited 4: no seed 1")
     assert not (tmp_path / "assets").exists()  # a half-built folder would read as assets
@@ -57,7 +58,7 @@ def test_an_anchor_that_makes_an_invalid_submission_is_named_with_its_command_an
     task = seed_task(tmp_path, scale={"baseline_command": "mkdir -p submission && echo x > submission/answer.txt"},
                      score=lambda submission, assets, work_dir: scored_if_a_number(submission))  # fmt: skip
     with pytest.raises(AnchorFailed) as failed:
-        task.build_assets(tmp_path / "assets")
+        build_assets(task, tmp_path / "assets")
     # The seeds run side by side and each is scored as it ends: the first to end is the one named.
     assert failed.value.seed in (0, 1, 2)
     assert str(failed.value) == (
@@ -157,7 +158,7 @@ def test_a_task_folder_is_made_of_the_same_parts_as_a_packaged_task_and_gives_it
 
     mlrc = folder_task(REPO / "tests" / "folder_tasks" / "mlrc-mini")
     for task in (task_from_config("llm_merging"), mlrc):
-        parts = (task.builder, task.anchors, task.rules, task.judge, task.solutions(tmp_path / "public"))
+        parts = (task.builder, task.anchors, task.rules, task.judge, solutions_of(task, tmp_path / "public"))
         assert [type(part) for part in parts] == [AssetBuilder, Anchors, Rules, Judge, Solutions]
     # The folder's own: its one maker, its baseline alone (measured one seed at a time), the
     # layout's read-only list, eval.py's scorer choosing the best dev step after main.py ran
@@ -166,7 +167,7 @@ def test_a_task_folder_is_made_of_the_same_parts_as_a_packaged_task_and_gives_it
     assert mlrc.anchors.commands == {"baseline": "python main.py -m my_method -p dev"} and mlrc.anchors.workers == 1
     assert mlrc.rules.read_only_listed_in == "hidden/read_only_files.txt"
     assert mlrc.judge.snapshot_chooser is not None and mlrc.judge.submission_command is not None
-    assert mlrc.solutions(tmp_path / "public").starting_files == tmp_path / "public"
+    assert solutions_of(mlrc, tmp_path / "public").starting_files == tmp_path / "public"
     # A task is a value of its parts, never subclassed: what differs between tasks is in their fields.
     assert type(mlrc) is Task and type(task_from_config("llm_merging")) is Task
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -186,3 +187,25 @@ def test_every_packaged_task_is_a_frozen_value_its_folder_makes_and_subclasses_n
         assert not [c for _, c in inspect.getmembers(module, inspect.isclass) if issubclass(c, Task) and c is not Task]
         if key not in registry.folder_loaders():
             assert type(task_from_config(key)) is Task
+
+
+def test_a_task_is_the_competition_in_at_most_20_members_and_mlrb_s_running_of_it_is_apart():
+    """`Task` holds what the competition defines (its config, rules, assets' maker, anchors, judge,
+    the agent's start); how mlrb runs it is its `setup`, a value a task kind fills (a packaged task
+    takes the defaults), and what mlrb does with it is handling.py's functions of it."""
+    from conftest import task_from_config
+    from mlrb.tasks.base import Setup, Task
+
+    members = {f.name for f in dataclasses.fields(Task)} | {name for name in vars(Task) if not name.startswith("_")}
+    assert len(members) <= 20, sorted(members)
+    # mlrb's policy is not the competition's: none of its values is a member of the task itself
+    policy = {f.name for f in dataclasses.fields(Setup)}
+    assert policy >= {"builds_at_preflight", "run_settings", "workspace_at", "normalised_as", "normalisation"}
+    assert not members & policy
+    # a packaged task fills none of it: its setup is the defaults
+    assert task_from_config("llm_merging").setup == Setup()
+    # what a folder task and a Harbor task set is in their setup
+    from test_task_environments import folder_task
+
+    mlrc = folder_task(REPO / "tests" / "folder_tasks" / "mlrc-mini")
+    assert (mlrc.setup.builds_at_preflight, mlrc.setup.normalised_as) == (True, "human_gap")

@@ -35,7 +35,7 @@ PACKAGE = REPO / "mlrb"
 ONE_LINE_ERRORS = {"ConfigError", "ReportError", "CompareError", "ServeError"}
 # Modules that print to standard error but are no command a user runs: the warm Python server's child
 # (prints what the task's own code exits with) and the scorer's worker (its parent is gone).
-NOT_COMMANDS = {"tasks/warm_python.py", "scoring/worker.py"}
+NOT_COMMANDS = {"task_kit/warm_python.py", "scoring/worker.py"}
 # Functions of mlrb's whose every error (ValueError included) a command prints as one line: a SLURM
 # sweep's cluster profile, read by the launcher before any job starts.
 ONE_LINE_FUNCTIONS = {"load_profile"}

@@ -1,5 +1,5 @@
 """The warm interpreter that runs the anchors' `python SCRIPT` commands at asset build
-(mlrb/tasks/warm_python.py): a script run warm must see and do what it would in a fresh
+(mlrb/task_kit/warm_python.py): a script run warm must see and do what it would in a fresh
 `python SCRIPT`, and whatever is not one plain python command must be left to bash."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import task_from_config
+from mlrb.task_kit.warm_python import WarmPython, starter_imports
 from mlrb.tasks.anchors import contents_digest
-from mlrb.tasks.warm_python import WarmPython, starter_imports
+from mlrb.tasks.handling import solutions_of
 
 # What a script sees of its process, written where it runs, so a warm run and a fresh one compare.
 REPORTER = textwrap.dedent("""\
@@ -230,7 +231,7 @@ def test_a_training_run_warm_writes_the_bytes_a_fresh_one_writes(cache_dir, tmp_
     task = task_from_config("baby_lm", scale="plumbing")
     assets = ensure_assets(task, cache_dir)
     command = task.spec.baseline_command + " --max-steps 5"
-    solutions = task.solutions(assets / "public")
+    solutions = solutions_of(task, assets / "public")
     fresh = solutions.run(command, tmp_path / "fresh", seed=1)
     with solutions.warm() as warm:
         assert warm.arguments(command, tmp_path, solutions.environment_for(tmp_path, 1))

@@ -502,5 +502,5 @@ def check_rules(cfg: MlrbConfig) -> None:
     registry.load(registry.SANDBOXES[cfg.sandbox.kind]).parse_options(cfg.sandbox)  # a misspelt option: one line
     task = registry.load_task(cfg.task)  # raises ConfigError on an unknown scale or bad key
     task.builder.check_params(cfg.task.scale)  # a tiny builder's parameters (unknown skills, sub-tasks...)
-    if task.check_config is not None:  # say, a folder task's folder has the files its layout needs
-        task.check_config()
+    if task.setup.check_config is not None:  # say, a folder task's folder has the files its layout needs
+        task.setup.check_config()

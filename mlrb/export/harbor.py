@@ -64,7 +64,7 @@ from mlrb.core.config import TaskConfig
 tests, workspace, scratch, logs = map(Path, sys.argv[1:5])
 config = TaskConfig(**json.loads((tests / "task.json").read_text()))
 task = registry.load_task(config)
-report = task.score(workspace / config.submission, tests / "assets", scratch)
+report = task.judge.score(workspace / config.submission, tests / "assets", scratch)
 facts = report.to_dict()
 (logs / "score_report.json").write_text(json.dumps(facts, indent=2, default=float))
 reward = float(report.score) if report.valid and report.score is not None else 0.0
@@ -111,8 +111,8 @@ def main(argv: list[str]) -> int:
             from mlrb.core import registry
 
             task = registry.load_task(cfg.task)
-            if task.check_config:
-                task.check_config()
+            if task.setup.check_config:
+                task.setup.check_config()
         except ConfigError as e:
             raise BadInput(str(e)) from None
     except BadInput as e:
@@ -188,7 +188,7 @@ def fill(folder: Path, task: Any, cfg: Any, assets: Path) -> None:
     skip = shutil.ignore_patterns("__pycache__", "*.pyc")
     env = folder / "environment"
     env.mkdir()
-    starter, public = task.workspace_files(assets), assets / "public"
+    starter, public = task.start.files(assets), assets / "public"
     entries: dict[str, Path] = {}
     for source in (starter, public):
         for item in sorted(source.iterdir()) if source.is_dir() else []:
@@ -207,7 +207,7 @@ def fill(folder: Path, task: Any, cfg: Any, assets: Path) -> None:
         f"FROM {BASE_IMAGE}\nWORKDIR {WORKDIR}\n{copies}\nENV MLRB_DATA={WORKDIR}\n"
     )
 
-    budget = dataclasses.replace(cfg.budget, wall_time_s=float(task.time_limit_s))
+    budget = dataclasses.replace(cfg.budget, wall_time_s=float(task.start.time_limit_s))
     prompt = instructions.render(task, budget, WORKDIR, WORKDIR)
     prompt = prompt.removesuffix(instructions.clock_note(WORKDIR))  # no harness writes the clock file
     (folder / "instruction.md").write_text(prompt)
@@ -250,9 +250,9 @@ def task_toml(task: Any, cfg: Any) -> str:
         environment["gpu_types"] = [str(hw.gpu_type)]
     environment["network_mode"] = "public" if task.rules.network else "no-network"
     tables = {
-        "metadata": {"source": "mlrb", "mlrb_task": task.name, "mlrb_scale": task.scale, "title": task.title},
+        "metadata": {"source": "mlrb", "mlrb_task": task.name, "mlrb_scale": task.scale, "title": task.start.title},
         "verifier": {"timeout_sec": float(task.judge.timeout_s)},
-        "agent": {"timeout_sec": float(task.time_limit_s)},
+        "agent": {"timeout_sec": float(task.start.time_limit_s)},
         "environment": environment,
     }
     lines = ['schema_version = "1.1"']

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from mlrb.harness import environments
 from mlrb.tasks.base import Task
+from mlrb.tasks.handling import asset_key, build_assets, in_environment
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class AssetError(RuntimeError):
 
 
 def asset_dir(task: Task, cache_dir: Path) -> Path:
-    key = json.dumps(task.asset_key(), sort_keys=True, default=str)
+    key = json.dumps(asset_key(task), sort_keys=True, default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return Path(cache_dir).expanduser() / task.name / f"{task.scale}-{digest}"
 
@@ -70,7 +71,7 @@ def prepare(task: Task, cache_dir: Path) -> Prepared:
     """The task's own Python environment, built first (its anchors run in it), and its verified
     asset folder, built (or rebuilt, if damaged) when needed, by the task in that environment."""
     environment = environments.ensure(task.name, list(task.requirements), cache_dir)
-    return Prepared(built(task.in_environment(environment), cache_dir), environment)
+    return Prepared(built(in_environment(task, environment), cache_dir), environment)
 
 
 def built(task: Task, cache_dir: Path) -> Path:
@@ -107,7 +108,7 @@ def build(task: Task, target: Path) -> None:
     make_readable(staging)
     files = file_hashes(staging)
     manifest = {
-        "key": task.asset_key(),
+        "key": asset_key(task),
         "build_seconds": round(time.monotonic() - started, 1),
         **facts,
         "fingerprint": fingerprint_of(files),
@@ -127,12 +128,12 @@ def build_facts(task: Task, staging: Path) -> dict:
     device; on a GPU that happens in a child process, so that this one (the harness, which
     lives for the whole run) never holds a CUDA context."""
     if not task.judge.device.startswith("cuda"):
-        return task.build_assets(staging)
+        return build_assets(task, staging)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(task.build_assets, staging).result()
+        return pool.submit(build_assets, task, staging).result()
 
 
 def file_hashes(root: Path) -> dict[str, str]:

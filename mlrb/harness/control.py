@@ -23,6 +23,7 @@ from mlrb.harness import assets as assets_lib
 from mlrb.scoring.report import ScoreReport
 from mlrb.scoring.runner import Scorer, ScorerError
 from mlrb.tasks.base import Task
+from mlrb.tasks.handling import solutions_of
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def control_submission(task: Task, asset_path: Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         log.info("making %s's control (its baseline submission) in %s", task.name, kept)
         try:
-            work = task.solutions(asset_path / "public").run(task.baseline_command(), staging / "workspace", seed=0)
+            work = solutions_of(task, asset_path / "public").run(task.baseline_command(), staging / "workspace", seed=0)
         except RuntimeError as e:
             raise ScorerError(f"the control (the task's baseline command) failed: {e}") from None
         if not (work / task.rules.submission).exists():

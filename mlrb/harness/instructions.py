@@ -19,25 +19,25 @@ OWN_TEMPLATE = """{problem}
 
 
 def render(task: Task, budget: BudgetConfig, workspace: str, data_dir: str) -> str:
-    own = task.own_instructions()
+    own = task.start.instructions()
     if own is not None:  # a folder task's research problem, then the run's environment
         return OWN_TEMPLATE.format(
             problem=own.strip(), budget=describe_budget(budget), workspace=workspace, data_dir=data_dir
         ) + clock_note(workspace)
-    prompt, hw = task.prompt, task.hardware
+    prompt, hw = task.start.prompt, task.hardware
     compute = f"{hw.gpus} x {hw.gpu_type} GPU" if hw.gpus else "CPU only, no GPU"
     if hw.cpus:
         compute += f", {hw.cpus} CPU cores"
     if hw.memory_gb:
         compute += f", {hw.memory_gb:g} GB memory"
     fields = {
-        "title": task.title,
+        "title": task.start.title,
         "task": prompt.task,
         "dataset": prompt.dataset,
         "dataset_shape": prompt.dataset_shape,
         "models": prompt.models,
         "compute": compute,
-        "time_limit": f"The competition allows {time_limit(task.time_limit_s)}",
+        "time_limit": f"The competition allows {time_limit(task.start.time_limit_s)}",
         "budget": describe_budget(budget),
         "result": prompt.result,
         "evaluation": prompt.evaluation,

@@ -27,6 +27,7 @@ from mlrb.core.config import (
     TrackingConfig,
 )
 from mlrb.sandbox.base import Limits
+from mlrb.tasks.handling import is_plumbing
 
 if TYPE_CHECKING:  # imported by `make`, when a run is planned
     from mlrb.agents.base import Agent
@@ -116,7 +117,9 @@ def make(cfg: MlrbConfig) -> RunPlan:
     task = registry.load_task(cfg.task)
     agent = registry.load(registry.AGENTS[cfg.agent.kind])(cfg.agent)
     sandbox_class = registry.load(registry.SANDBOXES[cfg.sandbox.kind])
-    budget, sandbox = task.run_settings(cfg.budget, cfg.sandbox) if task.run_settings else (cfg.budget, cfg.sandbox)
+    budget, sandbox = (
+        task.setup.run_settings(cfg.budget, cfg.sandbox) if task.setup.run_settings else (cfg.budget, cfg.sandbox)
+    )
     key = run_key(cfg)
     tags: dict[str, Any] = {
         Tag.TASK: cfg.task.name,
@@ -127,9 +130,9 @@ def make(cfg: MlrbConfig) -> RunPlan:
         Tag.SANDBOX: cfg.sandbox.kind,
         Tag.CONFINED: str(sandbox_class.confined).lower(),
         Tag.NETWORK: str(cfg.task.network).lower(),
-        Tag.NORMALISED_AS: task.normalised_as,
+        Tag.NORMALISED_AS: task.setup.normalised_as,
         Tag.UNENFORCED_RULES: ",".join(task.rules.unenforced),
-        Tag.PLUMBING: str(task.plumbing).lower(),
+        Tag.PLUMBING: str(is_plumbing(task)).lower(),
         Tag.RUN_KEY: key,
         **task.judge.tags,
     }

@@ -28,6 +28,7 @@ from mlrb.core.config import SandboxConfig, ScoringConfig
 from mlrb.core.tags import Metric
 from mlrb.run_files import snapshots, workspace
 from mlrb.scoring.runner import ScorerError, score_submission
+from mlrb.tasks.handling import run_anchors
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class StepScoring:
         self.cfg, self.task, self.asset_path, self.work, self.start_files = cfg, task, asset_path, work, start_files
         self.snapshots_root, self.sandbox, self.recorder, self.budget = snapshots_root, sandbox, recorder, budget
         self.folder = run_dir / "anytime"  # each scoring's report (its workspace copy is removed once scored)
-        self.anchors: dict[str, float | None] = task.run_anchors(asset_path) if self.on else {}
+        self.anchors: dict[str, float | None] = run_anchors(task, asset_path) if self.on else {}
         self.last_s: float | None = None  # the agent's clock at the last scoring; None: none yet
         self.scored: dict[str, Any] = {}  # a workspace's state -> its ScoreReport
 
@@ -136,6 +137,6 @@ class StepScoring:
         score = report.score if report is not None and report.score is not None else None
         score = score if score is not None and math.isfinite(score) else None
         metrics = anytime.step_metrics(
-            valid, score, self.anchors, self.task.higher_is_better, self.task.normalisation, agent_s, usd
+            valid, score, self.anchors, self.task.higher_is_better, self.task.setup.normalisation, agent_s, usd
         )
         self.recorder.log_metrics(metrics, step=step)

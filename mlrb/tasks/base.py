@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import importlib
-import json
-import shutil
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,13 +27,11 @@ from omegaconf import MISSING, OmegaConf
 
 from mlrb.core import registry
 from mlrb.core.config import ConfigError, TaskConfig, describe_omegaconf_error, resolve_scales
-from mlrb.scoring.report import ScoreReport  # every task's scorer returns one
-from mlrb.tasks import sources
+from mlrb.scoring.report import ScoreReport  # noqa: F401 (every task's scorer returns one; tasks take it from here)
 from mlrb.tasks.anchors import ANCHORS, DEFAULT_SEEDS, Anchors
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.builder import AssetBuilder, Maker
 from mlrb.tasks.judge import Judge, Score
-from mlrb.tasks.solutions import Solutions
 
 
 @dataclass
@@ -161,9 +156,69 @@ class TaskStep:
 
 
 @dataclass(frozen=True)
+class Start:
+    """The agent's start (a part): what its prompt says and the files it starts from."""
+
+    title: str
+    # MLRB's prompt fields, which instructions.md renders for the agent.
+    prompt: PromptSpec
+    # The competition's own time limit, in seconds: the prompt states it (the budget sets the run's).
+    time_limit_s: float
+    # The task's starter/ folder, copied into the agent's workspace unless `workspace` says otherwise.
+    starter: Path
+    # The assets -> the agent's starting files; None: the starter folder.
+    workspace: Callable[[Path], Path] | None = None
+    # The task's own prompt text instead of MLRB's template fields; None: the template.
+    own_prompt: Callable[[], str] | None = None
+
+    def files(self, assets: Path) -> Path:
+        """The agent's starting workspace: the starter files (a folder task: its prepared env/)."""
+        return self.workspace(assets) if self.workspace else self.starter
+
+    def instructions(self) -> str | None:
+        """The task's own prompt text instead of MLRB's template fields (None: the template)."""
+        return self.own_prompt() if self.own_prompt else None
+
+
+def starting(cfg: TaskConfig, spec: Any, package_dir: Path, **own: Any) -> Start:
+    """A task's start from its config and scale, with its starter/ folder; `own`: its own
+    `workspace` or `own_prompt`."""
+    return Start(cfg.title, spec.prompt, spec.time_limit_s, package_dir / "starter", **own)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How mlrb runs a task, beside what its competition defines: set by the kind of task (a task
+    folder, a Harbor task), never by a task's own code; a packaged task takes these defaults.
+    What mlrb does with a task (builds its assets, reads its anchors for a run...) is in
+    handling.py."""
+
+    # How the normalised score is made: "gap" (MLRC-Bench: the share of the baseline-to-
+    # reference gap closed), "improvement" (MLAgentBench: percent better than the baseline) or
+    # "reward" (Harbor: a gap whose baseline is doing nothing, so a failure counts as nothing).
+    normalisation: str = "gap"
+    # What a normalised score means, by name (the run's tag `mlrb.normalised_as`; reports name
+    # it when tasks differ): "gap" (0 = baseline, 100 = reference), "improvement" (MLAgentBench),
+    # "human_gap" (MLRC-Bench: 100 = the top human entry) or "reward" (Harbor's).
+    normalised_as: str = "gap"
+    # The assets are built (once) and checked before the run is recorded, so that a broken task
+    # is one line (a ConfigError of its builder) and no run: a task folder's own code may fail.
+    builds_at_preflight: bool = False
+    # Checked with the config, after the scale (a folder: it has the files its layout needs).
+    check_config: Callable[[], None] | None = None
+    # (budget, sandbox) -> the run's own: a task that brings its settings (a Harbor task: its agent
+    # timeout as the wall time, its image for sandbox=docker), called once, when the run is planned.
+    run_settings: Callable[[Any, Any], tuple[Any, Any]] | None = None
+    # Where a confined sandbox shows the agent its workspace ("": /workspace): a Harbor task's WORKDIR,
+    # which its instruction names.
+    workspace_at: str = ""
+
+
+@dataclass(frozen=True)
 class Task:
-    """A task: its config and its parts, made once by its folder's `task(cfg, environment)`
-    (through registry.load_task) and never changed; the harness reads these, not its config."""
+    """A task: what its competition defines, its config and its parts, made once by its folder's
+    `task(cfg, environment)` (through registry.load_task) and never changed; the harness reads
+    these, not its config. How mlrb runs it is its `setup`; what mlrb does with it, handling.py."""
 
     cfg: TaskConfig  # its name is its folder's (mlrb/core/registry.py), or a folder task's folder's
     spec: Any  # the scale's ScaleSpec (a task's own subclass of it)
@@ -177,43 +232,24 @@ class Task:
     anchors: Anchors
     # What scores a submission (mlrb/tasks/judge.py): its scorer, its process's imports, time limit, device.
     judge: Judge
-    # The task's code: its starter/ folder, and the package whose code keys its assets (sources.py).
+    # What the agent's prompt says and the files it starts from.
+    start: Start
+    # The task's code: the package whose code keys its assets (mlrb/task_kit/sources.py).
     package_dir: Path
-    # The workspace: the assets -> the agent's starting files; None: the starter/ folder.
-    workspace: Callable[[Path], Path] | None = None
-    # The prompt: the task's own text instead of MLRB's template fields (instructions.md); None: the template.
-    own_prompt: Callable[[], str] | None = None
     # The pip requirements of the task's own Python environment; none: the harness's libraries.
     requirements: tuple[str, ...] = ()
-    # What else determines the built assets, beside what every task's key holds (asset_key).
+    # What else determines the built assets, beside what every task's key holds (handling.asset_key).
     key: Callable[[], Mapping[str, Any]] | None = None
-    # Checked with the config, after the scale (a folder: it has the files its layout needs).
-    check_config: Callable[[], None] | None = None
-    # How the normalised score is made: "gap" (MLRC-Bench: the share of the baseline-to-
-    # reference gap closed), "improvement" (MLAgentBench: percent better than the baseline) or
-    # "reward" (Harbor: a gap whose baseline is doing nothing, so a failure counts as nothing).
-    normalisation: str = "gap"
-    # What a normalised score means, by name (the run's tag `mlrb.normalised_as`; reports name
-    # it when tasks differ): "gap" (0 = baseline, 100 = reference), "improvement" (MLAgentBench),
-    # "human_gap" (MLRC-Bench: 100 = the top human entry) or "reward" (Harbor's).
-    normalised_as: str = "gap"
-    # The assets are built (once) and checked before the run is recorded, so that a broken task
-    # is one line (a ConfigError of its builder) and no run: a task folder's own code may fail.
-    builds_at_preflight: bool = False
     # The task's own Python environment (mlrb/harness/environments.py) its parts run in, as the assets'
     # build returned it (assets.prepare); None: the harness's libraries.
     environment: Path | None = None
-    # (budget, sandbox) -> the run's own: a task that brings its settings (a Harbor task: its agent
-    # timeout as the wall time, its image for sandbox=docker), called once, when the run is planned.
-    run_settings: Callable[[Any, Any], tuple[Any, Any]] | None = None
-    # Where a confined sandbox shows the agent its workspace ("": /workspace): a Harbor task's WORKDIR,
-    # which its instruction names.
-    workspace_at: str = ""
     # Steps run in turn in the run's one environment, each with its prompt and judge (a Harbor
     # task's [[steps]]); (): the task is one step, this task's prompt and judge.
     steps: tuple[TaskStep, ...] = ()
     # How the steps' rewards make the run's score: "mean" (over the steps scored) or "final".
     step_reward: str = "mean"
+    # How mlrb runs it: its normalisation, what is checked before a run, its own run settings.
+    setup: Setup = field(default_factory=Setup)
 
     # ---- what the harness reads of a task: these, not its config (`cfg`, `spec`) ----------
 
@@ -226,21 +262,8 @@ class Task:
         return self.cfg.scale
 
     @property
-    def title(self) -> str:
-        return self.cfg.title
-
-    @property
     def hardware(self) -> HardwareSpec:
         return self.spec.hardware
-
-    @property
-    def prompt(self) -> PromptSpec:
-        return self.spec.prompt
-
-    @property
-    def time_limit_s(self) -> float:
-        """The competition's own time limit (the prompt states it; the budget sets the run's)."""
-        return self.spec.time_limit_s
 
     @property
     def higher_is_better(self) -> bool:
@@ -256,84 +279,6 @@ class Task:
         cfg = dataclasses.asdict(self.cfg)
         cfg["scales"] = {self.scale: cfg["scales"][self.scale]}
         return cfg
-
-    def in_environment(self, environment: Path | None) -> Task:
-        """This task with its parts running in `environment` (the loader makes it again)."""
-        if environment == self.environment:
-            return self
-        return registry.load_task(self.cfg, environment)
-
-    @property
-    def python(self) -> str:
-        """The interpreter the task's own code runs on (its environment's, else the harness's)."""
-        return python_of(self.environment)
-
-    def starter_dir(self) -> Path:
-        """Files copied into the agent's workspace."""
-        return self.package_dir / "starter"
-
-    def workspace_files(self, assets: Path) -> Path:
-        """The agent's starting workspace: the starter files (a folder task: its prepared env/)."""
-        return self.workspace(assets) if self.workspace else self.starter_dir()
-
-    def own_instructions(self) -> str | None:
-        """The task's own prompt text instead of MLRB's template fields (None: the template)."""
-        return self.own_prompt() if self.own_prompt else None
-
-    @property
-    def plumbing(self) -> bool:
-        """Whether this scale only checks the harness's plumbing (ScaleSpec.plumbing)."""
-        return bool(self.spec.plumbing)
-
-    def run_anchors(self, assets: Path) -> dict[str, Any]:
-        """The anchors a run's score is normalised and counted on: the built ones, or none at a
-        plumbing scale, whose runs must never be read as results."""
-        return {} if self.plumbing else self.anchors.read(assets)
-
-    def solutions(self, public: Path) -> Solutions:
-        """The part that runs a solution's command as the scripted baseline agent does, on the
-        assets' `public` folder (mlrb/tasks/solutions.py)."""
-        return Solutions(self.workspace_files(Path(public).parent), Path(public), self.environment)
-
-    def score(self, submission: Path, assets: Path, work_dir: Path) -> ScoreReport:
-        """The judge's score of the submission (the harness scores in a process of its own:
-        mlrb/scoring/runner.py)."""
-        return self.judge.score(submission, assets, work_dir)
-
-    # ---- the assets, made and measured by the parts ---------------------------------
-
-    def asset_key(self) -> dict[str, Any]:
-        """Everything that determines the built assets (hashed into the cache key); the
-        calibration stored with them depends on how models are evaluated and on the anchors."""
-        key = {
-            "task": self.name,
-            "assets": self.spec.assets,
-            "eval": dataclasses.asdict(self.spec.eval),
-            "anchors": self.anchors.commands,
-            "anchor_seeds": self.anchors.seeds,
-            "sources": sources.digest(self.package_dir),  # the builder's and the scorer's code
-            # the anchors run in the task's environment (absent when it has none: keys stay as they were)
-            **({"requirements": list(self.requirements)} if self.requirements else {}),
-            **(self.key() if self.key else {}),
-        }
-        # The calibration mlrb ships for such assets, which a build takes when its seed 0 holds here.
-        shipped = self.anchors.shipped(key)
-        if shipped is None:
-            return key
-        return {**key, "shipped": hashlib.sha256(json.dumps(shipped, sort_keys=True).encode()).hexdigest()[:16]}
-
-    def build_assets(self, out_dir: Path) -> dict[str, Any]:
-        """Write `public/` (the agent may read it) and `hidden/` (it never may) into out_dir
-        with the builder, then measure the normalisation anchors on them. Returns facts for
-        the assets' manifest; a build that fails leaves nothing behind."""
-        try:
-            facts = self.builder.make(out_dir)
-            solutions = self.solutions(out_dir / "public")
-            facts["calibration"] = self.anchors.calibrate(out_dir, solutions, self.judge, key=self.asset_key())
-            return facts
-        except BaseException:
-            shutil.rmtree(out_dir, ignore_errors=True)  # nothing half-built is left in the cache
-            raise
 
 
 def python_of(environment: Path | None) -> str:
@@ -366,6 +311,7 @@ def packaged_task(
     check = f"{builder_module(module)}:check_params"
     makers = {"build": build or functools.partial(build_tiny, module), **({"hub": download} if download else {})}
     rules = Rules(cfg.submission, cfg.network, tuple(cfg.read_only_files), unenforced=dict(spec.unenforced_rules))
+    package_dir = Path(importlib.import_module(module).__file__ or "").parent
     return Task(
         cfg=cfg,
         spec=spec,
@@ -373,7 +319,8 @@ def packaged_task(
         builder=AssetBuilder(cfg.name, dict(spec.assets), makers, check=check),
         anchors=anchors(cfg, spec),
         judge=Judge(score, imports=imports, timeout_s=spec.score_timeout_s, device=spec.eval.device),
-        package_dir=Path(importlib.import_module(module).__file__ or "").parent,
+        start=starting(cfg, spec, package_dir),
+        package_dir=package_dir,
         requirements=tuple(cfg.requirements),
         key=key,
         environment=environment,

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlrb.tasks.warm_python import WarmPython, starter_imports
+from mlrb.task_kit.warm_python import WarmPython, starter_imports
 
 
 @dataclass(frozen=True)

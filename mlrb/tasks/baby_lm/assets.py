@@ -22,9 +22,9 @@ from __future__ import annotations
 import pathlib
 import random
 
+from mlrb.task_kit.tiny_models import check_counts, tiny_params, train_byte_level_tokenizer, write_jsonl
 from mlrb.tasks.from_scratch import blimp, suites
 from mlrb.tasks.from_scratch.grammar import Grammar, People
-from mlrb.tasks.tiny_models import check_counts, tiny_params, train_byte_level_tokenizer, write_jsonl
 
 # BabyLM 2024's strict-small sources, with how often each writes a short story
 # rather than one sentence per line.

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pathlib
 import random
 
-from mlrb.tasks.tiny_models import (
+from mlrb.task_kit.tiny_models import (
     BASE_MODEL_PARAMS,
     SKILLS,
     check_fact_params,
@@ -52,7 +52,7 @@ def _pretrain_texts(rng: random.Random, tables, n: int) -> list[str]:
 def make_phi(tokenizer, p: dict):
     from transformers import PhiConfig, PhiForCausalLM
 
-    from mlrb.tasks.tiny_models import causal_lm_sizes
+    from mlrb.task_kit.tiny_models import causal_lm_sizes
 
     return PhiForCausalLM(PhiConfig(**causal_lm_sizes(tokenizer, p)))
 

@@ -25,7 +25,8 @@ from typing import Any
 
 from mlrb.core.config import TaskConfig
 from mlrb.scoring import lmeval
-from mlrb.tasks import hub, model_checks
+from mlrb.task_kit import hub
+from mlrb.tasks import model_checks
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, packaged_task, scale_spec
 
 TEST_TASK = "mlrb_edge_llm_compression_test"

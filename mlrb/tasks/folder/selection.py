@@ -37,7 +37,7 @@ def best_dev_snapshot(
         key = snapshots.state_key(entry)
         if key not in by_state:
             scratch = run_dir / "dev" / f"step-{entry['step']}"
-            folder = snapshots.materialise(root, entry, task.workspace_files(assets), scratch / "workspace")
+            folder = snapshots.materialise(root, entry, task.start.files(assets), scratch / "workspace")
             report = score(dev_task, folder, scratch / "scoring")
             by_state[key] = report.score if report.valid else None
             shutil.rmtree(scratch / "workspace", ignore_errors=True)

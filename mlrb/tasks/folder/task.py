@@ -30,7 +30,7 @@ from typing import Any
 from mlrb.core.config import ConfigError, TaskConfig
 from mlrb.tasks.anchors import AnchorFailed
 from mlrb.tasks.attempt_rules import Rules
-from mlrb.tasks.base import PromptSpec, ScaleSpec, Task, anchors, python_of, scale_spec
+from mlrb.tasks.base import PromptSpec, ScaleSpec, Setup, Task, anchors, python_of, scale_spec, starting
 from mlrb.tasks.builder import AssetBuilder
 from mlrb.tasks.folder import building, layout
 from mlrb.tasks.folder.scoring import FolderScorer
@@ -108,16 +108,23 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
         builder=AssetBuilder(cfg.name, {**spec.assets, "source": "build"}, {"build": copy_and_prepare}),
         anchors=baseline,
         judge=judge,
+        start=starting(
+            cfg,
+            spec,
+            Path(__file__).parent,
+            workspace=lambda assets: assets / "public",  # the prepared env/
+            own_prompt=functools.partial(research_problem, folder, folder_format, spec.method),
+        ),
         package_dir=Path(__file__).parent,
-        workspace=lambda assets: assets / "public",  # the prepared env/
-        own_prompt=functools.partial(research_problem, folder, folder_format, spec.method),
         requirements=requirements(folder, cfg),
         key=lambda: {"format": folder_format, "method": spec.method, "folder": building.folder_digest(folder)},
-        check_config=functools.partial(check_folder, cfg),
-        normalisation="gap" if mlrc else "improvement",
-        normalised_as="human_gap" if mlrc else "improvement",
-        builds_at_preflight=True,  # a folder whose prepare.py, baseline or eval.py fails: one line, no run
         environment=environment,
+        setup=Setup(
+            normalisation="gap" if mlrc else "improvement",
+            normalised_as="human_gap" if mlrc else "improvement",
+            builds_at_preflight=True,  # a folder whose prepare.py, baseline or eval.py fails: one line, no run
+            check_config=functools.partial(check_folder, cfg),
+        ),
     )
     if not mlrc:
         return made

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from mlrb.tasks.tiny_models import make_names, zipf_weights
+from mlrb.task_kit.tiny_models import make_names, zipf_weights
 
 NAMES = {
     "he": ["Tom", "Sam", "Ben", "Max", "Leo", "Jack", "Dan", "Paul", "Carl", "Ned"],

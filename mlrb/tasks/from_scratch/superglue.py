@@ -33,9 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mlrb.task_kit.tiny_models import check_counts, check_known, tiny_params, train_byte_level_tokenizer, zipf_weights
 from mlrb.tasks.from_scratch import suites
 from mlrb.tasks.from_scratch.grammar import NAMES, capitalise
-from mlrb.tasks.tiny_models import check_counts, check_known, tiny_params, train_byte_level_tokenizer, zipf_weights
 
 PRONOUNS = {"he": ("he", "his", "him"), "she": ("she", "her", "her")}
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]

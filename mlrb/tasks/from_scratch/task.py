@@ -33,7 +33,8 @@ from typing import Any
 from mlrb.core import registry
 from mlrb.core.config import TaskConfig
 from mlrb.scoring import lmeval
-from mlrb.tasks import hub, model_checks
+from mlrb.task_kit import hub
+from mlrb.tasks import model_checks
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, builder_module, packaged_task, scale_spec
 from mlrb.tasks.solutions import Solutions
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from mlrb.core.config import BudgetConfig, ConfigError, SandboxConfig, TaskConfig
 from mlrb.core.tags import Tag
+from mlrb.tasks import base
 from mlrb.tasks.attempt_rules import Rules
 from mlrb.tasks.base import HardwareSpec, PromptSpec, ScaleSpec, Task, TaskStep, anchors, scale_spec
 from mlrb.tasks.builder import AssetBuilder
@@ -137,17 +138,16 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
         ),
         anchors=anchors(cfg, spec),
         judge=judge,
+        start=base.starting(
+            cfg,
+            spec,
+            Path(__file__).parent,
+            workspace=starting.of,
+            own_prompt=functools.partial(prompt_of, folder, spec),
+        ),
         package_dir=Path(__file__).parent,
-        workspace=starting.of,
-        workspace_at=starting.workdir,
-        own_prompt=functools.partial(prompt_of, folder, spec),
         requirements=tuple(cfg.requirements),
-        # Harbor's reward: 0 doing nothing (the scale's baseline too), 100 the task's own solution
-        normalisation="reward",
-        normalised_as="reward",
         key=lambda: {"folder": folder_digest(folder)},
-        check_config=functools.partial(check_folder, cfg.path or "", cfg.network),
-        run_settings=functools.partial(run_settings, folder, spec, starting, cfg.network),
         environment=environment,
         steps=tuple(
             TaskStep(entry["name"], functools.partial(as_step, cfg, environment, entry["name"]), entry["min_reward"])
@@ -156,6 +156,14 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
         if not spec.step
         else (),
         step_reward=settings.reward_strategy if settings and settings.steps else "mean",
+        setup=base.Setup(
+            # Harbor's reward: 0 doing nothing (the scale's baseline too), 100 the task's own solution
+            normalisation="reward",
+            normalised_as="reward",
+            check_config=functools.partial(check_folder, cfg.path or "", cfg.network),
+            run_settings=functools.partial(run_settings, folder, spec, starting, cfg.network),
+            workspace_at=starting.workdir,
+        ),
     )
 
 

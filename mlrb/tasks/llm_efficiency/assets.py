@@ -33,8 +33,8 @@ import json
 import pathlib
 import random
 
-from mlrb.tasks import hub
-from mlrb.tasks.tiny_models import (
+from mlrb.task_kit import hub
+from mlrb.task_kit.tiny_models import (
     BASE_MODEL_PARAMS,
     BASE_MODEL_SIZES,
     check_counts,

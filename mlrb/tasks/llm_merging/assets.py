@@ -33,7 +33,7 @@ import json
 import pathlib
 import random
 
-from mlrb.tasks.tiny_models import (
+from mlrb.task_kit.tiny_models import (
     BASE_MODEL_PARAMS,
     SKILLS,
     check_fact_params,

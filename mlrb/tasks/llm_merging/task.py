@@ -19,7 +19,8 @@ from typing import Any
 
 from mlrb.core.config import TaskConfig
 from mlrb.scoring import lmeval
-from mlrb.tasks import hub, model_checks
+from mlrb.task_kit import hub
+from mlrb.tasks import model_checks
 from mlrb.tasks.anchors import anchor_problem
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, packaged_task, scale_spec
 from mlrb.tasks.llm_merging.lineage import check_is_merge

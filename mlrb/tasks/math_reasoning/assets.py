@@ -27,7 +27,7 @@ import json
 import pathlib
 import random
 
-from mlrb.tasks.tiny_models import check_counts, deterministic, read_jsonl, tiny_params, write_jsonl
+from mlrb.task_kit.tiny_models import check_counts, deterministic, read_jsonl, tiny_params, write_jsonl
 
 # The builder's parameters; their values are in this folder's task.yaml (scales.tiny.assets).
 PARAMS = ("seed", "n_rows", "n_test", "vocab_size", "d_model", "layers", "heads", "ffn_dim")

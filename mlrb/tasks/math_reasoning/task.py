@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.core.config import TaskConfig
-from mlrb.tasks import hub
+from mlrb.task_kit import hub
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, packaged_task, scale_spec
 
 # A Lean 3 declaration: optional attributes/comments, then theorem or lemma, a name and `:=`.

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pathlib
 
+from mlrb.task_kit.tiny_models import write_jsonl
 from mlrb.tasks.from_scratch import superglue
-from mlrb.tasks.tiny_models import write_jsonl
 
 # The builder's parameters; their values are in this folder's task.yaml (scales.tiny.assets).
 PARAMS = (*superglue.SUITE_PARAMS, "train_docs", "validation_docs", "test_docs")

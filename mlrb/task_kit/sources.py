@@ -4,7 +4,7 @@ The calibration stored with the assets is measured by the task's builder and sco
 so assets built by other code are other assets: a changed builder, starter file or
 scorer gets them built again, without anyone remembering to bump a version by hand.
 The code is the task's package folder (its starter files included, its config and page not) and,
-transitively, the task packages and modules of `mlrb.tasks` and `mlrb.scoring` that it imports.
+transitively, the task packages and modules of `mlrb.tasks`, `mlrb.task_kit` and `mlrb.scoring` that it imports.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import hashlib
 from pathlib import Path
 
 MLRB = Path(__file__).resolve().parent.parent
-WATCHED = ("mlrb.tasks", "mlrb.scoring")  # where the code that makes and scores assets lives
+WATCHED = ("mlrb.tasks", "mlrb.task_kit", "mlrb.scoring")  # where the code that makes and scores assets lives
 
 
 def digest(package_dir: Path) -> str:
@@ -39,7 +39,7 @@ def closure(package_dir: Path) -> set[Path]:
     """Every file of package_dir (caches aside), and the files of the watched modules its Python
     files import, followed transitively."""
     files: set[Path] = set()
-    todo = [package_dir, MLRB / "tasks" / "base.py"]
+    todo = [package_dir, MLRB / "tasks" / "base.py", MLRB / "tasks" / "handling.py"]
     seen: set[Path] = set()
     while todo:
         place = todo.pop()

@@ -5,9 +5,9 @@ Everything goes through the user's Hugging Face cache (`HF_HOME`, `HF_HUB_CACHE`
 run reads it, offline or not, and copies what the agent may see into its assets. So a
 compute node without internet runs from what was prefetched.
 
-`HubItem` names one thing (a model repository, or a dataset config); `task_needs` lists
-them for a task at its scale. Nothing here imports torch; huggingface_hub, datasets and
-lm_eval are imported where used.
+`HubItem` names one thing (a model repository, or a dataset config); mlrb.tasks.handling's
+`hub_needs` lists them for a task at its scale. Nothing here imports torch; huggingface_hub,
+datasets and lm_eval are imported where used.
 """
 
 from __future__ import annotations
@@ -45,45 +45,6 @@ class HubItem:
     def describe(self) -> str:
         config = f" (config {self.config})" if self.config else ""
         return f"{self.kind} {self.repo}{config}" + (f", for {self.why}" if self.why else "")
-
-
-def task_needs(task: Any) -> list[HubItem]:
-    """The hub items a task at its scale needs: the models and datasets its assets name
-    (`assets.source: hub`) and the datasets of the lm-eval tasks it is scored with."""
-    spec = task.spec
-    assets = dict(spec.assets)
-    if assets.get("source") != "hub":
-        return []
-    prefix = f"task.scales.{task.cfg.scale}"
-    items: list[HubItem] = []
-    for key in ("base_model",):
-        if assets.get(key):
-            items.append(HubItem("model", assets[key], why=f"{prefix}.assets.{key}"))
-    if assets.get("tokenizer"):
-        items.append(
-            HubItem("model", assets["tokenizer"], files=tuple(TOKENIZER_FILES), why=f"{prefix}.assets.tokenizer")
-        )
-    for repo in assets.get("adapters") or []:
-        items.append(HubItem("model", repo, why=f"{prefix}.assets.adapters"))
-    for repo in getattr(spec, "known_checkpoints", None) or []:
-        items.append(HubItem("model", repo, why=f"{prefix}.known_checkpoints"))
-    if assets.get("dataset"):
-        for subset in assets.get("subsets") or [None]:
-            items.append(HubItem("dataset", assets["dataset"], subset, why=f"{prefix}.assets.dataset"))
-    for path, configs in lm_eval_datasets(list(spec.eval.tasks)).items():
-        for config in configs:
-            items.append(
-                HubItem(
-                    "dataset",
-                    path,
-                    None if config == DEFAULT_CONFIG else config,
-                    why=f"lm-eval {', '.join(spec.eval.tasks)}",
-                )
-            )
-    unique: dict[tuple, HubItem] = {}
-    for item in items:
-        unique.setdefault((item.kind, item.repo, item.config, item.files), item)
-    return list(unique.values())
 
 
 def lm_eval_datasets(tasks: Sequence[str]) -> dict[str, dict[str, list[str]]]:
