@@ -30,9 +30,10 @@ invalid; reference above the baseline by max(10% of it, 5 combined SEM); one sco
 item worth at most 2 normalised points; baseline SEM at most 5 normalised points).
 Prints the same as a table. `--carry` keeps the figures in `--out` for code that moved without
 changing what it computes (a module renamed, a class split): each task is built as a user's build
-is, with seed 0 of each anchor, and where every anchor scores to the last bit as recorded, its
-entry takes the new asset key and records the check under "carried"; a task that scores otherwise
-keeps its entry and is named, to be measured again. Figures depend on the machine's floating-point kernels,
+is, taking the recorded calibration when seed 0 of each anchor scores as recorded, and where every
+anchor does, its entry records the check, with the code's digests, under "carried"; a task that
+scores otherwise, or whose assets' settings changed, keeps its entry and is named, to be measured
+again. Figures depend on the machine's floating-point kernels,
 so compare only runs on one kind of machine. Each task's entry also records where and
 how it was measured ("measured"); then benchmarks/RESULTS.md is written again when
 `--out` is one of its files (benchmarks/calibration.json or calibration_assets.json).
@@ -205,11 +206,11 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
     return result
 
 
-def carry_over_runs(key: str, entry: dict, cache_dir: Path, out: Path, results: dict) -> bool:
-    """Whether the task's recorded calibration holds for the code as it is now: its assets built
-    as any build is (taking the recorded calibration, under the current asset key, when seed 0 of
-    each anchor scores as recorded), each anchor's seed 0 compared with the record. Where it
-    holds, `results[key]` takes the current key and a "carried" block saying what was checked."""
+def carry_over_runs(key: str, entry: dict, cache_dir: Path) -> str | None:
+    """Why the task's recorded calibration does not hold for the code as it is now, or None where
+    it does: its assets' settings are those it was measured on (the key a build matches it by, which
+    leaves out the code's digest), and seed 0 of each anchor, built as any build is, scores to the
+    last bit as recorded."""
     import dataclasses
 
     from mlrb.harness.assets import prepare
@@ -217,20 +218,12 @@ def carry_over_runs(key: str, entry: dict, cache_dir: Path, out: Path, results: 
 
     task = load_task(key)
     unshipped = dataclasses.replace(task, anchors=dataclasses.replace(task.anchors, use_shipped=False))
-    before = json.loads(json.dumps(entry))
-    if "built" in entry:  # the build takes the record under the current key only if its seed 0 agrees
-        results[key] = {**entry, "built": {**entry["built"], "key": record_key(asset_key(unshipped))}}
-        out.write_text(json.dumps(results, indent=2) + "\n")
+    if "built" in entry and entry["built"]["key"] != record_key(asset_key(unshipped)):
+        return "its assets' settings changed since it was measured"
     assets, _ = prepare(task, cache_dir)
     measured = json.loads((assets / "hidden" / "calibration.json").read_text())
     differ = [anchor for anchor in ANCHORS if seed_zero(measured, anchor) != recorded_seed_zero(entry, anchor)]
-    if differ:
-        results[key] = before
-        out.write_text(json.dumps(results, indent=2) + "\n")
-        print(f"  {key}: seed 0 of {', '.join(differ)} scores otherwise: measure it again (--seeds 5)", flush=True)
-        return False
-    print(f"  {key}: seed 0 of each anchor scores as recorded; carried", flush=True)
-    return True
+    return f"seed 0 of {', '.join(differ)} scores otherwise" if differ else None
 
 
 def seed_zero(measured: dict, anchor: str) -> float | str | None:
@@ -398,12 +391,15 @@ def carry(args: argparse.Namespace, keys: list[str], results: dict, measured: di
         sys.exit(f"--carry: {args.out} has no entry for {', '.join(missing)}: measure it with --seeds 5")
     stale = []
     for key in keys:
-        if carry_over_runs(key, results[key], args.cache_dir.expanduser(), args.out, results):
-            checked = "seed 0 of each anchor, built by this code, scores to the last bit as measured"
-            results[key]["carried"] = {**measured, "sources": sources[key], "checked": checked}
-            args.out.write_text(json.dumps(results, indent=2) + "\n")
-        else:
+        why = carry_over_runs(key, results[key], args.cache_dir.expanduser())
+        if why:
+            print(f"  {key}: {why}: measure it again (--seeds 5)", flush=True)
             stale.append(key)
+            continue
+        print(f"  {key}: seed 0 of each anchor scores as recorded; carried", flush=True)
+        checked = "seed 0 of each anchor, built by this code, scores to the last bit as measured"
+        results[key]["carried"] = {**measured, "sources": sources[key], "checked": checked}
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"written to {results_page.update(args.out)}", file=sys.stderr)
     if stale:
         sys.exit(f"not carried (measure again): {', '.join(stale)}")

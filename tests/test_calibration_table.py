@@ -158,3 +158,24 @@ def test_the_unchanged_baseline_succeeds_on_at_most_1_run_in_20():
         assert chance <= 1 / 20, f"{key}: the unchanged baseline succeeds on {chance:.1%} of runs (SD {sd:.3g})"
         checked.append(key)
     assert {"math_reasoning", "baby_lm", "mini_pile", "edge_llm_training", "llm_efficiency"} <= set(checked)
+
+
+def test_a_carried_calibration_must_score_as_measured_at_seed_0_on_assets_of_the_same_settings(tmp_path):
+    """`--carry` keeps a task's figures for moved code only where a build of the same settings scores
+    seed 0 of each anchor to the last bit as recorded; an invalid anchor must be invalid alike."""
+    module = benchmark()
+    entry = {"anchors": {"do_nothing": {"values": [], "invalid": 1, "invalid_reason": "too big"},
+                         "baseline": {"values": [0.5, 0.52]}, "reference": {"values": [0.9]}}}  # fmt: skip
+    built = {"do_nothing_invalid": "too big", "baseline_seeds": [0.5, 0.51, 0.49], "reference_score": 0.9}
+    assert [module.seed_zero(built, a) == module.recorded_seed_zero(entry, a) for a in module.ANCHORS] == [True] * 3
+    moved = {**built, "baseline_seeds": [0.5000001]}
+    assert module.seed_zero(moved, "baseline") != module.recorded_seed_zero(entry, "baseline")
+    valid = {**built, "do_nothing_invalid": None, "do_nothing_score": 0.2}
+    assert module.seed_zero(valid, "do_nothing") != module.recorded_seed_zero(entry, "do_nothing")
+    # Assets of other settings are refused before anything is built.
+    other = {**entry, "built": {"key": {"task": "llm_efficiency", "assets": {"seed": 99}}}}
+    assert (
+        module.carry_over_runs("llm_efficiency", other, tmp_path)
+        == "its assets' settings changed since it was measured"
+    )
+    assert not list(tmp_path.iterdir())
