@@ -27,9 +27,11 @@ tests/conftest.py sums each test's setup, call and teardown by tier, in wall tim
 time, and writes them, the session's wall time, the 20 slowest tests and every test's CPU time
 to MLRB_SUITE_TIMES (a file; or a folder, one file per -m selection). This script records that
 under the kind's entry of `--out`, with where it was measured, and prints it against the
-targets (on 2 idle cores). Services (Docker, SLURM, PostgreSQL) must be up, as `.ci/run` starts
-them, or their tests are skipped and the figures mean less (a skip is recorded). With `--out`
-benchmarks/suite_time.json, benchmarks/RESULTS.md is written again.
+targets (on 2 idle cores), with the machine's speed as it ran (`SPEED_PROBE`, a fixed Python
+loop's CPU seconds before and after: the same tests' CPU minutes move with it). Services
+(Docker, SLURM, PostgreSQL) must be up, as `.ci/run` starts them, or their tests are skipped
+and the figures mean less (a skip is recorded). With `--out` benchmarks/suite_time.json,
+benchmarks/RESULTS.md is written again.
 
 The entries `cold`, `warm` and `fast` measured before the split, when plain `pytest` ran every
 tier in one session, are kept: the first new entry recorded moves them, unchanged, under
@@ -175,6 +177,20 @@ def files_cpu(tests_cpu_s: dict[str, float]) -> dict[str, float]:
     return {name: round(cpu, 1) for name, cpu in sorted(files.items(), key=lambda item: -item[1])}
 
 
+# A fixed piece of pure Python whose CPU time says how fast this machine runs Python code at the
+# moment: the suite's CPU minutes move with it (the same tests took 2.7 times the CPU on another
+# machine of the same kind, and about as much more on this one on a slower day), so a figure is read
+# beside the speed it was measured at. Run in a fresh interpreter, 3 times before and after a run.
+SPEED_PROBE = "import time; t = time.process_time(); sum(i * i for i in range(10**7)); print(time.process_time() - t)"
+
+
+def speed_probe(times: int = 3) -> float:
+    """The median CPU seconds of SPEED_PROBE over `times` fresh interpreters."""
+    runs = [float(subprocess.run([sys.executable, "-c", SPEED_PROBE], capture_output=True, text=True,
+                                 check=True).stdout) for _ in range(times)]  # fmt: skip
+    return round(sorted(runs)[len(runs) // 2], 3)
+
+
 def measure(kind: str) -> dict:
     """Run pytest as `kind` says and return the figures conftest wrote, with each file's CPU and
     the whole run's (its builds ahead and collection included)."""
@@ -259,7 +275,18 @@ def print_run(figures: dict, indent: str = "  ") -> None:
               + ", ".join(f"{name.removeprefix('tests/')} {cpu:.0f}" for name, cpu in list(files.items())[:15]))  # fmt: skip
 
 
+def speed_text(entry: dict) -> str:
+    """The machine's speed while the entry was measured (SPEED_PROBE's CPU seconds; lower is faster),
+    or "" for an entry measured before the probe was."""
+    probe = entry.get("speed_probe_cpu_s")
+    if not probe:
+        return ""
+    return f"a fixed Python loop took {probe['before']:.2f} CPU s before the run and {probe['after']:.2f} after"
+
+
 def summary(kind: str, figures: dict) -> None:
+    if figures.get("speed_probe_cpu_s"):
+        print(f"this machine's speed: {speed_text(figures)} (benchmarks/suite_time.py's SPEED_PROBE)")
     if kind != "ci-cold":
         exited = "" if figures["exit_status"] == 0 else f", pytest exited {figures['exit_status']}"
         print(f"{kind}: {figures['session_s'] / 60:.1f} min ({target_text(kind)}{exited})", flush=True)
@@ -292,7 +319,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="record the figures under KIND in this JSON")
     args = parser.parse_args()
     measured = results_page.provenance(sources=SECTION.sources)  # as it starts: the load average is the start's
+    speed_before = speed_probe()
     figures = {**(measure_ci() if args.kind == "ci-cold" else measure(args.kind)), "measured": measured}
+    figures["speed_probe_cpu_s"] = {"before": speed_before, "after": speed_probe(), "code": SPEED_PROBE}
     if args.out:  # recorded first: an hour's measurement must not be lost to a printing error
         record(args.out, args.kind, figures)
     summary(args.kind, figures)
@@ -330,11 +359,12 @@ def suite_time_section(bench_dir: Path) -> str:
             if entry.get("ci_cpu_s") is not None:
                 session += f", {entry['ci_cpu_s'] / 60:.1f} CPU min (target {CI_CPU_TARGET_MIN})"
             places.append(f"ci-cold: {where(entry.get('measured'))} It ran a fresh clone of commit "
-                          f"{entry['commit'][:7]}: the committed HEAD, so uncommitted changes were not measured.")  # fmt: skip
+                          f"{entry['commit'][:7]}: the committed HEAD, so uncommitted changes were not measured."
+                          + speed_sentence(entry))  # fmt: skip
         else:
             tiers, workers = tiers_text(entry), workers_text(entry)
             session = f"{entry['session_s'] / 60:.1f} min{exited(entry, 'pytest')}"
-            places.append(f"{kind}: {where(entry.get('measured'))}")
+            places.append(f"{kind}: {where(entry.get('measured'))}{speed_sentence(entry)}")
         rows.append([kind, WHAT_RUNS[kind], session, workers, target_cell, tiers])
     return "\n\n".join(
         part
@@ -366,6 +396,12 @@ def suite_time_section(bench_dir: Path) -> str:
         ]
         if part
     )
+
+
+def speed_sentence(entry: dict) -> str:
+    """speed_text as a sentence of the page ("" for an entry without the probe)."""
+    text = speed_text(entry)
+    return f" Its machine's speed: {text} (`SPEED_PROBE`; the CPU minutes move with it)." if text else ""
 
 
 def exited(entry: dict, what: str) -> str:

@@ -158,3 +158,14 @@ def test_the_lab_sweep_reads_slurm_s_scheduling_delays_from_its_log():
         "[2026-12-03T06:57:11.567] sched/backfill: _start_job: Started JobId=61_3(65) in debug on vm",
     ]
     assert [round(d, 3) for d in scheduler_delays(log, {"61"}, slots=2)] == [0.034, 1.204]
+
+
+def test_each_measurement_carries_the_machine_s_speed_so_a_slow_day_is_told_from_a_slower_suite():
+    """The suite's CPU minutes move with the machine's speed; each entry records SPEED_PROBE's CPU
+    seconds before and after its run, and the page says them beside where it was measured."""
+    probe = suite_time.speed_probe(times=1)
+    assert 0 < probe < 60
+    entry = {"speed_probe_cpu_s": {"before": 1.119, "after": 1.23, "code": suite_time.SPEED_PROBE}}
+    assert suite_time.speed_text(entry) == "a fixed Python loop took 1.12 CPU s before the run and 1.23 after"
+    assert "1.12 CPU s" in suite_time.speed_sentence(entry)
+    assert suite_time.speed_text({}) == suite_time.speed_sentence({}) == ""  # entries measured before the probe
