@@ -327,7 +327,7 @@ def build_mirror(hf_home: Path, eval_tasks: Iterable[str], rows: int = 4, n_auto
 
 # What a mirror's files depend on besides this file: the task configs' dataset lists
 # (mlrb/task_kit/hub.py) and the libraries that write the models, tokenizers and tables.
-MIRROR_SOURCES = (Path(__file__), Path(__file__).resolve().parents[1] / "mlrb" / "tasks" / "hub.py")
+MIRROR_SOURCES = (Path(__file__), Path(__file__).resolve().parents[1] / "mlrb" / "task_kit" / "hub.py")
 MIRROR_LIBRARIES = ("torch", "transformers", "tokenizers", "datasets", "huggingface_hub", "lm_eval", "pyarrow")
 
 

@@ -151,7 +151,12 @@ def test_the_key_holds_the_code_that_builds_and_scores_the_assets(tmp_path):
     (package / "task.py").write_text("from mlrb.task_kit.tiny_models import write_jsonl\nimport json\n")
     (package / "starter" / "train.py").write_text("print('train')\n")
     files = {p.relative_to(sources.MLRB).as_posix() for p in sources.closure(package) if p.is_relative_to(sources.MLRB)}
-    assert {"tasks/base.py", "tasks/handling.py", "task_kit/tiny_models.py", "scoring/report.py"} <= files  # base.py's own imports too
+    assert {
+        "tasks/base.py",
+        "tasks/handling.py",
+        "task_kit/tiny_models.py",
+        "scoring/report.py",
+    } <= files  # base.py's own imports too
     assert not any(name.startswith(("tasks/llm_merging", "run.py", "cli.py")) for name in files)
     first = sources.digest(package)
     (package / "starter" / "train.py").write_text("print('train longer')\n")

@@ -200,7 +200,7 @@ def test_a_public_checkpoint_is_invalid_even_fine_tuned(assets, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     sub = checkpoint_copy(assets, tmp_path)
-    report = load_task().score(sub, assets, tmp_path / "work")
+    report = load_task().judge.score(sub, assets, tmp_path / "work")
     assert not report.valid and report.score is None
     assert "pretrained weights" in report.reason and "mlrb/tiny-gpt2" in report.reason
 
@@ -217,7 +217,7 @@ def test_a_public_checkpoint_is_invalid_even_fine_tuned(assets, tmp_path):
     tuned = tmp_path / "tuned"
     model.save_pretrained(tuned)
     tokenizer.save_pretrained(tuned)
-    report = load_task().score(tuned, assets, tmp_path / "work2")
+    report = load_task().judge.score(tuned, assets, tmp_path / "work2")
     assert not report.valid and "pretrained weights" in report.reason
 
 
@@ -236,19 +236,19 @@ def test_an_honest_run_with_any_small_seed_is_trained_from_scratch(assets, tmp_p
 
 @pytest.mark.system
 def test_too_large_corrupt_or_empty_submissions_are_invalid(assets, tmp_path):
-    big = load_task(max_params=1000).score(checkpoint_copy(assets, tmp_path), assets, tmp_path / "w1")
+    big = load_task(max_params=1000).judge.score(checkpoint_copy(assets, tmp_path), assets, tmp_path / "w1")
     assert not big.valid and "exceed the limit of 1,000" in big.reason
 
     (tmp_path / "empty").mkdir()
-    assert "config.json is missing" in load_task().score(tmp_path / "empty", assets, tmp_path / "w2").reason
+    assert "config.json is missing" in load_task().judge.score(tmp_path / "empty", assets, tmp_path / "w2").reason
 
     corrupt = tmp_path / "corrupt"
     shutil.copytree(tmp_path / "submission", corrupt)
     weights = corrupt / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    report = load_task().score(corrupt, assets, tmp_path / "w3")
+    report = load_task().judge.score(corrupt, assets, tmp_path / "w3")
     assert not report.valid and "the weights cannot be read" in report.reason
 
     (tmp_path / "submission" / "model.safetensors").unlink()
-    report = load_task().score(tmp_path / "submission", assets, tmp_path / "w4")
+    report = load_task().judge.score(tmp_path / "submission", assets, tmp_path / "w4")
     assert not report.valid and "no safetensors weights" in report.reason

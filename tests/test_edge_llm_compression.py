@@ -63,7 +63,7 @@ def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, ass
 @pytest.mark.system
 def test_the_untouched_base_is_over_the_memory_limit_during_evaluation(assets, tmp_path):
     # The base as given (FP16): its weights alone fit under the limit, its evaluation does not.
-    report = load_task().score(base_copy(assets, tmp_path), assets, tmp_path / "work")
+    report = load_task().judge.score(base_copy(assets, tmp_path), assets, tmp_path / "work")
     assert not report.valid and report.score is None
     assert "during evaluation exceeds the limit of 1.9 MB" in report.reason
     assert report.metrics["peak_memory_mb"] > 1.9 > report.metrics["weight_memory_mb"]
@@ -71,7 +71,7 @@ def test_the_untouched_base_is_over_the_memory_limit_during_evaluation(assets, t
 
 @pytest.mark.system
 def test_weights_over_the_memory_limit_are_invalid_before_evaluation(assets, tmp_path):
-    report = load_task().score(base_copy(assets, tmp_path, "float32"), assets, tmp_path / "work")
+    report = load_task().judge.score(base_copy(assets, tmp_path, "float32"), assets, tmp_path / "work")
     assert not report.valid and "the weights alone take 2.18" in report.reason
 
 
@@ -128,21 +128,21 @@ def quantize(sub: Path, how: str) -> None:
 def test_quantized_submissions_are_invalid(assets, tmp_path, how, reason):
     sub = base_copy(assets, tmp_path)
     quantize(sub, how)
-    report = load_task().score(sub, assets, tmp_path / "work")
+    report = load_task().judge.score(sub, assets, tmp_path / "work")
     assert not report.valid and reason in report.reason
 
 
 @pytest.mark.system
 def test_empty_or_foreign_submissions_are_invalid(assets, tmp_path):
     (tmp_path / "empty").mkdir()
-    assert "config.json is missing" in load_task().score(tmp_path / "empty", assets, tmp_path / "w").reason
+    assert "config.json is missing" in load_task().judge.score(tmp_path / "empty", assets, tmp_path / "w").reason
     sub = base_copy(assets, tmp_path)
     config = json.loads((sub / "config.json").read_text())
     (sub / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
-    assert "model_type 'llama' is not allowed" in load_task().score(sub, assets, tmp_path / "w2").reason
+    assert "model_type 'llama' is not allowed" in load_task().judge.score(sub, assets, tmp_path / "w2").reason
     # Weights whose shapes disagree with config.json: transformers cannot load them.
     (sub / "config.json").write_text(json.dumps({**config, "intermediate_size": 200}))
-    report = load_task().score(sub, assets, tmp_path / "w3")
+    report = load_task().judge.score(sub, assets, tmp_path / "w3")
     assert not report.valid and "the model cannot be loaded with transformers: RuntimeError" in report.reason
     shutil.rmtree(sub)
 

@@ -84,10 +84,12 @@ def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, ass
 @pytest.mark.system
 def test_over_the_memory_limit_is_invalid_before_or_during_evaluation(untrained, assets, tmp_path):
     weights_mb = sum(p.stat().st_size for p in untrained.glob("*.safetensors")) / 1e6
-    report = load_task(memory_limit_mb=weights_mb / 2).score(copy_of(untrained, tmp_path), assets, tmp_path / "w1")
+    report = load_task(memory_limit_mb=weights_mb / 2).judge.score(
+        copy_of(untrained, tmp_path), assets, tmp_path / "w1"
+    )
     assert not report.valid and "the weights alone take" in report.reason
     # Weights that fit, an evaluation (activations, logits) that does not.
-    report = load_task(memory_limit_mb=weights_mb * 1.05).score(untrained, assets, tmp_path / "w2")
+    report = load_task(memory_limit_mb=weights_mb * 1.05).judge.score(untrained, assets, tmp_path / "w2")
     assert not report.valid and report.score is None
     assert "during evaluation exceeds the limit" in report.reason
     assert report.metrics["peak_memory_mb"] > weights_mb * 1.05 > report.metrics["weight_memory_mb"]
@@ -101,7 +103,7 @@ def test_an_fp16_model_is_valid(untrained, assets, tmp_path):
     sub = tmp_path / "submission"
     AutoModelForCausalLM.from_pretrained(untrained, dtype=torch.float16).save_pretrained(sub)
     AutoTokenizer.from_pretrained(untrained).save_pretrained(sub)
-    report = load_task().score(sub, assets, tmp_path / "work")
+    report = load_task().judge.score(sub, assets, tmp_path / "work")
     assert report.valid, report.reason
     assert report.metrics["weight_memory_mb"] == pytest.approx(report.details["weight_bytes"] / 1e6)
     assert report.details["dtypes"] == ["F16"]
@@ -136,12 +138,12 @@ def quantize(sub: Path, how: str) -> None:
 def test_quantized_submissions_are_invalid(untrained, assets, tmp_path, how, reason):
     sub = copy_of(untrained, tmp_path)
     quantize(sub, how)
-    report = load_task().score(sub, assets, tmp_path / "work")
+    report = load_task().judge.score(sub, assets, tmp_path / "work")
     assert not report.valid and reason in report.reason
 
 
 @pytest.mark.system
 def test_the_public_checkpoint_is_invalid(assets, tmp_path):
     sub = copy_of(assets / "hidden" / "known_checkpoints" / "mlrb__tiny-gpt2", tmp_path)
-    report = load_task().score(sub, assets, tmp_path / "work")
+    report = load_task().judge.score(sub, assets, tmp_path / "work")
     assert not report.valid and "pretrained weights" in report.reason and "mlrb/tiny-gpt2" in report.reason

@@ -150,7 +150,7 @@ def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
     ],
 )
 def test_base_model_rule_breakers_are_invalid(assets, tmp_path, model, declared, reason):
-    report = load_task().score(model_copy(assets, model, tmp_path, declared), assets, tmp_path / "work")
+    report = load_task().judge.score(model_copy(assets, model, tmp_path, declared), assets, tmp_path / "work")
     assert not report.valid and report.score is None
     assert reason in report.reason
 
@@ -166,15 +166,15 @@ def test_weights_of_another_architecture_do_not_pass_as_the_base(assets, tmp_pat
     LlamaForCausalLM(config).save_pretrained(sub)
     tokenizer.save_pretrained(sub)
     (sub / "provenance.json").write_text(json.dumps({"base_model": BASE}))
-    report = load_task().score(sub, assets, tmp_path / "work")
+    report = load_task().judge.score(sub, assets, tmp_path / "work")
     assert not report.valid and "do not derive from mlrb/tiny-llama-base" in report.reason
 
 
 @pytest.mark.system
 def test_empty_and_oversized_submissions_are_invalid(assets, tmp_path):
     (tmp_path / "empty").mkdir()
-    assert "config.json is missing" in load_task().score(tmp_path / "empty", assets, tmp_path / "w").reason
-    big = load_task(max_params=1000).score(model_copy(assets, BASE, tmp_path, BASE), assets, tmp_path / "w2")
+    assert "config.json is missing" in load_task().judge.score(tmp_path / "empty", assets, tmp_path / "w").reason
+    big = load_task(max_params=1000).judge.score(model_copy(assets, BASE, tmp_path, BASE), assets, tmp_path / "w2")
     assert not big.valid and "exceed the limit of 1,000" in big.reason
 
 
@@ -200,7 +200,7 @@ def moved_toward_sibling(assets, tmp_path, share_of):
 def test_a_blend_toward_the_instruction_tuned_sibling_is_invalid(assets, tmp_path, share):
     # base + share * (sibling - base) lies nearer the base than the sibling, yet carries its tuning.
     sub = moved_toward_sibling(assets, tmp_path, lambda name: share)
-    report = load_task().score(sub, assets, tmp_path / "work")
+    report = load_task().judge.score(sub, assets, tmp_path / "work")
     assert not report.valid and report.score is None
     assert f"lie {share:.0%} of the way from mlrb/tiny-llama-base to it" in report.reason
     assert report.details["lineage"]["share_toward"][INSTRUCT] == pytest.approx(share, abs=1e-3)
@@ -211,7 +211,7 @@ def test_the_siblings_update_copied_into_a_few_tensors_is_invalid(assets, tmp_pa
     # The sibling's update copied whole into layer 0's attention: under 10% of the way over all
     # tensors, so the blend check alone passes it, but those tensors are the sibling's.
     sub = moved_toward_sibling(assets, tmp_path, lambda name: float(name.startswith("model.layers.0.self_attn.")))
-    report = load_task().score(sub, assets, tmp_path / "work")
+    report = load_task().judge.score(sub, assets, tmp_path / "work")
     assert not report.valid and report.score is None
     overall = report.details["lineage"]["share_toward"][INSTRUCT]
     assert 0 < overall < load_task().spec.max_share_toward_instruction_tuned

@@ -64,7 +64,9 @@ def test_baseline_run_is_recorded_with_bleu_and_rouge(tmp_path, cache_dir, asset
 
 def test_the_references_themselves_score_100(assets, tmp_path):
     refs = references(assets)
-    report = load_task().score(write(tmp_path, [entry(r["name"], r["formal_proof"]) for r in refs]), assets, tmp_path)
+    report = load_task().judge.score(
+        write(tmp_path, [entry(r["name"], r["formal_proof"]) for r in refs]), assets, tmp_path
+    )
     assert report.valid
     assert report.score == pytest.approx(100.0) and report.metrics["rougeL"] == pytest.approx(100.0)
     assert report.metrics["lean3_form_share"] == 1.0
@@ -73,12 +75,12 @@ def test_the_references_themselves_score_100(assets, tmp_path):
 def test_the_score_is_bleu_hand_checked_at_its_ends_and_halfway(assets, tmp_path):
     refs = references(assets)
     nothing_in_common = [entry(r["name"], "qqqq") for r in refs]  # no word any reference uses
-    report = load_task().score(write(tmp_path, nothing_in_common), assets, tmp_path)
+    report = load_task().judge.score(write(tmp_path, nothing_in_common), assets, tmp_path)
     assert report.valid and report.score == 0.0 and report.metrics["rougeL"] == 0.0
     # Half the references, half nothing in common: ROUGE-L averages per problem (100 and 0), so
     # the share of references; BLEU pools n-grams over the corpus, so it lands strictly between its ends.
     half = [entry(r["name"], r["formal_proof"] if i % 2 else "qqqq") for i, r in enumerate(refs)]
-    report = load_task().score(write(tmp_path, half), assets, tmp_path)
+    report = load_task().judge.score(write(tmp_path, half), assets, tmp_path)
     assert report.metrics["rougeL"] == pytest.approx(100 * (len(refs) // 2) / len(refs))
     assert 0.0 < report.score < 100.0 and report.score == report.metrics["bleu"]
 
@@ -121,7 +123,7 @@ def test_copying_the_most_alike_training_proof_does_not_beat_the_reference(asset
 
     assert not {shape(r) for r in references(assets)} & {shape(r) for r in train}
     copied = copied_formalizations(train, public_test)
-    report = load_task().score(write(tmp_path, [entry(r["name"], p) for r, p in zip(public_test, copied, strict=True)]),
+    report = load_task().judge.score(write(tmp_path, [entry(r["name"], p) for r, p in zip(public_test, copied, strict=True)]),
                                assets, tmp_path)  # fmt: skip
     anchors = anchors_of("math_reasoning", cache_dir)
     normalised = (
@@ -143,15 +145,15 @@ def test_copying_the_most_alike_training_proof_does_not_beat_the_reference(asset
     ],
 )
 def test_malformed_submissions_are_invalid_with_the_reason(assets, tmp_path, make, reason):
-    report = load_task().score(write(tmp_path, make(references(assets))), assets, tmp_path)
+    report = load_task().judge.score(write(tmp_path, make(references(assets))), assets, tmp_path)
     assert not report.valid and report.score is None
     assert reason in report.reason
 
 
 def test_a_folder_or_a_missing_file_is_invalid(assets, tmp_path):
     (tmp_path / "folder").mkdir()
-    assert "not a file" in load_task().score(tmp_path / "folder", assets, tmp_path).reason
-    assert "not a file" in load_task().score(tmp_path / "absent.jsonl", assets, tmp_path).reason
+    assert "not a file" in load_task().judge.score(tmp_path / "folder", assets, tmp_path).reason
+    assert "not a file" in load_task().judge.score(tmp_path / "absent.jsonl", assets, tmp_path).reason
 
 
 def test_the_compile_rate_is_measured_when_lean_is_on_the_path(assets, tmp_path, monkeypatch):
@@ -170,7 +172,7 @@ def test_the_compile_rate_is_measured_when_lean_is_on_the_path(assets, tmp_path,
     proofs = [r["formal_proof"] for r in refs]
     proofs[0] = proofs[0].replace("begin", "begin\n  sorry,")
     proofs[1] = proofs[1] + " BROKEN"
-    report = load_task().score(
+    report = load_task().judge.score(
         write(tmp_path, [entry(r["name"], p) for r, p in zip(refs, proofs, strict=True)]), assets, tmp_path
     )
     assert report.valid

@@ -176,8 +176,8 @@ def test_baseline_run_is_recorded_with_its_score(tmp_path, cache_dir, assets):
 def test_the_public_checkpoint_and_empty_submissions_are_invalid(assets, tmp_path):
     sub = tmp_path / "submission"
     shutil.copytree(assets / "hidden" / "known_checkpoints" / "mlrb__tiny-gpt2", sub)
-    report = load_task().score(sub, assets, tmp_path / "w1")
+    report = load_task().judge.score(sub, assets, tmp_path / "w1")
     assert not report.valid and "pretrained weights" in report.reason
     assert report.details["pretrained_check"]["copied_from"]["mlrb/tiny-gpt2"]
     (tmp_path / "empty").mkdir()
-    assert "config.json is missing" in load_task().score(tmp_path / "empty", assets, tmp_path / "w2").reason
+    assert "config.json is missing" in load_task().judge.score(tmp_path / "empty", assets, tmp_path / "w2").reason
