@@ -204,7 +204,7 @@ def test_a_task_is_the_competition_in_at_most_20_members_and_mlrb_s_running_of_i
     assert not members & policy
     # a packaged task fills none of it: its setup is the defaults
     assert task_from_config("llm_merging").setup == Setup()
-    # what a folder task and a Harbor task set is in their setup
+    # what a task kind sets is in its setup: a task folder builds at preflight and names its scale
     from test_task_environments import folder_task
 
     mlrc = folder_task(REPO / "tests" / "folder_tasks" / "mlrc-mini")
