@@ -52,7 +52,6 @@ from pathlib import Path
 from benchmarks import results as results_page
 from benchmarks.results import Section, commands, load, provenance_table
 from mlrb.analysis.stats import sd as sample_sd  # the one sample SD
-from mlrb.tasks.handling import asset_key
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["llm_merging", "llm_efficiency", "edge_llm_compression", "math_reasoning", "baby_lm", "mini_pile",
@@ -175,6 +174,7 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
 
     from mlrb.harness.assets import prepare
     from mlrb.tasks.anchors import record_key
+    from mlrb.tasks.handling import asset_key
 
     task = load_task(key, None, overrides)
     task = dataclasses.replace(task, anchors=dataclasses.replace(task.anchors, seeds=seeds, use_shipped=False))
@@ -211,14 +211,12 @@ def carry_over_runs(key: str, entry: dict, cache_dir: Path) -> str | None:
     it does: its assets' settings are those it was measured on (the key a build matches it by, which
     leaves out the code's digest), and seed 0 of each anchor, built as any build is, scores to the
     last bit as recorded."""
-    import dataclasses
-
     from mlrb.harness.assets import prepare
     from mlrb.tasks.anchors import record_key
+    from mlrb.tasks.handling import asset_key
 
     task = load_task(key)
-    unshipped = dataclasses.replace(task, anchors=dataclasses.replace(task.anchors, use_shipped=False))
-    if "built" in entry and entry["built"]["key"] != record_key(asset_key(unshipped)):
+    if "built" in entry and entry["built"]["key"] != record_key(asset_key(task)):  # (record_key drops "shipped")
         return "its assets' settings changed since it was measured"
     assets, _ = prepare(task, cache_dir)
     measured = json.loads((assets / "hidden" / "calibration.json").read_text())

@@ -373,21 +373,22 @@ def wait_for(request: dict[str, Any], fds: list[int]) -> None:
 
 def wait_watching(pid: int, watched: int) -> int:
     """The wait status of command PID, killed if the `python` that asked for it (WATCHED) is killed
-    first: killing it kills the command, as killing the command's own process would."""
+    first: killing it kills the command, as killing the command's own process would. Both are
+    waited on at once through their pidfds, with no polling."""
+    command = os.pidfd_open(pid)
     try:
         gone = os.pidfd_open(watched)
-    except ProcessLookupError:
-        os.kill(pid, signal.SIGKILL)
-        return os.waitpid(pid, 0)[1]
-    while True:
-        ended, status = os.waitpid(pid, os.WNOHANG)
-        if ended:
-            os.close(gone)
-            return status
-        if select.select([gone], [], [], 0.1)[0]:
+    except ProcessLookupError:  # it died before its command was waited for
+        gone = None
+    try:
+        ready = select.select([command, gone], [], [])[0] if gone is not None else []
+        if command not in ready:
             os.kill(pid, signal.SIGKILL)
+        return os.waitpid(pid, 0)[1]
+    finally:
+        os.close(command)
+        if gone is not None:
             os.close(gone)
-            return os.waitpid(pid, 0)[1]
 
 
 def tell(report: int, what: dict[str, int]) -> None:

@@ -32,9 +32,18 @@ from typing import Any
 
 from mlrb.core.config import BudgetConfig, ConfigError, SandboxConfig, TaskConfig
 from mlrb.core.tags import Tag
-from mlrb.tasks import base
 from mlrb.tasks.attempt_rules import Rules
-from mlrb.tasks.base import HardwareSpec, PromptSpec, ScaleSpec, Task, TaskStep, anchors, scale_spec
+from mlrb.tasks.base import (
+    HardwareSpec,
+    PromptSpec,
+    ScaleSpec,
+    Setup,
+    Task,
+    TaskStep,
+    anchors,
+    scale_spec,
+    starting,
+)
 from mlrb.tasks.builder import AssetBuilder
 from mlrb.tasks.folder.building import folder_digest
 from mlrb.tasks.harbor import layout, own_settings, verifier
@@ -120,7 +129,7 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
         if spec.step:
             spec.baseline_command = entry["baseline_command"]
     check = verifier.HarborVerifier(spec.score_timeout_s, layout.workspace_at(workdir), env, tests)
-    starting = StartingFiles(layout.workspace_at(workdir))
+    files = StartingFiles(layout.workspace_at(workdir))
     judge = Judge(
         check.score_unrun,
         timeout_s=spec.score_timeout_s,
@@ -138,11 +147,11 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
         ),
         anchors=anchors(cfg, spec),
         judge=judge,
-        start=base.starting(
+        start=starting(
             cfg,
             spec,
             Path(__file__).parent,
-            workspace=starting.of,
+            workspace=files.of,
             own_prompt=functools.partial(prompt_of, folder, spec),
         ),
         package_dir=Path(__file__).parent,
@@ -156,13 +165,13 @@ def task(cfg: TaskConfig, environment: Path | None) -> Task:
         if not spec.step
         else (),
         step_reward=settings.reward_strategy if settings and settings.steps else "mean",
-        setup=base.Setup(
+        setup=Setup(
             # Harbor's reward: 0 doing nothing (the scale's baseline too), 100 the task's own solution
             normalisation="reward",
             normalised_as="reward",
             check_config=functools.partial(check_folder, cfg.path or "", cfg.network),
-            run_settings=functools.partial(run_settings, folder, spec, starting, cfg.network),
-            workspace_at=starting.workdir,
+            run_settings=functools.partial(run_settings, folder, spec, files, cfg.network),
+            workspace_at=files.workdir,
         ),
     )
 
