@@ -25,7 +25,10 @@ Plain `pytest` runs the fast and integration tiers; the system tier runs with `-
 
 tests/conftest.py sums each test's setup, call and teardown by tier, in wall time and in CPU
 time, and writes them, the session's wall time, the 20 slowest tests and every test's CPU time
-to MLRB_SUITE_TIMES (a file; or a folder, one file per -m selection). This script records that
+to MLRB_SUITE_TIMES (a file; or a folder, one file per -m selection). Where it runs as root with
+Debian's acct package, a run of pytest is also counted by kind of process (the tests' own code, warm
+forks, the sandboxes' agents and scorers, new interpreters, servers: benchmarks/process_cpu.py), as
+`cpu_by_process`. This script records that
 under the kind's entry of `--out`, with where it was measured, and prints it against the
 targets (on 2 idle cores), with the machine's speed as it ran (`SPEED_PROBE`, a fixed Python
 loop's CPU seconds before and after: the same tests' CPU minutes move with it). Services
@@ -51,6 +54,7 @@ import time
 from pathlib import Path
 
 from benchmarks import results as results_page
+from benchmarks.process_cpu import KINDS, ProcessCpu
 from benchmarks.results import Section, commands, load, table, where
 
 REPO = Path(__file__).resolve().parents[1]
@@ -199,12 +203,16 @@ def measure(kind: str) -> dict:
         if kind in COLD:
             shutil.rmtree(test_cache(), ignore_errors=True)
         command = [str(REPO / ".venv" / "bin" / "python"), "-m", "pytest", *COMMANDS[kind]]
-        code, cpu_s = run_counted(command, REPO, env)
+        with ProcessCpu() as accounting:
+            code, cpu_s = run_counted(command, REPO, env)
+        if accounting.why:
+            print(f"CPU by process not counted: {accounting.why}", flush=True)
         times_file = Path(env["MLRB_SUITE_TIMES"])
         if not times_file.exists():
             raise SystemExit(f"pytest exited {code} without writing its times (collection failed?)")
         figures = json.loads(times_file.read_text())
-    return {**figures, "files_cpu_s": files_cpu(figures.get("tests_cpu_s", {})), "run_cpu_s": cpu_s}
+    return {**figures, "files_cpu_s": files_cpu(figures.get("tests_cpu_s", {})), "run_cpu_s": cpu_s,
+            "cpu_by_process": accounting.kinds()}  # fmt: skip
 
 
 def measure_ci() -> dict:
@@ -273,6 +281,10 @@ def print_run(figures: dict, indent: str = "  ") -> None:
         files = figures.get("files_cpu_s") or files_cpu(figures["tests_cpu_s"])
         print(f"{indent}the costliest test files (CPU s): "
               + ", ".join(f"{name.removeprefix('tests/')} {cpu:.0f}" for name, cpu in list(files.items())[:15]))  # fmt: skip
+    if figures.get("cpu_by_process"):
+        print(f"{indent}its CPU by process (process accounting; benchmarks/process_cpu.py):")
+        for kind, counted in figures["cpu_by_process"].items():
+            print(f"{indent}  {counted['cpu_s'] / 60:5.1f} CPU min in {counted['processes']:5d} processes: {kind}")
 
 
 def speed_text(entry: dict) -> str:
@@ -392,6 +404,7 @@ def suite_time_section(bench_dir: Path) -> str:
             ),
             before_split_table(before, BEFORE_SPLIT_TARGETS_MIN),
             costliest_table(now, before),
+            process_table(now),
             floor_table(data),
         ]
         if part
@@ -464,6 +477,27 @@ def costliest_table(now: dict, before: dict) -> str:
         return ""
     return table([f"slowest tests ({label})", "phase", "time"],
                  [[f"`{r['test']}`", r["when"], f"{r['seconds']:.0f} s"] for r in entry["slowest"]])  # fmt: skip
+
+
+def process_table(now: dict) -> str:
+    """Where the local runs' CPU time went, by kind of process (benchmarks/process_cpu.py), for
+    each kind of run that counted it."""
+    counted = {kind: entry["cpu_by_process"] for kind, entry in now.items() if entry.get("cpu_by_process")}
+    if not counted:
+        return ""
+    rows = [[name] + [f"{by[name]['cpu_s'] / 60:.1f} CPU min ({by[name]['processes']})" for by in counted.values()]
+            for name in KINDS]  # fmt: skip
+    rows.append(
+        ["**in all**"] + [f"**{sum(c['cpu_s'] for c in by.values()) / 60:.1f} CPU min**" for by in counted.values()]
+    )
+    return (
+        "Where that CPU time went, by kind of process, counted by Linux's process accounting as each process "
+        "ended (`benchmarks/process_cpu.py`: root and Debian's acct package), with the number of processes. A "
+        "warm fork is a process the tests' warm start (tests/warm_start.py), a recording server or a sweep forked "
+        "with its imports made; a new interpreter imports everything itself; the sandboxes' agents and scorers "
+        "are new interpreters too, which import torch, transformers and lm-eval where their task uses them.\n\n"
+        + table(["process", *(f"{kind} run" for kind in counted)], rows)
+    )
 
 
 def floor_table(data: dict) -> str:

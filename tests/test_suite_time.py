@@ -169,3 +169,35 @@ def test_each_measurement_carries_the_machine_s_speed_so_a_slow_day_is_told_from
     assert suite_time.speed_text(entry) == "a fixed Python loop took 1.12 CPU s before the run and 1.23 after"
     assert "1.12 CPU s" in suite_time.speed_sentence(entry)
     assert suite_time.speed_text({}) == suite_time.speed_sentence({}) == ""  # entries measured before the probe
+
+
+def test_cpu_by_process_tells_the_sandboxes_the_warm_forks_and_new_interpreters_apart():
+    """benchmarks/process_cpu.py's classes, on a tree as process accounting and its watcher see one: a
+    test worker and its warm process, whose fork is a command that starts a bwrap sandbox with a
+    scorer, and a sweep's command started cold with its recording process."""
+    from benchmarks.process_cpu import AGENTS, COMMANDS, OTHER, RECORDING, SCORERS, TESTS, WARM, Process, ProcessCpu
+
+    python = ".venv/bin/python"
+    accounting = ProcessCpu()
+    tree = {  # pid: (name, CPU s, parent, forked, command line)
+        10: ("python", 9.0, 1, False, f"{python} -m pytest"),
+        11: ("python", 30.0, 10, False, f"{python} -u -c import sys;exec(eval(sys.stdin.readline()))"),
+        12: ("python", 1.0, 11, True, ""),  # a test's own fork
+        20: ("python", 4.0, 11, False, f"{python} -c import warm_start; warm_start.serve(14, 15, 'python')"),
+        21: ("python", 0.5, 20, True, ""),  # python -m mlrb, forked warm
+        22: ("bwrap", 0.0, 21, False, "bwrap --unshare-all -- python -I -m mlrb.scoring.worker r.json torch"),
+        23: ("jemalloc_bg_thd", 5.0, 22, False, f"{python} -I -m mlrb.scoring.worker r.json torch"),
+        24: ("python", 3.0, 22, False, ""),  # the agent's own python, gone before the watcher looked
+        30: ("python", 0.7, 11, False, f"{python} -m mlrb task=folder -m seed=1,2"),
+        31: ("python", 2.5, 30, False, f"{python} -m mlrb.store.recording_process 3 6"),
+        40: ("git", 0.1, 30, False, "git rev-parse HEAD"),
+    }
+    for pid, (comm, cpu_s, parent, forked, argv) in tree.items():
+        accounting.processes[pid] = Process(comm, cpu_s, parent, forked, argv)
+    kinds = accounting.kinds()
+    assert kinds[TESTS] == {"processes": 3, "cpu_s": 40.0}
+    assert kinds[WARM] == {"processes": 2, "cpu_s": 4.5}
+    assert kinds[SCORERS] == {"processes": 1, "cpu_s": 5.0} and kinds[AGENTS] == {"processes": 1, "cpu_s": 3.0}
+    assert kinds[COMMANDS]["cpu_s"] == 0.7 and kinds[RECORDING]["cpu_s"] == 2.5
+    assert kinds[OTHER]["processes"] == 2  # bwrap itself and git
+    assert sum(k["cpu_s"] for k in kinds.values()) == pytest.approx(sum(t[1] for t in tree.values()))

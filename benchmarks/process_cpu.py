@@ -1,0 +1,162 @@
+"""Which processes a command's CPU time goes to, by kind: the tests' own code, the harness's warm
+forks, the sandboxes' agents and scorers, new interpreters for recording and for commands, servers.
+
+A test's CPU time (tests/conftest.py's cgroup figures) says which tests cost; this says what in
+them does. Linux's process accounting (`accton`, Debian's acct package; root) records every
+process as it ends: its CPU time, its parent, whether it was forked without an exec. A watcher
+reads each new process's command line from /proc meanwhile (every 20 ms: a process that ends
+sooner is classed by its name alone). benchmarks/suite_time.py uses it where it can:
+
+    with ProcessCpu() as accounting:
+        subprocess.run(command)
+    accounting.kinds()  # {kind: {"processes": n, "cpu_s": s}}, or None, with accounting.why
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WATCH_S = 0.02
+TICKS_PER_S = 100  # acct version 3 counts CPU time in ticks of 1/100 s (AHZ)
+
+# The kinds, in the order they are tried and printed.
+SCORERS = "in a sandbox: scorers (mlrb.scoring.worker)"
+AGENTS = "in a sandbox: agents and what they ran"
+TESTS = "pytest and its workers: the tests' own code"
+WARM = "forked from a warm process: harness commands, their recording processes and sweep jobs"
+RECORDING = "new interpreters: a run's recording process"
+COMMANDS = "new interpreters: `python -m mlrb...` commands"
+SERVERS = "servers: MLflow, uvicorn, the scripted model and hub servers"
+BUILDS = "the tasks' builds ahead"
+PYTHON = "other Python processes"
+OTHER = "other programs (bwrap, git, shells...)"
+KINDS = (SCORERS, AGENTS, TESTS, WARM, RECORDING, COMMANDS, SERVERS, BUILDS, PYTHON, OTHER)
+SERVER_WORDS = (
+    "mlflow server",
+    "mlflow ui",
+    "uvicorn",
+    "gunicorn",
+    "huey",
+    "fake_llm_server",
+    "hub_server",
+    "_job_runner",
+)
+
+
+@dataclass
+class Process:
+    comm: str
+    cpu_s: float
+    parent: int
+    forked: bool  # forked and never exec'd
+    argv: str = ""  # as the watcher saw it ("" when it ended before it looked)
+
+
+@dataclass
+class ProcessCpu:
+    """Process accounting around a `with` block; `kinds()` once it is left."""
+
+    why: str = ""  # why nothing was counted ("" when it was)
+    processes: dict[int, Process] = field(default_factory=dict)
+    seen: dict[int, tuple[int, str]] = field(default_factory=dict)  # the watcher's: pid -> (parent, command line)
+
+    def __enter__(self) -> ProcessCpu:
+        if os.geteuid() != 0 or not shutil.which("accton") or not shutil.which("dump-acct"):
+            self.why = "process accounting needs root and Debian's acct package (apt-get install acct)"
+            return self
+        self.folder = Path(tempfile.mkdtemp(prefix="mlrb-process-cpu-"))
+        self.file = self.folder / "acct"
+        self.file.touch()
+        turned_on = subprocess.run(["accton", str(self.file)], capture_output=True, text=True)
+        if turned_on.returncode:
+            self.why = f"accton failed: {turned_on.stderr.strip()}"
+            return self
+        self.stop = threading.Event()
+        self.watcher = threading.Thread(target=self.watch, daemon=True)
+        self.watcher.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.why:
+            return
+        subprocess.run(["accton", "off"], capture_output=True)
+        self.stop.set()
+        self.watcher.join()
+        dumped = subprocess.run(["dump-acct", str(self.file)], capture_output=True, text=True).stdout
+        shutil.rmtree(self.folder, ignore_errors=True)
+        for line in dumped.splitlines():
+            fields = [part.strip() for part in line.split("|")]
+            if len(fields) < 12 or fields[1] != "v3":
+                continue
+            pid = int(fields[9])
+            parent, argv = self.seen.get(pid, (int(fields[10]), ""))
+            self.processes[pid] = Process(comm=fields[0], cpu_s=(float(fields[2]) + float(fields[3])) / TICKS_PER_S,
+                                          parent=parent, forked="F" in fields[11], argv=argv)  # fmt: skip
+        self.processes.pop(os.getpid(), None)
+
+    def watch(self) -> None:
+        """Each new process's parent and command line, until stopped."""
+        while not self.stop.wait(WATCH_S):
+            for name in os.listdir("/proc"):
+                if name.isdigit() and int(name) not in self.seen:
+                    try:
+                        stat = Path(f"/proc/{name}/stat").read_text()
+                        argv = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    except OSError:
+                        continue  # gone already
+                    self.seen[int(name)] = (int(stat.rsplit(")", 1)[1].split()[1]), argv.strip())
+
+    def kind(self, pid: int) -> str:
+        process = self.processes[pid]
+        if self.in_sandbox(pid):
+            return SCORERS if "mlrb.scoring.worker" in process.argv else AGENTS
+        python = process.comm.startswith("python") or "jemalloc" in process.comm  # pyarrow's thread names the process
+        if not python:
+            return OTHER
+        if process.forked:
+            return TESTS if self.kind_of_parent(pid) == TESTS else WARM
+        argv = process.argv
+        if " -m pytest" in argv or "exec(eval(sys.stdin.readline()))" in argv:
+            return TESTS
+        if "warm_start.serve" in argv:
+            return WARM
+        if "mlrb.store.recording_process" in argv:
+            return RECORDING
+        if " -m mlrb" in argv:
+            return COMMANDS
+        if any(word in argv for word in SERVER_WORDS):
+            return SERVERS
+        if "build_ahead" in argv:
+            return BUILDS
+        return PYTHON
+
+    def kind_of_parent(self, pid: int) -> str | None:
+        parent = self.processes[pid].parent
+        return self.kind(parent) if parent in self.processes and parent != pid else None
+
+    def in_sandbox(self, pid: int) -> bool:
+        for _ in range(64):
+            parent = self.processes.get(pid)
+            pid = parent.parent if parent else self.seen.get(pid, (0, ""))[0]
+            if pid <= 1:
+                return False
+            known = self.processes.get(pid)
+            if (known and known.comm.startswith("bwrap")) or self.seen.get(pid, (0, ""))[1].startswith("bwrap"):
+                return True
+        return False
+
+    def kinds(self) -> dict[str, dict[str, float]] | None:
+        """CPU seconds and processes per kind (KINDS' order), or None where nothing was counted."""
+        if self.why:
+            return None
+        totals = {kind: {"processes": 0, "cpu_s": 0.0} for kind in KINDS}
+        for pid, process in self.processes.items():
+            totals[self.kind(pid)]["processes"] += 1
+            totals[self.kind(pid)]["cpu_s"] += process.cpu_s
+        return {kind: {"processes": t["processes"], "cpu_s": round(t["cpu_s"], 1)} for kind, t in totals.items()}
