@@ -114,7 +114,9 @@ class ProcessCpu:
 
     def kind(self, pid: int) -> str:
         process = self.processes[pid]
-        if self.in_sandbox(pid):
+        if any(self.builds(ancestor) for ancestor in [pid, *self.ancestors(pid)]):
+            return BUILDS
+        if any(self.named(ancestor).startswith("bwrap") for ancestor in self.ancestors(pid)):
             return SCORERS if "mlrb.scoring.worker" in process.argv else AGENTS
         python = process.comm.startswith("python") or "jemalloc" in process.comm  # pyarrow's thread names the process
         if not python:
@@ -122,7 +124,7 @@ class ProcessCpu:
         if process.forked:
             return TESTS if self.kind_of_parent(pid) == TESTS else WARM
         argv = process.argv
-        if " -m pytest" in argv or "exec(eval(sys.stdin.readline()))" in argv:
+        if is_pytest(argv) or is_test_worker(argv):
             return TESTS
         if "warm_start.serve" in argv:
             return WARM
@@ -132,24 +134,33 @@ class ProcessCpu:
             return COMMANDS
         if any(word in argv for word in SERVER_WORDS):
             return SERVERS
-        if "build_ahead" in argv:
-            return BUILDS
         return PYTHON
 
     def kind_of_parent(self, pid: int) -> str | None:
         parent = self.processes[pid].parent
         return self.kind(parent) if parent in self.processes and parent != pid else None
 
-    def in_sandbox(self, pid: int) -> bool:
-        for _ in range(64):
-            parent = self.processes.get(pid)
-            pid = parent.parent if parent else self.seen.get(pid, (0, ""))[0]
-            if pid <= 1:
-                return False
-            known = self.processes.get(pid)
-            if (known and known.comm.startswith("bwrap")) or self.seen.get(pid, (0, ""))[1].startswith("bwrap"):
-                return True
-        return False
+    def ancestors(self, pid: int) -> list[int]:
+        """PID's parent, its parent's, and so on, as far as they are known."""
+        found: list[int] = []
+        while len(found) < 64:
+            pid = self.processes[pid].parent if pid in self.processes else self.seen.get(pid, (0, ""))[0]
+            if pid <= 1 or pid in found:
+                return found
+            found.append(pid)
+        return found
+
+    def named(self, pid: int) -> str:
+        """PID's command line where the watcher saw it, else its name."""
+        argv = self.seen.get(pid, (0, ""))[1] or (self.processes[pid].argv if pid in self.processes else "")
+        return argv or (self.processes[pid].comm if pid in self.processes else "")
+
+    def builds(self, pid: int) -> bool:
+        """Whether PID is one of the builds ahead: pytest's own process forks them (tests/build_ahead.py);
+        the test workers it starts are new interpreters."""
+        process = self.processes.get(pid)
+        parent = self.named(process.parent) if process else ""
+        return bool(process and process.forked and is_pytest(parent) and not is_test_worker(parent))
 
     def kinds(self) -> dict[str, dict[str, float]] | None:
         """CPU seconds and processes per kind (KINDS' order), or None where nothing was counted."""
@@ -160,3 +171,12 @@ class ProcessCpu:
             totals[self.kind(pid)]["processes"] += 1
             totals[self.kind(pid)]["cpu_s"] += process.cpu_s
         return {kind: {"processes": t["processes"], "cpu_s": round(t["cpu_s"], 1)} for kind, t in totals.items()}
+
+
+def is_pytest(argv: str) -> bool:
+    return " -m pytest" in argv
+
+
+def is_test_worker(argv: str) -> bool:
+    """pytest-xdist's worker, which execnet starts as `python -c` reading its code from standard input."""
+    return "exec(eval(sys.stdin.readline()))" in argv

@@ -485,8 +485,9 @@ def process_table(now: dict) -> str:
     counted = {kind: entry["cpu_by_process"] for kind, entry in now.items() if entry.get("cpu_by_process")}
     if not counted:
         return ""
-    rows = [[name] + [f"{by[name]['cpu_s'] / 60:.1f} CPU min ({by[name]['processes']})" for by in counted.values()]
-            for name in KINDS]  # fmt: skip
+    names = [*KINDS, *sorted({name for by in counted.values() for name in by} - set(KINDS))]  # an older entry's too
+    rows = [[name] + [f"{by[name]['cpu_s'] / 60:.1f} CPU min ({by[name]['processes']})" if name in by else "-"
+                      for by in counted.values()] for name in names]  # fmt: skip
     rows.append(
         ["**in all**"] + [f"**{sum(c['cpu_s'] for c in by.values()) / 60:.1f} CPU min**" for by in counted.values()]
     )

@@ -172,17 +172,20 @@ def test_each_measurement_carries_the_machine_s_speed_so_a_slow_day_is_told_from
 
 
 def test_cpu_by_process_tells_the_sandboxes_the_warm_forks_and_new_interpreters_apart():
-    """benchmarks/process_cpu.py's classes, on a tree as process accounting and its watcher see one: a
-    test worker and its warm process, whose fork is a command that starts a bwrap sandbox with a
-    scorer, and a sweep's command started cold with its recording process."""
-    from benchmarks.process_cpu import AGENTS, COMMANDS, OTHER, RECORDING, SCORERS, TESTS, WARM, Process, ProcessCpu
+    """benchmarks/process_cpu.py's classes, on a tree as process accounting and its watcher see one:
+    pytest's process and a build it forked ahead; a test worker and its warm process, whose fork is a
+    command that starts a bwrap sandbox with a scorer, and a sweep's command started cold with its
+    recording process."""
+    from benchmarks import process_cpu as by
 
     python = ".venv/bin/python"
-    accounting = ProcessCpu()
+    accounting = by.ProcessCpu()
     tree = {  # pid: (name, CPU s, parent, forked, command line)
         10: ("python", 9.0, 1, False, f"{python} -m pytest"),
         11: ("python", 30.0, 10, False, f"{python} -u -c import sys;exec(eval(sys.stdin.readline()))"),
         12: ("python", 1.0, 11, True, ""),  # a test's own fork
+        13: ("python", 60.0, 10, True, ""),  # a build ahead, forked by pytest's own process
+        14: ("python", 20.0, 13, False, f"{python} -c import warm_anchor_runs"),  # the build's anchor runs
         20: ("python", 4.0, 11, False, f"{python} -c import warm_start; warm_start.serve(14, 15, 'python')"),
         21: ("python", 0.5, 20, True, ""),  # python -m mlrb, forked warm
         22: ("bwrap", 0.0, 21, False, "bwrap --unshare-all -- python -I -m mlrb.scoring.worker r.json torch"),
@@ -193,11 +196,11 @@ def test_cpu_by_process_tells_the_sandboxes_the_warm_forks_and_new_interpreters_
         40: ("git", 0.1, 30, False, "git rev-parse HEAD"),
     }
     for pid, (comm, cpu_s, parent, forked, argv) in tree.items():
-        accounting.processes[pid] = Process(comm, cpu_s, parent, forked, argv)
+        accounting.processes[pid] = by.Process(comm, cpu_s, parent, forked, argv)
     kinds = accounting.kinds()
-    assert kinds[TESTS] == {"processes": 3, "cpu_s": 40.0}
-    assert kinds[WARM] == {"processes": 2, "cpu_s": 4.5}
-    assert kinds[SCORERS] == {"processes": 1, "cpu_s": 5.0} and kinds[AGENTS] == {"processes": 1, "cpu_s": 3.0}
-    assert kinds[COMMANDS]["cpu_s"] == 0.7 and kinds[RECORDING]["cpu_s"] == 2.5
-    assert kinds[OTHER]["processes"] == 2  # bwrap itself and git
+    assert kinds[by.TESTS] == {"processes": 3, "cpu_s": 40.0}
+    assert kinds[by.WARM] == {"processes": 2, "cpu_s": 4.5} and kinds[by.BUILDS] == {"processes": 2, "cpu_s": 80.0}
+    assert kinds[by.SCORERS] == {"processes": 1, "cpu_s": 5.0} and kinds[by.AGENTS] == {"processes": 1, "cpu_s": 3.0}
+    assert kinds[by.COMMANDS]["cpu_s"] == 0.7 and kinds[by.RECORDING]["cpu_s"] == 2.5
+    assert kinds[by.OTHER]["processes"] == 2  # bwrap itself and git
     assert sum(k["cpu_s"] for k in kinds.values()) == pytest.approx(sum(t[1] for t in tree.values()))
