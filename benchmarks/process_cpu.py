@@ -5,7 +5,8 @@ A test's CPU time (tests/conftest.py's cgroup figures) says which tests cost; th
 them does. Linux's process accounting (`accton`, Debian's acct package; root) records every
 process as it ends: its CPU time, its parent, whether it was forked without an exec. A watcher
 reads each new process's command line from /proc meanwhile (every 20 ms: a process that ends
-sooner is classed by its name alone). benchmarks/suite_time.py uses it where it can:
+sooner is classed by its name alone). It counts every process that ends on the machine meanwhile:
+measure with nothing else running. benchmarks/suite_time.py uses it where it can:
 
     with ProcessCpu() as accounting:
         subprocess.run(command)
@@ -25,7 +26,7 @@ from pathlib import Path
 WATCH_S = 0.02
 TICKS_PER_S = 100  # acct version 3 counts CPU time in ticks of 1/100 s (AHZ)
 
-# The kinds, in the order they are tried and printed.
+# The kinds, in the order they are printed.
 SCORERS = "in a sandbox: scorers (mlrb.scoring.worker)"
 AGENTS = "in a sandbox: agents and what they ran"
 TESTS = "pytest and its workers: the tests' own code"
