@@ -27,7 +27,7 @@ WATCH_S = 0.02
 TICKS_PER_S = 100  # acct version 3 counts CPU time in ticks of 1/100 s (AHZ)
 
 # The kinds, in the order they are printed.
-SCORERS = "in a sandbox: scorers (mlrb.scoring.worker)"
+SCORERS = "scorers (mlrb.scoring.worker), in their sandboxes"
 AGENTS = "in a sandbox: agents and what they ran"
 TESTS = "pytest and its workers: the tests' own code"
 WARM = "forked from a warm process: harness commands, their recording processes and sweep jobs"
@@ -117,9 +117,13 @@ class ProcessCpu:
         process = self.processes[pid]
         if any(self.builds(ancestor) for ancestor in [pid, *self.ancestors(pid)]):
             return BUILDS
-        if any(self.named(ancestor).startswith("bwrap") for ancestor in self.ancestors(pid)):
-            return SCORERS if "mlrb.scoring.worker" in process.argv else AGENTS
         python = process.comm.startswith("python") or "jemalloc" in process.comm  # pyarrow's thread names the process
+        if self.is_bwrap(pid):
+            return OTHER
+        if python and "mlrb.scoring.worker" in process.argv:
+            return SCORERS
+        if any(self.is_bwrap(ancestor) for ancestor in self.ancestors(pid)):
+            return AGENTS
         if not python:
             return OTHER
         if process.forked:
@@ -155,6 +159,12 @@ class ProcessCpu:
         """PID's command line where the watcher saw it, else its name."""
         argv = self.seen.get(pid, (0, ""))[1] or (self.processes[pid].argv if pid in self.processes else "")
         return argv or (self.processes[pid].comm if pid in self.processes else "")
+
+    def is_bwrap(self, pid: int) -> bool:
+        """Whether PID is a bwrap process (named so, or started as /usr/bin/bwrap or any bwrap)."""
+        process = self.processes.get(pid)
+        program = self.named(pid).split(" ", 1)[0]
+        return bool(process and process.comm.startswith("bwrap")) or os.path.basename(program) == "bwrap"
 
     def builds(self, pid: int) -> bool:
         """Whether PID is one of the builds ahead: pytest's own process forks them (tests/build_ahead.py);

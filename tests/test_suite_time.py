@@ -188,7 +188,9 @@ def test_cpu_by_process_tells_the_sandboxes_the_warm_forks_and_new_interpreters_
         14: ("python", 20.0, 13, False, f"{python} -c import warm_anchor_runs"),  # the build's anchor runs
         20: ("python", 4.0, 11, False, f"{python} -c import warm_start; warm_start.serve(14, 15, 'python')"),
         21: ("python", 0.5, 20, True, ""),  # python -m mlrb, forked warm
-        22: ("bwrap", 0.0, 21, False, "bwrap --unshare-all -- python -I -m mlrb.scoring.worker r.json torch"),
+        22: ("bwrap", 0.0, 21, False, "/usr/bin/bwrap --unshare-all -- python -I -m mlrb.scoring.worker r.json torch"),
+        25: ("bwrap", 0.0, 21, False, "/usr/bin/bwrap --unshare-all -- python -m mlrb_agent"),  # an agent's sandbox
+        26: ("python", 2.0, 25, False, ""),  # its python, whose command line the watcher missed
         23: ("jemalloc_bg_thd", 5.0, 22, False, f"{python} -I -m mlrb.scoring.worker r.json torch"),
         24: ("python", 3.0, 22, False, ""),  # the agent's own python, gone before the watcher looked
         30: ("python", 0.7, 11, False, f"{python} -m mlrb task=folder -m seed=1,2"),
@@ -200,7 +202,8 @@ def test_cpu_by_process_tells_the_sandboxes_the_warm_forks_and_new_interpreters_
     kinds = accounting.kinds()
     assert kinds[by.TESTS] == {"processes": 3, "cpu_s": 40.0}
     assert kinds[by.WARM] == {"processes": 2, "cpu_s": 4.5} and kinds[by.BUILDS] == {"processes": 2, "cpu_s": 80.0}
-    assert kinds[by.SCORERS] == {"processes": 1, "cpu_s": 5.0} and kinds[by.AGENTS] == {"processes": 1, "cpu_s": 3.0}
+    assert kinds[by.SCORERS] == {"processes": 1, "cpu_s": 5.0} and kinds[by.AGENTS] == {"processes": 2, "cpu_s": 5.0}
     assert kinds[by.COMMANDS]["cpu_s"] == 0.7 and kinds[by.RECORDING]["cpu_s"] == 2.5
-    assert kinds[by.OTHER]["processes"] == 2  # bwrap itself and git
+    assert kinds[by.OTHER]["processes"] == 3  # the two bwrap processes and git
+    assert kinds[by.COMMANDS]["processes"] == 1  # a scorer's or an agent's `-m mlrb...` is not a command
     assert sum(k["cpu_s"] for k in kinds.values()) == pytest.approx(sum(t[1] for t in tree.values()))
