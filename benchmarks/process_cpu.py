@@ -179,8 +179,9 @@ class ProcessCpu:
             return None
         totals = {kind: {"processes": 0, "cpu_s": 0.0} for kind in KINDS}
         for pid, process in self.processes.items():
-            totals[self.kind(pid)]["processes"] += 1
-            totals[self.kind(pid)]["cpu_s"] += process.cpu_s
+            kind = totals[self.kind(pid)]
+            kind["processes"] += 1
+            kind["cpu_s"] += process.cpu_s
         return {kind: {"processes": t["processes"], "cpu_s": round(t["cpu_s"], 1)} for kind, t in totals.items()}
 
 
