@@ -114,15 +114,15 @@ class ProcessCpu:
                     self.seen[int(name)] = (int(stat.rsplit(")", 1)[1].split()[1]), argv.strip())
 
     def kind(self, pid: int) -> str:
-        process = self.processes[pid]
-        if any(self.builds(ancestor) for ancestor in [pid, *self.ancestors(pid)]):
+        process, ancestors = self.processes[pid], self.ancestors(pid)
+        if any(self.builds(ancestor) for ancestor in [pid, *ancestors]):
             return BUILDS
         python = process.comm.startswith("python") or "jemalloc" in process.comm  # pyarrow's thread names the process
         if self.is_bwrap(pid):
             return OTHER
         if python and "mlrb.scoring.worker" in process.argv:
             return SCORERS
-        if any(self.is_bwrap(ancestor) for ancestor in self.ancestors(pid)):
+        if any(self.is_bwrap(ancestor) for ancestor in ancestors):
             return AGENTS
         if not python:
             return OTHER

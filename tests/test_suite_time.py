@@ -189,10 +189,10 @@ def test_cpu_by_process_tells_the_sandboxes_the_warm_forks_and_new_interpreters_
         20: ("python", 4.0, 11, False, f"{python} -c import warm_start; warm_start.serve(14, 15, 'python')"),
         21: ("python", 0.5, 20, True, ""),  # python -m mlrb, forked warm
         22: ("bwrap", 0.0, 21, False, "/usr/bin/bwrap --unshare-all -- python -I -m mlrb.scoring.worker r.json torch"),
+        23: ("jemalloc_bg_thd", 5.0, 22, False, f"{python} -I -m mlrb.scoring.worker r.json torch"),
+        24: ("python", 3.0, 22, False, ""),  # a python there the watcher missed: classed as an agent
         25: ("bwrap", 0.0, 21, False, "/usr/bin/bwrap --unshare-all -- python -m mlrb_agent"),  # an agent's sandbox
         26: ("python", 2.0, 25, False, ""),  # its python, whose command line the watcher missed
-        23: ("jemalloc_bg_thd", 5.0, 22, False, f"{python} -I -m mlrb.scoring.worker r.json torch"),
-        24: ("python", 3.0, 22, False, ""),  # the agent's own python, gone before the watcher looked
         30: ("python", 0.7, 11, False, f"{python} -m mlrb task=folder -m seed=1,2"),
         31: ("python", 2.5, 30, False, f"{python} -m mlrb.store.recording_process 3 6"),
         40: ("git", 0.1, 30, False, "git rev-parse HEAD"),
