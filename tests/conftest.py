@@ -328,6 +328,13 @@ def anchors_of(task_key: str, cache_dir: Path) -> dict:
 
 
 TIERS = ("fast", "integration", "system")  # pyproject.toml says what each holds
+# Module fixtures that cost next to nothing, which tests of several processes may each make: the
+# others are made once per test process that runs a test of their module, so the tests that share
+# one share an xdist_group (one process, one fixture; tests/test_test_processes.py).
+CHEAP_MODULE_FIXTURES = {
+    "assets": "the built-ahead assets, only checked: about 0.2 CPU s",
+    "configs_page": "a page read from the docs folder",
+}
 # What plain `pytest` runs (the README's test command): the system tier only on request (`-m system`,
 # as .ci/run runs it after), or when a test file or test is named.
 DEFAULT_TIERS = "not system"
@@ -372,6 +379,34 @@ def pytest_collection_modifyitems(config, items):
             "every test carries exactly one tier marker, pytest.mark.fast, .integration or .system "
             "(pyproject.toml says what each holds):\n  " + "\n  ".join(problems)
         )
+    if problems := module_fixtures_made_more_than_once(items):
+        raise pytest.UsageError(
+            "tests that share a module fixture share one pytest.mark.xdist_group, so that one test process "
+            "makes it once (or the fixture is named in tests/conftest.py's CHEAP_MODULE_FIXTURES):\n  "
+            + "\n  ".join(problems)
+        )
+
+
+def module_fixtures_made_more_than_once(items) -> list[str]:
+    """Each module fixture (not a cheap one) that several tests use without one xdist_group between them:
+    xdist hands those tests to whichever test process is free, and each process makes the fixture anew."""
+    users: dict[tuple[str, str], dict[str, str | None]] = {}
+    for item in items:
+        definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        for name in item.fixturenames:
+            if name in CHEAP_MODULE_FIXTURES or definitions.get(name, [None])[-1] is None:
+                continue
+            if definitions[name][-1].scope == "module":
+                mark = item.get_closest_marker("xdist_group")
+                group = (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+                users.setdefault((item.nodeid.split("::")[0], name), {})[item.name] = group
+    problems = []
+    for (module, name), tests in sorted(users.items()):
+        groups = set(tests.values())
+        if len(tests) > 1 and (None in groups or len(groups) > 1):
+            held = "no group" if groups == {None} else "groups " + ", ".join(sorted(map(str, groups)))
+            problems.append(f"{module}: {name!r}, used by {', '.join(sorted(tests))} ({held})")
+    return problems
 
 
 # Where the time goes, per tier: summed from every test's setup, call and teardown, printed at the

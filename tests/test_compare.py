@@ -339,6 +339,9 @@ def fill(store: Path) -> None:
         client.set_terminated(parent, "FINISHED")
 
 
+ONE_STORE = pytest.mark.xdist_group("compare_store")  # one process, so the store is filled once
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("compare-store")
@@ -352,6 +355,7 @@ def verdict(result: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.integration
+@ONE_STORE
 def test_the_command_line_compares_agents_models_and_sweeps_in_a_real_store(store):
     # The --help epilog's example: one task.
     one = compare_cli("baseline", "claude", "--task", "llm_merging", cwd=store)
@@ -379,6 +383,7 @@ def test_the_command_line_compares_agents_models_and_sweeps_in_a_real_store(stor
 
 
 @pytest.mark.integration
+@ONE_STORE
 def test_the_command_line_plans_seeds_from_the_runs_at_hand_or_the_calibration(store, tmp_path):
     at_hand = compare_cli("--plan", "--effect", "10", cwd=store)
     assert at_hand.returncode == 0, at_hand.stderr
@@ -397,6 +402,7 @@ def test_the_command_line_plans_seeds_from_the_runs_at_hand_or_the_calibration(s
 
 
 @pytest.mark.integration
+@ONE_STORE
 def test_bad_input_against_a_store_is_one_line(store):
     cases = {
         "unknown agent, model or sweep id 'codex' in the runs (filters: none); there: agents baseline, claude, gpt4o; "
@@ -415,6 +421,7 @@ def test_bad_input_against_a_store_is_one_line(store):
 
 
 @pytest.mark.integration
+@ONE_STORE
 def test_the_report_of_a_sweep_of_two_agents_compares_them_and_logs_it_on_the_parent_run(store, tmp_path):
     """python -m mlrb.report puts the same comparison in summary.md, report.html and, for one
     sweep, the parent run's description and artifacts."""

@@ -24,6 +24,11 @@ def assets(cache_dir) -> Path:
     return ensure_assets(load_task(), cache_dir)
 
 
+ONE_UNTRAINED = pytest.mark.xdist_group(
+    "edge_llm_training_untrained"
+)  # one process, so the untrained model is made once
+
+
 @pytest.fixture(scope="module")
 def untrained(assets, tmp_path_factory) -> Path:
     """The baseline's model before training (a valid submission of the baseline's shape)."""
@@ -82,6 +87,7 @@ def test_baseline_run_is_recorded_with_score_and_memory(tmp_path, cache_dir, ass
 
 
 @pytest.mark.system
+@ONE_UNTRAINED
 def test_over_the_memory_limit_is_invalid_before_or_during_evaluation(untrained, assets, tmp_path):
     weights_mb = sum(p.stat().st_size for p in untrained.glob("*.safetensors")) / 1e6
     report = load_task(memory_limit_mb=weights_mb / 2).judge.score(
@@ -96,6 +102,7 @@ def test_over_the_memory_limit_is_invalid_before_or_during_evaluation(untrained,
 
 
 @pytest.mark.system
+@ONE_UNTRAINED
 def test_an_fp16_model_is_valid(untrained, assets, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -135,6 +142,7 @@ def quantize(sub: Path, how: str) -> None:
         ("config", "the model is quantized (quantization_config, method 'bitsandbytes')"),
     ],
 )
+@ONE_UNTRAINED
 def test_quantized_submissions_are_invalid(untrained, assets, tmp_path, how, reason):
     sub = copy_of(untrained, tmp_path)
     quantize(sub, how)

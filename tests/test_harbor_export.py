@@ -26,6 +26,9 @@ def export(*args: str, cwd: Path, cache: Path | None = None) -> subprocess.Compl
     return run_module("mlrb.export", "harbor", *args, *extra, cwd=cwd, timeout=600)
 
 
+ONE_EXPORTED = pytest.mark.xdist_group("harbor_export")  # one process, so the task is exported once
+
+
 @pytest.fixture(scope="module")
 def exported(built_cache, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("harbor-export") / "llm_merging"
@@ -61,6 +64,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path):
 
 
 @pytest.mark.system
+@ONE_EXPORTED
 def test_harbor_s_own_loader_reads_the_folder_with_the_scale_s_limits(exported):
     code = ("import json, sys; from harbor.models.task.task import Task; t = Task(sys.argv[1]); c = t.config; "
             "print(json.dumps({'valid': Task.is_valid_dir(sys.argv[1]), 'agent': c.agent.timeout_sec, "
@@ -78,6 +82,7 @@ def test_harbor_s_own_loader_reads_the_folder_with_the_scale_s_limits(exported):
 
 
 @pytest.mark.system
+@ONE_EXPORTED
 def test_the_environment_holds_no_hidden_file_and_the_tests_hold_them_all(exported, built_cache):
     hidden = assets_of(built_cache) / "hidden"
     hidden_names = {p.name for p in hidden.rglob("*") if p.is_file()}
@@ -94,6 +99,7 @@ def test_the_environment_holds_no_hidden_file_and_the_tests_hold_them_all(export
 
 @pytest.mark.system
 @needs_docker
+@ONE_EXPORTED
 def test_the_exported_folder_run_through_mlrb_s_harbor_route_scores_the_native_baseline(exported, built_cache,
                                                                                         tmp_path):  # fmt: skip
     native = json.loads((assets_of(built_cache) / "hidden" / "calibration.json").read_text())["baseline_score"]

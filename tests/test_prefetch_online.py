@@ -36,6 +36,9 @@ ITEMS = [  # what prefetch names, in its order
 NOT_FETCHED = {"pytorch_model.bin": b"a pickle, never to be fetched", "flax_model.msgpack": b"flax weights"}
 
 
+ONE_HUB = pytest.mark.xdist_group("prefetch_hub")  # one process, so the hub starts once
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     from mlrb.task_kit.hub import lm_eval_datasets
@@ -63,6 +66,7 @@ def prefetch(args, hf_home: Path, hub: StandInHub, offline: bool = False) -> sub
 
 
 @pytest.mark.system
+@ONE_HUB
 def test_prefetch_downloads_everything_then_a_compute_node_finds_it_offline(hub, tmp_path):
     hf_home = tmp_path / "hf_home"  # an empty cache: nothing downloaded yet
     proc = prefetch(TASK, hf_home, hub)
@@ -122,6 +126,7 @@ print(json.dumps({{
 
 
 @pytest.mark.system
+@ONE_HUB
 def test_items_the_hub_refuses_are_one_line_each_and_a_rerun_fetches_only_them(hub, tmp_path):
     hf_home = tmp_path / "hf_home"
     hub.fail.update({("model", "distilgpt2"): 500, ("dataset", "aps/super_glue"): 404})

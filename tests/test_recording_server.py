@@ -116,6 +116,9 @@ def start_sweep_process() -> Iterator[tuple[subprocess.Popen, str, int]]:
 
 
 shared_sweep_process = pytest.fixture(scope="module")(start_sweep_process)  # for tests that leave it as it is
+ONE_SHARED_SWEEP_PROCESS = pytest.mark.xdist_group(
+    "recording_server_sweep"
+)  # one process, so the sweep's process starts once
 sweep_process = pytest.fixture(start_sweep_process)  # for tests that end it
 
 
@@ -137,6 +140,7 @@ def record_a_run(tmp_path: Path) -> tuple[recording_process.RecordingProcess, st
 
 
 @pytest.mark.fast
+@ONE_SHARED_SWEEP_PROCESS
 def test_a_job_records_through_a_process_the_server_forks_and_waits_for_it_as_its_own(
     tmp_path, monkeypatch, shared_sweep_process
 ):
@@ -155,6 +159,7 @@ def test_a_job_records_through_a_process_the_server_forks_and_waits_for_it_as_it
 
 
 @pytest.mark.fast
+@ONE_SHARED_SWEEP_PROCESS
 def test_a_served_process_is_the_server_s_fork_with_the_job_s_environment(tmp_path, monkeypatch, shared_sweep_process):
     _, address, server_pid = shared_sweep_process
     monkeypatch.setenv(recording_server.ADDRESS_VAR, address)

@@ -28,6 +28,7 @@ from test_mlflow_ui import MISSING, Browser
 
 pytestmark = [
     pytest.mark.system,
+    pytest.mark.xdist_group("site_in_browser"),  # one process, so the site is built and Chromium started once
     pytest.mark.skipif(
         bool(MISSING),
         reason=f"needs Debian's headless Chromium ({', '.join(MISSING)} missing): apt-get install chromium chromium-driver",

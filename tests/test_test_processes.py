@@ -56,6 +56,63 @@ def test_an_xdist_group_runs_in_one_process_and_its_module_fixture_is_made_once(
     assert (tmp_path / "setups").read_text().split() == workers[:1]
 
 
+SHARED_FIXTURES = """
+import pytest
+
+@pytest.fixture(scope="module")
+def server():
+    pass
+
+@pytest.fixture(scope="module")
+def store():
+    pass
+
+@pytest.fixture(scope="module")
+def assets():  # named in conftest's CHEAP_MODULE_FIXTURES
+    pass
+
+@pytest.mark.fast
+def test_one(server, store, assets):
+    pass
+
+@pytest.mark.fast
+@pytest.mark.xdist_group("store")
+def test_two(server, store, assets):
+    pass
+
+@pytest.mark.fast
+@pytest.mark.xdist_group("store")
+def test_three(store):
+    pass
+"""
+
+
+def test_tests_that_share_a_costly_module_fixture_without_one_xdist_group_fail_collection(tmp_path):
+    """tests/conftest.py refuses a module fixture that tests of several test processes may each make:
+    one used by tests of no group, or of different groups; a cheap one (CHEAP_MODULE_FIXTURES) may be."""
+    import os
+
+    (tmp_path / "test_shared.py").write_text(SHARED_FIXTURES)
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+               "-n", "0", "--rootdir", str(tmp_path), "-c", str(REPO / "pyproject.toml"), str(tmp_path)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    printed = result.stdout + result.stderr
+    assert result.returncode != 0, printed
+    assert "test_shared.py: 'server', used by test_one, test_two (no group)" not in printed  # one has a group
+    assert "test_shared.py: 'server', used by test_one, test_two (groups None, store)" in printed
+    assert "test_shared.py: 'store', used by test_one, test_three, test_two (groups None, store)" in printed
+    assert "'assets'" not in printed
+    (tmp_path / "test_shared.py").write_text(
+        SHARED_FIXTURES.replace(
+            "@pytest.mark.fast\ndef test_one", '@pytest.mark.fast\n@pytest.mark.xdist_group("store")\ndef test_one'
+        )
+    )
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "3 tests collected" in result.stdout
+
+
 @pytest.mark.parametrize(
     "source, keyword, markexpr, collect_only, builds",
     [
