@@ -154,7 +154,10 @@ def test_the_wall_clock_budget_stops_the_agent_and_its_work_is_still_scored(tmp_
 @pytest.mark.integration
 def test_a_scorer_failure_is_an_infrastructure_error_not_a_zero(tmp_path, plumbing_cache):
     broken_cache = broken_copy_of(plumbing_cache, tmp_path / "cache", scale="plumbing")  # its test set is not JSON
-    result = run_cli(*store_args(tmp_path, broken_cache), PLUMBING, cwd=tmp_path)
+    # The submission, and the control made beside this cache's assets, a copy of the given base model:
+    # what fails is the scoring, whatever is scored (a merge would add two runs of torch's imports).
+    valid = "task.scales.tiny.baseline_command='cp -r \"$MLRB_DATA/base_model\" submission'"
+    result = run_cli(*store_args(tmp_path, broken_cache), PLUMBING, valid, cwd=tmp_path)
     assert result.returncode == 1
     # One line on the console: the cause and the log file that holds the traceback. The control
     # (the task's baseline submission, mlrb/harness/control.py) failed the same way: the harness's fault.

@@ -26,7 +26,9 @@ from test_failures import garbage_server
 
 pytestmark = pytest.mark.integration
 
-MERGE = 'python merge.py --data "$MLRB_DATA" --output submission'
+# A valid submission to break, made the cheapest way: a copy of the given base model (a merge's
+# torch and transformers would take about 5 CPU s of a run whose subject is the breakage).
+VALID = 'cp -r "$MLRB_DATA/base_model" submission'
 # The runs here are at the plumbing scale (PLUMBING), which extends tiny: an override of tiny's
 # values (task.scales.tiny.baseline_command) is theirs too.
 
@@ -65,7 +67,7 @@ def test_a_broken_submission_is_invalid_and_finished_not_an_infrastructure_error
     # The agent's sandbox sees its workspace only: the script comes inside the command.
     script = base64.b64encode(breakage.encode()).decode()
     result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING,
-                     f"task.scales.tiny.baseline_command='{MERGE} && echo {script} | base64 -d | python'",
+                     f"task.scales.tiny.baseline_command='{VALID} && echo {script} | base64 -d | python'",
                      cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     _, run = only_run(tmp_path)
