@@ -13,7 +13,8 @@ tested", documents the convention):
 So the pages themselves say how each command is checked, and a block without a mark fails.
 `run` blocks run in a fresh folder whose PATH starts with this venv's bin (`python` is the
 venv's, as the README says) and where `.venv` is this venv; the tests set only environment
-variables (the asset cache, and model endpoints that point at a local stand-in), never the words.
+variables (the asset cache, model endpoints that point at a local stand-in, a server's worker count),
+never the words.
 `python -m mlrb...` starts warm there (tests/warm_start.py, `python_on_path`): a fork of a process
 that has made its imports, as the other tests' commands start; tests/test_newcomer.py and
 tests/test_packaging.py run the first commands in new interpreters, from a fresh clone and a wheel.
@@ -291,7 +292,9 @@ class Serving:
         if key != self.key:
             self.stop()
             assert free(port), f"port {port} is taken: {block}'s command needs it"
-            env = {**os.environ, "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}"}
+            # One server process where MLflow starts four (each about 3 CPU s of imports): the words as
+            # written, the worker count from the environment, as a user may set it.
+            env = {**os.environ, "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}", "MLFLOW_WORKERS": "1"}
             self.server = subprocess.Popen(["bash", "-c", f"exec {block.commands[0]}"], cwd=self.workdir, env=env,
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                            start_new_session=True)  # fmt: skip
