@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -156,8 +159,6 @@ def plumbing_llm_merging():
 def broken_copy_of(cache_dir: Path, dest: Path, scale: str = "tiny") -> Path:
     """A copy of the cache whose llm_merging test set (at SCALE) is not JSON, with a manifest that
     agrees (as a builder bug would leave it): the check passes, the scorer itself breaks."""
-    import json
-    import shutil
 
     from mlrb.harness.assets import MANIFEST, asset_dir, file_hashes, fingerprint_of
 
@@ -319,8 +320,6 @@ def assert_record_matches_store(client, run) -> dict:
 
 def anchors_of(task_key: str, cache_dir: Path) -> dict:
     """hidden/calibration.json of the task's tiny assets in cache_dir (built already)."""
-    import json
-
     from mlrb.harness.assets import ensure_assets
 
     assets = ensure_assets(task_from_config(task_key), cache_dir)
@@ -341,9 +340,11 @@ DEFAULT_TIERS = "not system"
 
 
 def pytest_configure(config):
-    """The default selection: with no `-m` and no test named, the fast and integration tiers."""
+    """The default selection: with no `-m` and no test named, the fast and integration tiers; the
+    tests handed out longest first."""
     if default_selection(config):
         config.option.markexpr = DEFAULT_TIERS
+    config.pluginmanager.register(LongestFirst(), "mlrb-longest-first")
 
 
 def default_selection(config) -> bool:
@@ -397,9 +398,7 @@ def module_fixtures_made_more_than_once(items) -> list[str]:
             if name in CHEAP_MODULE_FIXTURES or definitions.get(name, [None])[-1] is None:
                 continue
             if definitions[name][-1].scope == "module":
-                mark = item.get_closest_marker("xdist_group")
-                group = (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
-                users.setdefault((item.nodeid.split("::")[0], name), {})[item.name] = group
+                users.setdefault((item.nodeid.split("::")[0], name), {})[item.name] = xdist_group(item)
     problems = []
     for (module, name), tests in sorted(users.items()):
         groups = set(tests.values())
@@ -407,6 +406,49 @@ def module_fixtures_made_more_than_once(items) -> list[str]:
             held = "no group" if groups == {None} else "groups " + ", ".join(sorted(map(str, groups)))
             problems.append(f"{module}: {name!r}, used by {', '.join(sorted(tests))} ({held})")
     return problems
+
+
+def xdist_group(item) -> str | None:
+    """The name of the xdist_group ITEM is in, or None."""
+    mark = item.get_closest_marker("xdist_group")
+    return (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+
+
+class LongestFirst:
+    """Hands the tests out longest first: xdist gives each test process its next test (or group) as it
+    finishes one and keeps one more queued, so a long test started last keeps a process busy after the
+    others are done. The lengths are the ones benchmarks/suite_time.py last recorded (the slowest
+    seen); a test it never recorded counts as the longest, as a new test may be. A group keeps its tests
+    together and in their order, and is as long as they are together."""
+
+    @pytest.hookimpl(trylast=True)  # after -m has deselected and pytest has ordered the tests for their fixtures
+    def pytest_collection_modifyitems(self, items):
+        items[:] = longest_first(items, recorded_test_seconds())
+
+
+def recorded_test_seconds() -> dict[str, float]:
+    """Each test's seconds (setup and teardown included) as benchmarks/suite_time.json records them,
+    the most of any entry; {} where it cannot be read (then the order stays the collection's)."""
+    try:
+        entries = json.loads((REPO / "benchmarks" / "suite_time.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    seconds: dict[str, float] = {}
+    for entry in entries.values():
+        for test_id, took in (entry.get("tests") or {}).items() if isinstance(entry, dict) else ():
+            test_id = re.sub(r"@[\w-]+$", "", test_id)  # xdist's loadgroup adds @GROUP to a grouped test's id
+            seconds[test_id] = max(float(took), seconds.get(test_id, 0.0))
+    return seconds
+
+
+def longest_first(items: list, seconds: dict[str, float]) -> list:
+    units: dict[str, list] = {}
+    for item in items:
+        group = xdist_group(item)
+        units.setdefault(f"group {group}" if group else item.nodeid, []).append(item)
+    length = {key: sum(seconds.get(item.nodeid, math.inf) for item in unit) for key, unit in units.items()}
+    ranked = sorted(units, key=length.__getitem__, reverse=True)  # stable: equal ones keep their order
+    return [item for key in ranked for item in units[key]]
 
 
 # Where the time goes, per tier: summed from every test's setup, call and teardown, printed at the
@@ -535,7 +577,6 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    import json
     import time
 
     if not TIER_SECONDS:

@@ -177,3 +177,37 @@ def test_plain_pytest_runs_fast_and_integration_and_collecting_builds_nothing(tm
     assert "tests/test_lock.py::test_install_sh_installs_with_the_lock" not in system
     assert not set(default) & set(system) and len(default) > 500 and len(system) > 40
     assert not cache.exists() or not [p for p in cache.rglob("*") if p.name.startswith(("tiny-", "plumbing-"))]
+
+
+def test_the_tests_are_handed_out_longest_first_a_group_together_and_an_unrecorded_one_first():
+    """conftest's LongestFirst orders by the seconds benchmarks/suite_time.json recorded: xdist hands each
+    test process the next test as it finishes one, so a long test handed out last would end the run late."""
+    from types import SimpleNamespace
+
+    from conftest import longest_first, recorded_test_seconds
+
+    def item(nodeid: str, group: str | None = None) -> SimpleNamespace:
+        mark = SimpleNamespace(args=(group,), kwargs={}) if group else None
+        return SimpleNamespace(nodeid=nodeid, get_closest_marker=lambda name: mark if name == "xdist_group" else None)
+
+    items = [item("t.py::short"), item("t.py::store_a", "store"), item("t.py::long"), item("t.py::new"),
+             item("t.py::store_b", "store"), item("t.py::medium")]  # fmt: skip
+    seconds = {
+        "t.py::short": 1.0,
+        "t.py::store_a": 20.0,
+        "t.py::store_b": 25.0,
+        "t.py::long": 40.0,
+        "t.py::medium": 5.0,
+    }
+    ordered = [i.nodeid for i in longest_first(items, seconds)]
+    assert ordered == ["t.py::new", "t.py::store_a", "t.py::store_b", "t.py::long", "t.py::medium", "t.py::short"]
+
+    # The recorded figures: a grouped test's id as xdist's loadgroup records it (with @GROUP) is the test's.
+    recorded = recorded_test_seconds()
+    newcomer = "tests/test_newcomer.py::test_the_readme_quick_start_works_from_a_fresh_clone"
+    documented = "tests/test_documented_commands.py::test_the_documented_runs_work_as_written"
+    assert (
+        recorded[newcomer] > 60
+        and recorded[documented] > 60
+        and recorded[newcomer] > recorded["tests/test_newcomer.py::test_quick_start_reading"]
+    )
