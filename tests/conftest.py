@@ -403,7 +403,7 @@ def module_fixtures_made_more_than_once(items) -> list[str]:
     for (module, name), tests in sorted(users.items()):
         groups = set(tests.values())
         if len(tests) > 1 and (None in groups or len(groups) > 1):
-            held = "no group" if groups == {None} else "groups " + ", ".join(sorted(map(str, groups)))
+            held = "no group" if groups == {None} else "groups " + ", ".join(sorted(g or "(none)" for g in groups))
             problems.append(f"{module}: {name!r}, used by {', '.join(sorted(tests))} ({held})")
     return problems
 
@@ -442,6 +442,7 @@ def recorded_test_seconds() -> dict[str, float]:
 
 
 def longest_first(items: list, seconds: dict[str, float]) -> list:
+    """ITEMS by SECONDS, longest first (see LongestFirst)."""
     units: dict[str, list] = {}
     for item in items:
         group = xdist_group(item)

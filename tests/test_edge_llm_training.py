@@ -24,9 +24,8 @@ def assets(cache_dir) -> Path:
     return ensure_assets(load_task(), cache_dir)
 
 
-ONE_UNTRAINED = pytest.mark.xdist_group(
-    "edge_llm_training_untrained"
-)  # one process, so the untrained model is made once
+# One process, so the untrained model is made once
+ONE_UNTRAINED = pytest.mark.xdist_group("edge_llm_training_untrained")
 
 
 @pytest.fixture(scope="module")

@@ -116,9 +116,8 @@ def start_sweep_process() -> Iterator[tuple[subprocess.Popen, str, int]]:
 
 
 shared_sweep_process = pytest.fixture(scope="module")(start_sweep_process)  # for tests that leave it as it is
-ONE_SHARED_SWEEP_PROCESS = pytest.mark.xdist_group(
-    "recording_server_sweep"
-)  # one process, so the sweep's process starts once
+# One process, so the sweep's process starts once
+ONE_SHARED_SWEEP_PROCESS = pytest.mark.xdist_group("recording_server_sweep")
 sweep_process = pytest.fixture(start_sweep_process)  # for tests that end it
 
 

@@ -100,8 +100,8 @@ def test_tests_that_share_a_costly_module_fixture_without_one_xdist_group_fail_c
     printed = result.stdout + result.stderr
     assert result.returncode != 0, printed
     assert "test_shared.py: 'server', used by test_one, test_two (no group)" not in printed  # one has a group
-    assert "test_shared.py: 'server', used by test_one, test_two (groups None, store)" in printed
-    assert "test_shared.py: 'store', used by test_one, test_three, test_two (groups None, store)" in printed
+    assert "test_shared.py: 'server', used by test_one, test_two (groups (none), store)" in printed
+    assert "test_shared.py: 'store', used by test_one, test_three, test_two (groups (none), store)" in printed
     assert "'assets'" not in printed
     (tmp_path / "test_shared.py").write_text(
         SHARED_FIXTURES.replace(
