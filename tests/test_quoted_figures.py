@@ -61,13 +61,15 @@ def test_the_readme_s_test_times_are_the_measured_ones():
     text = " ".join((REPO / "README.md").read_text().split())
     found = re.search(r"The second line runs the fast and integration tiers: about (\d+) minutes on 2 CPU cores, "
                       r"about (\d+) minutes the first time", text)  # fmt: skip
-    whole = re.search(r"`bash \.ci/run` .*? about (\d+) minutes from an empty cache", text)
+    whole = re.search(r"`bash \.ci/run` .*? about (\d+) minutes from an empty cache on the \w+, using about (\d+) CPU minutes",
+                      text)  # fmt: skip
     assert found and whole, "the README no longer says how long the tests and CI take"
     assert "benchmarks/suite_time.py" in text
     times = measured("suite_time.json")
     assert_about(seconds(found.group(1), "min"), times["default"]["session_s"], "the default run, warm")
     assert_about(seconds(found.group(2), "min"), times["ci-cold"]["default"]["session_s"], "the default run, cold")
     assert_about(seconds(whole.group(1), "min"), times["ci-cold"]["ci_s"], "the whole of .ci/run, cold")
+    assert_about(seconds(whole.group(2), "min"), times["ci-cold"]["ci_cpu_s"], "the whole of .ci/run's CPU, cold")
     # the CPU minutes, which carry across machines as the time does not, and the machine that measured them
     cpu = re.search(r"They use about (\d+) CPU minutes, measured on an? ([^,]+), 2 cores", text)
     assert cpu, "the README no longer says how much CPU the tests use, and on which machine"
