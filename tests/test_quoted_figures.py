@@ -75,6 +75,10 @@ def test_the_readme_s_test_times_are_the_measured_ones():
     assert cpu, "the README no longer says how much CPU the tests use, and on which machine"
     default = times["default"]
     assert_about(seconds(cpu.group(1), "min"), sum(t["cpu_s"] for t in default["tiers"].values()), "the tests' CPU")
+    first = re.search(r"the first time's run used (\d+)\)", text)
+    assert first, "the README no longer says how much CPU the tests use the first time"
+    cold = times["ci-cold"]["default"]["tiers"].values()
+    assert_about(seconds(first.group(1), "min"), sum(t["cpu_s"] for t in cold), "the tests' CPU, the first time")
     named = re.sub(
         r"\s+", " ", re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b.*", "", default["measured"]["machine"]["cpu"])
     )
