@@ -369,7 +369,8 @@ def pytest_xdist_auto_num_workers(config):
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: an unmarked test fails every selection
 def pytest_collection_modifyitems(config, items):
-    """Every test carries exactly one tier marker; a test without one (or with two) is refused."""
+    """Every test carries exactly one tier marker; a test without one (or with two) is refused. So are
+    tests that share a costly module fixture without one xdist_group."""
     problems = []
     for item in items:
         tiers = sorted({mark.name for mark in item.iter_markers() if mark.name in TIERS})
@@ -395,9 +396,8 @@ def module_fixtures_made_more_than_once(items) -> list[str]:
     for item in items:
         definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
         for name in item.fixturenames:
-            if name in CHEAP_MODULE_FIXTURES or definitions.get(name, [None])[-1] is None:
-                continue
-            if definitions[name][-1].scope == "module":
+            definition = (definitions.get(name) or [None])[-1]  # the one the test gets
+            if definition is not None and definition.scope == "module" and name not in CHEAP_MODULE_FIXTURES:
                 users.setdefault((item.nodeid.split("::")[0], name), {})[item.name] = xdist_group(item)
     problems = []
     for (module, name), tests in sorted(users.items()):
