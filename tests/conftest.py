@@ -134,6 +134,14 @@ HARNESS_EXPERIMENT = "house-price-mini"  # its runs' experiment, and the first p
 HARNESS_SUBMISSION = "python train.py"
 
 
+def harness_task(*overrides: str):
+    """The harness's task (HARNESS_TASK) as a task object, for tests that drive its parts in-process
+    (a Scorer), with config OVERRIDES (`task.scales.folder.score_timeout_s=10`)."""
+    from mlrb.core import registry
+
+    return registry.load_task(compose_config(*HARNESS_TASK, *overrides).task)
+
+
 def task_from_config(key: str, scale: str = "tiny", **overrides):
     """Task KEY as mlrb/tasks/KEY/task.yaml defines it (composed), at SCALE (tiny: the calibrated
     one; plumbing: built in seconds, for tests of how runs move), with some of its values overridden."""

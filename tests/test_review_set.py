@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import review as bench
-from conftest import REPO, run_cli
+from conftest import REPO, empty_store, run_cli
 from mlrb.core.config import SandboxConfig
 from mlrb.review.rules import RULES
 from mlrb.sandbox.base import LEFT_RUNNING, Limits
@@ -66,7 +66,7 @@ def test_part_of_the_set_through_the_harness_gets_its_verdict(name, tmp_path, ca
     scenario = scenarios()[name]
     store = tmp_path / "mlruns" / "mlflow.db"
     store.parent.mkdir()
-    store.write_bytes(bench.empty_store(tmp_path).read_bytes())
+    store.write_bytes(empty_store().read_bytes())  # the suite's, made once: making one takes seconds
     args = bench.command_of(scenario, tmp_path, cache_dir, store)[3:]  # after `python -m mlrb`
     with FakeLlmServer(bench.script_of(scenario)) as server:
         result = run_cli(*args, cwd=tmp_path, env={"ANTHROPIC_API_KEY": bench.KEY,

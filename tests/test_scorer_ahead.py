@@ -3,11 +3,14 @@ happen while the agent works (mlrb/scoring/runner.py Scorer): its time limit sti
 the submission, a scorer nobody hands anything is stopped, it goes with a harness that dies,
 and assets rebuilt in the meantime are the ones scored. It starts at once for the scripted
 baseline, which runs a known solution; for any other agent once its workspace holds a
-submission, so a run that hands nothing in starts none. Real bwrap sandboxes, the default
-task's real assets at its plumbing scale."""
+submission, so a run that hands nothing in starts none. Real bwrap sandboxes. The scorer's
+own mechanics are tested on the harness's task (a few lines of plain Python to score: what
+these tests check is the process, not the judge); a whole run of an LLM agent, on the default
+task at its plumbing scale, whose scorer imports torch and lm-eval."""
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import signal
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, REPO, mlflow_client, plumbing_llm_merging, run_cli, store_args
+from conftest import PLUMBING, REPO, harness_task, mlflow_client, run_cli, store_args
 from mlrb.core.config import SandboxConfig
 from mlrb.harness.assets import ensure_assets
 from mlrb.scoring.runner import Scorer
@@ -28,19 +31,27 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def assets(plumbing_cache) -> Path:
-    return ensure_assets(plumbing_llm_merging(), plumbing_cache)
+def assets(cache_dir) -> Path:
+    return ensure_assets(harness_task(), cache_dir)
 
 
-def hidden_rows(assets: Path) -> int:
-    """How many questions the hidden test set holds."""
-    return len((assets / "hidden" / "test.jsonl").read_text().splitlines())
+def answers(assets: Path) -> dict[str, float]:
+    """The hidden prices the task's eval.py scores against, by test id."""
+    with open(assets / "hidden" / "answer.csv") as f:
+        return {row["id"]: float(row["y"]) for row in csv.DictReader(f)}
 
 
 def submission_from(assets: Path, folder: Path) -> Path:
-    """A copy of the base model: a valid submission (the do-nothing one)."""
-    shutil.copytree(assets / "public" / "base_model", folder)
+    """A valid submission: a price of 0 for every test house, so that its score (the mean
+    absolute error) is the mean of the hidden prices."""
+    folder.mkdir()
+    rows = "".join(f"{i},0\n" for i in answers(assets))
+    (folder / "submission.csv").write_text("id,y\n" + rows)
     return folder
+
+
+def score_of_zeros(answers: dict[str, float]) -> float:
+    return sum(abs(y) for y in answers.values()) / len(answers)
 
 
 def processes_using(path: Path) -> list[int]:
@@ -76,18 +87,17 @@ def gone_within(seconds: float, path: Path) -> bool:
 
 
 def test_an_agent_that_works_longer_than_the_scoring_limit_is_still_scored(assets, tmp_path):
-    task = plumbing_llm_merging()
-    task.spec.score_timeout_s = 10  # the limit is on scoring, counted from the submission
+    task = harness_task("task.scales.folder.score_timeout_s=10")  # on scoring, counted from the submission
     with Scorer(task, assets, tmp_path / "scoring", SandboxConfig()) as scorer:
-        time.sleep(12)  # the agent's work: the scorer has imported torch and lm-eval meanwhile, then waited
+        time.sleep(12)  # the agent's work: the scorer has made its imports meanwhile, then waited
         report = scorer.score(submission_from(assets, tmp_path / "submission"))
     assert report.valid, report.reason
-    assert report.details["n"] == hidden_rows(assets) and 0 < report.score < 1
+    assert report.score == pytest.approx(score_of_zeros(answers(assets)))
 
 
 def test_a_scorer_that_is_never_handed_a_submission_is_stopped(assets, tmp_path):
     scoring = tmp_path / "scoring"
-    scorer = Scorer(plumbing_llm_merging(), assets, scoring, SandboxConfig())
+    scorer = Scorer(harness_task(), assets, scoring, SandboxConfig())
     assert started_within(10, scoring)  # bwrap and the scorer inside it
     report = scorer.score(tmp_path / "nothing here")
     assert not report.valid and "no submission" in report.reason
@@ -96,7 +106,7 @@ def test_a_scorer_that_is_never_handed_a_submission_is_stopped(assets, tmp_path)
     assert scorer.score(submission_from(assets, tmp_path / "submission")).valid  # handed one after all: a fresh one
     scorer.close()
 
-    failed = Scorer(plumbing_llm_merging(), assets, tmp_path / "failed", SandboxConfig())
+    failed = Scorer(harness_task(), assets, tmp_path / "failed", SandboxConfig())
     failed.close()  # as the run does when its agent failed
     assert gone_within(5, tmp_path / "failed") and not (tmp_path / "failed" / "scorer.log").exists()
 
@@ -109,10 +119,10 @@ def test_a_waiting_scorer_goes_with_a_harness_that_is_killed(assets, tmp_path, k
             "import sys, time\n"
             "from pathlib import Path\n"
             "sys.path.insert(0, 'tests')\n"
-            "from conftest import plumbing_llm_merging\n"
+            "from conftest import harness_task\n"
             "from mlrb.core.config import SandboxConfig\n"
             "from mlrb.scoring.runner import Scorer\n"
-            f"Scorer(plumbing_llm_merging(), Path({str(assets)!r}), Path({str(scoring)!r}),"
+            f"Scorer(harness_task(), Path({str(assets)!r}), Path({str(scoring)!r}),"
             f" SandboxConfig(kind={kind!r}))\n"
             "print('started', flush=True)\n"
             "time.sleep(600)\n"
@@ -132,38 +142,40 @@ def test_a_waiting_scorer_goes_with_a_harness_that_is_killed(assets, tmp_path, k
 def test_assets_rebuilt_while_the_agent_works_are_the_ones_scored(assets, tmp_path):
     # The run checks its assets again before scoring and rebuilds damaged ones: a new folder
     # at the same path, which a sandbox started on the old one would not show.
-    copy = tmp_path / "cache" / "llm_merging" / assets.name
+    copy = tmp_path / "cache" / assets.parent.name / assets.name
     shutil.copytree(assets, copy)
-    with Scorer(plumbing_llm_merging(), copy, tmp_path / "scoring", SandboxConfig()) as scorer:
+    with Scorer(harness_task(), copy, tmp_path / "scoring", SandboxConfig()) as scorer:
         copy.rename(copy.with_name(copy.name + ".damaged"))
         shutil.copytree(copy.with_name(copy.name + ".damaged"), copy)
-        test_set = copy / "hidden" / "test.jsonl"
-        kept = hidden_rows(assets) // 2
-        test_set.write_text("".join(test_set.read_text().splitlines(keepends=True)[:kept]))
+        # the rebuilt folder's hidden prices differ from the old one's: each one higher
+        rebuilt = {i: y + 10 for i, y in answers(assets).items()}
+        rows = "".join(f"{i},{y}\n" for i, y in rebuilt.items())
+        (copy / "hidden" / "answer.csv").write_text("id,y\n" + rows)
         report = scorer.score(submission_from(assets, tmp_path / "submission"))
     assert report.valid, report.reason
-    assert report.details["n"] == kept  # the rebuilt folder's test set, not all the items of the old one
+    assert report.score == pytest.approx(score_of_zeros(rebuilt))  # not the old folder's prices
+    assert report.score != pytest.approx(score_of_zeros(answers(assets)))
 
 
 def test_a_scorer_handed_a_second_submission_scores_it_afresh(assets, tmp_path):
-    with Scorer(plumbing_llm_merging(), assets, tmp_path / "scoring", SandboxConfig(kind="unconfined")) as scorer:
+    with Scorer(harness_task(), assets, tmp_path / "scoring", SandboxConfig(kind="unconfined")) as scorer:
         first = scorer.score(submission_from(assets, tmp_path / "first"))
         second = scorer.score(tmp_path / "first")
     assert first.valid and second.valid and second.score == first.score
 
 
 def test_a_scorer_not_started_ahead_starts_when_asked_or_when_it_scores(assets, tmp_path):
-    later = Scorer(plumbing_llm_merging(), assets, tmp_path / "later", SandboxConfig(), ahead=False)
+    later = Scorer(harness_task(), assets, tmp_path / "later", SandboxConfig(), ahead=False)
     assert not started_within(2, tmp_path / "later")
     later.start_ahead()  # the run's call once the workspace holds a submission
     assert started_within(10, tmp_path / "later")
     assert later.score(submission_from(assets, tmp_path / "submission")).valid
     later.close()
 
-    with Scorer(plumbing_llm_merging(), assets, tmp_path / "at-score", SandboxConfig(), ahead=False) as at_score:
+    with Scorer(harness_task(), assets, tmp_path / "at-score", SandboxConfig(), ahead=False) as at_score:
         assert at_score.score(tmp_path / "submission").valid  # never asked ahead: it starts to score
 
-    never = Scorer(plumbing_llm_merging(), assets, tmp_path / "never", SandboxConfig(), ahead=False)
+    never = Scorer(harness_task(), assets, tmp_path / "never", SandboxConfig(), ahead=False)
     assert not never.score(tmp_path / "nothing here").valid
     never.close()
     assert not processes_using(tmp_path / "never") and not (tmp_path / "never" / "scorer.log").exists()
