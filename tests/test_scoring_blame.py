@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, mlflow_client, plumbing_llm_merging, run_cli, store_args
+from conftest import (
+    HARNESS_EXPERIMENT,
+    HARNESS_TASK,
+    PLUMBING,
+    mlflow_client,
+    plumbing_llm_merging,
+    run_cli,
+    store_args,
+)
 from mlrb.harness.assets import asset_dir
 from mlrb.scoring.worker import PROBE_TEXT
 from test_command_agent import command_override
@@ -37,9 +45,9 @@ Path("submission/tokenizer.json").write_text(json.dumps(tokenizer))
 )
 
 
-def only_run(tmp_path: Path):
+def only_run(tmp_path: Path, experiment: str = "llm_merging"):
     client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name("llm_merging").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     return run
 
 
@@ -65,15 +73,16 @@ def test_a_submission_that_breaks_the_scorer_is_invalid_and_counted_when_the_con
     assert (control.parent / "submission" / "submission" / "config.json").is_file()
 
 
-def test_a_timeout_the_control_shares_is_an_infrastructure_error_not_the_agent_s(tmp_path, plumbing_cache):
+def test_a_timeout_the_control_shares_is_an_infrastructure_error_not_the_agent_s(tmp_path, cache_dir):
     # A time limit no scoring can meet (the scorer polls for its request every 20 ms): the machine is
-    # too slow for the task, as the baseline shows; the honest submission is not blamed. (Set on tiny: the
-    # plumbing scale extends it.) With verbose=true, whose console shows an infrastructure error's traceback
+    # too slow for the task, as the baseline shows; the honest submission is not blamed. On the cheapest
+    # task (HARNESS_TASK), whose control is made by its baseline command as any task's is: which task
+    # times out is incidental. With verbose=true, whose console shows an infrastructure error's traceback
     # (without it, one line naming the log file that holds it: tests/test_end_to_end.py's scorer failure).
-    result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "task.scales.tiny.score_timeout_s=0.01",
+    result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, "task.scales.folder.score_timeout_s=0.01",
                      "verbose=true", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 1 and "Traceback" in result.stderr + result.stdout
-    run = only_run(tmp_path)
+    run = only_run(tmp_path, HARNESS_EXPERIMENT)
     assert run.data.tags["mlrb.status"] == "infra_error"
     error = run.data.tags["mlrb.error"]
     assert "scoring took longer than 0.01 s; the control failed too: scoring took longer than 0.01 s" in error, error
