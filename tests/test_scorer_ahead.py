@@ -50,8 +50,9 @@ def submission_from(assets: Path, folder: Path) -> Path:
     return folder
 
 
-def score_of_zeros(answers: dict[str, float]) -> float:
-    return sum(abs(y) for y in answers.values()) / len(answers)
+def score_of_zeros(prices: dict[str, float]) -> float:
+    """What eval.py scores a submission of zeros against PRICES: their mean absolute value."""
+    return sum(abs(y) for y in prices.values()) / len(prices)
 
 
 def processes_using(path: Path) -> list[int]:
