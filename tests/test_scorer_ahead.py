@@ -5,8 +5,9 @@ and assets rebuilt in the meantime are the ones scored. It starts at once for th
 baseline, which runs a known solution; for any other agent once its workspace holds a
 submission, so a run that hands nothing in starts none. Real bwrap sandboxes. The scorer's
 own mechanics are tested on the harness's task (a few lines of plain Python to score: what
-these tests check is the process, not the judge); a whole run of an LLM agent, on the default
-task at its plumbing scale, whose scorer imports torch and lm-eval."""
+these tests check is the process, not the judge); a harness killed while its scorer imports, and
+a whole run of an LLM agent, on the default task at its plumbing scale, whose scorer imports
+torch and lm-eval."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLUMBING, REPO, harness_task, mlflow_client, run_cli, store_args
+from conftest import PLUMBING, REPO, harness_task, mlflow_client, plumbing_llm_merging, run_cli, store_args
 from mlrb.core.config import SandboxConfig
 from mlrb.harness.assets import ensure_assets
 from mlrb.scoring.runner import Scorer
@@ -113,17 +114,20 @@ def test_a_scorer_that_is_never_handed_a_submission_is_stopped(assets, tmp_path)
 
 
 @pytest.mark.parametrize("kind", ["bwrap", "unconfined"])
-def test_a_waiting_scorer_goes_with_a_harness_that_is_killed(assets, tmp_path, kind):
+def test_a_waiting_scorer_goes_with_a_harness_that_is_killed(plumbing_cache, tmp_path, kind):
+    # The default task's scorer, killed a second in: still importing torch and lm-eval, the state
+    # a harness killed early leaves it in (seconds of imports; the kill costs about one of them).
+    merging = ensure_assets(plumbing_llm_merging(), plumbing_cache)
     scoring = tmp_path / "scoring"
     harness = subprocess.Popen(
         [sys.executable, "-c", (
             "import sys, time\n"
             "from pathlib import Path\n"
             "sys.path.insert(0, 'tests')\n"
-            "from conftest import harness_task\n"
+            "from conftest import plumbing_llm_merging\n"
             "from mlrb.core.config import SandboxConfig\n"
             "from mlrb.scoring.runner import Scorer\n"
-            f"Scorer(harness_task(), Path({str(assets)!r}), Path({str(scoring)!r}),"
+            f"Scorer(plumbing_llm_merging(), Path({str(merging)!r}), Path({str(scoring)!r}),"
             f" SandboxConfig(kind={kind!r}))\n"
             "print('started', flush=True)\n"
             "time.sleep(600)\n"
