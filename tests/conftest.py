@@ -261,6 +261,13 @@ def mlflow_client(tmp_path: Path):
     return MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
 
 
+def only_run(tmp_path: Path, experiment: str):
+    """The store's client under tmp_path, and the one run of EXPERIMENT in it."""
+    client = mlflow_client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    return client, run
+
+
 def baseline_run(task_key: str, tmp_path: Path, cache_dir: Path):
     """`python -m mlrb task=KEY agent=baseline` into a fresh store; checks what every task's
     baseline run must show (one FINISHED, valid run scoring its own baseline) and returns it."""

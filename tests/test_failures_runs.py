@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, PLUMBING, mlflow_client, printed, run_cli, store_args
+from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, PLUMBING, mlflow_client, only_run, printed, run_cli, store_args
 from test_failures import garbage_server
 
 pytestmark = pytest.mark.integration
@@ -31,12 +31,6 @@ pytestmark = pytest.mark.integration
 VALID = 'cp -r "$MLRB_DATA/base_model" submission'
 # The runs here are at the plumbing scale (PLUMBING), which extends tiny: an override of tiny's
 # values (task.scales.tiny.baseline_command) is theirs too.
-
-
-def only_run(tmp_path: Path, experiment: str = "llm_merging"):
-    client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
-    return client, run
 
 
 def mlrb_lines(stderr: str) -> list:
@@ -70,7 +64,7 @@ def test_a_broken_submission_is_invalid_and_finished_not_an_infrastructure_error
                      f"task.scales.tiny.baseline_command='{VALID} && echo {script} | base64 -d | python'",
                      cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    _, run = only_run(tmp_path)
+    _, run = only_run(tmp_path, "llm_merging")
     assert run.info.status == "FINISHED"  # counted, and never run again by a re-launched sweep
     tags = run.data.tags
     assert (tags["mlrb.status"], tags["mlrb.valid"]) == ("invalid", "False")
@@ -88,7 +82,7 @@ def test_a_model_server_answering_garbage_is_an_agent_error_and_the_workspace_is
                          f"agent.options.base_url={url}/v1", "agent.options.model=local", "agent.options.max_retries=1",
                          "agent.options.retry_base_delay_s=0.01", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    client, run = only_run(tmp_path)
+    client, run = only_run(tmp_path, "llm_merging")
     assert run.info.status == "FINISHED"
     tags = run.data.tags
     assert tags["mlrb.status"] == "agent_error"

@@ -22,7 +22,7 @@ from conftest import (
     PLUMBING,
     REPO,
     assert_record_matches_store,
-    compose_config,
+    harness_task,
     mlflow_client,
     run_cli,
     store_args,
@@ -52,10 +52,9 @@ def everything_recorded(tmp_path: Path) -> bytes:
 
 def harness_task_assets(cache_dir: Path):
     """The cheapest real task (HARNESS_TASK) as its runs load it, and its assets in cache_dir."""
-    from mlrb.core.registry import load_task
     from mlrb.harness.assets import ensure_assets
 
-    task = load_task(compose_config(*HARNESS_TASK).task)
+    task = harness_task()
     return task, ensure_assets(task, cache_dir)
 
 

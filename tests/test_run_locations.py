@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, REPO, compose_config, run_cli
+from conftest import HARNESS_EXPERIMENT, HARNESS_TASK, REPO, harness_task, run_cli
 from mlrb.harness.assets import asset_dir, ensure_assets
 
 pytestmark = pytest.mark.integration
@@ -30,13 +30,6 @@ def assert_one_valid_finished_run(cwd: Path, result) -> None:
     (run,) = client.search_runs([client.get_experiment_by_name(HARNESS_EXPERIMENT).experiment_id])
     assert run.info.status == "FINISHED" and run.data.tags["mlrb.valid"] == "True"
     assert (cwd / "outputs" / "runs").is_dir()
-
-
-def harness_task():
-    """The cheapest real task (HARNESS_TASK) as `python -m mlrb` composes it."""
-    from mlrb.core import registry
-
-    return registry.load_task(compose_config(*HARNESS_TASK).task)
 
 
 @pytest.mark.skipif(not OTHER_FILESYSTEM.is_dir(), reason="needs /dev/shm, a second filesystem")

@@ -4,15 +4,13 @@ An agent that breaks the scorer on purpose gets an invalid, counted run, not a f
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from conftest import (
     HARNESS_EXPERIMENT,
     HARNESS_TASK,
     PLUMBING,
-    mlflow_client,
+    only_run,
     plumbing_llm_merging,
     run_cli,
     store_args,
@@ -45,17 +43,11 @@ Path("submission/tokenizer.json").write_text(json.dumps(tokenizer))
 )
 
 
-def only_run(tmp_path: Path, experiment: str = "llm_merging"):
-    client = mlflow_client(tmp_path)
-    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
-    return run
-
-
 def test_a_submission_that_breaks_the_scorer_is_invalid_and_counted_when_the_control_scores(tmp_path, plumbing_cache):
     result = run_cli(*store_args(tmp_path, plumbing_cache), PLUMBING, "agent=command", command_override(BREAK_THE_SCORER),
                      cwd=tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-unused"})  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    run = only_run(tmp_path)
+    _, run = only_run(tmp_path, "llm_merging")
     tags, metrics = run.data.tags, run.data.metrics
     # The scorer did fail on it (its log says so), and the control scored: the failure is the submission's.
     assert tags["mlrb.status"] == "invalid", tags.get("mlrb.error")
@@ -82,7 +74,7 @@ def test_a_timeout_the_control_shares_is_an_infrastructure_error_not_the_agent_s
     result = run_cli(*store_args(tmp_path, cache_dir), *HARNESS_TASK, "task.scales.folder.score_timeout_s=0.01",
                      "verbose=true", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 1 and "Traceback" in result.stderr + result.stdout
-    run = only_run(tmp_path, HARNESS_EXPERIMENT)
+    _, run = only_run(tmp_path, HARNESS_EXPERIMENT)
     assert run.data.tags["mlrb.status"] == "infra_error"
     error = run.data.tags["mlrb.error"]
     assert "scoring took longer than 0.01 s; the control failed too: scoring took longer than 0.01 s" in error, error
