@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -436,7 +437,10 @@ def main(argv: list[str]) -> None:
     # and records it through this process (a terminal or SLURM signals every process of the run).
     interrupts.ignore_job_signals()
     receiving, sending = os.fdopen(int(argv[0]), "rb"), os.fdopen(int(argv[1]), "wb")
-    # The point of this process: these imports run while the harness composes its config.
+    # The point of this process: these imports run while the harness composes its config. Their
+    # objects live as long as the process: the cyclic collector goes through them neither while
+    # they are made nor afterwards (gc.freeze), as the scorer's imports (mlrb/scoring/worker.py).
+    gc.disable()
     import mlflow  # noqa: F401
 
     from mlrb.store import (  # noqa: F401
@@ -445,6 +449,8 @@ def main(argv: list[str]) -> None:
         tracking,
     )
 
+    gc.freeze()
+    gc.enable()
     serve(receiving, sending)
     sys.stdout.flush()
     sys.stderr.flush()

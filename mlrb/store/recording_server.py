@@ -29,6 +29,7 @@ does.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -105,6 +106,7 @@ def start(recording_main: Callable[[list[str]], None]) -> Server | None:
     if threading.active_count() > 1:
         return None
     close_store_connections()
+    gc.freeze()  # the recording processes' collections leave MLflow's imported objects (shared pages) alone
     folder = Path(tempfile.mkdtemp(prefix="mlrb-rec-"))  # private to this user
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:

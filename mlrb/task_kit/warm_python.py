@@ -169,6 +169,7 @@ class WarmPython:
 def serve(socket_path: str, preload: list[str]) -> None:
     """The server: import `preload`, say READY, then fork a child per request (`run_child`,
     which never returns). Runs until terminated."""
+    gc.disable()  # the imports' objects are not garbage: no collection need go through them as they are made
     for name in preload:
         module, _, attribute = name.partition(":")
         try:
@@ -177,6 +178,7 @@ def serve(socket_path: str, preload: list[str]) -> None:
                 getattr(loaded, attribute)
         except Exception:  # noqa: BLE001 - the script will import it itself, and fail there if it must
             continue
+    gc.enable()
     learned = os.path.join(os.path.dirname(socket_path), "learned-imports")
     os.makedirs(learned, exist_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -193,6 +195,9 @@ def serve(socket_path: str, preload: list[str]) -> None:
         if conn is not None:
             conn.settimeout(None)
             message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+            # What the server imported is out of the cyclic collector's reach in the child: its
+            # collections go through the run's own objects only, and leave the shared pages unwritten.
+            gc.freeze()
             pid = os.fork()
             if pid == 0:
                 listener.close()
