@@ -1,8 +1,9 @@
-"""The processes that import large libraries and then work on (the scorer, the recording process,
-the warm interpreter of the anchors' runs) keep those imports out of the cyclic garbage
-collector's reach: its collections go through what the process makes afterwards, not through
-torch's or MLflow's objects again. The collector is still on afterwards, so that what the
-process makes from then on is collected as in any other."""
+"""The processes that import large libraries and then work on (the scorer, the recording
+process, whether a new interpreter or a fork of a sweep's recording server, and the warm
+interpreter of the anchors' runs) keep those imports out of the cyclic garbage collector's reach:
+its collections go through what the process makes afterwards, not through torch's or MLflow's
+objects again. The collector is still on afterwards, so that what the process makes from then
+on is collected as in any other."""
 
 from __future__ import annotations
 
@@ -66,3 +67,24 @@ def test_a_script_forked_warm_has_the_server_s_imports_out_of_collections_and_co
         assert server.run("python state.py", folder, environment) == (0, "")
     enabled, frozen = json.loads((folder / "state.json").read_text())
     assert enabled and frozen > 10_000
+
+
+# A sweep's process that has imported MLflow starts its recording server; the process the server
+# forks for a job shows the collector's state instead of recording.
+SWEEP_SERVER = f"""
+import os
+import mlflow
+from mlrb.store import recording_server
+server = recording_server.start(lambda argv: exec({STATE!r}))
+reads, writes = os.pipe()
+served = recording_server.request(server.address, reads, writes)
+print(served.stdout.read().decode().strip(), flush=True)
+served.wait()
+server.close()
+"""
+
+
+@pytest.mark.fast
+def test_a_recording_process_a_sweep_s_server_forks_has_mlflow_out_of_collections_and_collects_its_own():
+    enabled, frozen = state_after(SWEEP_SERVER)
+    assert enabled and frozen > 100_000
