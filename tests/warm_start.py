@@ -38,7 +38,6 @@ when it is killed.
 from __future__ import annotations
 
 import atexit
-import gc
 import importlib
 import io
 import json
@@ -292,16 +291,17 @@ def serve(control_fd: int, listener_fd: int, program: str) -> None:
     global WARM_PYTHON
     WARM_PYTHON = program
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # as mlrb.cli.main sets it before MLflow starts
-    gc.disable()  # the imports' objects are kept: no collection need go through them as they are made
-    for name in PRELOAD:
-        importlib.import_module(name)
+    from mlrb.core.collector import lasting_imports
+
+    # What is imported stays shared with the forks: no collection goes through (copies) it.
+    with lasting_imports():
+        for name in PRELOAD:
+            importlib.import_module(name)
     sys.path.remove(str(TESTS))
     if others := other_threads():
         raise SystemExit(f"the imports started threads ({', '.join(others)}): a fork would not be safe")
     control = socket.socket(fileno=control_fd)
     listener = socket.socket(fileno=listener_fd)
-    gc.freeze()  # what is imported stays shared with the forks: no collection touches (copies) it
-    gc.enable()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped as they end
     control.send(b"ready")
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import gc
 import json
 import logging
 import os
@@ -57,6 +56,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mlrb.core import interrupts
+from mlrb.core.collector import lasting_imports
 from mlrb.core.config import ConfigError, TrackingConfig
 
 log = logging.getLogger(__name__)
@@ -437,20 +437,16 @@ def main(argv: list[str]) -> None:
     # and records it through this process (a terminal or SLURM signals every process of the run).
     interrupts.ignore_job_signals()
     receiving, sending = os.fdopen(int(argv[0]), "rb"), os.fdopen(int(argv[1]), "wb")
-    # The point of this process: these imports run while the harness composes its config. Their
-    # objects live as long as the process: the cyclic collector goes through them neither while
-    # they are made nor afterwards (gc.freeze), as the scorer's imports (mlrb/scoring/worker.py).
-    gc.disable()
-    import mlflow  # noqa: F401
+    # The point of this process: these imports run while the harness composes its config.
+    with lasting_imports():
+        import mlflow  # noqa: F401
 
-    from mlrb.store import (  # noqa: F401
-        record,
-        tracing,  # noqa: F401
-        tracking,
-    )
+        from mlrb.store import (  # noqa: F401
+            record,
+            tracing,  # noqa: F401
+            tracking,
+        )
 
-    gc.freeze()
-    gc.enable()
     serve(receiving, sending)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -29,7 +29,6 @@ does.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import os
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import IO
 
 from mlrb.core import interrupts
+from mlrb.core.collector import lasting_imports
 
 log = logging.getLogger(__name__)
 
@@ -94,19 +94,19 @@ def start(recording_main: Callable[[list[str]], None]) -> Server | None:
     (`recording_process.main`); None where it cannot serve: a thread runs (it could hold a lock
     the fork would copy held), or no socket. The store's connections this process holds are
     closed first: the server and its forks hold none."""
-    import mlflow  # noqa: F401  # what every recording process imports, once
-    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    with lasting_imports():  # a recording process's collections leave MLflow's objects (shared pages) alone
+        import mlflow  # noqa: F401  # what every recording process imports, once
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
-    from mlrb.store import (  # noqa: F401
-        record,
-        tracing,  # noqa: F401
-        tracking,
-    )
+        from mlrb.store import (  # noqa: F401
+            record,
+            tracing,  # noqa: F401
+            tracking,
+        )
 
     if threading.active_count() > 1:
         return None
     close_store_connections()
-    gc.freeze()  # the recording processes' collections leave MLflow's imported objects (shared pages) alone
     folder = Path(tempfile.mkdtemp(prefix="mlrb-rec-"))  # private to this user
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:

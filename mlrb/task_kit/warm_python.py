@@ -169,7 +169,9 @@ class WarmPython:
 def serve(socket_path: str, preload: list[str]) -> None:
     """The server: import `preload`, say READY, then fork a child per request (`run_child`,
     which never returns). Runs until terminated."""
-    gc.disable()  # the imports' objects are not garbage: no collection need go through them as they are made
+    # As mlrb.core.collector's lasting_imports (this server runs on the standard library alone): the
+    # imports' objects are not garbage, so no collection goes through them as they are made.
+    gc.disable()
     for name in preload:
         module, _, attribute = name.partition(":")
         try:
