@@ -14,6 +14,7 @@ choice, key and command.
 from __future__ import annotations
 
 import ast
+import functools
 import html
 import importlib
 import importlib.util
@@ -82,6 +83,23 @@ def comments_by_line(source: str) -> dict[int, tuple[str, bool]]:
     return found
 
 
+@functools.cache
+def parsed(source: str) -> tuple[ast.Module, list[str], dict[int, tuple[str, bool]]]:
+    """A module's tree, lines and comments, once per source text: a page reads many classes of one
+    module, and `ast.get_source_segment` splits the whole source again on each call."""
+    return ast.parse(source), io.StringIO(source).readlines(), comments_by_line(source)
+
+
+def segment(lines: list[str], node: ast.AST) -> str:
+    """NODE's source text, as `ast.get_source_segment` gives it (its columns count UTF-8 bytes)."""
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+    start, end = node.col_offset, node.end_col_offset
+    if first == last:
+        return lines[first].encode()[start:end].decode()
+    middle = lines[first + 1 : last]
+    return "".join([lines[first].encode()[start:].decode(), *middle, lines[last].encode()[:end].decode()])
+
+
 def find_class(tree: ast.Module, name: str) -> ast.ClassDef:
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == name:
@@ -89,11 +107,11 @@ def find_class(tree: ast.Module, name: str) -> ast.ClassDef:
     raise ValueError(f"no class {name}")
 
 
-def default_of(source: str, value: ast.expr | None) -> str:
+def default_of(lines: list[str], value: ast.expr | None) -> str:
     """The default as one would write it on the command line (true, null, 400000), or "required"."""
     if value is None:
         return "required"
-    text = ast.get_source_segment(source, value) or ""
+    text = segment(lines, value)
     if text == "MISSING":
         return "required"
     if isinstance(value, ast.Call) and text.split("(")[0] in ("field", "dataclasses.field"):
@@ -129,22 +147,20 @@ def comment_above(comments: dict[int, tuple[str, bool]], line: int) -> str:
 def schema_keys(module: str, class_name: str) -> tuple[str, list[Key]]:
     """A dataclass's docstring and its fields, each with its comment. A field with no comment of
     its own, right below another of the same type (no blank line between), shares that one's."""
-    source = module_source(module)
-    tree = ast.parse(source)
+    tree, lines, comments = parsed(module_source(module))
     node = find_class(tree, class_name)
     classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
-    comments = comments_by_line(source)
     keys: list[Key] = []
     previous_end = -1
     for item in node.body:
         if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
             continue
-        annotation = ast.get_source_segment(source, item.annotation) or ""
+        annotation = segment(lines, item.annotation)
         comment = comment_above(comments, item.lineno)
         if not comment and keys and item.lineno == previous_end + 1 and keys[-1].type == annotation:
             comment = keys[-1].comment
         named = [n.id for n in ast.walk(item.annotation) if isinstance(n, ast.Name) and n.id in classes]
-        keys.append(Key(item.target.id, annotation, default_of(source, item.value), comment, next(iter(named), None)))
+        keys.append(Key(item.target.id, annotation, default_of(lines, item.value), comment, next(iter(named), None)))
         previous_end = item.end_lineno or item.lineno
     return " ".join((ast.get_docstring(node) or "").split()), keys
 
