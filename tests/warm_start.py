@@ -297,6 +297,9 @@ def serve(control_fd: int, listener_fd: int, program: str) -> None:
     with lasting_imports():
         for name in PRELOAD:
             importlib.import_module(name)
+        # Each command's first step (mlrb.cli.main): Hydra's plugin discovery and the schema made a
+        # structured config, 20 ms a command, the same in every fork.
+        importlib.import_module("mlrb.core.config").register_schema()
     sys.path.remove(str(TESTS))
     if others := other_threads():
         raise SystemExit(f"the imports started threads ({', '.join(others)}): a fork would not be safe")
