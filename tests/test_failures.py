@@ -27,7 +27,7 @@ from mlrb.core import interrupts
 from mlrb.core.budget import Budget
 from mlrb.core.config import BudgetConfig, ConfigError, TrackingConfig
 from mlrb.core.status import Status, of_run
-from mlrb.store import tracking
+from mlrb.store import empty_tables, tracking
 from mlrb.tasks.llm_merging.task import LlmMerging
 
 
@@ -201,10 +201,14 @@ def in_processes_of_their_own(function, calls: list) -> list:
         return pool.map(function, calls, chunksize=1)
 
 
-def create_store(args: tuple[str, int | None]) -> str | None:
+def create_store(args: tuple[str, int | None] | tuple[str, int | None, str]) -> str | None:
     """`tracking.check_store` on the store in folder STORE, with files limited to LIMIT bytes
-    (None: no limit) as on a full disk; the error it raised, as a traceback's last line says it."""
-    store, limit = args
+    (None: no limit) as on a full disk, and the cache in CACHE where given; the error it raised, as
+    a traceback's last line says it."""
+    store, limit, *cache = args
+    if cache:
+        os.environ["MLRB_CACHE_DIR"] = cache[0]
+        empty_tables.kept_path.cache_clear()
     if limit is not None:
         limited_file_size(limit)()
     try:
@@ -225,14 +229,21 @@ def limited_file_size(limit_bytes: int):
 
 
 @pytest.mark.fast
-def test_a_store_creation_cut_short_by_a_full_disk_leaves_no_broken_store(tmp_path):
-    store = tmp_path / "mlruns"
-    (error,) = in_processes_of_their_own(create_store, [(str(store), 64_000)])
+@pytest.mark.parametrize("kept", [False, True], ids=["made-by-mlflow", "copied"])
+def test_a_store_creation_cut_short_by_a_full_disk_leaves_no_broken_store(tmp_path, kept):
+    """Made by MLflow's migrations, or copied from the empty store kept in the cache (a first store
+    made it there): either way the disk fills up before the store is whole."""
+    store, cache = tmp_path / "mlruns", str(tmp_path / "cache")
+    if kept:
+        assert in_processes_of_their_own(create_store, [(str(tmp_path / "first"), None, cache)]) == [None]
+    (error,) = in_processes_of_their_own(create_store, [(str(store), 64_000, cache)])
     assert error is not None
+    cause = (f"File too large ({store / 'mlflow.db.creating'})" if kept
+             else "OperationalError: (sqlite3.OperationalError) disk I/O error")  # fmt: skip
     assert error.startswith(f"ConfigError: tracking store 'sqlite:///{store / 'mlflow.db'}' (tracking.dir): cannot "
-                            "create it: OperationalError: (sqlite3.OperationalError) disk I/O error"), error  # fmt: skip
+                            f"create it: {cause}"), error  # fmt: skip
     assert not (store / "mlflow.db").exists()  # only the temporary file, never a half-made store
-    tracking.check_store(TrackingConfig(dir=str(store)))  # with room again: created whole
+    assert in_processes_of_their_own(create_store, [(str(store), None, cache)]) == [None]  # room again: created whole
     assert [e.name for e in mlflow_client(tmp_path).search_experiments()] == ["Default"]
     assert not (store / "mlflow.db.creating").exists()
 

@@ -271,11 +271,26 @@ def repair_sqlite_store(db: Path, artifact_root: str, shown: str, where: str, er
 
 
 def make_tables(db: Path, artifact_root: str) -> None:
-    """MLflow's tables in a new database file (its engine let go of afterwards)."""
+    """MLflow's tables in a new database file (its engine let go of afterwards): a copy of the
+    empty store this MLflow made once (mlrb/store/empty_tables.py), else made by its migrations."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    store = SqlAlchemyStore(f"sqlite:///{db}", artifact_root)
+    from mlrb.store import empty_tables
+
+    uri = f"sqlite:///{db}"
+    copied = empty_tables.copy_to(db)
+    try:
+        store = SqlAlchemyStore(uri, artifact_root)
+    except Exception:
+        if not copied:
+            raise
+        empty_tables.forget()
+        SqlAlchemyStore._get_or_create_engine(uri).dispose()  # MLflow keeps it: its connections are to the copy
+        db.unlink(missing_ok=True)
+        store, copied = SqlAlchemyStore(uri, artifact_root), False
     store.engine.dispose()
+    if not copied:
+        empty_tables.keep(db)
 
 
 def check_sql_store(uri: str, shown: str, where: str) -> None:
