@@ -80,7 +80,7 @@ def test_a_second_new_store_is_a_copy_with_the_schema_the_migrations_make_and_it
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("kept", ["not-a-database", "an-older-schema"])
+@pytest.mark.parametrize("kept", ["not-a-database", "an-older-schema", "holds-a-run"])
 def test_a_kept_store_mlflow_refuses_is_replaced_and_the_new_store_made_whole(
     tmp_path, cache, migrations, caplog, kept
 ):
@@ -88,18 +88,23 @@ def test_a_kept_store_mlflow_refuses_is_replaced_and_the_new_store_made_whole(
     path = empty_tables.kept_path()
     if kept == "not-a-database":
         path.write_bytes(b"not a database" * 100)
-    else:
+    elif kept == "an-older-schema":
         connection = sqlite3.connect(path)
         with connection:
             connection.execute("UPDATE alembic_version SET version_num = '451aebb31d03'")  # MLflow 1.0's schema
         connection.close()
+    else:  # a run some other process wrote there: no new store may start with it
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(f"sqlite:///{path}")
+        client.create_run(client.create_experiment("planted"))
     with caplog.at_level(logging.WARNING, logger="mlrb.store.empty_tables"):
         tracking.check_store(TrackingConfig(dir=str(tmp_path / "second")))
     assert [r.getMessage() for r in caplog.records if r.name == "mlrb.store.empty_tables"] == [
-        f"MLflow refused the empty store kept in {path}; removed, and this store made afresh"
+        f"the empty store kept in {path} was refused; removed, and this store made afresh"
     ]
     assert len(migrations) == 2  # the first store, then the second made by the migrations
-    assert default_experiment(tmp_path / "second").name == "Default"
+    assert default_experiment(tmp_path / "second").name == "Default"  # its one experiment: nothing planted
     assert schema(path)[-1] == schema(tmp_path / "first" / "mlflow.db")[-1]  # kept again, whole
     tracking.check_store(TrackingConfig(dir=str(tmp_path / "third")))
     assert len(migrations) == 2

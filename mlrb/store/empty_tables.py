@@ -7,7 +7,8 @@ a copy of it without its default experiment is kept in the cache (`$MLRB_CACHE_D
 ~/.cache/mlrb, in mlflow-tables/, named after the versions that shape the schema). A later new
 store starts as a copy of that file: MLflow finds its tables, checks their schema as it does for
 any store it opens, and adds the default experiment with the new store's artifact folder. A kept
-copy that MLflow refuses is removed and the store is made by the migrations again. Nothing here
+file that holds an experiment or a run, or that MLflow refuses, is removed and the store is made
+by the migrations again. Nothing here
 fails a store's creation: a cache that cannot be written is only not used."""
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def kept_path() -> Path:
 
 
 def copy_to(db: Path) -> bool:
-    """DB as a copy of the kept empty store; False where there is none yet. A full disk raises
-    (OSError), as creating the tables would."""
+    """DB as a copy of the kept empty store; False where there is none yet, or where the kept file
+    is not an empty store (then removed). A full disk raises (OSError), as creating the tables would."""
     kept = kept_path()
     if not kept.is_file():
         return False
@@ -49,7 +50,24 @@ def copy_to(db: Path) -> bool:
         shutil.copyfile(kept, db)
     except OSError as e:  # the copy's error may name the kept file: this one is the store's
         raise OSError(e.errno, e.strerror, str(db)) from None
+    if not holds_nothing(db):
+        forget()
+        db.unlink(missing_ok=True)
+        return False
     return True
+
+
+def holds_nothing(db: Path) -> bool:
+    """Whether DB is a SQLite database with no experiment and no run: a new store starts empty."""
+    try:
+        connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            return all(connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+                       for table in ("experiments", "runs"))  # fmt: skip
+        finally:
+            connection.close()
+    except sqlite3.Error:  # not a database, or not MLflow's
+        return False
 
 
 def keep(db: Path) -> None:
@@ -76,6 +94,6 @@ def keep(db: Path) -> None:
 
 
 def forget() -> None:
-    """The kept copy, which MLflow refused, removed: the next new store is made by the migrations."""
-    log.warning("MLflow refused the empty store kept in %s; removed, and this store made afresh", kept_path())
+    """The kept copy, refused, removed: the next new store is made by the migrations."""
+    log.warning("the empty store kept in %s was refused; removed, and this store made afresh", kept_path())
     kept_path().unlink(missing_ok=True)
