@@ -81,7 +81,7 @@ def test_a_second_new_store_is_a_copy_with_the_schema_the_migrations_make_and_it
 
 @pytest.mark.fast
 @pytest.mark.parametrize("kept", ["not-a-database", "an-older-schema", "holds-a-run"])
-def test_a_kept_store_mlflow_refuses_is_replaced_and_the_new_store_made_whole(
+def test_a_kept_store_that_holds_something_or_that_mlflow_refuses_is_replaced_and_the_new_store_made_whole(
     tmp_path, cache, migrations, caplog, kept
 ):
     tracking.check_store(TrackingConfig(dir=str(tmp_path / "first")))
