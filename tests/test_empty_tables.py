@@ -123,3 +123,24 @@ def test_a_cache_that_cannot_be_written_only_goes_unused(tmp_path, monkeypatch, 
     finally:
         empty_tables.kept_path.cache_clear()
     assert len(migrations) == 2
+
+
+@pytest.mark.fast
+def test_a_kept_store_removed_while_a_new_store_is_copied_from_it_leaves_that_store_made_by_mlflow(
+    tmp_path, cache, migrations, monkeypatch
+):
+    """Another process removes the kept copy (it found it refused) between this one finding it and copying it."""
+    import shutil
+
+    tracking.check_store(TrackingConfig(dir=str(tmp_path / "first")))
+    real_copy = shutil.copyfile
+
+    def copy_after_another_process_removed_it(source, target):
+        if Path(source) == empty_tables.kept_path():
+            Path(source).unlink()
+        return real_copy(source, target)
+
+    monkeypatch.setattr(shutil, "copyfile", copy_after_another_process_removed_it)
+    tracking.check_store(TrackingConfig(dir=str(tmp_path / "second")))
+    assert default_experiment(tmp_path / "second").name == "Default"
+    assert len(migrations) == 2

@@ -48,8 +48,10 @@ def copy_to(db: Path) -> bool:
         return False
     try:
         shutil.copyfile(kept, db)
-    except OSError as e:  # the copy's error may name the kept file: this one is the store's
-        raise OSError(e.errno, e.strerror, str(db)) from None
+    except OSError as e:
+        if not kept.exists():
+            return False  # removed meanwhile: another process found it refused
+        raise OSError(e.errno, e.strerror, str(db)) from None  # the copy's error may name the kept file
     if not holds_nothing(db):
         forget()
         db.unlink(missing_ok=True)
