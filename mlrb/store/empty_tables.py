@@ -61,15 +61,20 @@ def copy_to(db: Path) -> bool:
 
 def holds_nothing(db: Path) -> bool:
     """Whether DB is a SQLite database with no experiment and no run: a new store starts empty."""
+    return all(rows(db, table) == 0 for table in ("experiments", "runs"))
+
+
+def rows(db: Path, table: str) -> int | None:
+    """How many rows TABLE of the SQLite database DB holds, read only; None where it cannot be read
+    (not a database, no such table)."""
     try:
         connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
-            return all(connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
-                       for table in ("experiments", "runs"))  # fmt: skip
+            return int(connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
         finally:
             connection.close()
-    except sqlite3.Error:  # not a database, or not MLflow's
-        return False
+    except sqlite3.Error:
+        return None
 
 
 def keep(db: Path) -> None:

@@ -235,16 +235,11 @@ def repair_sqlite_store(db: Path, artifact_root: str, shown: str, where: str, er
     import shutil
     import sqlite3
 
+    from mlrb.store import empty_tables
+
     reason = first_line(error)
     with store_lock(db):
-        try:
-            connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-            try:
-                runs = connection.execute("SELECT count(*) FROM runs").fetchone()[0]
-            finally:
-                connection.close()
-        except sqlite3.Error:
-            runs = 0  # no runs table: the store was never completed
+        runs = empty_tables.rows(db, "runs") or 0  # None: no runs table, the store was never completed
         if runs:
             hint = "run `mlflow db upgrade URI`" if "out-of-date" in reason else "move it away to start a new one"
             raise ConfigError(
