@@ -269,3 +269,58 @@ def test_a_checked_config_is_validated_once_and_only_for_the_same_config():
     assert other is not typed and (other.seed, other.budget.wall_time_s) == (4, 3600)
     assert same is typed and (same.seed, same.budget.wall_time_s) == (3, 3600)
     assert cli.CHECKED == []  # each checked config is handed out once
+
+
+def test_hydra_still_composes_the_config_once_only_to_read_its_run_mode():
+    """cli.given_the_run_mode stands in for Hydra.get_mode, which hydra.main calls with the config's
+    name and the overrides before it composes the config again to run it: a Hydra upgrade that
+    changes that fails here, not in a user's run."""
+    import inspect
+
+    from hydra._internal import utils
+    from hydra._internal.hydra import Hydra
+
+    assert list(inspect.signature(Hydra.get_mode).parameters) == ["self", "config_name", "overrides"]
+    assert "run_mode = hydra.get_mode(config_name=config_name, overrides=overrides)" in inspect.getsource(
+        utils._run_hydra
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, run_mode",
+    [(["seed=3"], [None]), (["-m", "seed=1,2"], [None]), (["seed=3", "hydra.mode=MULTIRUN"], [])],
+    ids=["single-run", "sweep", "mode-on-the-command-line"],
+)
+def test_check_jobs_reads_the_run_mode_where_it_composed_it(argv, run_mode):
+    """A hydra.mode on the command line is not composed by check_jobs (it leaves Hydra's own keys
+    out): Hydra reads that one itself."""
+    from mlrb import cli
+    from mlrb.core.config import register_schema
+
+    register_schema()
+    cli.check_jobs(cli.parse_command_line(argv).args)
+    assert cli.RUN_MODE == run_mode
+
+
+def test_a_single_run_composes_its_config_once_to_check_it_and_once_to_run_it(monkeypatch, tmp_path):
+    """Not three times: Hydra is given the run mode check_jobs read, and runs the job as before."""
+    from hydra._internal.hydra import Hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from mlrb import cli
+
+    composed: list[list[str]] = []
+    compose_config = Hydra.compose_config
+
+    def counted(self, config_name, overrides, *args, **kwargs):
+        composed.append(list(overrides))
+        return compose_config(self, config_name, overrides, *args, **kwargs)
+
+    ran: list[tuple] = []
+    monkeypatch.setattr(Hydra, "compose_config", counted)
+    monkeypatch.setattr(cli, "job", lambda cfg: ran.append((HydraConfig.get().mode.name, cfg.seed)))
+    monkeypatch.chdir(tmp_path)
+    cli.main(["seed=3", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert ran == [("RUN", 3)]
+    assert len(composed) == 2
+    assert Hydra.get_mode.__name__ == "get_mode"  # Hydra's own again once the command is over
