@@ -2,9 +2,12 @@
 Quick start lines, read out of the clone's README (not copied here) and run exactly as written
 from the clone's root.
 
-What is cloned is this checkout's HEAD (commit your work to test it here). The clone's pip
-downloads go through the developer's pip cache (PIP_CACHE_DIR), which a new user would fill
-from PyPI: the test is of mlrb's install and first run, not of the network."""
+What is cloned is this checkout's HEAD (commit your work to test it here). The clone's pip is
+set up as the developer's (its cache, its PIP_* variables and its user configuration file, which
+pip would look for in the empty HOME): it takes packages from where the developer's own install
+took them, a wheel folder or a mirror, where a new user's would fetch them from PyPI. The test
+is of mlrb's install and first run, not of the network; and PyPI's torch for Linux is its CUDA
+build, with several gigabytes of NVIDIA's libraries, which CI would download at every run."""
 
 from __future__ import annotations
 
@@ -70,14 +73,29 @@ def clone(tmp_path_factory):
 
 
 @functools.cache
-def pip_cache() -> str:
-    """The developer's pip cache, asked of pip once."""
-    return subprocess.run(["python3", "-m", "pip", "cache", "dir"], capture_output=True, text=True).stdout.strip()
+def developer_pip() -> dict[str, str]:
+    """The developer's pip set-up as environment variables, asked of pip once: its cache, the
+    PIP_* variables set here, and the user configuration file pip reads from the developer's
+    HOME (the last of them, which takes precedence, where there are two)."""
+    pip = ["python3", "-m", "pip"]
+    settings = {name: value for name, value in os.environ.items() if name.startswith("PIP_")}
+    settings.setdefault(
+        "PIP_CACHE_DIR", subprocess.run([*pip, "cache", "dir"], capture_output=True, text=True).stdout.strip()
+    )
+    section, files = "", []  # `pip config debug`: a line per section ("user:"), its files indented under it
+    for line in subprocess.run([*pip, "config", "debug"], capture_output=True, text=True).stdout.splitlines():
+        section = line.rstrip(":") if not line.startswith(" ") else section
+        found = re.fullmatch(r"  (\S.*), exists: True", line)
+        if section == "user" and found:
+            files.append(found.group(1))
+    if files and "PIP_CONFIG_FILE" not in settings:
+        settings["PIP_CONFIG_FILE"] = files[-1]
+    return settings
 
 
 def as_newcomer(command: str, clone: Path, home: Path, **extra: str) -> subprocess.CompletedProcess:
-    """`command` in bash from the clone's root, with a new user's environment."""
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "PIP_CACHE_DIR": pip_cache(), **extra}
+    """`command` in bash from the clone's root, with a new user's environment (and the developer's pip set-up)."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", **developer_pip(), **extra}
     if os.environ.get("CI"):
         env["CI"] = os.environ["CI"]
     return subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
