@@ -160,6 +160,37 @@ def adapter_updates(assets: Path) -> dict:
     return {d.name: lora_deltas(d) for d in sorted((assets / "public" / "adapters").iterdir())}
 
 
+def test_the_starter_reads_each_adapter_as_the_update_peft_merges_in_either_file_format(assets, tmp_path):
+    """merge.py reads the adapters' two files itself (no peft import): each update is the one peft's
+    own merge adds to the base, from safetensors and from an older peft's adapter_model.bin alike."""
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    sys.path.insert(0, str(tiny_llm_merging().start.starter))
+    from merge import lora_deltas
+
+    adapter = sorted((assets / "public" / "adapters").iterdir())[0]
+    base = AutoModelForCausalLM.from_pretrained(assets / "public" / "base_model", dtype=torch.float32)
+    before = {name: param.detach().clone() for name, param in base.named_parameters()}
+    merged = PeftModel.from_pretrained(base, adapter).merge_and_unload()
+    by_peft = {
+        name: param.detach() - before[name]
+        for name, param in merged.named_parameters()
+        if not torch.equal(param, before[name])
+    }
+    as_bin = tmp_path / "as-bin"
+    as_bin.mkdir()
+    shutil.copy(adapter / "adapter_config.json", as_bin)
+    torch.save(load_file(adapter / "adapter_model.safetensors"), as_bin / "adapter_model.bin")
+    for folder in (adapter, as_bin):
+        updates = lora_deltas(folder)
+        assert sorted(updates) == sorted(by_peft) and len(updates) >= 6
+        for name, update in updates.items():
+            torch.testing.assert_close(update, by_peft[name], rtol=1e-4, atol=1e-6)
+
+
 def save_changed_base(assets: Path, out: Path, change) -> Path:
     """The base model with change(params) applied, saved as a submission."""
     import torch

@@ -23,19 +23,24 @@ Note: peft's `add_weighted_adapter(combination_type="linear")` is NOT this avera
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import torch
-from peft import PeftConfig
-from peft.utils import load_peft_weights
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
 def lora_deltas(adapter_dir: Path) -> dict[str, torch.Tensor]:
     """Full weight update of every LoRA-adapted layer, keyed by the base parameter name,
     e.g. 'model.layers.0.self_attn.q_proj.weight' -> B @ A * scaling."""
-    config = PeftConfig.from_pretrained(str(adapter_dir))
-    state = load_peft_weights(str(adapter_dir), device="cpu")
+    # An adapter is the files peft wrote; reading them needs no peft (seconds to import).
+    config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    weights = adapter_dir / "adapter_model.safetensors"
+    if weights.exists():
+        state = load_file(weights)
+    else:  # an adapter saved in PyTorch's format (older peft)
+        state = torch.load(adapter_dir / "adapter_model.bin", map_location="cpu", weights_only=True)
     deltas = {}
     for key, lora_a in state.items():
         if ".lora_A." not in key:
@@ -43,7 +48,7 @@ def lora_deltas(adapter_dir: Path) -> dict[str, torch.Tensor]:
         lora_b = state[key.replace(".lora_A.", ".lora_B.")]
         rank = lora_a.shape[0]
         # peft's scaling: alpha / r, or alpha / sqrt(r) with rank-stabilised LoRA.
-        scaling = config.lora_alpha / (rank**0.5 if config.use_rslora else rank)
+        scaling = config["lora_alpha"] / (rank**0.5 if config.get("use_rslora") else rank)
         # 'base_model.model.<module>.lora_A.weight' -> '<module>.weight'
         module = key.split(".lora_A.")[0].removeprefix("base_model.model.")
         deltas[module + ".weight"] = (lora_b.float() @ lora_a.float()) * scaling
