@@ -239,3 +239,29 @@ def test_a_training_run_warm_writes_the_bytes_a_fresh_one_writes(cache_dir, tmp_
     submission = task.cfg.submission
     assert (hot / submission / "model.safetensors").stat().st_size > 0
     assert contents_digest(hot / submission) == contents_digest(fresh / submission)
+
+
+@pytest.mark.integration
+def test_llm_merging_s_calibration_merges_warm_to_the_bytes_of_a_fresh_merge(cache_dir, tmp_path):
+    """llm_merging's calibration runs the starter's merge.py in a warm interpreter (its own, not
+    the anchors' commands): the merged model is byte for byte the one a new interpreter writes."""
+    import shlex
+
+    from conftest import plumbing_llm_merging
+    from mlrb.harness.assets import ensure_assets
+    from mlrb.tasks.base import scale_spec
+    from mlrb.tasks.llm_merging.task import LlmMerging, LlmMergingScale, merge_environment
+
+    task = plumbing_llm_merging()
+    public = ensure_assets(task, cache_dir) / "public"
+    code = LlmMerging(scale_spec(task.cfg, LlmMergingScale), task.cfg.higher_is_better, task.start.starter)
+    n = len([d for d in (public / "adapters").iterdir() if d.is_dir()])
+    weights = [1.0 / n] * n
+    fresh = code.merge(public, tmp_path / "fresh", weights)
+    with code.warm_merges(tmp_path / "scratch") as warm:
+        assert warm is not None
+        command = shlex.join(["python", str(task.start.starter / "merge.py"), "--data", str(public)])
+        assert warm.arguments(command, tmp_path, merge_environment())  # run warm, not left to a new python
+        hot = code.merge(public, tmp_path / "warm", weights, warm)
+    assert (hot / "model.safetensors").read_bytes() == (fresh / "model.safetensors").read_bytes()
+    assert sorted(p.name for p in hot.iterdir()) == sorted(p.name for p in fresh.iterdir())

@@ -8,11 +8,15 @@ scorer: validity checks on the submitted model, then lm-eval accuracy.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
+import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from typing import Any
 from mlrb.core.config import TaskConfig
 from mlrb.scoring import lmeval
 from mlrb.task_kit import hub
+from mlrb.task_kit.warm_python import WarmPython, starter_imports
 from mlrb.tasks import model_checks
 from mlrb.tasks.anchors import anchor_problem
 from mlrb.tasks.base import ScaleSpec, ScoreReport, Task, packaged_task, scale_spec
@@ -65,6 +70,12 @@ def given_anchors(spec: LlmMergingScale) -> dict[str, Any]:
     return {}
 
 
+def merge_environment() -> dict[str, str]:
+    """This process's environment with its interpreter's folder first on PATH: `python` there is
+    this interpreter, which a warm merge must run on."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
 @dataclass(frozen=True)
 class LlmMerging:
     """The task's own code, which its parts call: its scorer, its maker from the hub and its
@@ -106,14 +117,15 @@ class LlmMerging:
             **(extra or {}),
             "do_nothing_score": self.evaluate(public / "base_model", out_dir)["accuracy"],
         }
-        baseline = self.evaluate(self.merge(public, scratch / "baseline", [1.0 / n] * n), out_dir)
-        scores["baseline_score"] = baseline["accuracy"]
         per_expert = {}
-        for i, name in enumerate(experts):
-            one_hot = [1.0 if j == i else 0.0 for j in range(n)]
-            result = self.evaluate(self.merge(public, scratch / name, one_hot), out_dir)
-            per_expert[name] = result
-            scores[f"expert_score.{name}"] = result["accuracy"]
+        with self.warm_merges(scratch) as warm:
+            baseline = self.evaluate(self.merge(public, scratch / "baseline", [1.0 / n] * n, warm), out_dir)
+            scores["baseline_score"] = baseline["accuracy"]
+            for i, name in enumerate(experts):
+                one_hot = [1.0 if j == i else 0.0 for j in range(n)]
+                result = self.evaluate(self.merge(public, scratch / name, one_hot, warm), out_dir)
+                per_expert[name] = result
+                scores[f"expert_score.{name}"] = result["accuracy"]
         subjects = baseline["per_subject"]
         if set(subjects) <= set(experts):  # experts named after the subjects they know
             counts = self.subject_counts(out_dir)
@@ -129,24 +141,30 @@ class LlmMerging:
         (hidden / "calibration.json").write_text(json.dumps(scores, indent=2))
         return scores
 
-    def merge(self, public: Path, out: Path, weights: list[float]) -> Path:
-        """Run the starter merge script, as the baseline agent does."""
-        proc = subprocess.run(
-            [
-                sys.executable,
-                str(self.starter / "merge.py"),
-                "--data",
-                str(public),
-                "--output",
-                str(out),
-                "--weights",
-                *map(str, weights),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"merge.py failed with weights {weights}: {proc.stderr.strip()[-2000:]}")
+    @contextlib.contextmanager
+    def warm_merges(self, scratch: Path) -> Iterator[WarmPython | None]:
+        """An interpreter that has done merge.py's imports (warm_python.py), for calibration's
+        merges: a fresh `python merge.py` spent most of its 4 CPU s importing torch and
+        transformers. None where `python` on the PATH it is given would not be this interpreter."""
+        env = merge_environment()
+        python = shutil.which("python", path=env["PATH"])
+        if python is None or not os.path.samefile(python, sys.executable):
+            yield None
+            return
+        with WarmPython(python, env, starter_imports(self.starter), scratch / "warm") as warm:
+            yield warm
+
+    def merge(self, public: Path, out: Path, weights: list[float], warm: WarmPython | None = None) -> Path:
+        """Run the starter merge script, as the baseline agent does: `python merge.py ...`, in
+        `warm` where given, else in a new interpreter."""
+        argv = ["python", str(self.starter / "merge.py"), "--data", str(public), "--output", str(out)]
+        argv += ["--weights", *map(str, weights)]
+        ran = warm.run(shlex.join(argv), Path.cwd(), merge_environment()) if warm else None
+        if ran is None:
+            proc = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True)
+            ran = proc.returncode, proc.stderr
+        if ran[0] != 0:
+            raise RuntimeError(f"merge.py failed with weights {weights}: {ran[1].strip()[-2000:]}")
         return out
 
     @staticmethod
