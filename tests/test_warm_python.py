@@ -265,3 +265,27 @@ def test_llm_merging_s_calibration_merges_warm_to_the_bytes_of_a_fresh_merge(cac
         hot = code.merge(public, tmp_path / "warm", weights, warm)
     assert (hot / "model.safetensors").read_bytes() == (fresh / "model.safetensors").read_bytes()
     assert sorted(p.name for p in hot.iterdir()) == sorted(p.name for p in fresh.iterdir())
+
+
+@pytest.mark.fast
+def test_llm_merging_merges_in_a_new_interpreter_where_python_on_the_path_is_another_folder_s(tmp_path, monkeypatch):
+    """An interpreter with no `python` beside it (a system python3, say): the first `python` on
+    PATH may be another environment's link to the same binary, with other libraries. Calibration
+    then merges in new interpreters of its own, as before."""
+    import os
+    import sys
+
+    from conftest import plumbing_llm_merging
+    from mlrb.tasks.base import scale_spec
+    from mlrb.tasks.llm_merging.task import LlmMerging, LlmMergingScale
+
+    alone, other = tmp_path / "alone", tmp_path / "other-env"
+    alone.mkdir(), other.mkdir()
+    (alone / "python3").symlink_to(sys.executable)
+    (other / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(sys, "executable", str(alone / "python3"))
+    monkeypatch.setenv("PATH", f"{other}:{os.environ['PATH']}")
+    task = plumbing_llm_merging()
+    code = LlmMerging(scale_spec(task.cfg, LlmMergingScale), task.cfg.higher_is_better, task.start.starter)
+    with code.warm_merges(tmp_path / "scratch") as warm:
+        assert warm is None

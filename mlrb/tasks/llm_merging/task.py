@@ -148,7 +148,8 @@ class LlmMerging:
         transformers. None where `python` on the PATH it is given would not be this interpreter."""
         env = merge_environment()
         python = shutil.which("python", path=env["PATH"])
-        if python is None or not os.path.samefile(python, sys.executable):
+        ours = Path(sys.executable).parent / "python"  # a venv's; not another folder's link to the same binary
+        if python != str(ours) or not os.path.samefile(python, sys.executable):
             yield None
             return
         with WarmPython(python, env, starter_imports(self.starter), scratch / "warm") as warm:
