@@ -11,13 +11,18 @@ measure with nothing else running. benchmarks/suite_time.py uses it where it can
     with ProcessCpu() as accounting:
         subprocess.run(command)
     accounting.kinds()  # {kind: {"processes": n, "cpu_s": s}}, or None, with accounting.why
+    accounting.commands(kind)  # the command lines of a kind's processes that used the most
+
+`python -m benchmarks.process_cpu -- COMMAND...` runs a command so and prints both.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -184,6 +189,19 @@ class ProcessCpu:
             kind["cpu_s"] += process.cpu_s
         return {kind: {"processes": t["processes"], "cpu_s": round(t["cpu_s"], 1)} for kind, t in totals.items()}
 
+    def commands(self, kind: str, top: int = 10) -> list[tuple[float, int, str]]:
+        """The command lines of KIND's processes that used the most CPU: (CPU s, processes, command
+        line), the lines cut to 160 characters with their temporary paths folded (/tmp/…) so that
+        the runs of one command are counted together; a fork without an exec is marked [forked]."""
+        totals: dict[str, list[float]] = {}
+        for pid, process in self.processes.items():
+            if self.kind(pid) == kind:
+                line = re.sub(r"/tmp/\S+", "/tmp/…", self.named(pid))[:160] + (" [forked]" if process.forked else "")
+                total = totals.setdefault(line, [0.0, 0])
+                total[0], total[1] = total[0] + process.cpu_s, total[1] + 1
+        ranked = sorted(totals.items(), key=lambda item: -item[1][0])[:top]
+        return [(round(cpu_s, 1), int(count), line) for line, (cpu_s, count) in ranked]
+
 
 def is_pytest(argv: str) -> bool:
     return " -m pytest" in argv
@@ -192,3 +210,32 @@ def is_pytest(argv: str) -> bool:
 def is_test_worker(argv: str) -> bool:
     """pytest-xdist's worker, which execnet starts as `python -c` reading its code from standard input."""
     return "exec(eval(sys.stdin.readline()))" in argv
+
+
+def main(argv: list[str]) -> int:
+    """`python -m benchmarks.process_cpu [--top N] -- COMMAND...`: run COMMAND, then print its CPU by
+    kind of process and, under each kind, the command lines that used the most. Counts every process
+    that ends on the machine meanwhile: run it with nothing else running."""
+    top = 10
+    if argv[:1] == ["--top"]:
+        top, argv = int(argv[1]), argv[2:]
+    if argv[:1] != ["--"] or len(argv) < 2:
+        print("usage: python -m benchmarks.process_cpu [--top N] -- COMMAND...", file=sys.stderr)
+        return 2
+    with ProcessCpu() as accounting:
+        status = subprocess.run(argv[1:]).returncode
+    kinds = accounting.kinds()
+    if kinds is None:
+        print(f"nothing counted: {accounting.why}", file=sys.stderr)
+        return 1
+    for kind, total in kinds.items():
+        if not total["processes"]:
+            continue
+        print(f"\n{total['cpu_s']:8.1f} CPU s  {total['processes']:5d} processes  {kind}")
+        for cpu_s, count, line in accounting.commands(kind, top):
+            print(f"    {cpu_s:8.1f} {count:5d}  {line}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -207,3 +207,26 @@ def test_cpu_by_process_tells_the_sandboxes_the_warm_forks_and_new_interpreters_
     assert kinds[by.OTHER]["processes"] == 3  # the two bwrap processes and git
     assert kinds[by.COMMANDS]["processes"] == 1  # a scorer's or an agent's `-m mlrb...` is not a command
     assert sum(k["cpu_s"] for k in kinds.values()) == pytest.approx(sum(t[1] for t in tree.values()))
+
+
+def test_a_kind_s_costliest_command_lines_are_counted_together_with_their_temporary_paths_folded():
+    from benchmarks import process_cpu as by
+
+    accounting = by.ProcessCpu()
+    python = ".venv/bin/python"
+    tree = {  # pid: (name, CPU s, parent, forked, command line)
+        10: ("python", 1.0, 1, False, f"{python} -m mlrb task=folder"),
+        11: ("python", 2.5, 10, False, f"{python} -m mlrb.store.recording_process 3 6"),
+        20: ("python", 1.0, 1, False, f"{python} -m mlrb task=llm_merging"),
+        21: ("python", 2.0, 20, False, f"{python} -m mlrb.store.recording_process 3 6"),
+        30: ("python", 0.5, 1, False, f"{python} -m mlrb.sync /tmp/pytest-of-root/run-1/a"),
+        31: ("python", 0.25, 1, False, f"{python} -m mlrb.sync /tmp/pytest-of-root/run-2/b"),
+    }
+    for pid, (comm, cpu_s, parent, forked, argv) in tree.items():
+        accounting.processes[pid] = by.Process(comm, cpu_s, parent, forked, argv)
+    assert accounting.commands(by.RECORDING) == [(4.5, 2, f"{python} -m mlrb.store.recording_process 3 6")]
+    assert accounting.commands(by.COMMANDS, top=2) == [
+        (1.0, 1, f"{python} -m mlrb task=folder"),
+        (1.0, 1, f"{python} -m mlrb task=llm_merging"),
+    ]
+    assert (0.8, 2, f"{python} -m mlrb.sync /tmp/…") in accounting.commands(by.COMMANDS)
