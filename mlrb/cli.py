@@ -18,19 +18,18 @@ multi-line and end with a stack trace hint.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
 import itertools
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from mlrb.core.config import CONF_DIR, ConfigError, MlrbConfig, names_the_seed, register_schema, split_seed, to_typed
 
@@ -67,9 +66,6 @@ log = logging.getLogger("mlrb")
 # their typed form: `job` takes the typed form from here when Hydra composes the same config
 # again, instead of validating it twice (a single run's own process).
 CHECKED: list[tuple[dict[str, Any], MlrbConfig]] = []
-# The run mode (`hydra.mode`: None unless a config sets it) of the config check_jobs composed, once
-# read: `hydra.main` would compose the whole config again only to read it (`given_the_run_mode`).
-RUN_MODE: list[Any] = []
 
 
 @dataclass(frozen=True)
@@ -174,8 +170,6 @@ def check_jobs(args: argparse.Namespace) -> None:
     config_dir = Path(args.config_path).resolve() if args.config_path else CONF_DIR
     config_name = args.config_name or "config"
     CHECKED.clear()  # a command's own checks only (main() may be called again in one process)
-    RUN_MODE.clear()
-    mode_overridden = any(o.lstrip("+~").partition("=")[0] == "hydra.mode" for o in args.overrides)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3", job_name="mlrb"):
@@ -192,13 +186,9 @@ def check_jobs(args: argparse.Namespace) -> None:
                 if args.multirun and seed is not None and rest in checked:
                     continue  # the same config with another seed, which no value of it names
                 try:
-                    cfg = compose(config_name=config_name, overrides=job + extra, return_hydra_config=True)
+                    cfg = compose(config_name=config_name, overrides=job + extra)
                 except Exception as e:  # Hydra and OmegaConf raise many types; all are config errors here
                     raise ConfigError(explain_compose_error(job, e, extra)) from None
-                if not (RUN_MODE or mode_overridden):  # the command line's hydra.mode is not composed here
-                    RUN_MODE.append(cfg.hydra.mode)
-                with open_dict(cfg):
-                    del cfg["hydra"]
                 if not args.cfg:  # printing a config may show values still to fill in (???)
                     typed = to_typed(cfg)
                     if not args.multirun:  # a sweep's jobs run in processes of their own
@@ -207,25 +197,6 @@ def check_jobs(args: argparse.Namespace) -> None:
                     checked.add(rest)
     finally:
         GlobalHydra.instance().clear()
-
-
-@contextlib.contextmanager
-def given_the_run_mode() -> Iterator[None]:
-    """`hydra.main` composes the whole config once only to read its run mode (Hydra.get_mode),
-    then again to run it: where check_jobs read that mode from its own composition, Hydra is
-    given it instead (a tenth of a CPU second per command). tests/test_cli.py checks that Hydra
-    still asks for the mode this way."""
-    from hydra._internal.hydra import Hydra
-
-    if not RUN_MODE:
-        yield
-        return
-    mode, asks = RUN_MODE[0], Hydra.get_mode
-    Hydra.get_mode = lambda self, config_name, overrides: mode  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        Hydra.get_mode = asks  # type: ignore[method-assign]
 
 
 def as_plain(cfg: DictConfig) -> dict[str, Any]:
@@ -390,7 +361,6 @@ def main(argv: list[str] | None = None, end_at_once: bool = False) -> None:
     # MLflow reports usage to an outside host unless told not to: off unless the user set it.
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     register_schema()
-    RUN_MODE.clear()  # read again by this command's check_jobs (main() may be called again in one process)
     ends_at_once = False
     try:
         command = parse_command_line(argv)
@@ -414,11 +384,9 @@ def main(argv: list[str] | None = None, end_at_once: bool = False) -> None:
     sys.argv = [sys.argv[0]] + command.for_hydra  # hydra.main reads sys.argv
     app = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(job)
     if not ends_at_once:
-        with given_the_run_mode():
-            return app()
+        return app()
     try:
-        with given_the_run_mode():
-            app()
+        app()
     except SystemExit as e:
         end_process(e.code)
     end_process(0)
