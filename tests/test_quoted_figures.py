@@ -23,6 +23,12 @@ def seconds(quoted: str, unit: str) -> float:
     return float(quoted) * (60 if unit.startswith("min") else 1)
 
 
+def machine(figures: dict) -> str:
+    """The measuring machine's CPU as the pages name it: "Intel(R) Xeon(R) Processor" is an Intel Xeon."""
+    cpu = re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b.*", "", figures["measured"]["machine"]["cpu"])
+    return re.sub(r"\s+", " ", cpu).strip()
+
+
 def assert_about(quoted_s: float, measured_s: float, what: str) -> None:
     """`about` a figure: within 10 s of it, or 15% of it for figures over a minute."""
     assert abs(quoted_s - measured_s) <= max(10.0, 0.15 * measured_s), (
@@ -33,13 +39,17 @@ def assert_about(quoted_s: float, measured_s: float, what: str) -> None:
 def test_the_readme_s_first_build_and_later_run_are_the_measured_ones():
     readme = (REPO / "README.md").read_text()
     text = " ".join(readme.split())  # sentences wrap across lines
-    build = re.search(r"The first run builds .*?\(about (\d+(?:\.\d+)?) (s|minutes?) on 2 idle CPU cores", text)
-    later = re.search(r"a run after that takes about (\d+(?:\.\d+)?) (s|minutes?)", text)
+    build = re.search(
+        r"The first run builds .*?\(about (\d+(?:\.\d+)?) (s|minutes?) on 2 idle CPU cores of an? ([^,]+),", text
+    )
+    later = re.search(r"a run after that takes about (\d+(?:\.\d+)?) (s|minutes?) there", text)
     assert build and later, "the README's Quick start no longer says how long the first run's build and a run take"
     assert "benchmarks/build_times.py" in text and "benchmarks/overhead.py" in text  # where each figure comes from
-    assert_about(seconds(*build.groups()), measured("build_times.json")["seconds"]["llm_merging"], "first build")
+    assert_about(seconds(*build.groups()[:2]), measured("build_times.json")["seconds"]["llm_merging"], "first build")
     run_s = measured("overhead.json")["default"]["rows"]["run"]["wall_s"]["median"]
     assert_about(seconds(*later.groups()), run_s, "a later default run")
+    # both on the machine named ("there")
+    assert build.group(3) == machine(measured("build_times.json")) == machine(measured("overhead.json")["default"])
 
 
 def test_the_tasks_page_s_range_of_first_builds_is_the_measured_one():
@@ -49,7 +59,11 @@ def test_the_tasks_page_s_range_of_first_builds_is_the_measured_one():
     )
     assert found, "the tasks page no longer gives the range of first builds"
     low, low_unit, fastest, high, high_unit, slowest = found.groups()
-    builds = measured("build_times.json")["seconds"]
+    figures = measured("build_times.json")
+    builds = figures["seconds"]
+    # on the machine named, where every seeded build took the shipped calibration, as the page says
+    assert f"on 2 idle cores of an {machine(figures)}," in text
+    assert "took the rest from it" in text and set(figures["calibration"].values()) <= {"shipped", "no seeds"}
     assert (fastest, slowest) == (min(builds, key=builds.get), max(builds, key=builds.get))
     assert_about(seconds(low, low_unit), builds[fastest], f"{fastest}'s first build")
     assert_about(seconds(high, high_unit), builds[slowest], f"{slowest}'s first build")
@@ -79,10 +93,7 @@ def test_the_readme_s_test_times_are_the_measured_ones():
     assert first, "the README no longer says how much CPU the tests use the first time"
     cold = times["ci-cold"]["default"]["tiers"].values()
     assert_about(seconds(first.group(1), "min"), sum(t["cpu_s"] for t in cold), "the tests' CPU, the first time")
-    named = re.sub(
-        r"\s+", " ", re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b.*", "", default["measured"]["machine"]["cpu"])
-    )
-    assert cpu.group(2) == named.strip(), "the README names another machine than the one that measured"
+    assert cpu.group(2) == machine(default), "the README names another machine than the one that measured"
 
 
 def test_the_tutorial_s_times_scores_and_cost_are_the_measured_and_configured_ones():
@@ -92,10 +103,12 @@ def test_the_tutorial_s_times_scores_and_cost_are_the_measured_and_configured_on
     import yaml
 
     text = " ".join((REPO / "docs" / "tutorial.md").read_text().split())
-    build = re.search(r"builds the task's tiny models and data: about (\d+) (s|minutes?) on 2 idle cores", text)
-    later = re.search(r"Later runs reuse them and take about (\d+) (s|minutes?)", text)
+    build = re.search(r"builds the task's tiny models and data: about (\d+) (s|minutes?) on 2 idle cores of an? ([^.]+)\.",
+                      text)  # fmt: skip
+    later = re.search(r"Later runs reuse them and take about (\d+) (s|minutes?) there", text)
     assert build and later, "the tutorial no longer says how long the first build and a later run take"
-    assert_about(seconds(*build.groups()), measured("build_times.json")["seconds"]["llm_merging"], "first build")
+    assert_about(seconds(*build.groups()[:2]), measured("build_times.json")["seconds"]["llm_merging"], "first build")
+    assert build.group(3) == machine(measured("build_times.json")) == machine(measured("overhead.json")["default"])
     assert_about(seconds(*later.groups()), measured("overhead.json")["default"]["rows"]["run"]["wall_s"]["median"],
                  "a later default run")  # fmt: skip
     # the score it quotes is the baseline's on the path the libraries pick, on the machine it names
