@@ -32,6 +32,9 @@ def write() -> None:
     counts = state.get("counts")
     if not counts or state.get("pid") != os.getpid():
         return
+    # Taken whole and replaced in one step: a sample that lands while they are written (the timer is
+    # still on before a fork) goes to the new counts instead of changing these mid-iteration.
+    state["counts"] = collections.Counter()
     try:
         os.makedirs(OUT, exist_ok=True)
         with open(os.path.join(OUT, f"{os.getpid()}-{time.time_ns()}.txt"), "w") as out:
@@ -39,7 +42,6 @@ def write() -> None:
             out.write(f"forked\t{state['forked']}\n")
             for stack, n in counts.items():
                 out.write(f"{n}\t{';'.join(stack)}\n")
-        counts.clear()
     except OSError:  # a sandbox, where OUT is not writable: its processes go uncounted
         pass
 
