@@ -13,7 +13,10 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import socket
+import struct
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -386,6 +389,33 @@ def test_headers_that_pick_another_account_to_bill_are_not_forwarded():
         post(proxy, "chat", json.dumps(BASE["chat"]).encode(), picked)
     sent = [headers for _, headers, _ in up.requests]
     assert len(sent) == 2 and not [k for headers in sent for k in picked if k in headers]
+
+
+# ---- an agent that hangs up --------------------------------------------------------------------------------
+def hang_up(proxy: MeteringProxy) -> None:
+    """Half a request, then a reset (no lingering: the peer reads ECONNRESET), as an agent that
+    drops its connections does."""
+    host, port = urlsplit(proxy.url).netloc.split(":")
+    with socket.create_connection((host, int(port))) as connection:
+        connection.sendall(b"POST /anthropic/v1/messages HTTP/1.1\r\nHost: proxy\r\n")
+        time.sleep(0.05)  # the proxy's handler reads it and waits for the rest
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+def test_an_agent_that_hangs_up_on_the_proxy_writes_nothing_to_the_run_s_log_and_its_next_call_is_charged(capfd):
+    """What the harness prints on standard error goes to the run's log file: a traceback for every
+    connection an agent resets would let it fill the log as it likes."""
+    calls: list[Call] = []
+    with RawUpstream([anthropic_whole({"input_tokens": 10, "output_tokens": 5})]) as up:
+        with proxy_for(up.url, up.url + "/v1", calls) as proxy:
+            for _ in range(5):
+                hang_up(proxy)
+            status, _ = post(proxy, "anthropic", json.dumps(BASE["anthropic"]).encode())
+            time.sleep(0.2)  # the handlers of the connections reset have ended
+    assert status == 200 and [(c.usage.input_tokens, c.usage.output_tokens) for c in calls] == [(10, 5)]
+    assert calls[0].usd > 0
+    printed = capfd.readouterr().err
+    assert "Traceback" not in printed and "ConnectionResetError" not in printed, printed
 
 
 # ---- the recording of a call: no reply an upstream sends can break it --------------------------------------

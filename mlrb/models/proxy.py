@@ -73,6 +73,7 @@ import os
 import shutil
 import socket
 import socketserver
+import sys
 import tempfile
 import threading
 import time
@@ -425,6 +426,25 @@ class UpstreamConnections:
             connection.close()
 
 
+class QuietWhenClientsHangUp:
+    """A server mixin: a client that hangs up (an SDK's timeout, or an agent resetting its connections
+    on purpose) ends its own connection and nothing more. socketserver would print each one's
+    traceback to standard error, which a run sends to its log file: as many as the agent likes."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):  # reset, broken pipe, aborted
+            return
+        super().handle_error(request, client_address)  # type: ignore[misc]
+
+
+class ProxyServer(QuietWhenClientsHangUp, ThreadingHTTPServer):
+    pass
+
+
+class ProxyUnixServer(QuietWhenClientsHangUp, socketserver.ThreadingUnixStreamServer):
+    pass
+
+
 class MeteringProxy:
     """The proxy, serving on 127.0.0.1 (a free port unless given) in threads of this process."""
 
@@ -457,12 +477,12 @@ class MeteringProxy:
         self.flights = threading.Condition()  # guards `in_flight` and each one's flags; notified as one settles
         self.ended = False  # the run has ended (`settle_open`): no call goes upstream any more
         handler = self.handler_class()
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.server = ProxyServer(("127.0.0.1", port), handler)
         self.servers: list[socketserver.BaseServer] = [self.server]
         self.socket_dir: Path | None = None
         if unix_socket:  # in a folder only this user can list; the socket itself any sandbox user may use
             self.socket_dir = Path(tempfile.mkdtemp(prefix="mlrb-proxy-"))
-            self.servers.append(socketserver.ThreadingUnixStreamServer(str(self.socket_dir / "model.sock"), handler))
+            self.servers.append(ProxyUnixServer(str(self.socket_dir / "model.sock"), handler))
             os.chmod(self.socket_dir / "model.sock", 0o666)
         for server in self.servers:
             server.daemon_threads = True  # type: ignore[attr-defined]
