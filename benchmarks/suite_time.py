@@ -215,6 +215,44 @@ def measure(kind: str) -> dict:
             "cpu_by_process": accounting.kinds()}  # fmt: skip
 
 
+# The services .ci/run starts where they are down, and how to ask each whether it answers. Started by
+# .ci/run, they run inside its measurement, so what they do for the tests (SLURM's jobs, PostgreSQL's
+# backends, the Docker engine's image builds) counts in its CPU; found running, it does not.
+SERVICES = {
+    "Docker": ["docker", "info"],
+    "PostgreSQL": ["pg_isready", "--quiet"],
+    "SLURM": ["scontrol", "ping"],
+}
+
+
+def services_up() -> dict[str, bool]:
+    """Which of SERVICES answer now."""
+    up = {}
+    for name, command in SERVICES.items():
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+            up[name] = done.returncode == 0 and "DOWN" not in done.stdout  # scontrol ping: "... is UP" or "DOWN"
+        except (OSError, subprocess.TimeoutExpired):
+            up[name] = False
+    return up
+
+
+def services_sentence(up: dict[str, bool] | None) -> str:
+    """What a ci-cold entry's CPU holds of the services' work, as the page says it."""
+    if up is None:
+        return " Which services were running as it started was not recorded."
+    started = ", ".join(name for name, running in up.items() if not running)
+    running = ", ".join(name for name, running in up.items() if running)
+    said = (
+        f" Down as it started, so started by .ci/run and their work for the tests counted: {started}."
+        if started
+        else ""
+    )
+    if running:
+        said += f" Running as it started, so their work for the tests not counted: {running}."
+    return said
+
+
 def measure_ci() -> dict:
     """Run `.ci/run` in a fresh clone of the committed HEAD, with the tests' asset cache emptied, and
     return its wall time, exit status and the two pytest runs' figures."""
@@ -231,6 +269,7 @@ def measure_ci() -> dict:
         shutil.rmtree(test_cache(), ignore_errors=True)
         env = {**os.environ, "MLRB_SUITE_TIMES": str(times)}
         env.pop("VIRTUAL_ENV", None)  # the clone installs and uses its own .venv
+        up = services_up()
         started = time.monotonic()
         code, cpu_s = run_counted(["bash", ".ci/run"], clone, env)  # its output goes to this terminal
         ci_s = time.monotonic() - started
@@ -255,6 +294,7 @@ def measure_ci() -> dict:
         "clone": "a git clone of the committed HEAD: uncommitted changes are not measured",
         # install, services, the sandbox image, lint, type checks and the docs site (and pytest's own start-up)
         "before_tests_s": round(ci_s - sessions, 1),
+        "services_up_at_start": up,
         **runs,
     }
 
@@ -372,7 +412,7 @@ def suite_time_section(bench_dir: Path) -> str:
                 session += f", {entry['ci_cpu_s'] / 60:.1f} CPU min (target {CI_CPU_TARGET_MIN})"
             places.append(f"ci-cold: {where(entry.get('measured'))} It ran a fresh clone of commit "
                           f"{entry['commit'][:7]}: the committed HEAD, so uncommitted changes were not measured."
-                          + speed_sentence(entry))  # fmt: skip
+                          + services_sentence(entry.get("services_up_at_start")) + speed_sentence(entry))  # fmt: skip
         else:
             tiers, workers = tiers_text(entry), workers_text(entry)
             session = f"{entry['session_s'] / 60:.1f} min{exited(entry, 'pytest')}"

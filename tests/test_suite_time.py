@@ -122,6 +122,20 @@ def test_ci_cold_runs_ci_in_a_clone_of_the_committed_head_with_the_asset_cache_e
     assert entry["before_tests_s"] == pytest.approx(entry["ci_s"] - 50, abs=0.2)
     # the whole of .ci/run's CPU, where this machine has a cpuacct cgroup for it (as root, as CI has)
     assert (entry["ci_cpu_s"] is None) == (suite_time.cpu_cgroup() is None) or entry["ci_cpu_s"] >= 0
+    # and which services were up as it started: those it starts run inside its measurement
+    assert set(entry["services_up_at_start"]) == {"Docker", "PostgreSQL", "SLURM"}
+
+
+def test_a_ci_cold_entry_says_which_services_its_cpu_counts(monkeypatch):
+    """.ci/run starts the services that are down, inside the measurement: their work for the tests
+    (SLURM's jobs, PostgreSQL's backends) then counts in its CPU, and two entries compare only when
+    they started alike."""
+    monkeypatch.setattr(suite_time, "SERVICES", {"up": ["true"], "down": ["false"], "missing": ["no-such-program-x"]})
+    assert suite_time.services_up() == {"up": True, "down": False, "missing": False}
+    said = suite_time.services_sentence({"Docker": False, "PostgreSQL": False, "SLURM": True})
+    assert said == (" Down as it started, so started by .ci/run and their work for the tests counted: Docker, "
+                    "PostgreSQL. Running as it started, so their work for the tests not counted: SLURM.")  # fmt: skip
+    assert suite_time.services_sentence(None) == " Which services were running as it started was not recorded."
 
 
 def test_a_run_s_cpu_counts_every_process_it_started_and_each_file_s_tests_add_up(tmp_path):
