@@ -216,14 +216,16 @@ def main(argv: list[str]) -> int:
     """`python -m benchmarks.process_cpu [--top N] -- COMMAND...`: run COMMAND, then print its CPU by
     kind of process and, under each kind, the command lines that used the most. Counts every process
     that ends on the machine meanwhile: run it with nothing else running."""
-    top = 10
-    if argv[:1] == ["--top"]:
-        top, argv = int(argv[1]), argv[2:]
-    if argv[:1] != ["--"] or len(argv) < 2:
-        print("usage: python -m benchmarks.process_cpu [--top N] -- COMMAND...", file=sys.stderr)
-        return 2
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.process_cpu", usage="%(prog)s [--top N] -- COMMAND...")
+    parser.add_argument("--top", type=int, default=10, help="command lines shown per kind (default 10)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
+    args = parser.parse_args(argv)
+    if args.command[:1] != ["--"] or len(args.command) < 2:
+        parser.error("give the command to run after --")
     with ProcessCpu() as accounting:
-        status = subprocess.run(argv[1:]).returncode
+        status = subprocess.run(args.command[1:]).returncode
     kinds = accounting.kinds()
     if kinds is None:
         print(f"nothing counted: {accounting.why}", file=sys.stderr)
@@ -232,7 +234,7 @@ def main(argv: list[str]) -> int:
         if not total["processes"]:
             continue
         print(f"\n{total['cpu_s']:8.1f} CPU s  {total['processes']:5d} processes  {kind}")
-        for cpu_s, count, line in accounting.commands(kind, top):
+        for cpu_s, count, line in accounting.commands(kind, args.top):
             print(f"    {cpu_s:8.1f} {count:5d}  {line}")
     return status
 

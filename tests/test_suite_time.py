@@ -244,3 +244,14 @@ def test_a_kind_s_costliest_command_lines_are_counted_together_with_their_tempor
         (1.0, 1, f"{python} -m mlrb task=llm_merging"),
     ]
     assert (0.8, 2, f"{python} -m mlrb.sync /tmp/…") in accounting.commands(by.COMMANDS)
+
+
+@pytest.mark.parametrize("argv", [["--top", "x", "--", "true"], ["true"], ["--"]])
+def test_process_cpu_refuses_a_bad_command_line_in_one_message_before_it_counts_anything(argv, capsys):
+    from benchmarks import process_cpu
+
+    with pytest.raises(SystemExit) as exited:
+        process_cpu.main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m benchmarks.process_cpu [--top N] -- COMMAND...") and "Traceback" not in err
