@@ -178,6 +178,39 @@ def test_a_run_recorded_through_the_process_has_its_params_and_a_trace_ended_by_
     assert span.status.description == "APIConnectionError: connection refused"
 
 
+EXPORT_AFTER_IMPORTS = """
+import sys, time
+import mlflow
+from mlflow.tracking import MlflowClient
+from mlrb.store import tracing
+tracing.import_exporter()
+uri = sys.argv[1]
+client = MlflowClient(uri)
+experiment = client.create_experiment("e")
+run = client.create_run(experiment)
+before = set(sys.modules)
+now = time.time_ns()
+span = dict(span_type="AGENT", inputs={}, outputs={}, attributes={}, status="OK", status_description=None, events=[])
+spans = [dict(span, name="tool", span_id="b", parent_id="a", start_time_ns=now + 1, end_time_ns=now + 2),
+         dict(span, name="step 1", span_id="a", parent_id=None, start_time_ns=now, end_time_ns=now + 3)]
+tracing.export_trace(uri, experiment, run.info.run_id, {"step": 1, "session": "s", "spans": spans})
+assert len(client.search_traces(locations=[experiment])) == 1
+print(sorted(set(sys.modules) - before))
+"""
+
+
+@pytest.mark.integration
+def test_what_a_first_trace_export_would_import_a_recording_process_imports_ahead(tmp_path):
+    # MLflow imports its tracer, all of mlflow.pyfunc and GitPython (which runs `git version`) on a
+    # process's first trace export; recording processes import them ahead with their lasting imports
+    # (`tracing.import_exporter`). A newer MLflow that imports something else there shows up here.
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = subprocess.run([sys.executable, "-c", EXPORT_AFTER_IMPORTS, uri], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
 @pytest.mark.fast
 def test_the_process_s_warnings_reach_the_harness_s_log_and_a_request_it_cannot_read_fails_alone(tmp_path, caplog):
     store = tmp_path / "mlruns"

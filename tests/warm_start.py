@@ -297,6 +297,7 @@ def serve(control_fd: int, listener_fd: int, program: str) -> None:
     with lasting_imports():
         for name in PRELOAD:
             importlib.import_module(name)
+        importlib.import_module("mlrb.store.tracing").import_exporter()  # as a recording process does
         # Each command's first step (mlrb.cli.main): Hydra's plugin discovery and the schema made a
         # structured config, 20 ms a command, the same in every fork.
         importlib.import_module("mlrb.core.config").register_schema()

@@ -443,9 +443,11 @@ def main(argv: list[str]) -> None:
 
         from mlrb.store import (  # noqa: F401
             record,
-            tracing,  # noqa: F401
+            tracing,
             tracking,
         )
+
+        tracing.import_exporter()  # a run exports a trace as each of its steps ends
 
     serve(receiving, sending)
     sys.stdout.flush()

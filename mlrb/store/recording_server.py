@@ -100,9 +100,11 @@ def start(recording_main: Callable[[list[str]], None]) -> Server | None:
 
         from mlrb.store import (  # noqa: F401
             record,
-            tracing,  # noqa: F401
+            tracing,
             tracking,
         )
+
+        tracing.import_exporter()
 
     if threading.active_count() > 1:
         return None

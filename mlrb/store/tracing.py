@@ -153,6 +153,34 @@ def described(error: BaseException) -> tuple[str, str, str]:
     return type(error).__name__, str(error), stack
 
 
+# What MLflow imports on a process's first trace export, not before: its tracer and exporter, the
+# prediction context it reads each trace's model from (all of mlflow.pyfunc) and GitPython, for
+# the trace's git metadata (importing it runs `git version`). About 0.1 CPU s, and as much again
+# in collections over what the imports make, in every recording process; imported in advance
+# (`import_exporter`) where the process's lasting imports are made, or in a warm parent a
+# recording process is forked from, once.
+EXPORTER_IMPORTS = (
+    "mlflow.tracing.provider",
+    "mlflow.tracing.processor.mlflow_v3",
+    "mlflow.tracing.processor.otel",
+    "mlflow.tracing.export.mlflow_v3",
+    "mlflow.pyfunc.context",
+    "git",
+)
+
+
+def import_exporter() -> None:
+    """Import what a first `export_trace` would (EXPORTER_IMPORTS); one MLflow goes without is
+    left to it."""
+    import importlib
+
+    for name in EXPORTER_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # MLflow goes on without it (git metadata, the prediction context), as it would then
+
+
 def export_trace(tracking_uri: str, experiment_id: str, run_id: str, trace: dict[str, Any]) -> None:
     """Write one step's trace into the store, with its spans' own times: the run's link, the
     session, the step's tag, and each span's inputs, outputs, attributes, status and events."""
