@@ -170,8 +170,8 @@ EXPORTER_IMPORTS = (
 
 
 def import_exporter() -> None:
-    """Import what a first `export_trace` would (EXPORTER_IMPORTS); one MLflow goes without is
-    left to it."""
+    """Import what a first `export_trace` would (EXPORTER_IMPORTS). One that cannot be imported
+    is left out, as MLflow leaves it out."""
     import importlib
 
     for name in EXPORTER_IMPORTS:
