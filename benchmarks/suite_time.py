@@ -241,13 +241,11 @@ def services_sentence(up: dict[str, bool] | None) -> str:
     """What a ci-cold entry's CPU holds of the services' work, as the page says it."""
     if up is None:
         return " Which services were running as it started was not recorded."
-    started = ", ".join(name for name, running in up.items() if not running)
-    running = ", ".join(name for name, running in up.items() if running)
-    said = (
-        f" Down as it started, so started by .ci/run and their work for the tests counted: {started}."
-        if started
-        else ""
-    )
+    down = ", ".join(name for name, answered in up.items() if not answered)
+    running = ", ".join(name for name, answered in up.items() if answered)
+    said = ""
+    if down:
+        said += f" Down as it started, so started by .ci/run and their work for the tests counted: {down}."
     if running:
         said += f" Running as it started, so their work for the tests not counted: {running}."
     return said
