@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 
 from benchmarks import results as results_page
+from benchmarks.machine_spread import cpu_flags
 from benchmarks.process_cpu import KINDS, ProcessCpu
 from benchmarks.results import Section, commands, load, table, where
 
@@ -72,6 +73,9 @@ COLD = {"default-cold", "ci-cold"}  # the kinds that empty the tests' asset cach
 # The CPU minutes the whole of .ci/run may take from an empty cache, so that it fits its 60 minutes
 # (of CI's 90) on a 2-core machine 2.7 times slower per test than the one that measured it.
 CI_CPU_TARGET_MIN = 30
+# Where suite_time.json keeps the kinds measured on a slower machine than the others (`--slower`):
+# what the same runs take where each test needs more CPU, beside the figures they are compared with.
+SLOWER_MACHINE = "slower_machine"
 # The two pytest runs of .ci/run, as the files conftest writes to the MLRB_SUITE_TIMES folder.
 CI_RUNS = {"default": "not-system.json", "system": "system.json"}
 # The entries measured when plain `pytest` ran every tier in one session, with their targets then.
@@ -117,7 +121,7 @@ def split(data: dict) -> tuple[dict, dict]:
     `cold`, `warm` and `fast` without a `selection`, wherever they are kept)."""
     now, before = {}, dict(data.get("before_split", {}))
     for key, entry in data.items():
-        if key == "before_split":
+        if key in ("before_split", SLOWER_MACHINE):
             continue
         if key in BEFORE_SPLIT_TARGETS_MIN and "selection" not in entry:
             before[key] = entry
@@ -126,12 +130,20 @@ def split(data: dict) -> tuple[dict, dict]:
     return now, before
 
 
-def record(out: Path, kind: str, figures: dict) -> None:
+def record(out: Path, kind: str, figures: dict, slower: bool = False) -> None:
     """Write FIGURES as KIND's entry of OUT, keeping the others (the entries from before the split
-    unchanged, under `before_split`: the new `fast` would take the old one's place)."""
-    now, before = split(json.loads(out.read_text()) if out.exists() else {})
-    now[kind] = figures
-    out.write_text(json.dumps({**now, "before_split": before} if before else now, indent=2) + "\n")
+    unchanged, under `before_split`: the new `fast` would take the old one's place). SLOWER: as
+    KIND's entry of a slower machine (under SLOWER_MACHINE), beside this machine's."""
+    data = json.loads(out.read_text()) if out.exists() else {}
+    now, before = split(data)
+    slower_entries = dict(data.get(SLOWER_MACHINE, {}))
+    (slower_entries if slower else now)[kind] = figures
+    written = {
+        **now,
+        **({"before_split": before} if before else {}),
+        **({SLOWER_MACHINE: slower_entries} if slower_entries else {}),
+    }
+    out.write_text(json.dumps(written, indent=2) + "\n")
 
 
 def test_cache() -> Path:
@@ -367,13 +379,16 @@ def main() -> None:
     )
     parser.add_argument("kind", choices=list(TARGETS_MIN), help="default, default-cold, system, fast or ci-cold")
     parser.add_argument("--out", type=Path, default=None, help="record the figures under KIND in this JSON")
+    parser.add_argument("--slower", action="store_true",
+                        help=f"record them as a slower machine's (under {SLOWER_MACHINE!r}), beside this KIND's own")  # fmt: skip
     args = parser.parse_args()
     measured = results_page.provenance(sources=SECTION.sources)  # as it starts: the load average is the start's
     speed_before = speed_probe()
     figures = {**(measure_ci() if args.kind == "ci-cold" else measure(args.kind)), "measured": measured}
     figures["speed_probe_cpu_s"] = {"before": speed_before, "after": speed_probe(), "code": SPEED_PROBE}
+    figures["avx512"] = "avx512f" in cpu_flags()  # torch's kernels, and so the builds' and scorers' CPU, depend on it
     if args.out:  # recorded first: an hour's measurement must not be lost to a printing error
-        record(args.out, args.kind, figures)
+        record(args.out, args.kind, figures, slower=args.slower)
     summary(args.kind, figures)
     if args.out:
         print(results_page.update(args.out))
@@ -393,28 +408,8 @@ def suite_time_section(bench_dir: Path) -> str:
         if not entry:
             rows.append([kind, WHAT_RUNS[kind], "not measured", "-", target_cell, "-"])
             continue
-        if kind == "ci-cold":
-            runs = [(run, entry.get(run)) for run in CI_RUNS]
-            tiers = (
-                f"before the tests {entry['before_tests_s'] / 60:.1f} min (install, services, lint, docs); "
-                + "; ".join(
-                    f"{run} {figures['session_s'] / 60:.1f} min{exited(figures, 'pytest')}: {tiers_text(figures)}"
-                    if figures
-                    else f"{run}: no figures"
-                    for run, figures in runs
-                )
-            )
-            workers = next((workers_text(figures) for _, figures in runs if figures), "-")
-            session = f"{entry['ci_s'] / 60:.1f} min{exited(entry, '.ci/run')}"
-            if entry.get("ci_cpu_s") is not None:
-                session += f", {entry['ci_cpu_s'] / 60:.1f} CPU min (target {CI_CPU_TARGET_MIN})"
-            places.append(f"ci-cold: {where(entry.get('measured'))} It ran a fresh clone of commit "
-                          f"{entry['commit'][:7]}: the committed HEAD, so uncommitted changes were not measured."
-                          + services_sentence(entry.get("services_up_at_start")) + speed_sentence(entry))  # fmt: skip
-        else:
-            tiers, workers = tiers_text(entry), workers_text(entry)
-            session = f"{entry['session_s'] / 60:.1f} min{exited(entry, 'pytest')}"
-            places.append(f"{kind}: {where(entry.get('measured'))}{speed_sentence(entry)}")
+        session, workers, tiers = cells(kind, entry)
+        places.append(f"{kind}: {place(kind, entry)}")
         rows.append([kind, WHAT_RUNS[kind], session, workers, target_cell, tiers])
     return "\n\n".join(
         part
@@ -440,12 +435,70 @@ def suite_time_section(bench_dir: Path) -> str:
                 ["run", "what runs", "time", "tests ran in", "target", "tiers (summed test time, over all processes)"],
                 rows,
             ),
+            slower_machine_part(data),
             before_split_table(before, BEFORE_SPLIT_TARGETS_MIN),
             costliest_table(now, before),
             process_table(now),
             floor_table(data),
         ]
         if part
+    )
+
+
+def cells(kind: str, entry: dict) -> tuple[str, str, str]:
+    """A measured entry's cells of the table: its time (and CPU), its test processes, its tiers."""
+    if kind != "ci-cold":
+        return f"{entry['session_s'] / 60:.1f} min{exited(entry, 'pytest')}", workers_text(entry), tiers_text(entry)
+    runs = [(run, entry.get(run)) for run in CI_RUNS]
+    tiers = f"before the tests {entry['before_tests_s'] / 60:.1f} min (install, services, lint, docs); " + "; ".join(
+        f"{run} {figures['session_s'] / 60:.1f} min{exited(figures, 'pytest')}: {tiers_text(figures)}"
+        if figures
+        else f"{run}: no figures"
+        for run, figures in runs
+    )
+    workers = next((workers_text(figures) for _, figures in runs if figures), "-")
+    session = f"{entry['ci_s'] / 60:.1f} min{exited(entry, '.ci/run')}"
+    if entry.get("ci_cpu_s") is not None:
+        session += f", {entry['ci_cpu_s'] / 60:.1f} CPU min (target {CI_CPU_TARGET_MIN})"
+    return session, workers, tiers
+
+
+def place(kind: str, entry: dict) -> str:
+    """Where and how an entry was measured, as the page says it."""
+    said = where(entry.get("measured"))
+    if "avx512" in entry:  # recorded since the slower machine's: one without it
+        said += " Its CPU has AVX-512." if entry["avx512"] else " Its CPU has no AVX-512."
+    if kind == "ci-cold":
+        said += (f" It ran a fresh clone of commit {entry['commit'][:7]}: the committed HEAD, so uncommitted "
+                 "changes were not measured." + services_sentence(entry.get("services_up_at_start")))  # fmt: skip
+    return said + speed_sentence(entry)
+
+
+def cpu_s(kind: str, entry: dict) -> float | None:
+    """An entry's CPU seconds in all: the whole of .ci/run's, or its pytest run's (builds ahead included)."""
+    return entry.get("ci_cpu_s") if kind == "ci-cold" else entry.get("run_cpu_s")
+
+
+def slower_machine_part(data: dict) -> str:
+    """The kinds measured on a slower machine (`--slower`), each beside the same kind measured here."""
+    entries = data.get(SLOWER_MACHINE) or {}
+    if not entries:
+        return ""
+    now, _ = split(data)
+    rows, places = [], []
+    for kind, entry in entries.items():
+        session, workers, tiers = cells(kind, entry)
+        mine, theirs = cpu_s(kind, entry), cpu_s(kind, now.get(kind) or {})
+        ratio = f"{mine / theirs:.1f} times" if mine and theirs else "-"
+        rows.append([kind, WHAT_RUNS[kind], session, ratio, workers, tiers])
+        places.append(f"{kind}, on the slower machine: {place(kind, entry)}")
+    return (
+        "The same runs on a slower machine, whose tests need more CPU each (its own kernels and clock; the builds' "
+        "and scorers' torch most of all), measured with `--slower`: its CPU in all, against the same run's in the "
+        "table above. "
+        + " ".join(places)
+        + "\n\n"
+        + table(["run", "what runs", "time", "CPU, against the table above's", "tests ran in", "tiers"], rows)
     )
 
 

@@ -94,6 +94,17 @@ def test_the_readme_s_test_times_are_the_measured_ones():
     cold = times["ci-cold"]["default"]["tiers"].values()
     assert_about(seconds(first.group(1), "min"), sum(t["cpu_s"] for t in cold), "the tests' CPU, the first time")
     assert cpu.group(2) == machine(default), "the README names another machine than the one that measured"
+    # what a slower machine took: the same .ci/run measured there (benchmarks/suite_time.py --slower)
+    slower = re.search(r"On a slower machine, an? ([^,]+?) without AVX-512 that needed (\d+\.\d) times that CPU, the same "
+                       r"took about (\d+) minutes, and the second line about (\d+) minutes the first time", text)  # fmt: skip
+    assert slower, "the README no longer says what a slower machine takes"
+    there = times["slower_machine"]["ci-cold"]
+    assert slower.group(1) == machine(there) and there["avx512"] is False
+    assert abs(float(slower.group(2)) - there["ci_cpu_s"] / times["ci-cold"]["ci_cpu_s"]) < 0.05 + 1e-9
+    assert_about(seconds(slower.group(3), "min"), there["ci_s"], "the whole of .ci/run on the slower machine")
+    assert_about(
+        seconds(slower.group(4), "min"), there["default"]["session_s"], "the default run on the slower machine"
+    )
 
 
 def test_the_tutorial_s_times_scores_and_cost_are_the_measured_and_configured_ones():

@@ -91,6 +91,32 @@ def test_new_kinds_are_recorded_beside_the_entries_from_before_the_split(tmp_pat
     assert kept["cpu_min"] == 7.0 and kept["groups"]["Docker"] == 60.0
 
 
+def test_a_slower_machine_s_run_is_kept_beside_this_machine_s_and_compared_with_it(tmp_path):
+    folder = tmp_path / "benchmarks"
+    folder.mkdir()
+    for path in BENCH.glob("*.json"):
+        shutil.copy(path, folder)
+    out = folder / "suite_time.json"
+    here = json.loads(out.read_text())
+    slower = {**here["ci-cold"], "ci_s": 3600.0, "ci_cpu_s": here["ci-cold"]["ci_cpu_s"] * 2.5, "commit": "fedcba9876",
+              "avx512": False}  # fmt: skip
+    suite_time.record(out, "ci-cold", slower, slower=True)
+    suite_time.record(out, "fast", figures("fast", {}))  # a later run here keeps it
+    written = json.loads(out.read_text())
+    assert written["ci-cold"] == here["ci-cold"]  # this machine's own, unchanged
+    assert written[suite_time.SLOWER_MACHINE] == {"ci-cold": slower}
+    assert suite_time.SLOWER_MACHINE not in suite_time.split(written)[0]  # not a kind of this machine's
+
+    page = results.render(folder, "suite")
+    cpu_min = slower["ci_cpu_s"] / 60
+    assert (
+        f"| ci-cold | `bash .ci/run` in a fresh clone, asset cache emptied | 60.0 min, {cpu_min:.1f} CPU min (target 30) "
+        "| 2.5 times | 3 processes | before the tests"
+    ) in page
+    assert "ci-cold, on the slower machine: Commit:" in page and "It ran a fresh clone of commit fedcba9" in page
+    assert "Its CPU has no AVX-512. It ran a fresh clone" in page
+
+
 def test_ci_cold_runs_ci_in_a_clone_of_the_committed_head_with_the_asset_cache_emptied(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
     (repo / ".ci").mkdir(parents=True)
