@@ -36,6 +36,11 @@ loop's CPU seconds before and after: the same tests' CPU minutes move with it). 
 and the figures mean less (a skip is recorded). With `--out` benchmarks/suite_time.json,
 benchmarks/RESULTS.md is written again.
 
+`--slower` records the figures as a slower machine's, under `slower_machine`, beside this
+machine's own entry of the kind (which stays); the results page says how many times that entry's
+CPU it took. Every entry records whether its CPU has AVX-512: without it torch's kernels slow
+the builds and scorers most.
+
 The entries `cold`, `warm` and `fast` measured before the split, when plain `pytest` ran every
 tier in one session, are kept: the first new entry recorded moves them, unchanged, under
 `before_split`.
