@@ -471,7 +471,7 @@ def cells(kind: str, entry: dict) -> tuple[str, str, str]:
 def place(kind: str, entry: dict) -> str:
     """Where and how an entry was measured, as the page says it."""
     said = where(entry.get("measured"))
-    if "avx512" in entry:  # recorded since the slower machine's: one without it
+    if "avx512" in entry:  # (entries recorded before the field have none)
         said += " Its CPU has AVX-512." if entry["avx512"] else " Its CPU has no AVX-512."
     if kind == "ci-cold":
         said += (f" It ran a fresh clone of commit {entry['commit'][:7]}: the committed HEAD, so uncommitted "
