@@ -41,12 +41,18 @@ def figures(selection: str, tests_cpu_s: dict[str, float]) -> dict:
     }
 
 
-def test_new_kinds_are_recorded_beside_the_entries_from_before_the_split(tmp_path):
+def copied_benchmarks(tmp_path: Path) -> Path:
+    """A copy of the benchmarks' JSON files, as the results page reads them; its suite_time.json."""
     folder = tmp_path / "benchmarks"
     folder.mkdir()
     for path in BENCH.glob("*.json"):
         shutil.copy(path, folder)
-    out = folder / "suite_time.json"
+    return folder / "suite_time.json"
+
+
+def test_new_kinds_are_recorded_beside_the_entries_from_before_the_split(tmp_path):
+    out = copied_benchmarks(tmp_path)
+    folder = out.parent
     old = json.loads(out.read_text())
     _, old_before = suite_time.split(old)
 
@@ -92,11 +98,7 @@ def test_new_kinds_are_recorded_beside_the_entries_from_before_the_split(tmp_pat
 
 
 def test_a_slower_machine_s_run_is_kept_beside_this_machine_s_and_compared_with_it(tmp_path):
-    folder = tmp_path / "benchmarks"
-    folder.mkdir()
-    for path in BENCH.glob("*.json"):
-        shutil.copy(path, folder)
-    out = folder / "suite_time.json"
+    out = copied_benchmarks(tmp_path)
     here = json.loads(out.read_text())
     slower = {**here["ci-cold"], "ci_s": 3600.0, "ci_cpu_s": here["ci-cold"]["ci_cpu_s"] * 2.5, "commit": "fedcba9876",
               "avx512": False}  # fmt: skip
@@ -107,7 +109,7 @@ def test_a_slower_machine_s_run_is_kept_beside_this_machine_s_and_compared_with_
     assert written[suite_time.SLOWER_MACHINE] == {**here.get(suite_time.SLOWER_MACHINE, {}), "ci-cold": slower}
     assert suite_time.SLOWER_MACHINE not in suite_time.split(written)[0]  # not a kind of this machine's
 
-    page = results.render(folder, "suite")
+    page = results.render(out.parent, "suite")
     cpu_min = slower["ci_cpu_s"] / 60
     assert (
         f"| ci-cold | `bash .ci/run` in a fresh clone, asset cache emptied | 60.0 min, {cpu_min:.1f} CPU min (target 30) "
