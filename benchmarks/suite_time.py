@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks.suite_time default-cold [--out benchmarks/suite_time.json]
     .venv/bin/python -m benchmarks.suite_time system [--out benchmarks/suite_time.json]
     .venv/bin/python -m benchmarks.suite_time fast [--out benchmarks/suite_time.json]
-    .venv/bin/python -m benchmarks.suite_time ci-cold [--out benchmarks/suite_time.json]
+    .venv/bin/python -m benchmarks.suite_time ci-cold [--out benchmarks/suite_time.json] [--slower]
 
 Plain `pytest` runs the fast and integration tiers; the system tier runs with `-m system`;
 `.ci/run` runs both, one after the other. The kinds:
