@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks.calibration --seeds 5 --out benchmarks/calibration.json [--tasks a,b]
     .venv/bin/python -m benchmarks.calibration --vary assets --seeds 5 --out benchmarks/calibration_assets.json
     .venv/bin/python -m benchmarks.calibration --carry --out benchmarks/calibration.json [--tasks a,b]
+    .venv/bin/python -m benchmarks.calibration --another-machine --seeds 5 --out benchmarks/calibration.json --tasks a,b
 
 Three anchors per task, scored exactly as a run's normalisation scores them
 (`hidden/calibration.json`):
@@ -34,7 +35,10 @@ is, taking the recorded calibration when seed 0 of each anchor scores as recorde
 anchor does, its entry records the check, with the code's digests, under "carried"; a task that
 scores otherwise, or whose assets' settings changed, keeps its entry and is named, to be measured
 again. Figures depend on the machine's floating-point kernels,
-so compare only runs on one kind of machine. Each task's entry also records where and
+so compare only runs on one kind of machine. `--another-machine` measures as the default does on
+another kind of machine, and keeps it beside the task's entry (under "other_machines", one per CPU):
+a tiny build there takes it, as it takes the main one here, when its seed 0 scores alike; the tables
+stay the main machine's. Each task's entry also records where and
 how it was measured ("measured"); then benchmarks/RESULTS.md is written again when
 `--out` is one of its files (benchmarks/calibration.json or calibration_assets.json).
 """
@@ -240,6 +244,31 @@ def recorded_seed_zero(entry: dict, anchor: str) -> float | str | None:
     return recorded["values"][0] if recorded["values"] else None
 
 
+def with_other_machines_kept(entry: dict, measurement: dict) -> dict:
+    """A new measurement of the task on the main machine, keeping the entry's other machines'
+    records: a build checks them at seed 0 before it takes one, and their assets' key must match."""
+    kept = entry.get("other_machines")
+    return {**measurement, **({"other_machines": kept} if kept else {})}
+
+
+def with_other_machine(entry: dict, measurement: dict) -> dict | None:
+    """The task's entry with `measurement` (the default measurement, made on another kind of
+    machine) kept under "other_machines" in place of that CPU's earlier one; None where its seed 0
+    scores as the entry's own, which a build there takes already."""
+    from benchmarks.machine_spread import cpu_flags
+
+    if all(seed_zero(measurement["built"]["calibration"], a) == recorded_seed_zero(entry, a) for a in ANCHORS):
+        return None
+    record = {"built": measurement["built"], "measured": measurement["measured"], "avx512": "avx512f" in cpu_flags()}
+    others = [other for other in entry.get("other_machines", []) if machine_of(other) != machine_of(record)]
+    return {**entry, "other_machines": [*others, record]}
+
+
+def machine_of(record: dict) -> tuple:
+    """Which kind of machine an other machine's record is from: its CPU's name, and whether it has AVX-512."""
+    return record["measured"]["machine"]["cpu"], record.get("avx512")
+
+
 def one_value(score: float) -> dict:
     """An anchor every run scores alike (on one machine): measured once, SEM 0."""
     return {"mean": score, "sem": 0.0, "n": 1, "values": [score], "deterministic": True}
@@ -346,6 +375,9 @@ def main() -> None:
     parser.add_argument("--carry", action="store_true",
                         help="keep --out's figures for code that moved without changing what it computes: "
                              "each task built once, seed 0 of each anchor checked against them")  # fmt: skip
+    parser.add_argument("--another-machine", action="store_true",
+                        help="measure on another kind of machine than the entries' and keep it beside them, "
+                             "for builds on such machines to take")  # fmt: skip
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="try a design: change a value of each task's tiny scale (e.g. assets.num_layers=3, "
                              "baseline_command='python ...'); the output records what was set")  # fmt: skip
@@ -371,13 +403,32 @@ def main() -> None:
     if args.carry:
         carry(args, keys, results, measured, sources)
         return
+    if args.another_machine:
+        refuse_another_machine(args, keys, results)
     calibrate = calibrate_over_runs if args.vary == "runs" else calibrate_over_assets
     for key in keys:  # each task is written as soon as it is done, so a long run can be resumed
         result = calibrate(key, args.seeds, args.cache_dir.expanduser(), overrides)
-        results[key] = {**result, "measured": {**measured, "sources": sources[key]}}
+        measurement = {**result, "measured": {**measured, "sources": sources[key]}}
+        if not args.another_machine:
+            entry = with_other_machines_kept(results.get(key, {}), measurement)
+        elif (entry := with_other_machine(results[key], measurement)) is None:
+            print(f"  {key}: seed 0 of each anchor scores as the entry's own here; nothing to add", flush=True)
+            continue
+        results[key] = entry
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(table({k: results[k] for k in keys}))
     print(f"written to {results_page.update(args.out)}", file=sys.stderr)
+
+
+def refuse_another_machine(args: argparse.Namespace, keys: list[str], results: dict) -> None:
+    """`--another-machine` records the default measurement of tasks the file measured already."""
+    if args.vary != "runs" or args.set:
+        sys.exit("--another-machine records the runs' calibration of the shipped assets: give neither --vary "
+                 "assets nor --set")  # fmt: skip
+    missing = [key for key in keys if "built" not in results.get(key, {})]
+    if missing:
+        sys.exit(f"--another-machine: {args.out} has no build to set beside for {', '.join(missing)} "
+                 "(measure it first with --seeds 5 on the main machine; llm_merging's anchors take no seed)")  # fmt: skip
 
 
 def carry(args: argparse.Namespace, keys: list[str], results: dict, measured: dict, sources: dict) -> None:
@@ -452,7 +503,14 @@ def calibration_section(bench_dir: Path) -> str:
         table(assets),
         bars(assets),
         "### Where the anchors were measured",
-        provenance_table(calibration_rows(runs, "calibration.json") + calibration_rows(assets, "calibration_assets.json")),
+        "A tiny build takes the shipped seeds when its own seed 0 of each anchor scores to the last bit as "
+        "shipped. Another CPU's kernels can score otherwise, so a task may also ship the same measurement made "
+        "on another kind of machine (`--another-machine`); a build takes the first that its seed 0 reproduces. "
+        "The tables above are the main machine's.",
+        commands("-m benchmarks.calibration --another-machine --seeds 5 --out benchmarks/calibration.json "
+                 "--tasks KEY"),
+        provenance_table(calibration_rows(runs, "calibration.json") + other_machine_rows(runs)
+                         + calibration_rows(assets, "calibration_assets.json")),
     ])  # fmt: skip
 
 
@@ -517,6 +575,19 @@ def calibration_rows(results: dict, name: str) -> list[tuple[str, dict]]:
         return {**json.loads(group), **({"sources": sources[group]} if group in sources else {})}
 
     return [(f"`{name}`: {', '.join(keys)}", measurement(group)) for group, keys in groups.items()]
+
+
+def other_machine_rows(results: dict) -> list[tuple[str, dict]]:
+    """The provenance of the tasks' other machines' records, one row per measurement."""
+    by_machine: dict[tuple, dict] = {}
+    for key, result in results.items():
+        for record in result.get("other_machines", []):
+            by_machine.setdefault(machine_of(record), {})[key] = record
+    return [
+        (f"{label}: another machine, {'with' if avx512 else 'without'} AVX-512", measured)
+        for (_, avx512), records in by_machine.items()
+        for label, measured in calibration_rows(records, "calibration.json")
+    ]
 
 
 SECTION = Section(

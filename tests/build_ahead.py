@@ -154,8 +154,9 @@ def shipped_or_not(task, assets: Path) -> str:
         or "built" not in json.loads(SHIPPED.read_text()).get(task.name, {})
     ):
         return ""
-    if "shipped" in json.loads((assets / "hidden" / "calibration.json").read_text()):
-        return " (took the shipped calibration)"
+    shipped = json.loads((assets / "hidden" / "calibration.json").read_text()).get("shipped")
+    if shipped:
+        return f" (took the shipped calibration measured on {shipped.get('cpu') or 'an unnamed CPU'})"
     return " (measured every seed: the shipped calibration does not hold here; see docs/development.md)"
 
 

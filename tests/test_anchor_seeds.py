@@ -147,11 +147,18 @@ def test_a_submission_already_scored_is_not_scored_again(tmp_path):
     assert len(scored) == 7  # 3 baseline, 3 reference, 1 do_nothing
 
 
-def ship(path, task: Task, calibration: dict) -> None:
-    """Write `calibration` as the one mlrb ships for task's assets (benchmarks/calibration.py's shape)."""
-    built = {"key": record_key(asset_key(task)), "calibration": calibration}
-    measured = {"commit": "abc1234", "date": "2026-12-02 20:00 UTC", "machine": {"cpu": "Some CPU"}}
-    path.write_text(json.dumps({task.name: {"built": built, "measured": measured}}))
+def ship(path, task: Task, calibration: dict, elsewhere: dict | None = None) -> None:
+    """Write `calibration` as the one mlrb ships for task's assets (benchmarks/calibration.py's shape),
+    and `elsewhere` as another CPU's ("Other CPU")."""
+
+    def measurement(calibration: dict, cpu: str) -> dict:
+        measured = {"commit": "abc1234", "date": "2026-12-02 20:00 UTC", "machine": {"cpu": cpu}}
+        return {"built": {"key": record_key(asset_key(task)), "calibration": calibration}, "measured": measured}
+
+    entry = measurement(calibration, "Some CPU")
+    if elsewhere is not None:
+        entry["other_machines"] = [{**measurement(elsewhere, "Other CPU"), "avx512": False}]
+    path.write_text(json.dumps({task.name: entry}))
 
 
 @pytest.mark.fast
@@ -197,6 +204,41 @@ def test_a_build_takes_the_shipped_calibration_of_its_assets_once_its_seed_0_sco
     stored = json.loads((tmp_path / "elsewhere" / "hidden" / "calibration.json").read_text())
     assert stored["baseline_seeds"] == [0.0, 1.0, 2.0] and stored["anchor_seeds"] == 3 and "shipped" not in stored
     assert "seeded: the calibration mlrb ships does not hold on this machine (seed 0 of baseline" in caplog.text
+
+
+@pytest.mark.fast
+def test_a_build_on_another_kind_of_machine_takes_the_calibration_shipped_from_such_a_machine(tmp_path, monkeypatch):
+    """Where the main machine's seed 0 does not hold (another CPU's kernels), a build takes the record
+    measured on another machine whose seed 0 it reproduces, and says which it took."""
+    scored: list[float] = []
+
+    def counting(submission, assets, work_dir):
+        scored.append(float((submission / "answer.txt").read_text()))
+        return score_answer(submission, assets, work_dir)
+
+    task = seed_task(tmp_path, score=counting)
+    five = dataclasses.replace(task, anchors=dataclasses.replace(task.anchors, seeds=5, use_shipped=False))
+    here = build_assets(five, tmp_path / "five")["calibration"]
+    shipped = tmp_path / "shipped.json"
+    monkeypatch.setattr(anchors_module, "SHIPPED", shipped)
+    main_machine = {**here, "baseline_seeds": [0.25, 1.0, 2.0, 3.0, 4.0]}  # its kernels scored seed 0 otherwise
+    ship(shipped, task, main_machine)
+    alone = asset_key(task)["shipped"]
+    ship(shipped, task, main_machine, elsewhere=here)
+    assert asset_key(task)["shipped"] != alone  # another machine's record makes other assets here: a new key
+
+    scored.clear()
+    build_assets(task, tmp_path / "assets")
+    assert sorted(scored) == [0.0, 10.0]  # seed 0 of each, and the other machine's record holds
+    stored = json.loads((tmp_path / "assets" / "hidden" / "calibration.json").read_text())
+    assert stored["baseline_seeds"] == [0.0, 1.0, 2.0, 3.0, 4.0] and stored["shipped"]["cpu"] == "Other CPU"
+
+    # Where neither holds, every seed is measured, as without any.
+    ship(shipped, task, main_machine, elsewhere={**here, "reference_seeds": [10.5, 11.0, 12.0, 13.0, 14.0]})
+    scored.clear()
+    build_assets(task, tmp_path / "neither")
+    assert sorted(scored) == [0.0, 1.0, 2.0, 10.0, 11.0, 12.0]
+    assert "shipped" not in json.loads((tmp_path / "neither" / "hidden" / "calibration.json").read_text())
 
 
 @pytest.mark.fast

@@ -77,7 +77,7 @@ class Anchors:
     measured_by: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None
     # The error a failed anchor stops the build with (a folder's names its files); None: AnchorFailed.
     failed: Callable[[AnchorFailed], Exception] | None = None
-    # Whether a build may take the calibration mlrb ships for these exact assets (`shipped_record`)
+    # Whether a build may take a calibration mlrb ships for these exact assets (`shipped_records`)
     # once its own seed-0 runs score as that calibration's did; False: measure every seed.
     use_shipped: bool = True
 
@@ -86,11 +86,11 @@ class Anchors:
     ) -> dict[str, Any]:
         """Measure the anchors on the built assets in out_dir (hidden/calibration.json): each
         command run by the solutions part (in a warm interpreter) and scored by the judge.
-        Where mlrb ships a calibration of assets with this asset `key` (`shipped_record`), only
-        seed 0 is run: when it scores to the last bit as the shipped calibration's seed 0 did, that
-        calibration is taken (its seeds are what this machine and code would measure); otherwise
-        the other seeds are run too, as without one."""
-        record = self.shipped(key)
+        Where mlrb ships calibrations of assets with this asset `key` (`shipped_records`: one per
+        kind of machine measured), only seed 0 is run: when it scores to the last bit as one shipped
+        calibration's seed 0 did, that calibration is taken (its seeds are what this machine and
+        code would measure); otherwise the other seeds are run too, as without one."""
+        records = self.shipped(key)
 
         def extra() -> dict[str, Any]:  # measured only when the anchors are
             return self.for_the_record(out_dir) if self.for_the_record else {}
@@ -106,43 +106,45 @@ class Anchors:
                 def score(submission: Path, work_dir: Path) -> ScoreReport:
                     return judge.score(submission, out_dir, work_dir)
 
-                if record is not None:
-                    return self.measure_against(out_dir, record, run, score, extra)
+                if records:
+                    return self.measure_against(out_dir, records, run, score, extra)
                 return self.measure(out_dir, run, score, extra())
         except AnchorFailed as e:
             if self.failed is None:
                 raise
             raise self.failed(e) from None
 
-    def shipped(self, key: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The shipped calibration of assets with this key, if this part may take one."""
+    def shipped(self, key: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """The shipped calibrations of assets with this key, if this part may take one."""
         if key is None or not self.use_shipped or self.measured_by:
-            return None
-        return shipped_record(self.task_name, key)
+            return []
+        return shipped_records(self.task_name, key)
 
     def measure_against(
         self,
         out_dir: Path,
-        record: dict[str, Any],
+        records: list[dict[str, Any]],
         run: RunSolution,
         score: ScoreSubmission,
         extra: Callable[[], dict[str, Any]],
     ) -> dict[str, Any]:
-        """Seed 0 of each anchor to measure, checked against the shipped calibration `record`:
-        the record, written as hidden/calibration.json, when every anchor agrees; else the
-        remaining seeds too, as `measure` would have measured them all."""
+        """Seed 0 of each anchor to measure, checked against the shipped calibrations `records`:
+        the first that every anchor agrees with, written as hidden/calibration.json; where none
+        does, the remaining seeds too, as `measure` would have measured them all."""
         todo = self.to_measure()
         scratch = out_dir / "calibration"
         first = self.score_seeds(scratch, [(anchor, 0) for anchor in reversed(todo)], run, score)
-        disagree = [anchor for anchor in todo if not agrees(first[anchor, 0], record, anchor)]
-        if not disagree:
-            shutil.rmtree(scratch, ignore_errors=True)
-            return self.write(out_dir, record)
+        for record in records:
+            if all(agrees(first[anchor, 0], record, anchor) for anchor in todo):
+                shutil.rmtree(scratch, ignore_errors=True)
+                return self.write(out_dir, record)
+        disagree = [anchor for anchor in todo if not agrees(first[anchor, 0], records[0], anchor)]
         logging.getLogger(__name__).warning(
-            "%s: the calibration mlrb ships does not hold on this machine (seed 0 of %s scores otherwise); "
+            "%s: the calibration mlrb ships does not hold on this machine (seed 0 of %s scores otherwise%s); "
             "measuring all %d seeds here",
             self.task_name,
             ", ".join(disagree),
+            "" if len(records) == 1 else f", and no other machine's of the {len(records) - 1} shipped fits",
             self.seeds,
         )
         rest = [(anchor, seed) for anchor in reversed(todo) for seed in range(1, self.seeds)]
@@ -295,7 +297,8 @@ def one_torch_thread() -> Iterator[None]:
 
 # The calibration mlrb ships (benchmarks/calibration.py writes it; benchmarks/calibration.json links
 # to it): per task, each anchor's scores over seeds and, under "built", the hidden/calibration.json
-# of a build of its tiny assets at those seeds with the asset key it was built with.
+# of a build of its tiny assets at those seeds with the asset key it was built with; under
+# "other_machines", the same measured on other kinds of machine, whose kernels score otherwise.
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "calibration.json"
 # What a shipped calibration need not match of an asset key: the code's digest (a change that moves
 # no score is common; one that does is caught by seed 0's check) and the seeds a build measures at.
@@ -308,16 +311,22 @@ def record_key(key: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(kept, sort_keys=True, default=str))
 
 
-def shipped_record(task_name: str, key: dict[str, Any]) -> dict[str, Any] | None:
-    """The hidden/calibration.json mlrb ships for the task's assets built with this asset key, or
-    None (none shipped, or shipped for other assets)."""
+def shipped_records(task_name: str, key: dict[str, Any]) -> list[dict[str, Any]]:
+    """The hidden/calibration.json files mlrb ships for the task's assets built with this asset key:
+    the main machine's first, then other machines' (none: none shipped, or shipped for other
+    assets). Each says where it was measured (`shipped`), which a build that takes it keeps."""
     entry = shipped_file().get(task_name, {})
-    built = entry.get("built")
-    if not built or built.get("key") != record_key(key):
-        return None
-    measured = entry.get("measured", {})
-    where = {name: measured.get(name) for name in ("commit", "date")} | {"cpu": measured.get("machine", {}).get("cpu")}
-    return {**built["calibration"], "shipped": {**where, "checked": "seed 0 of each anchor, here, scored as shipped"}}
+    records = []
+    for measurement in [entry, *entry.get("other_machines", [])]:
+        built = measurement.get("built")
+        if not built or built.get("key") != record_key(key):
+            continue
+        measured = measurement.get("measured", {})
+        where = {name: measured.get(name) for name in ("commit", "date")}
+        where["cpu"] = measured.get("machine", {}).get("cpu")
+        checked = {"checked": "seed 0 of each anchor, here, scored as shipped"}
+        records.append({**built["calibration"], "shipped": where | checked})
+    return records
 
 
 def shipped_file() -> dict[str, Any]:

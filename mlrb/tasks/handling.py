@@ -59,9 +59,9 @@ def asset_key(task: Task) -> dict[str, Any]:
         **({"requirements": list(task.requirements)} if task.requirements else {}),
         **(task.key() if task.key else {}),
     }
-    # The calibration mlrb ships for such assets, which a build takes when its seed 0 holds here.
+    # The calibrations mlrb ships for such assets, one of which a build takes when its seed 0 holds here.
     shipped = task.anchors.shipped(key)
-    if shipped is None:
+    if not shipped:
         return key
     return {**key, "shipped": hashlib.sha256(json.dumps(shipped, sort_keys=True).encode()).hexdigest()[:16]}
 
