@@ -275,9 +275,10 @@ def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100
     """Within the 99.7% prediction interval of the anchor's seeds: combined standard errors (the
     run's own seed noise, the anchor's per-run SD, and the anchors' SEMs, to first order through
     the normalisation) times Student's t for the SD's degrees of freedom (`unseen_seed_bar`). The
-    per-run SD is the one benchmarks/calibration.json measured over 5 seeds where it has the task:
-    an SD from the build's 3 seeds is itself uncertain by about half (math_reasoning's baseline:
-    1.00 BLEU over seeds 0-2, 1.80 over 0-4), too little to bound a fourth seed by."""
+    per-run SD is one measured over 5 seeds: that of the shipped calibration the build took (measured
+    on a machine whose seed 0 this one reproduces), else benchmarks/calibration.json's where it has
+    the task. An SD from the build's 3 seeds is itself uncertain by about half (math_reasoning's
+    baseline: 1.00 BLEU over seeds 0-2, 1.80 over 0-4), too little to bound a fourth seed by."""
     from mlrb.harness.assets import ensure_assets
 
     task = task_from_config(key)
@@ -290,9 +291,13 @@ def test_the_baseline_and_the_reference_at_an_unseen_seed_normalise_to_0_and_100
     for anchor, target in (("baseline", 0.0), ("reference", 100.0)):
         x = scores[anchor]
         normalised = normalise(x, b, r, task.higher_is_better)
-        seeds = measured.get(anchor, {}).get("n") or len(c[f"{anchor}_seeds"])  # what the SD was measured over
+        if "shipped" in c:  # the build took a shipped calibration: its own SD, over its seeds
+            sd, seeds = c[f"{anchor}_sd"], len(c[f"{anchor}_seeds"])
+        else:
+            sd = measured.get(anchor, {}).get("sd") or c[f"{anchor}_sd"]
+            seeds = measured.get(anchor, {}).get("n") or len(c[f"{anchor}_seeds"])  # what the SD was measured over
         combined = math.hypot(
-            100 / (r - b) * (measured.get(anchor, {}).get("sd") or c[f"{anchor}_sd"] or 0.0),  # the run's own noise
+            100 / (r - b) * (sd or 0.0),  # the run's own noise
             100 * (x - r) / (r - b) ** 2 * (c["baseline_sem"] or 0.0),
             -100 * (x - b) / (r - b) ** 2 * (c["reference_sem"] or 0.0),
         )
