@@ -400,11 +400,11 @@ def main() -> None:
     measured = results_page.provenance(sources=SECTION.sources)  # as it starts: the load average is the start's
     sources = {key: results_page.digests(task_sources(key)) for key in keys}  # the code as it starts, too
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if args.another_machine:
+        refuse_another_machine(args, keys, results)
     if args.carry:
         carry(args, keys, results, measured, sources)
         return
-    if args.another_machine:
-        refuse_another_machine(args, keys, results)
     calibrate = calibrate_over_runs if args.vary == "runs" else calibrate_over_assets
     for key in keys:  # each task is written as soon as it is done, so a long run can be resumed
         result = calibrate(key, args.seeds, args.cache_dir.expanduser(), overrides)
@@ -425,10 +425,15 @@ def refuse_another_machine(args: argparse.Namespace, keys: list[str], results: d
     if args.vary != "runs" or args.set:
         sys.exit("--another-machine records the runs' calibration of the shipped assets: give neither --vary "
                  "assets nor --set")  # fmt: skip
-    missing = [key for key in keys if "built" not in results.get(key, {})]
+    if args.carry:
+        sys.exit("--another-machine measures; --carry checks what is measured: give one of them")
+    unseeded = [key for key in keys if key in results and "built" not in results[key]]
+    if unseeded:  # llm_merging: its anchors merge the adapters the same way on every run
+        sys.exit(f"--another-machine: {', '.join(unseeded)} ships no seeds for a build to take: leave it out")
+    missing = [key for key in keys if key not in results]
     if missing:
-        sys.exit(f"--another-machine: {args.out} has no build to set beside for {', '.join(missing)} "
-                 "(measure it first with --seeds 5 on the main machine; llm_merging's anchors take no seed)")  # fmt: skip
+        sys.exit(f"--another-machine: {args.out} has no entry for {', '.join(missing)}: "
+                 "measure it first on the main machine (--seeds 5, without --another-machine)")  # fmt: skip
 
 
 def carry(args: argparse.Namespace, keys: list[str], results: dict, measured: dict, sources: dict) -> None:

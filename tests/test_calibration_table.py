@@ -215,3 +215,31 @@ def test_another_machine_s_calibration_is_kept_beside_the_task_s_own_and_survive
     rows = module.other_machine_rows({"t": remeasured})
     assert [label for label, _ in rows] == ["`calibration.json`: t: another machine, without AVX-512"] * 2
     assert [measured["machine"]["cpu"] for _, measured in rows] == ["Other CPU", "Third CPU"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--tasks", "llm_merging"], "llm_merging ships no seeds for a build to take: leave it out"),
+        (["--tasks", "mini_pile", "--carry"], "--another-machine measures; --carry checks what is measured"),
+        (["--tasks", "mini_pile", "--vary", "assets"], "give neither --vary assets nor --set"),
+    ],
+)
+def test_another_machine_s_measurement_that_cannot_stand_beside_an_entry_is_refused_before_anything_is_built(
+    args, said, tmp_path, monkeypatch
+):
+    out = tmp_path / "calibration.json"
+    out.write_text((REPO / "benchmarks" / "calibration.json").read_text())
+    before = out.read_text()
+    monkeypatch.setattr("sys.argv", ["calibration", "--another-machine", *args, "--out", str(out),
+                                     "--cache-dir", str(tmp_path / "cache")])  # fmt: skip
+    with pytest.raises(SystemExit) as refused:
+        benchmark().main()
+    assert said in str(refused.value.code)
+    assert out.read_text() == before and not (tmp_path / "cache").exists()
+    # an entry the file lacks: measure it on the main machine first
+    out.write_text("{}")
+    monkeypatch.setattr("sys.argv", ["calibration", "--another-machine", "--tasks", "mini_pile", "--out", str(out),
+                                     "--cache-dir", str(tmp_path / "cache")])  # fmt: skip
+    with pytest.raises(SystemExit, match="has no entry for mini_pile: measure it first on the main machine"):
+        benchmark().main()
