@@ -224,6 +224,7 @@ def test_another_machine_s_calibration_is_kept_beside_the_task_s_own_and_survive
         (["--tasks", "mini_pile", "--carry"], "--another-machine measures; --carry checks what is measured"),
         (["--tasks", "mini_pile", "--vary", "assets"], "give neither --vary assets nor --set"),
     ],
+    ids=["a-task-that-ships-no-seeds", "with-carry", "vary-assets"],
 )
 def test_another_machine_s_measurement_that_cannot_stand_beside_an_entry_is_refused_before_anything_is_built(
     args, said, tmp_path, monkeypatch
