@@ -10,6 +10,9 @@ import dataclasses
 import json
 import logging
 import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -161,10 +164,17 @@ def ship(path, task: Task, calibration: dict, elsewhere: dict | None = None) -> 
     path.write_text(json.dumps({task.name: entry}))
 
 
-@pytest.mark.fast
-def test_a_build_takes_the_shipped_calibration_of_its_assets_once_its_seed_0_scores_as_shipped(
-    tmp_path, monkeypatch, caplog
-):
+@dataclasses.dataclass
+class Shipping:
+    task: Task  # a seeded task whose scorer (`score`) notes each score it takes in `scored`
+    five: Task  # the same, measured at 5 seeds, as benchmarks/calibration.py builds and ships it
+    calibration: dict[str, Any]  # what that build measured
+    path: Path  # stands for the file mlrb ships, empty until `ship` writes it
+    scored: list[float]
+    score: Callable[..., ScoreReport]
+
+
+def shipping(tmp_path, monkeypatch) -> Shipping:
     scored: list[float] = []
 
     def counting(submission, assets, work_dir):
@@ -172,11 +182,18 @@ def test_a_build_takes_the_shipped_calibration_of_its_assets_once_its_seed_0_sco
         return score_answer(submission, assets, work_dir)
 
     task = seed_task(tmp_path, score=counting)
-    # What a build at 5 seeds measures, as benchmarks/calibration.py builds and ships it.
     five = dataclasses.replace(task, anchors=dataclasses.replace(task.anchors, seeds=5, use_shipped=False))
     calibration = build_assets(five, tmp_path / "five")["calibration"]
-    shipped = tmp_path / "shipped.json"
-    monkeypatch.setattr(anchors_module, "SHIPPED", shipped)
+    monkeypatch.setattr(anchors_module, "SHIPPED", tmp_path / "shipped.json")
+    return Shipping(task, five, calibration, tmp_path / "shipped.json", scored, counting)
+
+
+@pytest.mark.fast
+def test_a_build_takes_the_shipped_calibration_of_its_assets_once_its_seed_0_scores_as_shipped(
+    tmp_path, monkeypatch, caplog
+):
+    setup = shipping(tmp_path, monkeypatch)
+    task, five, calibration, shipped, scored = setup.task, setup.five, setup.calibration, setup.path, setup.scored
     ship(shipped, task, calibration)
 
     scored.clear()
@@ -192,7 +209,7 @@ def test_a_build_takes_the_shipped_calibration_of_its_assets_once_its_seed_0_sco
 
     # Assets built with another parameter are other assets: measured, every seed.
     scored.clear()
-    build_assets(seed_task(tmp_path, score=counting, size=3), tmp_path / "other")
+    build_assets(seed_task(tmp_path, score=setup.score, size=3), tmp_path / "other")
     assert sorted(scored) == [0.0, 1.0, 2.0, 10.0, 11.0, 12.0]
 
     # A shipped seed 0 that this machine does not reproduce: the other seeds are run too, with a warning.
@@ -210,17 +227,8 @@ def test_a_build_takes_the_shipped_calibration_of_its_assets_once_its_seed_0_sco
 def test_a_build_on_another_kind_of_machine_takes_the_calibration_shipped_from_such_a_machine(tmp_path, monkeypatch):
     """Where the main machine's seed 0 does not hold (another CPU's kernels), a build takes the record
     measured on another machine whose seed 0 it reproduces, and says which it took."""
-    scored: list[float] = []
-
-    def counting(submission, assets, work_dir):
-        scored.append(float((submission / "answer.txt").read_text()))
-        return score_answer(submission, assets, work_dir)
-
-    task = seed_task(tmp_path, score=counting)
-    five = dataclasses.replace(task, anchors=dataclasses.replace(task.anchors, seeds=5, use_shipped=False))
-    here = build_assets(five, tmp_path / "five")["calibration"]
-    shipped = tmp_path / "shipped.json"
-    monkeypatch.setattr(anchors_module, "SHIPPED", shipped)
+    setup = shipping(tmp_path, monkeypatch)
+    task, here, shipped, scored = setup.task, setup.calibration, setup.path, setup.scored
     main_machine = {**here, "baseline_seeds": [0.25, 1.0, 2.0, 3.0, 4.0]}  # its kernels scored seed 0 otherwise
     ship(shipped, task, main_machine)
     alone = asset_key(task)["shipped"]
