@@ -210,22 +210,42 @@ def calibrate_over_runs(key: str, seeds: int, cache_dir: Path, overrides: dict |
     return result
 
 
-def carry_over_runs(key: str, entry: dict, cache_dir: Path) -> str | None:
-    """Why the task's recorded calibration does not hold for the code as it is now, or None where
-    it does: its assets' settings are those it was measured on (the key a build matches it by, which
-    leaves out the code's digest), and seed 0 of each anchor, built as any build is, scores to the
-    last bit as recorded."""
+def carry_over_runs(key: str, entry: dict, cache_dir: Path) -> tuple[str | None, dict | None]:
+    """Whether the task's recorded calibration holds for the code as it is now: why not, or the
+    measurement that holds (the entry itself, or one of its other machines' records, as a build on
+    this machine takes it). It holds where its assets' settings are those it was measured on (the key
+    a build matches it by, which leaves out the code's digest), and seed 0 of each anchor, built as
+    any build is, scores to the last bit as recorded."""
     from mlrb.harness.assets import prepare
     from mlrb.tasks.anchors import record_key
     from mlrb.tasks.handling import asset_key
 
     task = load_task(key)
     if "built" in entry and entry["built"]["key"] != record_key(asset_key(task)):  # (record_key drops "shipped")
-        return "its assets' settings changed since it was measured"
+        return "its assets' settings changed since it was measured", None
     assets, _ = prepare(task, cache_dir)
     measured = json.loads((assets / "hidden" / "calibration.json").read_text())
+    held = held_by(entry, measured)
+    if held is not None:
+        return None, held
     differ = [anchor for anchor in ANCHORS if seed_zero(measured, anchor) != recorded_seed_zero(entry, anchor)]
-    return f"seed 0 of {', '.join(differ)} scores otherwise" if differ else None
+    elsewhere = " (nor as another machine's record)" if entry.get("other_machines") else ""
+    return f"seed 0 of {', '.join(differ)} scores otherwise{elsewhere}", None
+
+
+def held_by(entry: dict, measured: dict) -> dict | None:
+    """The measurement whose seed 0 of each anchor a build's hidden/calibration.json scores to the
+    last bit: the entry itself, else the first of its other machines' records (of the entry's assets)
+    that it does; None where none does."""
+    built = {anchor: seed_zero(measured, anchor) for anchor in ANCHORS}
+    if built == {anchor: recorded_seed_zero(entry, anchor) for anchor in ANCHORS}:
+        return entry
+    for record in entry.get("other_machines", []):
+        if record["built"]["key"] != entry.get("built", {}).get("key"):
+            continue
+        if built == {anchor: seed_zero(record["built"]["calibration"], anchor) for anchor in ANCHORS}:
+            return record
+    return None
 
 
 def seed_zero(measured: dict, anchor: str) -> float | str | None:
@@ -445,14 +465,16 @@ def carry(args: argparse.Namespace, keys: list[str], results: dict, measured: di
         sys.exit(f"--carry: {args.out} has no entry for {', '.join(missing)}: measure it with --seeds 5")
     stale = []
     for key in keys:
-        why = carry_over_runs(key, results[key], args.cache_dir.expanduser())
-        if why:
-            print(f"  {key}: {why}: measure it again (--seeds 5)", flush=True)
+        why, held = carry_over_runs(key, results[key], args.cache_dir.expanduser())
+        if held is None:
+            print(f"  {key}: {why}: measure it again (--seeds 5; on another kind of machine, --another-machine)",
+                  flush=True)  # fmt: skip
             stale.append(key)
             continue
-        print(f"  {key}: seed 0 of each anchor scores as recorded; carried", flush=True)
+        whose = "as recorded" if held is results[key] else f"as {held['measured']['machine']['cpu']}'s record"
+        print(f"  {key}: seed 0 of each anchor scores {whose}; carried", flush=True)
         checked = "seed 0 of each anchor, built by this code, scores to the last bit as measured"
-        results[key]["carried"] = {**measured, "sources": sources[key], "checked": checked}
+        held["carried"] = {**measured, "sources": sources[key], "checked": checked}
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"written to {results_page.update(args.out)}", file=sys.stderr)
     if stale:

@@ -174,9 +174,9 @@ def test_a_carried_calibration_must_score_as_measured_at_seed_0_on_assets_of_the
     assert module.seed_zero(valid, "do_nothing") != module.recorded_seed_zero(entry, "do_nothing")
     # Assets of other settings are refused before anything is built.
     other = {**entry, "built": {"key": {"task": "llm_efficiency", "assets": {"seed": 99}}}}
-    assert (
-        module.carry_over_runs("llm_efficiency", other, tmp_path)
-        == "its assets' settings changed since it was measured"
+    assert module.carry_over_runs("llm_efficiency", other, tmp_path) == (
+        "its assets' settings changed since it was measured",
+        None,
     )
     assert not list(tmp_path.iterdir())
 
@@ -244,3 +244,27 @@ def test_another_machine_s_measurement_that_cannot_stand_beside_an_entry_is_refu
                                      "--cache-dir", str(tmp_path / "cache")])  # fmt: skip
     with pytest.raises(SystemExit, match="has no entry for mini_pile: measure it first on the main machine"):
         benchmark().main()
+
+
+def test_a_carried_calibration_may_hold_as_another_machine_s_record_of_the_same_assets():
+    """On another kind of machine, `--carry` checks the record a build there takes: the entry's own
+    where seed 0 scores as it, else an other machine's record of the same assets that it scores as."""
+    module = benchmark()
+    key = {"task": "t", "assets": {"seed": 0}}
+
+    def record(baseline_seed_0: float, assets_key: dict = key) -> dict:
+        calibration = {"do_nothing_invalid": "too big", "baseline_seeds": [baseline_seed_0, 0.51],
+                       "reference_seeds": [0.9, 0.91]}  # fmt: skip
+        return {"built": {"key": assets_key, "calibration": calibration},
+                "measured": {"machine": {"cpu": "Other CPU"}}}  # fmt: skip
+
+    entry = {"anchors": {"do_nothing": {"values": [], "invalid": 1, "invalid_reason": "too big"},
+                         "baseline": {"values": [0.5, 0.51]}, "reference": {"values": [0.9, 0.91]}},
+             "built": {"key": key}, "other_machines": [record(0.52, {"task": "t", "assets": {"seed": 1}}),
+                                                       record(0.52), record(0.53)]}  # fmt: skip
+    as_main = {"do_nothing_invalid": "too big", "baseline_seeds": [0.5, 0.49], "reference_seeds": [0.9]}
+    assert module.held_by(entry, as_main) is entry
+    # the first record of other assets is passed over, though it scores alike
+    assert module.held_by(entry, {**as_main, "baseline_seeds": [0.52]}) is entry["other_machines"][1]
+    assert module.held_by(entry, {**as_main, "baseline_seeds": [0.54]}) is None
+    assert module.held_by(entry, {**as_main, "reference_seeds": [0.95], "baseline_seeds": [0.52]}) is None
