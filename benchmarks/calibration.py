@@ -38,7 +38,8 @@ again. Figures depend on the machine's floating-point kernels,
 so compare only runs on one kind of machine. `--another-machine` measures as the default does on
 another kind of machine, and keeps it beside the task's entry (under "other_machines", one per CPU):
 a tiny build there takes it, as it takes the main one here, when its seed 0 scores alike; the tables
-stay the main machine's. Each task's entry also records where and
+stay the main machine's. There, `--carry` checks and marks the record a build takes: that machine's
+where seed 0 scores as it. Each task's entry also records where and
 how it was measured ("measured"); then benchmarks/RESULTS.md is written again when
 `--out` is one of its files (benchmarks/calibration.json or calibration_assets.json).
 """
