@@ -408,10 +408,16 @@ def test_an_agent_that_hangs_up_on_the_proxy_writes_nothing_to_the_run_s_log_and
     calls: list[Call] = []
     with RawUpstream([anthropic_whole({"input_tokens": 10, "output_tokens": 5})]) as up:
         with proxy_for(up.url, up.url + "/v1", calls) as proxy:
+            before = threading.active_count()
             for _ in range(5):
                 hang_up(proxy)
             status, _ = post(proxy, "anthropic", json.dumps(BASE["anthropic"]).encode())
-            time.sleep(0.2)  # the handlers of the connections reset have ended
+            # Every handler has ended (the proxy's threads are daemons, which its close does not wait
+            # for), so whatever they would print is printed by now.
+            deadline = time.monotonic() + 30
+            while threading.active_count() > before and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert threading.active_count() <= before, [t.name for t in threading.enumerate()]
     assert status == 200 and [(c.usage.input_tokens, c.usage.output_tokens) for c in calls] == [(10, 5)]
     assert calls[0].usd > 0
     printed = capfd.readouterr().err
