@@ -450,8 +450,9 @@ def suite_time_section(bench_dir: Path) -> str:
     )
 
 
-def cells(kind: str, entry: dict) -> tuple[str, str, str]:
-    """A measured entry's cells of the table: its time (and CPU), its test processes, its tiers."""
+def cells(kind: str, entry: dict, targets: bool = True) -> tuple[str, str, str]:
+    """A measured entry's cells of the table: its time (and CPU), its test processes, its tiers.
+    TARGETS: with the CPU target beside its CPU (this machine's; not another machine's)."""
     if kind != "ci-cold":
         return f"{entry['session_s'] / 60:.1f} min{exited(entry, 'pytest')}", workers_text(entry), tiers_text(entry)
     runs = [(run, entry.get(run)) for run in CI_RUNS]
@@ -464,7 +465,7 @@ def cells(kind: str, entry: dict) -> tuple[str, str, str]:
     workers = next((workers_text(figures) for _, figures in runs if figures), "-")
     session = f"{entry['ci_s'] / 60:.1f} min{exited(entry, '.ci/run')}"
     if entry.get("ci_cpu_s") is not None:
-        session += f", {entry['ci_cpu_s'] / 60:.1f} CPU min (target {CI_CPU_TARGET_MIN})"
+        session += f", {entry['ci_cpu_s'] / 60:.1f} CPU min" + (f" (target {CI_CPU_TARGET_MIN})" if targets else "")
     return session, workers, tiers
 
 
@@ -492,7 +493,7 @@ def slower_machine_part(data: dict) -> str:
     now, _ = split(data)
     rows, places = [], []
     for kind, entry in entries.items():
-        session, workers, tiers = cells(kind, entry)
+        session, workers, tiers = cells(kind, entry, targets=False)  # the targets are this machine's
         mine, theirs = cpu_s(kind, entry), cpu_s(kind, now.get(kind) or {})
         ratio = f"{mine / theirs:.1f} times" if mine and theirs else "-"
         rows.append([kind, WHAT_RUNS[kind], session, ratio, workers, tiers])

@@ -112,9 +112,9 @@ def test_a_slower_machine_s_run_is_kept_beside_this_machine_s_and_compared_with_
     page = results.render(out.parent, "suite")
     cpu_min = slower["ci_cpu_s"] / 60
     assert (
-        f"| ci-cold | `bash .ci/run` in a fresh clone, asset cache emptied | 60.0 min, {cpu_min:.1f} CPU min (target 30) "
+        f"| ci-cold | `bash .ci/run` in a fresh clone, asset cache emptied | 60.0 min, {cpu_min:.1f} CPU min "
         "| 2.5 times | 3 processes | before the tests"
-    ) in page
+    ) in page  # no target: the targets are this machine's, in the table above
     assert "ci-cold, on the slower machine: Commit:" in page and "It ran a fresh clone of commit fedcba9" in page
     assert "Its CPU has no AVX-512. It ran a fresh clone" in page
 
