@@ -276,11 +276,11 @@ def with_other_machine(entry: dict, measurement: dict) -> dict | None:
     """The task's entry with `measurement` (the default measurement, made on another kind of
     machine) kept under "other_machines" in place of that CPU's earlier one; None where its seed 0
     scores as the entry's own, which a build there takes already."""
-    from benchmarks.machine_spread import cpu_flags
+    from benchmarks.machine_spread import has_avx512  # (it imports this module)
 
-    if all(seed_zero(measurement["built"]["calibration"], a) == recorded_seed_zero(entry, a) for a in ANCHORS):
+    if held_by(entry, measurement["built"]["calibration"]) is entry:
         return None
-    record = {"built": measurement["built"], "measured": measurement["measured"], "avx512": "avx512f" in cpu_flags()}
+    record = {"built": measurement["built"], "measured": measurement["measured"], "avx512": has_avx512()}
     others = [other for other in entry.get("other_machines", []) if machine_of(other) != machine_of(record)]
     return {**entry, "other_machines": [*others, record]}
 

@@ -52,6 +52,12 @@ def cpu_flags() -> set[str]:
     return set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
 
 
+def has_avx512() -> bool:
+    """Whether this CPU has AVX-512: without it torch's kernels take other paths (other bits in the
+    tiny builds' scores) and slow the builds and scorers most."""
+    return "avx512f" in cpu_flags()
+
+
 def build(key: str, cache_dir: Path) -> dict:
     """In this process (the child): the task's default tiny assets built into CACHE_DIR; its anchors' scores."""
     import time

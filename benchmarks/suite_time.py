@@ -59,7 +59,7 @@ import time
 from pathlib import Path
 
 from benchmarks import results as results_page
-from benchmarks.machine_spread import cpu_flags
+from benchmarks.machine_spread import has_avx512
 from benchmarks.process_cpu import KINDS, ProcessCpu
 from benchmarks.results import Section, commands, load, table, where
 
@@ -391,7 +391,7 @@ def main() -> None:
     speed_before = speed_probe()
     figures = {**(measure_ci() if args.kind == "ci-cold" else measure(args.kind)), "measured": measured}
     figures["speed_probe_cpu_s"] = {"before": speed_before, "after": speed_probe(), "code": SPEED_PROBE}
-    figures["avx512"] = "avx512f" in cpu_flags()  # torch's kernels, and so the builds' and scorers' CPU, depend on it
+    figures["avx512"] = has_avx512()  # torch's kernels, and so the builds' and scorers' CPU, depend on it
     if args.out:  # recorded first: an hour's measurement must not be lost to a printing error
         record(args.out, args.kind, figures, slower=args.slower)
     summary(args.kind, figures)

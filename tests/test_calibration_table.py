@@ -186,7 +186,7 @@ def test_another_machine_s_calibration_is_kept_beside_the_task_s_own_and_survive
     entry's own (a build there takes that one already); measuring the task again on the main machine
     keeps them (a build checks each at seed 0), and the results page names where each was measured."""
     module = benchmark()
-    monkeypatch.setattr(load("machine_spread"), "cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr(load("machine_spread"), "has_avx512", lambda: False)
 
     def measurement(cpu: str, baseline_seed_0: float) -> dict:
         calibration = {"do_nothing_invalid": "too big", "baseline_seeds": [baseline_seed_0, 0.51],
