@@ -432,12 +432,10 @@ def serve(receiving: IO[bytes], sending: IO[bytes]) -> None:
         sending.flush()
 
 
-def main(argv: list[str]) -> None:
-    # The harness decides what a Ctrl-C, a SIGTERM, a closed terminal or a SLURM job's signal does,
-    # and records it through this process (a terminal or SLURM signals every process of the run).
-    interrupts.ignore_job_signals()
-    receiving, sending = os.fdopen(int(argv[0]), "rb"), os.fdopen(int(argv[1]), "wb")
-    # The point of this process: these imports run while the harness composes its config.
+def import_ahead() -> None:
+    """What every recording process imports before its first request: here, or once in a sweep's
+    server (mlrb/store/recording_server.py), whose forks inherit it. Kept out of the collector's
+    way, so that its collections leave these objects (and a fork's shared pages) alone."""
     with lasting_imports():
         import mlflow  # noqa: F401
 
@@ -449,6 +447,13 @@ def main(argv: list[str]) -> None:
 
         tracing.import_exporter()  # a run exports a trace as each of its steps ends
 
+
+def main(argv: list[str]) -> None:
+    # The harness decides what a Ctrl-C, a SIGTERM, a closed terminal or a SLURM job's signal does,
+    # and records it through this process (a terminal or SLURM signals every process of the run).
+    interrupts.ignore_job_signals()
+    receiving, sending = os.fdopen(int(argv[0]), "rb"), os.fdopen(int(argv[1]), "wb")
+    import_ahead()  # the point of this process: these imports run while the harness composes its config
     serve(receiving, sending)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -94,17 +94,11 @@ def start(recording_main: Callable[[list[str]], None]) -> Server | None:
     (`recording_process.main`); None where it cannot serve: a thread runs (it could hold a lock
     the fork would copy held), or no socket. The store's connections this process holds are
     closed first: the server and its forks hold none."""
-    with lasting_imports():  # a recording process's collections leave MLflow's objects (shared pages) alone
-        import mlflow  # noqa: F401  # what every recording process imports, once
+    from mlrb.store import recording_process
+
+    recording_process.import_ahead()  # what every recording process imports, once for all its forks
+    with lasting_imports():  # and a SQL store's code (0.7 CPU s), which a sweep's jobs mostly open
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-
-        from mlrb.store import (  # noqa: F401
-            record,
-            tracing,
-            tracking,
-        )
-
-        tracing.import_exporter()
 
     if threading.active_count() > 1:
         return None
