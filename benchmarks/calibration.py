@@ -276,18 +276,16 @@ def with_other_machine(entry: dict, measurement: dict) -> dict | None:
     """The task's entry with `measurement` (the default measurement, made on another kind of
     machine) kept under "other_machines" in place of that CPU's earlier one; None where its seed 0
     scores as the entry's own, which a build there takes already."""
-    from benchmarks.machine_spread import has_avx512  # (it imports this module)
-
     if held_by(entry, measurement["built"]["calibration"]) is entry:
         return None
-    record = {"built": measurement["built"], "measured": measurement["measured"], "avx512": has_avx512()}
+    record = {"built": measurement["built"], "measured": measurement["measured"]}  # its machine's AVX-512 in it
     others = [other for other in entry.get("other_machines", []) if machine_of(other) != machine_of(record)]
     return {**entry, "other_machines": [*others, record]}
 
 
 def machine_of(record: dict) -> tuple:
     """Which kind of machine an other machine's record is from: its CPU's name, and whether it has AVX-512."""
-    return record["measured"]["machine"]["cpu"], record.get("avx512")
+    return record["measured"]["machine"]["cpu"], results_page.avx512_of(record)
 
 
 def one_value(score: float) -> dict:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from benchmarks import results as results_page
 from benchmarks.calibration import ANCHORS, TASKS, load_task, task_sources
-from benchmarks.results import Section, commands, load, provenance_table, table
+from benchmarks.results import Section, commands, cpu_flags, load, provenance_table, table
 
 # Each kernel path: the libraries' switches that cap it, and the CPU flag it needs.
 PATHS = {
@@ -42,20 +42,6 @@ PATHS = {
     "SSE4": ({"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
              "sse4_2"),
 }  # fmt: skip
-
-
-def cpu_flags() -> set[str]:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return set()
-    return set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
-
-
-def has_avx512() -> bool:
-    """Whether this CPU has AVX-512: without it torch's kernels take other paths (other bits in the
-    tiny builds' scores) and slow the builds and scorers most."""
-    return "avx512f" in cpu_flags()
 
 
 def build(key: str, cache_dir: Path) -> dict:

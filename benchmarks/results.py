@@ -131,6 +131,7 @@ def provenance(note: str | None = None, sources: Sequence[str] = ()) -> dict:
         "command": shlex.join([*invoked(), *sys.argv[1:]]),
         "machine": {
             "cpu": cpu_model(),
+            "avx512": has_avx512(),  # torch's kernel paths, and so scores and CPU time, depend on it
             "cpus": os.cpu_count(),
             "load_average": round(os.getloadavg()[0], 2),  # at the start: figures move with the load
             "python": platform.python_version(),
@@ -244,11 +245,33 @@ def invoked() -> list[str]:
 
 
 def cpu_model() -> str | None:
+    return cpu_info("model name")
+
+
+def cpu_flags() -> set[str]:
+    return set((cpu_info("flags") or "").split())
+
+
+def has_avx512() -> bool:
+    """Whether this CPU has AVX-512: without it torch's kernels take other paths (other bits in the
+    tiny builds' scores) and slow the builds and scorers most."""
+    return "avx512f" in cpu_flags()
+
+
+def avx512_of(figures: dict) -> bool | None:
+    """Whether the CPU that measured FIGURES has AVX-512, as their provenance says, or as figures
+    recorded before it did said beside it; None where neither says."""
+    machine = (figures.get("measured") or {}).get("machine") or {}
+    return machine.get("avx512", figures.get("avx512"))
+
+
+def cpu_info(field: str) -> str | None:
+    """A field of the first CPU in /proc/cpuinfo; None where there is none (not Linux)."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:  # not Linux
+    except OSError:
         return None
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == field), None)
 
 
 def write(bench_dir: Path = HERE) -> list[Path]:
@@ -336,8 +359,10 @@ def provenance_table(rows: Sequence[tuple[str, dict | None]]) -> str:
 def machine_text(machine: dict) -> str:
     cpus = f"{machine['cpus']} CPUs" if machine.get("cpus") else None
     load_average = machine.get("load_average")
+    avx512 = {True: "with AVX-512", False: "without AVX-512"}.get(machine.get("avx512"))
     items = [
         machine.get("cpu"),
+        avx512,
         cpus,
         None if load_average is None else f"load average {load_average} at the start",
         machine.get("python") and f"Python {machine['python']}",

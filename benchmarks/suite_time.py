@@ -59,7 +59,6 @@ import time
 from pathlib import Path
 
 from benchmarks import results as results_page
-from benchmarks.machine_spread import has_avx512
 from benchmarks.process_cpu import KINDS, ProcessCpu
 from benchmarks.results import Section, commands, load, table, where
 
@@ -391,7 +390,6 @@ def main() -> None:
     speed_before = speed_probe()
     figures = {**(measure_ci() if args.kind == "ci-cold" else measure(args.kind)), "measured": measured}
     figures["speed_probe_cpu_s"] = {"before": speed_before, "after": speed_probe(), "code": SPEED_PROBE}
-    figures["avx512"] = has_avx512()  # torch's kernels, and so the builds' and scorers' CPU, depend on it
     if args.out:  # recorded first: an hour's measurement must not be lost to a printing error
         record(args.out, args.kind, figures, slower=args.slower)
     summary(args.kind, figures)
@@ -471,8 +469,8 @@ def cells(kind: str, entry: dict, targets: bool = True) -> tuple[str, str, str]:
 
 def place(kind: str, entry: dict) -> str:
     """Where and how an entry was measured, as the page says it."""
-    said = where(entry.get("measured"))
-    if "avx512" in entry:  # (entries recorded before the field have none)
+    said = where(entry.get("measured"))  # its machine, with or without AVX-512 where its provenance says
+    if "avx512" in entry:  # said beside the provenance, by entries recorded before it held it
         said += " Its CPU has AVX-512." if entry["avx512"] else " Its CPU has no AVX-512."
     if kind == "ci-cold":
         said += (f" It ran a fresh clone of commit {entry['commit'][:7]}: the committed HEAD, so uncommitted "

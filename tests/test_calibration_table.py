@@ -181,17 +181,16 @@ def test_a_carried_calibration_must_score_as_measured_at_seed_0_on_assets_of_the
     assert not list(tmp_path.iterdir())
 
 
-def test_another_machine_s_calibration_is_kept_beside_the_task_s_own_and_survives_a_new_measurement(monkeypatch):
+def test_another_machine_s_calibration_is_kept_beside_the_task_s_own_and_survives_a_new_measurement():
     """`--another-machine` keeps one record per kind of machine, none where its seed 0 scores as the
     entry's own (a build there takes that one already); measuring the task again on the main machine
     keeps them (a build checks each at seed 0), and the results page names where each was measured."""
     module = benchmark()
-    monkeypatch.setattr(load("machine_spread"), "has_avx512", lambda: False)
 
     def measurement(cpu: str, baseline_seed_0: float) -> dict:
         calibration = {"do_nothing_invalid": "too big", "baseline_seeds": [baseline_seed_0, 0.51],
                        "reference_seeds": [0.9, 0.91]}  # fmt: skip
-        machine = {"cpu": cpu, "cpus": 2}
+        machine = {"cpu": cpu, "avx512": False, "cpus": 2}
         return {"built": {"key": {"task": "t"}, "calibration": calibration},
                 "measured": {"commit": "abc1234", "date": "2026-12-06 01:00 UTC", "machine": machine}}  # fmt: skip
 
@@ -201,7 +200,7 @@ def test_another_machine_s_calibration_is_kept_beside_the_task_s_own_and_survive
     assert module.with_other_machine(entry, measurement("Other CPU", 0.5)) is None  # seed 0 as the main's
 
     entry = module.with_other_machine(entry, measurement("Other CPU", 0.52))
-    assert [(r["measured"]["machine"]["cpu"], r["avx512"]) for r in entry["other_machines"]] == [("Other CPU", False)]
+    assert [module.machine_of(r) for r in entry["other_machines"]] == [("Other CPU", False)]
     again = module.with_other_machine(entry, measurement("Other CPU", 0.53))  # that machine measured it again
     assert [r["built"]["calibration"]["baseline_seeds"][0] for r in again["other_machines"]] == [0.53]
     both = module.with_other_machine(again, measurement("Third CPU", 0.54))

@@ -160,6 +160,20 @@ def test_every_figure_names_its_script_commit_date_machine_and_command():
             assert f"-m benchmarks.{section.reads[0].removesuffix('.json')}" in text, section.heading
 
 
+@pytest.mark.parametrize(
+    ("flags", "avx512", "said"), [("fpu avx2 fma", False, "without"), ("avx2 avx512f", True, "with")]
+)
+def test_a_figure_s_machine_says_whether_its_cpu_has_avx_512(flags, avx512, said, monkeypatch):
+    """torch's kernels take other paths without AVX-512: other bits in a tiny build's scores, more CPU."""
+    monkeypatch.setattr(results, "cpu_info", {"model name": "Some CPU", "flags": flags}.get)
+    machine = results.provenance()["machine"]
+    assert (machine["cpu"], machine["avx512"]) == ("Some CPU", avx512)
+    assert results.machine_text(machine).startswith(f"Some CPU, {said} AVX-512, ")
+    assert results.avx512_of({"measured": {"machine": machine}}) is avx512
+    assert results.avx512_of({"measured": {"machine": {"cpu": "Older"}}, "avx512": avx512}) is avx512  # said beside
+    assert results.avx512_of({"measured": {"machine": {"cpu": "Older"}}}) is None
+
+
 def test_each_section_names_sources_that_exist_and_each_script_records_them():
     for section in results.sections():
         assert section.sources, section.heading
