@@ -56,7 +56,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from mlrb.core import interrupts
-from mlrb.core.collector import lasting_imports
 from mlrb.core.config import ConfigError, TrackingConfig
 
 log = logging.getLogger(__name__)
@@ -432,28 +431,14 @@ def serve(receiving: IO[bytes], sending: IO[bytes]) -> None:
         sending.flush()
 
 
-def import_ahead() -> None:
-    """What every recording process imports before its first request: here, or once in a sweep's
-    server (mlrb/store/recording_server.py), whose forks inherit it. Kept out of the collector's
-    way, so that its collections leave these objects (and a fork's shared pages) alone."""
-    with lasting_imports():
-        import mlflow  # noqa: F401
-
-        from mlrb.store import (  # noqa: F401
-            record,
-            tracing,
-            tracking,
-        )
-
-        tracing.import_exporter()  # a run exports a trace as each of its steps ends
-
-
 def main(argv: list[str]) -> None:
     # The harness decides what a Ctrl-C, a SIGTERM, a closed terminal or a SLURM job's signal does,
     # and records it through this process (a terminal or SLURM signals every process of the run).
     interrupts.ignore_job_signals()
     receiving, sending = os.fdopen(int(argv[0]), "rb"), os.fdopen(int(argv[1]), "wb")
-    import_ahead()  # the point of this process: these imports run while the harness composes its config
+    from mlrb.store import recording_server
+
+    recording_server.import_ahead()  # the point of this process: these run while the harness composes its config
     serve(receiving, sending)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -89,14 +89,29 @@ def close_store_connections() -> None:
             engine.dispose()
 
 
+def import_ahead() -> None:
+    """What every recording process (mlrb/store/recording_process.py) imports before its first
+    request: in its own interpreter, or once in a sweep's server, whose forks inherit it. Kept out
+    of the collector's way, so that its collections leave these objects (and a fork's shared
+    pages) alone."""
+    with lasting_imports():
+        import mlflow  # noqa: F401
+
+        from mlrb.store import (  # noqa: F401
+            record,
+            tracing,
+            tracking,
+        )
+
+        tracing.import_exporter()  # a run exports a trace as each of its steps ends
+
+
 def start(recording_main: Callable[[list[str]], None]) -> Server | None:
     """Fork the server from this process (a sweep's), whose forks run RECORDING_MAIN
     (`recording_process.main`); None where it cannot serve: a thread runs (it could hold a lock
     the fork would copy held), or no socket. The store's connections this process holds are
     closed first: the server and its forks hold none."""
-    from mlrb.store import recording_process
-
-    recording_process.import_ahead()  # what every recording process imports, once for all its forks
+    import_ahead()  # what every recording process imports, once for all its forks
     with lasting_imports():  # and a SQL store's code (0.7 CPU s), which a sweep's jobs mostly open
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
