@@ -345,7 +345,7 @@ def provenance_table(rows: Sequence[tuple[str, dict | None]]) -> str:
         if measured.get("uncommitted_changes"):
             commit += " with uncommitted changes"
         when = [date.split(" ")[0] if re.match(r"\d{4}-\d\d-\d\d", date) else "date not recorded",
-                machine.get("cpu"), machine.get("cpus") and f"{machine['cpus']} CPUs",
+                machine.get("cpu"), avx512_text(machine), machine.get("cpus") and f"{machine['cpus']} CPUs",
                 machine.get("load_average") is not None and f"load {machine['load_average']}",
                 f"commit {commit}"]  # fmt: skip
         how = [breakable(f".venv/bin/python {measured['command']}") if measured.get("command") else "command not recorded",
@@ -359,16 +359,20 @@ def provenance_table(rows: Sequence[tuple[str, dict | None]]) -> str:
 def machine_text(machine: dict) -> str:
     cpus = f"{machine['cpus']} CPUs" if machine.get("cpus") else None
     load_average = machine.get("load_average")
-    avx512 = {True: "with AVX-512", False: "without AVX-512"}.get(machine.get("avx512"))
     items = [
         machine.get("cpu"),
-        avx512,
+        avx512_text(machine),
         cpus,
         None if load_average is None else f"load average {load_average} at the start",
         machine.get("python") and f"Python {machine['python']}",
         machine.get("system"),
     ]
     return ", ".join(i for i in items if i) or "not recorded"
+
+
+def avx512_text(machine: dict) -> str | None:
+    """Whether the machine's CPU has AVX-512, where its provenance recorded it."""
+    return {True: "with AVX-512", False: "without AVX-512"}.get(machine.get("avx512"))
 
 
 def spread(stat: dict | None, unit: str, digits: int = 2) -> str:

@@ -168,7 +168,8 @@ def test_a_figure_s_machine_says_whether_its_cpu_has_avx_512(flags, avx512, said
     monkeypatch.setattr(results, "cpu_info", {"model name": "Some CPU", "flags": flags}.get)
     machine = results.provenance()["machine"]
     assert (machine["cpu"], machine["avx512"]) == ("Some CPU", avx512)
-    assert results.machine_text(machine).startswith(f"Some CPU, {said} AVX-512, ")
+    assert results.machine_text(machine).startswith(f"Some CPU, {said} AVX-512, ")  # a section's paragraph
+    assert f"Some CPU, {said} AVX-512, " in results.provenance_table([("figures", {"machine": machine})])  # its table
     assert results.avx512_of({"measured": {"machine": machine}}) is avx512
     assert results.avx512_of({"measured": {"machine": {"cpu": "Older"}}, "avx512": avx512}) is avx512  # said beside
     assert results.avx512_of({"measured": {"machine": {"cpu": "Older"}}}) is None
