@@ -187,10 +187,10 @@ def test_another_machine_s_calibration_is_kept_beside_the_task_s_own_and_survive
     keeps them (a build checks each at seed 0), and the results page names where each was measured."""
     module = benchmark()
 
-    def measurement(cpu: str, baseline_seed_0: float) -> dict:
+    def measurement(cpu: str, baseline_seed_0: float, avx512: bool = False) -> dict:
         calibration = {"do_nothing_invalid": "too big", "baseline_seeds": [baseline_seed_0, 0.51],
                        "reference_seeds": [0.9, 0.91]}  # fmt: skip
-        machine = {"cpu": cpu, "avx512": False, "cpus": 2}
+        machine = {"cpu": cpu, "avx512": avx512, "cpus": 2}
         return {"built": {"key": {"task": "t"}, "calibration": calibration},
                 "measured": {"commit": "abc1234", "date": "2026-12-06 01:00 UTC", "machine": machine}}  # fmt: skip
 
@@ -214,6 +214,19 @@ def test_another_machine_s_calibration_is_kept_beside_the_task_s_own_and_survive
     rows = module.other_machine_rows({"t": remeasured})
     assert [label for label, _ in rows] == ["`calibration.json`: t: another machine, without AVX-512"] * 2
     assert [measured["machine"]["cpu"] for _, measured in rows] == ["Other CPU", "Third CPU"]
+
+    # One CPU name, two kinds of machine ("AMD EPYC" with AVX-512 and without): one record each,
+    # told apart by what their provenance says, or by the field recorded beside it before.
+    older = {**both["other_machines"][0], "measured": {**both["other_machines"][0]["measured"], "machine": {
+        "cpu": "Other CPU"}}, "avx512": False}  # fmt: skip
+    beside = module.with_other_machine(
+        {**entry, "other_machines": [older]}, measurement("Other CPU", 0.55, avx512=True)
+    )
+    assert [module.machine_of(r) for r in beside["other_machines"]] == [("Other CPU", False), ("Other CPU", True)]
+    rows = module.other_machine_rows({"t": beside})
+    assert [label for label, _ in rows] == [
+        f"`calibration.json`: t: another machine, {w} AVX-512" for w in ("without", "with")
+    ]
 
 
 @pytest.mark.parametrize(
