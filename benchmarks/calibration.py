@@ -36,9 +36,9 @@ anchor does, its entry records the check, with the code's digests, under "carrie
 scores otherwise, or whose assets' settings changed, keeps its entry and is named, to be measured
 again. Figures depend on the machine's floating-point kernels,
 so compare only runs on one kind of machine. `--another-machine` measures as the default does on
-another kind of machine, and keeps it beside the task's entry (under "other_machines", one per CPU):
-a tiny build there takes it, as it takes the main one here, when its seed 0 scores alike; the tables
-stay the main machine's. There, `--carry` checks and marks the record a build takes: that machine's
+another kind of machine, and keeps it beside the task's entry (under "other_machines", one per kind
+of CPU: its name and whether it has AVX-512): a tiny build there takes it, as it takes the main one
+here, when its seed 0 scores alike; the tables stay the main machine's. There, `--carry` checks and marks the record a build takes: that machine's
 where seed 0 scores as it. Each task's entry also records where and
 how it was measured ("measured"); then benchmarks/RESULTS.md is written again when
 `--out` is one of its files (benchmarks/calibration.json or calibration_assets.json).
@@ -288,6 +288,12 @@ def machine_of(record: dict) -> tuple:
     return record["measured"]["machine"]["cpu"], results_page.avx512_of(record)
 
 
+def machine_name(record: dict) -> str:
+    """An other machine's record's kind of machine, as a message names it: "AMD EPYC, without AVX-512"."""
+    cpu, avx512 = machine_of(record)
+    return ", ".join(filter(None, [cpu, results_page.avx512_text({"avx512": avx512})]))
+
+
 def one_value(score: float) -> dict:
     """An anchor every run scores alike (on one machine): measured once, SEM 0."""
     return {"mean": score, "sem": 0.0, "n": 1, "values": [score], "deterministic": True}
@@ -470,7 +476,7 @@ def carry(args: argparse.Namespace, keys: list[str], results: dict, measured: di
                   flush=True)  # fmt: skip
             stale.append(key)
             continue
-        whose = "as recorded" if held is results[key] else f"as {held['measured']['machine']['cpu']}'s record"
+        whose = "as recorded" if held is results[key] else f"as the record of {machine_name(held)}"
         print(f"  {key}: seed 0 of each anchor scores {whose}; carried", flush=True)
         checked = "seed 0 of each anchor, built by this code, scores to the last bit as measured"
         held["carried"] = {**measured, "sources": sources[key], "checked": checked}

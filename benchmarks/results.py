@@ -31,6 +31,7 @@ pages carry no such mark; `python -m benchmarks.results` prints the marks too.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -267,11 +268,17 @@ def avx512_of(figures: dict) -> bool | None:
 
 def cpu_info(field: str) -> str | None:
     """A field of the first CPU in /proc/cpuinfo; None where there is none (not Linux)."""
+    return next((line.split(":", 1)[1].strip() for line in cpuinfo_lines() if line.split(":", 1)[0].strip() == field),
+                None)  # fmt: skip
+
+
+@functools.cache
+def cpuinfo_lines() -> tuple[str, ...]:
+    """/proc/cpuinfo, read once: a provenance asks it for the CPU's name and its flags."""
     try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return None
-    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == field), None)
+        return tuple(Path("/proc/cpuinfo").read_text().splitlines())
+    except OSError:  # not Linux
+        return ()
 
 
 def write(bench_dir: Path = HERE) -> list[Path]:

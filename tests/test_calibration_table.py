@@ -223,6 +223,8 @@ def test_another_machine_s_calibration_is_kept_beside_the_task_s_own_and_survive
         {**entry, "other_machines": [older]}, measurement("Other CPU", 0.55, avx512=True)
     )
     assert [module.machine_of(r) for r in beside["other_machines"]] == [("Other CPU", False), ("Other CPU", True)]
+    assert [module.machine_name(r) for r in beside["other_machines"]] == [  # as --carry names them
+        "Other CPU, without AVX-512", "Other CPU, with AVX-512"]  # fmt: skip
     rows = module.other_machine_rows({"t": beside})
     assert [label for label, _ in rows] == [
         f"`calibration.json`: t: another machine, {w} AVX-512" for w in ("without", "with")
