@@ -156,8 +156,24 @@ def shipped_or_not(task, assets: Path) -> str:
         return ""
     shipped = json.loads((assets / "hidden" / "calibration.json").read_text()).get("shipped")
     if shipped:
-        return f" (took the shipped calibration measured on {shipped.get('cpu') or 'an unnamed CPU'})"
+        return f" (took the shipped calibration measured on {shipped_machine(task.name, shipped)})"
     return " (measured every seed: the shipped calibration does not hold here; see docs/development.md)"
+
+
+def shipped_machine(task_name: str, shipped: dict) -> str:
+    """The kind of machine a build's shipped calibration was measured on, as `benchmarks.calibration
+    --carry` names it: its CPU and, where its record says, whether it has AVX-512 (two EPYCs share
+    the name "AMD EPYC"). The build keeps the record's commit and date; the record, shipped with
+    mlrb, has the rest."""
+    from benchmarks.calibration import machine_name
+    from mlrb.tasks.anchors import shipped_file
+
+    entry = shipped_file().get(task_name, {})
+    for record in [entry, *entry.get("other_machines", [])]:
+        measured = record.get("measured", {})
+        if measured and (measured.get("commit"), measured.get("date")) == (shipped.get("commit"), shipped.get("date")):
+            return machine_name(record)
+    return shipped.get("cpu") or "an unnamed CPU"
 
 
 def unseen_seed_record(task, assets: Path) -> tuple[Path, dict]:

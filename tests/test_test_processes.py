@@ -152,6 +152,30 @@ def test_what_the_builds_ahead_print_goes_to_their_log_and_stderr_comes_back(tmp
     assert os.readlink("/proc/self/fd/2") != str(log)
 
 
+@pytest.mark.fast
+def test_a_build_that_took_a_shipped_calibration_names_its_machine_avx_512_included():
+    """The build-ahead line names the kind of machine whose record a build took, as a build keeps it
+    (anchors.shipped_records): two EPYCs, with and without AVX-512, are told apart."""
+    import build_ahead
+    from mlrb.tasks.anchors import record_key, shipped_file, shipped_records
+
+    named = {}
+    for task in build_ahead.SEEDED:
+        entry = shipped_file()[task]
+        for record in [entry, *entry.get("other_machines", [])]:
+            for kept in shipped_records(task, record_key(record["built"]["key"])):
+                named.setdefault(task, set()).add(build_ahead.shipped_machine(task, kept["shipped"]))
+    assert named["math_reasoning"] == {
+        "Intel(R) Xeon(R) Processor",
+        "AMD EPYC, without AVX-512",
+        "AMD EPYC, with AVX-512",
+    }
+    assert all("Intel(R) Xeon(R) Processor" in names for names in named.values())
+    # a record no longer shipped (mlrb upgraded under a kept build) is named by the CPU the build kept
+    gone = {"commit": "0000000", "date": "2026-01-01 00:00 UTC", "cpu": "AMD EPYC"}
+    assert build_ahead.shipped_machine("math_reasoning", gone) == "AMD EPYC"
+
+
 def collected(*args: str, cache) -> list[str]:
     """The test ids `python -m pytest --collect-only ARGS` selects from the repository's root, with
     the tests' asset cache at CACHE."""
