@@ -34,14 +34,14 @@ changing what it computes (a module renamed, a class split): each task is built 
 is, taking the recorded calibration when seed 0 of each anchor scores as recorded, and where every
 anchor does, its entry records the check, with the code's digests, under "carried"; a task that
 scores otherwise, or whose assets' settings changed, keeps its entry and is named, to be measured
-again. Figures depend on the machine's floating-point kernels,
-so compare only runs on one kind of machine. `--another-machine` measures as the default does on
-another kind of machine, and keeps it beside the task's entry (under "other_machines", one per kind
-of CPU: its name and whether it has AVX-512): a tiny build there takes it, as it takes the main one
-here, when its seed 0 scores alike; the tables stay the main machine's. There, `--carry` checks and marks the record a build takes: that machine's
-where seed 0 scores as it. Each task's entry also records where and
-how it was measured ("measured"); then benchmarks/RESULTS.md is written again when
-`--out` is one of its files (benchmarks/calibration.json or calibration_assets.json).
+again. Figures depend on the machine's floating-point kernels, so compare only runs on one kind
+of machine. `--another-machine` measures as the default does on another kind of machine, and keeps
+it beside the task's entry (under "other_machines", one per kind of CPU: its name and whether it
+has AVX-512): a tiny build there takes it, as it takes the main one here, when its seed 0 scores
+alike; the tables stay the main machine's. There, `--carry` checks and marks the record a build
+takes: that machine's where seed 0 scores as it. Each task's entry also records where and how it
+was measured ("measured"); then benchmarks/RESULTS.md is written again when `--out` is one of its
+files (benchmarks/calibration.json or calibration_assets.json).
 """
 
 from __future__ import annotations

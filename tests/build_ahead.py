@@ -146,13 +146,9 @@ def build_one(cache_dir: Path, key: str, scale: str) -> list[str]:
 def shipped_or_not(task, assets: Path) -> str:
     """Whether a build took the calibration mlrb ships, said where it could have: a task whose
     shipped calibration no longer holds measures every seed, which the suite's time shows."""
-    from mlrb.tasks.anchors import SHIPPED
+    from mlrb.tasks.anchors import shipped_file
 
-    if (
-        task.spec.plumbing
-        or task.anchors.measured_by
-        or "built" not in json.loads(SHIPPED.read_text()).get(task.name, {})
-    ):
+    if task.spec.plumbing or task.anchors.measured_by or "built" not in shipped_file().get(task.name, {}):
         return ""
     shipped = json.loads((assets / "hidden" / "calibration.json").read_text()).get("shipped")
     if shipped:
