@@ -1,4 +1,4 @@
-"""install.sh installs with pip's --no-compile and compiles only what runs import
+"""install.sh installs without compiling (uv's default) and compiles only what runs import
 (mlrb/core/bytecode.py): the list must hold what the sandboxed processes import, which find the
 environment read-only and would otherwise compile those modules at every import."""
 
@@ -30,7 +30,8 @@ def test_what_scorers_and_starter_scripts_import_is_compiled_at_install():
         third_party = {name for name in libraries if name.split(".")[0] not in sys.stdlib_module_names}
         assert third_party <= compiled, (key, third_party - compiled)
     script = (REPO / "install.sh").read_text()
-    assert script.count("pip install --quiet --no-compile") == 4 and "-m mlrb.core.bytecode" in script
+    assert "uv pip install" in script and "-m mlrb.core.bytecode" in script
+    assert "--compile-bytecode" not in script and "UV_COMPILE_BYTECODE" not in script
 
 
 def test_the_bytecode_of_an_imported_module_is_written_even_where_python_writes_none(tmp_path):

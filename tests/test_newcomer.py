@@ -4,8 +4,9 @@ from the clone's root.
 
 What is cloned is this checkout's HEAD (commit your work to test it here). The clone's pip is
 set up as the developer's (its cache, its PIP_* variables and its user configuration file, which
-pip would look for in the empty HOME): it takes packages from where the developer's own install
-took them, a wheel folder or a mirror, where a new user's would fetch them from PyPI. The test
+pip would look for in the empty HOME), and so is uv, which install.sh installs with (its cache):
+it takes packages from where the developer's own install took them, a wheel folder or a mirror,
+where a new user's would fetch them from PyPI. The test
 is of mlrb's install and first run, not of the network; and PyPI's torch for Linux is its CUDA
 build, with several gigabytes of NVIDIA's libraries, which CI would download at every run."""
 
@@ -73,14 +74,20 @@ def clone(tmp_path_factory):
 
 
 @functools.cache
-def developer_pip() -> dict[str, str]:
+def developer_installers() -> dict[str, str]:
     """The developer's pip set-up as environment variables, asked of pip once: its cache, the
     PIP_* variables set here, and the user configuration file pip reads from the developer's
-    HOME (the last of them, which takes precedence, where there are two)."""
+    HOME (the last of them, which takes precedence, where there are two); and uv's cache, asked
+    of the uv install.sh installed here."""
     pip = ["python3", "-m", "pip"]
     settings = {name: value for name, value in os.environ.items() if name.startswith("PIP_")}
     settings.setdefault(
         "PIP_CACHE_DIR", subprocess.run([*pip, "cache", "dir"], capture_output=True, text=True).stdout.strip()
+    )
+    uv = REPO / ".venv" / "bin" / "uv"
+    settings["UV_CACHE_DIR"] = (
+        os.environ.get("UV_CACHE_DIR")
+        or subprocess.run([str(uv), "cache", "dir"], capture_output=True, text=True, check=True).stdout.strip()
     )
     section, files = "", []  # `pip config debug`: a line per section ("user:"), its files indented under it
     for line in subprocess.run([*pip, "config", "debug"], capture_output=True, text=True).stdout.splitlines():
@@ -94,8 +101,8 @@ def developer_pip() -> dict[str, str]:
 
 
 def as_newcomer(command: str, clone: Path, home: Path, **extra: str) -> subprocess.CompletedProcess:
-    """`command` in bash from the clone's root, with a new user's environment (and the developer's pip set-up)."""
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", **developer_pip(), **extra}
+    """`command` in bash from the clone's root, with a new user's environment (and the developer's pip and uv set-up)."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", **developer_installers(), **extra}
     if os.environ.get("CI"):
         env["CI"] = os.environ["CI"]
     return subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True, timeout=1800)

@@ -3,12 +3,12 @@
 
 pip compiles every module it installs unless told not to: about 110 CPU seconds for mlrb's
 libraries on 2 cores, most of it for modules no run imports (transformers' hundreds of model
-families, torch's compiler and test helpers). install.sh installs with `--no-compile` and then
-compiles what the runs import: the harness's, its recording process's, the scorer's and the
-tasks' starter scripts' libraries: install.sh then took about 70 CPU s less here (173 to 104). A scorer or an agent's script runs in a
-sandbox that mounts the environment read-only, where a module without its bytecode would be
-compiled again at every import; any module not named here is compiled where it is first imported
-outside a sandbox, once.
+families, torch's compiler and test helpers). install.sh installs without compiling (uv's default;
+pip's `--no-compile`) and then compiles what the runs import: the harness's, its recording
+process's, the scorer's and the tasks' starter scripts' libraries: install.sh then took about 70
+CPU s less here (173 to 104). A scorer or an agent's script runs in a sandbox that mounts the
+environment read-only, where a module without its bytecode would be compiled again at every
+import; any module not named here is compiled where it is first imported outside a sandbox, once.
 """
 
 from __future__ import annotations
