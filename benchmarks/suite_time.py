@@ -18,7 +18,8 @@ Plain `pytest` runs the fast and integration tiers; the system tier runs with `-
 - `fast`: `-m fast`, the edit loop's tier, warm. Target 5 min.
 - `ci-cold`: the whole of `.ci/run` as CI runs it. The script clones the repository's
   committed HEAD into a temporary folder (uncommitted changes are not measured; the commit
-  is recorded), empties the tests' asset cache and runs `bash .ci/run` there, its output
+  is recorded), empties the tests' asset cache, gives uv (which install.sh installs with) a
+  new empty package cache, as on a new machine, and runs `bash .ci/run` there, its output
   streamed here. It records the whole run's wall time, its exit status, and both pytest
   runs' figures. Target 75 min. `.ci/run` installs packages and starts services: run it
   where CI would (as root, on a machine it may change).
@@ -268,8 +269,8 @@ def services_sentence(up: dict[str, bool] | None) -> str:
 
 
 def measure_ci() -> dict:
-    """Run `.ci/run` in a fresh clone of the committed HEAD, with the tests' asset cache emptied, and
-    return its wall time, exit status and the two pytest runs' figures."""
+    """Run `.ci/run` in a fresh clone of the committed HEAD, with the tests' asset cache emptied and
+    uv's package cache new, and return its wall time, exit status and the two pytest runs' figures."""
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
     commit = commit.stdout.strip()
     with tempfile.TemporaryDirectory(prefix="mlrb-ci-cold-") as scratch:
@@ -281,7 +282,8 @@ def measure_ci() -> dict:
         if head.stdout.strip() != commit:  # a detached HEAD here: the clone took the default branch
             subprocess.run(["git", "-C", str(clone), "checkout", "--quiet", commit], check=True)
         shutil.rmtree(test_cache(), ignore_errors=True)
-        env = {**os.environ, "MLRB_SUITE_TIMES": str(times)}
+        # uv's cache new and empty: a new machine's install downloads and unpacks every package
+        env = {**os.environ, "MLRB_SUITE_TIMES": str(times), "UV_CACHE_DIR": str(Path(scratch) / "uv-cache")}
         env.pop("VIRTUAL_ENV", None)  # the clone installs and uses its own .venv
         up = services_up()
         started = time.monotonic()
