@@ -16,26 +16,30 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 # uv installs the packages: it resolves, fetches and unpacks them on every core, in about half of
 # pip's CPU time here (25 CPU s against 48), and from its cache (a second clone) in a quarter. pip
-# installs uv itself.
+# installs uv itself, and its own newest release for the venv.
 UV_SPEC=uv==0.13.9
-.venv/bin/python -m pip install --quiet "$UV_SPEC"
+.venv/bin/python -m pip install --quiet --upgrade pip "$UV_SPEC"
 # uv reads none of pip's configuration, so it is handed where pip would take packages from (a mirror,
-# an extra index such as PyTorch's for MLRB_TORCH, a wheel folder, a certificate): for each, the last
-# value `pip config list` prints, the one pip uses. Like pip, it takes the best match of all the
-# indexes (every version is pinned anyway). Sets uv_options and exports SSL_CERT_FILE.
+# an extra index such as PyTorch's for MLRB_TORCH, a wheel folder, a certificate), as
+# `pip config list` prints them: for each, the value pip uses, a variable's over its install
+# section's over its global one's (pip lists them sorted by name or in that order, by its version).
+# Like pip, uv takes the best match of all the indexes (every version is pinned anyway). Sets
+# uv_options and exports SSL_CERT_FILE.
 uv_options_from_pip() {
-    local setting key value index_url="" extra_index_urls="" find_links=""
+    local setting key value rank index_url="" extra_index_urls="" find_links="" cert=""
+    local index_rank=0 extra_rank=0 links_rank=0 cert_rank=0
     while IFS= read -r setting; do
         key=${setting%%=*} value=${setting#*=}
-        [[ ${key%%.*} == @(global|install|:env:) ]] || continue  # pip install's own sections
+        case ${key%%.*} in global) rank=1 ;; install) rank=2 ;; :env:) rank=3 ;; *) continue ;; esac
         value=${value#\'} value=${value%\'} value=${value//\\n/ }  # quoted, its lines as \n
         case ${key#*.} in
-            index-url) index_url=$value ;;
-            extra-index-url) extra_index_urls=$value ;;
-            find-links) find_links=$value ;;
-            cert) export SSL_CERT_FILE=$value ;;
+            index-url) ((rank < index_rank)) || { index_url=$value index_rank=$rank; } ;;
+            extra-index-url) ((rank < extra_rank)) || { extra_index_urls=$value extra_rank=$rank; } ;;
+            find-links) ((rank < links_rank)) || { find_links=$value links_rank=$rank; } ;;
+            cert) ((rank < cert_rank)) || { cert=$value cert_rank=$rank; } ;;
         esac
     done < <("$1" -m pip config list 2>/dev/null)
+    [[ -z "$cert" ]] || export SSL_CERT_FILE=$cert
     uv_options=(--index-strategy unsafe-best-match)
     [[ -z "$index_url" ]] || uv_options+=(--index-url "$index_url")
     for value in $extra_index_urls; do uv_options+=(--extra-index-url "$value"); done

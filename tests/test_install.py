@@ -57,7 +57,17 @@ def uv_options_from_pip() -> str:
     return found.group(0)
 
 
-def test_uv_installs_from_the_index_extra_index_and_wheel_folder_pip_is_configured_with(tmp_path):
+def pip_of(which: str, tmp_path: Path) -> str:
+    """A Python whose pip is asked: the venv's (install.sh upgrades it) or the one a new venv has."""
+    if which == "the venv's pip":
+        return sys.executable
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "bundled")], check=True)
+    return str(tmp_path / "bundled" / "bin" / "python")
+
+
+# pip 23 lists its settings sorted by name, newer ones in the order of their precedence: either is read.
+@pytest.mark.parametrize("which", ["the venv's pip", "a new venv's pip"])
+def test_uv_installs_from_the_index_extra_index_and_wheel_folder_pip_is_configured_with(which, tmp_path):
     import certifi
 
     certificate = tmp_path / "certificates.pem"  # pip's certificate bundle, as a proxy's might be
@@ -65,17 +75,21 @@ def test_uv_installs_from_the_index_extra_index_and_wheel_folder_pip_is_configur
     mirror = simple_index(tmp_path / "mirror", "only_on_the_mirror")
     extra = simple_index(tmp_path / "extra", "only_on_the_extra_index")
     wheel(tmp_path / "wheels", "only_in_the_wheel_folder")
+    not_these = [(tmp_path / name).as_uri() for name in ("not-this-index", "not-this-extra-index")]
+    # pip install's own section over the global one; `wheel` is pip wheel's, listed after `global`.
     (tmp_path / "pip.conf").write_text(
-        f"[global]\nindex-url = {mirror}\nextra-index-url = {(tmp_path / 'not-this-one').as_uri()}\n"
-        f"find-links = {tmp_path / 'wheels'}\ncert = {certificate}\n[wheel]\nfind-links = {tmp_path / 'not-pip-install'}\n"
-    )  # fmt: skip (pip lists its sections in order: `wheel`, pip wheel's own, after `global`)
+        f"[global]\nindex-url = {not_these[0]}\nextra-index-url = {not_these[1]}\n"
+        f"find-links = {tmp_path / 'wheels'}\ncert = {certificate}\n[install]\nindex-url = {mirror}\n"
+        f"[wheel]\nfind-links = {tmp_path / 'not-pip-install'}\n"
+    )  # fmt: skip
     # A user's pip set-up and nothing of this machine's: the variable overrides the file's extra index.
     env = {name: value for name, value in os.environ.items() if not name.startswith(("PIP_", "UV_"))}
     env |= {"HOME": str(tmp_path), "PIP_CONFIG_FILE": str(tmp_path / "pip.conf"), "PIP_EXTRA_INDEX_URL": extra,
             "UV_CACHE_DIR": str(tmp_path / "uv-cache")}  # fmt: skip
+    python = pip_of(which, tmp_path)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
     script = uv_options_from_pip() + (
-        f'uv_options_from_pip {sys.executable}\nprintf "%s\\n" "${{uv_options[@]}}" "SSL_CERT_FILE=$SSL_CERT_FILE"\n'
+        f'uv_options_from_pip {python}\nprintf "%s\\n" "${{uv_options[@]}}" "SSL_CERT_FILE=$SSL_CERT_FILE"\n'
         f'{Path(sys.executable).parent / "uv"} pip install --quiet "${{uv_options[@]}}" --python {tmp_path}/venv/bin/python '
         "only_on_the_mirror only_on_the_extra_index only_in_the_wheel_folder\n"
     )  # fmt: skip
