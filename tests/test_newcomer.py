@@ -78,17 +78,19 @@ def developer_installers() -> dict[str, str]:
     """The developer's pip set-up as environment variables, asked of pip once: its cache, the
     PIP_* variables set here, and the user configuration file pip reads from the developer's
     HOME (the last of them, which takes precedence, where there are two); and uv's cache, asked
-    of the uv install.sh installed here."""
+    of the uv install.sh installed here (a venv from before uv: the clone's fills a cache of its own)."""
     pip = ["python3", "-m", "pip"]
     settings = {name: value for name, value in os.environ.items() if name.startswith("PIP_")}
     settings.setdefault(
         "PIP_CACHE_DIR", subprocess.run([*pip, "cache", "dir"], capture_output=True, text=True).stdout.strip()
     )
     uv = REPO / ".venv" / "bin" / "uv"
-    settings["UV_CACHE_DIR"] = (
-        os.environ.get("UV_CACHE_DIR")
-        or subprocess.run([str(uv), "cache", "dir"], capture_output=True, text=True, check=True).stdout.strip()
-    )
+    if os.environ.get("UV_CACHE_DIR"):
+        settings["UV_CACHE_DIR"] = os.environ["UV_CACHE_DIR"]
+    elif uv.exists():
+        settings["UV_CACHE_DIR"] = subprocess.run(
+            [str(uv), "cache", "dir"], capture_output=True, text=True
+        ).stdout.strip()
     section, files = "", []  # `pip config debug`: a line per section ("user:"), its files indented under it
     for line in subprocess.run([*pip, "config", "debug"], capture_output=True, text=True).stdout.splitlines():
         section = line.rstrip(":") if not line.startswith(" ") else section
