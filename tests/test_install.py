@@ -86,11 +86,12 @@ def test_uv_installs_from_the_index_extra_index_and_wheel_folder_pip_is_configur
     env = {name: value for name, value in os.environ.items() if not name.startswith(("PIP_", "UV_"))}
     env |= {"HOME": str(tmp_path), "PIP_CONFIG_FILE": str(tmp_path / "pip.conf"), "PIP_EXTRA_INDEX_URL": extra,
             "UV_CACHE_DIR": str(tmp_path / "uv-cache")}  # fmt: skip
-    python = pip_of(which, tmp_path)
+    python, uv = pip_of(which, tmp_path), Path(sys.executable).parent / "uv"
+    assert uv.exists(), f"{uv} is missing: `bash install.sh --dev` installs it"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
     script = uv_options_from_pip() + (
         f'uv_options_from_pip {python}\nprintf "%s\\n" "${{uv_options[@]}}" "SSL_CERT_FILE=$SSL_CERT_FILE"\n'
-        f'{Path(sys.executable).parent / "uv"} pip install --quiet "${{uv_options[@]}}" --python {tmp_path}/venv/bin/python '
+        f'{uv} pip install --quiet "${{uv_options[@]}}" --python {tmp_path}/venv/bin/python '
         "only_on_the_mirror only_on_the_extra_index only_in_the_wheel_folder\n"
     )  # fmt: skip
     result = subprocess.run(["bash", "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
