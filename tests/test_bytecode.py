@@ -11,7 +11,7 @@ import pytest
 
 from build_ahead import TINY_TASKS
 from conftest import REPO, task_from_config
-from mlrb.core.bytecode import RUN_IMPORTS
+from mlrb.core.bytecode import RUN_IMPORTS, sides
 from mlrb.scoring import lmeval
 from mlrb.task_kit.warm_python import starter_imports
 
@@ -46,3 +46,25 @@ def test_the_bytecode_of_an_imported_module_is_written_even_where_python_writes_
     assert list((tmp_path / "__pycache__").glob("probe_module.*.pyc"))
     again = subprocess.run([sys.executable, "-B", "-c", code], capture_output=True, text=True, cwd=REPO)
     assert int(again.stdout) < int(result.stdout)  # what has its bytecode is left as it is
+
+
+def test_the_two_sides_are_every_run_import_and_are_compiled_in_processes_of_their_own(tmp_path):
+    harness, models = sides(RUN_IMPORTS)
+    assert harness and models and sorted(harness + models) == sorted(RUN_IMPORTS)
+    assert "mlflow" in harness and "anthropic" in harness and "torch" in models and "lm_eval.evaluator" in models
+    # Two modules, one a side, each imported and compiled in a process forked for it (that the two
+    # run at once shows in an install's time, not here).
+    for name in ("probe_one", "probe_two"):
+        (tmp_path / f"{name}.py").write_text(
+            f"import os, pathlib\npathlib.Path({str(tmp_path / name)!r} + '.pid').write_text(str(os.getpid()))\n"
+        )
+    code = (
+        f"import os, sys; sys.path.insert(0, {str(tmp_path)!r}); import mlrb.core.bytecode as b; "
+        "b.HARNESS_SIDE = ('probe_one',); print(b.compile_side_by_side(['probe_one', 'probe_two']), os.getpid())"
+    )
+    result = subprocess.run([sys.executable, "-B", "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    written, parent = result.stdout.split()
+    assert int(written) == 2
+    assert parent not in {(tmp_path / f"{name}.pid").read_text() for name in ("probe_one", "probe_two")}
+    assert {path.name.split(".")[0] for path in (tmp_path / "__pycache__").glob("*.pyc")} == {"probe_one", "probe_two"}
