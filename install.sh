@@ -15,9 +15,9 @@ if [[ ! -x .venv/bin/python ]]; then
     "$PYTHON" -m venv .venv
 fi
 # uv installs the packages: it resolves, fetches and unpacks them on every core. `install.sh --dev`
-# in a fresh clone took 65 CPU s and 55 s here, against pip's 81 and 83, and 47 and 46 from uv's
-# cache (a second clone); 31 CPU s of each is the compile below. pip installs uv, and upgrades
-# itself in the venv.
+# in a fresh clone took 57 CPU s and 38 s here, against pip's 81 and 83, and 47 and 32 from uv's
+# cache (a second clone); about 33 CPU s of each is the compile below (on both cores). pip installs
+# uv, and upgrades itself in the venv.
 UV_SPEC=uv==0.13.9
 .venv/bin/python -m pip install --quiet --upgrade pip "$UV_SPEC"
 # uv reads none of pip's configuration, so it is handed where pip would take packages from (a mirror,
