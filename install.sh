@@ -19,7 +19,7 @@ fi
 # cache (a second clone); about 33 CPU s of each is the compile below (on both cores). pip installs
 # uv, and upgrades itself in the venv.
 UV_SPEC=uv==0.13.9
-.venv/bin/python -m pip install --quiet --upgrade pip "$UV_SPEC"
+.venv/bin/python -m pip install --quiet --no-compile --upgrade pip "$UV_SPEC"
 # uv reads none of pip's configuration, so it is handed where pip would take packages from (a mirror,
 # an extra index such as PyTorch's for MLRB_TORCH, a wheel folder, a certificate), as
 # `pip config list` prints them: for each, the value pip uses, a variable's over its install
