@@ -139,6 +139,19 @@ def running_with(marker: str) -> list:
     return found
 
 
+def once_running(marker: str, process: subprocess.Popen, count: int = 1, timeout: float = 60) -> list:
+    """`running_with(MARKER)` once it finds COUNT processes. An agent's `(sleep N & echo N > file)` writes
+    its file just after the fork, and the forked shell may become the sleep a moment later: seconds
+    later on a loaded machine."""
+    deadline = time.monotonic() + timeout
+    while len(found := running_with(marker)) < count:
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended early: {process.communicate()[1][-3000:]}")
+        assert time.monotonic() < deadline, f"no process ran {marker!r} within {timeout} s"
+        time.sleep(0.1)
+    return found
+
+
 # The signals' runs: the baseline agent (whose scorer starts with it) on the cheapest task (HARNESS_TASK),
 # its task incidental. Its command: the given train.py (a valid submission), then a sleep no other
 # process runs (found by its length, drawn in the sandbox and written to agent.started), until the
@@ -158,7 +171,7 @@ def stopped_by(signum: int, tmp_path: Path, cache: Path):
     process = start_run(tmp_path, cache, *HARNESS_TASK,
                         f"task.scales.folder.baseline_command='{SLEEPS_AFTER_ITS_SUBMISSION}'")  # fmt: skip
     seconds = wait_for_file(started_file, process)
-    assert running_with(f"sleep\0{seconds}"), "the agent's command is running"
+    once_running(f"sleep\0{seconds}", process)  # the agent's command runs
     sent = time.monotonic()
     process.send_signal(signum)
     out, err = process.communicate(timeout=300)

@@ -25,7 +25,7 @@ from mlrb.core import events
 from mlrb.core.config import ConfigError, TrackingConfig
 from mlrb.store import record, recording_process
 from mlrb.store.tracing import TraceWriter
-from test_failures_runs import as_in_a_terminal, mlrb_lines, only_run, running_with, wait_for_file
+from test_failures_runs import as_in_a_terminal, mlrb_lines, once_running, only_run, running_with, wait_for_file
 
 RECORDING_PROCESS = "mlrb.store.recording_process"
 
@@ -69,7 +69,7 @@ def start_long_run(tmp_path: Path, cache: Path, then: str = "true") -> tuple[sub
     )  # fmt: skip
     seconds = wait_for_file(tmp_path / "run" / "workspace" / "agent.started", process)
     marker = f"sleep\0{seconds}"
-    assert running_with(marker), "the agent's command is running"
+    once_running(marker, process)  # the agent's command runs
     return process, marker
 
 

@@ -26,7 +26,7 @@ from conftest import PLUMBING, mlflow_client, store_args
 from mlrb.core.config import TrackingConfig
 from mlrb.core.tags import Metric
 from mlrb.store import record, recording_process, recording_server
-from test_failures_runs import running_with
+from test_failures_runs import once_running
 from test_recording_process import RECORDING_PROCESS, alive
 from warm_start import STARTING_ENV
 
@@ -237,7 +237,7 @@ def test_a_local_sweep_s_jobs_record_through_its_server_and_leave_no_process(tmp
     mine = descendants_of(sweep.pid)  # (other tests' runs may be recording beside it)
     assert not [pid for pid in mine if RECORDING_PROCESS in command_line(pid)]  # no new interpreter records
 
-    for pid in running_with(marker):
+    for pid in once_running(marker, sweep, count=2):
         os.kill(int(pid), signal.SIGKILL)  # the agents' commands end
     out, err = sweep.communicate(timeout=300)
     assert sweep.returncode == 0 and "Traceback" not in out + err, err[-3000:]
