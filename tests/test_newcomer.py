@@ -75,10 +75,11 @@ def clone(tmp_path_factory):
 
 @functools.cache
 def developer_installers() -> dict[str, str]:
-    """The developer's pip set-up as environment variables, asked of pip once: its cache, the
-    PIP_* variables set here, and the user configuration file pip reads from the developer's
-    HOME (the last of them, which takes precedence, where there are two); and uv's cache, asked
-    of the uv install.sh installed here (a venv from before uv: the clone's fills a cache of its own)."""
+    """The developer's installers' set-up as environment variables, for a clone with an empty HOME:
+    pip's (its cache, the PIP_* variables set here, and the user configuration file pip reads from
+    the developer's HOME, the last of them where there are two: it takes precedence), which
+    install.sh hands on to uv; and uv's cache, asked of the uv install.sh installed here (a venv
+    from before uv: the clone's fills a cache of its own)."""
     pip = ["python3", "-m", "pip"]
     settings = {name: value for name, value in os.environ.items() if name.startswith("PIP_")}
     settings.setdefault(
