@@ -8,11 +8,13 @@ allow them (a locked-down laptop); under CI a skip fails the run (see conftest.p
 from __future__ import annotations
 
 import functools
+import json
 import os
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -282,6 +284,60 @@ def cgroup_problem() -> str:
         return "needs a cgroup this process may make (as root, or a delegated cgroup v2 subtree)"
     cgroup.remove()
     return ""
+
+
+def test_a_leftover_s_owner_is_gone_when_no_process_has_its_pid_and_start_time():
+    from mlrb.sandbox import leftovers
+
+    mine = f"mlrb-run{leftovers.owner_tag()}1a2b3c4d"
+    assert not leftovers.owner_gone(mine)  # this process runs
+    pid, start = os.getpid(), leftovers.start_ticks(os.getpid())
+    assert leftovers.owner_gone(f"mlrb-run-owner{pid}.{int(start) + 1}-1a2b3c4d")  # the pid reused by another
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    assert leftovers.owner_gone(f"mlrb-bwrap-owner{dead.pid}.{start}-x1y2")
+    assert not leftovers.owner_gone("mlrb-bwrap-x1y2") and not leftovers.owner_gone("mlrb-probe-123")  # no owner
+
+
+@needs_namespaces
+@pytest.mark.skipif(bool(cgroup_problem()), reason=cgroup_problem() or "ok")
+def test_what_a_harness_killed_with_sigkill_leaves_the_next_sandbox_removes(tmp_path):
+    """A harness killed with SIGKILL (the OOM killer, a cluster's hard kill) cannot remove its sandbox's
+    cgroups and scratch folder; the next sandbox started, of any run, removes them, and nothing of a
+    harness that runs."""
+    for folder in ("ws", "data", "ws2"):
+        (tmp_path / folder).mkdir()
+    harness = textwrap.dedent(f"""
+        import json, os
+        from pathlib import Path
+        from mlrb.core.config import SandboxConfig
+        from mlrb.sandbox.bwrap import BwrapSandbox
+        from mlrb.sandbox.base import Limits
+        box = BwrapSandbox(SandboxConfig(pids_limit=64), Path({str(tmp_path / "ws")!r}), Path({str(tmp_path / "data")!r}),
+                           "killed", Limits(memory_gb=0.5))
+        print(json.dumps([str(box.scratch), *map(str, box.cgroup.folders)]), flush=True)
+        os.kill(os.getpid(), 9)
+    """)
+    result = subprocess.run([sys.executable, "-c", harness], capture_output=True, text=True, timeout=60)
+    assert result.returncode == -9, result.stderr[-3000:]
+    scratch, *cgroups = [Path(f) for f in json.loads(result.stdout)]
+    assert scratch.is_dir() and cgroups and all(c.is_dir() for c in cgroups)  # left behind: nothing could remove them
+    unowned = Path(tempfile.mkdtemp(prefix=bw.SCRATCH_PREFIX + "-"))  # named as before owners: left alone
+    box = bw.BwrapSandbox(
+        SandboxConfig(pids_limit=64), tmp_path / "ws2", tmp_path / "data", "next", Limits(memory_gb=0.5)
+    )
+    try:
+        assert not scratch.exists() and not [c for c in cgroups if c.exists()]
+        assert unowned.is_dir()
+        assert sh(box, "echo fine").stdout == "fine\n"
+        other = bw.BwrapSandbox(SandboxConfig(pids_limit=64), tmp_path / "ws", tmp_path / "data", "other",
+                                Limits(memory_gb=0.5))  # fmt: skip
+        other.close()
+        assert box.scratch.is_dir() and all(f.is_dir() for f in box.cgroup.folders)  # its owner runs
+        assert sh(box, "echo still fine").stdout == "still fine\n"
+    finally:
+        box.close()
+        unowned.rmdir()
 
 
 @needs_namespaces

@@ -16,6 +16,7 @@ import signal
 import time
 from pathlib import Path
 
+from mlrb.sandbox import leftovers
 from mlrb.sandbox.base import Limits
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class Cgroup:
         try:
             for controller, files in wanted.items():
                 base = ROOT / paths[""].lstrip("/") if unified else ROOT / controller / paths[controller].lstrip("/")
+                leftovers.remove_orphans(base, "mlrb-", Path.rmdir)  # those of harnesses killed with SIGKILL
                 if unified:
                     (base / "cgroup.subtree_control").write_text(f"+{controller}")
                 folder = base / name
