@@ -5,7 +5,11 @@ real key, and it charges what the upstream reports."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import anthropic
 import openai
@@ -293,6 +297,29 @@ def test_an_agent_in_bwrap_reaches_the_model_only_through_the_proxy(tmp_path):
 def test_an_unconfined_agent_gets_the_proxy_s_loopback_url(tmp_path):
     seen = bridge_case("unconfined", tmp_path)
     assert seen["direct"] == "reached"  # unconfined: nothing stops it, as the sandbox's page says
+
+
+def test_the_socket_folder_of_a_run_killed_with_sigkill_is_removed_by_the_next_proxy():
+    """A harness killed with SIGKILL leaves its proxy's socket folder in the temp folder; the next proxy
+    started on the machine removes it, and not the folder of a proxy that runs."""
+    killed = textwrap.dedent("""
+        import os
+        from mlrb.core.budget import Budget
+        from mlrb.core.config import BudgetConfig
+        from mlrb.models.proxy import MeteringProxy
+        proxy = MeteringProxy({}, "token", Budget(BudgetConfig(name="test", wall_time_s=60)), unix_socket=True)
+        print(proxy.socket_dir, flush=True)
+        os.kill(os.getpid(), 9)
+    """)
+    result = subprocess.run([sys.executable, "-c", killed], capture_output=True, text=True, timeout=60)
+    assert result.returncode == -9, result.stderr[-3000:]
+    left = Path(result.stdout.strip())
+    assert (left / "model.sock").exists()  # nothing could remove it
+    with MeteringProxy({}, TOKEN, budget(), unix_socket=True) as running:
+        assert not left.exists()
+        with MeteringProxy({}, TOKEN, budget(), unix_socket=True) as another:
+            assert running.socket_dir.is_dir() and another.socket_dir.is_dir()  # their owner runs
+    assert not running.socket_dir.exists() and not another.socket_dir.exists()  # each removed its own
 
 
 def test_a_query_string_goes_upstream_as_it_came():

@@ -74,7 +74,6 @@ import shutil
 import socket
 import socketserver
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -84,6 +83,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from mlrb.core import leftovers
 from mlrb.core.budget import Spend
 from mlrb.core.retries import Backoff
 from mlrb.models.api_shapes import Usage, delta_tokens_of, reply_of, tier_of, usage_of
@@ -481,7 +481,7 @@ class MeteringProxy:
         self.servers: list[socketserver.BaseServer] = [self.server]
         self.socket_dir: Path | None = None
         if unix_socket:  # in a folder only this user can list; the socket itself any sandbox user may use
-            self.socket_dir = Path(tempfile.mkdtemp(prefix="mlrb-proxy-"))
+            self.socket_dir = leftovers.new_temp_folder("mlrb-proxy")
             self.servers.append(ProxyUnixServer(str(self.socket_dir / "model.sock"), handler))
             os.chmod(self.socket_dir / "model.sock", 0o666)
         for server in self.servers:

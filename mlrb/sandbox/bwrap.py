@@ -38,9 +38,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlrb.core import leftovers
 from mlrb.core.config import ConfigError, SandboxConfig
 from mlrb.models.endpoint import ModelEndpoint
-from mlrb.sandbox import gpus, leftovers
+from mlrb.sandbox import gpus
 from mlrb.sandbox.base import (
     AGENT_UID,
     WORKSPACE,
@@ -91,7 +92,7 @@ START_TIMEOUT_S = 60
 STOP_WAIT_S = 5  # how long `stop` waits for the agent's processes to go
 EXEC_SERVER = Path(__file__).with_name("exec_server.py")
 SERVER_INSIDE = "/run/sandbox/exec_server.py"
-SCRATCH_PREFIX = "mlrb-bwrap"  # then its owner (leftovers.owner_tag) and mkdtemp's letters
+SCRATCH_PREFIX = "mlrb-bwrap"  # a sandbox's own files (its passwd and group, bwrap's log), in the temp folder
 
 
 @dataclass
@@ -293,7 +294,7 @@ class BwrapSandbox(Sandbox):
         self.layout = (list(mounts), env)  # for a person's shell (interactive_argv)
         mounts.append(Mount(EXEC_SERVER, SERVER_INSIDE))
         self.binary = find_bwrap(self.options.binary)
-        self.scratch = scratch_folder()
+        self.scratch = leftovers.new_temp_folder(SCRATCH_PREFIX)
         self.identity_dir = identity(self.scratch)
         self.gpu_view = run_gpus(cfg, limits)  # the run's own GPUs only, 0..n-1 inside
         argv = bwrap_argv(
@@ -430,7 +431,7 @@ class BwrapSandbox(Sandbox):
         options = cls.parse_options(cfg)
         binary = find_bwrap(options.binary)
         cgroup = Cgroup.create(cgroup_name(job.run_id), job.limits, cfg.pids_limit)
-        scratch = scratch_folder()  # its /etc/passwd and group, kept while it runs
+        scratch = leftovers.new_temp_folder(SCRATCH_PREFIX)  # its /etc/passwd and group, kept while it runs
 
         def release() -> None:
             if cgroup is not None:
@@ -518,11 +519,3 @@ def namespace_init(pid: int) -> int | None:
 def cgroup_name(run_id: str) -> str:
     """Named with its owner, this process: a harness killed with SIGKILL cannot remove it, the next sandbox does."""
     return f"mlrb-{run_id or 'run'}{leftovers.owner_tag()}{uuid.uuid4().hex[:8]}"
-
-
-def scratch_folder() -> Path:
-    """A new folder in the temp folder for a sandbox's own files (its passwd and group, bwrap's log),
-    named with its owner, this process; first, those of harnesses killed with SIGKILL are removed."""
-    temp = Path(tempfile.gettempdir())
-    leftovers.remove_orphans(temp, SCRATCH_PREFIX, shutil.rmtree)
-    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{leftovers.owner_tag()}", dir=temp))

@@ -16,7 +16,7 @@ import signal
 import time
 from pathlib import Path
 
-from mlrb.sandbox import leftovers
+from mlrb.core import leftovers
 from mlrb.sandbox.base import Limits
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,67 @@
+"""What a run leaves on the host when its harness is killed with SIGKILL (the OOM killer, `kill -9`,
+a cluster's hard kill): its sandboxes' cgroups (a folder per controller, at the root of the hierarchy
+on a machine whose harness runs there) and its folders in the temp folder (a bwrap sandbox's own
+files, the metering proxy's socket). Nothing can remove them at that moment, and they pile up: a few
+per killed run, until reboot.
+
+So their names carry their owner, the harness process (its pid and its start time, which a reused
+pid does not share), and each new one made removes those of its kind whose owner is gone. A name
+that carries no owner, or whose owner runs, is left alone; a cgroup that still holds a process
+cannot be removed (the kernel refuses), so nothing a live run uses is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+# -ownerPID.START-: the start time is /proc/PID/stat's field 22, in clock ticks since boot.
+OWNER = re.compile(r"-owner(\d+)\.(\d+)-")
+
+
+def start_ticks(pid: int) -> str | None:
+    """PID's start time (clock ticks since boot), or None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the name, in parentheses, may hold spaces
+
+
+def owner_tag() -> str:
+    """This process as the owner a leftover's name carries: `-ownerPID.START-`."""
+    return f"-owner{os.getpid()}.{start_ticks(os.getpid())}-"
+
+
+def owner_gone(name: str) -> bool:
+    """Whether NAME carries an owner that no longer runs (a process of that pid and start time)."""
+    found = OWNER.search(name)
+    return found is not None and start_ticks(int(found.group(1))) != found.group(2)
+
+
+def new_temp_folder(prefix: str) -> Path:
+    """A new folder in the temp folder, named PREFIX, its owner (this process), then mkdtemp's letters;
+    first, the folders named PREFIX... whose owner is gone are removed."""
+    temp = Path(tempfile.gettempdir())
+    remove_orphans(temp, prefix, shutil.rmtree)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{owner_tag()}", dir=temp))
+
+
+def remove_orphans(folder: Path, prefix: str, remove: Callable[[Path], None]) -> None:
+    """REMOVE each folder in FOLDER named PREFIX... whose owner is gone. Only this user's own folders,
+    not links: the temp folder is everyone's. Errors are ignored (another harness may be removing the
+    same one)."""
+    try:
+        entries = [entry for entry in os.scandir(folder) if entry.name.startswith(prefix) and owner_gone(entry.name)
+                   and entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid()]  # fmt: skip
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            remove(Path(entry.path))
+        except OSError:
+            pass
