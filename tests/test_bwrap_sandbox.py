@@ -286,16 +286,18 @@ def cgroup_problem() -> str:
     return ""
 
 
-def test_a_leftover_s_owner_is_gone_when_no_process_has_its_pid_and_start_time():
+def test_a_leftover_s_owner_is_gone_when_no_process_of_this_boot_has_its_pid_and_start_time():
     from mlrb.core import leftovers
 
     mine = f"mlrb-run{leftovers.owner_tag()}1a2b3c4d"
     assert not leftovers.owner_gone(mine)  # this process runs
-    pid, start = os.getpid(), leftovers.start_ticks(os.getpid())
-    assert leftovers.owner_gone(f"mlrb-run-owner{pid}.{int(start) + 1}-1a2b3c4d")  # the pid reused by another
+    boot, pid, start = leftovers.this_boot(), os.getpid(), leftovers.start_ticks(os.getpid())
+    assert leftovers.owner_gone(f"mlrb-run-owner{boot}.{pid}.{int(start) + 1}-1a2b3c4d")  # the pid reused by another
     dead = subprocess.Popen(["true"])
     dead.wait()
-    assert leftovers.owner_gone(f"mlrb-bwrap-owner{dead.pid}.{start}-x1y2")
+    assert leftovers.owner_gone(f"mlrb-bwrap-owner{boot}.{dead.pid}.{start}-x1y2")
+    other = "0" * len(boot) if boot != "0" * len(boot) else "1" * len(boot)
+    assert not leftovers.owner_gone(f"mlrb-bwrap-owner{other}.{dead.pid}.{start}-x1y2")  # another machine's, or boot's
     assert not leftovers.owner_gone("mlrb-bwrap-x1y2") and not leftovers.owner_gone("mlrb-probe-123")  # no owner
 
 

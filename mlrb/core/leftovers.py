@@ -4,10 +4,11 @@ on a machine whose harness runs there) and its folders in the temp folder (a bwr
 files, the metering proxy's socket). Nothing can remove them at that moment, and they pile up: a few
 per killed run, until reboot.
 
-So their names carry their owner, the harness process (its pid and its start time, which a reused
-pid does not share), and each new one made removes those of its kind whose owner is gone. A name
-that carries no owner, or whose owner runs, is left alone; a cgroup that still holds a process
-cannot be removed (the kernel refuses), so nothing a live run uses is touched.
+So their names carry their owner, the harness process: the machine's boot, its pid and its start
+time (which a reused pid does not share). Each new one made removes those of its kind whose owner
+is gone. A name that carries no owner, whose owner runs, or that another machine (a temp folder
+shared between a cluster's nodes) or an earlier boot made, is left alone; a cgroup that still holds
+a process cannot be removed (the kernel refuses). So nothing a live run uses is touched.
 """
 
 from __future__ import annotations
@@ -19,8 +20,16 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-# -ownerPID.START-: the start time is /proc/PID/stat's field 22, in clock ticks since boot.
-OWNER = re.compile(r"-owner(\d+)\.(\d+)-")
+# -ownerBOOT.PID.START-: BOOT, this boot of this machine (the kernel's boot id, shortened); START,
+# /proc/PID/stat's field 22, in clock ticks since boot.
+OWNER = re.compile(r"-owner([0-9a-f]+)\.(\d+)\.(\d+)-")
+
+
+def this_boot() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:12]
+    except OSError:
+        return "0"
 
 
 def start_ticks(pid: int) -> str | None:
@@ -33,14 +42,15 @@ def start_ticks(pid: int) -> str | None:
 
 
 def owner_tag() -> str:
-    """This process as the owner a leftover's name carries: `-ownerPID.START-`."""
-    return f"-owner{os.getpid()}.{start_ticks(os.getpid())}-"
+    """This process as the owner a leftover's name carries: `-ownerBOOT.PID.START-`."""
+    return f"-owner{this_boot()}.{os.getpid()}.{start_ticks(os.getpid())}-"
 
 
 def owner_gone(name: str) -> bool:
-    """Whether NAME carries an owner that no longer runs (a process of that pid and start time)."""
+    """Whether NAME carries an owner of this machine's boot that no longer runs (no process of its pid
+    and start time)."""
     found = OWNER.search(name)
-    return found is not None and start_ticks(int(found.group(1))) != found.group(2)
+    return found is not None and found.group(1) == this_boot() and start_ticks(int(found.group(2))) != found.group(3)
 
 
 def new_temp_folder(prefix: str) -> Path:
