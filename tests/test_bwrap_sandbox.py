@@ -291,7 +291,7 @@ def test_a_leftover_s_owner_is_gone_when_no_process_of_this_boot_has_its_pid_and
 
     mine = f"mlrb-run{leftovers.owner_tag()}1a2b3c4d"
     assert not leftovers.owner_gone(mine)  # this process runs
-    boot, pid, start = leftovers.this_boot(), os.getpid(), leftovers.start_ticks(os.getpid())
+    boot, pid, start = leftovers.this_boot(), os.getpid(), leftovers.process_start(os.getpid())
     assert leftovers.owner_gone(f"mlrb-run-owner{boot}.{pid}.{int(start) + 1}-1a2b3c4d")  # the pid reused by another
     dead = subprocess.Popen(["true"])
     dead.wait()

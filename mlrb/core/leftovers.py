@@ -13,6 +13,7 @@ a process cannot be removed (the kernel refuses). So nothing a live run uses is 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -25,32 +26,36 @@ from pathlib import Path
 OWNER = re.compile(r"-owner([0-9a-f]+)\.(\d+)\.(\d+)-")
 
 
+@functools.cache
 def this_boot() -> str:
+    """This boot of this machine, as a leftover's owner names it (read once: it does not change)."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:12]
     except OSError:
         return "0"
 
 
-def start_ticks(pid: int) -> str | None:
-    """PID's start time (clock ticks since boot), or None if there is no such process."""
+def process_start(pid: int) -> str:
+    """PID's start time in clock ticks since boot ("" when there is no such process): with its pid,
+    what tells a process from a later one given the same pid (a run's claim on its folder, too:
+    mlrb/run_files/resume.py)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the name, in parentheses, may hold spaces
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command's name (which may hold spaces)
 
 
 def owner_tag() -> str:
     """This process as the owner a leftover's name carries: `-ownerBOOT.PID.START-`."""
-    return f"-owner{this_boot()}.{os.getpid()}.{start_ticks(os.getpid())}-"
+    return f"-owner{this_boot()}.{os.getpid()}.{process_start(os.getpid())}-"
 
 
 def owner_gone(name: str) -> bool:
     """Whether NAME carries an owner of this machine's boot that no longer runs (no process of its pid
     and start time)."""
     found = OWNER.search(name)
-    return found is not None and found.group(1) == this_boot() and start_ticks(int(found.group(2))) != found.group(3)
+    return found is not None and found.group(1) == this_boot() and process_start(int(found.group(2))) != found.group(3)
 
 
 def new_temp_folder(prefix: str) -> Path:

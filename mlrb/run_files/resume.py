@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrb.core import disk
+from mlrb.core.leftovers import process_start
 from mlrb.core.tags import Metric
 
 log = logging.getLogger(__name__)
@@ -69,15 +70,6 @@ def slurm_job_id() -> str:
     """This process's SLURM job (an array task as JOB_TASK); a requeued job keeps its id."""
     array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID", "")
-
-
-def process_start(pid: int) -> str:
-    """PID's start time in clock ticks since boot ("" when there is no such process)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command's name
 
 
 def me(key: str, sweep_id: str | None) -> Owner:

@@ -76,10 +76,13 @@ class Cgroup:
             return None
         paths = own_paths()
         made: list[Path] = []
+        cleared: set[Path] = set()
         try:
             for controller, files in wanted.items():
                 base = ROOT / paths[""].lstrip("/") if unified else ROOT / controller / paths[controller].lstrip("/")
-                leftovers.remove_orphans(base, "mlrb-", Path.rmdir)  # those of harnesses killed with SIGKILL
+                if base not in cleared:  # those of harnesses killed with SIGKILL; once per tree (v2 has one)
+                    leftovers.remove_orphans(base, "mlrb-", Path.rmdir)
+                    cleared.add(base)
                 if unified:
                     (base / "cgroup.subtree_control").write_text(f"+{controller}")
                 folder = base / name
